@@ -1,0 +1,150 @@
+# ztier — one Makefile for the library, the tool, tests, benchmarks and examples.
+#
+#   make                 build/libztier.a, build/libztier.so, build/ztier
+#   make test            install missing packages, build, run every test
+#   make test SAN=address,undefined   the same, sanitized, in build-address-undefined/
+#   make test-gpu        the test suites on the cuda backend (needs a GPU)
+#   make demo            the example training loop on the embedded default config
+#   make install PREFIX=/opt/ztier
+#   make CUDA=0          leave the CUDA backend out even where nvcc is present
+#
+# Objects go to $(BUILD) (build/, or build-<sanitizers>/ with SAN).
+
+comma := ,
+PREFIX ?= /usr/local
+CUDA_HOME ?= /usr/local/cuda
+NVCC ?= $(CUDA_HOME)/bin/nvcc
+# sm_90 (H100/H200) code plus PTX for later GPUs.
+GPU_ARCH ?= 90
+NVCC_GENCODE ?= -gencode arch=compute_$(GPU_ARCH),code=sm_$(GPU_ARCH) \
+                -gencode arch=compute_$(GPU_ARCH),code=compute_$(GPU_ARCH)
+
+# CUDA parts are built whenever nvcc is present, unless CUDA=0.
+ifeq ($(origin CUDA),undefined)
+CUDA := $(if $(wildcard $(NVCC)),1,0)
+endif
+
+SAN ?=
+ifneq ($(SAN),)
+BUILD ?= build-$(subst $(comma),-,$(SAN))
+SANFLAGS := -fsanitize=$(SAN) -fno-omit-frame-pointer -fno-sanitize-recover=all
+OPT ?= -O1
+else
+BUILD ?= build
+SANFLAGS :=
+OPT ?= -O2
+endif
+
+CC ?= gcc
+# -ffp-contract=off: no fused multiply-add the source did not write, so the
+# C kernels compute what optim_math.h says, bit for bit (see that header).
+CFLAGS ?= $(OPT) -g
+ZT_CFLAGS := -std=gnu11 -Wall -Wextra -Wshadow -Wno-unused-parameter \
+             -fPIC -fvisibility=hidden -ffp-contract=off -pthread \
+             -Iinclude -Isrc -Ioffload -DZT_HAVE_CUDA=$(CUDA) $(SANFLAGS)
+LDLIBS_BASE := -lcjson -lm -lpthread
+
+ISA_AVX2 := -mavx2 -mfma -mf16c
+ISA_AVX512 := -mavx512f -mavx512bw -mavx512vl -mavx512dq -mfma -mf16c
+
+# ---- sources --------------------------------------------------------------
+
+LIB_SRC := $(filter-out src/backend_nocuda.c,$(wildcard src/*.c)) $(wildcard offload/*.c)
+ifeq ($(CUDA),1)
+CU_SRC := $(wildcard cuda/*.cu)
+LDLIBS_CUDA := -L$(CUDA_HOME)/lib64 -lcudart_static -ldl -lrt -lstdc++
+else
+LIB_SRC += src/backend_nocuda.c
+CU_SRC :=
+LDLIBS_CUDA :=
+endif
+LDLIBS := $(LDLIBS_BASE) $(LDLIBS_CUDA)
+
+LIB_OBJ := $(LIB_SRC:%.c=$(BUILD)/%.o) $(CU_SRC:%.cu=$(BUILD)/%.o)
+TOOL_SRC := $(wildcard src/tool/*.c) $(wildcard bench/*.c)
+TOOL_OBJ := $(TOOL_SRC:%.c=$(BUILD)/%.o)
+TEST_SUPPORT_SRC := tests/harness.c tests/reference.c
+TEST_SUPPORT_OBJ := $(TEST_SUPPORT_SRC:%.c=$(BUILD)/%.o)
+TEST_SRC := $(wildcard tests/test_*.c)
+TEST_BIN := $(TEST_SRC:%.c=$(BUILD)/%)
+EXAMPLE_SRC := $(wildcard examples/*.c)
+EXAMPLE_BIN := $(EXAMPLE_SRC:%.c=$(BUILD)/%)
+
+.PHONY: all lib tool tests examples test test-gpu demo deps install clean
+all: lib tool
+lib: $(BUILD)/libztier.a $(BUILD)/libztier.so
+tool: $(BUILD)/ztier
+tests: $(TEST_BIN)
+examples: $(EXAMPLE_BIN)
+
+# ---- rules ----------------------------------------------------------------
+
+$(BUILD)/%.o: %.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) $(ZT_CFLAGS) -MMD -MP -c $< -o $@
+
+$(BUILD)/src/cpu_kernels_avx2.o: ZT_CFLAGS += $(ISA_AVX2)
+$(BUILD)/src/cpu_kernels_avx512.o: ZT_CFLAGS += $(ISA_AVX512)
+
+# --fmad=false: the same reason as -ffp-contract=off above.
+$(BUILD)/cuda/%.o: cuda/%.cu
+	@mkdir -p $(dir $@)
+	$(NVCC) -std=c++17 -O2 --fmad=false $(NVCC_GENCODE) -Iinclude -Isrc \
+	  -Xcompiler -fPIC,-fvisibility=hidden -DZT_HAVE_CUDA=1 -MMD -MP -c $< -o $@
+
+$(BUILD)/libztier.a: $(LIB_OBJ)
+	@rm -f $@
+	$(AR) rcs $@ $^
+
+$(BUILD)/libztier.so: $(LIB_OBJ) src/libztier.map
+	$(CC) -shared $(SANFLAGS) -Wl,--version-script=src/libztier.map \
+	  -Wl,-soname,libztier.so.0 -o $@ $(LIB_OBJ) $(LDLIBS)
+
+$(BUILD)/ztier: $(TOOL_OBJ) $(BUILD)/libztier.a
+	$(CC) $(SANFLAGS) -pthread -o $@ $(TOOL_OBJ) $(BUILD)/libztier.a $(LDLIBS)
+
+# Tests link the static library so they can reach internal functions too.
+$(BUILD)/tests/test_%: $(BUILD)/tests/test_%.o $(TEST_SUPPORT_OBJ) $(BUILD)/libztier.a
+	$(CC) $(SANFLAGS) -pthread -o $@ $< $(TEST_SUPPORT_OBJ) $(BUILD)/libztier.a \
+	  -lcmocka $(LDLIBS)
+
+$(BUILD)/examples/%: $(BUILD)/examples/%.o $(BUILD)/libztier.a
+	$(CC) $(SANFLAGS) -pthread -o $@ $< $(BUILD)/libztier.a $(LDLIBS)
+
+# ---- commands -------------------------------------------------------------
+
+deps:
+	@bash scripts/deps.sh
+
+test: deps
+	@$(MAKE) --no-print-directory lib tool tests examples
+	@bash tests/run.sh $(BUILD)
+
+# The same suites on the cuda backend; each skips where there is no GPU.
+test-gpu: lib tool tests
+	@ZT_TEST_BACKEND=cuda bash tests/run.sh $(BUILD)
+
+# The demo's text ships with Debian's base-files package.
+DEMO_TEXT ?= /usr/share/common-licenses/GPL-3
+demo: deps
+	@$(MAKE) --no-print-directory lib tool examples
+	$(BUILD)/examples/charlm --text $(DEMO_TEXT) --steps 300 \
+	  --optimizer-tier host --plot $(BUILD)/charlm-loss.png
+
+install: lib tool
+	install -d $(DESTDIR)$(PREFIX)/include $(DESTDIR)$(PREFIX)/lib/pkgconfig \
+	  $(DESTDIR)$(PREFIX)/bin
+	install -m 644 include/ztier.h $(DESTDIR)$(PREFIX)/include/
+	install -m 644 $(BUILD)/libztier.a $(DESTDIR)$(PREFIX)/lib/
+	install -m 755 $(BUILD)/libztier.so $(DESTDIR)$(PREFIX)/lib/libztier.so.0
+	ln -sf libztier.so.0 $(DESTDIR)$(PREFIX)/lib/libztier.so
+	install -m 755 $(BUILD)/ztier $(DESTDIR)$(PREFIX)/bin/
+	sed -e 's|@PREFIX@|$(PREFIX)|' -e 's|@VERSION@|$(shell sed -n \
+	  's/^#define ZT_VERSION_STRING "\(.*\)"/\1/p' include/ztier.h)|' \
+	  -e 's|@LIBS_PRIVATE@|$(LDLIBS)|' scripts/ztier.pc.in \
+	  > $(DESTDIR)$(PREFIX)/lib/pkgconfig/ztier.pc
+
+clean:
+	rm -rf build build-*
+
+-include $(shell find $(BUILD) -name '*.d' 2>/dev/null)

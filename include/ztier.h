@@ -1,0 +1,409 @@
+/*
+ * ztier.h — the one public header of libztier.
+ *
+ * ztier makes the model states of data-parallel training (optimizer states,
+ * gradients, parameters) take as little accelerator memory as the caller asks
+ * for. A C training loop registers its flat parameter and gradient buffers
+ * once, then replaces the body of its hand-written AdamW with zt_step().
+ *
+ * Conventions, for every function below:
+ *   - An `int` result >= 0 is success; a negative value is -errno or one of
+ *     ztier's own codes (ZT_E*). zt_strerror() turns it into a sentence;
+ *     zt_last_error() says which argument was wrong and what was expected.
+ *   - Nothing here aborts or exits the process, and nothing prints unless a
+ *     log callback is set in the config.
+ *   - A call that fails leaves the caller's buffers and files as they were.
+ *   - "synchronous": the work is done when the call returns.
+ *     "stream-ordered": the work is enqueued after the caller's stream.
+ *     "completion-based": a later call reports completion.
+ *
+ * This header is C99 and needs neither CUDA nor any other header of ztier.
+ */
+#ifndef ZTIER_H
+#define ZTIER_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#if defined(__GNUC__)
+#define ZT_API __attribute__((visibility("default")))
+#else
+#define ZT_API
+#endif
+
+#define ZT_VERSION_MAJOR 0
+#define ZT_VERSION_MINOR 1
+#define ZT_VERSION_PATCH 0
+#define ZT_VERSION_STRING "0.1.0"
+
+/* ------------------------------------------------------------------------ */
+/* Errors                                                                    */
+/* ------------------------------------------------------------------------ */
+
+/*
+ * ztier's own error codes, in a range below errno values (libuv's way). Each
+ * row is (name, value, what it means and what to do next). Functions also
+ * return plain -errno values: -EINVAL for a bad argument, -ENOMEM when an
+ * allocation or a memory budget fails, -EBUSY for a call at the wrong time.
+ */
+#define ZT_ERRNO_MAP(X)                                                        \
+  X(ECUDA, -4001, "CUDA runtime error; zt_last_error() has the CUDA message")  \
+  X(ENOGPU, -4002, "no usable GPU: the CUDA driver or device is missing; use " \
+                   "backend \"host\" or run on a machine with a GPU")          \
+  X(ENOCUDA, -4003, "this libztier was built without CUDA; rebuild with nvcc " \
+                    "present (make CUDA=1) or use backend \"host\"")           \
+  X(ECUBLAS, -4004, "cuBLAS error; zt_last_error() has the status")            \
+  X(ENCCL, -4005, "NCCL error; zt_last_error() has the NCCL message")          \
+  X(ECONFIG, -4006, "invalid configuration; zt_last_error() names the key")    \
+  X(EJSON, -4007, "malformed JSON; zt_last_error() gives the position")        \
+  X(ENOTREG, -4008, "no model is registered yet; call zt_register_flat() or "  \
+                    "zt_register_units() before this")                         \
+  X(ENOTSUP, -4009, "this combination is not supported by this version; "      \
+                    "see docs/ for what works today")                          \
+  X(ECHECKSUM, -4010, "data failed its checksum: a torn, stale or corrupt "    \
+                      "block; zt_last_error() names the file and offset")      \
+  X(EBROKEN, -4011, "the engine is in a failed state after an earlier error; " \
+                    "destroy and re-create it")
+
+enum {
+#define ZT_ERR_ENUM_(name, value, msg) ZT_##name = (value),
+  ZT_ERRNO_MAP(ZT_ERR_ENUM_)
+#undef ZT_ERR_ENUM_
+  ZT_OK = 0
+};
+
+/* A sentence saying what `err` means and what to do next. Never NULL; works
+ * for ztier's codes and for -errno values. Synchronous, thread-safe. */
+ZT_API const char *zt_strerror(int err);
+
+/* The symbolic name of `err` ("ZT_ECONFIG", "EINVAL"), or "UNKNOWN". */
+ZT_API const char *zt_err_name(int err);
+
+/* ------------------------------------------------------------------------ */
+/* Types                                                                     */
+/* ------------------------------------------------------------------------ */
+
+typedef enum zt_dtype {
+  ZT_FP32 = 0,
+  ZT_BF16 = 1,
+  ZT_FP16 = 2
+} zt_dtype_t;
+
+typedef enum zt_backend {
+  ZT_BACKEND_HOST = 0, /* "device memory" is host memory; kernels are C */
+  ZT_BACKEND_CUDA = 1  /* cudaMalloc'd memory, CUDA streams and kernels  */
+} zt_backend_t;
+
+/* Where a model state lives between uses. */
+typedef enum zt_tier {
+  ZT_TIER_DEVICE = 0, /* the backend's memory                     */
+  ZT_TIER_HOST = 1,   /* pinned host memory, updated by the CPU    */
+  ZT_TIER_NVME = 2    /* swap files (not supported in this version) */
+} zt_tier_t;
+
+typedef enum zt_optimizer {
+  ZT_ADAMW = 0,  /* torch.optim.AdamW: decay applied to the old weight */
+  ZT_ADAM_L2 = 1 /* torch.optim.Adam: decay added to the gradient       */
+} zt_optimizer_t;
+
+typedef enum zt_rounding {
+  ZT_ROUND_NEAREST = 0,   /* round to nearest, ties to even              */
+  ZT_ROUND_STOCHASTIC = 1 /* bf16 only: unbiased, seeded, reproducible  */
+} zt_rounding_t;
+
+typedef enum zt_loss_scaling {
+  ZT_LOSS_SCALE_AUTO = 0,    /* dynamic for fp16 params, none otherwise  */
+  ZT_LOSS_SCALE_NONE = 1,    /* the loop's loss is not scaled            */
+  ZT_LOSS_SCALE_STATIC = 2,  /* a fixed scale: initial_loss_scale        */
+  ZT_LOSS_SCALE_DYNAMIC = 3  /* back off on inf/nan, grow when stable    */
+} zt_loss_scaling_t;
+
+typedef enum zt_comm_kind {
+  ZT_COMM_SINGLE = 0 /* world size 1, no dependency */
+} zt_comm_kind_t;
+
+typedef enum zt_log_level {
+  ZT_LOG_ERROR = 0,
+  ZT_LOG_WARN = 1,
+  ZT_LOG_INFO = 2,
+  ZT_LOG_DEBUG = 3
+} zt_log_level_t;
+
+typedef void (*zt_log_fn)(void *user, zt_log_level_t level, const char *msg);
+
+/* ------------------------------------------------------------------------ */
+/* Configuration                                                             */
+/* ------------------------------------------------------------------------ */
+
+#define ZT_CONFIG_VERSION 1u
+
+/*
+ * Everything an engine is created with. Fill it with ZT_CONFIG_INIT (the
+ * defaults), then set fields in code, or load a JSON file over it with
+ * zt_config_load(). The JSON keys are the field names below; enums are
+ * strings ("host", "bf16", "stochastic"). docs/config.md lists every key
+ * with its range. `size` and `version` let later versions add fields.
+ */
+typedef struct zt_config {
+  size_t size;      /* sizeof(zt_config_t), set by ZT_CONFIG_INIT       */
+  unsigned version; /* ZT_CONFIG_VERSION, set by ZT_CONFIG_INIT         */
+
+  zt_backend_t backend; /* "host" | "cuda"                     */
+  int device;           /* CUDA device ordinal, >= 0           */
+  int stage;            /* ZeRO stage; 0 and 1 in this version */
+  zt_comm_kind_t comm;  /* "single"                            */
+
+  zt_optimizer_t optimizer;  /* "adamw" | "adam"                   */
+  zt_tier_t optimizer_tier;  /* "device" | "host"                  */
+  zt_tier_t param_tier;      /* "device"                           */
+  zt_rounding_t rounding;    /* "nearest" | "stochastic"           */
+  uint64_t seed;             /* stochastic rounding seed           */
+  int threads;               /* CPU optimizer threads; 0 = all CPUs */
+
+  double clip_grad_norm; /* clip by global norm when > 0; 0 = off     */
+
+  zt_loss_scaling_t loss_scaling; /* "auto" | "none" | "static" | "dynamic" */
+  double initial_loss_scale;      /* > 0; default 65536                   */
+  double loss_scale_growth;       /* > 1; default 2                       */
+  double loss_scale_backoff;      /* in (0, 1); default 0.5               */
+  int loss_scale_window;          /* good steps before growing; >= 1      */
+  double min_loss_scale;          /* > 0, <= initial_loss_scale           */
+
+  size_t chunk_bytes;         /* staging chunk for the host tier     */
+  size_t device_budget_bytes; /* 0 = no limit                        */
+  size_t pinned_budget_bytes; /* 0 = no limit                        */
+
+  zt_log_level_t log_level; /* messages above this level are dropped */
+  zt_log_fn log_fn;         /* NULL = silent; not settable from JSON */
+  void *log_user;           /* passed to log_fn                      */
+} zt_config_t;
+
+/* The defaults. Every engine field has a working default. */
+#define ZT_CONFIG_INIT                                                       \
+  {                                                                          \
+    sizeof(zt_config_t), ZT_CONFIG_VERSION, ZT_BACKEND_HOST, 0, 0,           \
+        ZT_COMM_SINGLE, ZT_ADAMW, ZT_TIER_DEVICE, ZT_TIER_DEVICE,            \
+        ZT_ROUND_NEAREST, 0x5eed, 0, 0.0, ZT_LOSS_SCALE_AUTO, 65536.0, 2.0,  \
+        0.5, 2000, 1.0, (size_t)16 << 20, 0, 0, ZT_LOG_WARN, NULL, NULL      \
+  }
+
+/*
+ * Loads the JSON object in the file at `path` over `cfg`: keys present in the
+ * file replace the fields, the others keep their values. Unknown keys, values
+ * of the wrong type, out-of-range values and inconsistent combinations are
+ * errors (ZT_ECONFIG, ZT_EJSON); on error `cfg` is left unchanged.
+ * Returns 0 or a negative code; zt_last_error(NULL) has the sentence.
+ * Synchronous.
+ */
+ZT_API int zt_config_load(zt_config_t *cfg, const char *path);
+
+/* Same as zt_config_load(), from a NUL-terminated JSON string. */
+ZT_API int zt_config_parse(zt_config_t *cfg, const char *json);
+
+/*
+ * Sets one key from its text form, as on a command line: ("optimizer_tier",
+ * "host"), ("threads", "2"). Same validation as the JSON loader, and the
+ * whole config is validated after the change; on error `cfg` is unchanged.
+ */
+ZT_API int zt_config_set(zt_config_t *cfg, const char *key, const char *value);
+
+/*
+ * Checks every field and the combinations. Returns 0 or ZT_ECONFIG with
+ * zt_last_error(NULL) naming the key, the value and what was expected.
+ */
+ZT_API int zt_config_validate(const zt_config_t *cfg);
+
+/*
+ * Writes `cfg` as a JSON object into `buf` (at most `len` bytes, NUL
+ * included). Returns the length the full text needs, without the NUL, as
+ * snprintf does; a result >= len means it was cut.
+ */
+ZT_API int zt_config_to_json(const zt_config_t *cfg, char *buf, size_t len);
+
+/* ------------------------------------------------------------------------ */
+/* Engine                                                                    */
+/* ------------------------------------------------------------------------ */
+
+typedef struct zt_engine zt_engine_t;
+
+/*
+ * Creates an engine: the backend (host or CUDA device), its streams, the
+ * comm, the optimizer threads. The config is validated and copied.
+ * On success *out is the engine; on failure *out = NULL, nothing is left to
+ * clean up, and zt_last_error(NULL) says why. Synchronous.
+ */
+ZT_API int zt_engine_create(const zt_config_t *cfg, zt_engine_t **out);
+
+/*
+ * Frees everything the engine holds: optimizer states in every tier, streams,
+ * threads. The user's buffers are not touched. zt_engine_destroy(NULL) does
+ * nothing. Synchronous: waits for the engine's own work in flight.
+ */
+ZT_API void zt_engine_destroy(zt_engine_t *eng);
+
+/*
+ * The sentence describing the last failure of a call on `eng`: which
+ * argument, its value, what was expected. With eng = NULL, the last failure
+ * in this thread of a call that has no engine (config, engine create).
+ * Returns "" when there was none. The string is owned by ztier and valid
+ * until the next failing call on the same engine (or thread).
+ */
+ZT_API const char *zt_last_error(const zt_engine_t *eng);
+
+/* ------------------------------------------------------------------------ */
+/* Registration                                                              */
+/* ------------------------------------------------------------------------ */
+
+/*
+ * A unit: the smallest thing ztier moves. `offset` and `numel` count
+ * elements of the registered buffers. `group` is what a loop fetches and
+ * releases together (used from ZeRO stage 3 on; any value >= 0 here).
+ * `dtype` must equal the registered parameter dtype. Units must not
+ * overlap; elements that no unit covers are left untouched by zt_step()
+ * (frozen).
+ */
+typedef struct zt_unit {
+  const char *name;  /* copied; may be NULL ("unit<i>")            */
+  size_t offset;     /* first element                              */
+  size_t numel;      /* > 0                                        */
+  int group;         /* >= 0                                       */
+  int weight_decay;  /* 1: weight_decay applies; 0: it does not    */
+  zt_dtype_t dtype;  /* the parameter dtype                        */
+} zt_unit_t;
+
+/*
+ * Registers one flat parameter buffer and its gradient buffer, `numel`
+ * elements each, as one unit with weight decay. Both buffers live in the
+ * backend's memory (host memory for the host backend, device memory for
+ * CUDA) and stay owned by the caller; zt_step() updates `params` in place
+ * and reads `grads`. `grad_dtype` may differ from `param_dtype` (e.g. bf16
+ * params with fp32 grads). The fp32 master weights are initialised from
+ * `params` now. May be called lazily, e.g. inside the loop's first update
+ * after its first backward; calling it twice gives -EBUSY.
+ * Buffers must be aligned to their element size. Synchronous.
+ */
+ZT_API int zt_register_flat(zt_engine_t *eng, void *params, void *grads,
+                            size_t numel, zt_dtype_t param_dtype,
+                            zt_dtype_t grad_dtype);
+
+/*
+ * Same as zt_register_flat(), with a table of `n_units` units describing the
+ * buffers. The table is copied. Per-unit weight-decay flags and groups come
+ * from it. Synchronous.
+ */
+ZT_API int zt_register_units(zt_engine_t *eng, void *params, void *grads,
+                             size_t numel, zt_dtype_t param_dtype,
+                             zt_dtype_t grad_dtype, const zt_unit_t *units,
+                             size_t n_units);
+
+/* ------------------------------------------------------------------------ */
+/* The optimizer step                                                        */
+/* ------------------------------------------------------------------------ */
+
+/* Per-step inputs. Fill with ZT_STEP_ARGS_INIT, then set what changes. */
+typedef struct zt_step_args {
+  size_t size;         /* sizeof(zt_step_args_t)                          */
+  float lr;            /* >= 0, finite                                    */
+  float beta1;         /* in [0, 1)                                       */
+  float beta2;         /* in [0, 1)                                       */
+  float eps;           /* > 0, finite                                     */
+  float weight_decay;  /* >= 0, finite                                    */
+  uint64_t t;          /* step number, 1-based, for bias correction       */
+  float grad_scale;    /* > 0: gradients are multiplied by it (the loop's
+                          own clipping or averaging); default 1           */
+  float clip_grad_norm; /* > 0: clip to this global norm; 0: none;
+                           < 0 (default): the config's clip_grad_norm     */
+} zt_step_args_t;
+
+#define ZT_STEP_ARGS_INIT                                                    \
+  { sizeof(zt_step_args_t), 1e-3f, 0.9f, 0.999f, 1e-8f, 0.0f, 1, 1.0f, -1.0f }
+
+/* What a step did. */
+typedef struct zt_step_info {
+  size_t size;       /* sizeof(zt_step_info_t), set by the caller          */
+  double grad_norm;  /* global L2 norm of the gradients after unscaling
+                        and grad_scale, before clipping; inf/nan on
+                        overflow                                           */
+  double clip_coef;  /* the factor clipping applied (1 when none)         */
+  int skipped;       /* 1: inf/nan in the gradients, nothing was updated  */
+  double loss_scale; /* the scale to multiply the next loss by            */
+} zt_step_info_t;
+
+#define ZT_STEP_INFO_INIT { .size = sizeof(zt_step_info_t) }
+
+/*
+ * One optimizer step over every registered unit: reads the gradients,
+ * unscales them (dynamic or static loss scale) and applies args->grad_scale,
+ * computes the global norm, checks for inf/nan (then skips the whole step,
+ * backs the loss scale off, and returns 0 with info->skipped = 1), clips,
+ * runs AdamW (or Adam with L2) on the fp32 master weights and moments in
+ * their tier, and writes the parameters back into the registered buffer in
+ * place, cast to its dtype. `info` may be NULL; otherwise info->size must be
+ * sizeof(zt_step_info_t) (use ZT_STEP_INFO_INIT).
+ * Synchronous: the parameters are updated when it returns (on CUDA: after
+ * the work on the device is complete).
+ * On a bad argument nothing is read or written.
+ */
+ZT_API int zt_step(zt_engine_t *eng, const zt_step_args_t *args,
+                   zt_step_info_t *info);
+
+/*
+ * The global L2 norm of the registered gradients as zt_step() would see them
+ * now (unscaled by the loss scale, times `grad_scale`), without stepping.
+ * For loops that clip themselves. inf/nan when a gradient is. Synchronous.
+ */
+ZT_API int zt_grad_norm(zt_engine_t *eng, float grad_scale, double *norm);
+
+/* The loss scale the loop should multiply its next loss by (1 when off). */
+ZT_API double zt_loss_scale(const zt_engine_t *eng);
+
+/* ------------------------------------------------------------------------ */
+/* Statistics                                                                */
+/* ------------------------------------------------------------------------ */
+
+typedef struct zt_stats {
+  size_t size; /* sizeof(zt_stats_t), set by the caller */
+
+  /* Bytes ztier holds now, per tier (its own allocations, not the user's). */
+  uint64_t device_bytes; /* backend memory                               */
+  uint64_t host_bytes;   /* pinned host memory                           */
+  uint64_t nvme_bytes;   /* swap files                                   */
+  uint64_t host_locked;  /* 1 when the pinned memory is mlock'ed          */
+
+  /* Bytes copied between tiers since the engine was created. */
+  uint64_t d2h_bytes;
+  uint64_t h2d_bytes;
+
+  /* Steps. */
+  uint64_t steps;         /* zt_step() calls that updated              */
+  uint64_t skipped_steps; /* zt_step() calls skipped on inf/nan        */
+
+  /* Seconds since the engine was created, all steps together. */
+  double step_seconds;      /* wall time inside zt_step()                */
+  double optimizer_seconds; /* the AdamW update itself                   */
+  double norm_seconds;      /* gradient norm and overflow check          */
+  double copy_seconds;      /* waiting for copies between tiers          */
+
+  uint64_t params;          /* registered elements updated by a step     */
+  int threads;              /* CPU optimizer threads in use              */
+  const char *cpu_isa;      /* "avx512", "avx2" or "scalar"              */
+} zt_stats_t;
+
+#define ZT_STATS_INIT { .size = sizeof(zt_stats_t) }
+
+/* Fills *out (out->size must be sizeof(zt_stats_t): use ZT_STATS_INIT).
+ * Synchronous. */
+ZT_API int zt_stats(const zt_engine_t *eng, zt_stats_t *out);
+
+/* The version string, "0.1.0". */
+ZT_API const char *zt_version(void);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* ZTIER_H */

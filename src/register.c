@@ -1,0 +1,335 @@
+/*
+ * register.c — registration of the user's parameter and gradient buffers:
+ * argument checks (every one before anything is allocated or read), the unit
+ * table, the segments the kernels walk, and the optimizer states in their
+ * tier, initialised from the parameters.
+ *
+ * Segments: units sorted by offset, adjacent units with the same decay flag
+ * merged. Optimizer states are compact: segment j's states start at
+ * segs[j].state_off, so elements no unit covers (frozen) cost nothing.
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine.h"
+
+/* 2^40 elements (4 TiB of fp32): far beyond one rank's memory, and small
+ * enough that every byte count below fits in size_t without overflow. */
+#define ZT_MAX_NUMEL ((size_t)1 << 40)
+#define ZT_MAX_NAME 256
+
+static int valid_dtype(zt_dtype_t dt) {
+  return dt == ZT_FP32 || dt == ZT_BF16 || dt == ZT_FP16;
+}
+
+static int check_buffers(zt_engine_t *eng, const void *params, const void *grads,
+                         size_t numel, zt_dtype_t pdt, zt_dtype_t gdt) {
+  zt__err_t *e = &eng->err;
+  if (eng->registered)
+    return zt__errf(e, -EBUSY, "a model is already registered with this engine; "
+                               "register once per engine (create another engine for "
+                               "another model)");
+  if (params == NULL)
+    return zt__errf(e, -EINVAL, "params is NULL; expected the parameter buffer");
+  if (grads == NULL)
+    return zt__errf(e, -EINVAL, "grads is NULL; expected the gradient buffer");
+  if (numel == 0) return zt__errf(e, -EINVAL, "numel is 0; expected at least 1 element");
+  if (numel > ZT_MAX_NUMEL)
+    return zt__errf(e, -EINVAL, "numel is %zu; expected at most 2^40 (%zu) elements", numel,
+                    ZT_MAX_NUMEL);
+  if (!valid_dtype(pdt))
+    return zt__errf(e, -EINVAL, "param_dtype is %d; expected ZT_FP32, ZT_BF16 or ZT_FP16",
+                    (int)pdt);
+  if (!valid_dtype(gdt))
+    return zt__errf(e, -EINVAL, "grad_dtype is %d; expected ZT_FP32, ZT_BF16 or ZT_FP16",
+                    (int)gdt);
+  size_t psz = zt__dtype_size(pdt), gsz = zt__dtype_size(gdt);
+  if ((uintptr_t)params % psz)
+    return zt__errf(e, -EINVAL, "params (%p) is not aligned to its %zu-byte %s elements",
+                    params, psz, zt__dtype_name(pdt));
+  if ((uintptr_t)grads % gsz)
+    return zt__errf(e, -EINVAL, "grads (%p) is not aligned to its %zu-byte %s elements",
+                    grads, gsz, zt__dtype_name(gdt));
+  uintptr_t p0 = (uintptr_t)params, p1 = p0 + numel * psz;
+  uintptr_t g0 = (uintptr_t)grads, g1 = g0 + numel * gsz;
+  if (p1 < p0 || g1 < g0)
+    return zt__errf(e, -EINVAL, "numel %zu runs past the end of the address space", numel);
+  if (p0 < g1 && g0 < p1)
+    return zt__errf(e, -EINVAL, "params [%p, +%zu bytes) and grads [%p, +%zu bytes) "
+                                "overlap; expected two separate buffers",
+                    params, numel * psz, grads, numel * gsz);
+  if (!eng->be_ops->is_device_ptr(eng->be, params))
+    return zt__errf(e, -EINVAL, "params (%p) is not memory of the %s backend's device; "
+                                "expected a device buffer",
+                    params, eng->be_ops->name);
+  if (!eng->be_ops->is_device_ptr(eng->be, grads))
+    return zt__errf(e, -EINVAL, "grads (%p) is not memory of the %s backend's device; "
+                                "expected a device buffer",
+                    grads, eng->be_ops->name);
+  return 0;
+}
+
+static const zt_unit_t *sort_base;
+static int by_offset(const void *a, const void *b) {
+  size_t x = sort_base[*(const size_t *)a].offset, y = sort_base[*(const size_t *)b].offset;
+  return x < y ? -1 : x > y;
+}
+
+static const char *unit_name(const zt_unit_t *u) { return u->name ? u->name : "(unnamed)"; }
+
+/* Checks every unit and that none overlaps another; fills `order` with unit
+ * indices sorted by offset. */
+static int check_units(zt_engine_t *eng, const zt_unit_t *units, size_t n, size_t numel,
+                       zt_dtype_t pdt, size_t *order) {
+  zt__err_t *e = &eng->err;
+  for (size_t i = 0; i < n; i++) {
+    const zt_unit_t *u = &units[i];
+    if (u->numel == 0)
+      return zt__errf(e, -EINVAL, "units[%zu] ('%s') has numel 0; expected at least 1", i,
+                      unit_name(u));
+    if (u->offset >= numel || u->numel > numel - u->offset)
+      return zt__errf(e, -EINVAL,
+                      "units[%zu] ('%s') covers elements [%zu, %zu) but the buffers have "
+                      "%zu elements",
+                      i, unit_name(u), u->offset, u->offset + u->numel, numel);
+    if (u->group < 0)
+      return zt__errf(e, -EINVAL, "units[%zu] ('%s') has group %d; expected >= 0", i,
+                      unit_name(u), u->group);
+    if (u->weight_decay != 0 && u->weight_decay != 1)
+      return zt__errf(e, -EINVAL, "units[%zu] ('%s') has weight_decay %d; expected 0 or 1",
+                      i, unit_name(u), u->weight_decay);
+    if (u->dtype != pdt)
+      return zt__errf(e, -EINVAL,
+                      "units[%zu] ('%s') has dtype %s; expected %s, the param_dtype of the "
+                      "buffer",
+                      i, unit_name(u), zt__dtype_name(u->dtype), zt__dtype_name(pdt));
+    if (u->name && strnlen(u->name, ZT_MAX_NAME) == ZT_MAX_NAME)
+      return zt__errf(e, -EINVAL, "units[%zu] has a name of %d or more characters", i,
+                      ZT_MAX_NAME);
+    order[i] = i;
+  }
+  /* qsort's comparator takes no context; registration is not a hot path and
+   * the engine is not shared between threads during it. */
+  sort_base = units;
+  qsort(order, n, sizeof *order, by_offset);
+  sort_base = NULL;
+  for (size_t k = 1; k < n; k++) {
+    const zt_unit_t *a = &units[order[k - 1]], *b = &units[order[k]];
+    if (a->offset + a->numel > b->offset)
+      return zt__errf(e, -EINVAL,
+                      "units[%zu] ('%s') [%zu, %zu) overlaps units[%zu] ('%s') [%zu, %zu); "
+                      "expected disjoint units",
+                      order[k - 1], unit_name(a), a->offset, a->offset + a->numel, order[k],
+                      unit_name(b), b->offset, b->offset + b->numel);
+  }
+  return 0;
+}
+
+/* ---- optimizer states ------------------------------------------------------ */
+
+static void free_states(zt_engine_t *eng) {
+  size_t n = eng->state_numel;
+  if (eng->cfg.optimizer_tier == ZT_TIER_HOST) {
+    zt__pinned_free(eng, eng->master, n * sizeof(float));
+    zt__pinned_free(eng, eng->m, n * sizeof(float));
+    zt__pinned_free(eng, eng->v, n * sizeof(float));
+    zt__staging_t *st = &eng->staging;
+    size_t pb = st->chunk_elems * zt__dtype_size(eng->param_dtype);
+    size_t gb = st->chunk_elems * zt__dtype_size(eng->grad_dtype);
+    for (int s = 0; s < ZT_STAGING_SLOTS; s++) {
+      zt__pinned_free(eng, st->grads[s], gb);
+      zt__pinned_free(eng, st->params[s], pb);
+      if (st->grads_ready[s]) eng->be_ops->event_destroy(eng->be, st->grads_ready[s]);
+      if (st->params_sent[s]) eng->be_ops->event_destroy(eng->be, st->params_sent[s]);
+      free(eng->window_segs[s]);
+      eng->window_segs[s] = NULL;
+    }
+    if (st->compute_mark) eng->be_ops->event_destroy(eng->be, st->compute_mark);
+    memset(st, 0, sizeof *st);
+  } else {
+    if (eng->master) eng->be_ops->free(eng->be, eng->master, n * sizeof(float));
+    if (eng->m) eng->be_ops->free(eng->be, eng->m, n * sizeof(float));
+    if (eng->v) eng->be_ops->free(eng->be, eng->v, n * sizeof(float));
+  }
+  eng->master = eng->m = eng->v = NULL;
+  eng->state_bytes = 0;
+}
+
+/* Device tier: states in backend memory; the master is cast from the params
+ * on the device, except for fp32 params, which are their own master. */
+static int alloc_device_states(zt_engine_t *eng) {
+  const zt__backend_ops_t *be = eng->be_ops;
+  size_t bytes = eng->state_numel * sizeof(float);
+  if (eng->param_dtype != ZT_FP32) ZT_TRY(be->alloc(eng->be, bytes, (void **)&eng->master));
+  ZT_TRY(be->alloc(eng->be, bytes, (void **)&eng->m));
+  ZT_TRY(be->alloc(eng->be, bytes, (void **)&eng->v));
+  eng->state_bytes = bytes * (eng->master ? 3 : 2);
+  ZT_TRY(be->memset_zero(eng->be, eng->m, bytes, ZT_STREAM_COMPUTE));
+  ZT_TRY(be->memset_zero(eng->be, eng->v, bytes, ZT_STREAM_COMPUTE));
+  if (eng->master) {
+    size_t psz = zt__dtype_size(eng->param_dtype);
+    for (size_t j = 0; j < eng->n_segs; j++) {
+      const zt__seg_t *s = &eng->segs[j];
+      ZT_TRY(be->cast(eng->be, eng->master + s->state_off, ZT_FP32,
+                      (const char *)eng->params + s->index * psz, eng->param_dtype, s->n,
+                      ZT_STREAM_COMPUTE));
+    }
+  }
+  return be->stream_sync(eng->be, ZT_STREAM_COMPUTE);
+}
+
+/* Host tier: states in pinned memory, plus the staging ring through which
+ * gradients come in and parameters go out. The master is initialised through
+ * the same D2H path a step uses. */
+static int alloc_host_states(zt_engine_t *eng) {
+  const zt__backend_ops_t *be = eng->be_ops;
+  zt__staging_t *st = &eng->staging;
+  size_t bytes = eng->state_numel * sizeof(float);
+  size_t psz = zt__dtype_size(eng->param_dtype), gsz = zt__dtype_size(eng->grad_dtype);
+  st->chunk_elems = eng->cfg.chunk_bytes / sizeof(float);
+  if (st->chunk_elems == 0) st->chunk_elems = 1;
+  ZT_TRY(zt__pinned_alloc(eng, bytes, (void **)&eng->master));
+  ZT_TRY(zt__pinned_alloc(eng, bytes, (void **)&eng->m));
+  ZT_TRY(zt__pinned_alloc(eng, bytes, (void **)&eng->v));
+  eng->state_bytes = 3 * bytes;
+  for (int s = 0; s < ZT_STAGING_SLOTS; s++) {
+    ZT_TRY(zt__pinned_alloc(eng, st->chunk_elems * gsz, &st->grads[s]));
+    ZT_TRY(zt__pinned_alloc(eng, st->chunk_elems * psz, &st->params[s]));
+    ZT_TRY(be->event_create(eng->be, &st->grads_ready[s]));
+    ZT_TRY(be->event_create(eng->be, &st->params_sent[s]));
+    eng->window_segs[s] = calloc(eng->n_segs, sizeof(zt__seg_t));
+    if (eng->window_segs[s] == NULL) return zt__errf(&eng->err, -ENOMEM, "out of memory");
+  }
+  ZT_TRY(be->event_create(eng->be, &st->compute_mark));
+  eng->staging_bytes = ZT_STAGING_SLOTS * st->chunk_elems * (psz + gsz);
+  /* mmap gave zeroed pages: m and v start at 0 as Adam requires. */
+  for (size_t j = 0; j < eng->n_segs; j++) {
+    const zt__seg_t *s = &eng->segs[j];
+    for (size_t k = 0; k < s->n; k += st->chunk_elems) {
+      size_t n = s->n - k < st->chunk_elems ? s->n - k : st->chunk_elems;
+      ZT_TRY(be->copy(eng->be, st->params[0], (const char *)eng->params + (s->index + k) * psz,
+                      n * psz, ZT_COPY_D2H, ZT_STREAM_D2H));
+      ZT_TRY(be->stream_sync(eng->be, ZT_STREAM_D2H));
+      zt__cpu_cast(eng->cpu, eng->master + s->state_off + k, ZT_FP32, st->params[0],
+                   eng->param_dtype, n);
+      eng->d2h_bytes += n * psz;
+    }
+  }
+  return 0;
+}
+
+/* Units sorted by offset, merged into runs of one decay flag. */
+static int build_segments(zt_engine_t *eng, const size_t *order) {
+  eng->segs = calloc(eng->n_units, sizeof *eng->segs);
+  if (eng->segs == NULL) return zt__errf(&eng->err, -ENOMEM, "out of memory");
+  size_t n = 0, state = 0;
+  for (size_t k = 0; k < eng->n_units; k++) {
+    const zt__unit_t *u = &eng->units[order[k]];
+    zt__seg_t *last = n ? &eng->segs[n - 1] : NULL;
+    if (last && last->index + last->n == u->offset && last->decay == u->weight_decay) {
+      last->n += u->numel;
+    } else {
+      eng->segs[n++] = (zt__seg_t){u->offset, state, u->numel, u->weight_decay};
+    }
+    state += u->numel;
+  }
+  eng->n_segs = n;
+  eng->state_numel = state;
+  return 0;
+}
+
+void zt__engine_unregister(zt_engine_t *eng) {
+  free_states(eng);
+  for (size_t i = 0; i < eng->n_units; i++) free(eng->units[i].name);
+  free(eng->units);
+  free(eng->segs);
+  eng->units = NULL;
+  eng->segs = NULL;
+  eng->n_units = eng->n_segs = eng->state_numel = 0;
+  eng->registered = 0;
+}
+
+static void init_scaler(zt_engine_t *eng) {
+  const zt_config_t *c = &eng->cfg;
+  zt__scaler_t *s = &eng->scaler;
+  zt_loss_scaling_t mode = c->loss_scaling;
+  if (mode == ZT_LOSS_SCALE_AUTO)
+    mode = (eng->param_dtype == ZT_FP16 || eng->grad_dtype == ZT_FP16) ? ZT_LOSS_SCALE_DYNAMIC
+                                                                       : ZT_LOSS_SCALE_NONE;
+  s->dynamic = mode == ZT_LOSS_SCALE_DYNAMIC;
+  s->scale = mode == ZT_LOSS_SCALE_NONE ? 1.0 : c->initial_loss_scale;
+  s->good_steps = 0;
+}
+
+int zt_register_units(zt_engine_t *eng, void *params, void *grads, size_t numel,
+                      zt_dtype_t param_dtype, zt_dtype_t grad_dtype, const zt_unit_t *units,
+                      size_t n_units) {
+  if (!zt__engine_valid(eng))
+    return zt__errf(zt__err_thread(), -EINVAL, "zt_register_units: eng is not a live engine");
+  ZT_TRY(check_buffers(eng, params, grads, numel, param_dtype, grad_dtype));
+  if (units == NULL)
+    return zt__errf(&eng->err, -EINVAL, "units is NULL; expected a table of n_units units");
+  if (n_units == 0 || n_units > numel)
+    return zt__errf(&eng->err, -EINVAL, "n_units is %zu; expected 1 to numel (%zu)", n_units,
+                    numel);
+  size_t *order = malloc(n_units * sizeof *order);
+  if (order == NULL) return zt__errf(&eng->err, -ENOMEM, "out of memory");
+  int rc = check_units(eng, units, n_units, numel, param_dtype, order);
+  if (rc < 0) goto done;
+
+  /* Every check passed: from here on, a failure is only a failed allocation,
+   * and it unwinds everything so the engine can be registered again. */
+  eng->params = params;
+  eng->grads = grads;
+  eng->numel = numel;
+  eng->param_dtype = param_dtype;
+  eng->grad_dtype = grad_dtype;
+  eng->units = calloc(n_units, sizeof *eng->units);
+  if (eng->units == NULL) {
+    rc = zt__errf(&eng->err, -ENOMEM, "out of memory");
+    goto fail;
+  }
+  eng->n_units = n_units;
+  for (size_t i = 0; i < n_units; i++) {
+    const zt_unit_t *u = &units[i];
+    char fallback[32];
+    snprintf(fallback, sizeof fallback, "unit%zu", i);
+    eng->units[i] = (zt__unit_t){strdup(u->name ? u->name : fallback), u->offset, u->numel,
+                                 u->group, u->weight_decay};
+    if (eng->units[i].name == NULL) {
+      rc = zt__errf(&eng->err, -ENOMEM, "out of memory");
+      goto fail;
+    }
+  }
+  ZT_TRY_GOTO(build_segments(eng, order), rc, fail);
+  if (eng->cfg.optimizer_tier == ZT_TIER_HOST)
+    ZT_TRY_GOTO(alloc_host_states(eng), rc, fail);
+  else
+    ZT_TRY_GOTO(alloc_device_states(eng), rc, fail);
+  init_scaler(eng);
+  eng->registered = 1;
+  zt__log(&eng->cfg, ZT_LOG_INFO,
+          "registered %zu units (%zu elements with optimizer states, %s params, %s grads) "
+          "in the %s tier",
+          n_units, eng->state_numel, zt__dtype_name(param_dtype), zt__dtype_name(grad_dtype),
+          eng->cfg.optimizer_tier == ZT_TIER_HOST ? "host" : "device");
+  goto done;
+
+fail:
+  zt__engine_unregister(eng);
+done:
+  free(order);
+  return rc;
+}
+
+int zt_register_flat(zt_engine_t *eng, void *params, void *grads, size_t numel,
+                     zt_dtype_t param_dtype, zt_dtype_t grad_dtype) {
+  zt_unit_t all = {"params", 0, numel, 0, 1, param_dtype};
+  if (!zt__engine_valid(eng))
+    return zt__errf(zt__err_thread(), -EINVAL, "zt_register_flat: eng is not a live engine");
+  /* Checked here too so the sentence names numel, not a unit. */
+  ZT_TRY(check_buffers(eng, params, grads, numel, param_dtype, grad_dtype));
+  return zt_register_units(eng, params, grads, numel, param_dtype, grad_dtype, &all, 1);
+}

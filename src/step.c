@@ -1,0 +1,323 @@
+/*
+ * step.c — zt_step(): gradient norm and overflow check, loss scaling,
+ * clipping, and the update in the optimizer states' tier.
+ *
+ *   device tier: one kernel launch over every segment, on the backend.
+ *   host tier:   the gradients stream device→host through a ring of pinned
+ *                staging slots, the CPU updates the pinned states, and the
+ *                cast parameters stream back host→device:
+ *                    D2H window w+1  ∥  CPU update window w  ∥  H2D window w-1
+ *                ordered by events, never by a host sync of a whole stream.
+ *
+ * Both tiers compute the norm on the gradients where they live and apply the
+ * same zt_adam_update to the same inputs, so they give identical bits.
+ */
+#include <math.h>
+#include <string.h>
+
+#include "engine.h"
+
+/* Finite and in [lo, hi) or [lo, hi]: the step's hyper-parameter checks. */
+static int bad_float(zt__err_t *e, const char *name, float x, const char *expected) {
+  return zt__errf(e, -EINVAL, "args->%s is %g; expected %s", name, (double)x, expected);
+}
+
+static int check_args(zt_engine_t *eng, const zt_step_args_t *a, const zt_step_info_t *info) {
+  zt__err_t *e = &eng->err;
+  if (a == NULL) return zt__errf(e, -EINVAL, "args is NULL; expected ZT_STEP_ARGS_INIT");
+  if (a->size != sizeof *a)
+    return zt__errf(e, -EINVAL, "args->size is %zu; expected sizeof(zt_step_args_t) = %zu "
+                                "(use ZT_STEP_ARGS_INIT)",
+                    a->size, sizeof *a);
+  if (!isfinite(a->lr) || a->lr < 0) return bad_float(e, "lr", a->lr, "a finite value >= 0");
+  if (!isfinite(a->beta1) || a->beta1 < 0 || a->beta1 >= 1)
+    return bad_float(e, "beta1", a->beta1, "a value in [0, 1)");
+  if (!isfinite(a->beta2) || a->beta2 < 0 || a->beta2 >= 1)
+    return bad_float(e, "beta2", a->beta2, "a value in [0, 1)");
+  if (!isfinite(a->eps) || a->eps <= 0) return bad_float(e, "eps", a->eps, "a finite value > 0");
+  if (!isfinite(a->weight_decay) || a->weight_decay < 0)
+    return bad_float(e, "weight_decay", a->weight_decay, "a finite value >= 0");
+  if (a->t == 0)
+    return zt__errf(e, -EINVAL, "args->t is 0; expected the 1-based step number (t >= 1), "
+                                "as bias correction divides by 1 - beta^t");
+  if (!isfinite(a->grad_scale) || a->grad_scale <= 0)
+    return bad_float(e, "grad_scale", a->grad_scale, "a finite value > 0 (1 for none)");
+  if (!isfinite(a->clip_grad_norm))
+    return bad_float(e, "clip_grad_norm", a->clip_grad_norm,
+                     "a finite value: > 0 to clip, 0 for none, < 0 for the config's");
+  if (info && info->size != sizeof *info)
+    return zt__errf(e, -EINVAL, "info->size is %zu; expected sizeof(zt_step_info_t) = %zu "
+                                "(use ZT_STEP_INFO_INIT)",
+                    info->size, sizeof *info);
+  return 0;
+}
+
+static int check_engine(const zt_engine_t *eng, const char *fn) {
+  if (!zt__engine_valid(eng))
+    return zt__errf(zt__err_thread(), -EINVAL, "%s: eng is not a live engine", fn);
+  if (!eng->registered)
+    return zt__errf((zt__err_t *)&eng->err, ZT_ENOTREG,
+                    "%s: no model is registered; call zt_register_flat() or "
+                    "zt_register_units() first",
+                    fn);
+  if (eng->broken)
+    return zt__errf((zt__err_t *)&eng->err, ZT_EBROKEN,
+                    "%s: an earlier step failed part-way (%s); destroy and re-create the "
+                    "engine",
+                    fn, zt_strerror(eng->broken));
+  return 0;
+}
+
+/* Sum of squares of the raw gradients, summed over ranks. */
+static int grad_sumsq(zt_engine_t *eng, double *out) {
+  double t0 = zt__now();
+  ZT_TRY(eng->be_ops->sumsq(eng->be, eng->grads, eng->grad_dtype, eng->segs, eng->n_segs,
+                            ZT_STREAM_COMPUTE, out));
+  zt__comm_req_t req;
+  ZT_TRY(eng->comm->ops->all_reduce(eng->comm, out, 1, ZT_RED_F64, ZT_OP_SUM, &req));
+  ZT_TRY(eng->comm->ops->wait(eng->comm, &req));
+  eng->norm_seconds += zt__now() - t0;
+  return 0;
+}
+
+int zt_grad_norm(zt_engine_t *eng, float grad_scale, double *norm) {
+  ZT_TRY(check_engine(eng, "zt_grad_norm"));
+  if (norm == NULL) return zt__errf(&eng->err, -EINVAL, "norm is NULL; expected a double *");
+  if (!isfinite(grad_scale) || grad_scale <= 0)
+    return zt__errf(&eng->err, -EINVAL, "grad_scale is %g; expected a finite value > 0",
+                    (double)grad_scale);
+  double sumsq;
+  ZT_TRY(grad_sumsq(eng, &sumsq));
+  *norm = sqrt(sumsq) * ((double)grad_scale / eng->scaler.scale);
+  return 0;
+}
+
+/* ---- the update in each tier ------------------------------------------------ */
+
+static int update_device_tier(zt_engine_t *eng, const zt__adam_hp_t *hp) {
+  zt__adam_launch_t l = {
+      .hp = hp,
+      .master = eng->master, /* NULL for fp32 params: they are the master */
+      .m = eng->m,
+      .v = eng->v,
+      .grads = eng->grads,
+      .grads_first = 0,
+      .grad_dtype = eng->grad_dtype,
+      .params = eng->params,
+      .params_first = 0,
+      .param_dtype = eng->param_dtype,
+      .segs = eng->segs,
+      .n_segs = eng->n_segs,
+  };
+  double t0 = zt__now();
+  ZT_TRY(eng->be_ops->adam(eng->be, &l, ZT_STREAM_COMPUTE));
+  ZT_TRY(eng->be_ops->stream_sync(eng->be, ZT_STREAM_COMPUTE));
+  eng->optimizer_seconds += zt__now() - t0;
+  return 0;
+}
+
+/* A window of the host tier: elements [first, first + n) of the registered
+ * buffers, and the segment pieces inside it. */
+typedef struct window {
+  size_t first, n;
+  size_t seg_begin; /* first segment overlapping the window */
+} window_t;
+
+/* The window starting at or after element `pos`, from segment `j` on;
+ * returns 0 when no segment is left. Windows skip elements no unit covers. */
+static int next_window(const zt_engine_t *eng, size_t *j, size_t pos, window_t *w) {
+  while (*j < eng->n_segs && eng->segs[*j].index + eng->segs[*j].n <= pos) (*j)++;
+  if (*j >= eng->n_segs) return 0;
+  const zt__seg_t *s = &eng->segs[*j];
+  w->first = pos > s->index ? pos : s->index;
+  size_t end = w->first + eng->staging.chunk_elems;
+  const zt__seg_t *last = &eng->segs[eng->n_segs - 1];
+  if (end > last->index + last->n) end = last->index + last->n;
+  w->n = end - w->first;
+  w->seg_begin = *j;
+  return 1;
+}
+
+/* The segment pieces inside window w, written to `out`; returns how many. */
+static size_t window_pieces(const zt_engine_t *eng, const window_t *w, zt__seg_t *out) {
+  size_t k = 0, end = w->first + w->n;
+  for (size_t j = w->seg_begin; j < eng->n_segs && eng->segs[j].index < end; j++) {
+    const zt__seg_t *s = &eng->segs[j];
+    size_t a = s->index > w->first ? s->index : w->first;
+    size_t b = s->index + s->n < end ? s->index + s->n : end;
+    if (a >= b) continue;
+    out[k++] = (zt__seg_t){a, s->state_off + (a - s->index), b - a, s->decay};
+  }
+  return k;
+}
+
+/* D2H of window w's gradients into slot s, after the slot's last H2D and
+ * after the user's work on the compute stream. */
+static int issue_grads(zt_engine_t *eng, const window_t *w, int s, zt__event_t *after_compute) {
+  const zt__backend_ops_t *be = eng->be_ops;
+  zt__staging_t *st = &eng->staging;
+  size_t gsz = zt__dtype_size(eng->grad_dtype);
+  double t0 = zt__now();
+  ZT_TRY(be->event_sync(eng->be, st->params_sent[s]));
+  eng->copy_seconds += zt__now() - t0;
+  ZT_TRY(be->stream_wait(eng->be, ZT_STREAM_D2H, after_compute));
+  ZT_TRY(be->copy(eng->be, st->grads[s], (const char *)eng->grads + w->first * gsz,
+                  w->n * gsz, ZT_COPY_D2H, ZT_STREAM_D2H));
+  ZT_TRY(be->event_record(eng->be, st->grads_ready[s], ZT_STREAM_D2H));
+  eng->d2h_bytes += w->n * gsz;
+  return 0;
+}
+
+/* H2D of the updated parameters of window w from slot s: one copy per
+ * contiguous run of pieces, so frozen elements between units stay as the
+ * user left them. */
+static int send_params(zt_engine_t *eng, const window_t *w, int s, const zt__seg_t *pieces,
+                       size_t n_pieces) {
+  const zt__backend_ops_t *be = eng->be_ops;
+  zt__staging_t *st = &eng->staging;
+  size_t psz = zt__dtype_size(eng->param_dtype);
+  for (size_t k = 0; k < n_pieces;) {
+    size_t a = pieces[k].index, b = a + pieces[k].n;
+    for (k++; k < n_pieces && pieces[k].index == b; k++) b += pieces[k].n;
+    ZT_TRY(be->copy(eng->be, (char *)eng->params + a * psz,
+                    (const char *)st->params[s] + (a - w->first) * psz, (b - a) * psz,
+                    ZT_COPY_H2D, ZT_STREAM_H2D));
+    eng->h2d_bytes += (b - a) * psz;
+  }
+  return be->event_record(eng->be, st->params_sent[s], ZT_STREAM_H2D);
+}
+
+static int update_host_tier(zt_engine_t *eng, const zt__adam_hp_t *hp) {
+  const zt__backend_ops_t *be = eng->be_ops;
+  zt__staging_t *st = &eng->staging;
+  window_t win[ZT_STAGING_SLOTS], next;
+  size_t j = 0;
+
+  /* The gradients are final once the user's work on the compute stream is:
+   * every D2H waits for this mark, on the device, not the host. */
+  ZT_TRY(be->event_record(eng->be, st->compute_mark, ZT_STREAM_COMPUTE));
+  int have = next_window(eng, &j, 0, &next);
+  if (have) {
+    win[0] = next;
+    ZT_TRY(issue_grads(eng, &win[0], 0, st->compute_mark));
+  }
+  for (size_t w = 0; have; w++) {
+    int s = (int)(w % ZT_STAGING_SLOTS);
+    /* Start the next window's D2H before updating this one. */
+    have = next_window(eng, &j, win[s].first + win[s].n, &next);
+    if (have) {
+      int s1 = (int)((w + 1) % ZT_STAGING_SLOTS);
+      win[s1] = next;
+      ZT_TRY(issue_grads(eng, &win[s1], s1, st->compute_mark));
+    }
+    double t0 = zt__now();
+    ZT_TRY(be->event_sync(eng->be, st->grads_ready[s]));
+    double t1 = zt__now();
+    eng->copy_seconds += t1 - t0;
+
+    size_t n_pieces = window_pieces(eng, &win[s], eng->window_segs[s]);
+    zt__adam_launch_t l = {
+        .hp = hp,
+        .master = eng->master,
+        .m = eng->m,
+        .v = eng->v,
+        .grads = st->grads[s],
+        .grads_first = win[s].first,
+        .grad_dtype = eng->grad_dtype,
+        .params = st->params[s],
+        .params_first = win[s].first,
+        .param_dtype = eng->param_dtype,
+        .segs = eng->window_segs[s],
+        .n_segs = n_pieces,
+    };
+    zt__cpu_adam(eng->cpu, &l);
+    eng->optimizer_seconds += zt__now() - t1;
+    ZT_TRY(send_params(eng, &win[s], s, eng->window_segs[s], n_pieces));
+  }
+  double t0 = zt__now();
+  ZT_TRY(be->stream_sync(eng->be, ZT_STREAM_H2D));
+  eng->copy_seconds += zt__now() - t0;
+  return 0;
+}
+
+/* ---- the step ----------------------------------------------------------------- */
+
+static void scaler_update(zt__scaler_t *s, const zt_config_t *c, int overflow) {
+  if (!s->dynamic) return;
+  if (overflow) {
+    s->scale = fmax(s->scale * c->loss_scale_backoff, c->min_loss_scale);
+    s->good_steps = 0;
+  } else if (++s->good_steps >= c->loss_scale_window) {
+    s->scale *= c->loss_scale_growth;
+    s->good_steps = 0;
+  }
+}
+
+/* The float constants of one step, computed once in double. */
+static void make_hp(const zt_engine_t *eng, const zt_step_args_t *a, double gmul,
+                    zt__adam_hp_t *hp) {
+  double t = (double)a->t;
+  double bc1 = 1.0 - pow((double)a->beta1, t);
+  double bc2 = 1.0 - pow((double)a->beta2, t);
+  memset(hp, 0, sizeof *hp);
+  hp->beta1 = a->beta1;
+  hp->beta2 = a->beta2;
+  hp->one_minus_beta1 = (float)(1.0 - (double)a->beta1);
+  hp->one_minus_beta2 = (float)(1.0 - (double)a->beta2);
+  hp->eps = a->eps;
+  hp->step_size = (float)((double)a->lr / bc1);
+  hp->inv_bc2_sqrt = (float)(1.0 / sqrt(bc2));
+  hp->decay_mul = (float)(1.0 - (double)a->lr * (double)a->weight_decay);
+  hp->weight_decay = a->weight_decay;
+  hp->gmul = (float)gmul;
+  hp->mode = eng->cfg.optimizer == ZT_ADAM_L2 ? ZT_MODE_ADAM_L2 : ZT_MODE_ADAMW;
+  hp->stochastic = eng->cfg.rounding == ZT_ROUND_STOCHASTIC && eng->param_dtype == ZT_BF16;
+  hp->sr_key = zt_sr_key(eng->cfg.seed, a->t);
+}
+
+int zt_step(zt_engine_t *eng, const zt_step_args_t *args, zt_step_info_t *info) {
+  ZT_TRY(check_engine(eng, "zt_step"));
+  ZT_TRY(check_args(eng, args, info));
+  double t0 = zt__now();
+
+  double sumsq;
+  ZT_TRY(grad_sumsq(eng, &sumsq));
+  double inv = (double)args->grad_scale / eng->scaler.scale;
+  double norm = sqrt(sumsq) * inv;
+  int overflow = !isfinite(sumsq);
+  double clip = args->clip_grad_norm >= 0 ? (double)args->clip_grad_norm
+                                          : eng->cfg.clip_grad_norm;
+  /* torch.nn.utils.clip_grad_norm_'s coefficient, eps included. */
+  double coef = (!overflow && clip > 0 && norm > clip) ? clip / (norm + 1e-6) : 1.0;
+
+  if (info) {
+    info->grad_norm = norm;
+    info->clip_coef = coef;
+    info->skipped = overflow;
+  }
+  if (overflow) {
+    /* Nothing is read past this point and nothing is written: the step is
+     * skipped on every rank alike (the sum of squares was all-reduced). */
+    scaler_update(&eng->scaler, &eng->cfg, 1);
+    eng->skipped_steps++;
+    zt__log(&eng->cfg, ZT_LOG_INFO, "step t=%llu skipped: inf/nan in the gradients; loss "
+                                    "scale now %g",
+            (unsigned long long)args->t, eng->scaler.scale);
+  } else {
+    zt__adam_hp_t hp;
+    make_hp(eng, args, inv * coef, &hp);
+    int rc = eng->cfg.optimizer_tier == ZT_TIER_HOST ? update_host_tier(eng, &hp)
+                                                     : update_device_tier(eng, &hp);
+    if (rc < 0) {
+      /* Some states may be updated and others not: refuse to go on from a
+       * state that no step produced. */
+      eng->broken = rc;
+      return rc;
+    }
+    scaler_update(&eng->scaler, &eng->cfg, 0);
+    eng->steps++;
+  }
+  if (info) info->loss_scale = eng->scaler.scale;
+  eng->step_seconds += zt__now() - t0;
+  return 0;
+}
