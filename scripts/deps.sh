@@ -15,6 +15,7 @@ packages=(
   libudev-dev        # static hwloc needs it (GPU builds, see shared GPU notes)
   libopenmpi-dev openmpi-bin   # multi-rank comm
   base-files         # the demo's text: /usr/share/common-licenses
+  gnuplot-nox        # PNG plots of the demo and the benchmarks
 )
 
 missing=()

@@ -188,7 +188,12 @@ static int alloc_host_states(zt_engine_t *eng) {
   zt__staging_t *st = &eng->staging;
   size_t bytes = eng->state_numel * sizeof(float);
   size_t psz = zt__dtype_size(eng->param_dtype), gsz = zt__dtype_size(eng->grad_dtype);
+  /* A window never needs to be longer than the registered extent: a small
+   * model gets small staging slots, not chunk_bytes of mlock'ed memory. */
+  const zt__seg_t *first = &eng->segs[0], *last = &eng->segs[eng->n_segs - 1];
+  size_t extent = last->index + last->n - first->index;
   st->chunk_elems = eng->cfg.chunk_bytes / sizeof(float);
+  if (st->chunk_elems > extent) st->chunk_elems = extent;
   if (st->chunk_elems == 0) st->chunk_elems = 1;
   ZT_TRY(zt__pinned_alloc(eng, bytes, (void **)&eng->master));
   ZT_TRY(zt__pinned_alloc(eng, bytes, (void **)&eng->m));
