@@ -1,0 +1,1241 @@
+/*
+ * config.c — zt_config_t from JSON files, JSON strings and "key" = "text"
+ * pairs; its validation; its JSON form; and the key table of docs/config.md.
+ *
+ * One table, `keys` below, holds every fact about a key: its name (the field
+ * name), type, field offset, range, enum names and meaning. The JSON loader,
+ * zt_config_set, zt_config_validate, zt_config_to_json and zt__config_doc
+ * (which writes the table in docs/config.md) all read it, so they cannot
+ * disagree about a key. Rules that involve two keys are in check_combos().
+ *
+ * Invariants:
+ *   - a call that fails leaves the caller's zt_config_t byte-identical: every
+ *     change is made on a copy, the whole copy is validated, then copied back;
+ *   - what zt_config_to_json writes, zt_config_parse reads back into the
+ *     identical struct: doubles with the fewest digits that read back to the
+ *     same bits, and integers of 2^53 and above as decimal strings, because
+ *     cJSON holds every JSON number as a double;
+ *   - every failure leaves a sentence in zt_last_error(NULL) that names the
+ *     key (or argument), the value given and what was expected.
+ */
+#define _GNU_SOURCE // defines: the GNU strerror_r (returns the message)
+#include <ctype.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <locale.h>
+#include <math.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cjson/cJSON.h> // defines: cJSON, cJSON_ParseWithOpts
+
+#include "config.h"   // defines: zt__config_doc
+#include "engine.h"   // defines: ZT_STAGING_SLOTS (the host tier's staging ring)
+#include "internal.h" // defines: zt__errf, zt__err_thread, ZT_INTERNAL
+
+#define KiB ((uint64_t)1 << 10)
+#define MiB (KiB << 10)
+#define GiB (MiB << 10)
+#define TiB (GiB << 10)
+
+/* A config file is a small object; anything bigger is a wrong path. */
+#define MAX_FILE_BYTES MiB
+
+/* cJSON keeps numbers as doubles: integers below 2^53 survive exactly, and
+ * above it "9007199254740993" would silently become ...992. */
+#define EXACT_LIMIT 9007199254740992.0
+
+/* Bytes of pinned memory the host tier's staging ring needs per chunk_bytes:
+ * ZT_STAGING_SLOTS slots, each a gradient chunk and a parameter chunk of up
+ * to 4 bytes per element (see alloc_host_states in register.c). */
+#define RING_CHUNKS (ZT_STAGING_SLOTS * 2)
+
+/* The enum fields are read and written as int. */
+_Static_assert(sizeof(zt_backend_t) == sizeof(int), "enum size");
+_Static_assert(sizeof(zt_tier_t) == sizeof(int), "enum size");
+_Static_assert(sizeof(zt_optimizer_t) == sizeof(int), "enum size");
+_Static_assert(sizeof(zt_rounding_t) == sizeof(int), "enum size");
+_Static_assert(sizeof(zt_loss_scaling_t) == sizeof(int), "enum size");
+_Static_assert(sizeof(zt_comm_kind_t) == sizeof(int), "enum size");
+_Static_assert(sizeof(zt_log_level_t) == sizeof(int), "enum size");
+_Static_assert(sizeof(size_t) == sizeof(uint64_t), "sizes are 64-bit");
+
+/* ---- the key table ---------------------------------------------------------- */
+
+typedef enum ktype {
+  T_ENUM, /* JSON string, one of names[]; an int-sized enum field          */
+  T_INT,  /* JSON integer; an int field                                    */
+  T_NUM,  /* JSON number; a double field, always finite                    */
+  T_SIZE, /* JSON integer or "64MiB"; a size_t field                       */
+  T_SEED  /* JSON integer or decimal string; a uint64_t field              */
+} ktype_t;
+
+typedef struct key {
+  const char *name; /* = the field name */
+  ktype_t type;
+  size_t off;
+  const char *doc; /* one line for docs/config.md */
+  /* T_ENUM: the names, index = enum value; bit i of `supported` set when
+   * this version implements names[i]. */
+  const char *const *names;
+  int n_names;
+  unsigned supported;
+  /* T_INT: [lo, hi] have a meaning; values above `sup` are not supported by
+   * this version. T_NUM: the bounds, open or closed; hi = INFINITY: none.
+   * T_SIZE: [lo, hi], a multiple of `align`, unless at_least_chunk: then 0
+   * (no limit) or >= chunk_bytes. */
+  double lo, hi;
+  long long sup;
+  unsigned char lo_open, hi_open, at_least_chunk;
+  uint64_t align;
+  const char *unsup; /* what is supported, after "not supported by this version" */
+  const char *also;  /* a rule involving another key, for docs and messages */
+} keydef_t;
+
+static const char *const backend_names[] = {"host", "cuda"};
+static const char *const comm_names[] = {"single"};
+static const char *const optimizer_names[] = {"adamw", "adam"};
+static const char *const tier_names[] = {"device", "host", "nvme"};
+static const char *const rounding_names[] = {"nearest", "stochastic"};
+static const char *const scaling_names[] = {"auto", "none", "static", "dynamic"};
+static const char *const level_names[] = {"error", "warn", "info", "debug"};
+
+#define FIELD(f) .name = #f, .off = offsetof(zt_config_t, f)
+#define NAMES(a) .names = (a), .n_names = (int)(sizeof(a) / sizeof((a)[0]))
+
+static const keydef_t keys[] = {
+    {FIELD(backend), .type = T_ENUM, NAMES(backend_names), .supported = 0x3,
+     .doc = "where the engine's memory and kernels are: `host` (host memory, C "
+            "kernels) or `cuda` (a GPU)"},
+    {FIELD(device), .type = T_INT, .lo = 0, .hi = 1023, .sup = 1023,
+     .also = "0 with backend \"host\"",
+     .doc = "CUDA device ordinal; only meaningful with backend `cuda`"},
+    {FIELD(stage), .type = T_INT, .lo = 0, .hi = 3, .sup = 1,
+     .unsup = "stages 0 and 1 are",
+     .doc = "ZeRO stage: 0 replicates everything, 1 partitions the optimizer states "
+            "across ranks (2 and 3 are not supported by this version)"},
+    {FIELD(comm), .type = T_ENUM, NAMES(comm_names), .supported = 0x1,
+     .doc = "how ranks talk: `single` (world size 1)"},
+    {FIELD(optimizer), .type = T_ENUM, NAMES(optimizer_names), .supported = 0x3,
+     .doc = "`adamw` (torch.optim.AdamW: decay applied to the weight) or `adam` "
+            "(torch.optim.Adam: decay added to the gradient)"},
+    {FIELD(optimizer_tier), .type = T_ENUM, NAMES(tier_names), .supported = 0x3,
+     .unsup = "optimizer_tier may be \"device\" or \"host\"",
+     .doc = "where the fp32 master weights and Adam moments live: `device`, or "
+            "`host` (pinned host memory updated by the CPU, as ZeRO-Offload does)"},
+    {FIELD(param_tier), .type = T_ENUM, NAMES(tier_names), .supported = 0x1,
+     .unsup = "only \"device\" is; parameter offload comes with ZeRO stage 3",
+     .doc = "where the parameters live between uses: `device`"},
+    {FIELD(rounding), .type = T_ENUM, NAMES(rounding_names), .supported = 0x3,
+     .doc = "how the fp32 master weights are rounded to bf16 parameters: `nearest` "
+            "(ties to even) or `stochastic` (unbiased; from `seed` and the step)"},
+    {FIELD(seed), .type = T_SEED,
+     .doc = "seed of stochastic rounding: the same seed gives the same bits"},
+    {FIELD(threads), .type = T_INT, .lo = 0, .hi = 4096, .sup = 4096,
+     .doc = "CPU optimizer threads; 0 = every CPU this process may run on"},
+    {FIELD(clip_grad_norm), .type = T_NUM, .lo = 0, .hi = INFINITY,
+     .doc = "clip the gradients to this global L2 norm; 0 = no clipping"},
+    {FIELD(loss_scaling), .type = T_ENUM, NAMES(scaling_names), .supported = 0xf,
+     .doc = "`auto` (dynamic for fp16 parameters, none otherwise), `none`, `static` "
+            "(always initial_loss_scale) or `dynamic` (back off on inf/nan, grow "
+            "when stable)"},
+    {FIELD(initial_loss_scale), .type = T_NUM, .lo = 0, .lo_open = 1, .hi = INFINITY,
+     .doc = "the loss scale to start from, or the static scale (DeepSpeed's "
+            "2^initial_scale_power)"},
+    {FIELD(loss_scale_growth), .type = T_NUM, .lo = 1, .lo_open = 1, .hi = INFINITY,
+     .doc = "factor the dynamic scale grows by after loss_scale_window good steps"},
+    {FIELD(loss_scale_backoff), .type = T_NUM, .lo = 0, .lo_open = 1, .hi = 1,
+     .hi_open = 1,
+     .doc = "factor the dynamic scale shrinks by after a step with inf/nan gradients"},
+    {FIELD(loss_scale_window), .type = T_INT, .lo = 1, .hi = 1e9, .sup = 1000000000,
+     .doc = "good steps in a row before the dynamic scale grows"},
+    {FIELD(min_loss_scale), .type = T_NUM, .lo = 0, .lo_open = 1, .hi = INFINITY,
+     .also = "<= initial_loss_scale",
+     .doc = "the dynamic scale never backs off below this"},
+    {FIELD(chunk_bytes), .type = T_SIZE, .lo = 4096, .hi = 4.0 * GiB, .align = 4096,
+     .doc = "staging chunk of the host tier: gradients go down to the CPU and "
+            "parameters come back in pieces of this size"},
+    {FIELD(device_budget_bytes), .type = T_SIZE, .at_least_chunk = 1,
+     .doc = "most backend memory the engine may allocate for its own states; "
+            "0 = no limit"},
+    {FIELD(pinned_budget_bytes), .type = T_SIZE, .at_least_chunk = 1,
+     .also = "with optimizer_tier \"host\": >= 6 * chunk_bytes (the staging ring)",
+     .doc = "most pinned host memory the engine may hold (host-tier states and "
+            "the staging ring); 0 = no limit"},
+    {FIELD(log_level), .type = T_ENUM, NAMES(level_names), .supported = 0xf,
+     .doc = "messages above this level are not passed to log_fn"},
+};
+#define N_KEYS (sizeof keys / sizeof keys[0])
+
+/* Fields that only code can set, with why. */
+static const struct {
+  const char *name, *why;
+} code_only[] = {
+    {"size", "ZT_CONFIG_INIT sets it to sizeof(zt_config_t)"},
+    {"version", "ZT_CONFIG_INIT sets it to ZT_CONFIG_VERSION"},
+    {"log_fn", "it is a function pointer that only code can set (cfg.log_fn = fn)"},
+    {"log_user", "it is a pointer passed to log_fn that only code can set"},
+};
+
+/* Names from a DeepSpeed config, and what ztier calls the same thing. */
+static const struct {
+  const char *name, *key, *note;
+} aliases[] = {
+    {"gradient_clipping", "clip_grad_norm", ""},
+    {"offload_optimizer", "optimizer_tier", " (\"host\" is ZeRO-Offload)"},
+    {"offload_param", "param_tier", ""},
+    {"initial_scale_power", "initial_loss_scale", " (the scale itself: 2^power)"},
+    {"loss_scale", "loss_scaling",
+     " (\"static\" with initial_loss_scale, or \"dynamic\")"},
+    {"zero_optimization", "stage", " (the ZeRO settings are top-level keys here)"},
+    {"zero_stage", "stage", ""},
+    {"fp16", "loss_scaling", " (the parameter dtype is given to zt_register_flat())"},
+    {"bf16", "rounding", " (the parameter dtype is given to zt_register_flat())"},
+    {"num_threads", "threads", ""},
+    {"chunk_size", "chunk_bytes", ""},
+};
+
+/* ---- field access ------------------------------------------------------------ */
+
+static int get_int(const zt_config_t *c, const keydef_t *k) {
+  int v;
+  memcpy(&v, (const char *)c + k->off, sizeof v);
+  return v;
+}
+static void put_int(zt_config_t *c, const keydef_t *k, int v) {
+  memcpy((char *)c + k->off, &v, sizeof v);
+}
+static double get_num(const zt_config_t *c, const keydef_t *k) {
+  double v;
+  memcpy(&v, (const char *)c + k->off, sizeof v);
+  return v;
+}
+static void put_num(zt_config_t *c, const keydef_t *k, double v) {
+  memcpy((char *)c + k->off, &v, sizeof v);
+}
+/* T_SIZE (size_t) and T_SEED (uint64_t) are both 64-bit unsigned. */
+static uint64_t get_u64(const zt_config_t *c, const keydef_t *k) {
+  uint64_t v;
+  memcpy(&v, (const char *)c + k->off, sizeof v);
+  return v;
+}
+static void put_u64(zt_config_t *c, const keydef_t *k, uint64_t v) {
+  memcpy((char *)c + k->off, &v, sizeof v);
+}
+
+static const keydef_t *find_key(const char *name) {
+  for (size_t i = 0; i < N_KEYS; i++)
+    if (strcmp(keys[i].name, name) == 0) return &keys[i];
+  return NULL;
+}
+
+/* ---- text forms -------------------------------------------------------------- */
+
+/* The locale's decimal point, when it is one character other than '.'. */
+static char locale_point(void) {
+  const char *dp = localeconv()->decimal_point;
+  return (dp && dp[0] && dp[0] != '.' && dp[1] == '\0') ? dp[0] : '.';
+}
+
+/* The fewest digits (15 to 17) that read back to the same double, written
+ * with '.' whatever the locale, so the text is JSON. */
+static void fmt_num(double v, char *b, size_t n) {
+  if (!isfinite(v)) {
+    snprintf(b, n, "%s", isnan(v) ? "nan" : v > 0 ? "inf" : "-inf");
+    return;
+  }
+  for (int prec = 15; prec <= 17; prec++) {
+    snprintf(b, n, "%.*g", prec, v);
+    if (strtod(b, NULL) == v) break;
+  }
+  char p = locale_point();
+  if (p != '.')
+    for (char *s = b; *s; s++)
+      if (*s == p) *s = '.';
+}
+
+/* "16MiB" for an exact power-of-1024 multiple, else "". */
+static void fmt_human(uint64_t v, char *b, size_t n) {
+  static const struct {
+    uint64_t unit;
+    const char *name;
+  } u[] = {{TiB, "TiB"}, {GiB, "GiB"}, {MiB, "MiB"}, {KiB, "KiB"}};
+  b[0] = '\0';
+  if (v == 0) return;
+  for (size_t i = 0; i < sizeof u / sizeof u[0]; i++)
+    if (v % u[i].unit == 0) {
+      snprintf(b, n, "%llu%s", (unsigned long long)(v / u[i].unit), u[i].name);
+      return;
+    }
+}
+
+/* A string as a quoted, escaped, shortened literal for a message. */
+static void quote(const char *s, char *b, size_t n) {
+  size_t o = 0;
+  const size_t max_chars = 40;
+  if (n < 8) {
+    if (n) b[0] = '\0';
+    return;
+  }
+  b[o++] = '"';
+  size_t i = 0;
+  for (; s[i] && i < max_chars && o + 6 < n; i++) {
+    unsigned char ch = (unsigned char)s[i];
+    if (ch == '"' || ch == '\\') {
+      b[o++] = '\\';
+      b[o++] = (char)ch;
+    } else if (ch < 0x20 || ch == 0x7f) {
+      o += (size_t)snprintf(b + o, n - o, "\\x%02x", ch);
+    } else {
+      b[o++] = (char)ch;
+    }
+  }
+  if (s[i] && o + 5 < n) {
+    memcpy(b + o, "...", 3);
+    o += 3;
+  }
+  b[o++] = '"';
+  b[o] = '\0';
+}
+
+/* A key name for a message, inside '...': like quote() without the quotes. */
+static void key_text(const char *s, char *b, size_t n) {
+  char q[128];
+  quote(s ? s : "", q, sizeof q);
+  size_t len = strlen(q);
+  snprintf(b, n, "%.*s", (int)(len - 2), q + 1);
+}
+
+/* What a key accepts, as the end of "expected ...". */
+static void range_text(const keydef_t *k, char *b, size_t n) {
+  size_t o = 0;
+  b[0] = '\0';
+#define PUT(...) (o += (size_t)snprintf(b + o, o < n ? n - o : 0, __VA_ARGS__))
+  switch (k->type) {
+  case T_ENUM: {
+    int count = 0, seen = 0;
+    for (int i = 0; i < k->n_names; i++) count += (k->supported >> i) & 1;
+    PUT("%s", count == 1 ? "" : "one of ");
+    for (int i = 0; i < k->n_names; i++) {
+      if (!((k->supported >> i) & 1)) continue;
+      PUT("%s\"%s\"", seen++ ? ", " : "", k->names[i]);
+    }
+    break;
+  }
+  case T_INT:
+    PUT("an integer in %lld..%lld", (long long)k->lo, k->sup);
+    break;
+  case T_NUM: {
+    char lo[32], hi[32];
+    fmt_num(k->lo, lo, sizeof lo);
+    fmt_num(k->hi, hi, sizeof hi);
+    if (isinf(k->hi))
+      PUT("a finite number %s %s", k->lo_open ? ">" : ">=", lo);
+    else
+      PUT("a number in %s%s, %s%s", k->lo_open ? "(" : "[", lo, hi,
+          k->hi_open ? ")" : "]");
+    break;
+  }
+  case T_SIZE:
+    if (k->at_least_chunk) {
+      PUT("0 (no limit) or a byte count >= chunk_bytes");
+    } else {
+      char lo[32], hi[32], al[32];
+      fmt_human((uint64_t)k->lo, lo, sizeof lo);
+      fmt_human((uint64_t)k->hi, hi, sizeof hi);
+      fmt_human(k->align, al, sizeof al);
+      PUT("a byte count in [%s, %s], a multiple of %s", lo, hi, al);
+    }
+    break;
+  case T_SEED:
+    PUT("an integer in 0..%llu", (unsigned long long)UINT64_MAX);
+    break;
+  }
+  if (k->also) PUT(", %s", k->also);
+#undef PUT
+}
+
+/* The field's value for a message: "\"host\"", "2.5", "16777216 (16MiB)". */
+static void value_text(const zt_config_t *c, const keydef_t *k, char *b, size_t n) {
+  switch (k->type) {
+  case T_ENUM: {
+    int v = get_int(c, k);
+    if (v >= 0 && v < k->n_names)
+      snprintf(b, n, "\"%s\"", k->names[v]);
+    else
+      snprintf(b, n, "%d", v);
+    break;
+  }
+  case T_INT:
+    snprintf(b, n, "%d", get_int(c, k));
+    break;
+  case T_NUM:
+    fmt_num(get_num(c, k), b, n);
+    break;
+  case T_SIZE: {
+    char h[32];
+    uint64_t v = get_u64(c, k);
+    fmt_human(v, h, sizeof h);
+    if (h[0])
+      snprintf(b, n, "%llu (%s)", (unsigned long long)v, h);
+    else
+      snprintf(b, n, "%llu", (unsigned long long)v);
+    break;
+  }
+  case T_SEED:
+    snprintf(b, n, "%llu", (unsigned long long)get_u64(c, k));
+    break;
+  }
+}
+
+/* The field's value as JSON: what zt_config_to_json writes. A value that is
+ * not valid (an out-of-range enum, a non-finite double) is still written as
+ * valid JSON, which the parser then refuses with a sentence. */
+static void json_text(const zt_config_t *c, const keydef_t *k, char *b, size_t n) {
+  switch (k->type) {
+  case T_ENUM:
+  case T_INT:
+    value_text(c, k, b, n);
+    break;
+  case T_NUM: {
+    double v = get_num(c, k);
+    if (isfinite(v))
+      fmt_num(v, b, n);
+    else
+      snprintf(b, n, "null");
+    break;
+  }
+  case T_SIZE:
+  case T_SEED: {
+    uint64_t v = get_u64(c, k);
+    snprintf(b, n, (double)v < EXACT_LIMIT ? "%llu" : "\"%llu\"", (unsigned long long)v);
+    break;
+  }
+  }
+}
+
+/* ---- errors -------------------------------------------------------------------- */
+
+/* Where a failure happened: the public function, the file (load only) and
+ * the JSON text (to find the line a key is on). */
+typedef struct ctx {
+  const char *fn;
+  const char *path;
+  const char *text;
+} ctx_t;
+
+/* "fn: path:line: message", with the parts that are known. */
+static int vfail(const ctx_t *c, int line, int code, const char *fmt, va_list ap) {
+  char msg[ZT_ERRMSG_LEN];
+  vsnprintf(msg, sizeof msg, fmt, ap);
+  zt__err_t *e = zt__err_thread();
+  if (c->path && line > 0)
+    return zt__errf(e, code, "%s: %s:%d: %s", c->fn, c->path, line, msg);
+  if (c->path) return zt__errf(e, code, "%s: %s: %s", c->fn, c->path, msg);
+  if (line > 0) return zt__errf(e, code, "%s: line %d: %s", c->fn, line, msg);
+  return zt__errf(e, code, "%s: %s", c->fn, msg);
+}
+
+__attribute__((format(printf, 4, 5)))
+static int fail_at(const ctx_t *c, int line, int code, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  int rc = vfail(c, line, code, fmt, ap);
+  va_end(ap);
+  return rc;
+}
+
+#define fail(c, code, ...) fail_at((c), 0, (code), __VA_ARGS__)
+
+/* The line of the nth `"name":` in the JSON text, or 0 when it is not there
+ * verbatim (a name written with escapes). Only a hint for the reader. */
+static int key_line(const ctx_t *c, const char *name, int nth) {
+  if (c->text == NULL || name == NULL) return 0;
+  size_t len = strlen(name);
+  int line = 1;
+  for (const char *p = c->text; *p; p++) {
+    if (*p == '\n') line++;
+    if (*p != '"' || strncmp(p + 1, name, len) != 0 || p[1 + len] != '"') continue;
+    const char *q = p + 2 + len;
+    while (*q == ' ' || *q == '\t' || *q == '\r' || *q == '\n') q++;
+    if (*q == ':' && --nth == 0) return line;
+  }
+  return 0;
+}
+
+/* A failure about key `k` (and `k2`, for a rule on two keys), placed at the
+ * line of the first of them that the JSON text gives. */
+__attribute__((format(printf, 5, 6)))
+static int kfail(const ctx_t *c, const keydef_t *k, const keydef_t *k2, int code,
+                 const char *fmt, ...) {
+  int line = key_line(c, k->name, 1);
+  if (line == 0 && k2) line = key_line(c, k2->name, 1);
+  va_list ap;
+  va_start(ap, fmt);
+  int rc = vfail(c, line, code, fmt, ap);
+  va_end(ap);
+  return rc;
+}
+
+/* "key 'threads' is 2.5; expected an integer in 0..4096". */
+static int bad_value(const ctx_t *c, const keydef_t *k, const char *given,
+                     const char *expected) {
+  char r[256];
+  if (expected == NULL) {
+    range_text(k, r, sizeof r);
+    expected = r;
+  }
+  return kfail(c, k, NULL, ZT_ECONFIG, "key '%s' is %s; expected %s", k->name, given,
+               expected);
+}
+
+static const char size_syntax[] =
+    "a byte count: an integer, or a string such as \"64MiB\" (units B, KB, MB, GB, "
+    "TB count powers of 1000; KiB, MiB, GiB, TiB powers of 1024)";
+static const char seed_syntax[] =
+    "an integer in 0..18446744073709551615: a JSON integer below 2^53, or a "
+    "decimal string";
+
+/* ---- suggestions for unknown keys ------------------------------------------ */
+
+/* Optimal string alignment distance (edits and swaps of neighbours), case
+ * folded; names longer than 63 bytes are far from every key. */
+static int distance(const char *a, const char *b) {
+  size_t la = strlen(a), lb = strlen(b);
+  if (la > 63 || lb > 63) return 1000;
+  int d[64][64];
+  for (size_t i = 0; i <= la; i++) d[i][0] = (int)i;
+  for (size_t j = 0; j <= lb; j++) d[0][j] = (int)j;
+  for (size_t i = 1; i <= la; i++)
+    for (size_t j = 1; j <= lb; j++) {
+      int ca = tolower((unsigned char)a[i - 1]), cb = tolower((unsigned char)b[j - 1]);
+      int best = d[i - 1][j - 1] + (ca != cb);
+      if (d[i - 1][j] + 1 < best) best = d[i - 1][j] + 1;
+      if (d[i][j - 1] + 1 < best) best = d[i][j - 1] + 1;
+      if (i > 1 && j > 1 && ca == tolower((unsigned char)b[j - 2]) &&
+          tolower((unsigned char)a[i - 2]) == cb && d[i - 2][j - 2] + 1 < best)
+        best = d[i - 2][j - 2] + 1;
+      d[i][j] = best;
+    }
+  return d[la][lb];
+}
+
+static int unknown_key(const ctx_t *c, const char *name, int line) {
+  char shown[128];
+  key_text(name, shown, sizeof shown);
+  for (size_t i = 0; i < sizeof code_only / sizeof code_only[0]; i++)
+    if (strcmp(name, code_only[i].name) == 0)
+      return fail_at(c, line, ZT_ECONFIG,
+                     "key '%s' cannot be set from JSON or text: %s", shown,
+                     code_only[i].why);
+  for (size_t i = 0; i < sizeof aliases / sizeof aliases[0]; i++)
+    if (strcasecmp(name, aliases[i].name) == 0)
+      return fail_at(c, line, ZT_ECONFIG, "unknown key '%s'; did you mean '%s'%s?",
+                     shown, aliases[i].key, aliases[i].note);
+  const keydef_t *best = NULL;
+  int best_d = 1000;
+  for (size_t i = 0; i < N_KEYS; i++) {
+    int d = distance(name, keys[i].name);
+    if (d < best_d) best_d = d, best = &keys[i];
+  }
+  /* Close means a typo or two, and not most of a short word rewritten. A
+   * name too long to compare has no best. */
+  int len = best ? (int)strlen(best->name) : 0;
+  int limit = len >= 10 ? 3 : 2;
+  if (best_d <= limit && 2 * best_d < len)
+    return fail_at(c, line, ZT_ECONFIG, "unknown key '%s'; did you mean '%s'?", shown,
+                   best->name);
+  return fail_at(c, line, ZT_ECONFIG,
+                 "unknown key '%s'; docs/config.md lists the keys (backend, stage, "
+                 "optimizer_tier, threads, ...)",
+                 shown);
+}
+
+/* ---- values from text ------------------------------------------------------- */
+
+/* Digits only, <= UINT64_MAX. */
+static int parse_u64(const char *s, uint64_t *out) {
+  if (!isdigit((unsigned char)*s)) return -1;
+  uint64_t v = 0;
+  for (; isdigit((unsigned char)*s); s++) {
+    unsigned d = (unsigned)(*s - '0');
+    if (v > (UINT64_MAX - d) / 10) return -1;
+    v = v * 10 + d;
+  }
+  if (*s) return -1;
+  *out = v;
+  return 0;
+}
+
+/* "4096", "64MiB", "64 MiB", "1.5GiB", "1GB": a whole number of bytes that
+ * fits 64 bits. Units are case-insensitive; without one it is bytes. */
+static int parse_size(const char *s, uint64_t *out) {
+  static const struct {
+    const char *unit;
+    uint64_t mult;
+  } units[] = {{"", 1},          {"b", 1},          {"kb", 1000},
+               {"mb", 1000000},  {"gb", 1000000000}, {"tb", 1000000000000ull},
+               {"kib", KiB},     {"mib", MiB},      {"gib", GiB},
+               {"tib", TiB}};
+  const char *p = s;
+  if (!isdigit((unsigned char)*p)) return -1;
+  unsigned __int128 whole = 0, frac = 0, scale = 1;
+  for (; isdigit((unsigned char)*p); p++) {
+    whole = whole * 10 + (unsigned)(*p - '0');
+    if (whole > UINT64_MAX) return -1;
+  }
+  if (*p == '.') {
+    p++;
+    if (!isdigit((unsigned char)*p)) return -1;
+    for (; isdigit((unsigned char)*p); p++) {
+      /* Beyond 18 digits only zeros can still give whole bytes (units go to
+       * 2^40 < 10^13), and they change nothing. */
+      if (scale >= 1000000000000000000ull) {
+        if (*p != '0') return -1;
+        continue;
+      }
+      frac = frac * 10 + (unsigned)(*p - '0');
+      scale *= 10;
+    }
+  }
+  while (*p == ' ') p++;
+  for (size_t i = 0; i < sizeof units / sizeof units[0]; i++) {
+    if (strcasecmp(p, units[i].unit) != 0) continue;
+    unsigned __int128 part = frac * units[i].mult;
+    if (part % scale) return -1; /* not a whole number of bytes */
+    unsigned __int128 total = whole * units[i].mult + part / scale;
+    if (total > UINT64_MAX) return -1;
+    *out = (uint64_t)total;
+    return 0;
+  }
+  return -1;
+}
+
+/* The enum value named `s`, stored into w. */
+static int set_enum(const ctx_t *c, const keydef_t *k, const char *s, const char *given,
+                    zt_config_t *w) {
+  for (int i = 0; i < k->n_names; i++)
+    if (strcmp(s, k->names[i]) == 0) {
+      put_int(w, k, i);
+      return 0;
+    }
+  char r[256];
+  range_text(k, r, sizeof r);
+  for (int i = 0; i < k->n_names; i++)
+    if (strcasecmp(s, k->names[i]) == 0)
+      return kfail(c, k, NULL, ZT_ECONFIG,
+                   "key '%s' is %s; expected %s (lowercase: did you mean \"%s\"?)",
+                   k->name, given, r, k->names[i]);
+  return bad_value(c, k, given, r);
+}
+
+/* A JSON value in a few words, for a message. */
+static void json_given(const cJSON *v, char *b, size_t n) {
+  if (cJSON_IsNumber(v))
+    fmt_num(v->valuedouble, b, n);
+  else if (cJSON_IsString(v))
+    quote(v->valuestring ? v->valuestring : "", b, n);
+  else if (cJSON_IsBool(v))
+    snprintf(b, n, "%s", cJSON_IsTrue(v) ? "true" : "false");
+  else if (cJSON_IsNull(v))
+    snprintf(b, n, "null");
+  else if (cJSON_IsArray(v))
+    snprintf(b, n, "an array");
+  else if (cJSON_IsObject(v))
+    snprintf(b, n, "an object");
+  else
+    snprintf(b, n, "an invalid value");
+}
+
+static int integral(double d) { return isfinite(d) && d == floor(d); }
+
+/* One JSON member into the working copy. Ranges are checked afterwards, on
+ * the whole copy, by check(): here only what the field can hold. */
+static int from_json(const ctx_t *c, const keydef_t *k, const cJSON *v, zt_config_t *w) {
+  char given[96];
+  json_given(v, given, sizeof given);
+  switch (k->type) {
+  case T_ENUM:
+    if (cJSON_IsString(v) && v->valuestring)
+      return set_enum(c, k, v->valuestring, given, w);
+    return bad_value(c, k, given, NULL);
+  case T_INT:
+    if (cJSON_IsNumber(v) && integral(v->valuedouble) && v->valuedouble >= INT_MIN &&
+        v->valuedouble <= INT_MAX) {
+      put_int(w, k, (int)v->valuedouble);
+      return 0;
+    }
+    return bad_value(c, k, given, NULL);
+  case T_NUM:
+    if (cJSON_IsNumber(v)) {
+      put_num(w, k, v->valuedouble);
+      return 0;
+    }
+    return bad_value(c, k, given, NULL);
+  case T_SIZE:
+  case T_SEED: {
+    const char *syntax = k->type == T_SIZE ? size_syntax : seed_syntax;
+    uint64_t u;
+    if (cJSON_IsNumber(v)) {
+      double d = v->valuedouble;
+      if (integral(d) && d >= 0 && d < EXACT_LIMIT) {
+        put_u64(w, k, (uint64_t)d);
+        return 0;
+      }
+      if (integral(d) && d >= EXACT_LIMIT && d < 18446744073709551616.0)
+        return kfail(c, k, NULL, ZT_ECONFIG,
+                     "key '%s' is %s, a JSON number of 2^53 or more, which cannot be "
+                     "read exactly; expected it as a decimal string, e.g. \"%llu\"",
+                     k->name, given, (unsigned long long)d);
+      return bad_value(c, k, given, syntax);
+    }
+    if (cJSON_IsString(v) && v->valuestring) {
+      int rc = k->type == T_SIZE ? parse_size(v->valuestring, &u)
+                                 : parse_u64(v->valuestring, &u);
+      if (rc == 0) {
+        put_u64(w, k, u);
+        return 0;
+      }
+    }
+    return bad_value(c, k, given, syntax);
+  }
+  }
+  return bad_value(c, k, given, NULL);
+}
+
+/* One text value (zt_config_set) into the working copy. */
+static int from_text(const ctx_t *c, const keydef_t *k, const char *s, zt_config_t *w) {
+  char given[96];
+  quote(s, given, sizeof given);
+  switch (k->type) {
+  case T_ENUM:
+    return set_enum(c, k, s, given, w);
+  case T_INT: {
+    /* strtol would skip leading spaces and take "12abc"; a value is the
+     * whole string. */
+    const char *p = s + (*s == '-' || *s == '+');
+    if (!isdigit((unsigned char)*p)) return bad_value(c, k, given, NULL);
+    errno = 0;
+    char *end;
+    long long v = strtoll(s, &end, 10);
+    if (*end || errno == ERANGE || v < INT_MIN || v > INT_MAX)
+      return bad_value(c, k, given, NULL);
+    put_int(w, k, (int)v);
+    return 0;
+  }
+  case T_NUM: {
+    /* strtod reads the locale's decimal point; the text uses '.'. */
+    char buf[128];
+    size_t len = strlen(s);
+    if (len == 0 || len >= sizeof buf || isspace((unsigned char)s[0]))
+      return bad_value(c, k, given, NULL);
+    memcpy(buf, s, len + 1);
+    char p = locale_point();
+    if (p != '.') {
+      if (strchr(buf, p)) return bad_value(c, k, given, NULL);
+      for (char *q = buf; *q; q++)
+        if (*q == '.') *q = p;
+    }
+    char *end;
+    double v = strtod(buf, &end);
+    if (*end || end == buf) return bad_value(c, k, given, NULL);
+    put_num(w, k, v); /* check() refuses inf and nan with the range */
+    return 0;
+  }
+  case T_SIZE:
+  case T_SEED: {
+    uint64_t u;
+    int rc = k->type == T_SIZE ? parse_size(s, &u) : parse_u64(s, &u);
+    if (rc != 0)
+      return bad_value(c, k, given, k->type == T_SIZE ? size_syntax : seed_syntax);
+    put_u64(w, k, u);
+    return 0;
+  }
+  }
+  return bad_value(c, k, given, NULL);
+}
+
+/* ---- validation --------------------------------------------------------------- */
+
+static int check_header(const ctx_t *c, const zt_config_t *cfg) {
+  if (cfg->size != sizeof(zt_config_t))
+    return fail(c, -EINVAL,
+                "cfg->size is %zu; expected sizeof(zt_config_t) = %zu (fill the config "
+                "with ZT_CONFIG_INIT)",
+                cfg->size, sizeof(zt_config_t));
+  if (cfg->version != ZT_CONFIG_VERSION)
+    return fail(c, -EINVAL,
+                "cfg->version is %u; expected ZT_CONFIG_VERSION = %u (fill the config "
+                "with ZT_CONFIG_INIT)",
+                cfg->version, ZT_CONFIG_VERSION);
+  return 0;
+}
+
+static int check_key(const ctx_t *c, const zt_config_t *cfg, const keydef_t *k) {
+  char given[96];
+  value_text(cfg, k, given, sizeof given);
+  switch (k->type) {
+  case T_ENUM: {
+    int v = get_int(cfg, k);
+    if (v < 0 || v >= k->n_names) {
+      char r[256];
+      range_text(k, r, sizeof r);
+      return kfail(c, k, NULL, ZT_ECONFIG,
+                   "key '%s' is %d, which is not a value of its enum; expected %s",
+                   k->name, v, r);
+    }
+    if (!((k->supported >> v) & 1))
+      return kfail(c, k, NULL, ZT_ECONFIG,
+                   "key '%s' is \"%s\", which is not supported by this version (%s)",
+                   k->name, k->names[v], k->unsup);
+    return 0;
+  }
+  case T_INT: {
+    int v = get_int(cfg, k);
+    if (v >= k->lo && v <= k->sup) return 0;
+    if (v > k->sup && v <= k->hi)
+      return kfail(c, k, NULL, ZT_ECONFIG,
+                   "key '%s' is %d: %s %d is not supported by this version (%s)", k->name,
+                   v, k->name, v, k->unsup);
+    return bad_value(c, k, given, NULL);
+  }
+  case T_NUM: {
+    double v = get_num(cfg, k);
+    int ok = isfinite(v) && (k->lo_open ? v > k->lo : v >= k->lo) &&
+             (k->hi_open ? v < k->hi : v <= k->hi);
+    return ok ? 0 : bad_value(c, k, given, NULL);
+  }
+  case T_SIZE: {
+    uint64_t v = get_u64(cfg, k);
+    if (k->at_least_chunk) {
+      if (v == 0 || v >= cfg->chunk_bytes) return 0;
+      char ch[64];
+      value_text(cfg, find_key("chunk_bytes"), ch, sizeof ch);
+      return kfail(c, k, find_key("chunk_bytes"), ZT_ECONFIG,
+                   "key '%s' is %s; expected 0 (no limit) or at least chunk_bytes, "
+                   "which is %s",
+                   k->name, given, ch);
+    }
+    if (v >= k->lo && v <= k->hi && v % k->align == 0) return 0;
+    return bad_value(c, k, given, NULL);
+  }
+  case T_SEED:
+    return 0;
+  }
+  return 0;
+}
+
+/* Rules on two keys. Each names both, and what would fix it. */
+static int check_combos(const ctx_t *c, const zt_config_t *cfg) {
+  const keydef_t *backend = find_key("backend"), *device = find_key("device");
+  if (cfg->backend == ZT_BACKEND_HOST && cfg->device != 0)
+    return kfail(c, device, backend, ZT_ECONFIG,
+                 "key 'device' is %d but backend is \"host\": device is only meaningful "
+                 "for backend \"cuda\"; remove device or set it to 0",
+                 cfg->device);
+
+  /* The dynamic scale starts at initial_loss_scale and backs off no lower
+   * than min_loss_scale; a floor above the start is a typo, whatever the
+   * mode now ("auto" turns dynamic for fp16 parameters). */
+  if (cfg->min_loss_scale > cfg->initial_loss_scale) {
+    char mn[32], in[32];
+    fmt_num(cfg->min_loss_scale, mn, sizeof mn);
+    fmt_num(cfg->initial_loss_scale, in, sizeof in);
+    return kfail(c, find_key("min_loss_scale"), find_key("initial_loss_scale"),
+                 ZT_ECONFIG,
+                 "key 'min_loss_scale' is %s, above initial_loss_scale (%s), with "
+                 "loss_scaling \"%s\"; expected min_loss_scale <= initial_loss_scale: "
+                 "the scale starts at initial_loss_scale and backs off no lower than "
+                 "min_loss_scale",
+                 mn, in, scaling_names[cfg->loss_scaling]);
+  }
+
+  /* The host tier stages gradients and parameters through a ring of pinned
+   * chunks; a budget that cannot hold the ring fails at the first
+   * registration, long after the config was written. */
+  if (cfg->optimizer_tier == ZT_TIER_HOST && cfg->pinned_budget_bytes != 0 &&
+      cfg->pinned_budget_bytes / RING_CHUNKS < cfg->chunk_bytes) {
+    const keydef_t *pinned = find_key("pinned_budget_bytes"),
+                   *chunk = find_key("chunk_bytes");
+    char pb[64], ring[64];
+    zt_config_t tmp = *cfg;
+    tmp.pinned_budget_bytes = (size_t)RING_CHUNKS * cfg->chunk_bytes;
+    value_text(cfg, pinned, pb, sizeof pb);
+    value_text(&tmp, pinned, ring, sizeof ring);
+    return kfail(c, pinned, chunk, ZT_ECONFIG,
+                 "key 'pinned_budget_bytes' is %s, but optimizer_tier \"host\" needs "
+                 "%d * chunk_bytes = %s for its staging ring (%d slots, each a gradient "
+                 "and a parameter chunk); expected 0 (no limit) or at least that, or a "
+                 "smaller chunk_bytes",
+                 pb, RING_CHUNKS, ring, ZT_STAGING_SLOTS);
+  }
+  return 0;
+}
+
+/* Every key, then the combinations; the first failure is reported. */
+static int check(const ctx_t *c, const zt_config_t *cfg) {
+  for (size_t i = 0; i < N_KEYS; i++) ZT_TRY(check_key(c, cfg, &keys[i]));
+  return check_combos(c, cfg);
+}
+
+/* ---- JSON text ----------------------------------------------------------------- */
+
+/* cJSON records its last error in a global; parses are serialised so that
+ * concurrent loads of ztier configs do not race on it. */
+static pthread_mutex_t cjson_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static void line_col(const char *text, size_t off, int *line, int *col) {
+  *line = 1;
+  *col = 1;
+  for (size_t i = 0; i < off && text[i]; i++) {
+    if (text[i] == '\n') {
+      ++*line;
+      *col = 1;
+    } else {
+      ++*col;
+    }
+  }
+}
+
+static const char *json_kind(const cJSON *v) {
+  if (cJSON_IsArray(v)) return "an array";
+  if (cJSON_IsString(v)) return "a string";
+  if (cJSON_IsNumber(v)) return "a number";
+  if (cJSON_IsBool(v)) return "a boolean";
+  if (cJSON_IsNull(v)) return "null";
+  return "not an object";
+}
+
+/* The first comma that only whitespace separates from a closing } or ],
+ * outside strings: the most common reason cJSON refuses a hand-edited file,
+ * which it reports at the closing bracket or the end. */
+static const char *trailing_comma(const char *text) {
+  int in_str = 0;
+  for (const char *p = text; *p; p++) {
+    if (in_str) {
+      if (*p == '\\' && p[1]) p++;
+      else if (*p == '"') in_str = 0;
+    } else if (*p == '"') {
+      in_str = 1;
+    } else if (*p == ',') {
+      const char *q = p + 1 + strspn(p + 1, " \t\r\n");
+      if (*q == '}' || *q == ']') return p;
+    }
+  }
+  return NULL;
+}
+
+static int syntax_error(const ctx_t *c, const char *text, size_t off) {
+  int line, col;
+  size_t len = strlen(text);
+  if (text[strspn(text, " \t\r\n")] == '\0') {
+    line_col(text, len, &line, &col);
+    return fail(c, ZT_EJSON,
+                "JSON syntax error at line %d, column %d: the input is empty; expected "
+                "a JSON object such as {\"stage\": 1}",
+                line, col);
+  }
+  const char *comma = trailing_comma(text);
+  if (comma && (size_t)(comma - text) < off) {
+    line_col(text, (size_t)(comma - text), &line, &col);
+    return fail(c, ZT_EJSON,
+                "JSON syntax error at line %d, column %d: a trailing comma; JSON allows "
+                "no comma before a closing } or ]",
+                line, col);
+  }
+  line_col(text, off, &line, &col);
+  if (off >= len)
+    return fail(c, ZT_EJSON,
+                "JSON syntax error at line %d, column %d: the input ends early; an "
+                "object, array or string is not closed",
+                line, col);
+  if (off > 0 && text[off - 1] == '"' && strchr(text + off, '"') == NULL)
+    return fail(c, ZT_EJSON,
+                "JSON syntax error at line %d, column %d: a string that is not closed",
+                line, col);
+  /* cJSON stops at the comment's first or second character. */
+  if (off > 0 && text[off - 1] == '/' && (text[off] == '/' || text[off] == '*'))
+    line_col(text, --off, &line, &col);
+  if (text[off] == '/' && (text[off + 1] == '/' || text[off + 1] == '*'))
+    return fail(
+        c, ZT_EJSON,
+        "JSON syntax error at line %d, column %d: a comment; JSON has no comments", line,
+        col);
+  char near[24], shown[64];
+  size_t n = strcspn(text + off, "\r\n");
+  if (n > 16) n = 16;
+  memcpy(near, text + off, n);
+  near[n] = '\0';
+  quote(near, shown, sizeof shown);
+  return fail(c, ZT_EJSON,
+              "JSON syntax error at line %d, column %d, at %s; expected a JSON object "
+              "of config keys, such as {\"stage\": 1}",
+              line, col, shown);
+}
+
+/* Reads the JSON object in `text` over *cfg, all or nothing. */
+static int parse_text(const ctx_t *c, zt_config_t *cfg, const char *text) {
+  const char *end = NULL;
+  pthread_mutex_lock(&cjson_lock);
+  cJSON *root = cJSON_ParseWithOpts(text, &end, 1);
+  pthread_mutex_unlock(&cjson_lock);
+  if (root == NULL) return syntax_error(c, text, end ? (size_t)(end - text) : 0);
+
+  int rc = 0;
+  if (!cJSON_IsObject(root)) {
+    int line, col;
+    line_col(text, strspn(text, " \t\r\n"), &line, &col);
+    rc = fail_at(c, line, ZT_EJSON,
+                 "the top level is %s; expected a JSON object of config keys, such as "
+                 "{\"stage\": 1}",
+                 json_kind(root));
+    goto out;
+  }
+  zt_config_t w;
+  memcpy(&w, cfg, sizeof w);
+  int seen[N_KEYS] = {0};
+  for (const cJSON *it = root->child; it; it = it->next) {
+    const char *name = it->string ? it->string : "";
+    const keydef_t *k = find_key(name);
+    if (k == NULL) {
+      rc = unknown_key(c, name, key_line(c, name, 1));
+      goto out;
+    }
+    size_t i = (size_t)(k - keys);
+    if (seen[i]++) {
+      int first = key_line(c, name, 1), again = key_line(c, name, 2);
+      if (first && again && first != again)
+        rc = fail_at(c, again, ZT_ECONFIG,
+                     "duplicate key '%s' (first at line %d); give each key once",
+                     k->name, first);
+      else
+        rc = fail_at(c, again, ZT_ECONFIG, "duplicate key '%s'; give each key once",
+                     k->name);
+      goto out;
+    }
+    rc = from_json(c, k, it, &w);
+    if (rc < 0) goto out;
+  }
+  rc = check(c, &w);
+  if (rc == 0) memcpy(cfg, &w, sizeof w);
+out:
+  cJSON_Delete(root);
+  return rc;
+}
+
+/* ---- public API ------------------------------------------------------------------ */
+
+int zt_config_parse(zt_config_t *cfg, const char *json) {
+  ctx_t c = {.fn = "zt_config_parse"};
+  if (cfg == NULL)
+    return fail(&c, -EINVAL, "cfg is NULL; expected a config filled with ZT_CONFIG_INIT");
+  if (json == NULL)
+    return fail(&c, -EINVAL, "json is NULL; expected a NUL-terminated JSON object");
+  ZT_TRY(check_header(&c, cfg));
+  c.text = json;
+  return parse_text(&c, cfg, json);
+}
+
+/* The whole file into a NUL-terminated buffer, up to MAX_FILE_BYTES. */
+static int read_file(const ctx_t *c, const char *path, char **out) {
+  char eb[128];
+  *out = NULL;
+  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) {
+    int e = errno;
+    return fail(c, -e, "cannot open the config file: %s", strerror_r(e, eb, sizeof eb));
+  }
+  struct stat st;
+  if (fstat(fd, &st) == 0 && S_ISDIR(st.st_mode)) {
+    close(fd);
+    return fail(c, -EISDIR, "is a directory; expected a JSON config file");
+  }
+  size_t cap = 4096, len = 0;
+  char *buf = malloc(cap);
+  int rc = 0;
+  if (buf == NULL) {
+    rc = fail(c, -ENOMEM, "out of memory reading the config file");
+    goto done;
+  }
+  for (;;) {
+    if (len + 1 >= cap) {
+      /* One byte past the limit is enough to know the file is too big. */
+      if (len > MAX_FILE_BYTES) break;
+      size_t ncap = cap * 2 > MAX_FILE_BYTES + 2 ? MAX_FILE_BYTES + 2 : cap * 2;
+      char *nb = realloc(buf, ncap);
+      if (nb == NULL) {
+        rc = fail(c, -ENOMEM, "out of memory reading the config file");
+        goto done;
+      }
+      buf = nb;
+      cap = ncap;
+    }
+    ssize_t r = read(fd, buf + len, cap - 1 - len);
+    if (r < 0 && errno == EINTR) continue;
+    if (r < 0) {
+      int e = errno;
+      rc = fail(c, -e, "cannot read the config file: %s", strerror_r(e, eb, sizeof eb));
+      goto done;
+    }
+    if (r == 0) break;
+    len += (size_t)r;
+  }
+  if (len > MAX_FILE_BYTES) {
+    rc = fail(c, ZT_ECONFIG,
+              "the file is larger than 1 MiB (%llu bytes or more); a config file is a "
+              "small JSON object: is this the right path?",
+              (unsigned long long)len);
+    goto done;
+  }
+  buf[len] = '\0';
+  const char *nul = memchr(buf, '\0', len);
+  if (nul) {
+    int line, col;
+    line_col(buf, (size_t)(nul - buf), &line, &col);
+    rc = fail(c, ZT_EJSON,
+              "JSON syntax error at line %d, column %d: a NUL byte; expected "
+              "UTF-8 text",
+              line, col);
+    goto done;
+  }
+done:
+  close(fd);
+  if (rc < 0) {
+    free(buf);
+    return rc;
+  }
+  *out = buf;
+  return 0;
+}
+
+int zt_config_load(zt_config_t *cfg, const char *path) {
+  ctx_t c = {.fn = "zt_config_load"};
+  if (cfg == NULL)
+    return fail(&c, -EINVAL, "cfg is NULL; expected a config filled with ZT_CONFIG_INIT");
+  if (path == NULL) return fail(&c, -EINVAL, "path is NULL; expected a JSON file's path");
+  ZT_TRY(check_header(&c, cfg));
+  c.path = path;
+  char *text;
+  ZT_TRY(read_file(&c, path, &text));
+  c.text = text;
+  int rc = parse_text(&c, cfg, text);
+  free(text);
+  return rc;
+}
+
+int zt_config_set(zt_config_t *cfg, const char *key, const char *value) {
+  ctx_t c = {.fn = "zt_config_set"};
+  if (cfg == NULL)
+    return fail(&c, -EINVAL, "cfg is NULL; expected a config filled with ZT_CONFIG_INIT");
+  if (key == NULL)
+    return fail(&c, -EINVAL, "key is NULL; expected a key name such as \"threads\"");
+  if (value == NULL) {
+    char shown[128];
+    key_text(key, shown, sizeof shown);
+    return fail(&c, -EINVAL,
+                "value is NULL for key '%s'; expected its text, such as \"2\"", shown);
+  }
+  ZT_TRY(check_header(&c, cfg));
+  const keydef_t *k = find_key(key);
+  if (k == NULL) return unknown_key(&c, key, 0);
+  zt_config_t w;
+  memcpy(&w, cfg, sizeof w);
+  ZT_TRY(from_text(&c, k, value, &w));
+  ZT_TRY(check(&c, &w));
+  memcpy(cfg, &w, sizeof w);
+  return 0;
+}
+
+int zt_config_validate(const zt_config_t *cfg) {
+  ctx_t c = {.fn = "zt_config_validate"};
+  if (cfg == NULL)
+    return fail(&c, -EINVAL, "cfg is NULL; expected a config filled with ZT_CONFIG_INIT");
+  ZT_TRY(check_header(&c, cfg));
+  return check(&c, cfg);
+}
+
+/* Appends to a buffer the way snprintf counts: `need` grows past `len`. */
+typedef struct out {
+  char *buf;
+  size_t len, need;
+} out_t;
+
+__attribute__((format(printf, 2, 3)))
+static void put(out_t *o, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  char *dst = o->need < o->len ? o->buf + o->need : NULL;
+  size_t room = o->need < o->len ? o->len - o->need : 0;
+  int n = vsnprintf(dst, room, fmt, ap);
+  va_end(ap);
+  if (n > 0) o->need += (size_t)n;
+}
+
+int zt_config_to_json(const zt_config_t *cfg, char *buf, size_t len) {
+  ctx_t c = {.fn = "zt_config_to_json"};
+  if (cfg == NULL)
+    return fail(&c, -EINVAL, "cfg is NULL; expected a config filled with ZT_CONFIG_INIT");
+  if (buf == NULL && len > 0)
+    return fail(&c, -EINVAL,
+                "buf is NULL with len %zu; expected a buffer of len bytes, or len 0 to "
+                "ask for the length",
+                len);
+  ZT_TRY(check_header(&c, cfg));
+  out_t o = {buf, len, 0};
+  if (len) buf[0] = '\0';
+  put(&o, "{\n");
+  for (size_t i = 0; i < N_KEYS; i++) {
+    char v[64];
+    json_text(cfg, &keys[i], v, sizeof v);
+    put(&o, "  \"%s\": %s%s\n", keys[i].name, v, i + 1 < N_KEYS ? "," : "");
+  }
+  put(&o, "}");
+  return o.need > INT_MAX ? INT_MAX : (int)o.need;
+}
+
+/* ---- docs/config.md ------------------------------------------------------------- */
+
+/*
+ * Writes the key table of docs/config.md (markdown, one row per key: type,
+ * default, what it accepts, meaning) from the same table the loader uses;
+ * tests/test_config.c checks that the page holds exactly this text.
+ * snprintf-style result.
+ */
+
+int zt__config_doc(char *buf, size_t len) {
+  static const char *const type_names[] = {"string", "integer", "number", "size",
+                                           "integer"};
+  static const zt_config_t defaults = ZT_CONFIG_INIT;
+  out_t o = {buf, len, 0};
+  if (len) buf[0] = '\0';
+  put(&o, "| key | type | default | accepts | meaning |\n");
+  put(&o, "|---|---|---|---|---|\n");
+  for (size_t i = 0; i < N_KEYS; i++) {
+    const keydef_t *k = &keys[i];
+    char def[64], human[32], r[256];
+    json_text(&defaults, k, def, sizeof def);
+    human[0] = '\0';
+    if (k->type == T_SIZE) fmt_human(get_u64(&defaults, k), human, sizeof human);
+    range_text(k, r, sizeof r);
+    if (k->type == T_ENUM) {
+      /* Code spans read better in a table than quoted strings. */
+      size_t o2 = 0;
+      int seen = 0;
+      r[0] = '\0';
+      for (int j = 0; j < k->n_names; j++) {
+        if (!((k->supported >> j) & 1)) continue;
+        o2 += (size_t)snprintf(r + o2, sizeof r - o2, "%s`%s`", seen++ ? ", " : "",
+                               k->names[j]);
+      }
+    }
+    put(&o, "| `%s` | %s | `%s`%s%s%s | %s | %s |\n", k->name, type_names[k->type], def,
+        human[0] ? " (" : "", human, human[0] ? ")" : "", r, k->doc);
+  }
+  return o.need > INT_MAX ? INT_MAX : (int)o.need;
+}

@@ -1,0 +1,1228 @@
+/*
+ * test_config.c — the configuration: zt_config_load, zt_config_parse,
+ * zt_config_set, zt_config_validate and zt_config_to_json.
+ *
+ * What it holds:
+ *   - the defaults validate, and every key reaches its own field (and no
+ *     other) through JSON and through zt_config_set, with random values;
+ *   - to_json then parse gives the identical struct, for random configs whose
+ *     doubles use every mantissa bit and whose 64-bit values pass 2^53;
+ *   - every error gives its code, a sentence naming the key (or argument)
+ *     and the value, and leaves the caller's config byte-identical;
+ *   - random bytes and mutated files never crash the parser (run it under
+ *     SAN=address,undefined);
+ *   - docs/config.md holds the key table the library generates.
+ *
+ * The test keeps its own table of keys, fields and valid ranges, written from
+ * include/ztier.h and the documented ranges, not read from the library.
+ */
+#include "config.h" // defines: zt__config_doc
+#include "harness.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <math.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cjson/cJSON.h> // defines: cJSON_Parse, to check to_json's output
+
+/* src/config.c: the key table of docs/config.md. */
+
+#define KiB ((uint64_t)1 << 10)
+#define MiB (KiB << 10)
+#define GiB (MiB << 10)
+#define TiB (GiB << 10)
+
+/* ---- the keys, as the header documents them ------------------------------------ */
+
+typedef enum kind { K_ENUM, K_INT, K_NUM, K_SIZE, K_U64 } kind_t;
+
+typedef struct tkey {
+  const char *name;
+  size_t off;
+  kind_t kind;
+  const char *names[4]; /* K_ENUM: values this version accepts, in enum order */
+  int n_names;
+} tkey_t;
+
+#define AT(f) #f, offsetof(zt_config_t, f)
+static const tkey_t tkeys[] = {
+    {AT(backend), K_ENUM, {"host", "cuda"}, 2},
+    {AT(device), K_INT, {0}, 0},
+    {AT(stage), K_INT, {0}, 0},
+    {AT(comm), K_ENUM, {"single"}, 1},
+    {AT(optimizer), K_ENUM, {"adamw", "adam"}, 2},
+    {AT(optimizer_tier), K_ENUM, {"device", "host"}, 2},
+    {AT(param_tier), K_ENUM, {"device"}, 1},
+    {AT(rounding), K_ENUM, {"nearest", "stochastic"}, 2},
+    {AT(seed), K_U64, {0}, 0},
+    {AT(threads), K_INT, {0}, 0},
+    {AT(clip_grad_norm), K_NUM, {0}, 0},
+    {AT(loss_scaling), K_ENUM, {"auto", "none", "static", "dynamic"}, 4},
+    {AT(initial_loss_scale), K_NUM, {0}, 0},
+    {AT(loss_scale_growth), K_NUM, {0}, 0},
+    {AT(loss_scale_backoff), K_NUM, {0}, 0},
+    {AT(loss_scale_window), K_INT, {0}, 0},
+    {AT(min_loss_scale), K_NUM, {0}, 0},
+    {AT(chunk_bytes), K_SIZE, {0}, 0},
+    {AT(device_budget_bytes), K_SIZE, {0}, 0},
+    {AT(pinned_budget_bytes), K_SIZE, {0}, 0},
+    {AT(log_level), K_ENUM, {"error", "warn", "info", "debug"}, 4},
+};
+#define N_TKEYS (sizeof tkeys / sizeof tkeys[0])
+
+static size_t kind_size(kind_t k) {
+  return k == K_ENUM || k == K_INT ? sizeof(int) : 8;
+}
+
+/* A field's value, whatever its kind. */
+typedef union tval {
+  int i;
+  double d;
+  uint64_t u;
+} tval_t;
+
+static void field_put(zt_config_t *c, const tkey_t *k, tval_t v) {
+  memcpy((char *)c + k->off, &v, kind_size(k->kind));
+}
+
+/* Every field, bit for bit (padding left out: it holds nothing). */
+static int same_config(const zt_config_t *a, const zt_config_t *b, const char **which) {
+  for (size_t i = 0; i < N_TKEYS; i++)
+    if (memcmp((const char *)a + tkeys[i].off, (const char *)b + tkeys[i].off,
+               kind_size(tkeys[i].kind)) != 0) {
+      *which = tkeys[i].name;
+      return 0;
+    }
+  *which = a->size != b->size           ? "size"
+           : a->version != b->version   ? "version"
+           : a->log_fn != b->log_fn     ? "log_fn"
+           : a->log_user != b->log_user ? "log_user"
+                                        : NULL;
+  return *which == NULL;
+}
+
+#define ASSERT_SAME(a, b)                                                            \
+  do {                                                                               \
+    const char *which_;                                                              \
+    if (!same_config((a), (b), &which_)) fail_msg("the configs differ in %s", which_); \
+  } while (0)
+
+/* A config on which every key may take any of its valid values alone:
+ * backend cuda (so device may be non-zero), the optimizer on the device (so
+ * the pinned budget only needs >= chunk_bytes). No GPU is touched. */
+static zt_config_t base_config(void) {
+  zt_config_t c = ZT_CONFIG_INIT;
+  c.backend = ZT_BACKEND_CUDA;
+  return c;
+}
+
+static uint64_t rnd(t_rng_t *r, uint64_t n) {
+  return n ? t_rng_next(r) % n : t_rng_next(r);
+}
+
+/* A double in (0, 1) that uses all 53 bits. */
+static double rnd_unit(t_rng_t *r) {
+  double u;
+  do u = t_rng_uniform(r);
+  while (u == 0.0);
+  return u;
+}
+
+/* A valid value of key k on base_config(). */
+static tval_t random_value(const tkey_t *k, t_rng_t *r) {
+  tval_t v;
+  memset(&v, 0, sizeof v);
+  const char *n = k->name;
+  switch (k->kind) {
+  case K_ENUM:
+    v.i = (int)rnd(r, (uint64_t)k->n_names);
+    break;
+  case K_INT:
+    v.i = !strcmp(n, "device")  ? (int)rnd(r, 1024)
+          : !strcmp(n, "stage") ? (int)rnd(r, 2)
+          : !strcmp(n, "threads") ? (int)rnd(r, 4097)
+                                  : 1 + (int)rnd(r, 1000000000); /* loss_scale_window */
+    break;
+  case K_NUM:
+    if (!strcmp(n, "clip_grad_norm"))
+      v.d = rnd(r, 4) == 0 ? 0.0 : rnd_unit(r) * pow(10, (double)rnd(r, 12));
+    else if (!strcmp(n, "initial_loss_scale"))
+      v.d = 1.0 + rnd_unit(r) * pow(2, (double)rnd(r, 40)); /* >= min_loss_scale = 1 */
+    else if (!strcmp(n, "loss_scale_growth"))
+      v.d = 1.0 + rnd_unit(r) * 8;
+    else if (!strcmp(n, "loss_scale_backoff"))
+      v.d = rnd_unit(r);
+    else /* min_loss_scale, <= initial_loss_scale = 65536 */
+      v.d = rnd_unit(r) * 65536.0;
+    break;
+  case K_SIZE:
+    if (!strcmp(n, "chunk_bytes"))
+      v.u = 4096 * (1 + rnd(r, 1u << 20)); /* 4 KiB .. 4 GiB */
+    else /* a budget: 0, or >= chunk_bytes = 16 MiB, past 2^53 at times */
+      v.u = rnd(r, 4) == 0 ? 0 : 16 * MiB + (rnd(r, 0) >> (rnd(r, 40) + 2));
+    break;
+  case K_U64:
+    v.u = rnd(r, 0) >> rnd(r, 64);
+    break;
+  }
+  return v;
+}
+
+/* The value as text: for JSON (json = 1) or for zt_config_set. 64-bit values
+ * are written every way the loader accepts, picked at random. */
+static void value_text(const tkey_t *k, tval_t v, int json, t_rng_t *r, char *b,
+                       size_t n) {
+  switch (k->kind) {
+  case K_ENUM:
+    snprintf(b, n, json ? "\"%s\"" : "%s", k->names[v.i]);
+    break;
+  case K_INT:
+    snprintf(b, n, "%d", v.i);
+    break;
+  case K_NUM:
+    snprintf(b, n, "%.17g", v.d);
+    break;
+  case K_SIZE:
+  case K_U64: {
+    /* JSON numbers only below 2^53; units only in strings. */
+    int unit = k->kind == K_SIZE && v.u && v.u % KiB == 0 && rnd(r, 2);
+    int as_number = json && !unit && v.u < ((uint64_t)1 << 53) && rnd(r, 2);
+    const char *q = json && !as_number ? "\"" : "";
+    if (unit && v.u % MiB == 0 && rnd(r, 2))
+      snprintf(b, n, "%s%llu%sMiB%s", q, (unsigned long long)(v.u / MiB),
+               rnd(r, 2) ? " " : "", q);
+    else if (unit)
+      snprintf(b, n, "%s%llukib%s", q, (unsigned long long)(v.u / KiB), q);
+    else
+      snprintf(b, n, "%s%llu%s", q, (unsigned long long)v.u, q);
+    break;
+  }
+  }
+}
+
+/* A random valid config: every key at once, the combinations respected. */
+static zt_config_t random_config(t_rng_t *r) {
+  zt_config_t c = ZT_CONFIG_INIT;
+  c.backend = (zt_backend_t)rnd(r, 2);
+  c.device = c.backend == ZT_BACKEND_CUDA ? (int)rnd(r, 1024) : 0;
+  c.stage = (int)rnd(r, 2);
+  c.optimizer = (zt_optimizer_t)rnd(r, 2);
+  c.optimizer_tier = (zt_tier_t)rnd(r, 2);
+  c.rounding = (zt_rounding_t)rnd(r, 2);
+  c.seed = rnd(r, 0) >> rnd(r, 64);
+  c.threads = (int)rnd(r, 4097);
+  c.clip_grad_norm = rnd(r, 3) ? rnd_unit(r) * pow(10, (double)rnd(r, 20)) : 0.0;
+  c.loss_scaling = (zt_loss_scaling_t)rnd(r, 4);
+  c.initial_loss_scale = rnd_unit(r) * pow(2, (double)rnd(r, 60));
+  c.loss_scale_growth = 1.0 + rnd_unit(r) * 3;
+  c.loss_scale_backoff = rnd_unit(r);
+  c.loss_scale_window = 1 + (int)rnd(r, 1000000000);
+  c.min_loss_scale = c.initial_loss_scale * rnd_unit(r);
+  c.chunk_bytes = 4096 * (1 + rnd(r, 1u << 20));
+  c.device_budget_bytes = rnd(r, 3) ? c.chunk_bytes + (rnd(r, 0) >> (rnd(r, 30) + 2)) : 0;
+  c.pinned_budget_bytes =
+      rnd(r, 3) ? 6 * c.chunk_bytes + (rnd(r, 0) >> (rnd(r, 30) + 2)) : 0;
+  c.log_level = (zt_log_level_t)rnd(r, 4);
+  return c;
+}
+
+/* ---- error checks ----------------------------------------------------------------- */
+
+/* Leaves a sentence that names no key, so a call that fails without writing
+ * its own cannot pass on an old one. */
+static void reset_error(void) {
+  assert_int_equal(zt_config_to_json(NULL, NULL, 0), -EINVAL);
+}
+
+/* rc is `code`, the sentence holds each needle, and *cfg equals *before byte
+ * for byte. */
+static void expect_fail_(int rc, const zt_config_t *cfg, const zt_config_t *before,
+                         int code, const char *n1, const char *n2, const char *n3,
+                         const char *what, const char *file, int line) {
+  const char *msg = zt_last_error(NULL);
+  printf("# %s\n#   -> %s: %s\n", what, zt_err_name(rc), msg);
+  if (rc != code) {
+    printf("# returned %d (%s), expected %d (%s)\n", rc, zt_err_name(rc), code,
+           zt_err_name(code));
+    _fail(file, line);
+  }
+  const char *needles[] = {n1, n2, n3};
+  for (int i = 0; i < 3; i++)
+    if (needles[i] && strstr(msg, needles[i]) == NULL) {
+      printf("# the sentence does not contain \"%s\"\n", needles[i]);
+      _fail(file, line);
+    }
+  if (cfg && memcmp(cfg, before, sizeof *cfg) != 0) {
+    printf("# the failing call changed the config\n");
+    _fail(file, line);
+  }
+}
+
+/* Runs `call` on cfg (a pointer to a zt_config_t) and expects it to fail
+ * with `code`, the needles in the sentence, and cfg untouched. */
+#define EXPECT_FAIL(cfg, call, code, n1, n2, n3)                                        \
+  do {                                                                                \
+    zt_config_t before_;                                                              \
+    memcpy(&before_, (cfg), sizeof before_);                                          \
+    reset_error();                                                                    \
+    int rc_ = (call);                                                                 \
+    expect_fail_(rc_, (cfg), &before_, (code), (n1), (n2), (n3), #call, __FILE__,     \
+                 __LINE__);                                                           \
+  } while (0)
+
+#define PARSE_OK(cfg, json) T_OK(zt_config_parse((cfg), (json)), NULL)
+
+/* ---- defaults and every key ------------------------------------------------------ */
+
+static void test_defaults_validate(void **state) {
+  (void)state;
+  zt_config_t c = ZT_CONFIG_INIT;
+  T_OK(zt_config_validate(&c), NULL);
+  /* The documented defaults (include/ztier.h, docs/config.md). */
+  assert_int_equal(c.backend, ZT_BACKEND_HOST);
+  assert_int_equal(c.optimizer_tier, ZT_TIER_DEVICE);
+  assert_int_equal(c.loss_scale_window, 2000);
+  assert_true(c.initial_loss_scale == 65536.0 && c.min_loss_scale == 1.0);
+  assert_int_equal(c.chunk_bytes, 16 * MiB);
+  assert_int_equal(c.log_level, ZT_LOG_WARN);
+  /* An empty object changes nothing, and validates. */
+  zt_config_t d = c;
+  PARSE_OK(&d, "{}");
+  PARSE_OK(&d, " \n\t{ \r\n } \n");
+  ASSERT_SAME(&c, &d);
+  zt_config_t b = base_config();
+  T_OK(zt_config_validate(&b), NULL);
+}
+
+/* Each key alone, to a random valid value, through JSON: that field changes
+ * to exactly the value, and nothing else changes. */
+static void test_every_key_json(void **state) {
+  (void)state;
+  t_rng_t r;
+  t_rng_init(&r, t_seed() ^ 0x10);
+  for (int round = 0; round < 20; round++)
+    for (size_t i = 0; i < N_TKEYS; i++) {
+      const tkey_t *k = &tkeys[i];
+      tval_t v = random_value(k, &r);
+      char val[96], json[192];
+      value_text(k, v, 1, &r, val, sizeof val);
+      /* Whitespace of every kind around the tokens. */
+      snprintf(json, sizeof json,
+               round % 2 ? "{\"%s\":%s}" : "\n{\r\n\t\"%s\" :  %s \n}\n", k->name, val);
+      /* want is got's bytes, padding included, with the one field set. */
+      zt_config_t got = base_config(), want;
+      memcpy(&want, &got, sizeof want);
+      field_put(&want, k, v);
+      if (zt_config_parse(&got, json) != 0)
+        fail_msg("%s: %s", json, zt_last_error(NULL));
+      if (memcmp(&got, &want, sizeof got) != 0)
+        fail_msg("%s did not set exactly field %s", json, k->name);
+    }
+}
+
+/* The same through zt_config_set, with the text a command line would give. */
+static void test_every_key_set(void **state) {
+  (void)state;
+  t_rng_t r;
+  t_rng_init(&r, t_seed() ^ 0x20);
+  for (int round = 0; round < 20; round++)
+    for (size_t i = 0; i < N_TKEYS; i++) {
+      const tkey_t *k = &tkeys[i];
+      tval_t v = random_value(k, &r);
+      char val[96];
+      value_text(k, v, 0, &r, val, sizeof val);
+      /* want is got's bytes, padding included, with the one field set. */
+      zt_config_t got = base_config(), want;
+      memcpy(&want, &got, sizeof want);
+      field_put(&want, k, v);
+      if (zt_config_set(&got, k->name, val) != 0)
+        fail_msg("%s = %s: %s", k->name, val, zt_last_error(NULL));
+      if (memcmp(&got, &want, sizeof got) != 0)
+        fail_msg("%s = %s did not set exactly that field", k->name, val);
+    }
+}
+
+/* Fields JSON cannot reach keep their values through a successful parse. */
+static void log_sink(void *user, zt_log_level_t level, const char *msg) {
+  (void)user, (void)level, (void)msg;
+}
+
+static void test_code_fields_kept(void **state) {
+  (void)state;
+  int user_data;
+  zt_config_t c = ZT_CONFIG_INIT;
+  c.log_fn = log_sink;
+  c.log_user = &user_data;
+  PARSE_OK(&c, "{\"threads\": 3, \"log_level\": \"debug\"}");
+  assert_ptr_equal(c.log_fn, log_sink);
+  assert_ptr_equal(c.log_user, &user_data);
+  assert_int_equal(c.threads, 3);
+  assert_int_equal(c.log_level, ZT_LOG_DEBUG);
+  T_OK(zt_config_set(&c, "stage", "1"), NULL);
+  assert_ptr_equal(c.log_fn, log_sink);
+  assert_int_equal(c.stage, 1);
+}
+
+/* ---- to_json ------------------------------------------------------------------------
+ */
+
+static void test_to_json_roundtrip(void **state) {
+  (void)state;
+  t_rng_t r;
+  t_rng_init(&r, t_seed() ^ 0x30);
+  char a[4096], b[4096];
+  int past_2_53 = 0;
+  for (int it = 0; it < 500; it++) {
+    zt_config_t c = random_config(&r);
+    if (zt_config_validate(&c) != 0) fail_msg("random config: %s", zt_last_error(NULL));
+    int n = zt_config_to_json(&c, a, sizeof a);
+    assert_true(n > 0 && (size_t)n < sizeof a);
+    assert_int_equal((size_t)n, strlen(a));
+    zt_config_t d = ZT_CONFIG_INIT;
+    if (zt_config_parse(&d, a) != 0) fail_msg("%s\n%s", a, zt_last_error(NULL));
+    ASSERT_SAME(&c, &d);
+    assert_int_equal(zt_config_to_json(&d, b, sizeof b), n);
+    assert_string_equal(a, b);
+    past_2_53 +=
+        c.seed >= ((uint64_t)1 << 53) || c.device_budget_bytes >= ((uint64_t)1 << 53);
+  }
+  /* The string form of big integers was exercised, not only small ones. */
+  assert_true(past_2_53 > 0);
+}
+
+/* Every key is written, once, in a JSON object cJSON reads. */
+static void test_to_json_every_key(void **state) {
+  (void)state;
+  zt_config_t c = ZT_CONFIG_INIT;
+  char buf[4096];
+  int n = zt_config_to_json(&c, buf, sizeof buf);
+  assert_true(n > 0 && (size_t)n < sizeof buf);
+  cJSON *root = cJSON_Parse(buf);
+  assert_non_null(root);
+  assert_true(cJSON_IsObject(root));
+  assert_int_equal(cJSON_GetArraySize(root), N_TKEYS);
+  for (size_t i = 0; i < N_TKEYS; i++)
+    if (cJSON_GetObjectItemCaseSensitive(root, tkeys[i].name) == NULL)
+      fail_msg("to_json does not write %s", tkeys[i].name);
+  cJSON_Delete(root);
+}
+
+/* snprintf's contract: the full length whatever len is, at most len - 1
+ * characters written, always terminated. */
+static void test_to_json_length(void **state) {
+  (void)state;
+  t_rng_t r;
+  t_rng_init(&r, t_seed() ^ 0x40);
+  zt_config_t c = random_config(&r);
+  char full[4096];
+  int n = zt_config_to_json(&c, full, sizeof full);
+  assert_true(n > 100);
+  assert_int_equal(zt_config_to_json(&c, NULL, 0), n);
+  for (size_t len = 1; len <= (size_t)n + 1; len += 1 + rnd(&r, 7)) {
+    char buf[4096];
+    memset(buf, 'X', sizeof buf);
+    assert_int_equal(zt_config_to_json(&c, buf, len), n);
+    size_t wrote = len - 1 < (size_t)n ? len - 1 : (size_t)n;
+    assert_int_equal(buf[wrote], '\0');
+    assert_memory_equal(buf, full, wrote);
+    assert_int_equal(buf[len], 'X'); /* nothing past len */
+  }
+}
+
+/* ---- files
+ * ------------------------------------------------------------------------------ */
+
+static char tmpdir[64];
+
+static void make_tmpdir(void) {
+  snprintf(tmpdir, sizeof tmpdir, "/tmp/zt_test_config_XXXXXX");
+  assert_non_null(mkdtemp(tmpdir));
+}
+
+static void write_file(const char *path, const void *data, size_t n) {
+  FILE *f = fopen(path, "wb");
+  assert_non_null(f);
+  assert_int_equal(fwrite(data, 1, n, f), n);
+  assert_int_equal(fclose(f), 0);
+}
+
+static void test_load_file(void **state) {
+  (void)state;
+  t_rng_t r;
+  t_rng_init(&r, t_seed() ^ 0x50);
+  make_tmpdir();
+  char path[128], text[4096];
+  snprintf(path, sizeof path, "%s/ztier.json", tmpdir);
+
+  zt_config_t c = random_config(&r);
+  int n = zt_config_to_json(&c, text, sizeof text);
+  write_file(path, text, (size_t)n);
+  zt_config_t d = ZT_CONFIG_INIT;
+  T_OK(zt_config_load(&d, path), NULL);
+  ASSERT_SAME(&c, &d);
+
+  /* A hand-written file: CRLF line ends, a UTF-8 byte order mark, sizes
+   * with units, keys in any order (device before backend). */
+  const char hand[] =
+      "\xef\xbb\xbf{\r\n  \"device\": 3,\r\n  \"backend\": \"cuda\",\r\n"
+      "  \"optimizer_tier\": \"host\",\r\n  \"chunk_bytes\": \"64MiB\",\r\n"
+      "  \"pinned_budget_bytes\": \"4GiB\",\r\n  \"seed\": "
+      "\"18446744073709551615\"\r\n}\r\n";
+  write_file(path, hand, sizeof hand - 1);
+  zt_config_t e = ZT_CONFIG_INIT;
+  T_OK(zt_config_load(&e, path), NULL);
+  assert_int_equal(e.backend, ZT_BACKEND_CUDA);
+  assert_int_equal(e.device, 3);
+  assert_int_equal(e.optimizer_tier, ZT_TIER_HOST);
+  assert_int_equal(e.chunk_bytes, 64 * MiB);
+  assert_int_equal(e.pinned_budget_bytes, 4 * GiB);
+  assert_true(e.seed == UINT64_MAX);
+
+  /* Exactly 1 MiB is allowed: the limit is "larger than". */
+  char *big = malloc(MiB + 2);
+  assert_non_null(big);
+  memset(big, ' ', MiB);
+  big[0] = '{';
+  big[MiB - 1] = '}';
+  write_file(path, big, MiB);
+  zt_config_t f = ZT_CONFIG_INIT;
+  T_OK(zt_config_load(&f, path), NULL);
+  free(big);
+
+  unlink(path);
+  rmdir(tmpdir);
+}
+
+static void test_load_errors(void **state) {
+  (void)state;
+  make_tmpdir();
+  char path[128];
+  zt_config_t c = ZT_CONFIG_INIT;
+  c.threads = 7; /* not the default, so "unchanged" means something */
+
+  snprintf(path, sizeof path, "%s/missing.json", tmpdir);
+  EXPECT_FAIL(&c, zt_config_load(&c, path), -ENOENT, path, "zt_config_load", NULL);
+  EXPECT_FAIL(&c, zt_config_load(&c, tmpdir), -EISDIR, tmpdir, NULL, NULL);
+
+  snprintf(path, sizeof path, "%s/secret.json", tmpdir);
+  write_file(path, "{}", 2);
+  chmod(path, 0);
+  if (geteuid() != 0) /* root reads it anyway */
+    EXPECT_FAIL(&c, zt_config_load(&c, path), -EACCES, path, NULL, NULL);
+  unlink(path);
+
+  /* Over 1 MiB, even of valid JSON. */
+  snprintf(path, sizeof path, "%s/big.json", tmpdir);
+  char *big = malloc(MiB + 1);
+  assert_non_null(big);
+  memset(big, ' ', MiB + 1);
+  big[0] = '{';
+  big[MiB] = '}';
+  write_file(path, big, MiB + 1);
+  EXPECT_FAIL(&c, zt_config_load(&c, path), ZT_ECONFIG, path, "1 MiB", NULL);
+  free(big);
+
+  snprintf(path, sizeof path, "%s/empty.json", tmpdir);
+  write_file(path, "", 0);
+  EXPECT_FAIL(&c, zt_config_load(&c, path), ZT_EJSON, path, "line 1", NULL);
+
+  snprintf(path, sizeof path, "%s/nul.json", tmpdir);
+  write_file(path, "{\n\"stage\": 1\0}", 14);
+  EXPECT_FAIL(&c, zt_config_load(&c, path), ZT_EJSON, path, "line 2", "NUL");
+
+  /* A key error in a file names the file and the key's line. */
+  snprintf(path, sizeof path, "%s/bad.json", tmpdir);
+  const char bad[] = "{\n  \"stage\": 1,\n  \"threads\": 2.5\n}\n";
+  write_file(path, bad, sizeof bad - 1);
+  char where[160];
+  snprintf(where, sizeof where, "%s:3:", path);
+  EXPECT_FAIL(&c, zt_config_load(&c, path), ZT_ECONFIG, where, "'threads' is 2.5",
+              "expected an integer");
+  unlink(path);
+
+  /* A bad key after good ones: nothing of the good ones is applied. */
+  const char late[] = "{\"stage\": 1, \"threads\": 9, \"optimiser_tier\": \"host\"}";
+  write_file(path, late, sizeof late - 1);
+  EXPECT_FAIL(&c, zt_config_load(&c, path), ZT_ECONFIG, "optimiser_tier", NULL, NULL);
+
+  const char *files[] = {"missing.json", "secret.json", "big.json", "empty.json",
+                         "nul.json", "bad.json"};
+  for (size_t i = 0; i < sizeof files / sizeof files[0]; i++) {
+    snprintf(path, sizeof path, "%s/%s", tmpdir, files[i]);
+    unlink(path);
+  }
+  rmdir(tmpdir);
+}
+
+/* ---- malformed JSON
+ * ---------------------------------------------------------------------- */
+
+static void test_malformed_json(void **state) {
+  (void)state;
+  static const struct {
+    const char *json, *where, *what;
+  } cases[] = {
+      {"{\n  \"stage\": 1,\n  \"threads\": 4\n", "line 4, column 1", "ends early"},
+      {"{\n  \"stage\": 1,\n}", "line 2, column 13", "trailing comma"},
+      {"{\"stage\": [1, 2,]}", "line 1, column 16", "trailing comma"},
+      {"{\n\n  \"backend\": host\n}", "line 3, column 14", "host"},
+      {"{\"backend\": \"host}", "line 1", "not closed"},
+      {"{\n  \"backend\": \"cuda\",\n  \"log_level\": \"warn\n}\n", "line 3",
+       "not closed"},
+      {"", "line 1, column 1", "empty"},
+      {"  \n\n  ", "line 3", "empty"},
+      {"{\"stage\": 1} {\"stage\": 0}", "line 1", NULL},
+      {"{\n  // the stage\n  \"stage\": 1\n}", "line 2, column 3", "comment"},
+      {"{'stage': 1}", "line 1", NULL},
+      {"{\"clip_grad_norm\": NaN}", "line 1", NULL},
+      {"{\"stage\" 1}", "line 1", NULL},
+      {"{\"stage\": 1,, \"threads\": 2}", "line 1", NULL},
+  };
+  zt_config_t c = base_config();
+  c.threads = 5;
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
+    EXPECT_FAIL(&c, zt_config_parse(&c, cases[i].json), ZT_EJSON, cases[i].where,
+                cases[i].what, "zt_config_parse");
+}
+
+static void test_top_level_not_object(void **state) {
+  (void)state;
+  const char *cases[] = {"[1, 2]", "[]", "1", "\"stage\"", "null", "true",
+                         "\n  [{\"stage\": 1}]"};
+  zt_config_t c = ZT_CONFIG_INIT;
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
+    EXPECT_FAIL(&c, zt_config_parse(&c, cases[i]), ZT_EJSON, "top level",
+                "expected a JSON object", "line");
+}
+
+/* ---- keys
+ * --------------------------------------------------------------------------------- */
+
+static void test_unknown_keys(void **state) {
+  (void)state;
+  zt_config_t c = ZT_CONFIG_INIT;
+  EXPECT_FAIL(&c, zt_config_parse(&c, "{\"optimiser_tier\": \"host\"}"), ZT_ECONFIG,
+              "unknown key 'optimiser_tier'", "did you mean 'optimizer_tier'", NULL);
+  EXPECT_FAIL(&c, zt_config_set(&c, "optimiser_tier", "host"), ZT_ECONFIG,
+              "unknown key 'optimiser_tier'", "did you mean 'optimizer_tier'",
+              "zt_config_set");
+  EXPECT_FAIL(&c, zt_config_parse(&c, "{\"Threads\": 2}"), ZT_ECONFIG, "'Threads'",
+              "did you mean 'threads'", NULL);
+  EXPECT_FAIL(&c, zt_config_parse(&c, "{\"loss_scale_windwo\": 2}"), ZT_ECONFIG,
+              "did you mean 'loss_scale_window'", NULL, NULL);
+  /* DeepSpeed's names get ztier's. */
+  EXPECT_FAIL(&c, zt_config_parse(&c, "{\"gradient_clipping\": 1.0}"), ZT_ECONFIG,
+              "'gradient_clipping'", "'clip_grad_norm'", NULL);
+  EXPECT_FAIL(&c, zt_config_set(&c, "initial_scale_power", "16"), ZT_ECONFIG,
+              "'initial_scale_power'", "'initial_loss_scale'", NULL);
+  /* Nothing close: no suggestion, but the key is named. */
+  EXPECT_FAIL(&c, zt_config_parse(&c, "{\"xyzzy_frobnicate\": 1}"), ZT_ECONFIG,
+              "unknown key 'xyzzy_frobnicate'", NULL, NULL);
+  assert_null(strstr(zt_last_error(NULL), "did you mean"));
+  EXPECT_FAIL(&c, zt_config_parse(&c, "{\"\": 1}"), ZT_ECONFIG, "unknown key ''", NULL,
+              NULL);
+  /* Names too long to compare: refused, shortened in the sentence. */
+  char long_key[300], json[400];
+  memset(long_key, 'k', sizeof long_key - 1);
+  long_key[sizeof long_key - 1] = '\0';
+  snprintf(json, sizeof json, "{\"%s\": 1}", long_key);
+  EXPECT_FAIL(&c, zt_config_parse(&c, json), ZT_ECONFIG, "unknown key 'kkkkkkkk", "...",
+              NULL);
+  EXPECT_FAIL(&c, zt_config_set(&c, long_key, "1"), ZT_ECONFIG, "unknown key 'kkkkkkkk",
+              NULL, NULL);
+  /* A name with control bytes is shown escaped. */
+  EXPECT_FAIL(&c, zt_config_parse(&c, "{\"a\\nb\": 1}"), ZT_ECONFIG, "'a\\x0ab'", NULL,
+              NULL);
+  /* A key is matched exactly, before any value is looked at. */
+  EXPECT_FAIL(&c, zt_config_parse(&c, "{\"stage \": 1}"), ZT_ECONFIG, "'stage '", NULL,
+              NULL);
+}
+
+/* size, version, log_fn, log_user are fields, not keys. */
+static void test_code_only_fields(void **state) {
+  (void)state;
+  const char *fields[] = {"size", "version", "log_fn", "log_user"};
+  zt_config_t c = ZT_CONFIG_INIT;
+  for (size_t i = 0; i < 4; i++) {
+    char json[96], quoted[32];
+    snprintf(json, sizeof json, "{\"%s\": 0}", fields[i]);
+    snprintf(quoted, sizeof quoted, "'%s'", fields[i]);
+    EXPECT_FAIL(&c, zt_config_parse(&c, json), ZT_ECONFIG, quoted, "cannot be set", NULL);
+    EXPECT_FAIL(&c, zt_config_set(&c, fields[i], "0"), ZT_ECONFIG, quoted,
+                "cannot be set", NULL);
+  }
+}
+
+static void test_duplicate_key(void **state) {
+  (void)state;
+  zt_config_t c = ZT_CONFIG_INIT;
+  EXPECT_FAIL(
+      &c, zt_config_parse(&c, "{\n  \"stage\": 1,\n  \"threads\": 2,\n  \"stage\": 1\n}"),
+      ZT_ECONFIG, "duplicate key 'stage'", "line 4", "line 2");
+  EXPECT_FAIL(&c, zt_config_parse(&c, "{\"seed\": 1, \"seed\": \"1\"}"), ZT_ECONFIG,
+              "duplicate key 'seed'", NULL, NULL);
+}
+
+/* A value of the wrong JSON type, or one the field cannot hold. */
+static void test_wrong_types(void **state) {
+  (void)state;
+  static const struct {
+    const char *key, *json, *shown;
+  } cases[] = {
+      {"threads", "2.5", "2.5"},          {"threads", "\"4\"", "\"4\""},
+      {"threads", "true", "true"},        {"threads", "null", "null"},
+      {"threads", "[4]", "an array"},     {"threads", "{\"n\": 4}", "an object"},
+      {"threads", "1e10", "10000000000"}, {"threads", "2147483648", "2147483648"},
+      {"threads", "1e400", "inf"},        {"stage", "1.5", "1.5"},
+      {"device", "-0.5", "-0.5"},         {"backend", "1", "1"},
+      {"backend", "\"gpu\"", "\"gpu\""},  {"backend", "\"CUDA\"", "\"CUDA\""},
+      {"optimizer_tier", "null", "null"}, {"log_level", "2", "2"},
+      {"clip_grad_norm", "\"1\"", "\"1\""}, {"clip_grad_norm", "false", "false"},
+      {"chunk_bytes", "-4096", "-4096"},  {"chunk_bytes", "4096.5", "4096.5"},
+      {"chunk_bytes", "\"4 KiB x\"", "\"4 KiB x\""}, {"chunk_bytes", "true", "true"},
+      {"seed", "-1", "-1"},               {"seed", "1.5", "1.5"},
+      {"seed", "\"abc\"", "\"abc\""},     {"seed", "\"-1\"", "\"-1\""},
+      {"seed", "\"18446744073709551616\"", "18446744073709551616"},
+      {"seed", "9007199254740992", "9007199254740992"},
+      {"pinned_budget_bytes", "1e300", "1e+300"},
+  };
+  zt_config_t c = base_config();
+  c.stage = 1;
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    char json[160], key[48];
+    snprintf(json, sizeof json, "{\"%s\": %s}", cases[i].key, cases[i].json);
+    snprintf(key, sizeof key, "'%s'", cases[i].key);
+    EXPECT_FAIL(&c, zt_config_parse(&c, json), ZT_ECONFIG, key, cases[i].shown,
+                "expected");
+  }
+  /* Seeds of 2^53 and more go as strings; the sentence says so. */
+  EXPECT_FAIL(&c, zt_config_parse(&c, "{\"seed\": 9007199254740993}"), ZT_ECONFIG,
+              "'seed'", "decimal string", NULL);
+  /* A misspelt enum value in upper case gets the lowercase name. */
+  EXPECT_FAIL(&c, zt_config_parse(&c, "{\"backend\": \"CUDA\"}"), ZT_ECONFIG,
+              "did you mean \"cuda\"", NULL, NULL);
+}
+
+/* Text values zt_config_set refuses. */
+static void test_set_bad_text(void **state) {
+  (void)state;
+  static const struct {
+    const char *key, *value;
+  } cases[] = {
+      {"threads", "abc"},  {"threads", "4.0"},   {"threads", " 4"},
+      {"threads", "4 "},   {"threads", ""},      {"threads", "0x10"},
+      {"threads", "99999999999999999999"},       {"threads", "-"},
+      {"clip_grad_norm", "abc"},                 {"clip_grad_norm", ""},
+      {"clip_grad_norm", "1,5"},                 {"clip_grad_norm", " 1"},
+      {"clip_grad_norm", "nan"},                 {"clip_grad_norm", "inf"},
+      {"clip_grad_norm", "1.0x"},                {"backend", "HOST"},
+      {"backend", ""},     {"backend", "host "}, {"seed", "-1"},
+      {"seed", "1e3"},     {"seed", "18446744073709551616"},
+      {"chunk_bytes", "4 KB B"},                 {"log_level", "verbose"},
+  };
+  zt_config_t c = base_config();
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    char key[48];
+    snprintf(key, sizeof key, "'%s'", cases[i].key);
+    EXPECT_FAIL(&c, zt_config_set(&c, cases[i].key, cases[i].value), ZT_ECONFIG, key,
+                "expected", "zt_config_set");
+  }
+}
+
+/* ---- ranges
+ * ---------------------------------------------------------------------------------- */
+
+/* Each boundary, on both sides, through JSON and through zt_config_set. */
+static void test_ranges(void **state) {
+  (void)state;
+  static const struct {
+    const char *key, *json, *text;
+    int ok;
+    const char *needle;
+  } cases[] = {
+      {"threads", "0", "0", 1, NULL},
+      {"threads", "4096", "4096", 1, NULL},
+      {"threads", "4097", "4097", 0, "4097"},
+      {"threads", "-1", "-1", 0, "-1"},
+      {"device", "1023", "1023", 1, NULL},
+      {"device", "1024", "1024", 0, "1024"},
+      {"device", "-1", "-1", 0, "-1"},
+      {"stage", "0", "0", 1, NULL},
+      {"stage", "1", "1", 1, NULL},
+      {"stage", "2", "2", 0,
+       "stage 2 is not supported by this version (stages 0 and 1 are)"},
+      {"stage", "3", "3", 0, "stage 3 is not supported by this version"},
+      {"stage", "4", "4", 0, "expected"},
+      {"stage", "-1", "-1", 0, "expected"},
+      {"loss_scale_window", "1", "1", 1, NULL},
+      {"loss_scale_window", "1000000000", "1000000000", 1, NULL},
+      {"loss_scale_window", "0", "0", 0, "expected"},
+      {"loss_scale_window", "1000000001", "1000000001", 0, "1000000001"},
+      {"clip_grad_norm", "0", "0", 1, NULL},
+      {"clip_grad_norm", "1e300", "1e300", 1, NULL},
+      {"clip_grad_norm", "-1e-300", "-1e-300", 0, "is -1e-300;"},
+      {"initial_loss_scale", "1", "1", 1, NULL}, /* = min_loss_scale */
+      {"initial_loss_scale", "1e308", "1e308", 1, NULL},
+      {"initial_loss_scale", "0", "0", 0, "> 0"},
+      {"initial_loss_scale", "-2", "-2", 0, "-2"},
+      {"loss_scale_growth", "1", "1", 0, "> 1"},
+      {"loss_scale_growth", "1.0000000000000002", "1.0000000000000002", 1, NULL},
+      {"loss_scale_growth", "0.5", "0.5", 0, "0.5"},
+      {"loss_scale_backoff", "0", "0", 0, "(0, 1)"},
+      {"loss_scale_backoff", "1", "1", 0, "(0, 1)"},
+      {"loss_scale_backoff", "0.99999999999999989", "0.99999999999999989", 1, NULL},
+      {"loss_scale_backoff", "5e-324", "5e-324", 1, NULL},
+      {"min_loss_scale", "0", "0", 0, "> 0"},
+      {"min_loss_scale", "1e-300", "1e-300", 1, NULL},
+      {"min_loss_scale", "65536", "65536", 1, NULL},
+      {"min_loss_scale", "65536.00000000003", "65536.00000000003", 0,
+       "initial_loss_scale"},
+      {"chunk_bytes", "4096", "4096", 1, NULL},
+      {"chunk_bytes", "\"4KiB\"", "4KiB", 1, NULL},
+      {"chunk_bytes", "4095", "4095", 0, "4095"},
+      {"chunk_bytes", "4097", "4097", 0, "multiple of 4KiB"},
+      {"chunk_bytes", "0", "0", 0, "expected"},
+      {"chunk_bytes", "\"4GiB\"", "4GiB", 1, NULL},
+      {"chunk_bytes", "4294971392", "4294971392", 0, "4294971392"},
+      {"device_budget_bytes", "0", "0", 1, NULL},
+      {"device_budget_bytes", "16777216", "16MiB", 1, NULL},
+      {"device_budget_bytes", "16777215", "16777215", 0, "chunk_bytes"},
+      {"pinned_budget_bytes", "\"16MiB\"", "16 MiB", 1, NULL},
+      {"pinned_budget_bytes", "4096", "4KiB", 0, "chunk_bytes"},
+      {"optimizer_tier", "\"host\"", "host", 1, NULL},
+      {"optimizer_tier", "\"nvme\"", "nvme", 0, "not supported by this version"},
+      {"optimizer_tier", "\"disk\"", "disk", 0, "\"disk\""},
+      {"param_tier", "\"host\"", "host", 0, "not supported by this version"},
+      {"param_tier", "\"nvme\"", "nvme", 0, "not supported by this version"},
+      {"comm", "\"mpi\"", "mpi", 0, "\"mpi\""},
+      {"log_level", "\"trace\"", "trace", 0, "\"debug\""},
+      {"rounding", "\"up\"", "up", 0, "\"stochastic\""},
+      {"loss_scaling", "\"dyn\"", "dyn", 0, "\"dynamic\""},
+      {"optimizer", "\"sgd\"", "sgd", 0, "\"adamw\""},
+      {"backend", "\"gpu\"", "gpu", 0, "\"cuda\""},
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    char json[160], key[48];
+    snprintf(json, sizeof json, "{\"%s\": %s}", cases[i].key, cases[i].json);
+    snprintf(key, sizeof key, "'%s'", cases[i].key);
+    zt_config_t a = base_config(), b = base_config();
+    if (cases[i].ok) {
+      if (zt_config_parse(&a, json) != 0) fail_msg("%s: %s", json, zt_last_error(NULL));
+      if (zt_config_set(&b, cases[i].key, cases[i].text) != 0)
+        fail_msg("%s = %s: %s", cases[i].key, cases[i].text, zt_last_error(NULL));
+      ASSERT_SAME(&a, &b);
+      T_OK(zt_config_validate(&a), NULL);
+    } else {
+      /* "not supported by this version (...)" says what is, in its own words. */
+      const char *expected = strstr(cases[i].needle, "not supported") ? NULL : "expected";
+      EXPECT_FAIL(&a, zt_config_parse(&a, json), ZT_ECONFIG, key, cases[i].needle,
+                  expected);
+      EXPECT_FAIL(&b, zt_config_set(&b, cases[i].key, cases[i].text), ZT_ECONFIG, key,
+                  cases[i].needle, expected);
+    }
+  }
+}
+
+/* Rules on two keys name both. */
+static void test_combinations(void **state) {
+  (void)state;
+  zt_config_t c = ZT_CONFIG_INIT;
+  EXPECT_FAIL(&c, zt_config_parse(&c, "{\"device\": 1}"), ZT_ECONFIG, "'device'",
+              "backend", "only meaningful for backend \"cuda\"");
+  /* Keys are checked together at the end, so their order does not matter. */
+  PARSE_OK(&c, "{\"device\": 1, \"backend\": \"cuda\"}");
+  assert_int_equal(c.device, 1);
+  EXPECT_FAIL(&c, zt_config_set(&c, "backend", "host"), ZT_ECONFIG, "'device'", "backend",
+              NULL);
+
+  c = (zt_config_t)ZT_CONFIG_INIT;
+  EXPECT_FAIL(&c, zt_config_parse(&c, "{\"initial_loss_scale\": 0.5}"), ZT_ECONFIG,
+              "min_loss_scale", "initial_loss_scale", "0.5");
+  EXPECT_FAIL(&c,
+              zt_config_parse(&c,
+                              "{\"loss_scaling\": \"dynamic\", \"min_loss_scale\": 4, "
+                              "\"initial_loss_scale\": 2}"),
+              ZT_ECONFIG, "min_loss_scale", "initial_loss_scale", "dynamic");
+  EXPECT_FAIL(&c, zt_config_set(&c, "min_loss_scale", "65537"), ZT_ECONFIG,
+              "min_loss_scale", "initial_loss_scale", "65537");
+
+  /* The host tier's staging ring: 3 slots x (gradient + parameter) chunks. */
+  c = (zt_config_t)ZT_CONFIG_INIT;
+  PARSE_OK(&c, "{\"optimizer_tier\": \"host\", \"chunk_bytes\": \"1MiB\", "
+               "\"pinned_budget_bytes\": \"6MiB\"}");
+  EXPECT_FAIL(&c, zt_config_set(&c, "pinned_budget_bytes", "6287360"), ZT_ECONFIG,
+              "pinned_budget_bytes", "chunk_bytes", "6291456");
+  EXPECT_FAIL(&c, zt_config_set(&c, "chunk_bytes", "2MiB"), ZT_ECONFIG,
+              "pinned_budget_bytes", "chunk_bytes", "optimizer_tier");
+  T_OK(zt_config_set(&c, "pinned_budget_bytes", "0"), NULL); /* no limit */
+  T_OK(zt_config_set(&c, "chunk_bytes", "2MiB"), NULL);
+  /* Without the host tier only >= chunk_bytes is asked. */
+  c = (zt_config_t)ZT_CONFIG_INIT;
+  PARSE_OK(&c, "{\"chunk_bytes\": \"1MiB\", \"pinned_budget_bytes\": \"1MiB\"}");
+  EXPECT_FAIL(&c, zt_config_set(&c, "optimizer_tier", "host"), ZT_ECONFIG,
+              "pinned_budget_bytes", "chunk_bytes", NULL);
+}
+
+/* A struct filled in code is held to the same rules: enums out of range,
+ * non-finite doubles, a wrong size or version. */
+static void test_validate_code_struct(void **state) {
+  (void)state;
+  static const struct {
+    const char *key;
+    int value;
+  } enums[] = {
+      {"backend", 2},       {"backend", -1},   {"comm", 1},        {"optimizer", 2},
+      {"optimizer_tier", 3}, {"param_tier", 7}, {"rounding", 2},    {"loss_scaling", 4},
+      {"loss_scaling", -2}, {"log_level", 4},  {"log_level", 100},
+  };
+  for (size_t i = 0; i < sizeof enums / sizeof enums[0]; i++) {
+    zt_config_t c = ZT_CONFIG_INIT;
+    for (size_t j = 0; j < N_TKEYS; j++)
+      if (!strcmp(tkeys[j].name, enums[i].key)) {
+        tval_t v = {.i = enums[i].value};
+        field_put(&c, &tkeys[j], v);
+      }
+    char key[48], val[16];
+    snprintf(key, sizeof key, "'%s'", enums[i].key);
+    snprintf(val, sizeof val, "is %d", enums[i].value);
+    EXPECT_FAIL(&c, zt_config_validate(&c), ZT_ECONFIG, key, val, "expected");
+    /* Loading over it does not make it valid. */
+    EXPECT_FAIL(&c, zt_config_parse(&c, "{}"), ZT_ECONFIG, key, NULL, NULL);
+  }
+  zt_config_t c = ZT_CONFIG_INIT;
+  c.clip_grad_norm = NAN;
+  EXPECT_FAIL(&c, zt_config_validate(&c), ZT_ECONFIG, "'clip_grad_norm'", "nan",
+              "finite");
+  c = (zt_config_t)ZT_CONFIG_INIT;
+  c.initial_loss_scale = INFINITY;
+  EXPECT_FAIL(&c, zt_config_validate(&c), ZT_ECONFIG, "'initial_loss_scale'", "inf",
+              NULL);
+  c = (zt_config_t)ZT_CONFIG_INIT;
+  c.loss_scale_backoff = -INFINITY;
+  EXPECT_FAIL(&c, zt_config_validate(&c), ZT_ECONFIG, "'loss_scale_backoff'", "-inf",
+              NULL);
+  c = (zt_config_t)ZT_CONFIG_INIT;
+  c.chunk_bytes = SIZE_MAX;
+  EXPECT_FAIL(&c, zt_config_validate(&c), ZT_ECONFIG, "'chunk_bytes'",
+              "18446744073709551615", NULL);
+
+  /* size and version, from every entry point. */
+  char buf[64];
+  c = (zt_config_t)ZT_CONFIG_INIT;
+  c.size = sizeof c - 8;
+  EXPECT_FAIL(&c, zt_config_validate(&c), -EINVAL, "cfg->size", "ZT_CONFIG_INIT", NULL);
+  EXPECT_FAIL(&c, zt_config_parse(&c, "{}"), -EINVAL, "cfg->size", NULL, NULL);
+  EXPECT_FAIL(&c, zt_config_set(&c, "threads", "1"), -EINVAL, "cfg->size", NULL, NULL);
+  EXPECT_FAIL(&c, zt_config_load(&c, "/nonexistent"), -EINVAL, "cfg->size", NULL, NULL);
+  EXPECT_FAIL(&c, zt_config_to_json(&c, buf, sizeof buf), -EINVAL, "cfg->size", NULL,
+              NULL);
+  c = (zt_config_t)ZT_CONFIG_INIT;
+  c.version = ZT_CONFIG_VERSION + 1;
+  EXPECT_FAIL(&c, zt_config_validate(&c), -EINVAL, "cfg->version", NULL, NULL);
+  EXPECT_FAIL(&c, zt_config_set(&c, "threads", "1"), -EINVAL, "cfg->version", NULL, NULL);
+}
+
+static void test_null_arguments(void **state) {
+  (void)state;
+  zt_config_t c = ZT_CONFIG_INIT;
+  char buf[16];
+  EXPECT_FAIL(&c, zt_config_parse(NULL, "{}"), -EINVAL, "zt_config_parse: cfg is NULL",
+              NULL, NULL);
+  EXPECT_FAIL(&c, zt_config_parse(&c, NULL), -EINVAL, "zt_config_parse: json is NULL",
+              NULL, NULL);
+  EXPECT_FAIL(&c, zt_config_load(NULL, "x.json"), -EINVAL, "zt_config_load: cfg is NULL",
+              NULL, NULL);
+  EXPECT_FAIL(&c, zt_config_load(&c, NULL), -EINVAL, "zt_config_load: path is NULL", NULL,
+              NULL);
+  EXPECT_FAIL(&c, zt_config_set(NULL, "threads", "1"), -EINVAL,
+              "zt_config_set: cfg is NULL", NULL, NULL);
+  EXPECT_FAIL(&c, zt_config_set(&c, NULL, "1"), -EINVAL, "zt_config_set: key is NULL",
+              NULL, NULL);
+  EXPECT_FAIL(&c, zt_config_set(&c, "threads", NULL), -EINVAL,
+              "zt_config_set: value is NULL", "'threads'", NULL);
+  EXPECT_FAIL(&c, zt_config_validate(NULL), -EINVAL, "zt_config_validate: cfg is NULL",
+              NULL, NULL);
+  /* reset_error() itself uses to_json(NULL): check that one by hand. */
+  assert_int_equal(zt_config_parse(&c, "[") , ZT_EJSON);
+  assert_int_equal(zt_config_to_json(NULL, buf, sizeof buf), -EINVAL);
+  assert_non_null(strstr(zt_last_error(NULL), "zt_config_to_json: cfg is NULL"));
+  EXPECT_FAIL(&c, zt_config_to_json(&c, NULL, 10), -EINVAL,
+              "zt_config_to_json: buf is NULL", "10", NULL);
+  assert_true(zt_config_to_json(&c, NULL, 0) > 0);
+}
+
+/* ---- values with units, seeds
+ * ------------------------------------------------------------- */
+
+static void test_size_units(void **state) {
+  (void)state;
+  static const struct {
+    const char *key, *text;
+    uint64_t bytes;
+  } good[] = {
+      {"chunk_bytes", "64MiB", 64 * MiB},
+      {"chunk_bytes", "4GiB", 4 * GiB},
+      {"chunk_bytes", "512KiB", 512 * KiB},
+      {"chunk_bytes", "1.5GiB", 3 * GiB / 2},
+      {"chunk_bytes", "64 MiB", 64 * MiB},
+      {"chunk_bytes", "64mib", 64 * MiB},
+      {"chunk_bytes", "8192", 8192},
+      {"chunk_bytes", "8192B", 8192},
+      {"chunk_bytes", "0.25MiB", MiB / 4},
+      {"device_budget_bytes", "1GB", 1000000000},
+      {"device_budget_bytes", "8KB", 8000},
+      {"device_budget_bytes", "2.5MB", 2500000},
+      {"device_budget_bytes", "2TB", 2000000000000ull},
+      {"device_budget_bytes", "3TiB", 3 * TiB},
+      {"device_budget_bytes", "0", 0},
+      {"device_budget_bytes", "0GiB", 0},
+      {"pinned_budget_bytes", "18446744073709551615", UINT64_MAX},
+      {"pinned_budget_bytes", "16777215TiB", 16777215 * TiB},
+  };
+  for (size_t i = 0; i < sizeof good / sizeof good[0]; i++) {
+    zt_config_t a = ZT_CONFIG_INIT, b = ZT_CONFIG_INIT;
+    a.chunk_bytes = b.chunk_bytes = 4096; /* so small budgets are valid */
+    char json[160];
+    snprintf(json, sizeof json, "{\"%s\": \"%s\"}", good[i].key, good[i].text);
+    if (zt_config_parse(&a, json) != 0) fail_msg("%s: %s", json, zt_last_error(NULL));
+    if (zt_config_set(&b, good[i].key, good[i].text) != 0)
+      fail_msg("%s = %s: %s", good[i].key, good[i].text, zt_last_error(NULL));
+    for (size_t j = 0; j < N_TKEYS; j++)
+      if (!strcmp(tkeys[j].name, good[i].key)) {
+        uint64_t got_a, got_b;
+        memcpy(&got_a, (char *)&a + tkeys[j].off, 8);
+        memcpy(&got_b, (char *)&b + tkeys[j].off, 8);
+        if (got_a != good[i].bytes || got_b != good[i].bytes)
+          fail_msg("%s: got %llu and %llu, want %llu", good[i].text,
+                   (unsigned long long)got_a, (unsigned long long)got_b,
+                   (unsigned long long)good[i].bytes);
+      }
+  }
+  const char *bad[] = {"",        "MiB",     "-1MiB",   "1.5B",  "0.1KiB", "1e3",
+                       "0x1000",  "64MiBs",  "64 M",    " 64MiB", "64MiB ", "1.GiB",
+                       ".5GiB",   "16EiB",   "18446744073709551616", "16777216TiB",
+                       "64  MiB x", "1,5GiB"};
+  zt_config_t c = ZT_CONFIG_INIT;
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+    char json[96];
+    snprintf(json, sizeof json, "{\"device_budget_bytes\": \"%s\"}", bad[i]);
+    EXPECT_FAIL(&c, zt_config_parse(&c, json), ZT_ECONFIG, "'device_budget_bytes'", "MiB",
+                "expected");
+    EXPECT_FAIL(&c, zt_config_set(&c, "device_budget_bytes", bad[i]), ZT_ECONFIG,
+                "'device_budget_bytes'", "MiB", "expected");
+  }
+}
+
+static void test_seed(void **state) {
+  (void)state;
+  zt_config_t c = ZT_CONFIG_INIT;
+  PARSE_OK(&c, "{\"seed\": \"18446744073709551615\"}");
+  assert_true(c.seed == UINT64_MAX);
+  PARSE_OK(&c, "{\"seed\": 9007199254740991}"); /* 2^53 - 1: still exact */
+  assert_true(c.seed == 9007199254740991ull);
+  PARSE_OK(&c, "{\"seed\": \"9007199254740993\"}");
+  assert_true(c.seed == 9007199254740993ull);
+  PARSE_OK(&c, "{\"seed\": 0}");
+  assert_true(c.seed == 0);
+  T_OK(zt_config_set(&c, "seed", "12345678901234567890"), NULL);
+  assert_true(c.seed == 12345678901234567890ull);
+  EXPECT_FAIL(&c, zt_config_parse(&c, "{\"seed\": 1e19}"), ZT_ECONFIG, "'seed'", "string",
+              NULL);
+}
+
+/* ---- never crash ----------------------------------------------------------------------
+ */
+
+static void expect_sane(int rc, const zt_config_t *c, const zt_config_t *before,
+                        const char *fn, const char *input) {
+  if (rc == 0) {
+    if (zt_config_validate(c) != 0)
+      fail_msg("accepted %s into an invalid config: %s", input, zt_last_error(NULL));
+    return;
+  }
+  if (rc != ZT_EJSON && rc != ZT_ECONFIG)
+    fail_msg("%s returned %d (%s) for input %s", fn, rc, zt_err_name(rc), input);
+  if (memcmp(c, before, sizeof *c) != 0) fail_msg("%s changed the config on error", fn);
+  if (strncmp(zt_last_error(NULL), fn, strlen(fn)) != 0)
+    fail_msg("%s left no sentence of its own: %s", fn, zt_last_error(NULL));
+}
+
+static void test_fuzz_parse(void **state) {
+  (void)state;
+  t_rng_t r;
+  t_rng_init(&r, t_seed() ^ 0x60);
+  static const char alphabet[] = "{}[]\":,. -+eE0123456789tfnulsrabcdhi\\/\n\t\x01\xff";
+  char buf[4200];
+  int accepted = 0;
+  for (int it = 0; it < 3000; it++) {
+    size_t n = (size_t)rnd(&r, 64);
+    for (size_t i = 0; i < n; i++)
+      buf[i] = rnd(&r, 4) ? alphabet[rnd(&r, sizeof alphabet - 1)] : (char)rnd(&r, 256);
+    buf[n] = '\0';
+    zt_config_t c = base_config(), before;
+    memcpy(&before, &c, sizeof c);
+    reset_error();
+    expect_sane(zt_config_parse(&c, buf), &c, &before, "zt_config_parse", buf);
+  }
+  /* Mutations of a valid file reach past the syntax checks. */
+  for (int it = 0; it < 3000; it++) {
+    zt_config_t src = random_config(&r);
+    int n = zt_config_to_json(&src, buf, 4000);
+    assert_true(n > 0 && n < 4000);
+    int edits = 1 + (int)rnd(&r, 4);
+    for (int e = 0; e < edits && n > 0; e++) {
+      size_t at = (size_t)rnd(&r, (uint64_t)n);
+      switch (rnd(&r, 4)) {
+      case 0: buf[at] = alphabet[rnd(&r, sizeof alphabet - 1)]; break;
+      case 1: memmove(buf + at, buf + at + 1, (size_t)n - at); n--; break;
+      case 2:
+        if (n < 4100) {
+          memmove(buf + at + 1, buf + at, (size_t)n - at + 1);
+          buf[at] = alphabet[rnd(&r, sizeof alphabet - 1)];
+          n++;
+        }
+        break;
+      default: buf[at] = '\0'; n = (int)at; break;
+      }
+    }
+    buf[n] = '\0';
+    zt_config_t c = base_config(), before;
+    memcpy(&before, &c, sizeof c);
+    reset_error();
+    int rc = zt_config_parse(&c, buf);
+    expect_sane(rc, &c, &before, "zt_config_parse", buf);
+    accepted += rc == 0;
+  }
+  printf("# %d of 3000 mutated files were still valid configs\n", accepted);
+}
+
+static void test_fuzz_set(void **state) {
+  (void)state;
+  t_rng_t r;
+  t_rng_init(&r, t_seed() ^ 0x70);
+  static const char alphabet[] = "0123456789.-+eEkKmMgGiIbBTt xnaf";
+  char buf[40];
+  for (int it = 0; it < 4000; it++) {
+    size_t n = (size_t)rnd(&r, 24);
+    for (size_t i = 0; i < n; i++)
+      buf[i] =
+          rnd(&r, 8) ? alphabet[rnd(&r, sizeof alphabet - 1)] : (char)(1 + rnd(&r, 255));
+    buf[n] = '\0';
+    const tkey_t *k = &tkeys[rnd(&r, N_TKEYS)];
+    zt_config_t c = base_config(), before;
+    memcpy(&before, &c, sizeof c);
+    reset_error();
+    int rc = zt_config_set(&c, k->name, buf);
+    if (rc != 0 && rc != ZT_ECONFIG)
+      fail_msg("set %s = %s returned %d", k->name, buf, rc);
+    expect_sane(rc, &c, &before, "zt_config_set", buf);
+  }
+}
+
+/* ---- docs/config.md -------------------------------------------------------------------
+ */
+
+/* docs/config.md from the working directory up, then from the executable's
+ * directory up (BUILD/tests/test_config). */
+static FILE *open_docs(void) {
+  char path[PATH_MAX + 32];
+  const char *ups[] = {"", "../", "../../", "../../../"};
+  for (size_t i = 0; i < 4; i++) {
+    snprintf(path, sizeof path, "%sdocs/config.md", ups[i]);
+    FILE *f = fopen(path, "r");
+    if (f) return f;
+  }
+  char exe[PATH_MAX];
+  ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+  if (n <= 0) return NULL;
+  exe[n] = '\0';
+  for (int depth = 0; depth < 4; depth++) {
+    char *slash = strrchr(exe, '/');
+    if (slash == NULL) break;
+    *slash = '\0';
+    snprintf(path, sizeof path, "%s/docs/config.md", exe);
+    FILE *f = fopen(path, "r");
+    if (f) return f;
+  }
+  return NULL;
+}
+
+static void test_docs_key_table(void **state) {
+  (void)state;
+  FILE *f = open_docs();
+  if (f == NULL) {
+    printf("# docs/config.md not found from here; run from the source tree\n");
+    skip();
+  }
+  static char page[1 << 16];
+  size_t n = fread(page, 1, sizeof page - 1, f);
+  fclose(f);
+  page[n] = '\0';
+  const char *begin_mark = "<!-- keys:begin", *end_mark = "<!-- keys:end -->";
+  char *begin = strstr(page, begin_mark);
+  char *end = begin ? strstr(begin, end_mark) : NULL;
+  if (!begin || !end)
+    fail_msg("docs/config.md has no %s ... %s block", begin_mark, end_mark);
+  begin = strchr(begin, '\n') + 1;
+  *end = '\0';
+  static char want[1 << 15];
+  int len = zt__config_doc(want, sizeof want);
+  assert_true(len > 0 && (size_t)len < sizeof want);
+  if (strcmp(begin, want) != 0) {
+    printf("# docs/config.md's key table differs from the library's; it should be:\n%s",
+           want);
+    fail_msg("docs/config.md is out of date");
+  }
+  /* The page's example file is a valid config. */
+  char *example = strstr(page, "```json\n");
+  if (example == NULL) fail_msg("docs/config.md has no ```json example");
+  example += 8;
+  char *close = strstr(example, "```");
+  assert_non_null(close);
+  *close = '\0';
+  zt_config_t ex = ZT_CONFIG_INIT;
+  if (zt_config_parse(&ex, example) != 0)
+    fail_msg("the example in docs/config.md: %s", zt_last_error(NULL));
+  assert_int_equal(ex.optimizer_tier, ZT_TIER_HOST);
+  /* Every key of the header is in the table. */
+  for (size_t i = 0; i < N_TKEYS; i++) {
+    char cell[64];
+    snprintf(cell, sizeof cell, "| `%s` |", tkeys[i].name);
+    if (strstr(want, cell) == NULL) fail_msg("the key table lacks %s", tkeys[i].name);
+  }
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_defaults_validate),
+      cmocka_unit_test(test_every_key_json),
+      cmocka_unit_test(test_every_key_set),
+      cmocka_unit_test(test_code_fields_kept),
+      cmocka_unit_test(test_to_json_roundtrip),
+      cmocka_unit_test(test_to_json_every_key),
+      cmocka_unit_test(test_to_json_length),
+      cmocka_unit_test(test_load_file),
+      cmocka_unit_test(test_load_errors),
+      cmocka_unit_test(test_malformed_json),
+      cmocka_unit_test(test_top_level_not_object),
+      cmocka_unit_test(test_unknown_keys),
+      cmocka_unit_test(test_code_only_fields),
+      cmocka_unit_test(test_duplicate_key),
+      cmocka_unit_test(test_wrong_types),
+      cmocka_unit_test(test_set_bad_text),
+      cmocka_unit_test(test_ranges),
+      cmocka_unit_test(test_combinations),
+      cmocka_unit_test(test_validate_code_struct),
+      cmocka_unit_test(test_null_arguments),
+      cmocka_unit_test(test_size_units),
+      cmocka_unit_test(test_seed),
+      cmocka_unit_test(test_fuzz_parse),
+      cmocka_unit_test(test_fuzz_set),
+      cmocka_unit_test(test_docs_key_table),
+  };
+  return T_RUN(tests);
+}
