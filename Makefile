@@ -70,6 +70,13 @@ TEST_BIN := $(TEST_SRC:%.c=$(BUILD)/%)
 EXAMPLE_SRC := $(wildcard examples/*.c)
 EXAMPLE_BIN := $(EXAMPLE_SRC:%.c=$(BUILD)/%)
 
+# A change of CUDA, SAN or GPU_ARCH in the same build folder rebuilds the
+# libraries: the stamp's content changes, so its date does.
+STAMP := $(BUILD)/build-settings
+SETTINGS := CUDA=$(CUDA) SAN=$(SAN) GPU_ARCH=$(GPU_ARCH)
+$(shell mkdir -p $(BUILD); [ "$$(cat $(STAMP) 2>/dev/null)" = "$(SETTINGS)" ] || \
+  echo "$(SETTINGS)" > $(STAMP))
+
 .PHONY: all lib tool tests examples test test-gpu demo deps install clean
 all: lib tool
 lib: $(BUILD)/libztier.a $(BUILD)/libztier.so
@@ -92,11 +99,11 @@ $(BUILD)/cuda/%.o: cuda/%.cu
 	$(NVCC) -std=c++17 -O2 --fmad=false $(NVCC_GENCODE) -Iinclude -Isrc \
 	  -Xcompiler -fPIC,-fvisibility=hidden -DZT_HAVE_CUDA=1 -MMD -MP -c $< -o $@
 
-$(BUILD)/libztier.a: $(LIB_OBJ)
+$(BUILD)/libztier.a: $(LIB_OBJ) $(STAMP)
 	@rm -f $@
-	$(AR) rcs $@ $^
+	$(AR) rcs $@ $(LIB_OBJ)
 
-$(BUILD)/libztier.so: $(LIB_OBJ) src/libztier.map
+$(BUILD)/libztier.so: $(LIB_OBJ) src/libztier.map $(STAMP)
 	$(CC) -shared $(SANFLAGS) -Wl,--version-script=src/libztier.map \
 	  -Wl,-soname,libztier.so.0 -o $@ $(LIB_OBJ) $(LDLIBS)
 

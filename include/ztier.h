@@ -365,7 +365,8 @@ ZT_API double zt_loss_scale(const zt_engine_t *eng);
 /* Statistics                                                                */
 /* ------------------------------------------------------------------------ */
 
-typedef struct zt_stats {
+/* (The tag differs from the function's name so C++ sees no shadowing.) */
+typedef struct zt_stats_data {
   size_t size; /* sizeof(zt_stats_t), set by the caller */
 
   /* Bytes ztier holds now, per tier (its own allocations, not the user's). */

@@ -120,7 +120,8 @@ zt_engine_t *t_engine(const zt_config_t *cfg) {
   zt_engine_t *eng = NULL;
   int rc = zt_engine_create(cfg, &eng);
   if (rc == ZT_ENOGPU || rc == ZT_ENOCUDA) {
-    printf("skipped: no GPU (%s)\n", zt_last_error(NULL));
+    printf("skipped: %s (%s)\n", rc == ZT_ENOGPU ? "no GPU" : "built without CUDA",
+           zt_last_error(NULL));
     fflush(stdout);
     exit(77);
   }

@@ -8,7 +8,8 @@
 # failure. Logs are kept in BUILD_DIR/tests/logs/.
 #
 # Environment: ZT_TEST_TIMEOUT (seconds per executable, default 900),
-# ZT_TEST_FILTER (a substring of the names to run), ZT_TEST_BACKEND (host|cuda).
+# ZT_TEST_FILTER (substrings of the names to run, space-separated; a test runs
+# when its name contains any of them), ZT_TEST_BACKEND (host|cuda).
 set -u
 build=${1:?usage: tests/run.sh BUILD_DIR}
 timeout_s=${ZT_TEST_TIMEOUT:-900}
@@ -27,7 +28,11 @@ for t in "$build"/tests/test_*; do
   [ -x "$t" ] && [ -f "$t" ] || continue
   case "$t" in *.o|*.d) continue ;; esac
   name=$(basename "$t")
-  [ -n "$filter" ] && [[ "$name" != *"$filter"* ]] && continue
+  if [ -n "$filter" ]; then
+    keep=0
+    for word in $filter; do [[ "$name" == *"$word"* ]] && keep=1; done
+    [ "$keep" -eq 1 ] || continue
+  fi
   log="$logs/$name.log"
   start=$(date +%s.%N)
   timeout --kill-after=10 "$timeout_s" "$t" >"$log" 2>&1
