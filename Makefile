@@ -67,6 +67,12 @@ TEST_SUPPORT_SRC := tests/harness.c tests/reference.c
 TEST_SUPPORT_OBJ := $(TEST_SUPPORT_SRC:%.c=$(BUILD)/%.o)
 TEST_SRC := $(wildcard tests/test_*.c)
 TEST_BIN := $(TEST_SRC:%.c=$(BUILD)/%)
+# Tests in CUDA C++ whose kernels run on the host (tests/test_*_host.cu):
+# nvcc compiles them, the C compiler links them, sanitizers included.
+ifeq ($(CUDA),1)
+CU_TEST_SRC := $(wildcard tests/test_*_host.cu)
+TEST_BIN += $(CU_TEST_SRC:%.cu=$(BUILD)/%)
+endif
 EXAMPLE_SRC := $(wildcard examples/*.c)
 EXAMPLE_BIN := $(EXAMPLE_SRC:%.c=$(BUILD)/%)
 
@@ -114,6 +120,20 @@ $(BUILD)/ztier: $(TOOL_OBJ) $(BUILD)/libztier.a
 $(BUILD)/tests/test_%: $(BUILD)/tests/test_%.o $(TEST_SUPPORT_OBJ) $(BUILD)/libztier.a
 	$(CC) $(SANFLAGS) -pthread -o $@ $< $(TEST_SUPPORT_OBJ) $(BUILD)/libztier.a \
 	  -lcmocka $(LDLIBS)
+
+# -Xcompiler splits its argument at commas, so each sanitizer goes alone.
+NVCC_SANFLAGS := $(if $(SAN),$(foreach s,$(subst $(comma), ,$(SAN)),-Xcompiler -fsanitize=$(s)) \
+                 -Xcompiler -fno-omit-frame-pointer -Xcompiler -fno-sanitize-recover=all)
+.PRECIOUS: $(BUILD)/tests/%_host.cu.o
+$(BUILD)/tests/%_host.cu.o: tests/%_host.cu
+	@mkdir -p $(dir $@)
+	$(NVCC) -std=c++17 -O1 --fmad=false -Iinclude -Isrc -Icuda -Itests \
+	  -Xcompiler -fPIC,-ffp-contract=off $(NVCC_SANFLAGS) -DZT_HAVE_CUDA=1 -MMD -MP \
+	  -c $< -o $@
+
+$(BUILD)/tests/%_host: $(BUILD)/tests/%_host.cu.o $(TEST_SUPPORT_OBJ) $(BUILD)/libztier.a
+	$(CC) $(SANFLAGS) -pthread -o $@ $< $(TEST_SUPPORT_OBJ) $(BUILD)/libztier.a \
+	  -lcmocka $(LDLIBS) -lstdc++
 
 $(BUILD)/examples/%: $(BUILD)/examples/%.o $(BUILD)/libztier.a
 	$(CC) $(SANFLAGS) -pthread -o $@ $< $(BUILD)/libztier.a $(LDLIBS)

@@ -6,7 +6,8 @@
  * The arithmetic is optim_math.h's, compiled as __host__ __device__ with
  * --fmad=false, so each element gets exactly the IEEE operations the CPU
  * scalar kernel does and the results are bit-identical (tests/test_cuda.c
- * holds them to that). Only backend_cuda.cu includes this header.
+ * holds them to that). backend_cuda.cu includes this header, and
+ * tests/test_cuda_kernels_host.cu runs the per-thread code on the host.
  *
  * Invariants:
  *   - one launch covers every segment of a call: block b works on chunk

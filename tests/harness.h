@@ -22,6 +22,10 @@
 
 #include "ztier.h"
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 /* ---- random data --------------------------------------------------------- */
 
 typedef struct t_rng {
@@ -95,5 +99,9 @@ void t_ok_(int rc, const zt_engine_t *eng, const char *what, const char *file,
 /* Runs the group with the run's seed printed first. */
 #define T_RUN(tests) t_run_(#tests, tests, sizeof(tests) / sizeof(tests[0]))
 int t_run_(const char *name, const struct CMUnitTest *tests, size_t n);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif /* ZT_TEST_HARNESS_H */

@@ -10,6 +10,10 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 typedef struct ref_hp {
   double lr, beta1, beta2, eps, weight_decay;
   uint64_t t;
@@ -25,5 +29,9 @@ void ref_adam(const ref_hp_t *hp, int decay, double *p, double *m, double *v,
  * `want`: a few ulps of the magnitudes involved. `scale` is a magnitude the
  * computation passed through (e.g. |p| + lr). */
 int ref_close_f32(double got, double want, double scale);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif
