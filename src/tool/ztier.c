@@ -1,0 +1,107 @@
+/*
+ * src/tool/ztier.c — main() of the `ztier` command-line tool.
+ *
+ * Commands are rows of tables: a top-level table (bench, version, ...) and
+ * one for `ztier bench <name>`. Adding `ztier plan` or `ztier bench nvme` is
+ * one row (plus the function it names). Every command gets the arguments
+ * from its own name on (argv[0] is "adam" for `ztier bench adam ...`) and
+ * returns the exit status: 0 success, 1 failure, 2 usage error.
+ */
+#include <stdio.h>
+#include <string.h>
+
+#include "../../bench/common.h" // defines: zt_bench_*_main
+#include "ztier.h"              // defines: zt_version
+
+typedef struct command {
+  const char *name;
+  int (*run)(int argc, char **argv);
+  const char *summary;
+} command_t;
+
+static int cmd_bench(int argc, char **argv);
+static int cmd_version(int argc, char **argv);
+
+static const command_t commands[] = {
+    {"bench", cmd_bench, "measure a part of ztier beside its hardware limit"},
+    {"version", cmd_version, "print the version of ztier"},
+};
+
+static const command_t benches[] = {
+    {"adam", zt_bench_adam_main,
+     "the CPU AdamW update against the memory bandwidth of the same access pattern"},
+};
+
+#define COUNT(a) (sizeof(a) / sizeof((a)[0]))
+
+static void list(FILE *f, const command_t *t, size_t n) {
+  for (size_t i = 0; i < n; i++) fprintf(f, "  %-10s %s\n", t[i].name, t[i].summary);
+}
+
+static void usage(FILE *f) {
+  fprintf(f,
+          "usage: ztier <command> [arguments]\n\n"
+          "ztier partitions and tiers the model states of data-parallel training\n"
+          "(ZeRO stages 1-3, offload to host memory and NVMe) for C training loops.\n\n"
+          "commands:\n");
+  list(f, commands, COUNT(commands));
+  fprintf(f, "\n'ztier <command> --help' describes a command.\n");
+}
+
+static int is_help(const char *a) {
+  return strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0 || strcmp(a, "help") == 0;
+}
+
+/* Runs the row of `t` named by argv[0]; `what` names the table in errors. */
+static int dispatch(const char *what, const command_t *t, size_t n, int argc,
+                    char **argv) {
+  for (size_t i = 0; i < n; i++)
+    if (strcmp(argv[0], t[i].name) == 0) return t[i].run(argc, argv);
+  if (argv[0][0] == '-')
+    fprintf(stderr, "%s: unknown option '%s'; run '%s --help' for the list\n", what,
+            argv[0], what);
+  else
+    fprintf(stderr, "%s: unknown command '%s'; run '%s --help' for the list\n", what,
+            argv[0], what);
+  return 2;
+}
+
+static int cmd_bench(int argc, char **argv) {
+  if (argc < 2 || is_help(argv[1])) {
+    FILE *f = argc < 2 ? stderr : stdout;
+    fprintf(f, "usage: ztier bench <name> [flags]\n\nbenchmarks:\n");
+    list(f, benches, COUNT(benches));
+    fprintf(f,
+            "\nEach prints its figure beside a limit measured in the same run (medians\n"
+            "over --reps), checks what it times first, and takes --json; see\n"
+            "'ztier bench <name> --help' and docs/bench.md.\n");
+    return argc < 2 ? 2 : 0;
+  }
+  return dispatch("ztier bench", benches, COUNT(benches), argc - 1, argv + 1);
+}
+
+static int cmd_version(int argc, char **argv) {
+  if (argc > 1 && is_help(argv[1])) {
+    printf("usage: ztier version\n\nPrints the version of ztier.\n");
+    return 0;
+  }
+  if (argc > 1) {
+    fprintf(stderr, "ztier version: unexpected argument '%s'\n", argv[1]);
+    return 2;
+  }
+  printf("ztier %s\n", zt_version());
+  return 0;
+}
+
+int main(int argc, char **argv) {
+  if (argc < 2) {
+    usage(stderr);
+    return 2;
+  }
+  if (is_help(argv[1])) {
+    usage(stdout);
+    return 0;
+  }
+  if (strcmp(argv[1], "--version") == 0) return cmd_version(1, argv + 1);
+  return dispatch("ztier", commands, COUNT(commands), argc - 1, argv + 1);
+}
