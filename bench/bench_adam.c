@@ -244,22 +244,12 @@ static void limit_task(void *vctx, size_t t, int worker) {
 /* ---- the update ----------------------------------------------------------------- */
 
 static zt__adam_hp_t make_hp(uint64_t t, int stochastic) {
-  const double lr = 1e-3, b1 = 0.9, b2 = 0.999, wd = 0.01;
+  zt_step_args_t a = ZT_STEP_ARGS_INIT;
+  a.lr = 1e-3f;
+  a.weight_decay = 0.01f;
+  a.t = t;
   zt__adam_hp_t hp;
-  memset(&hp, 0, sizeof hp);
-  hp.beta1 = (float)b1;
-  hp.beta2 = (float)b2;
-  hp.one_minus_beta1 = (float)(1.0 - (double)hp.beta1);
-  hp.one_minus_beta2 = (float)(1.0 - (double)hp.beta2);
-  hp.eps = 1e-8f;
-  hp.step_size = (float)(lr / (1.0 - pow((double)hp.beta1, (double)t)));
-  hp.inv_bc2_sqrt = (float)(1.0 / sqrt(1.0 - pow((double)hp.beta2, (double)t)));
-  hp.decay_mul = (float)(1.0 - lr * wd);
-  hp.weight_decay = (float)wd;
-  hp.gmul = 1.0f;
-  hp.mode = ZT_MODE_ADAMW;
-  hp.stochastic = stochastic;
-  hp.sr_key = zt_sr_key(0x5eed, t);
+  zt__adam_hp_make(&a, 1.0, ZT_MODE_ADAMW, stochastic, zt_sr_key(0x5eed, t), &hp);
   return hp;
 }
 

@@ -18,7 +18,9 @@
  * Those buffers and the pool make one zt__cpu_t serve one call at a time,
  * like the pool itself.
  */
+#include <math.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "cpu_optim.h"
 
@@ -37,6 +39,27 @@ typedef struct cpu_impl {
   piece_t *pieces; /* BATCH */
   double *sums;    /* BATCH */
 } cpu_impl_t;
+
+void zt__adam_hp_make(const zt_step_args_t *a, double gmul, int mode, int stochastic,
+                      uint32_t sr_key, zt__adam_hp_t *hp) {
+  double t = (double)a->t;
+  double bc1 = 1.0 - pow((double)a->beta1, t);
+  double bc2 = 1.0 - pow((double)a->beta2, t);
+  memset(hp, 0, sizeof *hp);
+  hp->beta1 = a->beta1;
+  hp->beta2 = a->beta2;
+  hp->one_minus_beta1 = (float)(1.0 - (double)a->beta1);
+  hp->one_minus_beta2 = (float)(1.0 - (double)a->beta2);
+  hp->eps = a->eps;
+  hp->step_size = (float)((double)a->lr / bc1);
+  hp->inv_bc2_sqrt = (float)(1.0 / sqrt(bc2));
+  hp->decay_mul = (float)(1.0 - (double)a->lr * (double)a->weight_decay);
+  hp->weight_decay = a->weight_decay;
+  hp->gmul = (float)gmul;
+  hp->mode = mode;
+  hp->stochastic = stochastic;
+  hp->sr_key = sr_key;
+}
 
 int zt__cpu_create(int threads, zt__err_t *e, zt__cpu_t **out) {
   *out = NULL;

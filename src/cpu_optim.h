@@ -58,6 +58,13 @@ typedef struct zt__cpu {
   zt__isa_t isa;
 } zt__cpu_t;
 
+/* The float constants of one step, computed once in double from the step's
+ * arguments so that every kernel (CPU or GPU, any tier) sees the same bits.
+ * `gmul` multiplies the gradients (unscale, grad_scale, clip); `mode` is
+ * ZT_MODE_ADAMW or ZT_MODE_ADAM_L2; `sr_key` is zt_sr_key(seed, t). */
+ZT_INTERNAL void zt__adam_hp_make(const zt_step_args_t *a, double gmul, int mode,
+                                  int stochastic, uint32_t sr_key, zt__adam_hp_t *hp);
+
 ZT_INTERNAL int zt__cpu_create(int threads, zt__err_t *e, zt__cpu_t **out);
 ZT_INTERNAL void zt__cpu_destroy(zt__cpu_t *cpu);
 

@@ -163,7 +163,7 @@ enum { ZT_MODE_ADAMW = 0, ZT_MODE_ADAM_L2 = 1 };
 
 /*
  * Everything one step's update needs, in float, computed on the host in
- * double from the step arguments (make_hp in step.c) so that every kernel sees
+ * double from the step arguments (zt__adam_hp_make, cpu_optim.c) so that every kernel sees
  * the same bits.
  */
 typedef struct zt__adam_hp {

@@ -253,28 +253,6 @@ static void scaler_update(zt__scaler_t *s, const zt_config_t *c, int overflow) {
   }
 }
 
-/* The float constants of one step, computed once in double. */
-static void make_hp(const zt_engine_t *eng, const zt_step_args_t *a, double gmul,
-                    zt__adam_hp_t *hp) {
-  double t = (double)a->t;
-  double bc1 = 1.0 - pow((double)a->beta1, t);
-  double bc2 = 1.0 - pow((double)a->beta2, t);
-  memset(hp, 0, sizeof *hp);
-  hp->beta1 = a->beta1;
-  hp->beta2 = a->beta2;
-  hp->one_minus_beta1 = (float)(1.0 - (double)a->beta1);
-  hp->one_minus_beta2 = (float)(1.0 - (double)a->beta2);
-  hp->eps = a->eps;
-  hp->step_size = (float)((double)a->lr / bc1);
-  hp->inv_bc2_sqrt = (float)(1.0 / sqrt(bc2));
-  hp->decay_mul = (float)(1.0 - (double)a->lr * (double)a->weight_decay);
-  hp->weight_decay = a->weight_decay;
-  hp->gmul = (float)gmul;
-  hp->mode = eng->cfg.optimizer == ZT_ADAM_L2 ? ZT_MODE_ADAM_L2 : ZT_MODE_ADAMW;
-  hp->stochastic = eng->cfg.rounding == ZT_ROUND_STOCHASTIC && eng->param_dtype == ZT_BF16;
-  hp->sr_key = zt_sr_key(eng->cfg.seed, a->t);
-}
-
 int zt_step(zt_engine_t *eng, const zt_step_args_t *args, zt_step_info_t *info) {
   ZT_TRY(check_engine(eng, "zt_step"));
   ZT_TRY(check_args(eng, args, info));
@@ -305,7 +283,10 @@ int zt_step(zt_engine_t *eng, const zt_step_args_t *args, zt_step_info_t *info) 
             (unsigned long long)args->t, eng->scaler.scale);
   } else {
     zt__adam_hp_t hp;
-    make_hp(eng, args, inv * coef, &hp);
+    zt__adam_hp_make(args, inv * coef,
+                     eng->cfg.optimizer == ZT_ADAM_L2 ? ZT_MODE_ADAM_L2 : ZT_MODE_ADAMW,
+                     eng->cfg.rounding == ZT_ROUND_STOCHASTIC && eng->param_dtype == ZT_BF16,
+                     zt_sr_key(eng->cfg.seed, args->t), &hp);
     int rc = eng->cfg.optimizer_tier == ZT_TIER_HOST ? update_host_tier(eng, &hp)
                                                      : update_device_tier(eng, &hp);
     if (rc < 0) {
