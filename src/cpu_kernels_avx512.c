@@ -234,63 +234,10 @@ ZT_INLINE void adam_loop(const zt__adam_hp_t *hp, const zt__adam_span_t *s, int 
               (__mmask16)((1u << (n - i)) - 1u), 1);
 }
 
-#define ADAM_DMODE(gdt, pdt, sr)                                                         \
-  do {                                                                                   \
-    if (dmode == DECAY_NONE)                                                             \
-      adam_loop(hp, s, gdt, pdt, sr, DECAY_NONE);                                        \
-    else if (dmode == DECAY_ADAMW)                                                       \
-      adam_loop(hp, s, gdt, pdt, sr, DECAY_ADAMW);                                       \
-    else                                                                                 \
-      adam_loop(hp, s, gdt, pdt, sr, DECAY_L2);                                          \
-  } while (0)
-
-#define ADAM_CASE_G(gdt)                                                                 \
-  case gdt:                                                                              \
-    if (s->params == NULL)                                                               \
-      ADAM_DMODE(gdt, NO_PARAMS, 0);                                                     \
-    else if (s->param_dtype == ZT_FP32)                                                  \
-      ADAM_DMODE(gdt, ZT_FP32, 0);                                                       \
-    else if (s->param_dtype == ZT_FP16)                                                  \
-      ADAM_DMODE(gdt, ZT_FP16, 0);                                                       \
-    else if (sr)                                                                         \
-      ADAM_DMODE(gdt, ZT_BF16, 1);                                                       \
-    else                                                                                 \
-      ADAM_DMODE(gdt, ZT_BF16, 0);                                                       \
-    break;
-
-static void adam_piece(const zt__adam_hp_t *hp, const zt__adam_span_t *s) {
-  int sr = hp->stochastic != 0;
-  int dmode = !s->decay                     ? DECAY_NONE
-              : hp->mode == ZT_MODE_ADAM_L2 ? DECAY_L2
-                                            : DECAY_ADAMW;
-  switch (s->grad_dtype) {
-    ADAM_CASE_G(ZT_FP32)
-    ADAM_CASE_G(ZT_BF16)
-    ADAM_CASE_G(ZT_FP16)
-  }
-}
+#include "cpu_kernels_vec.h" // defines: adam_span_vec, from adam_loop above
 
 void zt__adam_span_avx512(const zt__adam_hp_t *hp, const zt__adam_span_t *s) {
-  /* Split where the high half of the element index changes, so that each
-   * piece hoists one key (zt_sr_key_hi); nearly every span is one piece. */
-  zt__adam_span_t piece = *s;
-  size_t gsz = zt__dtype_size(s->grad_dtype), psz = zt__dtype_size(s->param_dtype);
-  size_t left = s->n;
-  while (left > 0) {
-    uint64_t room = ((uint64_t)1 << 32) - (piece.index & 0xffffffffu);
-    piece.n = room < left ? (size_t)room : left;
-    adam_piece(hp, &piece);
-    piece.master += piece.n;
-    piece.m += piece.n;
-    piece.v += piece.n;
-    piece.grads = (const char *)piece.grads + piece.n * gsz;
-    if (piece.params) piece.params = (char *)piece.params + piece.n * psz;
-    piece.index += piece.n;
-    left -= piece.n;
-  }
-  /* Non-temporal stores are weakly ordered: make them visible before the
-   * caller reports the span done. */
-  _mm_sfence();
+  adam_span_vec(hp, s);
 }
 
 /* ---- sum of squares ---------------------------------------------------------- */

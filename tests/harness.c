@@ -103,6 +103,25 @@ void t_fill_uniform(void *buf, zt_dtype_t dt, size_t n, double lo, double hi,
 
 uint64_t t_hash(const void *p, size_t n) { return XXH3_64bits(p, n); }
 
+void t_fill_bits(void *p, size_t bytes, t_rng_t *r) {
+  unsigned char *b = (unsigned char *)p;
+  size_t i = 0;
+  for (; i + 8 <= bytes; i += 8) {
+    uint64_t x = t_rng_next(r);
+    memcpy(b + i, &x, 8);
+  }
+  for (; i < bytes; i++) b[i] = (unsigned char)t_rng_next(r);
+}
+
+void t_shuffle_segs(struct zt__seg *s, size_t n, t_rng_t *r) {
+  for (size_t i = n; i > 1; i--) {
+    size_t j = t_rng_next(r) % i;
+    zt__seg_t t = s[i - 1];
+    s[i - 1] = s[j];
+    s[j] = t;
+  }
+}
+
 /* ---- backend ---------------------------------------------------------------- */
 
 zt_backend_t t_backend(void) {
@@ -176,6 +195,24 @@ void t_close_(double got, double want, double atol, double rtol, size_t i,
            rtol);
     _fail(file, line);
   }
+}
+
+void t_expect_same(const char *what, const void *got, const void *want, size_t esize,
+                   size_t n) {
+  if (memcmp(got, want, esize * n) == 0) return;
+  size_t first = SIZE_MAX, count = 0;
+  for (size_t i = 0; i < n; i++) {
+    if (memcmp((const char *)got + i * esize, (const char *)want + i * esize, esize) != 0) {
+      if (first == SIZE_MAX) first = i;
+      count++;
+    }
+  }
+  uint64_t g = 0, w = 0;
+  memcpy(&g, (const char *)got + first * esize, esize);
+  memcpy(&w, (const char *)want + first * esize, esize);
+  fail_msg("%s: %zu of %zu elements differ; first at %zu: got 0x%0*llx, want 0x%0*llx",
+           what, count, n, first, (int)(2 * esize), (unsigned long long)g,
+           (int)(2 * esize), (unsigned long long)w);
 }
 
 void t_ok_(int rc, const zt_engine_t *eng, const char *what, const char *file, int line) {

@@ -53,6 +53,13 @@ void t_store(void *buf, zt_dtype_t dt, size_t i, double x);
 size_t t_dtype_size(zt_dtype_t dt);
 const char *t_dtype_name(zt_dtype_t dt);
 
+/* `bytes` random bytes: every bit pattern, NaNs and subnormals included. */
+void t_fill_bits(void *p, size_t bytes, t_rng_t *r);
+
+/* Shuffles a table of segments (zt__seg_t of cpu_optim.h) in place. */
+struct zt__seg;
+void t_shuffle_segs(struct zt__seg *s, size_t n, t_rng_t *r);
+
 /* XXH3 of n bytes: two equal hashes mean the buffer was not touched. */
 uint64_t t_hash(const void *p, size_t n);
 
@@ -90,6 +97,11 @@ void t_expect_err_(int rc, const zt_engine_t *eng, int code, const char *needle,
   t_close_((got), (want), (atol), (rtol), (i), __FILE__, __LINE__)
 void t_close_(double got, double want, double atol, double rtol, size_t i,
               const char *file, int line);
+
+/* Fails unless got == want byte for byte (n elements of esize bytes), naming
+ * the first differing element and how many differ. */
+void t_expect_same(const char *what, const void *got, const void *want, size_t esize,
+                   size_t n);
 
 /* Fails unless rc == 0, printing zt_strerror and zt_last_error. */
 #define T_OK(call, eng) t_ok_((call), (eng), #call, __FILE__, __LINE__)

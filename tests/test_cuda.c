@@ -96,35 +96,7 @@ static void download(ctx_t *c, void *dst, const void *src, size_t bytes) {
   BE_OK(c, ops->stream_sync(c->be, ZT_STREAM_D2H));
 }
 
-static void fill_bits(void *p, size_t bytes, t_rng_t *r) {
-  unsigned char *b = p;
-  size_t i = 0;
-  for (; i + 8 <= bytes; i += 8) {
-    uint64_t x = t_rng_next(r);
-    memcpy(b + i, &x, 8);
-  }
-  for (; i < bytes; i++) b[i] = (unsigned char)t_rng_next(r);
-}
 
-/* Fails unless got == want byte for byte, naming the first differing
- * element and how many differ. */
-static void expect_same(const char *what, const void *got, const void *want, size_t esize,
-                        size_t n) {
-  if (memcmp(got, want, esize * n) == 0) return;
-  size_t first = SIZE_MAX, count = 0;
-  for (size_t i = 0; i < n; i++) {
-    if (memcmp((const char *)got + i * esize, (const char *)want + i * esize, esize) != 0) {
-      if (first == SIZE_MAX) first = i;
-      count++;
-    }
-  }
-  uint32_t g = 0, w = 0;
-  memcpy(&g, (const char *)got + first * esize, esize);
-  memcpy(&w, (const char *)want + first * esize, esize);
-  printf("# %s: %zu of %zu elements differ; first at %zu: got 0x%0*x, want 0x%0*x\n", what,
-         count, n, first, (int)(2 * esize), g, (int)(2 * esize), w);
-  fail();
-}
 
 /* ---- adam ------------------------------------------------------------------------ */
 
@@ -141,14 +113,6 @@ typedef struct layout {
   size_t states; /* elements of master/m/v                               */
 } layout_t;
 
-static void shuffle_segs(zt__seg_t *s, size_t n, t_rng_t *r) {
-  for (size_t i = n; i > 1; i--) {
-    size_t j = t_rng_next(r) % i;
-    zt__seg_t t = s[i - 1];
-    s[i - 1] = s[j];
-    s[j] = t;
-  }
-}
 
 /* Segments of the lengths that break kernels (1, around warp and chunk
  * sizes, primes, 10^6) and random ones, at increasing indices from `base`
@@ -166,7 +130,7 @@ static void layout_make(layout_t *L, size_t base, t_rng_t *r) {
     L->segs[i].n = i < n_fixed ? fixed[i] : 1 + t_rng_next(r) % 3000;
     L->segs[i].decay = (int)(t_rng_next(r) & 1);
   }
-  shuffle_segs(L->segs, L->n_segs, r);
+  t_shuffle_segs(L->segs, L->n_segs, r);
   size_t idx = base;
   for (size_t i = 0; i < L->n_segs; i++) {
     idx += t_rng_next(r) % 40; /* frozen elements between segments */
@@ -175,14 +139,14 @@ static void layout_make(layout_t *L, size_t base, t_rng_t *r) {
   }
   L->first = base - t_rng_next(r) % 17;
   L->window = idx + 11 - L->first;
-  shuffle_segs(L->segs, L->n_segs, r);
+  t_shuffle_segs(L->segs, L->n_segs, r);
   size_t off = t_rng_next(r) % 9;
   for (size_t i = 0; i < L->n_segs; i++) {
     L->segs[i].state_off = off;
     off += L->segs[i].n + t_rng_next(r) % 5;
   }
   L->states = off + 3;
-  shuffle_segs(L->segs, L->n_segs, r);
+  t_shuffle_segs(L->segs, L->n_segs, r);
 }
 
 static void hp_make(zt__adam_hp_t *hp, int mode, int stochastic, uint64_t t, t_rng_t *r) {
@@ -270,19 +234,19 @@ static void adam_compare(ctx_t *c, const adam_case_t *a, const layout_t *L,
   void *p = host_alloc(L->window * a->psz);
   download(c, f, a->d_m, L->states * sizeof(float));
   snprintf(what, sizeof what, "%s: m", tag);
-  expect_same(what, f, a->h_m, 4, L->states);
+  t_expect_same(what, f, a->h_m, 4, L->states);
   download(c, f, a->d_v, L->states * sizeof(float));
   snprintf(what, sizeof what, "%s: v", tag);
-  expect_same(what, f, a->h_v, 4, L->states);
+  t_expect_same(what, f, a->h_v, 4, L->states);
   if (!a->self) {
     download(c, f, a->d_master, L->states * sizeof(float));
     snprintf(what, sizeof what, "%s: master", tag);
-    expect_same(what, f, a->h_master, 4, L->states);
+    t_expect_same(what, f, a->h_master, 4, L->states);
   }
   /* The whole window: frozen gaps must still hold their poison. */
   download(c, p, a->d_params, L->window * a->psz);
   snprintf(what, sizeof what, "%s: params", tag);
-  expect_same(what, p, a->h_params, a->psz, L->window);
+  t_expect_same(what, p, a->h_params, a->psz, L->window);
   free(f);
   free(p);
 }
@@ -313,7 +277,7 @@ static void adam_run(ctx_t *c, zt_dtype_t gdt, int pmode, int mode, int sr, size
   if (a.self)
     t_fill_uniform(a.h_params, ZT_FP32, L.window, -1.0, 1.0, r);
   else
-    fill_bits(a.h_params, L.window * a.psz, r); /* poison: output only */
+    t_fill_bits(a.h_params, L.window * a.psz, r); /* poison: output only */
 
   a.d_master = dev_alloc(c, sb);
   a.d_m = dev_alloc(c, sb);
@@ -458,7 +422,7 @@ static void test_sumsq_matches_cpu(void **state) {
     L.segs[L.n_segs / 2].n = 0;
     size_t n_elems = L.first + L.window; /* sumsq addresses grads by index */
     void *h = host_alloc(n_elems * esz);
-    fill_bits(h, L.first * esz, r);
+    t_fill_bits(h, L.first * esz, r);
     t_fill_normal((char *)h + L.first * esz, dt, L.window, 0.1 + t_rng_uniform(r), r);
     void *d = dev_alloc(c, n_elems * esz);
     upload(c, d, h, n_elems * esz);
@@ -559,9 +523,9 @@ static void test_cast_matches_cpu(void **state) {
         size_t s_all = n + 2 * guard, d_all = n + 2 * guard;
         void *hs = host_alloc(s_all * ssz), *hd = host_alloc(d_all * dsz),
              *got = host_alloc(d_all * dsz);
-        fill_bits(hs, s_all * ssz, r);
+        t_fill_bits(hs, s_all * ssz, r);
         fill_cast_src((char *)hs + s_off * ssz, sdt, n, r);
-        fill_bits(hd, d_all * dsz, r); /* poison, guards included */
+        t_fill_bits(hd, d_all * dsz, r); /* poison, guards included */
         void *ds = dev_alloc(c, s_all * ssz), *dd = dev_alloc(c, d_all * dsz);
         upload(c, ds, hs, s_all * ssz);
         upload(c, dd, hd, d_all * dsz);
@@ -575,7 +539,7 @@ static void test_cast_matches_cpu(void **state) {
         char what[96];
         snprintf(what, sizeof what, "cast %s -> %s, n %zu", t_dtype_name(sdt),
                  t_dtype_name(ddt), n);
-        expect_same(what, got, hd, dsz, d_all);
+        t_expect_same(what, got, hd, dsz, d_all);
         ops->free(c->be, ds, s_all * ssz);
         ops->free(c->be, dd, d_all * dsz);
         free(hs);
@@ -661,7 +625,7 @@ static void test_cuda_error_translated(void **state) {
   ctx_t *c = *state;
   size_t bytes = (size_t)1 << 20;
   void *h = host_alloc(bytes);
-  fill_bits(h, bytes, &c->rng);
+  t_fill_bits(h, bytes, &c->rng);
   BE_OK(c, ops->host_register(c->be, h, bytes));
   /* Registering twice is a CUDA error: ZT_ECUDA, with the CUDA message and
    * where it was caught. */
@@ -702,14 +666,14 @@ static void test_memset_zero(void **state) {
   ctx_t *c = *state;
   size_t n = 100003;
   unsigned char *h = host_alloc(n), *got = host_alloc(n);
-  fill_bits(h, n, &c->rng);
+  t_fill_bits(h, n, &c->rng);
   unsigned char *d = dev_alloc(c, n);
   upload(c, d, h, n);
   BE_OK(c, ops->memset_zero(c->be, d + 17, n - 40, ZT_STREAM_D2H));
   BE_OK(c, ops->stream_sync(c->be, ZT_STREAM_D2H));
   memset(h + 17, 0, n - 40);
   download(c, got, d, n);
-  expect_same("memset_zero", got, h, 1, n);
+  t_expect_same("memset_zero", got, h, 1, n);
   ops->free(c->be, d, n);
   free(h);
   free(got);
@@ -757,7 +721,7 @@ static void test_stream_ordering(void **state) {
     BE_OK(c, ops->copy(c->be, got, d_dst, n * 4, ZT_COPY_D2H, ZT_STREAM_D2H));
     BE_OK(c, ops->event_record(c->be, ev, ZT_STREAM_D2H));
     BE_OK(c, ops->event_sync(c->be, ev));
-    expect_same("ordered copy", got, want, 4, n);
+    t_expect_same("ordered copy", got, want, 4, n);
   }
   BE_OK(c, ops->stream_sync(c->be, ZT_STREAM_COMPUTE));
   ops->event_destroy(c->be, ev);

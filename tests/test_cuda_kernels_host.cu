@@ -75,44 +75,8 @@ static void *xalloc(size_t bytes) {
   return p;
 }
 
-static void fill_bits(void *p, size_t bytes, t_rng_t *r) {
-  unsigned char *b = (unsigned char *)p;
-  size_t i = 0;
-  for (; i + 8 <= bytes; i += 8) {
-    uint64_t x = t_rng_next(r);
-    memcpy(b + i, &x, 8);
-  }
-  for (; i < bytes; i++) b[i] = (unsigned char)t_rng_next(r);
-}
 
-/* Fails unless got == want byte for byte, naming the first differing
- * element and how many differ. */
-static void expect_same(const char *what, const void *got, const void *want, size_t esize,
-                        size_t n) {
-  if (memcmp(got, want, esize * n) == 0) return;
-  size_t first = SIZE_MAX, count = 0;
-  for (size_t i = 0; i < n; i++) {
-    if (memcmp((const char *)got + i * esize, (const char *)want + i * esize, esize) != 0) {
-      if (first == SIZE_MAX) first = i;
-      count++;
-    }
-  }
-  uint64_t g = 0, w = 0;
-  memcpy(&g, (const char *)got + first * esize, esize);
-  memcpy(&w, (const char *)want + first * esize, esize);
-  fail_msg("%s: %zu of %zu elements differ; first at %zu: got 0x%0*llx, want 0x%0*llx",
-           what, count, n, first, (int)(2 * esize), (unsigned long long)g,
-           (int)(2 * esize), (unsigned long long)w);
-}
 
-static void shuffle_segs(zt__seg_t *s, size_t n, t_rng_t *r) {
-  for (size_t i = n; i > 1; i--) {
-    size_t j = t_rng_next(r) % i;
-    zt__seg_t t = s[i - 1];
-    s[i - 1] = s[j];
-    s[j] = t;
-  }
-}
 
 /* ---- segment tables ---------------------------------------------------------------- */
 
@@ -156,7 +120,7 @@ static void layout_make(layout_t *L, size_t base, size_t straddle, int big, t_rn
     L->segs[i].n = n;
     L->segs[i].decay = (int)(t_rng_next(r) & 1);
   }
-  shuffle_segs(L->segs, L->n_segs, r);
+  t_shuffle_segs(L->segs, L->n_segs, r);
   size_t idx = 0;
   for (size_t i = 0; i < L->n_segs; i++) {
     idx += t_rng_next(r) % 40;
@@ -179,14 +143,14 @@ static void layout_make(layout_t *L, size_t base, size_t straddle, int big, t_rn
   L->pfirst = L->lo - t_rng_next(r) % 23;
   L->gwin = L->hi + 11 - L->gfirst;
   L->pwin = L->hi + 7 - L->pfirst;
-  shuffle_segs(L->segs, L->n_segs, r);
+  t_shuffle_segs(L->segs, L->n_segs, r);
   size_t off = t_rng_next(r) % 9;
   for (size_t i = 0; i < L->n_segs; i++) {
     L->segs[i].state_off = off;
     off += L->segs[i].n + t_rng_next(r) % 5;
   }
   L->states = off + 3;
-  shuffle_segs(L->segs, L->n_segs, r);
+  t_shuffle_segs(L->segs, L->n_segs, r);
 }
 
 /* ---- adam: the kernel's grid, on the host ------------------------------------------ */
@@ -347,7 +311,7 @@ static void adam_run(zt_dtype_t gdt, int pmode, int mode, int sr, int high, int 
   t_fill_normal(grads, gdt, L.gwin, 0.5, r);
   sprinkle_specials(grads, gdt, L.gwin, r);
   if (self) t_fill_uniform(gpu_params, ZT_FP32, L.pwin, -1.0, 1.0, r);
-  else fill_bits(gpu_params, L.pwin * psz, r); /* poison: output only */
+  else t_fill_bits(gpu_params, L.pwin * psz, r); /* poison: output only */
   float *cpu_master = (float *)xalloc(sb), *cpu_m = (float *)xalloc(sb),
         *cpu_v = (float *)xalloc(sb);
   void *cpu_params = xalloc(L.pwin * psz);
@@ -414,13 +378,13 @@ static void adam_run(zt_dtype_t gdt, int pmode, int mode, int sr, int high, int 
   /* Whole arrays: the gaps between states and between segments' params
    * must still hold what they held. */
   snprintf(what, sizeof what, "%s: m", tag);
-  expect_same(what, gpu_m, cpu_m, 4, L.states);
+  t_expect_same(what, gpu_m, cpu_m, 4, L.states);
   snprintf(what, sizeof what, "%s: v", tag);
-  expect_same(what, gpu_v, cpu_v, 4, L.states);
+  t_expect_same(what, gpu_v, cpu_v, 4, L.states);
   snprintf(what, sizeof what, "%s: master", tag);
-  expect_same(what, gpu_master, cpu_master, 4, L.states);
+  t_expect_same(what, gpu_master, cpu_master, 4, L.states);
   snprintf(what, sizeof what, "%s: params", tag);
-  expect_same(what, gpu_params, cpu_params, psz, L.pwin);
+  t_expect_same(what, gpu_params, cpu_params, psz, L.pwin);
 
   /* The oracle itself: the sampled elements within float rounding of the
    * double update (test_cpu_kernels.c's scales). */
@@ -580,7 +544,7 @@ static void test_sumsq_matches_cpu(void **state) {
     layout_make(&L, 3 * ZT_NORM_BLOCK - 1 - t_rng_next(&r) % 5000, 0, 1, &r);
     const size_t n_elems = L.hi + 11; /* sumsq addresses grads by index */
     void *g = xalloc(n_elems * esz);
-    fill_bits(g, L.lo * esz, &r); /* never read */
+    t_fill_bits(g, L.lo * esz, &r); /* never read */
     /* Magnitudes over 2^-10 .. 2^10, so the order of the adds shows. */
     for (size_t i = L.lo; i < n_elems; i++)
       t_store(g, dt, i, t_rng_normal(&r) * ldexp(1.0, (int)(t_rng_next(&r) % 21) - 10));
@@ -608,7 +572,7 @@ static void test_sumsq_matches_cpu(void **state) {
       }
     }
     snprintf(what, sizeof what, "sumsq %s piece sums", t_dtype_name(dt));
-    expect_same(what, partials, want, sizeof(double), pieces);
+    t_expect_same(what, partials, want, sizeof(double), pieces);
     printf("# sumsq %s: %llu pieces, kernels %.17g cpu %.17g ref %.17Lg\n", t_dtype_name(dt),
            pieces, got, total, ref);
     assert_memory_equal(&got, &total, sizeof(double));
@@ -751,16 +715,16 @@ static void test_cast_matches_cpu(void **state) {
         const size_t all = n + 2 * guard;
         char *src = (char *)xalloc(all * ssz), *got = (char *)xalloc(all * dsz),
              *want = (char *)xalloc(all * dsz);
-        fill_bits(src, all * ssz, &r);
+        t_fill_bits(src, all * ssz, &r);
         fill_cast_src(src + s_off * ssz, sdt, n, &r);
-        fill_bits(got, all * dsz, &r); /* poison, guards included */
+        t_fill_bits(got, all * dsz, &r); /* poison, guards included */
         memcpy(want, got, all * dsz);
         gpu_cast(got + d_off * dsz, ddt, src + s_off * ssz, sdt, n);
         zt__cast_scalar(want + d_off * dsz, ddt, src + s_off * ssz, sdt, n, 0, 0, 0);
         char what[96];
         snprintf(what, sizeof what, "cast %s -> %s, n %zu", t_dtype_name(sdt),
                  t_dtype_name(ddt), n);
-        expect_same(what, got, want, dsz, all);
+        t_expect_same(what, got, want, dsz, all);
         free(src);
         free(got);
         free(want);
