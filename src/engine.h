@@ -97,10 +97,4 @@ ZT_INTERNAL int zt__engine_valid(const zt_engine_t *eng);
 /* register.c: frees the unit table and every optimizer state. */
 ZT_INTERNAL void zt__engine_unregister(zt_engine_t *eng);
 
-/* Pinned host memory for the host tier: page-aligned, huge pages where the
- * kernel gives them, mlock'ed where RLIMIT_MEMLOCK allows (*locked says),
- * registered with the backend. Pairs with zt__pinned_free. */
-ZT_INTERNAL int zt__pinned_alloc(zt_engine_t *eng, size_t bytes, void **out);
-ZT_INTERNAL void zt__pinned_free(zt_engine_t *eng, void *p, size_t bytes);
-
 #endif /* ZT_ENGINE_H */

@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "engine.h"
+#include "pinned.h" // defines: zt__pinned_alloc, zt__pinned_free
 
 /* 2^40 elements (4 TiB of fp32): far beyond one rank's memory, and small
  * enough that every byte count below fits in size_t without overflow. */

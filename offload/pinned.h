@@ -1,0 +1,21 @@
+/*
+ * pinned.h — pinned host memory of the host tier (offload/pinned.c).
+ */
+#ifndef ZT_PINNED_H
+#define ZT_PINNED_H
+
+#include <stddef.h>
+
+#include "internal.h" // defines: ZT_INTERNAL, zt_engine_t
+
+/* `bytes` of pinned host memory for `eng`: page-aligned, huge pages where the
+ * kernel gives them, mlock'ed where RLIMIT_MEMLOCK allows (the engine's
+ * host_locked and the log say when not), registered with the backend.
+ * -ENOMEM with a sentence when pinned_budget_bytes would be exceeded or the
+ * memory is not there; *out is NULL then. Pairs with zt__pinned_free. */
+ZT_INTERNAL int zt__pinned_alloc(zt_engine_t *eng, size_t bytes, void **out);
+
+/* Unregisters, unlocks and unmaps a region of zt__pinned_alloc; NULL: nothing. */
+ZT_INTERNAL void zt__pinned_free(zt_engine_t *eng, void *p, size_t bytes);
+
+#endif /* ZT_PINNED_H */
