@@ -76,8 +76,8 @@ endif
 EXAMPLE_SRC := $(wildcard examples/*.c)
 EXAMPLE_BIN := $(EXAMPLE_SRC:%.c=$(BUILD)/%)
 
-# A change of CUDA, SAN or GPU_ARCH in the same build folder rebuilds the
-# libraries: the stamp's content changes, so its date does.
+# A change of CUDA, SAN or GPU_ARCH in the same build folder rebuilds
+# everything: the stamp's content changes, so its date does.
 STAMP := $(BUILD)/build-settings
 SETTINGS := CUDA=$(CUDA) SAN=$(SAN) GPU_ARCH=$(GPU_ARCH)
 $(shell mkdir -p $(BUILD); [ "$$(cat $(STAMP) 2>/dev/null)" = "$(SETTINGS)" ] || \
@@ -92,7 +92,10 @@ examples: $(EXAMPLE_BIN)
 
 # ---- rules ----------------------------------------------------------------
 
-$(BUILD)/%.o: %.c
+# Objects depend on the settings stamp too, so a new CUDA, SAN or GPU_ARCH
+# recompiles them. Test and example objects are kept between builds.
+.SECONDARY:
+$(BUILD)/%.o: %.c $(STAMP)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) $(ZT_CFLAGS) -MMD -MP -c $< -o $@
 
@@ -100,7 +103,7 @@ $(BUILD)/src/cpu_kernels_avx2.o: ZT_CFLAGS += $(ISA_AVX2)
 $(BUILD)/src/cpu_kernels_avx512.o: ZT_CFLAGS += $(ISA_AVX512)
 
 # --fmad=false: the same reason as -ffp-contract=off above.
-$(BUILD)/cuda/%.o: cuda/%.cu
+$(BUILD)/cuda/%.o: cuda/%.cu $(STAMP)
 	@mkdir -p $(dir $@)
 	$(NVCC) -std=c++17 -O2 --fmad=false $(NVCC_GENCODE) -Iinclude -Isrc \
 	  -Xcompiler -fPIC,-fvisibility=hidden -DZT_HAVE_CUDA=1 -MMD -MP -c $< -o $@
@@ -125,7 +128,7 @@ $(BUILD)/tests/test_%: $(BUILD)/tests/test_%.o $(TEST_SUPPORT_OBJ) $(BUILD)/libz
 NVCC_SANFLAGS := $(if $(SAN),$(foreach s,$(subst $(comma), ,$(SAN)),-Xcompiler -fsanitize=$(s)) \
                  -Xcompiler -fno-omit-frame-pointer -Xcompiler -fno-sanitize-recover=all)
 .PRECIOUS: $(BUILD)/tests/%_host.cu.o
-$(BUILD)/tests/%_host.cu.o: tests/%_host.cu
+$(BUILD)/tests/%_host.cu.o: tests/%_host.cu $(STAMP)
 	@mkdir -p $(dir $@)
 	$(NVCC) -std=c++17 -O1 --fmad=false -Iinclude -Isrc -Icuda -Itests \
 	  -Xcompiler -fPIC,-ffp-contract=off $(NVCC_SANFLAGS) -DZT_HAVE_CUDA=1 -MMD -MP \

@@ -322,8 +322,10 @@ static int cuda_create(const zt_config_t *cfg, zt__cpu_t *cpu, zt__err_t *err,
                     "device is %d; expected a CUDA device ordinal in [0, %d) (this machine "
                     "has %d device%s)",
                     cfg->device, count, count, count == 1 ? "" : "s");
-  /* The device stays current in the creating thread: the user's loop works
-   * on it too. */
+  /* On success the device stays current in the creating thread (the user's
+   * loop works on it too); a failed create gives the caller's device back. */
+  int prev_device = -1;
+  if (cudaGetDevice(&prev_device) != cudaSuccess) prev_device = -1;
   rc = cudaSetDevice(cfg->device);
   if (rc != cudaSuccess) {
     (void)cudaGetLastError();
@@ -360,6 +362,7 @@ static int cuda_create(const zt_config_t *cfg, zt__cpu_t *cpu, zt__err_t *err,
 
 fail:
   cuda_destroy(be);
+  if (prev_device >= 0) (void)cudaSetDevice(prev_device);
   return ret;
 }
 

@@ -12,7 +12,11 @@
  *     zt_last_error() says which argument was wrong and what was expected.
  *   - Nothing here aborts or exits the process, and nothing prints unless a
  *     log callback is set in the config.
- *   - A call that fails leaves the caller's buffers and files as they were.
+ *   - A call that fails leaves the caller's buffers and files as they were,
+ *     with one exception: a zt_step() that fails part-way through the
+ *     update (a device or copy error, not a bad argument) may have written
+ *     some parameters; it returns the error and the engine then refuses
+ *     every step with ZT_EBROKEN.
  *   - "synchronous": the work is done when the call returns.
  *     "stream-ordered": the work is enqueued after the caller's stream.
  *     "completion-based": a later call reports completion.
@@ -333,7 +337,7 @@ typedef struct zt_step_info {
   double loss_scale; /* the scale to multiply the next loss by            */
 } zt_step_info_t;
 
-#define ZT_STEP_INFO_INIT { .size = sizeof(zt_step_info_t) }
+#define ZT_STEP_INFO_INIT { sizeof(zt_step_info_t), 0.0, 1.0, 0, 1.0 }
 
 /*
  * One optimizer step over every registered unit: reads the gradients,
@@ -358,8 +362,14 @@ ZT_API int zt_step(zt_engine_t *eng, const zt_step_args_t *args,
  */
 ZT_API int zt_grad_norm(zt_engine_t *eng, float grad_scale, double *norm);
 
-/* The loss scale the loop should multiply its next loss by (1 when off). */
-ZT_API double zt_loss_scale(const zt_engine_t *eng);
+/*
+ * The loss scale the loop should multiply its next loss by (1 when loss
+ * scaling is off, and before registration). The next zt_step() and
+ * zt_grad_norm() unscale the gradients by the value this call returned last
+ * (1 if it was never called), so call it for every backward whose loss you
+ * scale. Synchronous.
+ */
+ZT_API double zt_loss_scale(zt_engine_t *eng);
 
 /* ------------------------------------------------------------------------ */
 /* Statistics                                                                */
@@ -394,7 +404,8 @@ typedef struct zt_stats_data {
   const char *cpu_isa;      /* "avx512", "avx2" or "scalar"              */
 } zt_stats_t;
 
-#define ZT_STATS_INIT { .size = sizeof(zt_stats_t) }
+#define ZT_STATS_INIT \
+  { sizeof(zt_stats_t), 0, 0, 0, 0, 0, 0, 0, 0, 0.0, 0.0, 0.0, 0.0, 0, 0, NULL }
 
 /* Fills *out (out->size must be sizeof(zt_stats_t): use ZT_STATS_INIT).
  * Synchronous. */

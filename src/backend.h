@@ -88,7 +88,9 @@ typedef struct zt__backend_ops {
 
   /* Sum of squares of the gradients over the segments, deterministic for a
    * given device and segment table; synchronous (the result is a host
-   * double). */
+   * double). It is also the overflow check: inf/nan in, inf/nan out. The
+   * unscale is not a kernel of its own: it is part of the update's gradient
+   * multiplier (zt__adam_hp_t.gmul). */
   int (*sumsq)(zt__backend_t *be, const void *grads, zt_dtype_t dtype,
                const zt__seg_t *segs, size_t n_segs, zt__stream_t stream,
                double *out);

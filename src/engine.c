@@ -31,6 +31,7 @@ int zt_engine_create(const zt_config_t *cfg, zt_engine_t **out) {
   eng->cfg = *cfg;
   eng->be_ops = backend_ops(cfg->backend);
   eng->host_locked = 1;
+  eng->scaler.scale = eng->scaler.handed = 1.0;
 
   int rc = 0;
   ZT_TRY_GOTO(zt__cpu_create(cfg->threads, &eng->err, &eng->cpu), rc, fail);
@@ -96,7 +97,10 @@ int zt_stats(const zt_engine_t *eng, zt_stats_t *out) {
   return 0;
 }
 
-double zt_loss_scale(const zt_engine_t *eng) {
+double zt_loss_scale(zt_engine_t *eng) {
   if (!zt__engine_valid(eng)) return 1.0;
-  return eng->registered ? eng->scaler.scale : 1.0;
+  /* The step unscales by the value handed out last, so a loop whose first
+   * backward ran before a lazy registration (scale 1) is unscaled by 1. */
+  eng->scaler.handed = eng->registered ? eng->scaler.scale : 1.0;
+  return eng->scaler.handed;
 }

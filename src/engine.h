@@ -42,7 +42,9 @@ typedef struct zt__staging {
 /* Dynamic loss scaler state. */
 typedef struct zt__scaler {
   int dynamic;      /* 1: back off and grow; 0: fixed scale  */
-  double scale;
+  double scale;     /* what zt_loss_scale() hands out now     */
+  double handed;    /* what it last handed out: the scale the
+                       loop's gradients carry (1 until asked) */
   int good_steps;   /* finite steps since the last change    */
 } zt__scaler_t;
 

@@ -3,6 +3,7 @@
  * buffers (per engine, or per thread for calls that have no engine) and the
  * log and assert plumbing of internal.h.
  */
+#define _GNU_SOURCE /* strerrordesc_np, strerrorname_np (glibc 2.32) */
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -72,9 +73,10 @@ const char *zt_strerror(int err) {
     if (zt_errors[i].code == err) return zt_errors[i].msg;
   for (size_t i = 0; i < sizeof errno_rows / sizeof errno_rows[0]; i++)
     if (-errno_rows[i].code == err) return errno_rows[i].msg;
-  /* strerror() is not thread-safe for unknown values; the table covers what
-   * ztier returns, and anything else is named by number. */
-  return "unknown error code";
+  /* Any other -errno (e.g. from open() of a config file): glibc's own
+   * description, a static string, thread-safe unlike strerror(). */
+  const char *desc = err < 0 ? strerrordesc_np(-err) : NULL;
+  return desc ? desc : "unknown error code";
 }
 
 const char *zt_err_name(int err) {
@@ -83,7 +85,8 @@ const char *zt_err_name(int err) {
     if (zt_errors[i].code == err) return zt_errors[i].name;
   for (size_t i = 0; i < sizeof errno_rows / sizeof errno_rows[0]; i++)
     if (-errno_rows[i].code == err) return errno_rows[i].name;
-  return "UNKNOWN";
+  const char *name = err < 0 ? strerrorname_np(-err) : NULL;
+  return name ? name : "UNKNOWN";
 }
 
 /* ---- logging and asserts --------------------------------------------------- */

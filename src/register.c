@@ -72,18 +72,24 @@ static int check_buffers(zt_engine_t *eng, const void *params, const void *grads
   return 0;
 }
 
-static const zt_unit_t *sort_base;
+/* Units are sorted by offset through (offset, index) pairs, so the
+ * comparator needs no pointer to the table (qsort takes no context). */
+typedef struct unit_key {
+  size_t offset;
+  size_t index;
+} unit_key_t;
+
 static int by_offset(const void *a, const void *b) {
-  size_t x = sort_base[*(const size_t *)a].offset, y = sort_base[*(const size_t *)b].offset;
+  size_t x = ((const unit_key_t *)a)->offset, y = ((const unit_key_t *)b)->offset;
   return x < y ? -1 : x > y;
 }
 
 static const char *unit_name(const zt_unit_t *u) { return u->name ? u->name : "(unnamed)"; }
 
 /* Checks every unit and that none overlaps another; fills `order` with unit
- * indices sorted by offset. */
+ * indices sorted by offset (`keys` is scratch of n entries). */
 static int check_units(zt_engine_t *eng, const zt_unit_t *units, size_t n, size_t numel,
-                       zt_dtype_t pdt, size_t *order) {
+                       zt_dtype_t pdt, unit_key_t *keys, size_t *order) {
   zt__err_t *e = &eng->err;
   for (size_t i = 0; i < n; i++) {
     const zt_unit_t *u = &units[i];
@@ -109,13 +115,10 @@ static int check_units(zt_engine_t *eng, const zt_unit_t *units, size_t n, size_
     if (u->name && strnlen(u->name, ZT_MAX_NAME) == ZT_MAX_NAME)
       return zt__errf(e, -EINVAL, "units[%zu] has a name of %d or more characters", i,
                       ZT_MAX_NAME);
-    order[i] = i;
+    keys[i] = (unit_key_t){u->offset, i};
   }
-  /* qsort's comparator takes no context; registration is not a hot path and
-   * the engine is not shared between threads during it. */
-  sort_base = units;
-  qsort(order, n, sizeof *order, by_offset);
-  sort_base = NULL;
+  qsort(keys, n, sizeof *keys, by_offset);
+  for (size_t i = 0; i < n; i++) order[i] = keys[i].index;
   for (size_t k = 1; k < n; k++) {
     const zt_unit_t *a = &units[order[k - 1]], *b = &units[order[k]];
     if (a->offset + a->numel > b->offset)
@@ -266,6 +269,7 @@ static void init_scaler(zt_engine_t *eng) {
                                                                        : ZT_LOSS_SCALE_NONE;
   s->dynamic = mode == ZT_LOSS_SCALE_DYNAMIC;
   s->scale = mode == ZT_LOSS_SCALE_NONE ? 1.0 : c->initial_loss_scale;
+  s->handed = 1.0; /* until the loop asks zt_loss_scale() */
   s->good_steps = 0;
 }
 
@@ -281,8 +285,13 @@ int zt_register_units(zt_engine_t *eng, void *params, void *grads, size_t numel,
     return zt__errf(&eng->err, -EINVAL, "n_units is %zu; expected 1 to numel (%zu)", n_units,
                     numel);
   size_t *order = malloc(n_units * sizeof *order);
-  if (order == NULL) return zt__errf(&eng->err, -ENOMEM, "out of memory");
-  int rc = check_units(eng, units, n_units, numel, param_dtype, order);
+  unit_key_t *keys = malloc(n_units * sizeof *keys);
+  int rc = 0;
+  if (order == NULL || keys == NULL) {
+    rc = zt__errf(&eng->err, -ENOMEM, "out of memory");
+    goto done;
+  }
+  rc = check_units(eng, units, n_units, numel, param_dtype, keys, order);
   if (rc < 0) goto done;
 
   /* Every check passed: from here on, a failure is only a failed allocation,
@@ -326,6 +335,7 @@ int zt_register_units(zt_engine_t *eng, void *params, void *grads, size_t numel,
 fail:
   zt__engine_unregister(eng);
 done:
+  free(keys);
   free(order);
   return rc;
 }

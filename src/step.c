@@ -88,7 +88,7 @@ int zt_grad_norm(zt_engine_t *eng, float grad_scale, double *norm) {
                     (double)grad_scale);
   double sumsq;
   ZT_TRY(grad_sumsq(eng, &sumsq));
-  *norm = sqrt(sumsq) * ((double)grad_scale / eng->scaler.scale);
+  *norm = sqrt(sumsq) * ((double)grad_scale / eng->scaler.handed);
   return 0;
 }
 
@@ -260,7 +260,7 @@ int zt_step(zt_engine_t *eng, const zt_step_args_t *args, zt_step_info_t *info) 
 
   double sumsq;
   ZT_TRY(grad_sumsq(eng, &sumsq));
-  double inv = (double)args->grad_scale / eng->scaler.scale;
+  double inv = (double)args->grad_scale / eng->scaler.handed;
   double norm = sqrt(sumsq) * inv;
   int overflow = !isfinite(sumsq);
   double clip = args->clip_grad_norm >= 0 ? (double)args->clip_grad_norm

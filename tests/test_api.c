@@ -28,6 +28,9 @@ static void test_error_strings(void **state) {
   assert_string_equal(zt_err_name(-EINVAL), "EINVAL");
   assert_string_equal(zt_err_name(0), "ZT_OK");
   assert_string_equal(zt_err_name(-99999), "UNKNOWN");
+  /* Any -errno a call passes through (e.g. open() of a config file). */
+  assert_string_equal(zt_err_name(-EISDIR), "EISDIR");
+  assert_string_not_equal(zt_strerror(-EISDIR), zt_strerror(-99999));
   assert_non_null(zt_strerror(-99999));
 }
 

@@ -480,6 +480,7 @@ static void test_static_loss_scale(void **state) {
   model_t md;
   model_create(&md, &cfg, 4096, ZT_FP32, ZT_BF16, &r);
   T_OK(zt_register_flat(md.eng, md.d_params, md.d_grads, 4096, ZT_FP32, ZT_BF16), md.eng);
+  assert_true(zt_loss_scale(md.eng) == 128); /* the loop scales its loss by it */
   model_set_grads(&md, 128.0, &r);
   double want = ref_norm(md.h_grads, ZT_BF16, 4096, 1.0 / 128);
   zt_step_info_t info = ZT_STEP_INFO_INIT;
@@ -490,6 +491,32 @@ static void test_static_loss_scale(void **state) {
   T_OK(zt_step(md.eng, &a, &info), md.eng);
   assert_int_equal(info.skipped, 1);
   assert_true(info.loss_scale == 128); /* static: no back-off */
+  model_destroy(&md);
+}
+
+/* A loop registers lazily after its first backward, which ran before it
+ * could ask for a loss scale: that step is unscaled by 1, the next ones by
+ * the scale zt_loss_scale() handed out. */
+static void test_lazy_registration_loss_scale(void **state) {
+  t_rng_t r;
+  t_rng_init(&r, t_seed() + 10);
+  zt_config_t cfg = t_config();
+  model_t md;
+  model_create(&md, &cfg, 3001, ZT_FP16, ZT_FP16, &r);
+  assert_true(zt_loss_scale(md.eng) == 1.0); /* not registered: no scale yet */
+  model_set_grads(&md, 1.0, &r);             /* the first backward, unscaled */
+  T_OK(zt_register_flat(md.eng, md.d_params, md.d_grads, 3001, ZT_FP16, ZT_FP16), md.eng);
+  zt_step_args_t a = random_args(&r, 1);
+  zt_step_info_t info = ZT_STEP_INFO_INIT;
+  T_OK(zt_step(md.eng, &a, &info), md.eng);
+  T_CLOSE(info.grad_norm, ref_norm(md.h_grads, ZT_FP16, 3001, 1.0), 0, 1e-12, 0);
+
+  double scale = zt_loss_scale(md.eng); /* auto: dynamic for fp16 */
+  assert_true(scale == cfg.initial_loss_scale);
+  model_set_grads(&md, 1000.0, &r);
+  a.t = 2;
+  T_OK(zt_step(md.eng, &a, &info), md.eng);
+  T_CLOSE(info.grad_norm, ref_norm(md.h_grads, ZT_FP16, 3001, 1.0 / scale), 0, 1e-12, 0);
   model_destroy(&md);
 }
 
@@ -581,6 +608,7 @@ int main(void) {
       cmocka_unit_test(test_dynamic_loss_scaling),
       cmocka_unit_test(test_overflow_without_scaling),
       cmocka_unit_test(test_static_loss_scale),
+      cmocka_unit_test(test_lazy_registration_loss_scale),
       cmocka_unit_test(test_stochastic_rounding_seeded),
       cmocka_unit_test(test_stats_bytes),
   };
