@@ -1,0 +1,177 @@
+/*
+ * swap.h — the io_uring swap engine (offload/swap.c): a swap space of
+ * preallocated files striped over one or more directories, read and written
+ * through io_uring in liburing's shape (prepare, submit, poll/wait for
+ * completions {tag, res}).
+ *
+ * Invariants:
+ *  - a logical offset `off` lives in file (off / stripe) % n_paths, at
+ *    file offset block_size + (off / stripe / n_paths) * stripe + off % stripe
+ *    (the first block of each file is its header);
+ *  - every logical block has one state (never written, valid, failed) and,
+ *    when valid, the XXH3-64 of its bytes, seeded by the run id and the
+ *    block's number, in a table in memory: a read returns data only when
+ *    every block it covers is valid and matches, so a torn, stale, moved or
+ *    never-written block is an error, never data;
+ *  - one handle is used by one thread at a time; there is no global state.
+ *
+ * Request rules (libuv's "not movable"): the caller owns the buffer of a
+ * request from prep until its completion is reaped, and must not touch it in
+ * between. A buffer is page-aligned and holds len rounded up to block_size
+ * bytes; the bytes past len up to the block boundary are the engine's
+ * scratch (a write zeroes them, a read overwrites them).
+ */
+#ifndef ZT_SWAP_H
+#define ZT_SWAP_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "internal.h" // defines: ZT_INTERNAL, zt__err_t
+
+typedef struct zt__swap zt__swap_t;
+
+/* Filled with ZT__SWAP_CONFIG_INIT, then set paths, n_paths and bytes. */
+typedef struct zt__swap_config {
+  size_t size;                /* sizeof(zt__swap_config_t) */
+  unsigned version;           /* ZT__SWAP_CONFIG_VERSION */
+  const char *const *paths;   /* directories, one file each (striped) */
+  unsigned n_paths;           /* 1 .. ZT__SWAP_MAX_PATHS */
+  const char *name;           /* files are <dir>/ztier-<name>.<i>.swap */
+  uint64_t bytes;             /* logical capacity (rounded up to a block) */
+  uint32_t block_size;        /* power of two, 512 .. 1 MiB; checksum unit */
+  uint64_t stripe_bytes;      /* multiple of block_size */
+  unsigned queue_depth;       /* ring entries and I/Os in flight, 1 .. 4096 */
+  unsigned max_bufs;          /* slots for zt__swap_register_buf, 0 .. 1024 */
+  int buffered;               /* 1: never O_DIRECT (for tests and tmpfs) */
+} zt__swap_config_t;
+
+#define ZT__SWAP_CONFIG_VERSION 1u
+#define ZT__SWAP_MAX_PATHS 64u
+#define ZT__SWAP_CONFIG_INIT                                                  \
+  {sizeof(zt__swap_config_t), ZT__SWAP_CONFIG_VERSION, NULL, 0, "swap", 0,    \
+   4096, 1u << 20, 64, 16, 0}
+
+/* One completion: the caller's tag and bytes transferred (the request's len)
+ * or a negative code: -errno from the kernel, -ENODATA for a block never
+ * written (or whose last write failed), ZT_ECHECKSUM for a block whose bytes
+ * are not the ones written. The sentence of the latest failing completion is
+ * in the handle's error buffer. */
+typedef struct zt__swap_cqe {
+  uint64_t tag;
+  int64_t res;
+} zt__swap_cqe_t;
+
+/* What the handle runs on; zt__swap_info fills it. */
+typedef struct zt__swap_info {
+  uint64_t bytes;        /* logical capacity */
+  uint64_t run_id;       /* random, in every file's header */
+  uint32_t block_size;
+  uint64_t stripe_bytes;
+  unsigned n_paths;
+  unsigned queue_depth;
+  unsigned n_direct;     /* files opened O_DIRECT (the rest are buffered) */
+  int fixed_files;       /* files registered with the ring */
+  int fixed_bufs;        /* buffer slots registered with the ring */
+} zt__swap_info_t;
+
+/* The test hook: called for every kernel completion of one I/O (a piece of
+ * a request, in one file) before the engine looks at it; returns the result
+ * the engine should see instead of `res` (-EIO, a short count, or res). */
+typedef struct zt__swap_hook_io {
+  int write;             /* 1 write, 0 read */
+  unsigned file;         /* index into paths */
+  uint64_t file_off;     /* where this I/O started in the file */
+  uint32_t len;          /* bytes asked */
+  uint64_t tag;          /* the request's tag */
+  void *buf;             /* where this I/O's bytes are in memory */
+} zt__swap_hook_io_t;
+typedef int64_t (*zt__swap_hook_fn)(void *arg, const zt__swap_hook_io_t *io,
+                                    int64_t res);
+
+/* Synchronous. Creates the files (O_CREAT|O_EXCL: an existing file, e.g. a
+ * stale one of another run, is refused with -EEXIST), opens them O_DIRECT
+ * where the filesystem allows (buffered otherwise, see info.n_direct),
+ * preallocates them with fallocate (a full disk is -ENOSPC here, not later),
+ * writes each header, sets up the ring and registers the files. `err`
+ * receives every sentence of this handle and must outlive it. Returns 0, or
+ * a negative code with a sentence and *out = NULL, nothing left on disk.
+ * Pairs with zt__swap_destroy. */
+ZT_INTERNAL int zt__swap_create(const zt__swap_config_t *cfg, zt__err_t *err,
+                                zt__swap_t **out);
+
+/* Synchronous. Unregisters, closes and removes the files, frees the handle.
+ * -EBUSY (and nothing done) while requests are prepared or in flight and not
+ * reaped: drain first (zt__swap_drain). NULL: nothing, 0. */
+ZT_INTERNAL int zt__swap_destroy(zt__swap_t *sw);
+
+/* Synchronous. Fills *info. */
+ZT_INTERNAL void zt__swap_info(const zt__swap_t *sw, zt__swap_info_t *info);
+
+/* Page-aligned, zero-filled memory holding `bytes` rounded up to a block, for
+ * request buffers; *out NULL and -ENOMEM when it is not there. Pairs with
+ * zt__swap_buf_free. (The engine's pinned pool may be used instead: any
+ * page-aligned buffer works.) */
+ZT_INTERNAL int zt__swap_buf_alloc(const zt__swap_t *sw, size_t bytes, void **out);
+ZT_INTERNAL void zt__swap_buf_free(void *p);
+
+/* Synchronous. Registers [p, p + bytes) with the ring so requests inside it
+ * use fixed buffers (no per-I/O page pinning). Returns the slot (>= 0), or
+ * -ENOSPC when the slots are used up, or the kernel's code (-ENOMEM when
+ * RLIMIT_MEMLOCK is short); on failure requests in that memory still work,
+ * as plain reads and writes. Pairs with zt__swap_unregister_buf (which
+ * needs no request in flight in that memory). */
+ZT_INTERNAL int zt__swap_register_buf(zt__swap_t *sw, void *p, size_t bytes);
+ZT_INTERNAL int zt__swap_unregister_buf(zt__swap_t *sw, int slot);
+
+/* Completion-based. Prepares a read of `len` bytes at logical offset `off`
+ * (a multiple of block_size) into `buf` (page-aligned, room for len rounded
+ * up to a block), completing with `tag`. Nothing reaches the kernel before
+ * zt__swap_submit. Returns 0, or -EINVAL with a sentence for bad arguments
+ * (then no completion will ever arrive for it). */
+ZT_INTERNAL int zt__swap_prep_read(zt__swap_t *sw, void *buf, size_t len,
+                                   uint64_t off, uint64_t tag);
+
+/* Completion-based. The same for a write from `buf`; the checksums of the
+ * blocks are recorded when the write completes. Zeroes buf[len .. block
+ * boundary). */
+ZT_INTERNAL int zt__swap_prep_write(zt__swap_t *sw, void *buf, size_t len,
+                                    uint64_t off, uint64_t tag);
+
+/* Completion-based. Hands the prepared requests to the kernel, as many as
+ * queue_depth lets be in flight; the rest go as earlier ones complete,
+ * inside poll and wait. Returns the number of I/Os handed over (>= 0), or a
+ * negative code from io_uring_submit with a sentence (the requests stay
+ * queued and are tried again by the next submit, poll or wait). */
+ZT_INTERNAL int zt__swap_submit(zt__swap_t *sw);
+
+/* Completion-based, never blocks. Copies up to `max` finished completions to
+ * `out` (each is then seen: it is not returned again, and its buffer is the
+ * caller's again). Returns how many (>= 0), or a negative code. */
+ZT_INTERNAL int zt__swap_poll(zt__swap_t *sw, zt__swap_cqe_t *out, unsigned max);
+
+/* Completion-based, blocks. Like poll, but waits until at least `min`
+ * completions are available (fewer when fewer requests are outstanding).
+ * Submits whatever is prepared first. */
+ZT_INTERNAL int zt__swap_wait(zt__swap_t *sw, zt__swap_cqe_t *out, unsigned max,
+                              unsigned min);
+
+/* Blocks until no request is outstanding, discarding their completions.
+ * Returns how many of them failed (>= 0) or a negative code. */
+ZT_INTERNAL int zt__swap_drain(zt__swap_t *sw);
+
+/* Requests prepared, in flight, or complete but not reaped. */
+ZT_INTERNAL size_t zt__swap_outstanding(const zt__swap_t *sw);
+
+/* Synchronous. Reads every file's header back and checks it is this run's
+ * (magic, version, run id, block size, index). Returns 0, or ZT_ECHECKSUM
+ * with a sentence naming the file, or -errno when it cannot be read. */
+ZT_INTERNAL int zt__swap_check(zt__swap_t *sw);
+
+/* The path of file `i` (for messages and tests), or NULL. */
+ZT_INTERNAL const char *zt__swap_path(const zt__swap_t *sw, unsigned i);
+
+/* For tests: installs (or with NULL removes) the completion hook. */
+ZT_INTERNAL void zt__swap_set_hook(zt__swap_t *sw, zt__swap_hook_fn fn, void *arg);
+
+#endif /* ZT_SWAP_H */

@@ -1,0 +1,601 @@
+/*
+ * test_swap.c — the io_uring swap engine of offload/swap.c: round trips at
+ * sizes on and off the block, with O_DIRECT and buffered files, with and
+ * without registered buffers; thousands of requests in flight through a
+ * small queue; striping over three directories checked byte for byte in the
+ * files; injected EIO and short transfers (the hook); a real EFBIG from
+ * RLIMIT_FSIZE; a flipped byte caught by the checksum; a block never written;
+ * a stale file of another run refused; bad arguments. Every test checks that
+ * no file descriptor is left open and that the files are gone after destroy
+ * (the directories are removed with rmdir, which fails when not empty).
+ * Exits 77 with "skipped: io_uring unavailable" where io_uring is refused.
+ */
+#define _GNU_SOURCE
+#include <dirent.h>
+#include <fcntl.h>
+#include <liburing.h>
+#include <signal.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <unistd.h>
+
+#include "harness.h"
+#include "swap.h"
+
+#define BS 4096u
+
+/* ---- fixtures --------------------------------------------------------------- */
+
+typedef struct fx {
+  char dirs[3][64];
+  const char *paths[3];
+  unsigned n;
+  int fds_before;
+  zt__err_t err;
+  t_rng_t rng;
+} fx_t;
+
+/* The directories of the fixture open now, copied for the teardown when a
+ * test fails half-way (its stack is gone by then). */
+static char open_dirs[3][64];
+static unsigned open_n;
+
+static int count_fds(void) {
+  DIR *d = opendir("/proc/self/fd");
+  assert_non_null(d);
+  int n = 0;
+  struct dirent *e;
+  while ((e = readdir(d))) n += e->d_name[0] != '.';
+  closedir(d);
+  return n;
+}
+
+static void fx_open(fx_t *f, unsigned n) {
+  memset(f, 0, sizeof *f);
+  f->fds_before = count_fds();
+  f->n = n;
+  for (unsigned i = 0; i < n; i++) {
+    snprintf(f->dirs[i], sizeof f->dirs[i], "/tmp/zt-swap-test-XXXXXX");
+    assert_non_null(mkdtemp(f->dirs[i]));
+    f->paths[i] = f->dirs[i];
+  }
+  t_rng_init(&f->rng, t_seed() ^ (uint64_t)n * 7919);
+  memcpy(open_dirs, f->dirs, sizeof open_dirs);
+  open_n = n;
+}
+
+/* rmdir fails on a directory that still holds a swap file. */
+static void fx_close(fx_t *f) {
+  for (unsigned i = 0; i < f->n; i++) {
+    int rc = rmdir(f->dirs[i]);
+    if (rc != 0) print_error("rmdir %s: %s\n", f->dirs[i], strerror(errno));
+    assert_int_equal(rc, 0);
+  }
+  open_n = 0;
+  assert_int_equal(count_fds(), f->fds_before);
+}
+
+/* After a failed test: what the test left in its directories goes. */
+static int teardown(void **state) {
+  for (unsigned i = 0; i < open_n; i++) {
+    DIR *d = opendir(open_dirs[i]);
+    struct dirent *e;
+    while (d && (e = readdir(d))) {
+      char p[400];
+      if (e->d_name[0] == '.') continue;
+      snprintf(p, sizeof p, "%s/%s", open_dirs[i], e->d_name);
+      unlink(p);
+    }
+    if (d) closedir(d);
+    rmdir(open_dirs[i]);
+  }
+  open_n = 0;
+  return 0;
+}
+
+static zt__swap_config_t fx_config(fx_t *f, uint64_t bytes, uint64_t stripe,
+                                   unsigned depth) {
+  zt__swap_config_t c = ZT__SWAP_CONFIG_INIT;
+  c.paths = f->paths;
+  c.n_paths = f->n;
+  c.bytes = bytes;
+  c.stripe_bytes = stripe;
+  c.queue_depth = depth;
+  return c;
+}
+
+static zt__swap_t *fx_swap(fx_t *f, const zt__swap_config_t *c) {
+  zt__swap_t *sw = NULL;
+  int rc = zt__swap_create(c, &f->err, &sw);
+  if (rc != 0) print_error("zt__swap_create: %d: %s\n", rc, f->err.msg);
+  assert_int_equal(rc, 0);
+  assert_non_null(sw);
+  return sw;
+}
+
+static void *buf_rand(zt__swap_t *sw, size_t n, t_rng_t *r) {
+  void *p = NULL;
+  assert_int_equal(zt__swap_buf_alloc(sw, n, &p), 0);
+  t_fill_bits(p, n, r);
+  return p;
+}
+
+/* Prepares, submits and waits for one request; returns its res. */
+static int64_t one(zt__swap_t *sw, int write, void *buf, size_t len, uint64_t off,
+                   uint64_t tag) {
+  int rc = write ? zt__swap_prep_write(sw, buf, len, off, tag)
+                 : zt__swap_prep_read(sw, buf, len, off, tag);
+  assert_int_equal(rc, 0);
+  assert_true(zt__swap_submit(sw) >= 0);
+  zt__swap_cqe_t c;
+  assert_int_equal(zt__swap_wait(sw, &c, 1, 1), 1);
+  assert_int_equal(c.tag, tag);
+  assert_int_equal(zt__swap_outstanding(sw), 0);
+  return c.res;
+}
+
+static void expect_msg(const zt__err_t *e, const char *needle) {
+  if (!strstr(e->msg, needle)) {
+    print_error("sentence \"%s\" lacks \"%s\"\n", e->msg, needle);
+    fail();
+  }
+  print_message("# %s\n", e->msg);
+}
+
+/* ---- round trips ------------------------------------------------------------ */
+
+typedef struct rt_case {
+  unsigned dirs;
+  int buffered;
+  int registered;
+} rt_case_t;
+
+static void round_trips(const rt_case_t *k) {
+  fx_t f;
+  fx_open(&f, k->dirs);
+  zt__swap_config_t c = fx_config(&f, 1u << 20, 16 * 1024, 8);
+  c.buffered = k->buffered;
+  zt__swap_t *sw = fx_swap(&f, &c);
+  zt__swap_info_t info;
+  zt__swap_info(sw, &info);
+  assert_int_equal(info.n_direct, k->buffered ? 0 : k->dirs);
+  assert_int_equal(info.n_paths, k->dirs);
+  assert_int_equal(info.fixed_files, 1); // io_uring works here: so do fixed files
+
+  const size_t sizes[] = {1, 1000, BS - 1, BS, BS + 1, 3 * BS, 16 * 1024 + 123,
+                          5 * 16 * 1024, 200 * 1024 + 7};
+  const size_t max = 256 * 1024;
+  uint8_t *w = buf_rand(sw, max, &f.rng), *r = buf_rand(sw, max, &f.rng);
+  int sw_slot = -1, sr_slot = -1;
+  if (k->registered) {
+    sw_slot = zt__swap_register_buf(sw, w, max);
+    sr_slot = zt__swap_register_buf(sw, r, max);
+    if (!info.fixed_bufs) print_message("# buffer slots refused: plain reads\n");
+    else if (sw_slot < 0 || sr_slot < 0) print_message("# register_buf: %s\n", f.err.msg);
+  }
+  for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
+    size_t n = sizes[i];
+    uint64_t nblk = (info.bytes - max) / BS;
+    uint64_t off = (t_rng_next(&f.rng) % nblk) * BS;
+    t_fill_bits(w, max, &f.rng);
+    t_fill_bits(r, max, &f.rng);
+    assert_int_equal(one(sw, 1, w, n, off, 100 + i), (int64_t)n);
+    int64_t res = one(sw, 0, r, n, off, 200 + i);
+    if (res != (int64_t)n) print_error("read: %s\n", f.err.msg);
+    assert_int_equal(res, (int64_t)n);
+    t_expect_same("round trip", r, w, 1, n);
+  }
+  if (sw_slot >= 0) assert_int_equal(zt__swap_unregister_buf(sw, sw_slot), 0);
+  if (sr_slot >= 0) assert_int_equal(zt__swap_unregister_buf(sw, sr_slot), 0);
+  zt__swap_buf_free(w);
+  zt__swap_buf_free(r);
+  assert_int_equal(zt__swap_destroy(sw), 0);
+  fx_close(&f);
+}
+
+static void test_round_trip(void **state) {
+  const rt_case_t cases[] = {{1, 0, 0}, {1, 0, 1}, {1, 1, 0}, {1, 1, 1},
+                             {3, 0, 1}, {3, 1, 0}, {2, 0, 0}};
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    print_message("# dirs %u buffered %d registered %d\n", cases[i].dirs,
+                  cases[i].buffered, cases[i].registered);
+    round_trips(&cases[i]);
+  }
+}
+
+/* ---- many in flight ----------------------------------------------------------- */
+
+static void test_many_in_flight(void **state) {
+  fx_t f;
+  fx_open(&f, 2);
+  const size_t nreq = 3000;
+  zt__swap_config_t c = fx_config(&f, nreq * BS, 8 * BS, 16);
+  zt__swap_t *sw = fx_swap(&f, &c);
+  uint8_t *w = buf_rand(sw, nreq * BS, &f.rng), *r = buf_rand(sw, nreq * BS, &f.rng);
+  // Registration may be refused (RLIMIT_MEMLOCK): the requests work anyway.
+  int slot = zt__swap_register_buf(sw, w, nreq * BS);
+  print_message("# register_buf: %d %s\n", slot, slot < 0 ? f.err.msg : "");
+  uint8_t *seen = calloc(nreq, 1);
+  assert_non_null(seen);
+  zt__swap_cqe_t cq[256];
+  for (int pass = 0; pass < 2; pass++) {
+    uint8_t *b = pass ? r : w;
+    // A random order: requests finish out of order and hit both files.
+    for (size_t i = 0; i < nreq; i++) {
+      size_t k = (i * 1237) % nreq;
+      int rc = pass ? zt__swap_prep_read(sw, b + k * BS, BS, k * BS, k)
+                    : zt__swap_prep_write(sw, b + k * BS, BS, k * BS, k);
+      assert_int_equal(rc, 0);
+    }
+    assert_int_equal(zt__swap_outstanding(sw), nreq);
+    if (slot >= 0 && pass == 0) assert_int_equal(zt__swap_unregister_buf(sw, slot), -EBUSY);
+    int sub = zt__swap_submit(sw);
+    assert_int_equal(sub, 16); // the queue depth, not more
+    memset(seen, 0, nreq);
+    size_t got = 0;
+    while (got < nreq) {
+      int n = zt__swap_wait(sw, cq, 256, 1);
+      assert_true(n > 0);
+      for (int i = 0; i < n; i++) {
+        assert_true(cq[i].tag < nreq);
+        assert_int_equal(seen[cq[i].tag], 0);
+        seen[cq[i].tag] = 1;
+        if (cq[i].res != BS) print_error("tag %llu: %lld %s\n",
+                                         (unsigned long long)cq[i].tag,
+                                         (long long)cq[i].res, f.err.msg);
+        assert_int_equal(cq[i].res, BS);
+      }
+      got += (size_t)n;
+    }
+    assert_int_equal(zt__swap_outstanding(sw), 0);
+  }
+  t_expect_same("3000 blocks", r, w, 1, nreq * BS);
+  if (slot >= 0) assert_int_equal(zt__swap_unregister_buf(sw, slot), 0);
+  free(seen);
+  zt__swap_buf_free(w);
+  zt__swap_buf_free(r);
+  assert_int_equal(zt__swap_destroy(sw), 0);
+  fx_close(&f);
+}
+
+/* ---- striping ------------------------------------------------------------------- */
+
+static void test_striping(void **state) {
+  fx_t f;
+  fx_open(&f, 3);
+  const uint64_t stripe = 2 * BS, total = 40 * stripe + 3 * BS; // not a whole row
+  zt__swap_config_t c = fx_config(&f, total, stripe, 4);
+  zt__swap_t *sw = fx_swap(&f, &c);
+  uint8_t *w = buf_rand(sw, total, &f.rng);
+  assert_int_equal(one(sw, 1, w, total, 0, 7), (int64_t)total);
+  // Every stripe is where the rule says: file (s % 3), after the header,
+  // at row s / 3.
+  uint8_t *chk = malloc(stripe);
+  assert_non_null(chk);
+  for (uint64_t s = 0; s * stripe < total; s++) {
+    uint64_t n = total - s * stripe < stripe ? total - s * stripe : stripe;
+    int fd = open(zt__swap_path(sw, (unsigned)(s % 3)), O_RDONLY | O_CLOEXEC);
+    assert_true(fd >= 0);
+    assert_int_equal(pread(fd, chk, n, (off_t)(BS + (s / 3) * stripe)), (ssize_t)n);
+    close(fd);
+    t_expect_same("stripe in its file", chk, w + s * stripe, 1, n);
+  }
+  // The file names sit in their own directories.
+  for (unsigned i = 0; i < 3; i++)
+    assert_ptr_equal(strstr(zt__swap_path(sw, i), f.dirs[i]), zt__swap_path(sw, i));
+  free(chk);
+  // A read across the stripe boundaries, not from the start.
+  uint8_t *r = buf_rand(sw, total, &f.rng);
+  assert_int_equal(one(sw, 0, r, total - 5 * BS - 11, 5 * BS, 8),
+                   (int64_t)(total - 5 * BS - 11));
+  t_expect_same("striped read", r, w + 5 * BS, 1, total - 5 * BS - 11);
+  int rc = zt__swap_check(sw);
+  if (rc) print_error("%s\n", f.err.msg);
+  assert_int_equal(rc, 0);
+  zt__swap_buf_free(w);
+  zt__swap_buf_free(r);
+  assert_int_equal(zt__swap_destroy(sw), 0);
+  fx_close(&f);
+}
+
+/* ---- the hook ---------------------------------------------------------------------- */
+
+typedef struct hook_ctx {
+  uint64_t fail_tag;  /* this request's I/Os get -EIO */
+  int fail_write;     /* only for this direction */
+  int shorten;        /* cut completions short, or turn them into EINTR/EAGAIN */
+  unsigned calls, cut, again, failed;
+  t_rng_t rng;
+  zt__swap_t *sw;     /* for the file of a cut write */
+} hook_ctx_t;
+
+/* Makes a cut-short transfer real: what the kernel moved past `keep` is
+ * garbage again (in the caller's buffer for a read, in the file for a
+ * write), so only a resubmission of the rest gives the right bytes. */
+static void unmove(hook_ctx_t *h, const zt__swap_hook_io_t *io, uint64_t keep) {
+  uint64_t n = io->len - keep;
+  if (!io->write) {
+    t_fill_bits((uint8_t *)io->buf + keep, n, &h->rng);
+    return;
+  }
+  uint8_t *junk = malloc(n);
+  assert_non_null(junk);
+  t_fill_bits(junk, n, &h->rng);
+  int fd = open(zt__swap_path(h->sw, io->file), O_WRONLY | O_CLOEXEC);
+  assert_true(fd >= 0);
+  assert_int_equal(pwrite(fd, junk, n, (off_t)(io->file_off + keep)), (ssize_t)n);
+  close(fd);
+  free(junk);
+}
+
+static int64_t hook(void *arg, const zt__swap_hook_io_t *io, int64_t res) {
+  hook_ctx_t *h = arg;
+  h->calls++;
+  if (io->tag == h->fail_tag && io->write == h->fail_write) {
+    h->failed++;
+    return -EIO;
+  }
+  if (h->shorten && (t_rng_next(&h->rng) % 5) == 0) {
+    h->again++;
+    return (t_rng_next(&h->rng) & 1) ? -EINTR : -EAGAIN;
+  }
+  if (h->shorten && res > 1 && (t_rng_next(&h->rng) & 1)) {
+    h->cut++;
+    // Any count below the full one, block-aligned or not.
+    uint64_t keep = t_rng_next(&h->rng) % (uint64_t)res;
+    unmove(h, io, keep);
+    return (int64_t)keep;
+  }
+  return res;
+}
+
+static void test_hook_eio(void **state) {
+  fx_t f;
+  fx_open(&f, 2);
+  zt__swap_config_t c = fx_config(&f, 80 * BS, 4 * BS, 4);
+  zt__swap_t *sw = fx_swap(&f, &c);
+  const unsigned nreq = 16;
+  uint8_t *w = buf_rand(sw, 64 * BS, &f.rng), *r = buf_rand(sw, 64 * BS, &f.rng);
+  hook_ctx_t h = {.fail_tag = 5, .fail_write = 1};
+  zt__swap_set_hook(sw, hook, &h);
+  // 16 requests of 4 blocks, each across two files (stripe 4, offset 2).
+  for (unsigned i = 0; i < nreq; i++)
+    assert_int_equal(zt__swap_prep_write(sw, w + i * 4 * BS, 4 * BS, (2 + i * 4) * BS, i), 0);
+  zt__swap_cqe_t cq[16];
+  int n = zt__swap_wait(sw, cq, 16, 16);
+  assert_int_equal(n, 16);
+  for (int i = 0; i < n; i++)
+    assert_int_equal(cq[i].res, cq[i].tag == 5 ? -EIO : (int64_t)(4 * BS));
+  expect_msg(&f.err, "EIO");
+  expect_msg(&f.err, "/ztier-swap."); // the failing piece's file
+  expect_msg(&f.err, "tag 5");
+  assert_true(h.failed >= 1);
+  // The failed write holds no data; its neighbours do.
+  h.fail_tag = ~0ull;
+  assert_int_equal(one(sw, 0, r, 4 * BS, 22 * BS, 50), -ENODATA);
+  expect_msg(&f.err, "failed write");
+  assert_int_equal(one(sw, 0, r, 4 * BS, 18 * BS, 51), 4 * BS);
+  t_expect_same("neighbour", r, w + 4 * 4 * BS, 1, 4 * BS);
+  // A read failing: only that read.
+  h.fail_tag = 60;
+  h.fail_write = 0;
+  assert_int_equal(zt__swap_prep_read(sw, r, 4 * BS, 26 * BS, 60), 0);
+  assert_int_equal(zt__swap_prep_read(sw, r + 4 * BS, 4 * BS, 30 * BS, 61), 0);
+  assert_int_equal(zt__swap_wait(sw, cq, 2, 2), 2);
+  for (int i = 0; i < 2; i++)
+    assert_int_equal(cq[i].res, cq[i].tag == 60 ? -EIO : (int64_t)(4 * BS));
+  t_expect_same("read beside a failed one", r + 4 * BS, w + 7 * 4 * BS, 1, 4 * BS);
+  zt__swap_buf_free(w);
+  zt__swap_buf_free(r);
+  assert_int_equal(zt__swap_destroy(sw), 0);
+  fx_close(&f);
+}
+
+static void test_hook_short(void **state) {
+  for (int buffered = 0; buffered < 2; buffered++) {
+    fx_t f;
+    fx_open(&f, 3);
+    zt__swap_config_t c = fx_config(&f, 256 * BS, 8 * BS, 8);
+    c.buffered = buffered;
+    zt__swap_t *sw = fx_swap(&f, &c);
+    hook_ctx_t h = {.fail_tag = ~0ull, .shorten = 1, .sw = sw};
+    t_rng_init(&h.rng, t_seed() + 3);
+    zt__swap_set_hook(sw, hook, &h);
+    uint8_t *w = buf_rand(sw, 256 * BS, &f.rng), *r = buf_rand(sw, 256 * BS, &f.rng);
+    const size_t lens[] = {256 * BS, 100 * BS + 77, 3 * BS + 1};
+    for (size_t i = 0; i < 3; i++) {
+      t_fill_bits(r, 256 * BS, &f.rng);
+      assert_int_equal(one(sw, 1, w, lens[i], 0, 1), (int64_t)lens[i]);
+      int64_t res = one(sw, 0, r, lens[i], 0, 2);
+      if (res < 0) print_error("%s\n", f.err.msg);
+      assert_int_equal(res, (int64_t)lens[i]);
+      t_expect_same("after short transfers", r, w, 1, lens[i]);
+    }
+    print_message("# buffered %d: %u completions, %u cut short, %u EINTR/EAGAIN\n",
+                  buffered, h.calls, h.cut, h.again);
+    assert_true(h.cut > 10);
+    assert_true(h.again > 5);
+    zt__swap_buf_free(w);
+    zt__swap_buf_free(r);
+    assert_int_equal(zt__swap_destroy(sw), 0);
+    fx_close(&f);
+  }
+}
+
+/* ---- real errors ------------------------------------------------------------------- */
+
+static void test_efbig(void **state) {
+  fx_t f;
+  fx_open(&f, 1);
+  zt__swap_config_t c = fx_config(&f, 256 * BS, 256 * BS, 4);
+  zt__swap_t *sw = fx_swap(&f, &c);
+  uint8_t *w = buf_rand(sw, 8 * BS, &f.rng), *r = buf_rand(sw, 8 * BS, &f.rng);
+  struct rlimit old, lim;
+  assert_int_equal(getrlimit(RLIMIT_FSIZE, &old), 0);
+  lim = old;
+  lim.rlim_cur = 64 * BS; // the file is 257 blocks
+  void (*old_sig)(int) = signal(SIGXFSZ, SIG_IGN);
+  assert_int_equal(setrlimit(RLIMIT_FSIZE, &lim), 0);
+  assert_int_equal(zt__swap_prep_write(sw, w, 4 * BS, 0, 1), 0);          // below
+  assert_int_equal(zt__swap_prep_write(sw, w + 4 * BS, 4 * BS, 128 * BS, 2), 0); // above
+  assert_int_equal(zt__swap_prep_write(sw, w, 4 * BS, 61 * BS, 3), 0);    // across
+  zt__swap_cqe_t cq[3];
+  int n = zt__swap_wait(sw, cq, 3, 3);
+  assert_int_equal(setrlimit(RLIMIT_FSIZE, &old), 0);
+  signal(SIGXFSZ, old_sig);
+  assert_int_equal(n, 3);
+  for (int i = 0; i < 3; i++) {
+    print_message("# tag %llu: %lld\n", (unsigned long long)cq[i].tag, (long long)cq[i].res);
+    assert_int_equal(cq[i].res, cq[i].tag == 1 ? (int64_t)(4 * BS) : -EFBIG);
+  }
+  expect_msg(&f.err, "EFBIG");
+  expect_msg(&f.err, zt__swap_path(sw, 0));
+  assert_int_equal(one(sw, 0, r, 4 * BS, 0, 4), 4 * BS);
+  t_expect_same("write below the limit", r, w, 1, 4 * BS);
+  zt__swap_buf_free(w);
+  zt__swap_buf_free(r);
+  assert_int_equal(zt__swap_destroy(sw), 0);
+  fx_close(&f);
+}
+
+static void test_checksum_flip(void **state) {
+  fx_t f;
+  fx_open(&f, 1);
+  zt__swap_config_t c = fx_config(&f, 64 * BS, 64 * BS, 4);
+  zt__swap_t *sw = fx_swap(&f, &c);
+  uint8_t *w = buf_rand(sw, 3 * BS, &f.rng), *r = buf_rand(sw, 3 * BS, &f.rng);
+  assert_int_equal(one(sw, 1, w, 3 * BS, 8 * BS, 1), 3 * BS);
+  // One byte of the middle block, flipped behind the engine's back.
+  int fd = open(zt__swap_path(sw, 0), O_RDWR | O_CLOEXEC);
+  assert_true(fd >= 0);
+  off_t at = (off_t)(BS + 9 * BS + t_rng_next(&f.rng) % BS);
+  uint8_t b;
+  assert_int_equal(pread(fd, &b, 1, at), 1);
+  b ^= (uint8_t)(1u << (t_rng_next(&f.rng) % 8));
+  assert_int_equal(pwrite(fd, &b, 1, at), 1);
+  assert_int_equal(fsync(fd), 0);
+  close(fd);
+  assert_int_equal(one(sw, 0, r, 3 * BS, 8 * BS, 2), ZT_ECHECKSUM);
+  expect_msg(&f.err, zt__swap_path(sw, 0));
+  expect_msg(&f.err, "offset 40960"); // the file offset of block 9
+  assert_int_equal(one(sw, 0, r, BS, 8 * BS, 3), BS); // its neighbours are fine
+  assert_int_equal(one(sw, 0, r, BS, 10 * BS, 4), BS);
+  t_expect_same("neighbour", r, w + 2 * BS, 1, BS);
+  // A block never written is an error, not zeros.
+  assert_int_equal(one(sw, 0, r, BS, 30 * BS, 5), -ENODATA);
+  expect_msg(&f.err, "never written");
+  zt__swap_buf_free(w);
+  zt__swap_buf_free(r);
+  assert_int_equal(zt__swap_destroy(sw), 0);
+  fx_close(&f);
+}
+
+static void test_stale(void **state) {
+  fx_t f;
+  fx_open(&f, 1);
+  zt__swap_config_t c = fx_config(&f, 16 * BS, 16 * BS, 4);
+  c.name = "a";
+  zt__swap_t *a = fx_swap(&f, &c);
+  // The same name while A's file is there: refused, A's file untouched.
+  zt__swap_t *b = (zt__swap_t *)&f;
+  assert_int_equal(zt__swap_create(&c, &f.err, &b), -EEXIST);
+  assert_null(b);
+  expect_msg(&f.err, "another run");
+  c.name = "b";
+  b = fx_swap(&f, &c);
+  zt__swap_info_t ia, ib;
+  zt__swap_info(a, &ia);
+  zt__swap_info(b, &ib);
+  assert_true(ia.run_id != ib.run_id);
+  // Other bytes at the same offset in each; then B's file replaces A's.
+  uint8_t *w = buf_rand(b, 4 * BS, &f.rng), *r = buf_rand(b, 4 * BS, &f.rng);
+  assert_int_equal(one(a, 1, w, 4 * BS, 0, 1), 4 * BS);
+  t_fill_bits(w, 4 * BS, &f.rng);
+  assert_int_equal(one(b, 1, w, 4 * BS, 0, 1), 4 * BS);
+  assert_int_equal(zt__swap_check(a), 0);
+  int fa = open(zt__swap_path(a, 0), O_RDWR | O_CLOEXEC);
+  int fb = open(zt__swap_path(b, 0), O_RDONLY | O_CLOEXEC);
+  assert_true(fa >= 0 && fb >= 0);
+  uint8_t *tmp = malloc(5 * BS);
+  assert_non_null(tmp);
+  assert_int_equal(pread(fb, tmp, 5 * BS, 0), 5 * BS);
+  assert_int_equal(pwrite(fa, tmp, 5 * BS, 0), 5 * BS);
+  assert_int_equal(fsync(fa), 0);
+  close(fa);
+  close(fb);
+  free(tmp);
+  assert_int_equal(zt__swap_check(a), ZT_ECHECKSUM);
+  expect_msg(&f.err, "another run");
+  assert_int_equal(one(a, 0, r, 4 * BS, 0, 2), ZT_ECHECKSUM);
+  expect_msg(&f.err, zt__swap_path(a, 0));
+  zt__swap_buf_free(w);
+  zt__swap_buf_free(r);
+  assert_int_equal(zt__swap_destroy(a), 0);
+  assert_int_equal(zt__swap_destroy(b), 0);
+  fx_close(&f);
+}
+
+/* ---- bad input ----------------------------------------------------------------------- */
+
+static void test_bad_input(void **state) {
+  fx_t f;
+  fx_open(&f, 1);
+  zt__swap_t *sw = (zt__swap_t *)&f;
+  zt__swap_config_t c = fx_config(&f, 16 * BS, 3000, 4);
+  assert_int_equal(zt__swap_create(&c, &f.err, &sw), -EINVAL);
+  assert_null(sw);
+  expect_msg(&f.err, "stripe_bytes is 3000");
+  c = fx_config(&f, 16 * BS, BS, 0);
+  assert_int_equal(zt__swap_create(&c, &f.err, &sw), -EINVAL);
+  expect_msg(&f.err, "queue_depth is 0");
+  c = fx_config(&f, 16 * BS, BS, 4);
+  c.block_size = 3000;
+  assert_int_equal(zt__swap_create(&c, &f.err, &sw), -EINVAL);
+  expect_msg(&f.err, "block_size is 3000");
+  const char *missing[] = {"/nonexistent-ztier-dir"};
+  c = fx_config(&f, 16 * BS, BS, 4);
+  c.paths = missing;
+  assert_int_equal(zt__swap_create(&c, &f.err, &sw), -ENOENT);
+  expect_msg(&f.err, "/nonexistent-ztier-dir");
+
+  c = fx_config(&f, 16 * BS, BS, 4);
+  sw = fx_swap(&f, &c);
+  uint8_t *w = buf_rand(sw, 17 * BS, &f.rng);
+  assert_int_equal(zt__swap_prep_write(sw, w + 8, BS, 0, 1), -EINVAL);
+  expect_msg(&f.err, "aligned");
+  assert_int_equal(zt__swap_prep_write(sw, w, BS, 100, 1), -EINVAL);
+  expect_msg(&f.err, "offset 100");
+  assert_int_equal(zt__swap_prep_write(sw, w, 2 * BS, 15 * BS, 1), -EINVAL);
+  assert_int_equal(zt__swap_prep_write(sw, w, 0, 0, 1), -EINVAL);
+  assert_int_equal(zt__swap_outstanding(sw), 0);
+  // Destroy with a request not reaped: refused, then fine after a drain.
+  assert_int_equal(zt__swap_prep_write(sw, w, BS, 0, 1), 0);
+  assert_int_equal(zt__swap_destroy(sw), -EBUSY);
+  expect_msg(&f.err, "outstanding");
+  assert_int_equal(zt__swap_drain(sw), 0);
+  assert_int_equal(zt__swap_destroy(sw), 0);
+  assert_int_equal(zt__swap_destroy(NULL), 0);
+  zt__swap_buf_free(w);
+  fx_close(&f);
+}
+
+int main(void) {
+  struct io_uring ring;
+  if (io_uring_queue_init(4, &ring, 0) < 0) {
+    printf("skipped: io_uring unavailable\n");
+    return 77;
+  }
+  io_uring_queue_exit(&ring);
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test_teardown(test_round_trip, teardown),
+      cmocka_unit_test_teardown(test_many_in_flight, teardown),
+      cmocka_unit_test_teardown(test_striping, teardown),
+      cmocka_unit_test_teardown(test_hook_eio, teardown),
+      cmocka_unit_test_teardown(test_hook_short, teardown),
+      cmocka_unit_test_teardown(test_efbig, teardown),
+      cmocka_unit_test_teardown(test_checksum_flip, teardown),
+      cmocka_unit_test_teardown(test_stale, teardown),
+      cmocka_unit_test_teardown(test_bad_input, teardown),
+  };
+  return T_RUN(tests);
+}
