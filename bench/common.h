@@ -26,6 +26,7 @@
 /* ---- the benchmarks ------------------------------------------------------- */
 
 int zt_bench_adam_main(int argc, char **argv);
+int zt_bench_nvme_main(int argc, char **argv);
 
 /* ---- flags ------------------------------------------------------------------ */
 

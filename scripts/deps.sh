@@ -16,6 +16,7 @@ packages=(
   libopenmpi-dev openmpi-bin   # multi-rank comm
   base-files         # the demo's text: /usr/share/common-licenses
   gnuplot-nox        # PNG plots of the demo and the benchmarks
+  fio                # the benchmark's reference figure
 )
 
 missing=()

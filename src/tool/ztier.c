@@ -30,6 +30,8 @@ static const command_t commands[] = {
 static const command_t benches[] = {
     {"adam", zt_bench_adam_main,
      "the CPU AdamW update against the memory bandwidth of the same access pattern"},
+    {"nvme", zt_bench_nvme_main,
+     "the io_uring swap engine against fio on the same disk, and the settings to use"},
 };
 
 #define COUNT(a) (sizeof(a) / sizeof((a)[0]))
