@@ -42,7 +42,7 @@ CFLAGS ?= $(OPT) -g
 ZT_CFLAGS := -std=gnu11 -Wall -Wextra -Wshadow -Wno-unused-parameter \
              -fPIC -fvisibility=hidden -ffp-contract=off -pthread \
              -Iinclude -Isrc -Ioffload -DZT_HAVE_CUDA=$(CUDA) $(SANFLAGS)
-LDLIBS_BASE := -lcjson -luring -lm -lpthread
+LDLIBS_BASE := -lcjson -luring -lnuma -lhwloc -lm -lpthread
 
 ISA_AVX2 := -mavx2 -mfma -mf16c
 ISA_AVX512 := -mavx512f -mavx512bw -mavx512vl -mavx512dq -mfma -mf16c
