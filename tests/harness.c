@@ -101,6 +101,25 @@ void t_fill_uniform(void *buf, zt_dtype_t dt, size_t n, double lo, double hi,
   for (size_t i = 0; i < n; i++) t_store(buf, dt, i, lo + (hi - lo) * t_rng_uniform(r));
 }
 
+/* Values where conversions go wrong: signed zeros, infinities, quiet NaNs,
+ * the fp16 overflow edge, subnormals of every format, and exact ties. */
+const uint32_t t_specials_f32[] = {
+    0x00000000u, 0x80000000u, 0x7f800000u, 0xff800000u, 0x7fc00000u, 0xffc12345u,
+    0x477fe000u, /* 65504, fp16 max */
+    0x477fefffu, /* just below 65520: rounds to 65504 */
+    0x477ff000u, /* 65520: rounds to inf in fp16 */
+    0x33000000u, /* half the smallest fp16 subnormal: rounds to 0 (tie, even) */
+    0x33000001u, /* just above: rounds to the smallest subnormal */
+    0x33c00000u, /* 1.5 x smallest fp16 subnormal: tie, rounds to 2 */
+    0x38800000u, /* smallest fp16 normal */
+    0x387fc000u, /* largest fp16 subnormal region */
+    0x00000001u, 0x807fffffu, /* fp32 subnormals */
+    0x3f808000u, 0x3f818000u, /* bf16 ties: to even down, to even up */
+    0x3f801000u, 0x3f803000u, /* fp16 ties */
+    0x7f7fffffu, /* fp32 max: bf16 rounds to inf */
+};
+const size_t t_specials_f32_count = sizeof t_specials_f32 / sizeof t_specials_f32[0];
+
 uint64_t t_hash(const void *p, size_t n) { return XXH3_64bits(p, n); }
 
 void t_fill_bits(void *p, size_t bytes, t_rng_t *r) {

@@ -60,6 +60,11 @@ void t_fill_bits(void *p, size_t bytes, t_rng_t *r);
 struct zt__seg;
 void t_shuffle_segs(struct zt__seg *s, size_t n, t_rng_t *r);
 
+/* float32 bit patterns where conversions go wrong (signed zeros, inf, NaN,
+ * the fp16 overflow edge, subnormals, exact ties), for cast tests. */
+extern const uint32_t t_specials_f32[];
+extern const size_t t_specials_f32_count;
+
 /* XXH3 of n bytes: two equal hashes mean the buffer was not touched. */
 uint64_t t_hash(const void *p, size_t n);
 

@@ -618,26 +618,9 @@ static void test_sumsq_matches_cpu(void **state) {
 
 /* ---- cast -------------------------------------------------------------------------- */
 
-/* Values where conversions go wrong: signed zeros, infinities, quiet NaNs,
- * the fp16 overflow edge, subnormals of every format, and exact ties. */
-static const uint32_t specials_f32[] = {
-    0x00000000u, 0x80000000u, 0x7f800000u, 0xff800000u, 0x7fc00000u, 0xffc12345u,
-    0x477fe000u, /* 65504, fp16 max */
-    0x477fefffu, /* just below 65520: rounds to 65504 */
-    0x477ff000u, /* 65520: rounds to inf in fp16 */
-    0x33000000u, /* half the smallest fp16 subnormal: rounds to 0 (tie, even) */
-    0x33000001u, /* just above: rounds to the smallest subnormal */
-    0x33c00000u, /* 1.5 x smallest fp16 subnormal: tie, rounds to 2 */
-    0x38800000u, /* smallest fp16 normal */
-    0x387fc000u, /* in the largest fp16 subnormal binade */
-    0x00000001u, 0x807fffffu, /* fp32 subnormals */
-    0x3f808000u, 0x3f818000u, /* bf16 ties: to even down, to even up */
-    0x3f801000u, 0x3f803000u, /* fp16 ties */
-    0x7f7fffffu,              /* fp32 max: bf16 rounds to inf */
-};
 
 static void fill_cast_src(void *p, zt_dtype_t dt, size_t n, t_rng_t *r) {
-  const size_t ns = sizeof specials_f32 / sizeof specials_f32[0];
+  const size_t ns = t_specials_f32_count;
   for (size_t i = 0; i < n; i++) {
     uint64_t x = t_rng_next(r);
     int kind = (int)(x & 3);
@@ -645,7 +628,7 @@ static void fill_cast_src(void *p, zt_dtype_t dt, size_t n, t_rng_t *r) {
     if (kind == 0) {
       bits = (uint32_t)(x >> 32); /* any bit pattern, signalling NaNs included */
     } else if (kind == 1) {
-      bits = specials_f32[(x >> 8) % ns];
+      bits = t_specials_f32[(x >> 8) % ns];
     } else {
       /* Magnitudes from 2^-30 to 2^20: fp16 subnormals through overflow. */
       float f = (float)(t_rng_normal(r) * ldexp(1.0, (int)((x >> 8) % 51) - 30));
