@@ -1,26 +1,30 @@
 /*
  * bench/bench_nvme.c — `ztier bench nvme`: what a disk gives the io_uring
  * swap engine (offload/swap.c), beside fio on the same disk, size and access
- * pattern, and which block size and queue depth to configure.
+ * pattern, and which block size, queue depth and ring count to configure.
  *
- * One swap space of --size bytes is created in --path through the engine
- * (preallocated, then written once, so every timed pass goes into existing,
- * written extents as the engine's own use does) and removed at the end; fio's
- * file beside it is made the same way. Each cell (block size x queue depth)
- * times a whole-space write, a whole-space read into a large buffer region
- * (a different region per request) and a whole-space read into a small ring
- * of qd buffers, with qd requests in flight; fio's write and read of the same
- * cell run interleaved with ours (ours, fio, ours, fio, ...) because the disk
- * is shared and drifts; medians over --reps are reported.
+ * For each thread count T of --threads, one swap space of --size bytes with
+ * T rings (T ring threads when T > 1) is created in --path through the
+ * engine (preallocated, then written once, so every timed pass goes into
+ * existing, written extents as the engine's own use does) and removed before
+ * the next; fio's file beside it is made once the same way. Each cell (block
+ * size x queue depth x threads) times a whole-space write, a whole-space read
+ * into a large buffer region (a different region per request) and a
+ * whole-space read into a small ring of T x qd buffers, with T x qd requests
+ * in flight (qd per ring, as fio's iodepth is per job); fio's write and read
+ * of the same cell, with T jobs each on its own T-th of the file, run
+ * interleaved with ours (ours, fio, ours, fio, ...) because the disk is
+ * shared and drifts; medians over --reps are reported.
  *
- * Before timing, a full write and read back through the engine is checked
- * (every completion the request's length, the engine's checksums, and the
- * bytes compared); no figure is printed when the check fails.
+ * Before timing, a full write and read back through each swap space is
+ * checked (every completion the request's length, the engine's checksums,
+ * and the bytes compared); no figure is printed when the check fails.
  */
 #define _GNU_SOURCE
 #include <cjson/cJSON.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -35,9 +39,29 @@
 
 typedef struct cell {
   size_t block;
-  unsigned qd;
+  unsigned qd;                  /* per ring: T x qd requests in flight */
+  unsigned threads;             /* rings of the swap space, fio's jobs */
   double w, r, r_small, fw, fr; /* medians, GB/s; fio -1 when not run */
 } cell_t;
+
+/* The progress line: on a terminal (zt_bench_progress checks stderr), and
+ * never with --json, whose reader wants stdout alone and a quiet stderr. */
+static int quiet;
+
+static void progress(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static void progress(const char *fmt, ...) {
+  if (quiet) return;
+  char line[256];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(line, sizeof line, fmt, ap);
+  va_end(ap);
+  zt_bench_progress("%s", line);
+}
+
+static void progress_end(void) {
+  if (!quiet) zt_bench_progress_end();
+}
 
 static double now(void) {
   struct timespec t;
@@ -92,34 +116,56 @@ static void fill(void *p, size_t n, uint64_t seed) {
 
 /* ---- our passes ---------------------------------------------------------------- */
 
-/* One whole-space pass with `qd` requests of `block` bytes in flight. The
- * buffer of request i is region + (i * block) % region_bytes. Returns the
- * seconds, or -1 with a message. */
+/* One whole-space pass with `qd` requests of `block` bytes in flight, each
+ * in its own slot of `block` bytes of the region: slots are taken in order
+ * and given back as their requests complete, so a request goes to a
+ * different place than the last ones (the whole region is walked through)
+ * and no two requests in flight ever share memory, in whatever order they
+ * complete (with several rings they complete out of order). The slot rides
+ * in the tag's high half. Returns the seconds, or -1 with a message. */
 static double pass(zt__swap_t *sw, int write, size_t space, size_t block, unsigned qd,
                    char *region, size_t region_bytes) {
   size_t n_req = space / block, next = 0, done = 0;
+  size_t n_slots = region_bytes / block, head = 0, n_free = n_slots;
+  if (n_slots < qd) qd = (unsigned)n_slots;
+  uint32_t *fifo = malloc(n_slots * sizeof *fifo);
+  if (fifo == NULL) {
+    fprintf(stderr, "nvme: out of memory\n");
+    return -1;
+  }
+  for (size_t i = 0; i < n_slots; i++) fifo[i] = (uint32_t)i;
   zt__swap_cqe_t cqe[64];
-  double t0 = now();
+  double t0 = now(), t = -1;
   while (done < n_req) {
     while (next < n_req && next - done < qd) {
-      char *buf = region + (next * block) % region_bytes;
-      int rc = write ? zt__swap_prep_write(sw, buf, block, next * block, next)
-                     : zt__swap_prep_read(sw, buf, block, next * block, next);
-      if (rc < 0) return -1;
+      uint64_t slot = fifo[head];
+      head = (head + 1) % n_slots;
+      n_free--;
+      char *buf = region + slot * block;
+      uint64_t tag = slot << 32 | next;
+      int rc = write ? zt__swap_prep_write(sw, buf, block, next * block, tag)
+                     : zt__swap_prep_read(sw, buf, block, next * block, tag);
+      if (rc < 0) goto out;
       next++;
     }
     int got = zt__swap_wait(sw, cqe, 64, 1);
-    if (got < 0) return -1;
-    for (int i = 0; i < got; i++)
+    if (got < 0) goto out;
+    for (int i = 0; i < got; i++) {
       if (cqe[i].res != (int64_t)block) {
         fprintf(stderr, "nvme: request %llu completed with %lld, expected %zu\n",
-                (unsigned long long)cqe[i].tag, (long long)cqe[i].res, block);
+                (unsigned long long)(cqe[i].tag & 0xffffffffu), (long long)cqe[i].res,
+                block);
         zt__swap_drain(sw);
-        return -1;
+        goto out;
       }
+      fifo[(head + n_free++) % n_slots] = (uint32_t)(cqe[i].tag >> 32);
+    }
     done += (size_t)got;
   }
-  return now() - t0;
+  t = now() - t0;
+out:
+  free(fifo);
+  return t;
 }
 
 /* ---- fio ------------------------------------------------------------------------- */
@@ -128,15 +174,20 @@ static int have_fio(void) {
   return system("command -v fio >/dev/null 2>&1") == 0;
 }
 
-/* fio's bandwidth in GB/s for one pass, or -1. */
+/* fio's bandwidth in GB/s for one pass with `jobs` jobs of qd each, or -1.
+ * Job j covers its own [j * share, (j + 1) * share) of the file, share being
+ * space / jobs rounded down to a block, so the jobs together cover the file
+ * once, as our pass covers the space once; group_reporting sums them. */
 static double fio_pass(const char *file, int write, size_t space, size_t block,
-                       unsigned qd) {
+                       unsigned qd, unsigned jobs) {
   char cmd[4096];
+  size_t share = space / jobs / block * block;
   snprintf(cmd, sizeof cmd,
            "fio --name=ztier-nvme --ioengine=io_uring --direct=1 --rw=%s --bs=%zu "
-           "--iodepth=%u --size=%zu --filename='%s' --numjobs=1 "
-           "--output-format=json 2>/dev/null",
-           write ? "write" : "read", block, qd, space, file);
+           "--iodepth=%u --size=%zu --filename='%s' --numjobs=%u "
+           "--offset_increment=%zu --group_reporting --output-format=json "
+           "2>/dev/null",
+           write ? "write" : "read", block, qd, share, file, jobs, share);
   FILE *f = popen(cmd, "r");
   if (f == NULL) return -1;
   size_t cap = 1 << 16, len = 0;
@@ -157,8 +208,8 @@ static double fio_pass(const char *file, int write, size_t space, size_t block,
   /* fio may print notes before the JSON object */
   char *brace = strchr(text, '{');
   cJSON *root = brace && st == 0 ? cJSON_Parse(brace) : NULL;
-  cJSON *jobs = cJSON_GetObjectItem(root, "jobs");
-  cJSON *job = cJSON_GetArrayItem(jobs, 0);
+  /* with group_reporting, the one entry sums the jobs (runtime: the longest) */
+  cJSON *job = cJSON_GetArrayItem(cJSON_GetObjectItem(root, "jobs"), 0);
   cJSON *dir = cJSON_GetObjectItem(job, write ? "write" : "read");
   cJSON *io = cJSON_GetObjectItem(dir, "io_bytes");
   cJSON *rt = cJSON_GetObjectItem(dir, "runtime"); /* ms */
@@ -215,8 +266,11 @@ static void json_nums_or_null(zt_bench_json_t *j, const char *key, const double 
   j->n++;
 }
 
+/* GB/s against block size, reads and writes side by side: one line per queue
+ * depth and thread count for ours (solid), fio's of the same cell dashed in
+ * the same colour. */
 static void plot(const char *png, const cell_t *c, int n, const size_t *qds, int nq,
-                 int fio) {
+                 const size_t *ths, int nt, int fio) {
   if (system("command -v gnuplot >/dev/null 2>&1") != 0) {
     fprintf(stderr, "nvme: gnuplot not found: no plot\n");
     return;
@@ -227,30 +281,94 @@ static void plot(const char *png, const cell_t *c, int n, const size_t *qds, int
     return;
   }
   fprintf(g,
-          "set terminal pngcairo size 1000,600 noenhanced\n"
+          "set terminal pngcairo size 1100,600 noenhanced\n"
           "set output '%s'\nset logscale x 2\nset xlabel 'block (MiB)'\n"
           "set ylabel 'GB/s'\nset yrange [0:*]\nset key bottom right\nset grid\n"
           "set multiplot layout 1,2\n",
           png);
   for (int w = 0; w < 2; w++) {
     fprintf(g, "set title '%s'\nplot ", w ? "write" : "read");
-    for (int q = 0; q < nq; q++)
-      for (int f = 0; f <= fio; f++)
-        fprintf(g, "%s'-' with linespoints%s title '%s qd %zu'", q || f ? ", " : "",
-                f ? " dashtype 2" : "", f ? "fio" : "ztier", qds[q]);
+    int k = 0;
+    for (int t = 0; t < nt; t++)
+      for (int q = 0; q < nq; q++)
+        for (int f = 0; f <= fio; f++) {
+          char th[32] = "";
+          if (nt > 1) snprintf(th, sizeof th, ", %zu thread%s", ths[t], ths[t] > 1 ? "s" : "");
+          fprintf(g, "%s'-' with linespoints lc %d%s title '%s qd %zu%s'", k++ ? ", " : "",
+                  t * nq + q + 1, f ? " dashtype 2" : "", f ? "fio" : "ztier", qds[q], th);
+        }
     fprintf(g, "\n");
-    for (int q = 0; q < nq; q++)
-      for (int f = 0; f <= fio; f++) {
-        for (int i = 0; i < n; i++)
-          if (c[i].qd == qds[q]) {
-            double v = f ? (w ? c[i].fw : c[i].fr) : (w ? c[i].w : c[i].r);
-            fprintf(g, "%g %g\n", (double)c[i].block / 1048576.0, v);
-          }
-        fprintf(g, "e\n");
-      }
+    for (int t = 0; t < nt; t++)
+      for (int q = 0; q < nq; q++)
+        for (int f = 0; f <= fio; f++) {
+          for (int i = 0; i < n; i++)
+            if (c[i].qd == qds[q] && c[i].threads == ths[t]) {
+              double v = f ? (w ? c[i].fw : c[i].fr) : (w ? c[i].w : c[i].r);
+              fprintf(g, "%g %g\n", (double)c[i].block / 1048576.0, v);
+            }
+          fprintf(g, "e\n");
+        }
   }
   fprintf(g, "unset multiplot\n");
   if (pclose(g) != 0) fprintf(stderr, "nvme: gnuplot failed: no plot\n");
+}
+
+/* ---- one swap space per thread count --------------------------------------------- */
+
+typedef struct space {
+  zt__swap_t *sw;
+  zt__swap_info_t info;
+  int fixed;  /* both buffers registered */
+} space_t;
+
+/* Creates the swap space of T rings, registers the buffers with it, and
+ * checks a whole write and read back. Returns 0, or 1 with a message (and
+ * nothing left on disk). */
+static int space_open(space_t *sp, const char *prog, const zt__swap_config_t *cfg,
+                      zt__err_t *err, char *region, size_t region_bytes, char *ring,
+                      size_t ring_bytes, size_t space, size_t block, unsigned inflight) {
+  memset(sp, 0, sizeof *sp);
+  if (zt__swap_create(cfg, err, &sp->sw) < 0) {
+    fprintf(stderr, "%s: cannot create a swap space of %u ring%s in %s: %s\n", prog,
+            cfg->rings, cfg->rings > 1 ? "s" : "", cfg->paths[0], err->msg);
+    return 1;
+  }
+  zt__swap_info(sp->sw, &sp->info);
+  int a = zt__swap_register_buf(sp->sw, region, region_bytes);
+  int b = zt__swap_register_buf(sp->sw, ring, ring_bytes);
+  sp->fixed = a >= 0 && b >= 0;
+
+  /* The check, which also writes the whole space once. */
+  progress("%u ring%s: writing and checking %.2f GB in %s", cfg->rings,
+           cfg->rings > 1 ? "s" : "", (double)space / 1e9, cfg->paths[0]);
+  fill(region, region_bytes, 0x5eed);
+  if (pass(sp->sw, 1, space, block, inflight, region, region_bytes) < 0) {
+    progress_end();
+    fprintf(stderr, "%s: the check write failed: %s\n", prog, err->msg);
+    return 1;
+  }
+  memcpy(ring, region, block); /* request 0's bytes: it took the first slot */
+  memset(region, 0xa5, region_bytes);
+  if (pass(sp->sw, 0, space, block, inflight, region, region_bytes) < 0 ||
+      pass(sp->sw, 0, block, block, 1, region, block) < 0) {
+    progress_end();
+    fprintf(stderr, "%s: the check read failed: %s\n", prog, err->msg);
+    return 1;
+  }
+  if (memcmp(ring, region, block) != 0) {
+    progress_end();
+    fprintf(stderr, "%s: the check failed: bytes read back differ from those written\n",
+            prog);
+    return 1;
+  }
+  return 0;
+}
+
+static void space_close(space_t *sp) {
+  if (!sp->sw) return;
+  zt__swap_drain(sp->sw);
+  zt__swap_destroy(sp->sw); /* the engine unregisters the buffers with the rings */
+  sp->sw = NULL;
 }
 
 /* ---- main -------------------------------------------------------------------------- */
@@ -258,17 +376,18 @@ static void plot(const char *png, const cell_t *c, int n, const size_t *qds, int
 int zt_bench_nvme_main(int argc, char **argv) {
   const char *prog = "ztier bench nvme";
   const char *path = NULL, *plot_file = NULL, *block_s = "1MiB,8MiB", *qd_s = "8,32";
-  const char *size_s = "1GiB";
+  const char *size_s = "1GiB", *threads_s = "1";
   /* The string flags are taken here; the rest go to the shared parser. */
   char **rest = calloc((size_t)argc + 1, sizeof *rest);
   if (rest == NULL) return 1;
   int nrest = 0;
   rest[nrest++] = argv[0];
   for (int i = 1; i < argc; i++) {
-    static const char *const names[] = {"--path", "--plot", "--block", "--qd", "--size"};
-    const char **dst[] = {&path, &plot_file, &block_s, &qd_s, &size_s};
+    static const char *const names[] = {"--path", "--plot",   "--block",
+                                        "--qd",   "--size",   "--threads"};
+    const char **dst[] = {&path, &plot_file, &block_s, &qd_s, &size_s, &threads_s};
     int hit = 0;
-    for (int k = 0; k < 5 && !hit; k++) {
+    for (int k = 0; k < 6 && !hit; k++) {
       size_t l = strlen(names[k]);
       if (strncmp(argv[i], names[k], l) != 0) continue;
       if (argv[i][l] == '=') {
@@ -287,34 +406,41 @@ int zt_bench_nvme_main(int argc, char **argv) {
     if (!hit) rest[nrest++] = argv[i];
   }
   size_t space = (size_t)1 << 30;
-  int reps = 3, json = 0;
+  int reps = 3, json = 0, sqpoll = 0;
   const zt_bench_flag_t flags[] = {
       {"reps", ZT_BENCH_FLAG_INT, &reps, "R", "repetitions per cell (default 3)", 1,
        1000, NULL},
+      {"sqpoll", ZT_BENCH_FLAG_BOOL, &sqpoll, NULL,
+       "rings with a kernel submission thread (IORING_SETUP_SQPOLL)", 0, 0, NULL},
       {"json", ZT_BENCH_FLAG_BOOL, &json, NULL, "print one JSON object", 0, 0, NULL},
   };
   int rc = zt_bench_parse(
       prog,
       "The io_uring swap engine's whole-space writes and reads beside fio's on the\n"
       "same disk, size and pattern, interleaved, medians per block size x queue "
-      "depth.\n"
+      "depth x threads.\n"
       "  --path DIR      directory on the disk to measure (required)\n"
       "  --size BYTES    swap space and fio file size (default 1GiB; 64MiB, 1GiB, 1G)\n"
       "  --block LIST    request sizes (default 1MiB,8MiB)\n"
-      "  --qd LIST       requests in flight (default 8,32)\n"
-      "  --plot FILE.png GB/s against block size, one line per queue depth (gnuplot)",
+      "  --qd LIST       requests in flight per ring / fio job (default 8,32)\n"
+      "  --threads LIST  rings of the swap space, one thread each, and fio's jobs\n"
+      "                  (default 1; e.g. 1,2,4)\n"
+      "  --plot FILE.png GB/s against block size, one line per queue depth and\n"
+      "                  thread count (gnuplot)",
       nrest, rest, flags, sizeof flags / sizeof flags[0]);
   free(rest);
   if (rc) return rc < 0 ? 0 : rc;
+  quiet = json;
 
   if (parse_list(size_s, &space, 1, 1) != 1 || space < (1 << 20)) {
     fprintf(stderr, "%s: --size '%s': expected one size of at least 1MiB, like 1GiB\n",
             prog, size_s);
     return 2;
   }
-  size_t blocks[MAX_LIST], qds[MAX_LIST];
+  size_t blocks[MAX_LIST], qds[MAX_LIST], ths[MAX_LIST];
   int nb = parse_list(block_s, blocks, MAX_LIST, 1);
   int nq = parse_list(qd_s, qds, MAX_LIST, 0);
+  int nt = parse_list(threads_s, ths, MAX_LIST, 0);
   if (nb < 0) {
     fprintf(stderr, "%s: --block '%s': expected a list of sizes like 1MiB,8MiB\n", prog,
             block_s);
@@ -336,14 +462,26 @@ int zt_bench_nvme_main(int argc, char **argv) {
       fprintf(stderr, "%s: --qd %zu: expected 1 .. 1024\n", prog, qds[i]);
       return 2;
     }
+  if (nt < 0) {
+    fprintf(stderr, "%s: --threads '%s': expected a list of counts like 1,2,4\n", prog,
+            threads_s);
+    return 2;
+  }
+  for (int i = 0; i < nt; i++)
+    if (ths[i] > ZT__SWAP_MAX_RINGS) {
+      fprintf(stderr, "%s: --threads %zu: expected 1 .. %u\n", prog, ths[i],
+              ZT__SWAP_MAX_RINGS);
+      return 2;
+    }
   if (path == NULL) {
     fprintf(stderr, "%s: --path DIR is required (a directory on the disk to measure)\n",
             prog);
     return 2;
   }
-  size_t max_block = 0, max_qd = 0;
+  size_t max_block = 0, max_qd = 0, max_t = 0;
   for (int i = 0; i < nb; i++) max_block = blocks[i] > max_block ? blocks[i] : max_block;
   for (int i = 0; i < nq; i++) max_qd = qds[i] > max_qd ? qds[i] : max_qd;
+  for (int i = 0; i < nt; i++) max_t = ths[i] > max_t ? ths[i] : max_t;
   if (space % max_block || space < max_block) {
     fprintf(stderr, "%s: --size %zu: expected a multiple of the largest block (%zu)\n",
             prog, space, max_block);
@@ -359,8 +497,32 @@ int zt_bench_nvme_main(int argc, char **argv) {
     return 1;
   }
 
-  /* The swap space: one file, a stripe as large as the largest request so a
-   * request is one I/O (as fio's is), a ring deep enough for the deepest cell. */
+  /* The buffers, shared by the swap spaces: a large region (1 GiB, or at
+   * least what the deepest cell has in flight, so that every request in
+   * flight has a slot of its own) and a ring of T x qd request buffers for
+   * the deepest cell. */
+  size_t most = max_block * max_qd * max_t;
+  size_t region_bytes = most > MAX_REGION ? most : MAX_REGION;
+  if (region_bytes > space) region_bytes = space;
+  size_t ring_bytes = most < space ? most : space; /* more would never be in flight */
+  int status = 1;
+  char fio_file[4096] = "";
+  char *region = NULL, *ring = NULL;
+  cell_t *cells = NULL;
+  double *v = NULL;
+  space_t sp = {0};
+  zt__err_t err;
+  memset(&err, 0, sizeof err);
+  if (zt__swap_buf_alloc(NULL, region_bytes, (void **)&region) < 0 ||
+      zt__swap_buf_alloc(NULL, ring_bytes, (void **)&ring) < 0) {
+    fprintf(stderr, "%s: cannot allocate %zu bytes of buffers\n", prog,
+            region_bytes + ring_bytes);
+    goto out;
+  }
+
+  /* Each thread count's swap space: one file, a stripe as large as the
+   * largest request so a request is one I/O (as fio's is), rings deep enough
+   * for the deepest cell. */
   char name[64];
   snprintf(name, sizeof name, "bench-%ld", (long)getpid());
   const char *paths[1] = {path};
@@ -372,123 +534,93 @@ int zt_bench_nvme_main(int argc, char **argv) {
   cfg.stripe_bytes = max_block;
   cfg.queue_depth = (unsigned)max_qd;
   cfg.max_bufs = 4;
-  zt__err_t err;
-  memset(&err, 0, sizeof err);
-  zt__swap_t *sw = NULL;
-  rc = zt__swap_create(&cfg, &err, &sw);
-  if (rc < 0) {
-    fprintf(stderr, "%s: cannot create a swap space in %s: %s\n", prog, path, err.msg);
-    return 1;
-  }
-  zt__swap_info_t info;
-  zt__swap_info(sw, &info);
-  int status = 1;
-  char fio_file[4096] = "";
-  char *region = NULL, *ring = NULL;
-  cell_t *cells = NULL;
-  size_t region_bytes = space < MAX_REGION ? space : MAX_REGION;
-  size_t ring_bytes = max_block * max_qd;
-  if (zt__swap_buf_alloc(sw, region_bytes, (void **)&region) < 0 ||
-      zt__swap_buf_alloc(sw, ring_bytes, (void **)&ring) < 0) {
-    fprintf(stderr, "%s: cannot allocate %zu bytes of buffers\n", prog,
-            region_bytes + ring_bytes);
-    goto out;
-  }
-  int slot_region = zt__swap_register_buf(sw, region, region_bytes);
-  int slot_ring = zt__swap_register_buf(sw, ring, ring_bytes);
-
-  /* The check, which also writes the whole space once. */
-  zt_bench_progress("writing and checking %.2f GB in %s", (double)space / 1e9, path);
-  fill(region, region_bytes, 0x5eed);
-  if (pass(sw, 1, space, max_block, (unsigned)max_qd, region, region_bytes) < 0) {
-    fprintf(stderr, "%s: the check write failed: %s\n", prog, err.msg);
-    goto out;
-  }
-  memcpy(ring, region, max_block);
-  memset(region, 0xa5, region_bytes);
-  if (pass(sw, 0, space, max_block, (unsigned)max_qd, region, region_bytes) < 0) {
-    fprintf(stderr, "%s: the check read failed: %s\n", prog, err.msg);
-    goto out;
-  }
-  if (memcmp(ring, region, max_block) != 0) {
-    fprintf(stderr, "%s: the check failed: bytes read back differ from those written\n",
-            prog);
-    goto out;
-  }
+  cfg.sqpoll = sqpoll;
 
   int fio = have_fio();
-  if (!fio) {
-    fprintf(stderr, "fio not found: no reference figure\n");
-  } else {
-    snprintf(fio_file, sizeof fio_file, "%s/ztier-bench-%ld.fio", path, (long)getpid());
-    zt_bench_progress("writing fio's %.2f GB file", (double)space / 1e9);
-    rc = make_fio_file(fio_file, space, region, region_bytes);
-    if (rc < 0) {
-      fprintf(stderr, "%s: cannot make fio's file %s: %s\n", prog, fio_file,
-              strerror(-rc));
-      fio_file[0] = '\0';
-      goto out;
-    }
-  }
-
-  int nc = nb * nq;
+  if (!fio) fprintf(stderr, "fio not found: no reference figure\n");
+  int nc = nt * nb * nq;
   cells = calloc((size_t)nc, sizeof *cells);
-  double *v = calloc((size_t)reps * 5, sizeof *v);
-  if (cells == NULL || v == NULL) {
-    free(v);
-    goto out;
-  }
-  for (int b = 0; b < nb; b++)
-    for (int q = 0; q < nq; q++) {
-      cell_t *c = &cells[b * nq + q];
-      c->block = blocks[b];
-      c->qd = (unsigned)qds[q];
-      for (int r = 0; r < reps; r++) {
-        zt_bench_progress("block %zu KiB qd %u: rep %d/%d", c->block >> 10, c->qd, r + 1,
-                          reps);
-        double t;
-        double *o = v + r * 5;
-        t = pass(sw, 1, space, c->block, c->qd, region, region_bytes);
-        if (t < 0) goto fail;
-        o[0] = (double)space / t / 1e9;
-        o[3] = fio ? fio_pass(fio_file, 1, space, c->block, c->qd) : -1;
-        t = pass(sw, 0, space, c->block, c->qd, region, region_bytes);
-        if (t < 0) goto fail;
-        o[1] = (double)space / t / 1e9;
-        o[4] = fio ? fio_pass(fio_file, 0, space, c->block, c->qd) : -1;
-        t = pass(sw, 0, space, c->block, c->qd, ring, c->block * c->qd);
-        if (t < 0) goto fail;
-        o[2] = (double)space / t / 1e9;
-      }
-      double col[1000];
-      double *dst[5] = {&c->w, &c->r, &c->r_small, &c->fw, &c->fr};
-      for (int k = 0; k < 5; k++) {
-        int m = 0;
-        for (int r = 0; r < reps; r++)
-          if (v[r * 5 + k] >= 0) col[m++] = v[r * 5 + k];
-        *dst[k] = m ? zt_bench_median(col, m) : -1;
+  v = calloc((size_t)reps * 5, sizeof *v);
+  if (cells == NULL || v == NULL) goto out;
+  int o_direct = 1, fixed = 1, sq_granted = 1;
+  char note[256] = "";
+  for (int t = 0; t < nt; t++) {
+    cfg.rings = (unsigned)ths[t];
+    if (space_open(&sp, prog, &cfg, &err, region, region_bytes, ring, ring_bytes, space,
+                   max_block, (unsigned)(max_qd * ths[t])) != 0)
+      goto out;
+    o_direct &= sp.info.n_direct == 1;
+    fixed &= sp.fixed;
+    sq_granted &= sp.info.sqpoll;
+    if (sp.info.note[0] && !note[0]) snprintf(note, sizeof note, "%s", sp.info.note);
+    if (fio && !fio_file[0]) {
+      /* fio's file, once, from the region the check filled */
+      snprintf(fio_file, sizeof fio_file, "%s/ztier-bench-%ld.fio", path, (long)getpid());
+      progress("writing fio's %.2f GB file", (double)space / 1e9);
+      rc = make_fio_file(fio_file, space, region, region_bytes);
+      if (rc < 0) {
+        progress_end();
+        fprintf(stderr, "%s: cannot make fio's file %s: %s\n", prog, fio_file,
+                strerror(-rc));
+        fio_file[0] = '\0';
+        goto out;
       }
     }
-  free(v);
-  v = NULL;
-  zt_bench_progress_end();
+    for (int b = 0; b < nb; b++)
+      for (int q = 0; q < nq; q++) {
+        int ci = (t * nb + b) * nq + q;
+        cell_t *c = &cells[ci];
+        c->block = blocks[b];
+        c->qd = (unsigned)qds[q];
+        c->threads = (unsigned)ths[t];
+        unsigned inflight = c->qd * c->threads;
+        for (int r = 0; r < reps; r++) {
+          progress("cell %d/%d: %u thread%s, block %zu KiB, qd %u: rep %d/%d", ci + 1, nc,
+                   c->threads, c->threads > 1 ? "s" : "", c->block >> 10, c->qd, r + 1,
+                   reps);
+          double s;
+          double *o = v + r * 5;
+          s = pass(sp.sw, 1, space, c->block, inflight, region, region_bytes);
+          if (s < 0) goto fail;
+          o[0] = (double)space / s / 1e9;
+          o[3] = fio ? fio_pass(fio_file, 1, space, c->block, c->qd, c->threads) : -1;
+          s = pass(sp.sw, 0, space, c->block, inflight, region, region_bytes);
+          if (s < 0) goto fail;
+          o[1] = (double)space / s / 1e9;
+          o[4] = fio ? fio_pass(fio_file, 0, space, c->block, c->qd, c->threads) : -1;
+          size_t rb = c->block * inflight < ring_bytes ? c->block * inflight : ring_bytes;
+          s = pass(sp.sw, 0, space, c->block, inflight, ring, rb);
+          if (s < 0) goto fail;
+          o[2] = (double)space / s / 1e9;
+        }
+        double col[1000];
+        double *dst[5] = {&c->w, &c->r, &c->r_small, &c->fw, &c->fr};
+        for (int k = 0; k < 5; k++) {
+          int m = 0;
+          for (int r = 0; r < reps; r++)
+            if (v[r * 5 + k] >= 0) col[m++] = v[r * 5 + k];
+          *dst[k] = m ? zt_bench_median(col, m) : -1;
+        }
+      }
+    space_close(&sp);
+  }
+  progress_end();
 
   /* The best cells: reads use the better of the two buffer patterns. */
-  int br = 0, bw = 0, bfr = -1, bfw = -1;
+  int br = 0, bw = 0;
   double best_r = -1, best_w = -1, best_fr = -1, best_fw = -1;
   for (int i = 0; i < nc; i++) {
     double r = cells[i].r > cells[i].r_small ? cells[i].r : cells[i].r_small;
     if (r > best_r) best_r = r, br = i;
     if (cells[i].w > best_w) best_w = cells[i].w, bw = i;
-    if (cells[i].fr > best_fr) best_fr = cells[i].fr, bfr = i;
-    if (cells[i].fw > best_fw) best_fw = cells[i].fw, bfw = i;
+    if (cells[i].fr > best_fr) best_fr = cells[i].fr;
+    if (cells[i].fw > best_fw) best_fw = cells[i].fw;
   }
-  (void)bfr;
-  (void)bfw;
   double best_small = -1;
   for (int i = 0; i < nc; i++)
     if (cells[i].r_small > best_small) best_small = cells[i].r_small;
   double rr = ratio(best_r, best_fr), wr = ratio(best_w, best_fw);
+  int sq_on = sqpoll && sq_granted;
 
   if (json) {
     zt_bench_json_t j;
@@ -501,24 +633,30 @@ int zt_bench_nvme_main(int argc, char **argv) {
     json_num_or_null(&j, "write_ratio", wr);
     zt_bench_json_int(&j, "block_bytes", (long long)cells[br].block);
     zt_bench_json_int(&j, "queue_depth", cells[br].qd);
+    zt_bench_json_int(&j, "threads", cells[br].threads);
     zt_bench_json_int(&j, "write_block_bytes", (long long)cells[bw].block);
     zt_bench_json_int(&j, "write_queue_depth", cells[bw].qd);
+    zt_bench_json_int(&j, "write_threads", cells[bw].threads);
     zt_bench_json_num(&j, "read_gbps_small_ring", best_small);
     zt_bench_json_int(&j, "size_bytes", (long long)space);
     zt_bench_json_int(&j, "reps", reps);
     zt_bench_json_str(&j, "path", path);
-    zt_bench_json_bool(&j, "o_direct", info.n_direct == 1);
-    zt_bench_json_bool(&j, "fixed_bufs", slot_region >= 0 && slot_ring >= 0);
-    /* the per-cell table, one array per column, cell i = block i / nq, qd i % nq */
-    double col[MAX_LIST * MAX_LIST];
-    static const char *const keys[] = {"cell_block_bytes", "cell_queue_depth",
-                                       "cell_write_gbps",  "cell_read_gbps",
-                                       "cell_read_gbps_small_ring",
+    zt_bench_json_bool(&j, "o_direct", o_direct);
+    zt_bench_json_bool(&j, "fixed_bufs", fixed);
+    zt_bench_json_bool(&j, "sqpoll", sq_on);
+    zt_bench_json_str(&j, "note", note);
+    /* the per-cell table, one array per column; cell i is threads
+     * i / (nb * nq), block (i / nq) % nb, qd i % nq */
+    double col[MAX_LIST * MAX_LIST * MAX_LIST];
+    static const char *const keys[] = {"cell_block_bytes",    "cell_queue_depth",
+                                       "cell_threads",        "cell_write_gbps",
+                                       "cell_read_gbps",      "cell_read_gbps_small_ring",
                                        "cell_fio_write_gbps", "cell_fio_read_gbps"};
-    for (int k = 0; k < 7; k++) {
+    for (int k = 0; k < 8; k++) {
       for (int i = 0; i < nc; i++) {
         const cell_t *c = &cells[i];
-        double x[7] = {(double)c->block, c->qd, c->w, c->r, c->r_small, c->fw, c->fr};
+        double x[8] = {(double)c->block, c->qd, c->threads, c->w,
+                       c->r, c->r_small, c->fw, c->fr};
         col[i] = x[k];
       }
       json_nums_or_null(&j, keys[k], col, nc);
@@ -526,46 +664,50 @@ int zt_bench_nvme_main(int argc, char **argv) {
     zt_bench_json_end(&j);
   } else {
     printf("ztier bench nvme: %s, %.2f GiB, %d reps per cell (medians), O_DIRECT %s, "
-           "fixed buffers %s\n\n",
-           path, (double)space / (1 << 30), reps, info.n_direct == 1 ? "yes" : "no",
-           slot_region >= 0 && slot_ring >= 0 ? "yes" : "no");
-    printf("%10s %5s | %8s %8s %11s | %8s %8s   (GB/s)\n", "block", "qd", "write",
-           "read", "read(ring)", "fio wr", "fio rd");
+           "fixed buffers %s, SQPOLL %s\n",
+           path, (double)space / (1 << 30), reps, o_direct ? "yes" : "no",
+           fixed ? "yes" : "no", sq_on ? "yes" : sqpoll ? "refused" : "no");
+    if (note[0]) printf("engine: %s\n", note);
+    printf("\n%7s %10s %5s | %8s %8s %11s | %8s %8s   (GB/s)\n", "threads", "block", "qd",
+           "write", "read", "read(ring)", "fio wr", "fio rd");
     for (int i = 0; i < nc; i++) {
       const cell_t *c = &cells[i];
       char fw[16] = "-", fr[16] = "-";
       if (c->fw >= 0) snprintf(fw, sizeof fw, "%.2f", c->fw);
       if (c->fr >= 0) snprintf(fr, sizeof fr, "%.2f", c->fr);
-      printf("%7zu KiB %5u | %8.2f %8.2f %11.2f | %8s %8s\n", c->block >> 10, c->qd,
-             c->w, c->r, c->r_small, fw, fr);
+      printf("%7u %6zu KiB %5u | %8.2f %8.2f %11.2f | %8s %8s\n", c->threads,
+             c->block >> 10, c->qd, c->w, c->r, c->r_small, fw, fr);
     }
-    printf("\nbest read  %.2f GB/s (block %zu KiB, qd %u)", best_r, cells[br].block >> 10,
-           cells[br].qd);
+    printf("\nbest read  %.2f GB/s (block %zu KiB, qd %u, %u thread%s)", best_r,
+           cells[br].block >> 10, cells[br].qd, cells[br].threads,
+           cells[br].threads > 1 ? "s" : "");
     if (rr >= 0) printf(", fio's best %.2f GB/s: ratio %.2f", best_fr, rr);
-    printf("\nbest write %.2f GB/s (block %zu KiB, qd %u)", best_w, cells[bw].block >> 10,
-           cells[bw].qd);
+    printf("\nbest write %.2f GB/s (block %zu KiB, qd %u, %u thread%s)", best_w,
+           cells[bw].block >> 10, cells[bw].qd, cells[bw].threads,
+           cells[bw].threads > 1 ? "s" : "");
     if (wr >= 0) printf(", fio's best %.2f GB/s: ratio %.2f", best_fw, wr);
-    printf("\n(read(ring): reads into a ring of qd buffers, reused; read: a different "
-           "region per request)\n");
+    printf("\n(qd is per thread: T threads keep T x qd requests in flight, fio T jobs of "
+           "qd;\n read(ring): reads into a ring of T x qd buffers, reused; read: a "
+           "different region per request)\n");
     if ((rr >= 0 && rr < 0.95) || (wr >= 0 && wr < 0.95))
       printf("note: below 0.95 of fio on this disk\n");
     printf("\nsettings to use (reads' best cell):\n"
-           "{\"swap_block_bytes\": %zu, \"swap_queue_depth\": %u}\n",
-           cells[br].block, cells[br].qd);
+           "{\"swap_block_bytes\": %zu, \"swap_queue_depth\": %u, \"swap_rings\": %u, "
+           "\"swap_sqpoll\": %d}\n",
+           cells[br].block, cells[br].qd, cells[br].threads, sq_on);
   }
-  if (plot_file) plot(plot_file, cells, nc, qds, nq, fio);
+  if (plot_file) plot(plot_file, cells, nc, qds, nq, ths, nt, fio);
   status = 0;
   goto out;
 fail:
-  zt_bench_progress_end();
+  progress_end();
   fprintf(stderr, "%s: a timed pass failed: %s\n", prog, err.msg);
-  free(v);
 out:
-  zt_bench_progress_end();
+  progress_end();
+  free(v);
   free(cells);
   if (fio_file[0]) unlink(fio_file);
-  zt__swap_drain(sw);
-  zt__swap_destroy(sw); /* the engine unregisters the buffers with the ring */
+  space_close(&sp);
   zt__swap_buf_free(region);
   zt__swap_buf_free(ring);
   return status;

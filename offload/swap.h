@@ -13,13 +13,33 @@
  *    block's number, in a table in memory: a read returns data only when
  *    every block it covers is valid and matches, so a torn, stale, moved or
  *    never-written block is an error, never data;
- *  - one handle is used by one thread at a time; there is no global state.
+ *  - one handle is used by one caller thread at a time (see "Threads"); there
+ *    is no global state.
  *
  * Request rules (libuv's "not movable"): the caller owns the buffer of a
  * request from prep until its completion is reaped, and must not touch it in
  * between. A buffer is page-aligned and holds len rounded up to block_size
  * bytes; the bytes past len up to the block boundary are the engine's
- * scratch (a write zeroes them, a read overwrites them).
+ * scratch (a write zeroes them, a read overwrites them). Requests complete
+ * in any order: two in flight at once must not cover the same block (wait
+ * for the first); if they do, a read among them completes with an error or
+ * with the bytes of one of the writes, never with a mix taken for data.
+ *
+ * Threads. A handle has one caller at a time: no two of its functions may
+ * run at once (a lock of the caller's around them is enough; a different
+ * thread from one call to the next is fine). With rings = 1 everything runs
+ * on the caller's thread, inside the calls (no thread, no lock). With
+ * rings > 1 the handle owns
+ * `rings` threads, one per io_uring ring; requests go to them round robin at
+ * submit (also at poll and wait, which submit first), and on those threads
+ * the I/Os are issued, reaped and resubmitted when short, the blocks hashed
+ * (XXH3) and the completions posted; poll, wait and drain pick completions
+ * up under a mutex, wait sleeping on a condition variable (no spinning). What
+ * runs on a ring thread: the kernel-side work of the request, the checksum
+ * work, the completion hook. What never does: every function below, and
+ * every write of the error buffer (a request's sentence is kept with it and
+ * copied there when its completion is returned). Different handles are
+ * independent.
  */
 #ifndef ZT_SWAP_H
 #define ZT_SWAP_H
@@ -44,19 +64,25 @@ typedef struct zt__swap_config {
   unsigned queue_depth;       /* ring entries and I/Os in flight, 1 .. 4096 */
   unsigned max_bufs;          /* slots for zt__swap_register_buf, 0 .. 1024 */
   int buffered;               /* 1: never O_DIRECT (for tests and tmpfs) */
+  unsigned rings;             /* io_uring rings, 1 .. ZT__SWAP_MAX_RINGS; > 1:
+                                 one thread each (see "Threads") */
+  int sqpoll;                 /* 1: rings with a kernel submission thread
+                                 (IORING_SETUP_SQPOLL), plain where refused */
 } zt__swap_config_t;
 
 #define ZT__SWAP_CONFIG_VERSION 1u
 #define ZT__SWAP_MAX_PATHS 64u
+#define ZT__SWAP_MAX_RINGS 64u
 #define ZT__SWAP_CONFIG_INIT                                                  \
   {sizeof(zt__swap_config_t), ZT__SWAP_CONFIG_VERSION, NULL, 0, "swap", 0,    \
-   4096, 1u << 20, 64, 16, 0}
+   4096, 1u << 20, 64, 16, 0, 1, 0}
 
 /* One completion: the caller's tag and bytes transferred (the request's len)
  * or a negative code: -errno from the kernel, -ENODATA for a block never
  * written (or whose last write failed), ZT_ECHECKSUM for a block whose bytes
- * are not the ones written. The sentence of the latest failing completion is
- * in the handle's error buffer. */
+ * are not the ones written. When poll, wait or drain return a failing
+ * completion, its sentence is in the handle's error buffer (of the last
+ * failing one returned, when they return several). */
 typedef struct zt__swap_cqe {
   uint64_t tag;
   int64_t res;
@@ -69,15 +95,22 @@ typedef struct zt__swap_info {
   uint32_t block_size;
   uint64_t stripe_bytes;
   unsigned n_paths;
-  unsigned queue_depth;
+  unsigned queue_depth;  /* per ring */
   unsigned n_direct;     /* files opened O_DIRECT (the rest are buffered) */
-  int fixed_files;       /* files registered with the ring */
-  int fixed_bufs;        /* buffer slots registered with the ring */
+  int fixed_files;       /* files registered with every ring */
+  int fixed_bufs;        /* buffer slots registered with every ring */
+  unsigned rings;        /* rings (and, when > 1, threads) */
+  int sqpoll;            /* 1: every ring has SQPOLL (asked and granted) */
+  char note[256];        /* what was asked and downgraded, as a sentence
+                            ("" when nothing was), e.g. "SQPOLL refused
+                            (EPERM): plain submission" */
 } zt__swap_info_t;
 
 /* The test hook: called for every kernel completion of one I/O (a piece of
  * a request, in one file) before the engine looks at it; returns the result
- * the engine should see instead of `res` (-EIO, a short count, or res). */
+ * the engine should see instead of `res` (-EIO, a short count, or res).
+ * With rings > 1 it runs on the ring threads, several at once: it must be
+ * thread-safe. */
 typedef struct zt__swap_hook_io {
   int write;             /* 1 write, 0 read */
   unsigned file;         /* index into paths */
@@ -89,20 +122,25 @@ typedef struct zt__swap_hook_io {
 typedef int64_t (*zt__swap_hook_fn)(void *arg, const zt__swap_hook_io_t *io,
                                     int64_t res);
 
-/* Synchronous. Creates the files (O_CREAT|O_EXCL: an existing file, e.g. a
- * stale one of another run, is refused with -EEXIST), opens them O_DIRECT
- * where the filesystem allows (buffered otherwise, see info.n_direct),
- * preallocates them with fallocate (a full disk is -ENOSPC here, not later),
- * writes each header, sets up the ring and registers the files. `err`
+/* Synchronous. Checks that each filesystem has room for the files it will
+ * hold (statvfs; -ENOSPC naming the directory, the bytes needed and free,
+ * before any file is made), creates the files (O_CREAT|O_EXCL: an existing
+ * file, e.g. a stale one of another run, is refused with -EEXIST), opens them
+ * O_DIRECT where the filesystem allows (buffered otherwise, see
+ * info.n_direct), preallocates them with fallocate (a full disk is -ENOSPC
+ * here, not later), writes each header, sets up the rings (SQPOLL where
+ * asked and granted), registers the files with each and, for rings > 1,
+ * starts the ring threads. What was downgraded is in info.note. `err`
  * receives every sentence of this handle and must outlive it. Returns 0, or
  * a negative code with a sentence and *out = NULL, nothing left on disk.
  * Pairs with zt__swap_destroy. */
 ZT_INTERNAL int zt__swap_create(const zt__swap_config_t *cfg, zt__err_t *err,
                                 zt__swap_t **out);
 
-/* Synchronous. Unregisters, closes and removes the files, frees the handle.
- * -EBUSY (and nothing done) while requests are prepared or in flight and not
- * reaped: drain first (zt__swap_drain). NULL: nothing, 0. */
+/* Synchronous. Stops and joins the ring threads, closes the rings, closes
+ * and removes the files, frees the handle. -EBUSY (and nothing done) while
+ * requests are prepared or in flight and not reaped: drain first
+ * (zt__swap_drain). NULL: nothing, 0. */
 ZT_INTERNAL int zt__swap_destroy(zt__swap_t *sw);
 
 /* Synchronous. Fills *info. */
@@ -115,8 +153,9 @@ ZT_INTERNAL void zt__swap_info(const zt__swap_t *sw, zt__swap_info_t *info);
 ZT_INTERNAL int zt__swap_buf_alloc(const zt__swap_t *sw, size_t bytes, void **out);
 ZT_INTERNAL void zt__swap_buf_free(void *p);
 
-/* Synchronous. Registers [p, p + bytes) with the ring so requests inside it
- * use fixed buffers (no per-I/O page pinning). Returns the slot (>= 0), or
+/* Synchronous. Registers [p, p + bytes) with every ring (the same slot in
+ * each) so requests inside it use fixed buffers (no per-I/O page pinning);
+ * it may be called while requests are in flight. Returns the slot (>= 0), or
  * -ENOSPC when the slots are used up, or the kernel's code (-ENOMEM when
  * RLIMIT_MEMLOCK is short); on failure requests in that memory still work,
  * as plain reads and writes. Pairs with zt__swap_unregister_buf (which
@@ -138,21 +177,28 @@ ZT_INTERNAL int zt__swap_prep_read(zt__swap_t *sw, void *buf, size_t len,
 ZT_INTERNAL int zt__swap_prep_write(zt__swap_t *sw, void *buf, size_t len,
                                     uint64_t off, uint64_t tag);
 
-/* Completion-based. Hands the prepared requests to the kernel, as many as
- * queue_depth lets be in flight; the rest go as earlier ones complete,
- * inside poll and wait. Returns the number of I/Os handed over (>= 0), or a
- * negative code from io_uring_submit with a sentence (the requests stay
- * queued and are tried again by the next submit, poll or wait). */
+/* Completion-based. Hands the prepared requests over. With rings = 1: to
+ * the kernel, as many I/Os as queue_depth lets be in flight (the rest go as
+ * earlier ones complete, inside poll and wait); returns the number of I/Os
+ * handed to the kernel. With rings > 1: all of them to the ring threads
+ * (each keeps up to queue_depth I/Os in its ring); returns the number of
+ * requests handed over. A negative code from io_uring_submit comes with a
+ * sentence (the requests stay queued and are tried again by the next
+ * submit, poll or wait). */
 ZT_INTERNAL int zt__swap_submit(zt__swap_t *sw);
 
-/* Completion-based, never blocks. Copies up to `max` finished completions to
- * `out` (each is then seen: it is not returned again, and its buffer is the
- * caller's again). Returns how many (>= 0), or a negative code. */
+/* Completion-based, never blocks (with rings > 1 it may wait for the
+ * handle's mutex, held by ring threads only for a list splice). Submits what
+ * is prepared, then copies up to `max` finished completions to `out` (each
+ * is then seen: it is not returned again, and its buffer is the caller's
+ * again). Returns how many (>= 0), or a negative code. */
 ZT_INTERNAL int zt__swap_poll(zt__swap_t *sw, zt__swap_cqe_t *out, unsigned max);
 
 /* Completion-based, blocks. Like poll, but waits until at least `min`
  * completions are available (fewer when fewer requests are outstanding).
- * Submits whatever is prepared first. */
+ * Submits whatever is prepared first. A ring whose submission keeps failing
+ * with nothing in flight makes it return that negative code rather than
+ * sleep forever. */
 ZT_INTERNAL int zt__swap_wait(zt__swap_t *sw, zt__swap_cqe_t *out, unsigned max,
                               unsigned min);
 
@@ -171,7 +217,8 @@ ZT_INTERNAL int zt__swap_check(zt__swap_t *sw);
 /* The path of file `i` (for messages and tests), or NULL. */
 ZT_INTERNAL const char *zt__swap_path(const zt__swap_t *sw, unsigned i);
 
-/* For tests: installs (or with NULL removes) the completion hook. */
+/* For tests: installs (or with NULL removes) the completion hook. Only while
+ * nothing is outstanding: the ring threads read it without a lock. */
 ZT_INTERNAL void zt__swap_set_hook(zt__swap_t *sw, zt__swap_hook_fn fn, void *arg);
 
 #endif /* ZT_SWAP_H */
