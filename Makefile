@@ -42,7 +42,12 @@ CFLAGS ?= $(OPT) -g
 ZT_CFLAGS := -std=gnu11 -Wall -Wextra -Wshadow -Wno-unused-parameter \
              -fPIC -fvisibility=hidden -ffp-contract=off -pthread \
              -Iinclude -Isrc -Ioffload -DZT_HAVE_CUDA=$(CUDA) $(SANFLAGS)
-LDLIBS_BASE := -lcjson -luring -lnuma -lhwloc -lm -lpthread
+# OpenMPI (Debian's libopenmpi-dev): only src/comm_mpi.c and tests/test_comm.c
+# include mpi.h, but libmpi is linked everywhere libztier is (the comm "mpi"
+# backend is always in). Either can be set on the command line.
+MPI_CFLAGS := $(shell pkg-config --cflags ompi-c 2>/dev/null)
+MPI_LIBS := $(or $(shell pkg-config --libs ompi-c 2>/dev/null),-lmpi)
+LDLIBS_BASE := -lcjson -luring -lnuma -lhwloc $(MPI_LIBS) -lm -lpthread
 
 ISA_AVX2 := -mavx2 -mfma -mf16c
 ISA_AVX512 := -mavx512f -mavx512bw -mavx512vl -mavx512dq -mfma -mf16c
@@ -101,6 +106,8 @@ $(BUILD)/%.o: %.c $(STAMP)
 
 $(BUILD)/src/cpu_kernels_avx2.o: ZT_CFLAGS += $(ISA_AVX2)
 $(BUILD)/src/cpu_kernels_avx512.o: ZT_CFLAGS += $(ISA_AVX512)
+$(BUILD)/src/comm_mpi.o: ZT_CFLAGS += $(MPI_CFLAGS)
+$(BUILD)/tests/test_comm.o: ZT_CFLAGS += $(MPI_CFLAGS)
 
 # --fmad=false: the same reason as -ffp-contract=off above.
 $(BUILD)/cuda/%.o: cuda/%.cu $(STAMP)

@@ -80,6 +80,7 @@ typedef struct alloc_rec {
 struct zt__backend {
   zt__err_t *err;
   int device;
+  char pci_bus_id[32]; /* "" until asked */
   size_t budget;
   size_t held;
 
@@ -464,6 +465,14 @@ static void cuda_host_unregister(zt__backend_t *be, void *p) {
   CU_NOTE(be, cudaHostUnregister(p));
 }
 
+static const char *cuda_pci_bus_id(zt__backend_t *be) {
+  if (be->pci_bus_id[0] == '\0' &&
+      cudaDeviceGetPCIBusId(be->pci_bus_id, (int)sizeof be->pci_bus_id, be->device) !=
+          cudaSuccess)
+    be->pci_bus_id[0] = '\0';
+  return be->pci_bus_id[0] ? be->pci_bus_id : NULL;
+}
+
 static int cuda_is_device_ptr(zt__backend_t *be, const void *p) {
   if (p == NULL) return 0;
   cudaPointerAttributes a;
@@ -694,6 +703,7 @@ extern "C" const zt__backend_ops_t zt__backend_cuda_ops = {
     cuda_device_bytes,
     cuda_host_register,
     cuda_host_unregister,
+    cuda_pci_bus_id,
     cuda_is_device_ptr,
     cuda_copy,
     cuda_memset_zero,

@@ -127,7 +127,10 @@ typedef enum zt_loss_scaling {
 } zt_loss_scaling_t;
 
 typedef enum zt_comm_kind {
-  ZT_COMM_SINGLE = 0 /* world size 1, no dependency */
+  ZT_COMM_SINGLE = 0, /* world size 1, no dependency                      */
+  ZT_COMM_MPI = 1,    /* MPI_COMM_WORLD of an mpirun launch; host buffers */
+  ZT_COMM_NCCL = 2,   /* NCCL, bootstrapped by MPI (not in this version)  */
+  ZT_COMM_AUTO = 3    /* mpi when launched by mpirun, else single         */
 } zt_comm_kind_t;
 
 typedef enum zt_log_level {
@@ -158,8 +161,8 @@ typedef struct zt_config {
 
   zt_backend_t backend; /* "host" | "cuda"                     */
   int device;           /* CUDA device ordinal, >= 0           */
-  int stage;            /* ZeRO stage; 0 and 1 in this version */
-  zt_comm_kind_t comm;  /* "single"                            */
+  int stage;            /* ZeRO stage 0..3                     */
+  zt_comm_kind_t comm;  /* "auto" | "single" | "mpi"           */
 
   zt_optimizer_t optimizer;  /* "adamw" | "adam"                   */
   zt_tier_t optimizer_tier;  /* "device" | "host"                  */
@@ -184,15 +187,27 @@ typedef struct zt_config {
   zt_log_level_t log_level; /* messages above this level are dropped */
   zt_log_fn log_fn;         /* NULL = silent; not settable from JSON */
   void *log_user;           /* passed to log_fn                      */
+
+  size_t bucket_bytes; /* gradient reduce / parameter gather piece        */
+
+  /* The swap space of the nvme tier. */
+  char swap_path[1024];    /* directories, ':'-separated; one file in each  */
+  size_t swap_block_bytes; /* bytes per swap I/O request                    */
+  int swap_queue_depth;    /* requests in flight per ring                   */
+  int swap_rings;          /* io_uring rings, each with its own thread      */
+  int swap_sqpoll;         /* 1: kernel submission threads (SQPOLL)         */
+
+  int numa_node; /* pinned memory's NUMA node; -1: the GPU's, or none   */
 } zt_config_t;
 
 /* The defaults. Every engine field has a working default. */
 #define ZT_CONFIG_INIT                                                       \
   {                                                                          \
     sizeof(zt_config_t), ZT_CONFIG_VERSION, ZT_BACKEND_HOST, 0, 0,           \
-        ZT_COMM_SINGLE, ZT_ADAMW, ZT_TIER_DEVICE, ZT_TIER_DEVICE,            \
+        ZT_COMM_AUTO, ZT_ADAMW, ZT_TIER_DEVICE, ZT_TIER_DEVICE,            \
         ZT_ROUND_NEAREST, 0x5eed, 0, 0.0, ZT_LOSS_SCALE_AUTO, 65536.0, 2.0,  \
-        0.5, 2000, 1.0, (size_t)16 << 20, 0, 0, ZT_LOG_WARN, NULL, NULL      \
+        0.5, 2000, 1.0, (size_t)16 << 20, 0, 0, ZT_LOG_WARN, NULL, NULL,     \
+        (size_t)16 << 20, "", (size_t)8 << 20, 32, 1, 0, -1                  \
   }
 
 /*
@@ -363,6 +378,54 @@ ZT_API int zt_step(zt_engine_t *eng, const zt_step_args_t *args,
 ZT_API int zt_grad_norm(zt_engine_t *eng, float grad_scale, double *norm);
 
 /*
+ * Data parallelism (config `stage` >= 1 over several ranks, e.g. launched
+ * with `mpirun -np N`): every rank computes gradients on its own micro-batch
+ * into its registered gradient buffer; zt_step() averages them over ranks,
+ * each rank updates the shard of the optimizer states it owns, and every
+ * rank's parameter buffer receives every shard's update. Every rank must
+ * register the same model and call zt_step() (and zt_grads_ready(), in the
+ * same order) alike, as with any collective.
+ *
+ * zt_grads_ready() says that group `group`'s gradients are final for this
+ * backward. At stage 2 ztier hands them to their owners at once, while the
+ * backward goes on, adds them to the owners' sums, and zeroes them in the
+ * caller's gradient buffer (so a backward that accumulates with += starts
+ * the next micro-step from zero; call it again for gradients the group
+ * receives later, e.g. tied weights used twice). Gradients of a group not
+ * marked since the last zt_step() are handed over by zt_step() itself; so
+ * gradient accumulation over micro-steps is: backward, zt_grads_ready()
+ * per group, ..., and zt_step() at the boundary. At stages 0 and 1 it only
+ * checks `group` (stage 1 reduces at the step, from the caller's buffer,
+ * which it leaves as it is). Asynchronous: returns once the gradients are
+ * copied out of the caller's buffer. -EINVAL for a group no unit has.
+ */
+ZT_API int zt_grads_ready(zt_engine_t *eng, int group);
+
+/*
+ * Fetch, release, gradients: the calls that bracket a group's use, so that
+ * one loop runs at every stage. `ptrs` receives one pointer per unit of the
+ * group, in the order of the unit table; `n_units` is its room. Each returns
+ * the group's unit count, or a negative code (-EINVAL for an unknown group
+ * or too small a table).
+ *
+ * zt_fetch(): the group's parameters. Stages 0-2: pointers into the
+ * registered buffer (the step updates it in place). Stage 3: every rank's
+ * shards of the group gathered into a buffer ztier owns, valid until the
+ * matching zt_release() (fetching a fetched group again returns the same
+ * buffer and needs one more release). A collective at stage 3: every rank
+ * fetches the same groups in the same order. Synchronous in this version.
+ * zt_step() at stage 3 refuses (-EBUSY) while any group is fetched.
+ *
+ * zt_grads(): where the backward writes (accumulates) the group's
+ * gradients: into the registered gradient buffer when there is one; at
+ * stages 2 and 3 without one (grads NULL at registration), a zeroed buffer
+ * ztier owns, handed to its owners and freed by zt_grads_ready().
+ */
+ZT_API int zt_fetch(zt_engine_t *eng, int group, void **ptrs, size_t n_units);
+ZT_API int zt_release(zt_engine_t *eng, int group);
+ZT_API int zt_grads(zt_engine_t *eng, int group, void **ptrs, size_t n_units);
+
+/*
  * The loss scale the loop should multiply its next loss by (1 when loss
  * scaling is off, and before registration). The next zt_step() and
  * zt_grad_norm() unscale the gradients by the value this call returned last
@@ -402,10 +465,24 @@ typedef struct zt_stats_data {
   uint64_t params;          /* registered elements updated by a step     */
   int threads;              /* CPU optimizer threads in use              */
   const char *cpu_isa;      /* "avx512", "avx2" or "scalar"              */
+
+  /* Data parallelism. */
+  int rank;                     /* this rank, 0-based                      */
+  int world;                    /* ranks                                   */
+  uint64_t shard_params;        /* elements whose optimizer states this
+                                   rank owns (= params unpartitioned)      */
+  uint64_t comm_bytes_sent;     /* bytes this rank sent to other ranks     */
+  uint64_t comm_bytes_received; /* bytes it received from them             */
+
+  int host_numa_node;   /* NUMA node of the pinned pool; -1: not placed  */
+  const char *warnings; /* what did not go as asked (memory not locked,
+                           not NUMA-placed), "" when all did; owned by
+                           the engine, valid until it is destroyed       */
 } zt_stats_t;
 
-#define ZT_STATS_INIT \
-  { sizeof(zt_stats_t), 0, 0, 0, 0, 0, 0, 0, 0, 0.0, 0.0, 0.0, 0.0, 0, 0, NULL }
+#define ZT_STATS_INIT                                                        \
+  { sizeof(zt_stats_t), 0, 0, 0, 0, 0, 0, 0, 0, 0.0, 0.0, 0.0, 0.0, 0, 0, NULL, \
+    0, 1, 0, 0, 0, -1, NULL }
 
 /* Fills *out (out->size must be sizeof(zt_stats_t): use ZT_STATS_INIT).
  * Synchronous. */

@@ -5,17 +5,62 @@
  * device run asynchronously at full speed, and counted against the engine's
  * pinned_budget_bytes.
  *
+ * With a budget (pinned_budget_bytes > 0) the whole budget is one pinned
+ * pool (pool.c), mapped, NUMA-placed, locked and registered once, at the
+ * first allocation: later allocations make no system call. Without one
+ * there is nothing to size a pool by, so each region is mapped, locked and
+ * registered on its own.
+ *
  * Invariant: eng->host_bytes is the sum of the live regions' sizes;
- * eng->host_locked is 0 once any region could not be locked.
+ * eng->host_locked is 0 once any region could not be locked, and
+ * eng->host_note says why.
  */
 #define _GNU_SOURCE
+#include <stdio.h>
 #include <string.h>
 #include <sys/mman.h>
 
 #include "engine.h" // defines: struct zt_engine (budget, counters, backend)
 #include "pinned.h"
+#include "pool.h" // defines: zt__hostpool_*
 
 static size_t page_round(size_t bytes) { return (bytes + 4095) & ~(size_t)4095; }
+
+static int reg(void *arg, void *p, size_t bytes) {
+  zt_engine_t *eng = arg;
+  return eng->be_ops->host_register(eng->be, p, bytes);
+}
+static void unreg(void *arg, void *p) {
+  zt_engine_t *eng = arg;
+  eng->be_ops->host_unregister(eng->be, p);
+}
+
+static void not_locked(zt_engine_t *eng, const char *why) {
+  eng->host_locked = 0;
+  if (eng->host_lock_warned) return;
+  eng->host_lock_warned = 1;
+  snprintf(eng->host_note, sizeof eng->host_note, "%s", why);
+  zt__log(&eng->cfg, ZT_LOG_WARN, "%s", why);
+}
+
+static int pool_open(zt_engine_t *eng) {
+  zt__hostpool_opts_t o = {
+      .budget = eng->cfg.pinned_budget_bytes,
+      .numa_node = eng->cfg.numa_node,
+      .pci_bus_id = eng->be_ops->pci_bus_id(eng->be),
+      .reg = reg,
+      .unreg = unreg,
+      .reg_arg = eng,
+  };
+  ZT_TRY(zt__hostpool_create(&o, &eng->pinned_pool, &eng->err));
+  zt__hostpool_info_t info;
+  zt__hostpool_info(eng->pinned_pool, &info);
+  eng->host_numa_node = info.numa_node;
+  if (!info.locked) not_locked(eng, info.note);
+  else if (info.note[0])
+    snprintf(eng->host_note, sizeof eng->host_note, "%s", info.note);
+  return 0;
+}
 
 int zt__pinned_alloc(zt_engine_t *eng, size_t bytes, void **out) {
   *out = NULL;
@@ -26,6 +71,17 @@ int zt__pinned_alloc(zt_engine_t *eng, size_t bytes, void **out) {
                     "with %zu held; raise pinned_budget_bytes or keep the optimizer "
                     "states on the device",
                     budget, bytes, eng->host_bytes);
+  if (budget) {
+    if (eng->pinned_pool == NULL) ZT_TRY(pool_open(eng));
+    void *p;
+    ZT_TRY(zt__hostpool_alloc(eng->pinned_pool, bytes, 0, &p, &eng->err));
+    /* Callers count on zeroed memory (Adam's moments start at 0), and a
+     * block may have been used before. */
+    memset(p, 0, bytes);
+    eng->host_bytes += bytes;
+    *out = p;
+    return 0;
+  }
   size_t len = page_round(bytes);
   void *p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   if (p == MAP_FAILED)
@@ -35,14 +91,12 @@ int zt__pinned_alloc(zt_engine_t *eng, size_t bytes, void **out) {
   /* Locked pages never swap out under the optimizer. Without the rlimit for
    * it the memory still works; stats and the log say it is not locked. */
   if (mlock(p, len) != 0) {
-    eng->host_locked = 0;
-    if (!eng->host_lock_warned) {
-      eng->host_lock_warned = 1;
-      zt__log(&eng->cfg, ZT_LOG_WARN,
-              "pinned memory is not locked (mlock: %s); raise RLIMIT_MEMLOCK "
-              "(ulimit -l) to lock it",
-              strerror(errno));
-    }
+    char why[256];
+    snprintf(why, sizeof why,
+             "pinned memory is not locked (mlock of %zu bytes: %s); raise "
+             "RLIMIT_MEMLOCK (ulimit -l) to lock it",
+             len, strerror(errno));
+    not_locked(eng, why);
   }
   int rc = eng->be_ops->host_register(eng->be, p, len);
   if (rc < 0) {
@@ -56,7 +110,16 @@ int zt__pinned_alloc(zt_engine_t *eng, size_t bytes, void **out) {
 
 void zt__pinned_free(zt_engine_t *eng, void *p, size_t bytes) {
   if (p == NULL) return;
-  eng->be_ops->host_unregister(eng->be, p);
-  munmap(p, page_round(bytes)); /* also unlocks */
+  if (eng->pinned_pool) {
+    zt__hostpool_free(eng->pinned_pool, p, &eng->err);
+  } else {
+    eng->be_ops->host_unregister(eng->be, p);
+    munmap(p, page_round(bytes)); /* also unlocks */
+  }
   eng->host_bytes -= bytes;
+}
+
+void zt__pinned_fini(zt_engine_t *eng) {
+  zt__hostpool_destroy(eng->pinned_pool);
+  eng->pinned_pool = NULL;
 }

@@ -8,14 +8,19 @@
 
 #include "internal.h" // defines: ZT_INTERNAL, zt_engine_t
 
-/* `bytes` of pinned host memory for `eng`: page-aligned, huge pages where the
- * kernel gives them, mlock'ed where RLIMIT_MEMLOCK allows (the engine's
+/* `bytes` of pinned host memory for `eng`, zeroed: page-aligned, huge pages
+ * where the kernel gives them, from one pool of pinned_budget_bytes when
+ * that is set (NUMA-placed, see numa_node), mlock'ed where RLIMIT_MEMLOCK allows (the engine's
  * host_locked and the log say when not), registered with the backend.
  * -ENOMEM with a sentence when pinned_budget_bytes would be exceeded or the
  * memory is not there; *out is NULL then. Pairs with zt__pinned_free. */
 ZT_INTERNAL int zt__pinned_alloc(zt_engine_t *eng, size_t bytes, void **out);
 
-/* Unregisters, unlocks and unmaps a region of zt__pinned_alloc; NULL: nothing. */
+/* Unregisters, unlocks and unmaps a region of zt__pinned_alloc (or returns
+ * it to the pool); NULL: nothing. */
 ZT_INTERNAL void zt__pinned_free(zt_engine_t *eng, void *p, size_t bytes);
+
+/* Engine destroy: the pool, if one was opened (every region freed first). */
+ZT_INTERNAL void zt__pinned_fini(zt_engine_t *eng);
 
 #endif /* ZT_PINNED_H */

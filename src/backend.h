@@ -61,6 +61,10 @@ typedef struct zt__backend_ops {
   int (*host_register)(zt__backend_t *be, void *p, size_t bytes);
   void (*host_unregister)(zt__backend_t *be, void *p);
 
+  /* The device's PCI bus id ("0000:3b:00.0"), for placing pinned memory on
+   * the NUMA node next to it; NULL when there is none (host backend). */
+  const char *(*pci_bus_id)(zt__backend_t *be);
+
   /* 1 when `p` is memory of this device (for argument checks). Host backend:
    * always 1. */
   int (*is_device_ptr)(zt__backend_t *be, const void *p);

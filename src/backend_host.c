@@ -79,6 +79,7 @@ static size_t host_device_bytes(const zt__backend_t *be) { return be->held; }
 
 static int host_register(zt__backend_t *be, void *p, size_t bytes) { return 0; }
 static void host_unregister(zt__backend_t *be, void *p) {}
+static const char *host_pci_bus_id(zt__backend_t *be) { return NULL; }
 static int host_is_device_ptr(zt__backend_t *be, const void *p) { return 1; }
 
 static int host_copy(zt__backend_t *be, void *dst, const void *src, size_t bytes,
@@ -138,6 +139,7 @@ const zt__backend_ops_t zt__backend_host_ops = {
     .device_bytes = host_device_bytes,
     .host_register = host_register,
     .host_unregister = host_unregister,
+    .pci_bus_id = host_pci_bus_id,
     .is_device_ptr = host_is_device_ptr,
     .copy = host_copy,
     .memset_zero = host_memset_zero,

@@ -77,6 +77,8 @@ static int nocuda_cast(zt__backend_t *be, void *dst, zt_dtype_t dst_dtype, const
   return ZT_ENOCUDA;
 }
 
+static const char *nocuda_pci_bus_id(zt__backend_t *be) { return NULL; }
+
 const zt__backend_ops_t zt__backend_cuda_ops = {
     .name = "cuda",
     .create = nocuda_create,
@@ -86,6 +88,7 @@ const zt__backend_ops_t zt__backend_cuda_ops = {
     .device_bytes = nocuda_device_bytes,
     .host_register = nocuda_host_register,
     .host_unregister = nocuda_host_unregister,
+    .pci_bus_id = nocuda_pci_bus_id,
     .is_device_ptr = nocuda_is_device_ptr,
     .copy = nocuda_copy,
     .memset_zero = nocuda_memset_zero,

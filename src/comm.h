@@ -1,11 +1,24 @@
 /*
  * comm.h — the collective interface every ZeRO stage talks to. Backends:
- * single (world size 1, src/comm_single.c) now; MPI (host buffers) and NCCL
- * (device buffers) plug in behind the same table.
+ * single (world size 1, src/comm_single.c) and MPI (host buffers,
+ * src/comm_mpi.c); NCCL (device buffers) plugs in behind the same table.
  *
  * Collectives are asynchronous: each takes a request the caller owns until
- * zt__comm_wait() returns for it (libuv's rule: not movable while in flight).
- * The single backend completes them at once.
+ * wait() returns for it or test() reports it done (libuv's rule: the request
+ * and the buffers are not movable while in flight). Every rank must issue
+ * the same collectives in the same order, as with MPI.
+ *
+ * Determinism: the engine never relies on a backend's reduction order for
+ * anything that reaches the parameters. Gradients are moved with alltoallv
+ * and summed by the engine in rank order, so a sum does not depend on the
+ * backend, the bucket size or the message sizes. all_reduce is for flags and
+ * maxima, where order does not matter.
+ *
+ * Counts and displacements are in elements of `dt`. A single count above
+ * ZT_COMM_MAX_COUNT is refused with -EOVERFLOW (the engine moves buckets).
+ *
+ * Stats: bytes_sent / bytes_received count what this rank put on and took
+ * off the wire, excluding its own piece (which is a local copy).
  */
 #ifndef ZT_COMM_H
 #define ZT_COMM_H
@@ -19,14 +32,20 @@ typedef enum zt__red_dtype {
   ZT_RED_F64 = 1,
   ZT_RED_BF16 = 2,
   ZT_RED_F16 = 3,
-  ZT_RED_U8 = 4 /* raw bytes: gathers and broadcasts only */
+  ZT_RED_U8 = 4 /* raw bytes: gathers, alltoallv and broadcasts only */
 } zt__red_dtype_t;
 
 typedef enum zt__red_op { ZT_OP_SUM = 0, ZT_OP_MAX = 1 } zt__red_op_t;
 
+/* Largest count in one call (MPI counts are int). */
+#define ZT_COMM_MAX_COUNT ((size_t)1 << 30)
+
+/* A request. `impl` is the backend's (an MPI_Request); `done` and `status`
+ * are set when it completes. Zero-initialise before first use. */
 typedef struct zt__comm_req {
   int done;
   int status;
+  long long impl;
 } zt__comm_req_t;
 
 typedef struct zt__comm zt__comm_t;
@@ -37,20 +56,38 @@ typedef struct zt__comm_ops {
   void (*destroy)(zt__comm_t *c);
   int (*rank)(const zt__comm_t *c);
   int (*world)(const zt__comm_t *c);
-  /* buf[count] = op over ranks of buf[count], in place. */
+  /* buf[count] = op over ranks of buf[count], in place. Order unspecified. */
   int (*all_reduce)(zt__comm_t *c, void *buf, size_t count, zt__red_dtype_t dt,
                     zt__red_op_t op, zt__comm_req_t *req);
-  /* recv[count] = sum over ranks of send[rank * count .. +count]. */
+  /* recv[count] = op over ranks of send[rank * count .. +count]. Order
+   * unspecified. */
   int (*reduce_scatter)(zt__comm_t *c, const void *send, void *recv,
                         size_t count, zt__red_dtype_t dt, zt__red_op_t op,
                         zt__comm_req_t *req);
   /* recv[r * count .. +count] = send of rank r. */
   int (*all_gather)(zt__comm_t *c, const void *send, void *recv, size_t count,
                     zt__red_dtype_t dt, zt__comm_req_t *req);
+  /* recv[displs[r] .. +counts[r]] = send of rank r (whose count is
+   * counts[r]; `count` is this rank's). send may be recv + displs[rank]. */
+  int (*all_gatherv)(zt__comm_t *c, const void *send, size_t count, void *recv,
+                     const size_t *counts, const size_t *displs,
+                     zt__red_dtype_t dt, zt__comm_req_t *req);
+  /* Rank r receives send[send_displs[r] .. +send_counts[r]] of every rank
+   * into its recv[recv_displs[s] .. +recv_counts[s]] (s the sender). */
+  int (*alltoallv)(zt__comm_t *c, const void *send, const size_t *send_counts,
+                   const size_t *send_displs, void *recv,
+                   const size_t *recv_counts, const size_t *recv_displs,
+                   zt__red_dtype_t dt, zt__comm_req_t *req);
   int (*broadcast)(zt__comm_t *c, void *buf, size_t count, zt__red_dtype_t dt,
                    int root, zt__comm_req_t *req);
+  /* Synchronous. */
   int (*barrier)(zt__comm_t *c);
+  /* Blocks until req completes; returns its status (0 or a negative code
+   * with a sentence). A request already done returns at once. */
   int (*wait)(zt__comm_t *c, zt__comm_req_t *req);
+  /* Never blocks: 1 when req is done (req->status holds its result), 0 when
+   * not yet, negative on error. Also drives progress of the backend. */
+  int (*test)(zt__comm_t *c, zt__comm_req_t *req);
 } zt__comm_ops_t;
 
 struct zt__comm {
@@ -61,10 +98,19 @@ struct zt__comm {
 };
 
 ZT_INTERNAL extern const zt__comm_ops_t zt__comm_single_ops;
+ZT_INTERNAL extern const zt__comm_ops_t zt__comm_mpi_ops;
 
-/* Picks the backend cfg->comm names. */
+/* Bytes per element of dt. */
+ZT_INTERNAL size_t zt__red_size(zt__red_dtype_t dt);
+
+/* Picks the backend cfg->comm names ("auto": MPI when the process was
+ * launched by mpirun or MPI is already initialised, single otherwise). */
 ZT_INTERNAL int zt__comm_create(const zt_config_t *cfg, zt__err_t *err,
                                 zt__comm_t **out);
 ZT_INTERNAL void zt__comm_destroy(zt__comm_t *c);
+
+/* 1 when the environment says this process is one rank of an MPI launch
+ * (mpirun / srun variables), 0 otherwise. */
+ZT_INTERNAL int zt__comm_launched_by_mpi(void);
 
 #endif /* ZT_COMM_H */

@@ -1,14 +1,38 @@
 /*
- * comm_single.c — the comm backend for world size 1. Every collective is the
- * identity (or a copy when the output is another buffer) and completes at
- * once; it exists so the step runs the same code path at any world size.
+ * comm_single.c — the comm backend for world size 1, the choice between
+ * backends (zt__comm_create), and the argument checks every backend applies.
+ *
+ * Single: every collective is the identity (or a copy when the output is
+ * another buffer) and completes before it returns; nothing crosses a wire,
+ * so bytes_sent and bytes_received stay 0. It exists so the step runs the
+ * same code path at any world size.
+ *
+ * Invariant: the single and MPI backends refuse exactly the same calls (the
+ * checks below are shared), so an engine bug that a world of 4 would hit
+ * already fails at world size 1.
  */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "comm.h"
 
-static size_t elem_size(zt__red_dtype_t dt) {
+/* Defined in comm_mpi.c: 1 when MPI is initialised and not yet finalised in
+ * this process (MPI_Initialized may be called before MPI_Init). */
+ZT_INTERNAL int zt__comm_mpi_active(void);
+
+/* The checks shared with comm_mpi.c (declared again there). */
+ZT_INTERNAL int zt__comm_check(zt__comm_t *c, const char *fn, zt__red_dtype_t dt,
+                               int reduces, zt__red_op_t op, zt__comm_req_t *req);
+ZT_INTERNAL int zt__comm_check_count(zt__comm_t *c, const char *fn, const char *what,
+                                     size_t count);
+ZT_INTERNAL int zt__comm_check_vector(zt__comm_t *c, const char *fn, const char *cname,
+                                      const size_t *counts, const char *dname,
+                                      const size_t *displs, int world, size_t *extent);
+ZT_INTERNAL int zt__comm_check_disjoint(zt__comm_t *c, const char *fn, const void *a,
+                                        size_t abytes, const void *b, size_t bbytes);
+
+size_t zt__red_size(zt__red_dtype_t dt) {
   switch (dt) {
   case ZT_RED_F64: return 8;
   case ZT_RED_F32: return 4;
@@ -19,11 +43,83 @@ static size_t elem_size(zt__red_dtype_t dt) {
   return 0;
 }
 
-static void complete(zt__comm_req_t *req) {
-  if (req) {
-    req->done = 1;
-    req->status = 0;
+/* ---- checks shared by every backend ----------------------------------------------- */
+
+int zt__comm_check(zt__comm_t *c, const char *fn, zt__red_dtype_t dt, int reduces,
+                   zt__red_op_t op, zt__comm_req_t *req) {
+  if (req == NULL)
+    return zt__errf(c->err, -EINVAL, "%s: req is NULL; expected a request to complete",
+                    fn);
+  if (zt__red_size(dt) == 0)
+    return zt__errf(c->err, -EINVAL, "%s: dt is %d; expected a zt__red_dtype_t (0..4)",
+                    fn, (int)dt);
+  if (!reduces) return 0;
+  if (op != ZT_OP_SUM && op != ZT_OP_MAX)
+    return zt__errf(c->err, -EINVAL, "%s: op is %d; expected ZT_OP_SUM or ZT_OP_MAX", fn,
+                    (int)op);
+  /* The engine reduces 16-bit data itself, in fp32 and in rank order; a
+   * backend's 16-bit sum would round at every hop in an order of its own. */
+  if (dt != ZT_RED_F32 && dt != ZT_RED_F64)
+    return zt__errf(c->err, -ENOTSUP,
+                    "%s: dt is %s; a reduction needs ZT_RED_F32 or ZT_RED_F64 (16-bit "
+                    "and byte data are reduced by the engine, not by comm)",
+                    fn,
+                    dt == ZT_RED_BF16  ? "ZT_RED_BF16"
+                    : dt == ZT_RED_F16 ? "ZT_RED_F16"
+                                       : "ZT_RED_U8");
+  return 0;
+}
+
+int zt__comm_check_count(zt__comm_t *c, const char *fn, const char *what, size_t count) {
+  if (count <= ZT_COMM_MAX_COUNT) return 0;
+  return zt__errf(c->err, -EOVERFLOW,
+                  "%s: %s is %zu; expected at most ZT_COMM_MAX_COUNT = %zu elements "
+                  "per call (move it in pieces)",
+                  fn, what, count, ZT_COMM_MAX_COUNT);
+}
+
+int zt__comm_check_vector(zt__comm_t *c, const char *fn, const char *cname,
+                          const size_t *counts, const char *dname, const size_t *displs,
+                          int world, size_t *extent) {
+  if (counts == NULL || displs == NULL)
+    return zt__errf(c->err, -EINVAL, "%s: %s is NULL; expected %d entries", fn,
+                    counts == NULL ? cname : dname, world);
+  size_t end = 0;
+  char what[64];
+  for (int r = 0; r < world; r++) {
+    snprintf(what, sizeof what, "%s[%d]", cname, r);
+    ZT_TRY(zt__comm_check_count(c, fn, what, counts[r]));
+    snprintf(what, sizeof what, "%s[%d]", dname, r);
+    ZT_TRY(zt__comm_check_count(c, fn, what, displs[r]));
+    if (counts[r] > 0 && displs[r] + counts[r] > end) end = displs[r] + counts[r];
   }
+  *extent = end;
+  return 0;
+}
+
+int zt__comm_check_disjoint(zt__comm_t *c, const char *fn, const void *a, size_t abytes,
+                            const void *b, size_t bbytes) {
+  uintptr_t pa = (uintptr_t)a, pb = (uintptr_t)b;
+  if (abytes == 0 || bbytes == 0 || pa + abytes <= pb || pb + bbytes <= pa) return 0;
+  return zt__errf(c->err, -EINVAL,
+                  "%s: send [%p, +%zu bytes) and recv [%p, +%zu bytes) overlap; expected "
+                  "separate buffers or the documented in-place form",
+                  fn, a, abytes, b, bbytes);
+}
+
+/* ---- the single backend ----------------------------------------------------------- */
+
+static void complete(zt__comm_req_t *req, int status) {
+  req->done = 1;
+  req->status = status;
+  req->impl = 0;
+}
+
+/* Records a refused call on the request too, so a later wait() reports it
+ * rather than finding a request that will never complete. */
+static int refuse(zt__comm_req_t *req, int rc) {
+  if (req) complete(req, rc);
+  return rc;
 }
 
 static int single_create(const zt_config_t *cfg, zt__err_t *err, zt__comm_t **out) {
@@ -41,36 +137,118 @@ static int single_world(const zt__comm_t *c) { return 1; }
 
 static int single_all_reduce(zt__comm_t *c, void *buf, size_t count, zt__red_dtype_t dt,
                              zt__red_op_t op, zt__comm_req_t *req) {
-  complete(req);
+  const char *fn = "all_reduce";
+  int rc = zt__comm_check(c, fn, dt, 1, op, req);
+  if (rc == 0) rc = zt__comm_check_count(c, fn, "count", count);
+  if (rc < 0) return refuse(req, rc);
+  complete(req, 0);
   return 0;
 }
 
 static int single_reduce_scatter(zt__comm_t *c, const void *send, void *recv,
                                  size_t count, zt__red_dtype_t dt, zt__red_op_t op,
                                  zt__comm_req_t *req) {
-  if (send != recv) memmove(recv, send, count * elem_size(dt));
-  complete(req);
+  const char *fn = "reduce_scatter";
+  int rc = zt__comm_check(c, fn, dt, 1, op, req);
+  if (rc == 0) rc = zt__comm_check_count(c, fn, "count", count);
+  size_t bytes = count * zt__red_size(dt);
+  if (rc == 0 && send != recv)
+    rc = zt__comm_check_disjoint(c, fn, send, bytes, recv, bytes);
+  if (rc < 0) return refuse(req, rc);
+  if (send != recv && bytes) memcpy(recv, send, bytes);
+  complete(req, 0);
   return 0;
 }
 
 static int single_all_gather(zt__comm_t *c, const void *send, void *recv, size_t count,
                              zt__red_dtype_t dt, zt__comm_req_t *req) {
-  if (send != recv) memmove(recv, send, count * elem_size(dt));
-  complete(req);
+  const char *fn = "all_gather";
+  int rc = zt__comm_check(c, fn, dt, 0, ZT_OP_SUM, req);
+  if (rc == 0) rc = zt__comm_check_count(c, fn, "count", count);
+  size_t bytes = count * zt__red_size(dt);
+  if (rc == 0 && send != recv)
+    rc = zt__comm_check_disjoint(c, fn, send, bytes, recv, bytes);
+  if (rc < 0) return refuse(req, rc);
+  if (send != recv && bytes) memcpy(recv, send, bytes);
+  complete(req, 0);
+  return 0;
+}
+
+static int single_all_gatherv(zt__comm_t *c, const void *send, size_t count, void *recv,
+                              const size_t *counts, const size_t *displs,
+                              zt__red_dtype_t dt, zt__comm_req_t *req) {
+  const char *fn = "all_gatherv";
+  size_t extent = 0, es = zt__red_size(dt);
+  int rc = zt__comm_check(c, fn, dt, 0, ZT_OP_SUM, req);
+  if (rc == 0)
+    rc = zt__comm_check_vector(c, fn, "counts", counts, "displs", displs, 1, &extent);
+  if (rc == 0 && count != counts[0])
+    rc = zt__errf(c->err, -EINVAL, "%s: count is %zu; expected counts[rank 0] = %zu", fn,
+                  count, counts[0]);
+  char *dst = (char *)recv + (rc == 0 ? displs[0] * es : 0);
+  if (rc == 0 && send != dst)
+    rc = zt__comm_check_disjoint(c, fn, send, count * es, dst, count * es);
+  if (rc < 0) return refuse(req, rc);
+  if (send != dst && count) memcpy(dst, send, count * es);
+  complete(req, 0);
+  return 0;
+}
+
+static int single_alltoallv(zt__comm_t *c, const void *send, const size_t *send_counts,
+                            const size_t *send_displs, void *recv,
+                            const size_t *recv_counts, const size_t *recv_displs,
+                            zt__red_dtype_t dt, zt__comm_req_t *req) {
+  const char *fn = "alltoallv";
+  size_t sext = 0, rext = 0, es = zt__red_size(dt);
+  int rc = zt__comm_check(c, fn, dt, 0, ZT_OP_SUM, req);
+  if (rc == 0)
+    rc = zt__comm_check_vector(c, fn, "send_counts", send_counts, "send_displs",
+                               send_displs, 1, &sext);
+  if (rc == 0)
+    rc = zt__comm_check_vector(c, fn, "recv_counts", recv_counts, "recv_displs",
+                               recv_displs, 1, &rext);
+  if (rc == 0 && send_counts[0] != recv_counts[0])
+    rc = zt__errf(c->err, -EINVAL,
+                  "%s: send_counts[0] is %zu and recv_counts[0] is %zu; expected equal "
+                  "counts for the piece a rank sends to itself",
+                  fn, send_counts[0], recv_counts[0]);
+  if (rc == 0) rc = zt__comm_check_disjoint(c, fn, send, sext * es, recv, rext * es);
+  if (rc < 0) return refuse(req, rc);
+  if (send_counts[0])
+    memcpy((char *)recv + recv_displs[0] * es, (const char *)send + send_displs[0] * es,
+           send_counts[0] * es);
+  complete(req, 0);
   return 0;
 }
 
 static int single_broadcast(zt__comm_t *c, void *buf, size_t count, zt__red_dtype_t dt,
                             int root, zt__comm_req_t *req) {
-  complete(req);
-  return root == 0 ? 0 : zt__errf(c->err, -EINVAL, "broadcast: root is %d; expected 0 "
-                                                   "at world size 1", root);
+  const char *fn = "broadcast";
+  int rc = zt__comm_check(c, fn, dt, 0, ZT_OP_SUM, req);
+  if (rc == 0) rc = zt__comm_check_count(c, fn, "count", count);
+  if (rc == 0 && root != 0)
+    rc =
+        zt__errf(c->err, -EINVAL, "%s: root is %d; expected 0 at world size 1", fn, root);
+  if (rc < 0) return refuse(req, rc);
+  complete(req, 0);
+  return 0;
 }
 
 static int single_barrier(zt__comm_t *c) { return 0; }
 
 static int single_wait(zt__comm_t *c, zt__comm_req_t *req) {
-  return req && req->done ? req->status : 0;
+  if (req == NULL)
+    return zt__errf(c->err, -EINVAL, "wait: req is NULL; expected a request");
+  return req->done ? req->status : 0;
+}
+
+static int single_test(zt__comm_t *c, zt__comm_req_t *req) {
+  if (req == NULL)
+    return zt__errf(c->err, -EINVAL, "test: req is NULL; expected a request");
+  /* Every request of this backend completed when it was issued; a request
+   * never issued (zeroed) has nothing in flight either. */
+  if (!req->done) complete(req, 0);
+  return req->status < 0 ? req->status : 1;
 }
 
 const zt__comm_ops_t zt__comm_single_ops = {
@@ -82,17 +260,44 @@ const zt__comm_ops_t zt__comm_single_ops = {
     .all_reduce = single_all_reduce,
     .reduce_scatter = single_reduce_scatter,
     .all_gather = single_all_gather,
+    .all_gatherv = single_all_gatherv,
+    .alltoallv = single_alltoallv,
     .broadcast = single_broadcast,
     .barrier = single_barrier,
     .wait = single_wait,
+    .test = single_test,
 };
+
+/* ---- choosing a backend ----------------------------------------------------------- */
+
+/* The variables a launcher sets in each rank: OpenMPI's mpirun
+ * (OMPI_COMM_WORLD_SIZE), any PMIx launcher (PMIX_RANK: OpenMPI 5, srun
+ * --mpi=pmix) and PMI-1/2 launchers (PMI_SIZE: MPICH's hydra, srun). */
+int zt__comm_launched_by_mpi(void) {
+  static const char *const vars[] = {"OMPI_COMM_WORLD_SIZE", "PMIX_RANK", "PMI_SIZE"};
+  for (size_t i = 0; i < sizeof vars / sizeof vars[0]; i++) {
+    const char *v = getenv(vars[i]);
+    if (v != NULL && *v != '\0') return 1;
+  }
+  return 0;
+}
 
 int zt__comm_create(const zt_config_t *cfg, zt__err_t *err, zt__comm_t **out) {
   *out = NULL;
   switch (cfg->comm) {
   case ZT_COMM_SINGLE: return zt__comm_single_ops.create(cfg, err, out);
+  case ZT_COMM_MPI: return zt__comm_mpi_ops.create(cfg, err, out);
+  case ZT_COMM_AUTO:
+    if (zt__comm_launched_by_mpi() || zt__comm_mpi_active())
+      return zt__comm_mpi_ops.create(cfg, err, out);
+    return zt__comm_single_ops.create(cfg, err, out);
+  case ZT_COMM_NCCL:
+    return zt__errf(err, ZT_ECONFIG,
+                    "comm is \"nccl\", which is not in this version; expected \"auto\", "
+                    "\"single\" or \"mpi\"");
   }
-  return zt__errf(err, ZT_ECONFIG, "comm is %d; expected \"single\"", (int)cfg->comm);
+  return zt__errf(err, ZT_ECONFIG, "comm is %d; expected \"auto\", \"single\" or \"mpi\"",
+                  (int)cfg->comm);
 }
 
 void zt__comm_destroy(zt__comm_t *c) {

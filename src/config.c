@@ -14,7 +14,8 @@
  *   - what zt_config_to_json writes, zt_config_parse reads back into the
  *     identical struct: doubles with the fewest digits that read back to the
  *     same bits, and integers of 2^53 and above as decimal strings, because
- *     cJSON holds every JSON number as a double;
+ *     cJSON holds every JSON number as a double; a string field is read back
+ *     with the rest of its char array zeroed (bytes past the NUL mean nothing);
  *   - every failure leaves a sentence in zt_last_error(NULL) that names the
  *     key (or argument), the value given and what was expected.
  */
@@ -38,6 +39,7 @@
 #include "config.h"   // defines: zt__config_doc
 #include "engine.h"   // defines: ZT_STAGING_SLOTS (the host tier's staging ring)
 #include "internal.h" // defines: zt__errf, zt__err_thread, ZT_INTERNAL
+#include "swap.h"     // defines: ZT__SWAP_MAX_PATHS, ZT__SWAP_MAX_RINGS
 
 #define KiB ((uint64_t)1 << 10)
 #define MiB (KiB << 10)
@@ -70,10 +72,11 @@ _Static_assert(sizeof(size_t) == sizeof(uint64_t), "sizes are 64-bit");
 
 typedef enum ktype {
   T_ENUM, /* JSON string, one of names[]; an int-sized enum field          */
-  T_INT,  /* JSON integer; an int field                                    */
+  T_INT,  /* JSON integer (or true/false when `boolean`); an int field     */
   T_NUM,  /* JSON number; a double field, always finite                    */
   T_SIZE, /* JSON integer or "64MiB"; a size_t field                       */
-  T_SEED  /* JSON integer or decimal string; a uint64_t field              */
+  T_SEED, /* JSON integer or decimal string; a uint64_t field              */
+  T_PATHS /* JSON string "a:b" or array ["a", "b"]; a char[cap] field      */
 } ktype_t;
 
 typedef struct key {
@@ -87,19 +90,24 @@ typedef struct key {
   int n_names;
   unsigned supported;
   /* T_INT: [lo, hi] have a meaning; values above `sup` are not supported by
-   * this version. T_NUM: the bounds, open or closed; hi = INFINITY: none.
-   * T_SIZE: [lo, hi], a multiple of `align`, unless at_least_chunk: then 0
-   * (no limit) or >= chunk_bytes. */
+   * this version; `boolean`: [0, 1], and JSON false/true and the words
+   * "false"/"true" mean 0/1. T_NUM: the bounds, open or closed; hi =
+   * INFINITY: none. T_SIZE: [lo, hi], a multiple of `align` (a power of two
+   * when pow2), unless at_least_chunk: then 0 (no limit) or >= chunk_bytes. */
   double lo, hi;
   long long sup;
-  unsigned char lo_open, hi_open, at_least_chunk;
+  unsigned char lo_open, hi_open, at_least_chunk, pow2, boolean;
   uint64_t align;
+  /* T_PATHS: bytes of the char array, NUL included; most ':'-separated
+   * elements. An empty string is none. */
+  size_t cap;
+  unsigned max_paths;
   const char *unsup; /* what is supported, after "not supported by this version" */
   const char *also;  /* a rule involving another key, for docs and messages */
 } keydef_t;
 
 static const char *const backend_names[] = {"host", "cuda"};
-static const char *const comm_names[] = {"single"};
+static const char *const comm_names[] = {"single", "mpi", "nccl", "auto"};
 static const char *const optimizer_names[] = {"adamw", "adam"};
 static const char *const tier_names[] = {"device", "host", "nvme"};
 static const char *const rounding_names[] = {"nearest", "stochastic"};
@@ -107,6 +115,7 @@ static const char *const scaling_names[] = {"auto", "none", "static", "dynamic"}
 static const char *const level_names[] = {"error", "warn", "info", "debug"};
 
 #define FIELD(f) .name = #f, .off = offsetof(zt_config_t, f)
+#define CAP(f) .cap = sizeof(((zt_config_t *)0)->f)
 #define NAMES(a) .names = (a), .n_names = (int)(sizeof(a) / sizeof((a)[0]))
 
 static const keydef_t keys[] = {
@@ -116,12 +125,15 @@ static const keydef_t keys[] = {
     {FIELD(device), .type = T_INT, .lo = 0, .hi = 1023, .sup = 1023,
      .also = "0 with backend \"host\"",
      .doc = "CUDA device ordinal; only meaningful with backend `cuda`"},
-    {FIELD(stage), .type = T_INT, .lo = 0, .hi = 3, .sup = 1,
-     .unsup = "stages 0 and 1 are",
-     .doc = "ZeRO stage: 0 replicates everything, 1 partitions the optimizer states "
-            "across ranks (2 and 3 are not supported by this version)"},
-    {FIELD(comm), .type = T_ENUM, NAMES(comm_names), .supported = 0x1,
-     .doc = "how ranks talk: `single` (world size 1)"},
+    {FIELD(stage), .type = T_INT, .lo = 0, .hi = 3, .sup = 3,
+     .doc = "ZeRO stage: 0 replicates everything (one rank), 1 partitions the "
+            "optimizer states across ranks, 2 the gradients too, 3 the parameters "
+            "too (zt_fetch())"},
+    {FIELD(comm), .type = T_ENUM, NAMES(comm_names), .supported = 0xb,
+     .unsup = "comm may be \"auto\", \"single\" or \"mpi\"; NCCL comes with the "
+              "GPU data path",
+     .doc = "how ranks talk: `auto` (`mpi` when launched by mpirun, else `single`), "
+            "`single` (world size 1) or `mpi` (MPI_COMM_WORLD, host buffers)"},
     {FIELD(optimizer), .type = T_ENUM, NAMES(optimizer_names), .supported = 0x3,
      .doc = "`adamw` (torch.optim.AdamW: decay applied to the weight) or `adam` "
             "(torch.optim.Adam: decay added to the gradient)"},
@@ -168,8 +180,31 @@ static const keydef_t keys[] = {
      .also = "with optimizer_tier \"host\": >= 6 * chunk_bytes (the staging ring)",
      .doc = "most pinned host memory the engine may hold (host-tier states and "
             "the staging ring); 0 = no limit"},
+    {FIELD(numa_node), .type = T_INT, .lo = -1, .hi = 1023, .sup = 1023,
+     .doc = "NUMA node of the pinned host memory (with pinned_budget_bytes set): -1 "
+            "places it on the node hwloc reports next to the GPU (cuda backend), or "
+            "nowhere in particular"},
     {FIELD(log_level), .type = T_ENUM, NAMES(level_names), .supported = 0xf,
      .doc = "messages above this level are not passed to log_fn"},
+    {FIELD(bucket_bytes), .type = T_SIZE, .lo = 4096, .hi = 4.0 * GiB, .align = 4096,
+     .doc = "bytes of gradients reduced (and parameters gathered) per collective at "
+            "stages 1-3; larger buckets mean fewer, larger messages"},
+    {FIELD(swap_path), .type = T_PATHS, CAP(swap_path), .max_paths = ZT__SWAP_MAX_PATHS,
+     .doc = "directories of the nvme tier's swap space, one file in each, striped; "
+            "':'-separated or a JSON array. Whether they exist is checked when the "
+            "nvme tier opens them, not here"},
+    {FIELD(swap_block_bytes), .type = T_SIZE, .lo = 4096, .hi = 64.0 * MiB,
+     .align = 4096, .pow2 = 1,
+     .doc = "bytes per swap I/O request (what `ztier bench nvme` prints as "
+            "swap_block_bytes)"},
+    {FIELD(swap_queue_depth), .type = T_INT, .lo = 1, .hi = 4096, .sup = 4096,
+     .doc = "swap requests in flight per ring"},
+    {FIELD(swap_rings), .type = T_INT, .lo = 1, .hi = ZT__SWAP_MAX_RINGS,
+     .sup = ZT__SWAP_MAX_RINGS,
+     .doc = "io_uring rings of the swap engine, each driven by its own thread"},
+    {FIELD(swap_sqpoll), .type = T_INT, .lo = 0, .hi = 1, .sup = 1, .boolean = 1,
+     .doc = "1: kernel-side submission threads (IORING_SETUP_SQPOLL); when the kernel "
+            "refuses them, plain submission, and the stats say so"},
 };
 #define N_KEYS (sizeof keys / sizeof keys[0])
 
@@ -183,7 +218,8 @@ static const struct {
     {"log_user", "it is a pointer passed to log_fn that only code can set"},
 };
 
-/* Names from a DeepSpeed config, and what ztier calls the same thing. */
+/* Names from a DeepSpeed config, and what ztier calls the same thing; a key
+ * ending in '*' stands for a family of keys. */
 static const struct {
   const char *name, *key, *note;
 } aliases[] = {
@@ -199,6 +235,17 @@ static const struct {
     {"bf16", "rounding", " (the parameter dtype is given to zt_register_flat())"},
     {"num_threads", "threads", ""},
     {"chunk_size", "chunk_bytes", ""},
+    {"reduce_bucket_size", "bucket_bytes",
+     " (DeepSpeed counts elements, ztier counts bytes)"},
+    {"allgather_bucket_size", "bucket_bytes",
+     " (DeepSpeed counts elements, ztier counts bytes)"},
+    {"aio", "swap_*",
+     " (block_size is swap_block_bytes, queue_depth is swap_queue_depth, "
+     "thread_count is swap_rings)"},
+    {"block_size", "swap_block_bytes", " (DeepSpeed's aio.block_size)"},
+    {"queue_depth", "swap_queue_depth", " (DeepSpeed's aio.queue_depth)"},
+    {"thread_count", "swap_rings", " (DeepSpeed's aio.thread_count)"},
+    {"nvme_path", "swap_path", " (one or more directories here)"},
 };
 
 /* ---- field access ------------------------------------------------------------ */
@@ -227,6 +274,18 @@ static uint64_t get_u64(const zt_config_t *c, const keydef_t *k) {
 }
 static void put_u64(zt_config_t *c, const keydef_t *k, uint64_t v) {
   memcpy((char *)c + k->off, &v, sizeof v);
+}
+
+/* T_PATHS: the char array, which holds a NUL when valid. */
+static const char *get_str(const zt_config_t *c, const keydef_t *k) {
+  return (const char *)c + k->off;
+}
+/* s fits (strlen(s) < k->cap); the rest of the array is zeroed, so equal
+ * strings give equal bytes. */
+static void put_str(zt_config_t *c, const keydef_t *k, const char *s) {
+  char *dst = (char *)c + k->off;
+  memset(dst, 0, k->cap);
+  memcpy(dst, s, strlen(s));
 }
 
 static const keydef_t *find_key(const char *name) {
@@ -329,7 +388,10 @@ static void range_text(const keydef_t *k, char *b, size_t n) {
     break;
   }
   case T_INT:
-    PUT("an integer in %lld..%lld", (long long)k->lo, k->sup);
+    if (k->boolean)
+      PUT("0 or 1, or false / true");
+    else
+      PUT("an integer in %lld..%lld", (long long)k->lo, k->sup);
     break;
   case T_NUM: {
     char lo[32], hi[32];
@@ -350,11 +412,19 @@ static void range_text(const keydef_t *k, char *b, size_t n) {
       fmt_human((uint64_t)k->lo, lo, sizeof lo);
       fmt_human((uint64_t)k->hi, hi, sizeof hi);
       fmt_human(k->align, al, sizeof al);
-      PUT("a byte count in [%s, %s], a multiple of %s", lo, hi, al);
+      if (k->pow2)
+        PUT("a power of two in [%s, %s]", lo, hi);
+      else
+        PUT("a byte count in [%s, %s], a multiple of %s", lo, hi, al);
     }
     break;
   case T_SEED:
     PUT("an integer in 0..%llu", (unsigned long long)UINT64_MAX);
+    break;
+  case T_PATHS:
+    PUT("\"\" (none), or directories separated by ':' (or a JSON array of them): at "
+        "most %u directories and %zu bytes",
+        k->max_paths, k->cap - 1);
     break;
   }
   if (k->also) PUT(", %s", k->also);
@@ -391,14 +461,74 @@ static void value_text(const zt_config_t *c, const keydef_t *k, char *b, size_t 
   case T_SEED:
     snprintf(b, n, "%llu", (unsigned long long)get_u64(c, k));
     break;
+  case T_PATHS: {
+    /* A field filled in code may lack its NUL; show what fits. */
+    char s[64];
+    size_t len = strnlen(get_str(c, k), k->cap);
+    if (len >= sizeof s) len = sizeof s - 1;
+    memcpy(s, get_str(c, k), len);
+    s[len] = '\0';
+    quote(s, b, n);
+    break;
+  }
   }
 }
 
+/* Appends to a buffer the way snprintf counts: `need` grows past `len`. */
+typedef struct out {
+  char *buf;
+  size_t len, need;
+} out_t;
+
+__attribute__((format(printf, 2, 3)))
+static void put(out_t *o, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  char *dst = o->need < o->len ? o->buf + o->need : NULL;
+  size_t room = o->need < o->len ? o->len - o->need : 0;
+  int n = vsnprintf(dst, room, fmt, ap);
+  va_end(ap);
+  if (n > 0) o->need += (size_t)n;
+}
+
 /* The field's value as JSON: what zt_config_to_json writes. A value that is
- * not valid (an out-of-range enum, a non-finite double) is still written as
- * valid JSON, which the parser then refuses with a sentence. */
+ * not valid (an out-of-range enum, a non-finite double, a char array with no
+ * NUL) is still written as valid JSON, which the parser then refuses with a
+ * sentence. */
+static void json_text(const zt_config_t *c, const keydef_t *k, char *b, size_t n);
+
+static void put_value(out_t *o, const zt_config_t *c, const keydef_t *k) {
+  if (k->type != T_PATHS) {
+    char v[64];
+    json_text(c, k, v, sizeof v);
+    put(o, "%s", v);
+    return;
+  }
+  /* Bytes are written as they are (a path is bytes, not necessarily UTF-8;
+   * cJSON gives them back unchanged); only what JSON forbids is escaped. */
+  const char *s = get_str(c, k);
+  size_t len = strnlen(s, k->cap);
+  put(o, "\"");
+  for (size_t i = 0; i < len; i++) {
+    unsigned char ch = (unsigned char)s[i];
+    if (ch == '"' || ch == '\\')
+      put(o, "\\%c", ch);
+    else if (ch < 0x20)
+      put(o, "\\u%04x", ch);
+    else
+      put(o, "%c", ch);
+  }
+  put(o, "\"");
+}
+
 static void json_text(const zt_config_t *c, const keydef_t *k, char *b, size_t n) {
   switch (k->type) {
+  case T_PATHS: {
+    out_t o = {b, n, 0};
+    if (n) b[0] = '\0';
+    put_value(&o, c, k);
+    break;
+  }
   case T_ENUM:
   case T_INT:
     value_text(c, k, b, n);
@@ -534,10 +664,15 @@ static int unknown_key(const ctx_t *c, const char *name, int line) {
       return fail_at(c, line, ZT_ECONFIG,
                      "key '%s' cannot be set from JSON or text: %s", shown,
                      code_only[i].why);
-  for (size_t i = 0; i < sizeof aliases / sizeof aliases[0]; i++)
-    if (strcasecmp(name, aliases[i].name) == 0)
-      return fail_at(c, line, ZT_ECONFIG, "unknown key '%s'; did you mean '%s'%s?",
-                     shown, aliases[i].key, aliases[i].note);
+  for (size_t i = 0; i < sizeof aliases / sizeof aliases[0]; i++) {
+    if (strcasecmp(name, aliases[i].name) != 0) continue;
+    const char *key = aliases[i].key;
+    if (key[strlen(key) - 1] == '*')
+      return fail_at(c, line, ZT_ECONFIG, "unknown key '%s'; did you mean the %s keys%s?",
+                     shown, key, aliases[i].note);
+    return fail_at(c, line, ZT_ECONFIG, "unknown key '%s'; did you mean '%s'%s?", shown,
+                   key, aliases[i].note);
+  }
   const keydef_t *best = NULL;
   int best_d = 1000;
   for (size_t i = 0; i < N_KEYS; i++) {
@@ -655,6 +790,65 @@ static void json_given(const cJSON *v, char *b, size_t n) {
 
 static int integral(double d) { return isfinite(d) && d == floor(d); }
 
+/* A T_PATHS string into the working copy. Only what the field can hold is
+ * checked here; the directories themselves are check()'s. */
+static int set_paths(const ctx_t *c, const keydef_t *k, const char *s, const char *given,
+                     zt_config_t *w) {
+  size_t len = strlen(s);
+  if (len >= k->cap)
+    return kfail(c, k, NULL, ZT_ECONFIG,
+                 "key '%s' is %s, %zu bytes long; expected at most %zu bytes (the field "
+                 "is char[%zu], its NUL included)",
+                 k->name, given, len, k->cap - 1, k->cap);
+  put_str(w, k, s);
+  return 0;
+}
+
+/* A JSON array of directories, joined with ':' into the working copy. An
+ * element is one directory, so it may hold no ':' and may not be empty. */
+static int set_paths_array(const ctx_t *c, const keydef_t *k, const cJSON *v,
+                           zt_config_t *w) {
+  size_t total = 0;
+  int n = 0;
+  for (const cJSON *e = v->child; e; e = e->next) {
+    char given[96];
+    json_given(e, given, sizeof given);
+    n++;
+    if (!cJSON_IsString(e) || e->valuestring == NULL)
+      return kfail(c, k, NULL, ZT_ECONFIG,
+                   "key '%s': element %d of its array is %s; expected an array of "
+                   "strings, each one directory",
+                   k->name, n, given);
+    if (e->valuestring[0] == '\0')
+      return kfail(c, k, NULL, ZT_ECONFIG,
+                   "key '%s': element %d of its array is \"\"; expected a directory "
+                   "(leave the element out, or give [] for no swap space)",
+                   k->name, n);
+    if (strchr(e->valuestring, ':'))
+      return kfail(c, k, NULL, ZT_ECONFIG,
+                   "key '%s': element %d of its array is %s, which holds ':', the "
+                   "separator of directories; expected one directory per element",
+                   k->name, n, given);
+    total += strlen(e->valuestring) + (n > 1);
+  }
+  if (total >= k->cap)
+    return kfail(c, k, NULL, ZT_ECONFIG,
+                 "key '%s' is an array of %d directories, %zu bytes when joined with "
+                 "':'; expected at most %zu bytes (the field is char[%zu], its NUL "
+                 "included)",
+                 k->name, n, total, k->cap - 1, k->cap);
+  char *dst = (char *)w + k->off;
+  size_t o = 0;
+  memset(dst, 0, k->cap);
+  for (const cJSON *e = v->child; e; e = e->next) {
+    size_t len = strlen(e->valuestring);
+    if (o) dst[o++] = ':';
+    memcpy(dst + o, e->valuestring, len);
+    o += len;
+  }
+  return 0;
+}
+
 /* One JSON member into the working copy. Ranges are checked afterwards, on
  * the whole copy, by check(): here only what the field can hold. */
 static int from_json(const ctx_t *c, const keydef_t *k, const cJSON *v, zt_config_t *w) {
@@ -666,6 +860,10 @@ static int from_json(const ctx_t *c, const keydef_t *k, const cJSON *v, zt_confi
       return set_enum(c, k, v->valuestring, given, w);
     return bad_value(c, k, given, NULL);
   case T_INT:
+    if (k->boolean && cJSON_IsBool(v)) {
+      put_int(w, k, cJSON_IsTrue(v) ? 1 : 0);
+      return 0;
+    }
     if (cJSON_IsNumber(v) && integral(v->valuedouble) && v->valuedouble >= INT_MIN &&
         v->valuedouble <= INT_MAX) {
       put_int(w, k, (int)v->valuedouble);
@@ -705,6 +903,11 @@ static int from_json(const ctx_t *c, const keydef_t *k, const cJSON *v, zt_confi
     }
     return bad_value(c, k, given, syntax);
   }
+  case T_PATHS:
+    if (cJSON_IsString(v) && v->valuestring)
+      return set_paths(c, k, v->valuestring, given, w);
+    if (cJSON_IsArray(v)) return set_paths_array(c, k, v, w);
+    return bad_value(c, k, given, NULL);
   }
   return bad_value(c, k, given, NULL);
 }
@@ -717,6 +920,10 @@ static int from_text(const ctx_t *c, const keydef_t *k, const char *s, zt_config
   case T_ENUM:
     return set_enum(c, k, s, given, w);
   case T_INT: {
+    if (k->boolean && (!strcmp(s, "false") || !strcmp(s, "true"))) {
+      put_int(w, k, s[0] == 't');
+      return 0;
+    }
     /* strtol would skip leading spaces and take "12abc"; a value is the
      * whole string. */
     const char *p = s + (*s == '-' || *s == '+');
@@ -757,6 +964,8 @@ static int from_text(const ctx_t *c, const keydef_t *k, const char *s, zt_config
     put_u64(w, k, u);
     return 0;
   }
+  case T_PATHS:
+    return set_paths(c, k, s, given, w);
   }
   return bad_value(c, k, given, NULL);
 }
@@ -774,6 +983,41 @@ static int check_header(const ctx_t *c, const zt_config_t *cfg) {
                 "cfg->version is %u; expected ZT_CONFIG_VERSION = %u (fill the config "
                 "with ZT_CONFIG_INIT)",
                 cfg->version, ZT_CONFIG_VERSION);
+  return 0;
+}
+
+/* A T_PATHS field: NUL-terminated in its array, and either "" or 1 ..
+ * max_paths non-empty directories between single ':'. Whether they exist is
+ * for the nvme tier to find when it opens them. */
+static int check_paths(const ctx_t *c, const zt_config_t *cfg, const keydef_t *k,
+                       const char *given) {
+  const char *s = get_str(cfg, k);
+  if (memchr(s, '\0', k->cap) == NULL)
+    return kfail(c, k, NULL, ZT_ECONFIG,
+                 "key '%s' is %s with no NUL in its %zu bytes; expected a string of at "
+                 "most %zu bytes",
+                 k->name, given, k->cap, k->cap - 1);
+  if (s[0] == '\0') return 0;
+  unsigned n = 0;
+  for (const char *p = s;; p++) {
+    const char *e = strchr(p, ':');
+    n++;
+    if (e == p || *p == '\0') {
+      const char *where = n == 1 ? "a ':' at the start" : *p ? "two ':' in a row"
+                                                             : "a ':' at the end";
+      return kfail(c, k, NULL, ZT_ECONFIG,
+                   "key '%s' is %s: directory %u is empty (%s); expected directories "
+                   "separated by single ':', none empty, or \"\" for no swap space",
+                   k->name, given, n, where);
+    }
+    if (e == NULL) break;
+    p = e;
+  }
+  if (n > k->max_paths)
+    return kfail(c, k, NULL, ZT_ECONFIG,
+                 "key '%s' is %s, %u directories; expected at most %u (the swap space "
+                 "stripes over at most %u)",
+                 k->name, given, n, k->max_paths, k->max_paths);
   return 0;
 }
 
@@ -822,11 +1066,14 @@ static int check_key(const ctx_t *c, const zt_config_t *cfg, const keydef_t *k) 
                    "which is %s",
                    k->name, given, ch);
     }
-    if (v >= k->lo && v <= k->hi && v % k->align == 0) return 0;
+    if (v >= k->lo && v <= k->hi && v % k->align == 0 && (!k->pow2 || !(v & (v - 1))))
+      return 0;
     return bad_value(c, k, given, NULL);
   }
   case T_SEED:
     return 0;
+  case T_PATHS:
+    return check_paths(c, cfg, k, given);
   }
   return 0;
 }
@@ -979,6 +1226,69 @@ static int syntax_error(const ctx_t *c, const char *text, size_t off) {
               line, col, shown);
 }
 
+/* ---- \u0000 in strings ---------------------------------------------------------- */
+
+/* cJSON decodes "\u0000" into a NUL and so cuts the string there: "a\u0000b"
+ * would silently read as "a". It does not say so, so the text that cJSON
+ * accepted is walked again, member by member (cJSON keeps their order), to
+ * find the strings that held one. */
+
+static const char *skip_ws(const char *p) {
+  while (*p && (unsigned char)*p <= ' ') p++; /* what cJSON skips */
+  return p;
+}
+
+/* Past the string whose opening quote is at p; *nul set when it holds \u0000. */
+static const char *skip_string(const char *p, int *nul) {
+  for (p++; *p && *p != '"'; p++) {
+    if (*p != '\\') continue;
+    if (p[1] == 'u' && strncmp(p + 2, "0000", 4) == 0) *nul = 1;
+    if (p[1]) p++;
+  }
+  return *p ? p + 1 : p;
+}
+
+/* Past one value (a string, a number or word, or a nested object or array). */
+static const char *skip_value(const char *p, int *nul) {
+  int depth = 0;
+  do {
+    p = skip_ws(p);
+    if (*p == '\0') break;
+    if (*p == '"') {
+      p = skip_string(p, nul);
+    } else if (*p == '{' || *p == '[') {
+      depth++, p++;
+    } else if (*p == '}' || *p == ']') {
+      depth--, p++;
+    } else if (*p == ',' || *p == ':') {
+      p++;
+    } else {
+      do p++;
+      while (*p && (unsigned char)*p > ' ' && !strchr(",:]}\"", *p));
+    }
+  } while (depth > 0);
+  return p;
+}
+
+/* Of the nth member (from 0) of the top-level object: 1 when its name holds
+ * \u0000, 2 when its value does, else 0. */
+static int member_nul(const char *text, int nth) {
+  const char *p = text;
+  if (strncmp(p, "\xef\xbb\xbf", 3) == 0) p += 3; /* cJSON skips a BOM too */
+  p = skip_ws(p);
+  if (*p++ != '{') return 0;
+  for (int i = 0;; i++) {
+    int in_name = 0, in_value = 0;
+    p = skip_ws(p);
+    if (*p != '"') return 0;
+    p = skip_ws(skip_string(p, &in_name));
+    if (*p++ != ':') return 0;
+    p = skip_ws(skip_value(p, &in_value));
+    if (i == nth) return in_name ? 1 : in_value ? 2 : 0;
+    if (*p++ != ',') return 0;
+  }
+}
+
 /* Reads the JSON object in `text` over *cfg, all or nothing. */
 static int parse_text(const ctx_t *c, zt_config_t *cfg, const char *text) {
   const char *end = NULL;
@@ -1000,8 +1310,19 @@ static int parse_text(const ctx_t *c, zt_config_t *cfg, const char *text) {
   zt_config_t w;
   memcpy(&w, cfg, sizeof w);
   int seen[N_KEYS] = {0};
-  for (const cJSON *it = root->child; it; it = it->next) {
+  int maybe_nul = strstr(text, "\\u0000") != NULL, nth = 0;
+  for (const cJSON *it = root->child; it; it = it->next, nth++) {
     const char *name = it->string ? it->string : "";
+    int nul = maybe_nul ? member_nul(text, nth) : 0;
+    if (nul == 1) {
+      char shown[128];
+      key_text(name, shown, sizeof shown);
+      rc = fail_at(c, key_line(c, name, 1), ZT_ECONFIG,
+                   "a key name holds \\u0000 (a NUL byte), which would cut it to '%s'; "
+                   "expected a key name such as \"threads\"",
+                   shown);
+      goto out;
+    }
     const keydef_t *k = find_key(name);
     if (k == NULL) {
       rc = unknown_key(c, name, key_line(c, name, 1));
@@ -1017,6 +1338,15 @@ static int parse_text(const ctx_t *c, zt_config_t *cfg, const char *text) {
       else
         rc = fail_at(c, again, ZT_ECONFIG, "duplicate key '%s'; give each key once",
                      k->name);
+      goto out;
+    }
+    if (nul == 2) {
+      char r[256];
+      range_text(k, r, sizeof r);
+      rc = kfail(c, k, NULL, ZT_ECONFIG,
+                 "key '%s' holds a string with \\u0000 (a NUL byte), which would cut it "
+                 "short; expected %s",
+                 k->name, r);
       goto out;
     }
     rc = from_json(c, k, it, &w);
@@ -1160,23 +1490,6 @@ int zt_config_validate(const zt_config_t *cfg) {
   return check(&c, cfg);
 }
 
-/* Appends to a buffer the way snprintf counts: `need` grows past `len`. */
-typedef struct out {
-  char *buf;
-  size_t len, need;
-} out_t;
-
-__attribute__((format(printf, 2, 3)))
-static void put(out_t *o, const char *fmt, ...) {
-  va_list ap;
-  va_start(ap, fmt);
-  char *dst = o->need < o->len ? o->buf + o->need : NULL;
-  size_t room = o->need < o->len ? o->len - o->need : 0;
-  int n = vsnprintf(dst, room, fmt, ap);
-  va_end(ap);
-  if (n > 0) o->need += (size_t)n;
-}
-
 int zt_config_to_json(const zt_config_t *cfg, char *buf, size_t len) {
   ctx_t c = {.fn = "zt_config_to_json"};
   if (cfg == NULL)
@@ -1191,9 +1504,9 @@ int zt_config_to_json(const zt_config_t *cfg, char *buf, size_t len) {
   if (len) buf[0] = '\0';
   put(&o, "{\n");
   for (size_t i = 0; i < N_KEYS; i++) {
-    char v[64];
-    json_text(cfg, &keys[i], v, sizeof v);
-    put(&o, "  \"%s\": %s%s\n", keys[i].name, v, i + 1 < N_KEYS ? "," : "");
+    put(&o, "  \"%s\": ", keys[i].name);
+    put_value(&o, cfg, &keys[i]);
+    put(&o, "%s\n", i + 1 < N_KEYS ? "," : "");
   }
   put(&o, "}");
   return o.need > INT_MAX ? INT_MAX : (int)o.need;
@@ -1209,8 +1522,9 @@ int zt_config_to_json(const zt_config_t *cfg, char *buf, size_t len) {
  */
 
 int zt__config_doc(char *buf, size_t len) {
-  static const char *const type_names[] = {"string", "integer", "number", "size",
-                                           "integer"};
+  static const char *const type_names[] = {"string", "integer", "number",
+                                           "size",   "integer", "path list"};
+  _Static_assert(sizeof type_names / sizeof type_names[0] == T_PATHS + 1, "type names");
   static const zt_config_t defaults = ZT_CONFIG_INIT;
   out_t o = {buf, len, 0};
   if (len) buf[0] = '\0';

@@ -15,6 +15,7 @@
 #include "comm.h"      // defines: zt__comm_t
 #include "cpu_optim.h" // defines: zt__cpu_t, zt__seg_t
 #include "internal.h"  // defines: zt__err_t
+#include "partition.h" // defines: zt__part_t
 
 #define ZT_ENGINE_MAGIC 0x7a74656e67696e65ull /* "ztengine" */
 
@@ -25,6 +26,7 @@ typedef struct zt__unit {
   size_t numel;
   int group;
   int weight_decay;
+  size_t state_off; /* where its states start in the state space */
 } zt__unit_t;
 
 /* The host tier's staging ring: gradients arrive here from the device and
@@ -71,6 +73,11 @@ struct zt_engine {
   size_t n_segs;
   size_t state_numel; /* elements that have optimizer states (sum of segs) */
 
+  /* Stages 1 and 2: the shards and buckets (partition.h). The states below
+   * are then this rank's shard of them. */
+  int partitioned;
+  zt__part_t part;
+
   /* Optimizer states (fp32), in cfg.optimizer_tier. master is NULL when the
    * fp32 user buffer is itself the master (device tier, fp32 params). */
   float *master;
@@ -83,6 +90,9 @@ struct zt_engine {
   size_t host_bytes;      /* pinned host memory held                      */
   int host_locked;        /* every pinned region is mlock'ed              */
   int host_lock_warned;   /* the mlock warning was logged                 */
+  char host_note[256];    /* why pinned memory is not locked / not placed */
+  struct zt__hostpool *pinned_pool; /* with pinned_budget_bytes: one pool */
+  int host_numa_node;     /* the pool's NUMA node, -1: not placed         */
 
   zt__scaler_t scaler;
   int broken; /* an error left states half-updated: refuse further steps */
@@ -95,6 +105,10 @@ struct zt_engine {
 
 /* 1 when `eng` looks like a live engine (NULL and freed ones fail). */
 ZT_INTERNAL int zt__engine_valid(const zt_engine_t *eng);
+
+/* 0 when `eng` is live, registered and not broken; else the code, with a
+ * sentence starting with `fn`. */
+ZT_INTERNAL int zt__engine_check(const zt_engine_t *eng, const char *fn);
 
 /* register.c: frees the unit table and every optimizer state. */
 ZT_INTERNAL void zt__engine_unregister(zt_engine_t *eng);

@@ -16,6 +16,9 @@
 #include "engine.h"
 #include "pinned.h" // defines: zt__pinned_alloc, zt__pinned_free
 
+#define XXH_INLINE_ALL
+#include <xxhash.h> // defines: XXH3_64bits_withSeed
+
 /* 2^40 elements (4 TiB of fp32): far beyond one rank's memory, and small
  * enough that every byte count below fits in size_t without overflow. */
 #define ZT_MAX_NUMEL ((size_t)1 << 40)
@@ -34,8 +37,9 @@ static int check_buffers(zt_engine_t *eng, const void *params, const void *grads
                                "another model)");
   if (params == NULL)
     return zt__errf(e, -EINVAL, "params is NULL; expected the parameter buffer");
-  if (grads == NULL)
-    return zt__errf(e, -EINVAL, "grads is NULL; expected the gradient buffer");
+  if (grads == NULL && eng->cfg.stage < 2)
+    return zt__errf(e, -EINVAL, "grads is NULL; expected the gradient buffer (only stages "
+                                "2 and 3 can do without one: zt_grads())");
   if (numel == 0) return zt__errf(e, -EINVAL, "numel is 0; expected at least 1 element");
   if (numel > ZT_MAX_NUMEL)
     return zt__errf(e, -EINVAL, "numel is %zu; expected at most 2^40 (%zu) elements", numel,
@@ -53,11 +57,12 @@ static int check_buffers(zt_engine_t *eng, const void *params, const void *grads
   if ((uintptr_t)grads % gsz)
     return zt__errf(e, -EINVAL, "grads (%p) is not aligned to its %zu-byte %s elements",
                     grads, gsz, zt__dtype_name(gdt));
+  if (grads == NULL) grads = params; /* nothing more to check about it */
   uintptr_t p0 = (uintptr_t)params, p1 = p0 + numel * psz;
   uintptr_t g0 = (uintptr_t)grads, g1 = g0 + numel * gsz;
   if (p1 < p0 || g1 < g0)
     return zt__errf(e, -EINVAL, "numel %zu runs past the end of the address space", numel);
-  if (p0 < g1 && g0 < p1)
+  if (grads != params && p0 < g1 && g0 < p1)
     return zt__errf(e, -EINVAL, "params [%p, +%zu bytes) and grads [%p, +%zu bytes) "
                                 "overlap; expected two separate buffers",
                     params, numel * psz, grads, numel * gsz);
@@ -131,11 +136,61 @@ static int check_units(zt_engine_t *eng, const zt_unit_t *units, size_t n, size_
   return 0;
 }
 
+/* Every rank must register the same model: compared before anything is
+ * allocated, so that a mismatch is an error on every rank, not a hang. */
+typedef struct model_sig {
+  uint64_t numel, n_units, dtypes, units_hash;
+} model_sig_t;
+
+static int check_ranks_agree(zt_engine_t *eng, size_t numel, zt_dtype_t pdt, zt_dtype_t gdt,
+                             const zt_unit_t *units, size_t n) {
+  zt__comm_t *c = eng->comm;
+  int world = c->ops->world(c), rank = c->ops->rank(c);
+  if (world == 1) return 0;
+  uint64_t h = 0;
+  for (size_t i = 0; i < n; i++) {
+    uint64_t f[4] = {units[i].offset, units[i].numel, (uint64_t)units[i].group,
+                     (uint64_t)units[i].weight_decay};
+    h = XXH3_64bits_withSeed(f, sizeof f, h);
+  }
+  model_sig_t mine = {numel, n, (uint64_t)pdt << 8 | (uint64_t)gdt, h};
+  model_sig_t *all = calloc((size_t)world, sizeof *all);
+  if (all == NULL) return zt__errf(&eng->err, -ENOMEM, "out of memory");
+  zt__comm_req_t req = {0};
+  int rc = c->ops->all_gather(c, &mine, all, sizeof mine, ZT_RED_U8, &req);
+  if (rc == 0) rc = c->ops->wait(c, &req);
+  for (int r = 0; rc == 0 && r < world; r++) {
+    const model_sig_t *o = &all[r];
+    if (o->numel != mine.numel || o->n_units != mine.n_units || o->dtypes != mine.dtypes)
+      rc = zt__errf(&eng->err, -EINVAL,
+                    "rank %d registers %llu elements in %llu units (dtypes %llx) but rank "
+                    "%d registers %llu in %llu (dtypes %llx); every rank must register "
+                    "the same model",
+                    rank, (unsigned long long)mine.numel, (unsigned long long)mine.n_units,
+                    (unsigned long long)mine.dtypes, r, (unsigned long long)o->numel,
+                    (unsigned long long)o->n_units, (unsigned long long)o->dtypes);
+    else if (o->units_hash != mine.units_hash)
+      rc = zt__errf(&eng->err, -EINVAL,
+                    "the unit table of rank %d differs from rank %d's (offsets, sizes, "
+                    "groups or decay flags); every rank must register the same model",
+                    rank, r);
+  }
+  free(all);
+  return rc;
+}
+
 /* ---- optimizer states ------------------------------------------------------ */
 
 static void free_states(zt_engine_t *eng) {
   size_t n = eng->state_numel;
-  if (eng->cfg.optimizer_tier == ZT_TIER_HOST) {
+  if (eng->partitioned) {
+    size_t bytes = (eng->part.end - eng->part.begin) * sizeof(float);
+    zt__part_release(eng, eng->master, bytes);
+    zt__part_release(eng, eng->m, bytes);
+    zt__part_release(eng, eng->v, bytes);
+    zt__part_free(eng);
+    eng->partitioned = 0;
+  } else if (eng->cfg.optimizer_tier == ZT_TIER_HOST) {
     zt__pinned_free(eng, eng->master, n * sizeof(float));
     zt__pinned_free(eng, eng->m, n * sizeof(float));
     zt__pinned_free(eng, eng->v, n * sizeof(float));
@@ -229,13 +284,36 @@ static int alloc_host_states(zt_engine_t *eng) {
   return 0;
 }
 
+/* Stages 1 and 2: this rank's shard of the states, in its tier, the master
+ * initialised from the shard's parameters in the user's buffer. */
+static int alloc_shard_states(zt_engine_t *eng) {
+  zt__part_t *p = &eng->part;
+  eng->partitioned = 1;
+  ZT_TRY(zt__part_init(eng));
+  size_t mine = p->end - p->begin, bytes = mine * sizeof(float);
+  ZT_TRY(zt__part_alloc(eng, bytes, (void **)&eng->master));
+  ZT_TRY(zt__part_alloc(eng, bytes, (void **)&eng->m));
+  ZT_TRY(zt__part_alloc(eng, bytes, (void **)&eng->v));
+  eng->state_bytes = 3 * bytes;
+  if (mine == 0) return 0;
+  size_t psz = zt__dtype_size(eng->param_dtype);
+  zt__copy_kind_t kind = p->on_pinned ? ZT_COPY_D2H : ZT_COPY_D2D;
+  ZT_TRY(zt__part_copy_span(eng, p->params, eng->params, psz, p->begin, p->end, 0, kind,
+                            ZT_STREAM_D2H));
+  ZT_TRY(eng->be_ops->stream_sync(eng->be, ZT_STREAM_D2H));
+  if (kind == ZT_COPY_D2H) eng->d2h_bytes += mine * psz;
+  zt__cpu_cast(eng->cpu, eng->master, ZT_FP32, p->params, eng->param_dtype, mine);
+  return 0;
+}
+
 /* Units sorted by offset, merged into runs of one decay flag. */
 static int build_segments(zt_engine_t *eng, const size_t *order) {
   eng->segs = calloc(eng->n_units, sizeof *eng->segs);
   if (eng->segs == NULL) return zt__errf(&eng->err, -ENOMEM, "out of memory");
   size_t n = 0, state = 0;
   for (size_t k = 0; k < eng->n_units; k++) {
-    const zt__unit_t *u = &eng->units[order[k]];
+    zt__unit_t *u = &eng->units[order[k]];
+    u->state_off = state;
     zt__seg_t *last = n ? &eng->segs[n - 1] : NULL;
     if (last && last->index + last->n == u->offset && last->decay == u->weight_decay) {
       last->n += u->numel;
@@ -293,6 +371,8 @@ int zt_register_units(zt_engine_t *eng, void *params, void *grads, size_t numel,
   }
   rc = check_units(eng, units, n_units, numel, param_dtype, keys, order);
   if (rc < 0) goto done;
+  rc = check_ranks_agree(eng, numel, param_dtype, grad_dtype, units, n_units);
+  if (rc < 0) goto done;
 
   /* Every check passed: from here on, a failure is only a failed allocation,
    * and it unwinds everything so the engine can be registered again. */
@@ -312,18 +392,23 @@ int zt_register_units(zt_engine_t *eng, void *params, void *grads, size_t numel,
     char fallback[32];
     snprintf(fallback, sizeof fallback, "unit%zu", i);
     eng->units[i] = (zt__unit_t){strdup(u->name ? u->name : fallback), u->offset, u->numel,
-                                 u->group, u->weight_decay};
+                                 u->group, u->weight_decay, 0};
     if (eng->units[i].name == NULL) {
       rc = zt__errf(&eng->err, -ENOMEM, "out of memory");
       goto fail;
     }
   }
   ZT_TRY_GOTO(build_segments(eng, order), rc, fail);
-  if (eng->cfg.optimizer_tier == ZT_TIER_HOST)
+  if (eng->cfg.stage >= 1)
+    ZT_TRY_GOTO(alloc_shard_states(eng), rc, fail);
+  else if (eng->cfg.optimizer_tier == ZT_TIER_HOST)
     ZT_TRY_GOTO(alloc_host_states(eng), rc, fail);
   else
     ZT_TRY_GOTO(alloc_device_states(eng), rc, fail);
   init_scaler(eng);
+  /* Stage 3 owns the parameters from now on: the buffer gave the initial
+   * values and the caller may free it. */
+  if (eng->cfg.stage >= 3) eng->params = NULL;
   eng->registered = 1;
   zt__log(&eng->cfg, ZT_LOG_INFO,
           "registered %zu units (%zu elements with optimizer states, %s params, %s grads) "

@@ -52,43 +52,43 @@ static int check_args(zt_engine_t *eng, const zt_step_args_t *a, const zt_step_i
   return 0;
 }
 
-static int check_engine(const zt_engine_t *eng, const char *fn) {
-  if (!zt__engine_valid(eng))
-    return zt__errf(zt__err_thread(), -EINVAL, "%s: eng is not a live engine", fn);
-  if (!eng->registered)
-    return zt__errf((zt__err_t *)&eng->err, ZT_ENOTREG,
-                    "%s: no model is registered; call zt_register_flat() or "
-                    "zt_register_units() first",
-                    fn);
-  if (eng->broken)
-    return zt__errf((zt__err_t *)&eng->err, ZT_EBROKEN,
-                    "%s: an earlier step failed part-way (%s); destroy and re-create the "
-                    "engine",
-                    fn, zt_strerror(eng->broken));
-  return 0;
-}
 
-/* Sum of squares of the raw gradients, summed over ranks. */
-static int grad_sumsq(zt_engine_t *eng, double *out) {
+/* Sum of squares of the gradients, summed over ranks in rank order, and the
+ * factor that turns the gradients it was taken on into the average
+ * gradient: 1 unpartitioned, 1/W for the sums of W ranks of a shard. At
+ * stages 1 and 2 the gradients are reduced to their owners first. */
+static int grad_sumsq(zt_engine_t *eng, double *out, double *avg) {
   double t0 = zt__now();
-  ZT_TRY(eng->be_ops->sumsq(eng->be, eng->grads, eng->grad_dtype, eng->segs, eng->n_segs,
-                            ZT_STREAM_COMPUTE, out));
-  zt__comm_req_t req;
-  ZT_TRY(eng->comm->ops->all_reduce(eng->comm, out, 1, ZT_RED_F64, ZT_OP_SUM, &req));
-  ZT_TRY(eng->comm->ops->wait(eng->comm, &req));
+  if (eng->partitioned) {
+    zt__part_t *p = &eng->part;
+    ZT_TRY(zt__part_reduce_all(eng));
+    *out = p->n_segs ? zt__cpu_sumsq(eng->cpu, p->grads, p->begin, ZT_FP32, p->segs,
+                                     p->n_segs)
+                     : 0.0;
+    ZT_TRY(zt__part_sum_ranks(eng, out));
+    *avg = 1.0 / p->world;
+  } else {
+    ZT_TRY(eng->be_ops->sumsq(eng->be, eng->grads, eng->grad_dtype, eng->segs,
+                              eng->n_segs, ZT_STREAM_COMPUTE, out));
+    *avg = 1.0;
+  }
   eng->norm_seconds += zt__now() - t0;
   return 0;
 }
 
 int zt_grad_norm(zt_engine_t *eng, float grad_scale, double *norm) {
-  ZT_TRY(check_engine(eng, "zt_grad_norm"));
+  ZT_TRY(zt__engine_check(eng, "zt_grad_norm"));
   if (norm == NULL) return zt__errf(&eng->err, -EINVAL, "norm is NULL; expected a double *");
   if (!isfinite(grad_scale) || grad_scale <= 0)
     return zt__errf(&eng->err, -EINVAL, "grad_scale is %g; expected a finite value > 0",
                     (double)grad_scale);
-  double sumsq;
-  ZT_TRY(grad_sumsq(eng, &sumsq));
-  *norm = sqrt(sumsq) * ((double)grad_scale / eng->scaler.handed);
+  double sumsq, avg;
+  int rc = grad_sumsq(eng, &sumsq, &avg);
+  if (rc < 0) {
+    if (eng->partitioned) eng->broken = rc; /* buckets may be half reduced */
+    return rc;
+  }
+  *norm = sqrt(sumsq) * ((double)grad_scale / eng->scaler.handed) * avg;
   return 0;
 }
 
@@ -240,6 +240,34 @@ static int update_host_tier(zt_engine_t *eng, const zt__adam_hp_t *hp) {
   return 0;
 }
 
+/* Stages 1 and 2: the update of this rank's shard, in its tier, then every
+ * rank's updated parameters back into every rank's buffer. */
+static int update_shard(zt_engine_t *eng, const zt__adam_hp_t *hp) {
+  zt__part_t *p = &eng->part;
+  zt__adam_launch_t l = {
+      .hp = hp,
+      .master = eng->master,
+      .m = eng->m,
+      .v = eng->v,
+      .grads = p->grads,
+      .grads_first = p->begin,
+      .grad_dtype = ZT_FP32,
+      .params = p->params,
+      .params_first = p->begin,
+      .param_dtype = eng->param_dtype,
+      .segs = p->segs,
+      .n_segs = p->n_segs,
+  };
+  double t0 = zt__now();
+  if (p->n_segs) zt__cpu_adam(eng->cpu, &l);
+  double t1 = zt__now();
+  eng->optimizer_seconds += t1 - t0;
+  /* Stage 3 gathers when a group is fetched, not after the step. */
+  if (eng->cfg.stage < 3) ZT_TRY(zt__part_gather(eng));
+  eng->copy_seconds += zt__now() - t1;
+  return 0;
+}
+
 /* ---- the step ----------------------------------------------------------------- */
 
 static void scaler_update(zt__scaler_t *s, const zt_config_t *c, int overflow) {
@@ -254,13 +282,24 @@ static void scaler_update(zt__scaler_t *s, const zt_config_t *c, int overflow) {
 }
 
 int zt_step(zt_engine_t *eng, const zt_step_args_t *args, zt_step_info_t *info) {
-  ZT_TRY(check_engine(eng, "zt_step"));
+  ZT_TRY(zt__engine_check(eng, "zt_step"));
   ZT_TRY(check_args(eng, args, info));
+  if (eng->partitioned && eng->cfg.stage >= 3)
+    for (size_t g = 0; g < eng->part.n_groups; g++)
+      if (eng->part.groups[g].fetched)
+        return zt__errf(&eng->err, -EBUSY,
+                        "zt_step: group %d is still fetched; zt_release() every group "
+                        "before the step (its gathered parameters would be stale)",
+                        eng->part.groups[g].id);
   double t0 = zt__now();
 
-  double sumsq;
-  ZT_TRY(grad_sumsq(eng, &sumsq));
-  double inv = (double)args->grad_scale / eng->scaler.handed;
+  double sumsq, avg;
+  int rc = grad_sumsq(eng, &sumsq, &avg);
+  if (rc < 0) {
+    if (eng->partitioned) eng->broken = rc;
+    return rc;
+  }
+  double inv = (double)args->grad_scale / eng->scaler.handed * avg;
   double norm = sqrt(sumsq) * inv;
   int overflow = !isfinite(sumsq);
   double clip = args->clip_grad_norm >= 0 ? (double)args->clip_grad_norm
@@ -287,8 +326,9 @@ int zt_step(zt_engine_t *eng, const zt_step_args_t *args, zt_step_info_t *info) 
                      eng->cfg.optimizer == ZT_ADAM_L2 ? ZT_MODE_ADAM_L2 : ZT_MODE_ADAMW,
                      eng->cfg.rounding == ZT_ROUND_STOCHASTIC && eng->param_dtype == ZT_BF16,
                      zt_sr_key(eng->cfg.seed, args->t), &hp);
-    int rc = eng->cfg.optimizer_tier == ZT_TIER_HOST ? update_host_tier(eng, &hp)
-                                                     : update_device_tier(eng, &hp);
+    rc = eng->partitioned                         ? update_shard(eng, &hp)
+         : eng->cfg.optimizer_tier == ZT_TIER_HOST ? update_host_tier(eng, &hp)
+                                                   : update_device_tier(eng, &hp);
     if (rc < 0) {
       /* Some states may be updated and others not: refuse to go on from a
        * state that no step produced. */
@@ -298,6 +338,7 @@ int zt_step(zt_engine_t *eng, const zt_step_args_t *args, zt_step_info_t *info) 
     scaler_update(&eng->scaler, &eng->cfg, 0);
     eng->steps++;
   }
+  if (eng->partitioned) zt__part_reset(eng);
   if (info) info->loss_scale = eng->scaler.scale;
   eng->step_seconds += zt__now() - t0;
   return 0;

@@ -2,8 +2,11 @@
 #define _GNU_SOURCE
 #include "harness.h"
 
+#include <fcntl.h>
 #include <math.h>
+#include <signal.h>
 #include <string.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -244,4 +247,284 @@ void t_ok_(int rc, const zt_engine_t *eng, const char *what, const char *file, i
 int t_run_(const char *name, const struct CMUnitTest *tests, size_t n) {
   t_seed();
   return _cmocka_run_group_tests(name, tests, n, NULL, NULL);
+}
+
+/* ---- multi-rank runs (mpirun) ------------------------------------------------------ */
+
+static int mpi_worker;
+
+int t_mpi_is_worker(void) { return mpi_worker; }
+
+/* The first executable `name` on PATH, into out. */
+static int find_in_path(const char *name, char *out, size_t n) {
+  const char *path = getenv("PATH");
+  if (path == NULL || *path == '\0') path = "/usr/local/bin:/usr/bin:/bin";
+  while (*path) {
+    size_t len = strcspn(path, ":");
+    if (len > 0 && (size_t)snprintf(out, n, "%.*s/%s", (int)len, path, name) < n &&
+        access(out, X_OK) == 0)
+      return 1;
+    path += len;
+    if (*path == ':') path++;
+  }
+  return 0;
+}
+
+#if defined(__SANITIZE_ADDRESS__)
+/* tests/lsan-mpi.supp: ZT_TEST_LSAN_SUPP, else found in the source tree above
+ * the executable (BUILD/tests/test_x -> ../../tests/), else under the current
+ * directory. */
+static int find_supp(const char *exe, char *out, size_t n) {
+  const char *env = getenv("ZT_TEST_LSAN_SUPP");
+  if (env && *env) return snprintf(out, n, "%s", env) < (int)n && access(out, R_OK) == 0;
+  char dir[4096];
+  snprintf(dir, sizeof dir, "%s", exe);
+  for (int up = 0; up < 5; up++) {
+    char *slash = strrchr(dir, '/');
+    if (slash == NULL) break;
+    *slash = '\0';
+    if ((size_t)snprintf(out, n, "%s/tests/lsan-mpi.supp", dir) < n &&
+        access(out, R_OK) == 0)
+      return 1;
+  }
+  return snprintf(out, n, "tests/lsan-mpi.supp") < (int)n && access(out, R_OK) == 0;
+}
+#endif
+
+/* Sets `name=value` in the environment array env (replacing an entry of that
+ * name), with the string written into `slot`. */
+static void env_set(char **env, size_t *count, size_t cap, char *slot, size_t slot_size,
+                    const char *name, const char *value) {
+  size_t nl = strlen(name);
+  snprintf(slot, slot_size, "%s=%s", name, value);
+  for (size_t i = 0; i < *count; i++) {
+    if (strncmp(env[i], name, nl) == 0 && env[i][nl] == '=') {
+      env[i] = slot;
+      return;
+    }
+  }
+  if (*count + 1 < cap) env[(*count)++] = slot;
+  env[*count] = NULL;
+}
+
+/* Keeps the last `size - 1` bytes written, NUL-terminated. */
+static void tail_append(char *out, size_t size, size_t *len, const char *b, size_t n) {
+  if (out == NULL || size < 2) return;
+  size_t cap = size - 1;
+  if (n >= cap) {
+    memcpy(out, b + n - cap, cap);
+    *len = cap;
+  } else {
+    if (*len + n > cap) {
+      size_t drop = *len + n - cap;
+      memmove(out, out + drop, *len - drop);
+      *len -= drop;
+    }
+    memcpy(out + *len, b, n);
+    *len += n;
+  }
+  out[*len] = '\0';
+}
+
+extern char **environ;
+
+int t_mpirun(int np, const char *spec, char *out, size_t out_size) {
+  if (out && out_size) out[0] = '\0';
+  char mpirun[4096], exe[4096], tmo_bin[4096];
+  const char *m = getenv("ZT_TEST_MPIRUN");
+  if (m && *m) {
+    if (access(m, X_OK) != 0) return T_NO_MPIRUN;
+    snprintf(mpirun, sizeof mpirun, "%s", m);
+  } else if (!find_in_path("mpirun", mpirun, sizeof mpirun)) {
+    return T_NO_MPIRUN;
+  }
+  ssize_t k = readlink("/proc/self/exe", exe, sizeof exe - 1);
+  if (k < 0) return -errno;
+  exe[k] = '\0';
+
+  const char *tmo = getenv("ZT_TEST_MPI_TIMEOUT");
+  if (tmo == NULL || *tmo == '\0') tmo = "120";
+  char npbuf[16];
+  snprintf(npbuf, sizeof npbuf, "%d", np);
+  const char *args[48];
+  int a = 0;
+  /* A rank that hangs in a collective must fail the test, not block CI. */
+  if (find_in_path("timeout", tmo_bin, sizeof tmo_bin)) {
+    args[a++] = tmo_bin;
+    args[a++] = "--kill-after=10";
+    args[a++] = tmo;
+  }
+  const char *fixed[] = {
+      mpirun, "--oversubscribe", "--bind-to", "none", "-np", npbuf,
+      /* One node, no network: local launch only, the ob1 messaging layer
+       * over shared memory (vader in OpenMPI 4, sm in 5) and self. */
+      "--mca", "plm", "isolated", "--mca", "pml", "ob1",
+      "--mca", "btl", "^tcp,openib,ofi",
+      /* Containers often forbid the cross-process copies (CMA) vader tries. */
+      "--mca", "btl_vader_single_copy_mechanism", "none",
+      exe, "--mpi-worker", spec};
+  for (size_t i = 0; i < sizeof fixed / sizeof fixed[0]; i++) args[a++] = fixed[i];
+  args[a] = NULL;
+
+  /* The environment is built before fork: the child only dups and execs. */
+  size_t count = 0;
+  while (environ[count]) count++;
+  size_t cap = count + 16;
+  char **env = calloc(cap, sizeof *env);
+  if (env == NULL) return -ENOMEM;
+  memcpy(env, environ, count * sizeof *env);
+  enum { SLOT = 4608 };
+  static char slots[8][SLOT];
+  char seed[32];
+  snprintf(seed, sizeof seed, "%llu", (unsigned long long)t_seed());
+  env_set(env, &count, cap, slots[0], SLOT, "ZT_TEST_SEED", seed);
+  /* CI runs as root; OpenMPI refuses that unless told twice. */
+  env_set(env, &count, cap, slots[1], SLOT, "OMPI_ALLOW_RUN_AS_ROOT", "1");
+  env_set(env, &count, cap, slots[2], SLOT, "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1");
+  env_set(env, &count, cap, slots[3], SLOT, "OMPI_MCA_btl_base_warn_component_unused",
+          "0");
+#if defined(__SANITIZE_ADDRESS__)
+  /* OpenMPI keeps allocations past MPI_Finalize. LeakSanitizer stays on in
+   * the ranks, with suppressions that match only stacks through OpenMPI's
+   * libraries; the full unwinder is needed to see those frames (OpenMPI is
+   * built without frame pointers). ztier's own leaks are still reported. */
+  char supp[4096], opts[8448];
+  if (find_supp(exe, supp, sizeof supp)) {
+    const char *lo = getenv("LSAN_OPTIONS");
+    snprintf(opts, sizeof opts, "%s%ssuppressions=%s", lo ? lo : "", lo && *lo ? ":" : "",
+             supp);
+    env_set(env, &count, cap, slots[4], SLOT, "LSAN_OPTIONS", opts);
+  } else {
+    printf("# t_mpirun: tests/lsan-mpi.supp not found (set ZT_TEST_LSAN_SUPP); OpenMPI's "
+           "own allocations may be reported as leaks\n");
+  }
+  const char *ao = getenv("ASAN_OPTIONS");
+  snprintf(opts, sizeof opts, "%s%sfast_unwind_on_malloc=0", ao ? ao : "",
+           ao && *ao ? ":" : "");
+  env_set(env, &count, cap, slots[5], SLOT, "ASAN_OPTIONS", opts);
+#endif
+
+  int fd[2];
+  if (pipe(fd) != 0) {
+    int e = -errno;
+    free(env);
+    return e;
+  }
+  fflush(stdout);
+  fflush(stderr);
+  pid_t pid = fork();
+  if (pid < 0) {
+    int e = -errno;
+    close(fd[0]);
+    close(fd[1]);
+    free(env);
+    return e;
+  }
+  if (pid == 0) {
+    /* Its own process group, so whatever it leaves behind can be ended. */
+    setpgid(0, 0);
+    int devnull = open("/dev/null", O_RDONLY);
+    if (devnull >= 0) dup2(devnull, 0);
+    dup2(fd[1], 1);
+    dup2(fd[1], 2);
+    close(fd[0]);
+    close(fd[1]);
+    execve(args[0], (char *const *)args, env);
+    _exit(127);
+  }
+  close(fd[1]);
+  free(env);
+
+  size_t len = 0;
+  char buf[4096];
+  for (;;) {
+    ssize_t r = read(fd[0], buf, sizeof buf);
+    if (r > 0) {
+      tail_append(out, out_size, &len, buf, (size_t)r);
+      continue;
+    }
+    if (r < 0 && errno == EINTR) continue;
+    break;
+  }
+  close(fd[0]);
+  int status = 0;
+  while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  }
+  kill(-pid, SIGKILL); /* stragglers of a killed launch, if any */
+  if (WIFEXITED(status)) return WEXITSTATUS(status);
+  if (WIFSIGNALED(status)) return 128 + WTERMSIG(status);
+  return 1;
+}
+
+void t_mpirun_expect_(int np, const char *spec, const char *file, int line) {
+  static char out[1 << 16];
+  struct timespec t0, t1;
+  clock_gettime(CLOCK_MONOTONIC, &t0);
+  int rc = t_mpirun(np, spec, out, sizeof out);
+  clock_gettime(CLOCK_MONOTONIC, &t1);
+  double secs =
+      (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec);
+  if (rc == T_NO_MPIRUN) {
+    printf("# skipped: no mpirun (install openmpi-bin, or set ZT_TEST_MPIRUN)\n");
+    _skip(file, line);
+    return;
+  }
+  printf("# mpirun -np %d --mpi-worker '%s': status %d, %.2f s\n", np, spec, rc, secs);
+  if (rc == 0) return;
+  /* The ranks' own TAP lines are quoted, not counted. */
+  for (const char *p = out; *p;) {
+    size_t n = strcspn(p, "\n");
+    printf("#   %.*s\n", (int)n, p);
+    p += n + (p[n] == '\n');
+  }
+  printf("# mpirun -np %d --mpi-worker '%s' failed with status %d%s\n", np, spec, rc,
+         rc == 124 ? " (timed out: ZT_TEST_MPI_TIMEOUT)"
+         : rc < 0  ? " (could not start)"
+                   : "");
+  _fail(file, line);
+}
+
+static int spec_match(const char *tok, size_t len, const char *name) {
+  if (len > 0 && tok[len - 1] == '*') return strncmp(name, tok, len - 1) == 0;
+  return strlen(name) == len && strncmp(name, tok, len) == 0;
+}
+
+int t_mpi_worker_main_(int argc, char **argv, const struct CMUnitTest *table, size_t n) {
+  const char *spec = NULL;
+  for (int i = 1; i + 1 < argc; i++)
+    if (strcmp(argv[i], "--mpi-worker") == 0) spec = argv[i + 1];
+  if (spec == NULL) return -1;
+  mpi_worker = 1;
+  t_seed();
+  const char *rank = getenv("OMPI_COMM_WORLD_RANK");
+  if (rank == NULL) rank = getenv("PMIX_RANK");
+  if (rank == NULL) rank = "?";
+  int ran = 0;
+  for (const char *tok = spec; *tok;) {
+    size_t len = strcspn(tok, ",");
+    for (size_t i = 0; i < n; i++) {
+      if (!spec_match(tok, len, table[i].name)) continue;
+      ran++;
+      /* Flushed first, so that a rank that hangs in it says where. */
+      printf("# rank %s: scenario %s\n", rank, table[i].name);
+      fflush(stdout);
+      if (_cmocka_run_group_tests(table[i].name, &table[i], 1, NULL, NULL) != 0) {
+        /* Peers may be waiting in a collective this rank will never issue:
+         * end now, without atexit handlers (an MPI_Finalize there would
+         * wait for them), and let mpirun end the job. */
+        printf("# rank %s: scenario %s failed\n", rank, table[i].name);
+        fflush(stdout);
+        fflush(stderr);
+        _exit(1);
+      }
+    }
+    tok += len + (tok[len] == ',');
+  }
+  if (ran == 0) {
+    printf("# rank %s: --mpi-worker '%s' names no scenario; scenarios:", rank, spec);
+    for (size_t i = 0; i < n; i++) printf(" %s", table[i].name);
+    printf("\n");
+    return 2;
+  }
+  return 0;
 }

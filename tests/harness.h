@@ -117,6 +117,63 @@ void t_ok_(int rc, const zt_engine_t *eng, const char *what, const char *file,
 #define T_RUN(tests) t_run_(#tests, tests, sizeof(tests) / sizeof(tests[0]))
 int t_run_(const char *name, const struct CMUnitTest *tests, size_t n);
 
+/* ---- multi-rank runs (mpirun) --------------------------------------------------
+ *
+ * A multi-rank test is one executable playing two parts. Run by tests/run.sh
+ * it is a cmocka suite, whose cases launch the same executable under mpirun;
+ * each launched rank sees `--mpi-worker SPEC` and runs the scenarios SPEC
+ * names, in turn, in one process (one launch costs ~0.3 s; a scenario is
+ * cheap). A scenario is an ordinary cmocka test function, so every assertion
+ * and T_* check works inside it:
+ *
+ *   static void ar_sum(void **state) { ... }           // runs on every rank
+ *   static const struct CMUnitTest scenarios[] = {cmocka_unit_test(ar_sum), ...};
+ *   static void world_4(void **state) { T_MPIRUN(4, "ar_*"); }
+ *   int main(int argc, char **argv) {
+ *     T_MPI_WORKER(argc, argv, scenarios); // returns from main on a rank
+ *     return T_RUN(tests);                 // tests[] holds world_4 ...
+ *   }
+ *
+ * The first scenario to fail on any rank ends that rank at once (_exit(1)),
+ * and mpirun then ends the others: a rank never goes on to issue collectives
+ * its peers will not match. A hang ends at ZT_TEST_MPI_TIMEOUT seconds
+ * (default 120). Every rank gets the parent's seed (ZT_TEST_SEED), so each
+ * rank can generate every other rank's data and check its own result. */
+
+/* SPEC: scenario names separated by commas; a name ending in '*' matches
+ * every scenario it prefixes ("*" alone: all of them, in table order). */
+
+/* Runs `np` ranks of this executable with `--mpi-worker spec` under mpirun
+ * (single node, shared memory only, as root too) and returns mpirun's exit
+ * status: 0 when every rank passed every scenario, 124 on timeout, 128+N when
+ * killed by signal N; T_NO_MPIRUN when mpirun is not on PATH (or
+ * ZT_TEST_MPIRUN names a missing file), another negative -errno when it
+ * could not start. `out` (may be NULL) receives the end of the combined
+ * output of every rank, NUL-terminated. Synchronous. */
+#define T_NO_MPIRUN (-ENOENT)
+int t_mpirun(int np, const char *spec, char *out, size_t out_size);
+
+/* The cmocka form: runs t_mpirun, prints its time, skips the test (printing
+ * "skipped: no mpirun") when there is no mpirun, and fails it with the ranks'
+ * output when the status is not 0. */
+#define T_MPIRUN(np, spec) t_mpirun_expect_((np), (spec), __FILE__, __LINE__)
+void t_mpirun_expect_(int np, const char *spec, const char *file, int line);
+
+/* In main(), first: when argv holds `--mpi-worker SPEC`, runs the scenarios
+ * of `table` that SPEC names and makes main return (0: all passed; 2: SPEC
+ * names no scenario); otherwise does nothing. */
+#define T_MPI_WORKER(argc, argv, table)                                        \
+  do {                                                                        \
+    int t_w_ = t_mpi_worker_main_((argc), (argv), (table),                    \
+                                  sizeof(table) / sizeof((table)[0]));        \
+    if (t_w_ >= 0) return t_w_;                                               \
+  } while (0)
+/* -1 when argv holds no --mpi-worker; else the exit status. */
+int t_mpi_worker_main_(int argc, char **argv, const struct CMUnitTest *table, size_t n);
+
+/* 1 inside a rank started by t_mpirun, 0 otherwise. */
+int t_mpi_is_worker(void);
+
 #ifdef __cplusplus
 }
 #endif

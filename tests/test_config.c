@@ -9,6 +9,9 @@
  *     doubles use every mantissa bit and whose 64-bit values pass 2^53;
  *   - every error gives its code, a sentence naming the key (or argument)
  *     and the value, and leaves the caller's config byte-identical;
+ *   - the path list (swap_path): a string or an array in, one string out,
+ *     at its limits of 1023 bytes and 64 directories, and every malformed
+ *     form refused; a \u0000 in any string is refused, not read cut short;
  *   - random bytes and mutated files never crash the parser (run it under
  *     SAN=address,undefined);
  *   - docs/config.md holds the key table the library generates.
@@ -38,22 +41,27 @@
 
 /* ---- the keys, as the header documents them ------------------------------------ */
 
-typedef enum kind { K_ENUM, K_INT, K_NUM, K_SIZE, K_U64 } kind_t;
+typedef enum kind { K_ENUM, K_INT, K_NUM, K_SIZE, K_U64, K_PATHS } kind_t;
 
 typedef struct tkey {
   const char *name;
   size_t off;
   kind_t kind;
-  const char *names[4]; /* K_ENUM: values this version accepts, in enum order */
+  /* K_ENUM: names[v] is the name of enum value v, NULL where this version
+   * refuses the value. */
+  const char *names[4];
   int n_names;
 } tkey_t;
+
+/* The swap_path field's bytes, NUL included. */
+#define PATH_CAP sizeof(((zt_config_t *)0)->swap_path)
 
 #define AT(f) #f, offsetof(zt_config_t, f)
 static const tkey_t tkeys[] = {
     {AT(backend), K_ENUM, {"host", "cuda"}, 2},
     {AT(device), K_INT, {0}, 0},
     {AT(stage), K_INT, {0}, 0},
-    {AT(comm), K_ENUM, {"single"}, 1},
+    {AT(comm), K_ENUM, {"single", "mpi", NULL, "auto"}, 4}, /* nccl: not yet */
     {AT(optimizer), K_ENUM, {"adamw", "adam"}, 2},
     {AT(optimizer_tier), K_ENUM, {"device", "host"}, 2},
     {AT(param_tier), K_ENUM, {"device"}, 1},
@@ -70,19 +78,28 @@ static const tkey_t tkeys[] = {
     {AT(chunk_bytes), K_SIZE, {0}, 0},
     {AT(device_budget_bytes), K_SIZE, {0}, 0},
     {AT(pinned_budget_bytes), K_SIZE, {0}, 0},
+    {AT(numa_node), K_INT, {0}, 0},
     {AT(log_level), K_ENUM, {"error", "warn", "info", "debug"}, 4},
+    {AT(bucket_bytes), K_SIZE, {0}, 0},
+    {AT(swap_path), K_PATHS, {0}, 0},
+    {AT(swap_block_bytes), K_SIZE, {0}, 0},
+    {AT(swap_queue_depth), K_INT, {0}, 0},
+    {AT(swap_rings), K_INT, {0}, 0},
+    {AT(swap_sqpoll), K_INT, {0}, 0},
 };
 #define N_TKEYS (sizeof tkeys / sizeof tkeys[0])
 
 static size_t kind_size(kind_t k) {
-  return k == K_ENUM || k == K_INT ? sizeof(int) : 8;
+  return k == K_PATHS ? PATH_CAP : k == K_ENUM || k == K_INT ? sizeof(int) : 8;
 }
 
-/* A field's value, whatever its kind. */
+/* A field's value, whatever its kind. A path list is its whole char array,
+ * zero past the NUL, as the loader leaves it. */
 typedef union tval {
   int i;
   double d;
   uint64_t u;
+  char s[PATH_CAP];
 } tval_t;
 
 static void field_put(zt_config_t *c, const tkey_t *k, tval_t v) {
@@ -132,6 +149,27 @@ static double rnd_unit(t_rng_t *r) {
   return u;
 }
 
+/* A random valid path list into s (PATH_CAP bytes, zeroed past the NUL):
+ * "" at times, else 1 to 64 directories of bytes a path may hold (all but
+ * NUL and ':'), quotes, backslashes, control bytes and UTF-8 among them, up
+ * to the field's 1023 bytes. */
+static void random_paths(t_rng_t *r, char *s) {
+  static const char alphabet[] = "/abcxyz019._- \"\\\t\n\x01\x7f\xc3\xa9\xff";
+  memset(s, 0, PATH_CAP);
+  if (rnd(r, 5) == 0) return;
+  unsigned dirs = 1 + (unsigned)rnd(r, rnd(r, 4) ? 4 : 64);
+  size_t room = PATH_CAP - 1, o = 0;
+  /* Sometimes as long as the field allows. */
+  size_t each = rnd(r, 3) ? 1 + rnd(r, 40) : (room - (dirs - 1)) / dirs;
+  for (unsigned d = 0; d < dirs && o + 2 <= room; d++) {
+    if (d) s[o++] = ':';
+    size_t len = 1 + rnd(r, each);
+    if (o + len > room) len = room - o;
+    for (size_t i = 0; i < len; i++) s[o++] = alphabet[rnd(r, sizeof alphabet - 1)];
+  }
+  assert_true(strlen(s) <= PATH_CAP - 1);
+}
+
 /* A valid value of key k on base_config(). */
 static tval_t random_value(const tkey_t *k, t_rng_t *r) {
   tval_t v;
@@ -139,13 +177,21 @@ static tval_t random_value(const tkey_t *k, t_rng_t *r) {
   const char *n = k->name;
   switch (k->kind) {
   case K_ENUM:
-    v.i = (int)rnd(r, (uint64_t)k->n_names);
+    do v.i = (int)rnd(r, (uint64_t)k->n_names);
+    while (k->names[v.i] == NULL);
     break;
   case K_INT:
-    v.i = !strcmp(n, "device")  ? (int)rnd(r, 1024)
-          : !strcmp(n, "stage") ? (int)rnd(r, 2)
-          : !strcmp(n, "threads") ? (int)rnd(r, 4097)
-                                  : 1 + (int)rnd(r, 1000000000); /* loss_scale_window */
+    v.i = !strcmp(n, "device")             ? (int)rnd(r, 1024)
+          : !strcmp(n, "stage")            ? (int)rnd(r, 4)
+          : !strcmp(n, "threads")          ? (int)rnd(r, 4097)
+          : !strcmp(n, "swap_queue_depth") ? 1 + (int)rnd(r, 4096)
+          : !strcmp(n, "swap_rings")       ? 1 + (int)rnd(r, 64)
+          : !strcmp(n, "swap_sqpoll")      ? (int)rnd(r, 2)
+          : !strcmp(n, "numa_node")        ? (int)rnd(r, 1025) - 1
+                                           : 1 + (int)rnd(r, 1000000000); /* window */
+    break;
+  case K_PATHS:
+    random_paths(r, v.s);
     break;
   case K_NUM:
     if (!strcmp(n, "clip_grad_norm"))
@@ -160,8 +206,10 @@ static tval_t random_value(const tkey_t *k, t_rng_t *r) {
       v.d = rnd_unit(r) * 65536.0;
     break;
   case K_SIZE:
-    if (!strcmp(n, "chunk_bytes"))
+    if (!strcmp(n, "chunk_bytes") || !strcmp(n, "bucket_bytes"))
       v.u = 4096 * (1 + rnd(r, 1u << 20)); /* 4 KiB .. 4 GiB */
+    else if (!strcmp(n, "swap_block_bytes"))
+      v.u = (uint64_t)4096 << rnd(r, 15); /* 4 KiB .. 64 MiB */
     else /* a budget: 0, or >= chunk_bytes = 16 MiB, past 2^53 at times */
       v.u = rnd(r, 4) == 0 ? 0 : 16 * MiB + (rnd(r, 0) >> (rnd(r, 40) + 2));
     break;
@@ -170,6 +218,48 @@ static tval_t random_value(const tkey_t *k, t_rng_t *r) {
     break;
   }
   return v;
+}
+
+/* s as a JSON string literal into b at *o: escapes picked at random where
+ * JSON allows a choice (\u00XX, \/), so the loader reads every form. */
+static void json_string(const char *s, size_t len, t_rng_t *r, char *b, size_t n,
+                        size_t *o) {
+#define OUT(...) (*o += (size_t)snprintf(b + *o, *o < n ? n - *o : 0, __VA_ARGS__))
+  OUT("\"");
+  for (size_t i = 0; i < len; i++) {
+    unsigned char ch = (unsigned char)s[i];
+    if (ch == '"' || ch == '\\')
+      OUT("\\%c", ch);
+    else if (ch == '\n' && rnd(r, 2))
+      OUT("\\n");
+    else if (ch < 0x20 || (ch < 0x80 && rnd(r, 8) == 0))
+      OUT(rnd(r, 2) ? "\\u%04x" : "\\u%04X", ch);
+    else if (ch == '/' && rnd(r, 4) == 0)
+      OUT("\\/");
+    else
+      OUT("%c", ch);
+  }
+  OUT("\"");
+#undef OUT
+}
+
+/* A path list as JSON: the ':'-joined string, or an array of its
+ * directories ("" as "" or []). */
+static void paths_json(const char *s, t_rng_t *r, char *b, size_t n) {
+  size_t o = 0;
+  if (rnd(r, 2)) {
+    json_string(s, strlen(s), r, b, n, &o);
+    return;
+  }
+  o += (size_t)snprintf(b, n, "[");
+  for (const char *p = s; *p;) {
+    size_t len = strcspn(p, ":");
+    if (p != s) o += (size_t)snprintf(b + o, o < n ? n - o : 0, rnd(r, 2) ? ", " : ",");
+    json_string(p, len, r, b, n, &o);
+    p += len;
+    if (*p == ':') p++;
+  }
+  snprintf(b + o, o < n ? n - o : 0, "]");
 }
 
 /* The value as text: for JSON (json = 1) or for zt_config_set. 64-bit values
@@ -181,7 +271,17 @@ static void value_text(const tkey_t *k, tval_t v, int json, t_rng_t *r, char *b,
     snprintf(b, n, json ? "\"%s\"" : "%s", k->names[v.i]);
     break;
   case K_INT:
-    snprintf(b, n, "%d", v.i);
+    /* swap_sqpoll also takes false / true, in JSON and as text. */
+    if (!strcmp(k->name, "swap_sqpoll") && rnd(r, 2))
+      snprintf(b, n, "%s", v.i ? "true" : "false");
+    else
+      snprintf(b, n, "%d", v.i);
+    break;
+  case K_PATHS:
+    if (json)
+      paths_json(v.s, r, b, n);
+    else
+      snprintf(b, n, "%s", v.s);
     break;
   case K_NUM:
     snprintf(b, n, "%.17g", v.d);
@@ -209,7 +309,7 @@ static zt_config_t random_config(t_rng_t *r) {
   zt_config_t c = ZT_CONFIG_INIT;
   c.backend = (zt_backend_t)rnd(r, 2);
   c.device = c.backend == ZT_BACKEND_CUDA ? (int)rnd(r, 1024) : 0;
-  c.stage = (int)rnd(r, 2);
+  c.stage = (int)rnd(r, 4);
   c.optimizer = (zt_optimizer_t)rnd(r, 2);
   c.optimizer_tier = (zt_tier_t)rnd(r, 2);
   c.rounding = (zt_rounding_t)rnd(r, 2);
@@ -227,6 +327,15 @@ static zt_config_t random_config(t_rng_t *r) {
   c.pinned_budget_bytes =
       rnd(r, 3) ? 6 * c.chunk_bytes + (rnd(r, 0) >> (rnd(r, 30) + 2)) : 0;
   c.log_level = (zt_log_level_t)rnd(r, 4);
+  c.numa_node = (int)rnd(r, 1025) - 1;
+  static const zt_comm_kind_t comms[] = {ZT_COMM_AUTO, ZT_COMM_SINGLE, ZT_COMM_MPI};
+  c.comm = comms[rnd(r, 3)];
+  c.bucket_bytes = 4096 * (1 + rnd(r, 1u << 20));
+  random_paths(r, c.swap_path);
+  c.swap_block_bytes = (size_t)4096 << rnd(r, 15);
+  c.swap_queue_depth = 1 + (int)rnd(r, 4096);
+  c.swap_rings = 1 + (int)rnd(r, 64);
+  c.swap_sqpoll = (int)rnd(r, 2);
   return c;
 }
 
@@ -289,6 +398,13 @@ static void test_defaults_validate(void **state) {
   assert_true(c.initial_loss_scale == 65536.0 && c.min_loss_scale == 1.0);
   assert_int_equal(c.chunk_bytes, 16 * MiB);
   assert_int_equal(c.log_level, ZT_LOG_WARN);
+  assert_int_equal(c.comm, ZT_COMM_AUTO);
+  assert_int_equal(c.bucket_bytes, 16 * MiB);
+  assert_string_equal(c.swap_path, ""); /* no swap space */
+  assert_int_equal(c.swap_block_bytes, 8 * MiB);
+  assert_int_equal(c.swap_queue_depth, 32);
+  assert_int_equal(c.swap_rings, 1);
+  assert_int_equal(c.swap_sqpoll, 0);
   /* An empty object changes nothing, and validates. */
   zt_config_t d = c;
   PARSE_OK(&d, "{}");
@@ -308,7 +424,7 @@ static void test_every_key_json(void **state) {
     for (size_t i = 0; i < N_TKEYS; i++) {
       const tkey_t *k = &tkeys[i];
       tval_t v = random_value(k, &r);
-      char val[96], json[192];
+      char val[8192], json[8400];
       value_text(k, v, 1, &r, val, sizeof val);
       /* Whitespace of every kind around the tokens. */
       snprintf(json, sizeof json,
@@ -333,7 +449,7 @@ static void test_every_key_set(void **state) {
     for (size_t i = 0; i < N_TKEYS; i++) {
       const tkey_t *k = &tkeys[i];
       tval_t v = random_value(k, &r);
-      char val[96];
+      char val[8192];
       value_text(k, v, 0, &r, val, sizeof val);
       /* want is got's bytes, padding included, with the one field set. */
       zt_config_t got = base_config(), want;
@@ -374,7 +490,7 @@ static void test_to_json_roundtrip(void **state) {
   (void)state;
   t_rng_t r;
   t_rng_init(&r, t_seed() ^ 0x30);
-  char a[4096], b[4096];
+  static char a[16384], b[16384];
   int past_2_53 = 0;
   for (int it = 0; it < 500; it++) {
     zt_config_t c = random_config(&r);
@@ -418,12 +534,12 @@ static void test_to_json_length(void **state) {
   t_rng_t r;
   t_rng_init(&r, t_seed() ^ 0x40);
   zt_config_t c = random_config(&r);
-  char full[4096];
+  static char full[16384];
   int n = zt_config_to_json(&c, full, sizeof full);
   assert_true(n > 100);
   assert_int_equal(zt_config_to_json(&c, NULL, 0), n);
   for (size_t len = 1; len <= (size_t)n + 1; len += 1 + rnd(&r, 7)) {
-    char buf[4096];
+    static char buf[16384];
     memset(buf, 'X', sizeof buf);
     assert_int_equal(zt_config_to_json(&c, buf, len), n);
     size_t wrote = len - 1 < (size_t)n ? len - 1 : (size_t)n;
@@ -455,7 +571,8 @@ static void test_load_file(void **state) {
   t_rng_t r;
   t_rng_init(&r, t_seed() ^ 0x50);
   make_tmpdir();
-  char path[128], text[4096];
+  char path[128];
+  static char text[16384];
   snprintf(path, sizeof path, "%s/ztier.json", tmpdir);
 
   zt_config_t c = random_config(&r);
@@ -619,6 +736,27 @@ static void test_unknown_keys(void **state) {
               "'gradient_clipping'", "'clip_grad_norm'", NULL);
   EXPECT_FAIL(&c, zt_config_set(&c, "initial_scale_power", "16"), ZT_ECONFIG,
               "'initial_scale_power'", "'initial_loss_scale'", NULL);
+  EXPECT_FAIL(&c, zt_config_parse(&c, "{\"reduce_bucket_size\": 500000000}"), ZT_ECONFIG,
+              "'reduce_bucket_size'", "did you mean 'bucket_bytes'",
+              "DeepSpeed counts elements, ztier counts bytes");
+  EXPECT_FAIL(&c, zt_config_set(&c, "allgather_bucket_size", "5e8"), ZT_ECONFIG,
+              "'allgather_bucket_size'", "did you mean 'bucket_bytes'", "elements");
+  EXPECT_FAIL(&c, zt_config_parse(&c, "{\"aio\": {\"block_size\": 1048576}}"), ZT_ECONFIG,
+              "unknown key 'aio'; did you mean the swap_* keys",
+              "block_size is swap_block_bytes", "queue_depth is swap_queue_depth");
+  EXPECT_FAIL(&c, zt_config_parse(&c, "{\"nvme_path\": \"/local_nvme\"}"), ZT_ECONFIG,
+              "'nvme_path'", "did you mean 'swap_path'", NULL);
+  EXPECT_FAIL(&c, zt_config_set(&c, "queue_depth", "8"), ZT_ECONFIG, "'queue_depth'",
+              "did you mean 'swap_queue_depth'", "aio.queue_depth");
+  EXPECT_FAIL(&c, zt_config_set(&c, "block_size", "1MiB"), ZT_ECONFIG, "'block_size'",
+              "did you mean 'swap_block_bytes'", NULL);
+  EXPECT_FAIL(&c, zt_config_set(&c, "thread_count", "2"), ZT_ECONFIG, "'thread_count'",
+              "did you mean 'swap_rings'", NULL);
+  /* A typo of a new key gets the key. */
+  EXPECT_FAIL(&c, zt_config_set(&c, "swap_ring", "2"), ZT_ECONFIG, "'swap_ring'",
+              "did you mean 'swap_rings'", NULL);
+  EXPECT_FAIL(&c, zt_config_parse(&c, "{\"swap_paths\": \"/a\"}"), ZT_ECONFIG,
+              "did you mean 'swap_path'", NULL, NULL);
   /* Nothing close: no suggestion, but the key is named. */
   EXPECT_FAIL(&c, zt_config_parse(&c, "{\"xyzzy_frobnicate\": 1}"), ZT_ECONFIG,
               "unknown key 'xyzzy_frobnicate'", NULL, NULL);
@@ -689,6 +827,15 @@ static void test_wrong_types(void **state) {
       {"seed", "\"18446744073709551616\"", "18446744073709551616"},
       {"seed", "9007199254740992", "9007199254740992"},
       {"pinned_budget_bytes", "1e300", "1e+300"},
+      {"bucket_bytes", "true", "true"},   {"bucket_bytes", "-4096", "-4096"},
+      {"swap_block_bytes", "[4096]", "an array"},
+      {"swap_queue_depth", "\"32\"", "\"32\""}, {"swap_queue_depth", "32.5", "32.5"},
+      {"swap_rings", "true", "true"},     /* only swap_sqpoll takes booleans */
+      {"swap_sqpoll", "\"true\"", "\"true\""}, {"swap_sqpoll", "null", "null"},
+      {"swap_sqpoll", "0.5", "0.5"},
+      {"swap_path", "5", "5"},            {"swap_path", "true", "true"},
+      {"swap_path", "null", "null"},      {"swap_path", "{\"dir\": \"/a\"}", "an object"},
+      {"comm", "0", "0"},                 {"comm", "null", "null"},
   };
   zt_config_t c = base_config();
   c.stage = 1;
@@ -723,6 +870,10 @@ static void test_set_bad_text(void **state) {
       {"backend", ""},     {"backend", "host "}, {"seed", "-1"},
       {"seed", "1e3"},     {"seed", "18446744073709551616"},
       {"chunk_bytes", "4 KB B"},                 {"log_level", "verbose"},
+      {"swap_sqpoll", "TRUE"}, {"swap_sqpoll", "yes"},  {"swap_sqpoll", "true "},
+      {"swap_sqpoll", ""},     {"swap_rings", "true"},  {"swap_queue_depth", "32x"},
+      {"bucket_bytes", "16 MiB x"},              {"swap_block_bytes", "-8MiB"},
+      {"comm", "nccl "},       {"comm", "Auto"},
   };
   zt_config_t c = base_config();
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
@@ -753,9 +904,8 @@ static void test_ranges(void **state) {
       {"device", "-1", "-1", 0, "-1"},
       {"stage", "0", "0", 1, NULL},
       {"stage", "1", "1", 1, NULL},
-      {"stage", "2", "2", 0,
-       "stage 2 is not supported by this version (stages 0 and 1 are)"},
-      {"stage", "3", "3", 0, "stage 3 is not supported by this version"},
+      {"stage", "2", "2", 1, NULL},
+      {"stage", "3", "3", 1, NULL},
       {"stage", "4", "4", 0, "expected"},
       {"stage", "-1", "-1", 0, "expected"},
       {"loss_scale_window", "1", "1", 1, NULL},
@@ -798,7 +948,40 @@ static void test_ranges(void **state) {
       {"optimizer_tier", "\"disk\"", "disk", 0, "\"disk\""},
       {"param_tier", "\"host\"", "host", 0, "not supported by this version"},
       {"param_tier", "\"nvme\"", "nvme", 0, "not supported by this version"},
-      {"comm", "\"mpi\"", "mpi", 0, "\"mpi\""},
+      {"comm", "\"mpi\"", "mpi", 1, NULL},
+      {"comm", "\"single\"", "single", 1, NULL},
+      {"comm", "\"auto\"", "auto", 1, NULL},
+      {"comm", "\"nccl\"", "nccl", 0,
+       "\"nccl\", which is not supported by this version (comm may be \"auto\", "
+       "\"single\" or \"mpi\""},
+      {"comm", "\"gloo\"", "gloo", 0, "one of \"single\", \"mpi\", \"auto\""},
+      {"comm", "\"MPI\"", "MPI", 0, "did you mean \"mpi\""},
+      {"bucket_bytes", "4096", "4KiB", 1, NULL},
+      {"bucket_bytes", "\"4GiB\"", "4GiB", 1, NULL},
+      {"bucket_bytes", "4095", "4095", 0, "[4KiB, 4GiB], a multiple of 4KiB"},
+      {"bucket_bytes", "12289", "12289", 0, "multiple of 4KiB"},
+      {"bucket_bytes", "0", "0", 0, "is 0;"},
+      {"bucket_bytes", "4294971392", "4294971392", 0, "4294971392 (4194308KiB)"},
+      {"swap_block_bytes", "4096", "4096", 1, NULL},
+      {"swap_block_bytes", "\"64MiB\"", "64MiB", 1, NULL},
+      {"swap_block_bytes", "\"128MiB\"", "128MiB", 0, "a power of two in [4KiB, 64MiB]"},
+      {"swap_block_bytes", "\"12KiB\"", "12KiB", 0, "12288 (12KiB)"},
+      {"swap_block_bytes", "2048", "2048", 0, "power of two"},
+      {"swap_block_bytes", "\"48MiB\"", "48MiB", 0, "power of two"},
+      {"swap_queue_depth", "1", "1", 1, NULL},
+      {"swap_queue_depth", "4096", "4096", 1, NULL},
+      {"swap_queue_depth", "0", "0", 0, "an integer in 1..4096"},
+      {"swap_queue_depth", "4097", "4097", 0, "is 4097;"},
+      {"swap_rings", "1", "1", 1, NULL},
+      {"swap_rings", "64", "64", 1, NULL},
+      {"swap_rings", "0", "0", 0, "an integer in 1..64"},
+      {"swap_rings", "65", "65", 0, "is 65;"},
+      {"swap_sqpoll", "0", "0", 1, NULL},
+      {"swap_sqpoll", "1", "1", 1, NULL},
+      {"swap_sqpoll", "true", "true", 1, NULL},
+      {"swap_sqpoll", "false", "false", 1, NULL},
+      {"swap_sqpoll", "2", "2", 0, "is 2; expected 0 or 1, or false / true"},
+      {"swap_sqpoll", "-1", "-1", 0, "is -1;"},
       {"log_level", "\"trace\"", "trace", 0, "\"debug\""},
       {"rounding", "\"up\"", "up", 0, "\"stochastic\""},
       {"loss_scaling", "\"dyn\"", "dyn", 0, "\"dynamic\""},
@@ -875,7 +1058,8 @@ static void test_validate_code_struct(void **state) {
     const char *key;
     int value;
   } enums[] = {
-      {"backend", 2},       {"backend", -1},   {"comm", 1},        {"optimizer", 2},
+      {"backend", 2},       {"backend", -1},   {"comm", 4},        {"comm", -1},
+      {"optimizer", 2},
       {"optimizer_tier", 3}, {"param_tier", 7}, {"rounding", 2},    {"loss_scaling", 4},
       {"loss_scaling", -2}, {"log_level", 4},  {"log_level", 100},
   };
@@ -909,6 +1093,34 @@ static void test_validate_code_struct(void **state) {
   c.chunk_bytes = SIZE_MAX;
   EXPECT_FAIL(&c, zt_config_validate(&c), ZT_ECONFIG, "'chunk_bytes'",
               "18446744073709551615", NULL);
+  /* The new keys, set in code. */
+  c = (zt_config_t)ZT_CONFIG_INIT;
+  c.comm = ZT_COMM_NCCL;
+  EXPECT_FAIL(&c, zt_config_validate(&c), ZT_ECONFIG, "'comm'", "\"nccl\"",
+              "not supported by this version");
+  c = (zt_config_t)ZT_CONFIG_INIT;
+  c.bucket_bytes = 0;
+  EXPECT_FAIL(&c, zt_config_validate(&c), ZT_ECONFIG, "'bucket_bytes'", "is 0;",
+              "expected a byte count");
+  c = (zt_config_t)ZT_CONFIG_INIT;
+  c.swap_block_bytes = 3 * MiB;
+  EXPECT_FAIL(&c, zt_config_validate(&c), ZT_ECONFIG, "'swap_block_bytes'",
+              "3145728 (3MiB)", "power of two");
+  c = (zt_config_t)ZT_CONFIG_INIT;
+  c.swap_queue_depth = -5;
+  EXPECT_FAIL(&c, zt_config_validate(&c), ZT_ECONFIG, "'swap_queue_depth'", "-5",
+              "1..4096");
+  c = (zt_config_t)ZT_CONFIG_INIT;
+  c.swap_rings = 0;
+  EXPECT_FAIL(&c, zt_config_validate(&c), ZT_ECONFIG, "'swap_rings'", "is 0", "1..64");
+  c = (zt_config_t)ZT_CONFIG_INIT;
+  c.swap_sqpoll = 7;
+  EXPECT_FAIL(&c, zt_config_validate(&c), ZT_ECONFIG, "'swap_sqpoll'", "is 7",
+              "0 or 1");
+  c = (zt_config_t)ZT_CONFIG_INIT;
+  strcpy(c.swap_path, "/nvme0/zt::/nvme1/zt");
+  EXPECT_FAIL(&c, zt_config_validate(&c), ZT_ECONFIG, "'swap_path'",
+              "\"/nvme0/zt::/nvme1/zt\"", "directory 2 is empty");
 
   /* size and version, from every entry point. */
   char buf[64];
@@ -982,6 +1194,12 @@ static void test_size_units(void **state) {
       {"device_budget_bytes", "0GiB", 0},
       {"pinned_budget_bytes", "18446744073709551615", UINT64_MAX},
       {"pinned_budget_bytes", "16777215TiB", 16777215 * TiB},
+      {"bucket_bytes", "512 MiB", 512 * MiB},
+      {"bucket_bytes", "0.5GiB", GiB / 2},
+      {"bucket_bytes", "40960B", 40960},
+      {"swap_block_bytes", "1MiB", MiB},
+      {"swap_block_bytes", "4kib", 4 * KiB},
+      {"swap_block_bytes", "0.0625MiB", 64 * KiB},
   };
   for (size_t i = 0; i < sizeof good / sizeof good[0]; i++) {
     zt_config_t a = ZT_CONFIG_INIT, b = ZT_CONFIG_INIT;
@@ -1034,6 +1252,336 @@ static void test_seed(void **state) {
               NULL);
 }
 
+/* ---- the swap space and the buckets ----------------------------------------------- */
+
+/* One key, three ways in: parse of {"key": json}, zt_config_set of text,
+ * and to_json of the result parsed again. All three give the same struct,
+ * and to_json writes the key as `written`. */
+static void agree(const char *key, const char *json, const char *text,
+                  const char *written) {
+  zt_config_t a = base_config(), b = base_config(), c = ZT_CONFIG_INIT;
+  char in[4200];
+  snprintf(in, sizeof in, "{\"%s\": %s}", key, json);
+  if (zt_config_parse(&a, in) != 0) fail_msg("%s: %s", in, zt_last_error(NULL));
+  if (zt_config_set(&b, key, text) != 0)
+    fail_msg("%s = %s: %s", key, text, zt_last_error(NULL));
+  ASSERT_SAME(&a, &b);
+  static char out[16384];
+  int n = zt_config_to_json(&a, out, sizeof out);
+  assert_true(n > 0 && (size_t)n < sizeof out);
+  if (zt_config_parse(&c, out) != 0) fail_msg("%s\n%s", out, zt_last_error(NULL));
+  ASSERT_SAME(&a, &c);
+  /* A member line ends in ',' but the last, which ends the object. */
+  char mid[4200], last[4200];
+  snprintf(mid, sizeof mid, "\n  \"%s\": %s,\n", key, written);
+  snprintf(last, sizeof last, "\n  \"%s\": %s\n}", key, written);
+  if (strstr(out, mid) == NULL && strstr(out, last) == NULL)
+    fail_msg("to_json does not write %s as %s:\n%s", key, written, out);
+}
+
+static void test_new_keys_agree(void **state) {
+  (void)state;
+  t_rng_t r;
+  t_rng_init(&r, t_seed() ^ 0x80);
+  agree("bucket_bytes", "\"64MiB\"", "64MiB", "67108864");
+  agree("bucket_bytes", "4096", "4096", "4096");
+  agree("swap_block_bytes", "\"1 MiB\"", "1048576", "1048576");
+  agree("swap_queue_depth", "4096", "4096", "4096");
+  agree("swap_rings", "7", "7", "7");
+  agree("swap_sqpoll", "true", "1", "1");
+  agree("swap_sqpoll", "false", "false", "0");
+  agree("swap_sqpoll", "1", "true", "1");
+  agree("comm", "\"mpi\"", "mpi", "\"mpi\"");
+  agree("comm", "\"auto\"", "auto", "\"auto\"");
+  agree("swap_path", "\"/nvme0/zt:/nvme1/zt\"", "/nvme0/zt:/nvme1/zt",
+        "\"/nvme0/zt:/nvme1/zt\"");
+  agree("swap_path", "[\"/nvme0/zt\", \"/nvme1/zt\"]", "/nvme0/zt:/nvme1/zt",
+        "\"/nvme0/zt:/nvme1/zt\"");
+  agree("swap_path", "[]", "", "\"\"");
+  agree("swap_path", "\"\"", "", "\"\"");
+  /* Quotes, backslashes, UTF-8 and control bytes, escaped or not. */
+  agree("swap_path", "[\"/a b\", \"/q\\\"\\\\\"]", "/a b:/q\"\\",
+        "\"/a b:/q\\\"\\\\\"");
+  agree("swap_path", "\"/caf\\u00e9\\u0001\"", "/caf\xc3\xa9\x01",
+        "\"/caf\xc3\xa9\\u0001\"");
+  /* Random values of every new key, each way in. */
+  static const char *const fresh[] = {"bucket_bytes", "swap_path", "swap_block_bytes",
+                                      "swap_queue_depth", "swap_rings", "swap_sqpoll",
+                                      "comm"};
+  for (int round = 0; round < 50; round++)
+    for (size_t i = 0; i < sizeof fresh / sizeof fresh[0]; i++) {
+      const tkey_t *k = NULL;
+      for (size_t j = 0; j < N_TKEYS; j++)
+        if (!strcmp(tkeys[j].name, fresh[i])) k = &tkeys[j];
+      assert_non_null(k);
+      tval_t v = random_value(k, &r);
+      static char json[8192], text[8192];
+      value_text(k, v, 1, &r, json, sizeof json);
+      value_text(k, v, 0, &r, text, sizeof text);
+      zt_config_t a = base_config(), b = base_config(), want = base_config();
+      field_put(&want, k, v);
+      char *in = malloc(strlen(json) + 64);
+      assert_non_null(in);
+      sprintf(in, "{\"%s\": %s}", k->name, json);
+      if (zt_config_parse(&a, in) != 0) fail_msg("%s: %s", in, zt_last_error(NULL));
+      free(in);
+      if (zt_config_set(&b, k->name, text) != 0)
+        fail_msg("%s = %s: %s", k->name, text, zt_last_error(NULL));
+      ASSERT_SAME(&a, &want);
+      ASSERT_SAME(&b, &want);
+    }
+}
+
+/* The path list at its limits: 1023 bytes and 64 directories fit, one more
+ * of either does not, whichever way it comes in. */
+static void test_paths_limits(void **state) {
+  (void)state;
+  t_rng_t r;
+  t_rng_init(&r, t_seed() ^ 0x90);
+  static char s[2 * PATH_CAP], json[4 * PATH_CAP], arr[4 * PATH_CAP];
+  /* 1023 bytes of random directory names, then 1024. */
+  for (size_t len = PATH_CAP - 1; len <= PATH_CAP; len++) {
+    memset(s, 0, sizeof s);
+    for (size_t i = 0; i < len; i++) s[i] = (char)('a' + rnd(&r, 26));
+    for (size_t i = 1 + rnd(&r, 9); i < len - 1; i += 2 + rnd(&r, 60)) s[i] = ':';
+    snprintf(json, sizeof json, "{\"swap_path\": \"%s\"}", s);
+    /* The same directories as an array. */
+    size_t o = (size_t)snprintf(arr, sizeof arr, "{\"swap_path\": [\"");
+    for (size_t i = 0; i < len; i++)
+      o += (size_t)snprintf(arr + o, sizeof arr - o, s[i] == ':' ? "\", \"" : "%c", s[i]);
+    snprintf(arr + o, sizeof arr - o, "\"]}");
+    zt_config_t a = ZT_CONFIG_INIT, b = ZT_CONFIG_INIT, c = ZT_CONFIG_INIT;
+    if (len == PATH_CAP - 1) {
+      PARSE_OK(&a, json);
+      PARSE_OK(&b, arr);
+      T_OK(zt_config_set(&c, "swap_path", s), NULL);
+      assert_string_equal(a.swap_path, s);
+      ASSERT_SAME(&a, &b);
+      ASSERT_SAME(&a, &c);
+    } else {
+      EXPECT_FAIL(&a, zt_config_parse(&a, json), ZT_ECONFIG, "'swap_path'",
+                  "1024 bytes long", "expected at most 1023 bytes");
+      EXPECT_FAIL(&c, zt_config_set(&c, "swap_path", s), ZT_ECONFIG, "'swap_path'",
+                  "1024 bytes long", "char[1024]");
+      EXPECT_FAIL(&b, zt_config_parse(&b, arr), ZT_ECONFIG, "'swap_path'",
+                  "1024 bytes when joined", "at most 1023 bytes");
+    }
+  }
+  /* Far too long: the sentence shows the start, not all of it. */
+  memset(s, 'x', sizeof s - 1);
+  s[sizeof s - 1] = '\0';
+  zt_config_t c = ZT_CONFIG_INIT;
+  EXPECT_FAIL(&c, zt_config_set(&c, "swap_path", s), ZT_ECONFIG, "'swap_path'", "xxx...",
+              "2047 bytes long");
+
+  /* 64 directories, then 65. */
+  for (int dirs = 64; dirs <= 65; dirs++) {
+    size_t o = 0;
+    for (int d = 0; d < dirs; d++)
+      o += (size_t)snprintf(s + o, sizeof s - o, "%s/n%d", d ? ":" : "",
+                            (int)rnd(&r, 10));
+    zt_config_t a = ZT_CONFIG_INIT;
+    if (dirs == 64) {
+      T_OK(zt_config_set(&a, "swap_path", s), NULL);
+    } else {
+      EXPECT_FAIL(&a, zt_config_set(&a, "swap_path", s), ZT_ECONFIG, "'swap_path'",
+                  "65 directories", "expected at most 64");
+      snprintf(json, sizeof json, "{\"swap_path\": \"%s\"}", s);
+      EXPECT_FAIL(&a, zt_config_parse(&a, json), ZT_ECONFIG, "'swap_path'",
+                  "65 directories", NULL);
+    }
+  }
+
+  /* A field filled in code with no NUL: validate says so, and to_json
+   * writes valid JSON that the parser refuses the same way. */
+  zt_config_t d = ZT_CONFIG_INIT;
+  memset(d.swap_path, 'p', sizeof d.swap_path);
+  EXPECT_FAIL(&d, zt_config_validate(&d), ZT_ECONFIG, "'swap_path'",
+              "no NUL in its 1024 bytes", "at most 1023 bytes");
+  static char out[16384];
+  int n = zt_config_to_json(&d, out, sizeof out);
+  assert_true(n > 0 && (size_t)n < sizeof out);
+  cJSON *root = cJSON_Parse(out);
+  assert_non_null(root);
+  const cJSON *sp = cJSON_GetObjectItemCaseSensitive(root, "swap_path");
+  assert_true(cJSON_IsString(sp) && strlen(sp->valuestring) == PATH_CAP);
+  cJSON_Delete(root);
+  zt_config_t e = ZT_CONFIG_INIT;
+  EXPECT_FAIL(&e, zt_config_parse(&e, out), ZT_ECONFIG, "'swap_path'",
+              "1024 bytes long", NULL);
+  /* Bytes past the NUL mean nothing: validate takes them, and a parse that
+   * does not name the key keeps them; one that does zeroes them. */
+  zt_config_t f = ZT_CONFIG_INIT;
+  memset(f.swap_path, 'q', sizeof f.swap_path);
+  memcpy(f.swap_path, "/a\0", 3);
+  T_OK(zt_config_validate(&f), NULL);
+  PARSE_OK(&f, "{\"swap_rings\": 2}");
+  assert_int_equal(f.swap_path[3], 'q');
+  PARSE_OK(&f, "{\"swap_path\": \"/a\"}");
+  for (size_t i = 2; i < sizeof f.swap_path; i++) assert_int_equal(f.swap_path[i], 0);
+}
+
+/* Every way a path list can be malformed: each a sentence naming the key
+ * and the element or directory, the config unchanged. */
+static void test_paths_errors(void **state) {
+  (void)state;
+  static const struct {
+    const char *json, *n1, *n2;
+  } bad[] = {
+      {"\"/a::/b\"", "directory 2 is empty (two ':' in a row)", "\"/a::/b\""},
+      {"\":/a\"", "directory 1 is empty (a ':' at the start)", NULL},
+      {"\"/a:\"", "directory 2 is empty (a ':' at the end)", NULL},
+      {"\":\"", "directory 1 is empty", NULL},
+      {"\"/a:/b:/c::\"", "directory 4 is empty", NULL},
+      {"[\"/a\", 3]", "element 2 of its array is 3", "array of strings"},
+      {"[null]", "element 1 of its array is null", "array of strings"},
+      {"[\"/a\", \"/b\", true]", "element 3 of its array is true", NULL},
+      {"[[\"/a\"]]", "element 1 of its array is an array", NULL},
+      {"[{\"p\": \"/a\"}]", "element 1 of its array is an object", NULL},
+      {"[\"/a\", \"\"]", "element 2 of its array is \"\"", "expected a directory"},
+      {"[\"/a:/b\"]", "element 1 of its array is \"/a:/b\"", "holds ':'"},
+      {"\"/a\\u0000/b\"", "\\u0000", "NUL"},
+      {"[\"/a\", \"/b\\u0000\"]", "\\u0000", "NUL"},
+      {"5", "is 5;", "expected \"\" (none), or directories"},
+      {"false", "is false;", NULL},
+      {"{}", "is an object;", NULL},
+  };
+  zt_config_t c = ZT_CONFIG_INIT;
+  strcpy(c.swap_path, "/kept"); /* so "unchanged" means something */
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+    char json[256];
+    snprintf(json, sizeof json, "{\n  \"swap_rings\": 2,\n  \"swap_path\": %s\n}",
+             bad[i].json);
+    /* The sentence gives the key's line. */
+    EXPECT_FAIL(&c, zt_config_parse(&c, json), ZT_ECONFIG, "line 3: key 'swap_path'",
+                bad[i].n1, bad[i].n2);
+  }
+  /* The text forms of the empty-directory errors. */
+  const char *text[] = {"/a::/b", ":/a", "/a:", ":", "::"};
+  for (size_t i = 0; i < sizeof text / sizeof text[0]; i++)
+    EXPECT_FAIL(&c, zt_config_set(&c, "swap_path", text[i]), ZT_ECONFIG, "'swap_path'",
+                "is empty", "zt_config_set");
+  /* An escaped backslash before "u0000" is no NUL. */
+  PARSE_OK(&c, "{\"swap_path\": \"/a\\\\u0000\"}");
+  assert_string_equal(c.swap_path, "/a\\u0000");
+  /* Existence is not checked here: the nvme tier does it when it opens. */
+  PARSE_OK(&c, "{\"swap_path\": \"/nonexistent/zt_test_config/a:relative/b\"}");
+  assert_string_equal(c.swap_path, "/nonexistent/zt_test_config/a:relative/b");
+}
+
+/* cJSON cuts a string at \u0000; every such string is refused, whatever key
+ * it is in, with the key named (or the name, cut, when the key holds it). */
+static void test_nul_in_strings(void **state) {
+  (void)state;
+  t_rng_t r;
+  t_rng_init(&r, t_seed() ^ 0xa0);
+  zt_config_t c = ZT_CONFIG_INIT;
+  EXPECT_FAIL(&c, zt_config_parse(&c, "{\"backend\": \"cuda\\u0000x\"}"), ZT_ECONFIG,
+              "'backend'", "\\u0000", "expected one of \"host\", \"cuda\"");
+  EXPECT_FAIL(&c, zt_config_parse(&c, "{\"stage\\u0000x\": 1}"), ZT_ECONFIG,
+              "a key name holds \\u0000", "'stage'", NULL);
+  EXPECT_FAIL(&c, zt_config_parse(&c, "\xef\xbb\xbf{\"threads\": 1, \"log_level\": "
+                                      "\"info\\u0000\"}"),
+              ZT_ECONFIG, "'log_level'", "\\u0000", NULL);
+  /* At a random place inside a random string of a random valid file. */
+  static char buf[16640];
+  int found = 0;
+  for (int it = 0; it < 500; it++) {
+    zt_config_t src = random_config(&r);
+    int n = zt_config_to_json(&src, buf, 16384);
+    assert_true(n > 0 && n < 16384);
+    /* Offsets inside strings where an escape may go: not within one. */
+    static size_t spots[16384];
+    size_t ns = 0;
+    int in = 0;
+    for (int i = 0; i < n; i++) {
+      if (in && buf[i] == '\\') {
+        i++;
+        if (buf[i] == 'u') i += 4;
+        continue;
+      }
+      if (buf[i] == '"') {
+        if (in) spots[ns++] = (size_t)i; /* before the closing quote */
+        in = !in;
+        continue;
+      }
+      if (in) spots[ns++] = (size_t)i;
+    }
+    assert_true(ns > 0);
+    size_t at = spots[rnd(&r, ns)];
+    memmove(buf + at + 6, buf + at, (size_t)n - at + 1);
+    memcpy(buf + at, "\\u0000", 6);
+    zt_config_t d = ZT_CONFIG_INIT;
+    EXPECT_FAIL(&d, zt_config_parse(&d, buf), ZT_ECONFIG, "\\u0000", "NUL",
+                "zt_config_parse");
+    found++;
+  }
+  assert_int_equal(found, 500);
+}
+
+/* swap_sqpoll is an integer 0 or 1 that also takes false / true. */
+static void test_sqpoll_words(void **state) {
+  (void)state;
+  zt_config_t c = ZT_CONFIG_INIT;
+  PARSE_OK(&c, "{\"swap_sqpoll\": true}");
+  assert_int_equal(c.swap_sqpoll, 1);
+  PARSE_OK(&c, "{\"swap_sqpoll\": false}");
+  assert_int_equal(c.swap_sqpoll, 0);
+  T_OK(zt_config_set(&c, "swap_sqpoll", "true"), NULL);
+  assert_int_equal(c.swap_sqpoll, 1);
+  T_OK(zt_config_set(&c, "swap_sqpoll", "0"), NULL);
+  assert_int_equal(c.swap_sqpoll, 0);
+  T_OK(zt_config_set(&c, "swap_sqpoll", "1"), NULL);
+  assert_int_equal(c.swap_sqpoll, 1);
+  T_OK(zt_config_set(&c, "swap_sqpoll", "false"), NULL);
+  assert_int_equal(c.swap_sqpoll, 0);
+  /* Written as the integer. */
+  c.swap_sqpoll = 1;
+  char out[4096];
+  assert_true(zt_config_to_json(&c, out, sizeof out) < (int)sizeof out);
+  assert_non_null(strstr(out, "\"swap_sqpoll\": 1\n"));
+  EXPECT_FAIL(&c, zt_config_set(&c, "swap_sqpoll", "True"), ZT_ECONFIG, "'swap_sqpoll'",
+              "\"True\"", "0 or 1, or false / true");
+}
+
+/* The new keys' defaults are ZT_CONFIG_INIT's, and docs/config.md's
+ * generated table says so. */
+static void test_new_key_defaults(void **state) {
+  (void)state;
+  const zt_config_t init = ZT_CONFIG_INIT;
+  static const struct {
+    const char *row;
+  } rows[] = {
+      {"| `comm` | string | `\"auto\"` | `single`, `mpi`, `auto` |"},
+      {"| `bucket_bytes` | size | `16777216` (16MiB) | a byte count in [4KiB, 4GiB], a "
+       "multiple of 4KiB |"},
+      {"| `swap_path` | path list | `\"\"` |"},
+      {"| `swap_block_bytes` | size | `8388608` (8MiB) | a power of two in [4KiB, "
+       "64MiB] |"},
+      {"| `swap_queue_depth` | integer | `32` | an integer in 1..4096 |"},
+      {"| `swap_rings` | integer | `1` | an integer in 1..64 |"},
+      {"| `swap_sqpoll` | integer | `0` | 0 or 1, or false / true |"},
+  };
+  static char doc[1 << 15];
+  int len = zt__config_doc(doc, sizeof doc);
+  assert_true(len > 0 && (size_t)len < sizeof doc);
+  for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++)
+    if (strstr(doc, rows[i].row) == NULL)
+      fail_msg("the key table lacks %s", rows[i].row);
+  /* The defaults written out and read back over a config with every new key
+   * changed give ZT_CONFIG_INIT again. */
+  zt_config_t c = ZT_CONFIG_INIT;
+  PARSE_OK(&c, "{\"comm\": \"mpi\", \"bucket_bytes\": \"1MiB\", "
+               "\"swap_path\": \"/x:/y\", \"swap_block_bytes\": 4096, "
+               "\"swap_queue_depth\": 1, \"swap_rings\": 9, \"swap_sqpoll\": true}");
+  char out[4096];
+  int n = zt_config_to_json(&init, out, sizeof out);
+  assert_true(n > 0 && n < (int)sizeof out);
+  PARSE_OK(&c, out);
+  ASSERT_SAME(&c, &init);
+  assert_memory_equal(c.swap_path, init.swap_path, sizeof c.swap_path);
+}
+
 /* ---- never crash ----------------------------------------------------------------------
  */
 
@@ -1056,7 +1604,7 @@ static void test_fuzz_parse(void **state) {
   t_rng_t r;
   t_rng_init(&r, t_seed() ^ 0x60);
   static const char alphabet[] = "{}[]\":,. -+eE0123456789tfnulsrabcdhi\\/\n\t\x01\xff";
-  char buf[4200];
+  static char buf[16640];
   int accepted = 0;
   for (int it = 0; it < 3000; it++) {
     size_t n = (size_t)rnd(&r, 64);
@@ -1071,19 +1619,26 @@ static void test_fuzz_parse(void **state) {
   /* Mutations of a valid file reach past the syntax checks. */
   for (int it = 0; it < 3000; it++) {
     zt_config_t src = random_config(&r);
-    int n = zt_config_to_json(&src, buf, 4000);
-    assert_true(n > 0 && n < 4000);
+    int n = zt_config_to_json(&src, buf, 16384);
+    assert_true(n > 0 && n < 16384);
     int edits = 1 + (int)rnd(&r, 4);
     for (int e = 0; e < edits && n > 0; e++) {
       size_t at = (size_t)rnd(&r, (uint64_t)n);
-      switch (rnd(&r, 4)) {
+      switch (rnd(&r, 5)) {
       case 0: buf[at] = alphabet[rnd(&r, sizeof alphabet - 1)]; break;
       case 1: memmove(buf + at, buf + at + 1, (size_t)n - at); n--; break;
       case 2:
-        if (n < 4100) {
+        if (n < 16600) {
           memmove(buf + at + 1, buf + at, (size_t)n - at + 1);
           buf[at] = alphabet[rnd(&r, sizeof alphabet - 1)];
           n++;
+        }
+        break;
+      case 3: /* what cJSON cuts strings at, in a key, a value or between */
+        if (n < 16600) {
+          memmove(buf + at + 6, buf + at, (size_t)n - at + 1);
+          memcpy(buf + at, "\\u0000", 6);
+          n += 6;
         }
         break;
       default: buf[at] = '\0'; n = (int)at; break;
@@ -1220,6 +1775,12 @@ int main(void) {
       cmocka_unit_test(test_null_arguments),
       cmocka_unit_test(test_size_units),
       cmocka_unit_test(test_seed),
+      cmocka_unit_test(test_new_keys_agree),
+      cmocka_unit_test(test_paths_limits),
+      cmocka_unit_test(test_paths_errors),
+      cmocka_unit_test(test_nul_in_strings),
+      cmocka_unit_test(test_sqpoll_words),
+      cmocka_unit_test(test_new_key_defaults),
       cmocka_unit_test(test_fuzz_parse),
       cmocka_unit_test(test_fuzz_set),
       cmocka_unit_test(test_docs_key_table),

@@ -243,6 +243,80 @@ typedef struct th {
   zt__hostpool_t *p;
   uint64_t seed;
 } th_t;
+/* The engine's host tier with a pinned budget takes its memory from one
+ * pool (placed on node 0 when asked), holds exactly what it allocated, and
+ * steps to the same bits as without a budget; a budget too small for the
+ * states is a clear error at registration. */
+/* st->warnings is owned by the engine, which is gone when this returns: the
+ * sentence is copied into warnings_out. */
+static void run_host_tier(size_t budget, int node, float *params_out, zt_stats_t *st,
+                          char *warnings_out, size_t warnings_size) {
+  enum { N = 100003 };
+  zt_config_t cfg = t_config();
+  cfg.optimizer_tier = ZT_TIER_HOST;
+  cfg.chunk_bytes = 65536;
+  cfg.pinned_budget_bytes = budget;
+  cfg.numa_node = node;
+  zt_engine_t *eng = t_engine(&cfg);
+  float *p = t_buf_alloc(eng, N * 4), *g = t_buf_alloc(eng, N * 4);
+  float *h = malloc(N * 4);
+  t_rng_t r;
+  t_rng_init(&r, t_seed() ^ 0x9001);
+  t_fill_normal(h, ZT_FP32, N, 1.0, &r);
+  t_buf_upload(eng, p, h, N * 4);
+  T_OK(zt_register_flat(eng, p, g, N, ZT_FP32, ZT_FP32), eng);
+  for (int t = 1; t <= 3; t++) {
+    t_fill_normal(h, ZT_FP32, N, 0.1, &r);
+    t_buf_upload(eng, g, h, N * 4);
+    zt_step_args_t a = ZT_STEP_ARGS_INIT;
+    a.t = (uint64_t)t;
+    T_OK(zt_step(eng, &a, NULL), eng);
+  }
+  *st = (zt_stats_t)ZT_STATS_INIT;
+  T_OK(zt_stats(eng, st), eng);
+  assert_non_null(st->warnings);
+  snprintf(warnings_out, warnings_size, "%s", st->warnings);
+  st->warnings = warnings_out;
+  t_buf_download(eng, params_out, p, N * 4);
+  t_buf_free(eng, p, N * 4);
+  t_buf_free(eng, g, N * 4);
+  free(h);
+  zt_engine_destroy(eng);
+}
+
+static void test_engine_pool(void **state) {
+  enum { N = 100003 };
+  float *a = malloc(N * 4), *b = malloc(N * 4);
+  zt_stats_t sa, sb;
+  char wa[512], wb[512];
+  run_host_tier(0, -1, a, &sa, wa, sizeof wa);
+  int node = numa_available() >= 0 ? 0 : -1;
+  run_host_tier(64u << 20, node, b, &sb, wb, sizeof wb);
+  t_expect_same("host tier with and without a pinned pool", b, a, 4, N);
+  assert_int_equal(sb.host_bytes, sa.host_bytes);
+  assert_true(sb.host_bytes <= 64u << 20);
+  assert_int_equal(sb.host_numa_node, node);
+  assert_int_equal(sa.host_numa_node, -1);
+  assert_non_null(sb.warnings);
+  printf("# pool: %llu bytes held, node %d, warnings \"%s\"\n",
+         (unsigned long long)sb.host_bytes, sb.host_numa_node, sb.warnings);
+  if (!sb.host_locked) assert_non_null(strstr(sb.warnings, "lock"));
+
+  zt_config_t cfg = t_config();
+  cfg.optimizer_tier = ZT_TIER_HOST;
+  cfg.chunk_bytes = 65536;
+  cfg.pinned_budget_bytes = 1u << 20;
+  zt_engine_t *eng = t_engine(&cfg);
+  float *p = t_buf_alloc(eng, N * 4), *g = t_buf_alloc(eng, N * 4);
+  T_EXPECT_ERR(zt_register_flat(eng, p, g, N, ZT_FP32, ZT_FP32), eng, -ENOMEM,
+               "pinned_budget_bytes");
+  t_buf_free(eng, p, N * 4);
+  t_buf_free(eng, g, N * 4);
+  zt_engine_destroy(eng);
+  free(a);
+  free(b);
+}
+
 static void *worker(void *arg) {
   th_t *t = arg;
   t_rng_t r;
@@ -274,6 +348,7 @@ int main(void) {
       cmocka_unit_test(test_random_patterns),    cmocka_unit_test(test_enomem_and_bad_sizes),
       cmocka_unit_test(test_locked_matches_rlimit), cmocka_unit_test(test_register_callback),
       cmocka_unit_test(test_numa_node0),         cmocka_unit_test(test_threads),
+      cmocka_unit_test(test_engine_pool),
   };
   return T_RUN(tests);
 }

@@ -21,9 +21,11 @@ typedef struct command {
 
 static int cmd_bench(int argc, char **argv);
 static int cmd_version(int argc, char **argv);
+int zt_plan_main(int argc, char **argv); /* src/tool/plan.c */
 
 static const command_t commands[] = {
     {"bench", cmd_bench, "measure a part of ztier beside its hardware limit"},
+    {"plan", zt_plan_main, "memory per rank in each tier, before you run"},
     {"version", cmd_version, "print the version of ztier"},
 };
 

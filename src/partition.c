@@ -1,0 +1,601 @@
+/*
+ * partition.c — ZeRO stages 1 and 2: the shards, the gradient buckets that
+ * go to their owners and are summed there in rank order, and the gather of
+ * the updated parameters. partition.h says what and why; this file is how.
+ *
+ * A bucket is a list of state spans, at most bucket_elems elements, sorted.
+ * Packed in order, the elements each rank owns are one contiguous run of the
+ * packed buffer (spans ascend and so do shards), so the packed buffer is the
+ * alltoallv send buffer as it is, and the owner receives W runs of the same
+ * length, one per rank, in rank order.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine.h"
+#include "optim_math.h" // defines: zt_bf16_to_f32, zt_f16_to_f32
+#include "partition.h"
+#include "pinned.h" // defines: zt__pinned_alloc, zt__pinned_free
+
+static size_t min_sz(size_t a, size_t b) { return a < b ? a : b; }
+static size_t max_sz(size_t a, size_t b) { return a > b ? a : b; }
+
+static zt__red_dtype_t red_dtype(zt_dtype_t dt) {
+  return dt == ZT_BF16 ? ZT_RED_BF16 : dt == ZT_FP16 ? ZT_RED_F16 : ZT_RED_F32;
+}
+
+/* Rank r's elements of the state space: [lo, hi). */
+static void shard_of(const zt__part_t *p, int r, size_t *lo, size_t *hi) {
+  *lo = min_sz((size_t)r * p->shard, p->total);
+  *hi = min_sz((size_t)(r + 1) * p->shard, p->total);
+}
+
+/* ---- memory the CPU reads: pinned (host tier) or the host backend's ---------- */
+
+int zt__part_alloc(zt_engine_t *eng, size_t bytes, void **out) {
+  *out = NULL;
+  if (bytes == 0) bytes = 64; /* a rank with an empty shard still has a buffer */
+  if (eng->part.on_pinned) return zt__pinned_alloc(eng, bytes, out);
+  ZT_TRY(eng->be_ops->alloc(eng->be, bytes, out));
+  return eng->be_ops->memset_zero(eng->be, *out, bytes, ZT_STREAM_COMPUTE);
+}
+
+void zt__part_release(zt_engine_t *eng, void *p, size_t bytes) {
+  if (p == NULL) return;
+  if (bytes == 0) bytes = 64;
+  if (eng->part.on_pinned)
+    zt__pinned_free(eng, p, bytes);
+  else
+    eng->be_ops->free(eng->be, p, bytes);
+}
+
+/* ---- state spans and the user's buffers ------------------------------------- */
+
+/* The segment holding state index s (segments ascend in state_off). */
+static size_t seg_of_state(const zt_engine_t *eng, size_t s) {
+  size_t lo = 0, hi = eng->n_segs;
+  while (hi - lo > 1) {
+    size_t mid = (lo + hi) / 2;
+    if (eng->segs[mid].state_off <= s) lo = mid; else hi = mid;
+  }
+  return lo;
+}
+
+enum span_op { SPAN_PACK, SPAN_UNPACK, SPAN_ZERO };
+
+/* Walks state span [a, b) over the user's buffer pieces: PACK copies them to
+ * packed[0 ..), UNPACK copies packed to them, ZERO clears them. */
+static int span_op(zt_engine_t *eng, enum span_op op, void *packed, void *user, size_t esz,
+                   size_t a, size_t b, zt__copy_kind_t kind, zt__stream_t stream) {
+  const zt__backend_ops_t *be = eng->be_ops;
+  for (size_t j = seg_of_state(eng, a), s = a; s < b; j++) {
+    const zt__seg_t *g = &eng->segs[j];
+    size_t n = min_sz(b, g->state_off + g->n) - s;
+    char *u = (char *)user + (g->index + (s - g->state_off)) * esz;
+    char *pk = (char *)packed + (s - a) * esz;
+    if (op == SPAN_PACK) ZT_TRY(be->copy(eng->be, pk, u, n * esz, kind, stream));
+    if (op == SPAN_UNPACK) ZT_TRY(be->copy(eng->be, u, pk, n * esz, kind, stream));
+    if (op == SPAN_ZERO) ZT_TRY(be->memset_zero(eng->be, u, n * esz, stream));
+    s += n;
+  }
+  return 0;
+}
+
+int zt__part_copy_span(zt_engine_t *eng, void *packed, void *user, size_t esz, size_t a,
+                       size_t b, int to_user, int kind, int stream) {
+  return span_op(eng, to_user ? SPAN_UNPACK : SPAN_PACK, packed, user, esz, a, b,
+                 (zt__copy_kind_t)kind, (zt__stream_t)stream);
+}
+
+/* ---- groups ------------------------------------------------------------------- */
+
+typedef struct unit_span {
+  int group;
+  size_t a, b, unit;
+} unit_span_t;
+
+static int by_group_then_state(const void *x, const void *y) {
+  const unit_span_t *p = x, *q = y;
+  if (p->group != q->group) return p->group < q->group ? -1 : 1;
+  return p->a < q->a ? -1 : p->a > q->a;
+}
+
+static int by_value(const void *x, const void *y) {
+  size_t a = *(const size_t *)x, b = *(const size_t *)y;
+  return a < b ? -1 : a > b;
+}
+
+/* One group from its units us[0 .. n), sorted by state. */
+static int fill_group(zt__group_t *g, const unit_span_t *us, size_t n) {
+  g->id = us[0].group;
+  g->spans = malloc(n * sizeof *g->spans);
+  g->pos = malloc(n * sizeof *g->pos);
+  g->units = malloc(n * sizeof *g->units);
+  if (g->spans == NULL || g->pos == NULL || g->units == NULL) return -ENOMEM;
+  for (size_t i = 0; i < n; i++) {
+    zt__span_t *last = g->n_spans ? &g->spans[g->n_spans - 1] : NULL;
+    if (last && last->b == us[i].a) {
+      last->b = us[i].b;
+    } else {
+      g->pos[g->n_spans] = g->numel;
+      g->spans[g->n_spans++] = (zt__span_t){us[i].a, us[i].b, NULL};
+    }
+    g->numel += us[i].b - us[i].a;
+    g->units[g->n_units++] = us[i].unit;
+  }
+  qsort(g->units, g->n_units, sizeof *g->units, by_value);
+  return 0;
+}
+
+static int build_groups(zt_engine_t *eng) {
+  zt__part_t *p = &eng->part;
+  size_t n = eng->n_units;
+  unit_span_t *us = malloc(n * sizeof *us);
+  if (us == NULL) return zt__errf(&eng->err, -ENOMEM, "out of memory");
+  for (size_t i = 0; i < n; i++)
+    us[i] = (unit_span_t){eng->units[i].group, eng->units[i].state_off,
+                          eng->units[i].state_off + eng->units[i].numel, i};
+  qsort(us, n, sizeof *us, by_group_then_state);
+  size_t n_groups = 0;
+  for (size_t i = 0; i < n; i++) n_groups += i == 0 || us[i].group != us[i - 1].group;
+  int rc = 0;
+  p->groups = calloc(n_groups, sizeof *p->groups);
+  if (p->groups == NULL) rc = -ENOMEM;
+  else p->n_groups = n_groups;
+  for (size_t i = 0, gi = 0; rc == 0 && i < n; gi++) {
+    size_t k = i;
+    while (k < n && us[k].group == us[i].group) k++;
+    rc = fill_group(&p->groups[gi], us + i, k - i);
+    i = k;
+  }
+  free(us);
+  return rc < 0 ? zt__errf(&eng->err, -ENOMEM, "out of memory") : 0;
+}
+
+zt__group_t *zt__part_group(zt__part_t *p, int id) {
+  size_t lo = 0, hi = p->n_groups;
+  while (lo < hi) {
+    size_t mid = (lo + hi) / 2;
+    if (p->groups[mid].id == id) return &p->groups[mid];
+    if (p->groups[mid].id < id) lo = mid + 1; else hi = mid;
+  }
+  return NULL;
+}
+
+/* ---- the shard's segments ----------------------------------------------------- */
+
+/* The engine's segments clipped to [begin, end), addressed by state index. */
+static int build_shard_segs(zt_engine_t *eng) {
+  zt__part_t *p = &eng->part;
+  p->segs = calloc(eng->n_segs ? eng->n_segs : 1, sizeof *p->segs);
+  if (p->segs == NULL) return zt__errf(&eng->err, -ENOMEM, "out of memory");
+  for (size_t j = 0; j < eng->n_segs; j++) {
+    const zt__seg_t *g = &eng->segs[j];
+    size_t a = max_sz(g->state_off, p->begin), b = min_sz(g->state_off + g->n, p->end);
+    if (a < b) p->segs[p->n_segs++] = (zt__seg_t){a, a - p->begin, b - a, g->decay};
+  }
+  return 0;
+}
+
+/* ---- init / free -------------------------------------------------------------- */
+
+int zt__part_init(zt_engine_t *eng) {
+  zt__part_t *p = &eng->part;
+  zt__comm_t *c = eng->comm;
+  p->world = c->ops->world(c);
+  p->rank = c->ops->rank(c);
+  p->total = eng->state_numel;
+  size_t per = (p->total + (size_t)p->world - 1) / (size_t)p->world;
+  p->shard = (per + ZT_SHARD_ALIGN - 1) / ZT_SHARD_ALIGN * ZT_SHARD_ALIGN;
+  shard_of(p, p->rank, &p->begin, &p->end);
+  p->bucket_elems = eng->cfg.bucket_bytes / sizeof(float);
+  if (p->bucket_elems > ZT_COMM_MAX_COUNT) p->bucket_elems = ZT_COMM_MAX_COUNT;
+  p->on_pinned = eng->cfg.optimizer_tier == ZT_TIER_HOST;
+  ZT_TRY(build_groups(eng));
+  ZT_TRY(build_shard_segs(eng));
+
+  size_t mine = p->end - p->begin;
+  size_t gsz = zt__dtype_size(eng->grad_dtype), psz = zt__dtype_size(eng->param_dtype);
+  ZT_TRY(zt__part_alloc(eng, mine * sizeof(float), (void **)&p->grads));
+  ZT_TRY(zt__part_alloc(eng, mine * psz, &p->params));
+
+  /* A bucket's spans: at most one per group span, and one more where the
+   * bucket edge cuts a span. */
+  size_t max_spans = 1;
+  for (size_t g = 0; g < p->n_groups; g++) max_spans += p->groups[g].n_spans;
+  size_t bucket = min_sz(p->bucket_elems, p->total);
+  size_t own = min_sz(bucket, p->shard);
+  for (int s = 0; s < ZT_XFER_SLOTS; s++) {
+    zt__xfer_t *x = &p->xfer[s];
+    x->cap_spans = max_spans;
+    x->spans = malloc(max_spans * sizeof *x->spans);
+    x->counts = calloc(4 * (size_t)p->world, sizeof(size_t));
+    if (x->spans == NULL || x->counts == NULL)
+      return zt__errf(&eng->err, -ENOMEM, "out of memory");
+    x->displs = x->counts + p->world;
+    x->rcounts = x->displs + p->world;
+    x->rdispls = x->rcounts + p->world;
+    /* send: a packed bucket of gradients, or a shard's piece of parameters;
+     * recv: W runs of this rank's part of a bucket, or a gathered bucket. */
+    x->send_bytes = bucket * max_sz(gsz, psz);
+    x->recv_bytes = max_sz((size_t)p->world * own * gsz, bucket * psz);
+    ZT_TRY(zt__part_alloc(eng, x->send_bytes, &x->send));
+    ZT_TRY(zt__part_alloc(eng, x->recv_bytes, &x->recv));
+  }
+  return 0;
+}
+
+void zt__part_free(zt_engine_t *eng) {
+  zt__part_t *p = &eng->part;
+  /* A bucket still in flight (an error stopped a step) must land before its
+   * buffers go. */
+  for (int s = 0; s < ZT_XFER_SLOTS; s++)
+    if (p->xfer[s].busy) eng->comm->ops->wait(eng->comm, &p->xfer[s].req);
+  size_t psz = zt__dtype_size(eng->param_dtype);
+  size_t mine = p->end - p->begin;
+  zt__part_release(eng, p->grads, mine * sizeof(float));
+  zt__part_release(eng, p->params, mine * psz);
+  for (int s = 0; s < ZT_XFER_SLOTS; s++) {
+    zt__xfer_t *x = &p->xfer[s];
+    zt__part_release(eng, x->send, x->send_bytes);
+    zt__part_release(eng, x->recv, x->recv_bytes);
+    free(x->spans);
+    free(x->counts);
+  }
+  for (size_t g = 0; g < p->n_groups; g++) {
+    zt__part_drop(eng, &p->groups[g], 0);
+    zt__part_drop(eng, &p->groups[g], 1);
+    free(p->groups[g].spans);
+    free(p->groups[g].pos);
+    free(p->groups[g].units);
+  }
+  free(p->groups);
+  free(p->segs);
+  memset(p, 0, sizeof *p);
+}
+
+/* ---- gradient buckets --------------------------------------------------------- */
+
+static float load(const void *buf, zt_dtype_t dt, size_t i) {
+  if (dt == ZT_BF16) return zt_bf16_to_f32(((const uint16_t *)buf)[i]);
+  if (dt == ZT_FP16) return zt_f16_to_f32(((const uint16_t *)buf)[i]);
+  return ((const float *)buf)[i];
+}
+
+/* The bucket has landed: sum its W runs in rank order into the shard. */
+static void finish(zt_engine_t *eng, zt__xfer_t *x) {
+  zt__part_t *p = &eng->part;
+  size_t mine = x->mine, i = 0;
+  zt_dtype_t dt = eng->grad_dtype;
+  size_t gsz = zt__dtype_size(dt);
+  for (size_t k = 0; k < x->n_spans && mine; k++) {
+    size_t a = max_sz(x->spans[k].a, p->begin), b = min_sz(x->spans[k].b, p->end);
+    for (size_t s = a; s < b; s++, i++) {
+      float sum = load(x->recv, dt, i);
+      for (int r = 1; r < p->world; r++)
+        sum = sum + load((const char *)x->recv + (size_t)r * mine * gsz, dt, i);
+      p->grads[s - p->begin] = p->grads[s - p->begin] + sum;
+    }
+  }
+  x->busy = 0;
+}
+
+static int wait_slot(zt_engine_t *eng, zt__xfer_t *x) {
+  if (!x->busy) return 0;
+  int rc = eng->comm->ops->wait(eng->comm, &x->req);
+  if (rc < 0) {
+    x->busy = 0;
+    return rc;
+  }
+  finish(eng, x);
+  return 0;
+}
+
+/* Finishes the buckets that have landed, without blocking. */
+static int progress(zt_engine_t *eng) {
+  for (int s = 0; s < ZT_XFER_SLOTS; s++) {
+    zt__xfer_t *x = &eng->part.xfer[s];
+    if (!x->busy) continue;
+    int done = eng->comm->ops->test(eng->comm, &x->req);
+    if (done < 0) {
+      x->busy = 0;
+      return done;
+    }
+    if (done) {
+      if (x->req.status < 0) {
+        x->busy = 0;
+        return x->req.status;
+      }
+      finish(eng, x);
+    }
+  }
+  return 0;
+}
+
+/* Packs the bucket's gradients out of the user's buffer (zeroing them there
+ * at stage 2: they are handed over) and starts the alltoallv. */
+static int start_bucket(zt_engine_t *eng, zt__xfer_t *x) {
+  zt__part_t *p = &eng->part;
+  const zt__backend_ops_t *be = eng->be_ops;
+  size_t gsz = zt__dtype_size(eng->grad_dtype);
+  zt__copy_kind_t kind = p->on_pinned ? ZT_COPY_D2H : ZT_COPY_D2D;
+  /* The user's backward wrote these gradients on the compute stream. */
+  ZT_TRY(be->stream_sync(eng->be, ZT_STREAM_COMPUTE));
+  size_t off = 0;
+  for (size_t k = 0; k < x->n_spans; k++) {
+    const zt__span_t *sp = &x->spans[k];
+    char *dst = (char *)x->send + off * gsz;
+    size_t n = sp->b - sp->a;
+    if (sp->at == NULL) {
+      ZT_TRY(span_op(eng, SPAN_PACK, dst, eng->grads, gsz, sp->a, sp->b, kind,
+                     ZT_STREAM_D2H));
+      /* Handed over: the next micro-step accumulates from zero. */
+      if (eng->cfg.stage >= 2)
+        ZT_TRY(span_op(eng, SPAN_ZERO, NULL, eng->grads, gsz, sp->a, sp->b, kind,
+                       ZT_STREAM_D2H));
+    } else if (sp->at == ZT_SPAN_ZERO) {
+      memset(dst, 0, n * gsz);
+    } else {
+      ZT_TRY(be->copy(eng->be, dst, sp->at, n * gsz, kind, ZT_STREAM_D2H));
+    }
+    off += n;
+  }
+  ZT_TRY(be->stream_sync(eng->be, ZT_STREAM_D2H));
+  if (kind == ZT_COPY_D2H) eng->d2h_bytes += off * gsz;
+
+  size_t pos = 0;
+  for (int r = 0; r < p->world; r++) {
+    size_t lo, hi, n = 0;
+    shard_of(p, r, &lo, &hi);
+    for (size_t k = 0; k < x->n_spans; k++)
+      if (x->spans[k].a < hi && lo < x->spans[k].b)
+        n += min_sz(x->spans[k].b, hi) - max_sz(x->spans[k].a, lo);
+    x->counts[r] = n;
+    x->displs[r] = pos;
+    pos += n;
+  }
+  x->mine = x->counts[p->rank];
+  for (int r = 0; r < p->world; r++) {
+    x->rcounts[r] = x->mine;
+    x->rdispls[r] = (size_t)r * x->mine;
+  }
+  x->req = (zt__comm_req_t){0};
+  ZT_TRY(eng->comm->ops->alltoallv(eng->comm, x->send, x->counts, x->displs, x->recv,
+                                   x->rcounts, x->rdispls, red_dtype(eng->grad_dtype),
+                                   &x->req));
+  x->busy = 1;
+  return 0;
+}
+
+/* The next free slot, waiting for the oldest bucket when both are busy. */
+static int take_slot(zt_engine_t *eng, zt__xfer_t **out) {
+  zt__part_t *p = &eng->part;
+  zt__xfer_t *x = &p->xfer[p->next_slot];
+  p->next_slot = (p->next_slot + 1) % ZT_XFER_SLOTS;
+  ZT_TRY(wait_slot(eng, x));
+  x->n_spans = 0;
+  *out = x;
+  return 0;
+}
+
+/* Cuts `spans` (sorted) into buckets and starts each. */
+static int reduce_spans(zt_engine_t *eng, const zt__span_t *spans, size_t n) {
+  zt__part_t *p = &eng->part;
+  zt__xfer_t *x = NULL;
+  size_t room = 0;
+  for (size_t k = 0; k < n; k++) {
+    size_t a = spans[k].a;
+    while (a < spans[k].b) {
+      if (x == NULL) {
+        ZT_TRY(take_slot(eng, &x));
+        room = p->bucket_elems;
+      }
+      size_t b = min_sz(spans[k].b, a + room);
+      char *at = spans[k].at;
+      if (at != NULL && at != ZT_SPAN_ZERO) at += (a - spans[k].a) * zt__dtype_size(eng->grad_dtype);
+      x->spans[x->n_spans++] = (zt__span_t){a, b, at};
+      room -= b - a;
+      a = b;
+      if (room == 0 || x->n_spans == x->cap_spans) {
+        ZT_TRY(start_bucket(eng, x));
+        x = NULL;
+      }
+    }
+  }
+  if (x) ZT_TRY(start_bucket(eng, x));
+  return 0;
+}
+
+/* Group g's spans, each saying where its gradients are: the engine-owned
+ * buffer, the registered buffer, or nowhere (zeros: a group whose gradients
+ * were never asked for). Returns how many were written to out. */
+static size_t grad_sources(zt_engine_t *eng, const zt__group_t *g, zt__span_t *out) {
+  size_t gsz = zt__dtype_size(eng->grad_dtype);
+  for (size_t k = 0; k < g->n_spans; k++) {
+    char *at = g->grads ? (char *)g->grads + g->pos[k] * gsz
+               : eng->grads ? NULL
+                            : ZT_SPAN_ZERO;
+    out[k] = (zt__span_t){g->spans[k].a, g->spans[k].b, at};
+  }
+  return g->n_spans;
+}
+
+int zt__part_grads_ready(zt_engine_t *eng, zt__group_t *g) {
+  if (eng->cfg.stage < 2) return 0; /* stage 1 reduces at the step */
+  ZT_TRY(progress(eng));
+  zt__span_t *src = malloc(g->n_spans * sizeof *src);
+  if (src == NULL) return zt__errf(&eng->err, -ENOMEM, "out of memory");
+  int rc = reduce_spans(eng, src, grad_sources(eng, g, src));
+  free(src);
+  ZT_TRY(rc);
+  /* Every bucket holding them is packed: the group's own buffer can go. */
+  zt__part_drop(eng, g, 1);
+  g->reduced = 1;
+  return 0;
+}
+
+static int by_start(const void *x, const void *y) {
+  size_t a = ((const zt__span_t *)x)->a, b = ((const zt__span_t *)y)->a;
+  return a < b ? -1 : a > b;
+}
+
+int zt__part_reduce_all(zt_engine_t *eng) {
+  zt__part_t *p = &eng->part;
+  /* The groups not handed over yet, as one sorted list so that small groups
+   * share buckets. */
+  size_t n = 0;
+  for (size_t g = 0; g < p->n_groups; g++)
+    if (!p->groups[g].reduced) n += p->groups[g].n_spans;
+  if (n) {
+    zt__span_t *all = malloc(n * sizeof *all);
+    if (all == NULL) return zt__errf(&eng->err, -ENOMEM, "out of memory");
+    size_t k = 0;
+    for (size_t g = 0; g < p->n_groups; g++) {
+      if (p->groups[g].reduced) continue;
+      k += grad_sources(eng, &p->groups[g], all + k);
+      p->groups[g].reduced = 1;
+    }
+    qsort(all, n, sizeof *all, by_start);
+    int rc = reduce_spans(eng, all, n);
+    free(all);
+    ZT_TRY(rc);
+    for (size_t g = 0; g < p->n_groups; g++) zt__part_drop(eng, &p->groups[g], 1);
+  }
+  for (int s = 0; s < ZT_XFER_SLOTS; s++) ZT_TRY(wait_slot(eng, &p->xfer[s]));
+  return 0;
+}
+
+int zt__part_reset(zt_engine_t *eng) {
+  zt__part_t *p = &eng->part;
+  for (size_t g = 0; g < p->n_groups; g++) p->groups[g].reduced = 0;
+  memset(p->grads, 0, (p->end - p->begin) * sizeof(float));
+  return 0;
+}
+
+/* ---- parameters back to every rank -------------------------------------------- */
+
+/* Starts the gather of span sp (at most a bucket) into slot x: each rank
+ * contributes the part of it in its shard. */
+static int start_gather(zt_engine_t *eng, zt__xfer_t *x, const zt__span_t *sp) {
+  zt__part_t *p = &eng->part;
+  size_t psz = zt__dtype_size(eng->param_dtype);
+  for (int r = 0; r < p->world; r++) {
+    size_t lo, hi;
+    shard_of(p, r, &lo, &hi);
+    size_t a = max_sz(lo, sp->a), b = min_sz(hi, sp->b);
+    x->counts[r] = a < b ? b - a : 0;
+    x->displs[r] = a < b ? a - sp->a : 0;
+  }
+  size_t a = max_sz(p->begin, sp->a);
+  const void *send = (const char *)p->params + (a > p->begin ? a - p->begin : 0) * psz;
+  x->spans[0] = *sp;
+  x->n_spans = 1;
+  x->req = (zt__comm_req_t){0};
+  ZT_TRY(eng->comm->ops->all_gatherv(eng->comm, send, x->counts[p->rank], x->recv,
+                                     x->counts, x->displs, red_dtype(eng->param_dtype),
+                                     &x->req));
+  x->busy = 1;
+  return 0;
+}
+
+/* Slot x's gathered span, to where it goes: the registered parameters, or
+ * the packed buffer its `at` points into. */
+static int land_gather(zt_engine_t *eng, zt__xfer_t *x) {
+  zt__part_t *p = &eng->part;
+  size_t psz = zt__dtype_size(eng->param_dtype);
+  x->busy = 0;
+  ZT_TRY(eng->comm->ops->wait(eng->comm, &x->req));
+  zt__copy_kind_t kind = p->on_pinned ? ZT_COPY_H2D : ZT_COPY_D2D;
+  const zt__span_t *sp = &x->spans[0];
+  size_t n = sp->b - sp->a;
+  if (sp->at == NULL)
+    ZT_TRY(span_op(eng, SPAN_UNPACK, x->recv, eng->params, psz, sp->a, sp->b, kind,
+                   ZT_STREAM_H2D));
+  else
+    ZT_TRY(eng->be_ops->copy(eng->be, sp->at, x->recv, n * psz, kind, ZT_STREAM_H2D));
+  if (kind == ZT_COPY_H2D) eng->h2d_bytes += n * psz;
+  /* The recv buffer is reused by the next gather in this slot. */
+  return eng->be_ops->stream_sync(eng->be, ZT_STREAM_H2D);
+}
+
+/* Gathers the spans, cut into buckets, two in flight: the gather of bucket
+ * k+1 runs while bucket k lands. */
+static int gather_spans(zt_engine_t *eng, const zt__span_t *spans, size_t n) {
+  zt__part_t *p = &eng->part;
+  size_t psz = zt__dtype_size(eng->param_dtype), k = 0;
+  /* The slots may hold gradient buckets still in flight (a stage-3
+   * backward fetches the next group while the last one's gradients
+   * travel): they land first. */
+  for (int s = 0; s < ZT_XFER_SLOTS; s++) ZT_TRY(wait_slot(eng, &p->xfer[s]));
+  for (size_t i = 0; i < n; i++)
+    for (size_t a = spans[i].a; a < spans[i].b; k++) {
+      size_t b = min_sz(spans[i].b, a + p->bucket_elems);
+      char *at = spans[i].at ? spans[i].at + (a - spans[i].a) * psz : NULL;
+      zt__span_t piece = {a, b, at};
+      zt__xfer_t *x = &p->xfer[k % ZT_XFER_SLOTS];
+      if (x->busy) ZT_TRY(land_gather(eng, x));
+      ZT_TRY(start_gather(eng, x, &piece));
+      a = b;
+    }
+  for (size_t j = k; j < k + ZT_XFER_SLOTS; j++) {
+    zt__xfer_t *x = &p->xfer[j % ZT_XFER_SLOTS];
+    if (x->busy) ZT_TRY(land_gather(eng, x));
+  }
+  p->next_slot = 0;
+  return 0;
+}
+
+int zt__part_gather(zt_engine_t *eng) {
+  zt__span_t all = {0, eng->part.total, NULL};
+  return gather_spans(eng, &all, 1);
+}
+
+int zt__part_fetch(zt_engine_t *eng, zt__group_t *g) {
+  size_t psz = zt__dtype_size(eng->param_dtype);
+  ZT_TRY(eng->be_ops->alloc(eng->be, g->numel * psz, &g->params));
+  zt__span_t *dst = malloc(g->n_spans * sizeof *dst);
+  if (dst == NULL) {
+    zt__part_drop(eng, g, 0);
+    return zt__errf(&eng->err, -ENOMEM, "out of memory");
+  }
+  for (size_t k = 0; k < g->n_spans; k++)
+    dst[k] = (zt__span_t){g->spans[k].a, g->spans[k].b, (char *)g->params + g->pos[k] * psz};
+  int rc = gather_spans(eng, dst, g->n_spans);
+  free(dst);
+  if (rc < 0) zt__part_drop(eng, g, 0);
+  return rc;
+}
+
+void zt__part_drop(zt_engine_t *eng, zt__group_t *g, int grads) {
+  void **p = grads ? &g->grads : &g->params;
+  if (*p == NULL) return;
+  zt_dtype_t dt = grads ? eng->grad_dtype : eng->param_dtype;
+  eng->be_ops->free(eng->be, *p, g->numel * zt__dtype_size(dt));
+  *p = NULL;
+}
+
+int zt__part_group_grads(zt_engine_t *eng, zt__group_t *g) {
+  if (g->grads) return 0;
+  size_t bytes = g->numel * zt__dtype_size(eng->grad_dtype);
+  ZT_TRY(eng->be_ops->alloc(eng->be, bytes, &g->grads));
+  return eng->be_ops->memset_zero(eng->be, g->grads, bytes, ZT_STREAM_COMPUTE);
+}
+
+/* ---- scalars ------------------------------------------------------------------ */
+
+int zt__part_sum_ranks(zt_engine_t *eng, double *x) {
+  zt__part_t *p = &eng->part;
+  if (p->world == 1) return 0;
+  double *all = calloc((size_t)p->world, sizeof *all);
+  if (all == NULL) return zt__errf(&eng->err, -ENOMEM, "out of memory");
+  zt__comm_req_t req = {0};
+  int rc = eng->comm->ops->all_gather(eng->comm, x, all, 1, ZT_RED_F64, &req);
+  if (rc == 0) rc = eng->comm->ops->wait(eng->comm, &req);
+  if (rc == 0) {
+    double s = 0.0;
+    for (int r = 0; r < p->world; r++) s += all[r];
+    *x = s;
+  }
+  free(all);
+  return rc;
+}

@@ -1,0 +1,95 @@
+/*
+ * plan.c — the bytes of plan.h. Each figure names the allocation it stands
+ * for; when the engine's allocations change, this file changes with them
+ * (tests/test_zero.c holds zt_stats() to it on every rank).
+ */
+#include <errno.h>
+
+#include "partition.h" // defines: ZT_SHARD_ALIGN, ZT_XFER_SLOTS, ZT_COMM_MAX_COUNT
+#include "plan.h"
+
+/* The engine's staging ring of the unpartitioned host tier (engine.h). */
+#define STAGING_SLOTS 3
+
+static uint64_t min_u(uint64_t a, uint64_t b) { return a < b ? a : b; }
+static uint64_t max_u(uint64_t a, uint64_t b) { return a > b ? a : b; }
+/* zt__part_alloc gives an empty buffer 64 bytes. */
+static uint64_t part_bytes(uint64_t b) { return b ? b : 64; }
+
+int zt__plan(const zt__plan_in_t *in, zt__plan_t *out) {
+  *out = (zt__plan_t){0};
+  if (in->params == 0 || in->ranks < 1 || in->rank < 0 || in->rank >= in->ranks ||
+      in->stage < 0 || in->stage > 3 || in->bucket_bytes < 4 || in->chunk_bytes < 4)
+    return -EINVAL;
+  uint64_t n = in->params, psz = zt__dtype_size(in->param_dtype),
+           gsz = zt__dtype_size(in->grad_dtype);
+  uint64_t device = 0, host = 0, nvme = 0;
+  out->supported = 1;
+
+  if (in->stage == 0) {
+    out->shard_params = n;
+    out->loop_device = n * (psz + gsz);
+    if (in->ranks > 1) {
+      out->supported = 0;
+      out->note = "stage 0 over several ranks is not in this version";
+    }
+    if (in->optimizer_tier == ZT_TIER_DEVICE) {
+      /* fp32 params are their own master. */
+      device = n * 4 * (in->param_dtype == ZT_FP32 ? 2 : 3);
+    } else {
+      uint64_t chunk = min_u(max_u(in->chunk_bytes / 4, 1), n);
+      host = 3 * n * 4 + STAGING_SLOTS * chunk * (psz + gsz);
+      if (in->optimizer_tier == ZT_TIER_NVME) {
+        nvme = 3 * n * 4;
+        host = STAGING_SLOTS * chunk * (psz + gsz);
+      }
+    }
+  } else {
+    uint64_t per = (n + (uint64_t)in->ranks - 1) / (uint64_t)in->ranks;
+    uint64_t shard = (per + ZT_SHARD_ALIGN - 1) / ZT_SHARD_ALIGN * ZT_SHARD_ALIGN;
+    uint64_t lo = min_u((uint64_t)in->rank * shard, n);
+    uint64_t hi = min_u((uint64_t)(in->rank + 1) * shard, n);
+    uint64_t mine = hi - lo;
+    out->shard_params = mine;
+    /* Master, m, v; the shard's gradient sums (fp32) and updated params. */
+    uint64_t states = 3 * part_bytes(mine * 4);
+    uint64_t shard_bufs = part_bytes(mine * 4) + part_bytes(mine * psz);
+    /* Buckets: ZT_XFER_SLOTS of (send, recv), sized as zt__part_init does. */
+    uint64_t bucket = min_u(min_u(in->bucket_bytes / 4, ZT_COMM_MAX_COUNT), n);
+    uint64_t own = min_u(bucket, shard);
+    uint64_t send = part_bytes(bucket * max_u(gsz, psz));
+    uint64_t recv = part_bytes(max_u((uint64_t)in->ranks * own * gsz, bucket * psz));
+    uint64_t buckets = ZT_XFER_SLOTS * (send + recv);
+    uint64_t ours = states + shard_bufs + buckets;
+    if (in->optimizer_tier == ZT_TIER_DEVICE) device = ours;
+    if (in->optimizer_tier == ZT_TIER_HOST) host = ours;
+    if (in->optimizer_tier == ZT_TIER_NVME) {
+      nvme = 3 * mine * 4;
+      host = shard_bufs + buckets;
+      out->supported = 0;
+      out->note = "optimizer_tier \"nvme\" is not in this version";
+    }
+    if (in->stage == 3) {
+      /* The loop holds no model buffer: ztier's shards (above) are the
+       * parameters, and a fetched group's gathered copy lives only between
+       * zt_fetch() and zt_release(). */
+      out->loop_device = 0;
+      if (in->param_tier != ZT_TIER_DEVICE) {
+        out->supported = 0;
+        out->note = "param_tier \"host\"/\"nvme\" is not in this version";
+      }
+    } else {
+      /* Stage 2 counts the loop without a gradient buffer of its own (it
+       * takes each group's from zt_grads()); registering one adds n * gsz. */
+      out->loop_device = n * psz + (in->stage == 1 ? n * gsz : 0);
+      if (in->param_tier != ZT_TIER_DEVICE) {
+        out->supported = 0;
+        out->note = "parameter offload needs stage 3";
+      }
+    }
+  }
+  out->ztier_device = device;
+  out->ztier_host = host;
+  out->ztier_nvme = nvme;
+  return 0;
+}

@@ -1,0 +1,121 @@
+/*
+ * src/tool/plan.c — `ztier plan`: memory per rank in each tier for a model,
+ * a world size, a stage and tiers, before anything runs. The figures come
+ * from zt__plan (src/plan.c), which the tests hold equal to what the engine
+ * allocates.
+ */
+#include <stdio.h>
+
+#include "../../bench/common.h" // defines: zt_bench_parse, zt_bench_json_*
+#include "plan.h"               // defines: zt__plan
+#include "ztier.h"
+
+int zt_plan_main(int argc, char **argv);
+
+static const char *const dtype_names[] = {"fp32", "bf16", "fp16", NULL};
+static const zt_dtype_t dtype_values[] = {ZT_FP32, ZT_BF16, ZT_FP16};
+static const char *const offload_names[] = {"none", "host", "nvme", NULL};
+static const zt_tier_t offload_values[] = {ZT_TIER_DEVICE, ZT_TIER_HOST, ZT_TIER_NVME};
+
+static void row(const char *tier, uint64_t loop, uint64_t ours, uint64_t n) {
+  uint64_t total = loop + ours;
+  printf("  %-7s %16llu %16llu %16llu %9.2f\n", tier, (unsigned long long)loop,
+         (unsigned long long)ours, (unsigned long long)total, (double)total / (double)n);
+}
+
+int zt_plan_main(int argc, char **argv) {
+  size_t params = 0, bucket = (size_t)16 << 20, chunk = (size_t)16 << 20;
+  int ranks = 1, stage = 0, dtype = 1, opt = 0, par = 0, rank = 0, json = 0;
+  const zt_bench_flag_t flags[] = {
+      {"params", ZT_BENCH_FLAG_COUNT, &params, "N",
+       "parameters of the model (7G, 1.5G, 125M, 1Gi and plain numbers are understood)", 1,
+       1e15, NULL},
+      {"ranks", ZT_BENCH_FLAG_INT, &ranks, "R", "data-parallel ranks (default 1)", 1, 65536,
+       NULL},
+      {"stage", ZT_BENCH_FLAG_INT, &stage, "S", "ZeRO stage 0..3 (default 0)", 0, 3, NULL},
+      {"dtype", ZT_BENCH_FLAG_CHOICE, &dtype, "fp32|bf16|fp16",
+       "parameter and gradient dtype (default bf16)", 0, 0, dtype_names},
+      {"offload-optimizer", ZT_BENCH_FLAG_CHOICE, &opt, "none|host|nvme",
+       "where the optimizer states live (default none: the device)", 0, 0, offload_names},
+      {"offload-params", ZT_BENCH_FLAG_CHOICE, &par, "none|host|nvme",
+       "where the parameter shards live at stage 3 (default none)", 0, 0, offload_names},
+      {"bucket", ZT_BENCH_FLAG_COUNT, &bucket, "BYTES",
+       "config bucket_bytes (default 16Mi)", 4096, 4.0 * (1ull << 30), NULL},
+      {"chunk", ZT_BENCH_FLAG_COUNT, &chunk, "BYTES",
+       "config chunk_bytes (default 16Mi)", 4096, 4.0 * (1ull << 30), NULL},
+      {"rank", ZT_BENCH_FLAG_INT, &rank, "K",
+       "the rank to plan for (default 0, which holds the most)", 0, 65535, NULL},
+      {"json", ZT_BENCH_FLAG_BOOL, &json, NULL, "one JSON object instead of the table", 0, 0,
+       NULL},
+  };
+  int rc = zt_bench_parse("ztier plan",
+                          "usage: ztier plan --params N [--ranks R] [--stage S] "
+                          "[--dtype fp32|bf16|fp16]\n"
+                          "                  [--offload-optimizer none|host|nvme] "
+                          "[--offload-params none|host|nvme] [--json]\n\n"
+                          "Bytes per rank in each tier (device, host, nvme): what the "
+                          "training loop\nholds (its parameter and gradient buffers) and "
+                          "what ztier allocates (optimizer\nstates, shards, buckets). "
+                          "docs/stages.md explains the figures.\n",
+                          argc, argv, flags, sizeof flags / sizeof flags[0]);
+  if (rc == -1) return 0;
+  if (rc) return rc;
+  if (params == 0) {
+    fprintf(stderr, "ztier plan: --params is required (the model's parameter count)\n");
+    return 2;
+  }
+  if (rank >= ranks) {
+    fprintf(stderr, "ztier plan: --rank is %d; expected 0 .. %d (--ranks - 1)\n", rank,
+            ranks - 1);
+    return 2;
+  }
+  if (par != 0 && stage != 3) {
+    fprintf(stderr, "ztier plan: --offload-params is %s; parameter offload needs --stage 3\n",
+            offload_names[par]);
+    return 2;
+  }
+  zt__plan_in_t in = {params, ranks, rank, stage, dtype_values[dtype], dtype_values[dtype],
+                      offload_values[opt], offload_values[par], bucket, chunk};
+  zt__plan_t p;
+  if (zt__plan(&in, &p) < 0) {
+    fprintf(stderr, "ztier plan: the inputs are out of range\n");
+    return 2;
+  }
+  uint64_t dev = p.loop_device + p.ztier_device;
+  if (json) {
+    zt_bench_json_t j;
+    zt_bench_json_begin(&j, stdout);
+    zt_bench_json_int(&j, "device_bytes", (long long)dev);
+    zt_bench_json_int(&j, "host_bytes", (long long)p.ztier_host);
+    zt_bench_json_int(&j, "nvme_bytes", (long long)p.ztier_nvme);
+    zt_bench_json_int(&j, "loop_device_bytes", (long long)p.loop_device);
+    zt_bench_json_int(&j, "ztier_device_bytes", (long long)p.ztier_device);
+    zt_bench_json_int(&j, "shard_params", (long long)p.shard_params);
+    zt_bench_json_num(&j, "device_bytes_per_param", (double)dev / (double)params);
+    zt_bench_json_int(&j, "params", (long long)params);
+    zt_bench_json_int(&j, "ranks", ranks);
+    zt_bench_json_int(&j, "rank", rank);
+    zt_bench_json_int(&j, "stage", stage);
+    zt_bench_json_str(&j, "dtype", dtype_names[dtype]);
+    zt_bench_json_str(&j, "offload_optimizer", offload_names[opt]);
+    zt_bench_json_str(&j, "offload_params", offload_names[par]);
+    zt_bench_json_bool(&j, "supported", p.supported);
+    zt_bench_json_str(&j, "note", p.note ? p.note : "");
+    zt_bench_json_end(&j);
+    return 0;
+  }
+  printf("ztier plan: %zu parameters (%s), %d rank%s, stage %d, optimizer on %s, "
+         "params on %s; rank %d\n\n",
+         params, dtype_names[dtype], ranks, ranks == 1 ? "" : "s", stage,
+         opt ? offload_names[opt] : "the device", par ? offload_names[par] : "the device",
+         rank);
+  printf("  %-7s %16s %16s %16s %9s\n", "tier", "loop (bytes)", "ztier (bytes)",
+         "total (bytes)", "B/param");
+  row("device", p.loop_device, p.ztier_device, params);
+  row("host", 0, p.ztier_host, params);
+  row("nvme", 0, p.ztier_nvme, params);
+  printf("\nThis rank owns the optimizer states of %llu parameters.\n",
+         (unsigned long long)p.shard_params);
+  if (!p.supported) printf("Note: %s; the figures are the design's.\n", p.note);
+  return 0;
+}

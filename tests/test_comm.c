@@ -1,0 +1,893 @@
+/*
+ * test_comm.c — the comm backends (src/comm_single.c, src/comm_mpi.c) and the
+ * choice between them.
+ *
+ * What it holds, at world sizes 1, 2, 3 and 4 (one mpirun per size, every
+ * scenario in turn in each rank) and on the single backend without mpirun:
+ *   - every collective gives what each rank computes itself from every
+ *     rank's data (all generated from the run's seed): all_reduce and
+ *     reduce_scatter (SUM within the any-order rounding bound, MAX exactly;
+ *     F32 and F64), all_gather, all_gatherv and alltoallv (bit-exact, every
+ *     dtype, in place and not, counts of 0 for some ranks, pieces placed out
+ *     of rank order with gaps that must stay untouched), broadcast from every
+ *     root; sizes are primes so nothing divides evenly;
+ *   - test() drives requests to completion, several in flight at once, and
+ *     completion order may differ from issue order;
+ *   - bytes_sent / bytes_received follow the convention of comm_mpi.c, and
+ *     over all ranks what is sent is what is received;
+ *   - bad calls (a count above ZT_COMM_MAX_COUNT, a 16-bit reduction, a bad
+ *     root, overlapping buffers, a request in flight reused) are refused with
+ *     a sentence, on every backend alike, and leave the comm usable; ranks
+ *     that disagree get -EIO with MPI's sentence, not an aborted job;
+ *   - MPI's lifetime: ztier initialises MPI when nobody did and finalises it
+ *     at exit only (engines come and go); an MPI the caller initialised is
+ *     used, never finalised, and its traffic never matches ztier's;
+ *   - "auto" picks mpi under mpirun (or with MPI initialised) and single
+ *     otherwise; "nccl" is refused.
+ */
+#include <mpi.h> // defines: MPI_* for the scenario where the caller owns MPI
+#include <math.h>
+#include <string.h>
+#include <time.h>
+
+#include "comm.h"   // defines: zt__comm_t, the backends
+#include "engine.h" // defines: struct zt_engine (its comm)
+#include "harness.h"
+
+/* comm_mpi.c (not declared in comm.h). */
+ZT_INTERNAL int zt__comm_mpi_active(void);
+
+/* ---- helpers ---------------------------------------------------------------------- */
+
+static const zt__red_dtype_t ALL_DT[] = {ZT_RED_F32, ZT_RED_F64, ZT_RED_BF16, ZT_RED_F16,
+                                         ZT_RED_U8};
+static const char *dt_name(zt__red_dtype_t dt) {
+  static const char *n[] = {"F32", "F64", "BF16", "F16", "U8"};
+  return (unsigned)dt < 5 ? n[dt] : "?";
+}
+
+static zt__err_t err;
+static zt_config_t comm_cfg; /* outlives every comm (the MPI one logs through it) */
+
+/* In a rank started by mpirun: the MPI backend; in the plain suite: single. */
+static zt__comm_t *open_comm(void) {
+  comm_cfg = t_config();
+  comm_cfg.comm = t_mpi_is_worker() ? ZT_COMM_MPI : ZT_COMM_SINGLE;
+  zt__comm_t *c = NULL;
+  int rc = zt__comm_create(&comm_cfg, &err, &c);
+  if (rc != 0) fail_msg("zt__comm_create: %s: %s", zt_err_name(rc), err.msg);
+  assert_non_null(c);
+  return c;
+}
+
+#define C_OK(call)                                                                       \
+  do {                                                                                   \
+    int c_rc_ = (call);                                                                  \
+    if (c_rc_ != 0)                                                                      \
+      fail_msg("%s returned %d (%s): %s", #call, c_rc_, zt_err_name(c_rc_), err.msg);    \
+  } while (0)
+
+/* A call that must be refused with `code` and a sentence naming `needle`. */
+#define C_ERR(call, code, needle)                                                        \
+  do {                                                                                   \
+    err.msg[0] = '\0';                                                                   \
+    int c_rc_ = (call);                                                                  \
+    print_message("# %s -> %s: %s\n", #call, zt_err_name(c_rc_), err.msg);               \
+    if (c_rc_ != (code))                                                                 \
+      fail_msg("%s returned %d (%s), expected %d (%s)", #call, c_rc_,                    \
+               zt_err_name(c_rc_), (int)(code), zt_err_name(code));                      \
+    if (strstr(err.msg, (needle)) == NULL)                                               \
+      fail_msg("%s: the sentence does not mention \"%s\"", #call, (needle));             \
+  } while (0)
+
+/* A generator per (what, round, who): every rank builds the same numbers for
+ * the same triple, so each can compute every other rank's data. who = -1 is
+ * the layout every rank shares. */
+static void rng_for(t_rng_t *r, uint64_t what, int round, int who) {
+  t_rng_init(r, t_seed() ^ (what * 0x9e3779b97f4a7c15ull) ^ ((uint64_t)round << 24) ^
+                    ((uint64_t)(who + 1) * 0xbf58476d1ce4e5b9ull));
+}
+
+/* n elements of dt: normals for the reduced types (nothing exact: sums
+ * round), every bit pattern for the moved ones. */
+static void gen(void *buf, zt__red_dtype_t dt, size_t n, uint64_t what, int round,
+                int who) {
+  t_rng_t r;
+  rng_for(&r, what, round, who);
+  if (dt == ZT_RED_F32) {
+    for (size_t i = 0; i < n; i++) ((float *)buf)[i] = (float)(3.0 * t_rng_normal(&r));
+  } else if (dt == ZT_RED_F64) {
+    for (size_t i = 0; i < n; i++) ((double *)buf)[i] = 3.0 * t_rng_normal(&r);
+  } else {
+    t_fill_bits(buf, n * zt__red_size(dt), &r);
+  }
+}
+
+/* A recognisable filler for bytes a collective must not write. */
+static void fill_guard(void *p, size_t bytes) {
+  for (size_t i = 0; i < bytes; i++)
+    ((unsigned char *)p)[i] = (unsigned char)(0x5a ^ (i * 13));
+}
+
+static void *xmalloc(size_t bytes) {
+  void *p = malloc(bytes ? bytes : 1);
+  assert_non_null(p);
+  return p;
+}
+
+static double elem(const void *buf, zt__red_dtype_t dt, size_t i) {
+  return dt == ZT_RED_F32 ? ((const float *)buf)[i] : ((const double *)buf)[i];
+}
+
+/* recv[i] against op over ranks of their data[off + i]. A sum in any order
+ * of W terms is within (W - 1) roundings of the exact one: bound
+ * W * u * sum |x| (u = 2^-24 or 2^-53), with the exact sum in long double. */
+static void check_reduced(const char *what, const void *got, zt__red_dtype_t dt,
+                          zt__red_op_t op, size_t n, size_t off, size_t total, int W,
+                          uint64_t tag, int round) {
+  size_t es = zt__red_size(dt);
+  char *all = xmalloc((size_t)W * total * es);
+  for (int r = 0; r < W; r++) gen(all + (size_t)r * total * es, dt, total, tag, round, r);
+  double u = dt == ZT_RED_F32 ? 0x1p-24 : 0x1p-53;
+  for (size_t i = 0; i < n; i++) {
+    long double sum = 0, abs = 0;
+    double mx = -INFINITY;
+    for (int r = 0; r < W; r++) {
+      double x = elem(all + (size_t)r * total * es, dt, off + i);
+      sum += x;
+      abs += fabsl((long double)x);
+      if (x > mx) mx = x;
+    }
+    double g = elem(got, dt, i);
+    if (op == ZT_OP_MAX) {
+      if (g != mx)
+        fail_msg("%s: element %zu is %.17g; the maximum is %.17g", what, i, g, mx);
+    } else if (fabsl((long double)g - sum) > (long double)W * u * abs) {
+      fail_msg("%s: element %zu is %.17g; the sum is %.17Lg (bound %.3Lg)", what, i, g,
+               sum, (long double)W * u * abs);
+    }
+  }
+  free(all);
+}
+
+static void wait_ok(zt__comm_t *c, zt__comm_req_t *req) {
+  int rc = c->ops->wait(c, req);
+  if (rc != 0) fail_msg("wait returned %d (%s): %s", rc, zt_err_name(rc), err.msg);
+  assert_int_equal(req->done, 1);
+}
+
+/* ---- layouts of the v-variants ---------------------------------------------------- */
+
+#define MAXW 16
+
+/* Pieces placed in a random order of ranks with random gaps between them. */
+static size_t place(const size_t *counts, size_t *displs, int W, t_rng_t *r) {
+  int perm[MAXW];
+  for (int i = 0; i < W; i++) perm[i] = i;
+  for (int i = W - 1; i > 0; i--) {
+    int j = (int)(t_rng_next(r) % (uint64_t)(i + 1)), t = perm[i];
+    perm[i] = perm[j];
+    perm[j] = t;
+  }
+  size_t pos = t_rng_next(r) % 5;
+  for (int i = 0; i < W; i++) {
+    displs[perm[i]] = pos;
+    pos += counts[perm[i]] + t_rng_next(r) % 5;
+  }
+  return pos + t_rng_next(r) % 3;
+}
+
+/* Counts of rank r's piece in round `mode`: random, some ranks with none. */
+static size_t vcount(t_rng_t *r, int mode, int rank, int W) {
+  switch (mode % 5) {
+  case 0: return t_rng_next(r) % 3 == 0 ? 0 : 1 + t_rng_next(r) % 2003;
+  case 1: return rank == 0 ? 0 : 1 + t_rng_next(r) % 1009;
+  case 2: return rank == W - 1 ? 0 : 1 + t_rng_next(r) % 1009;
+  case 3: return rank == mode % W ? 20011 : 0;
+  default: return 0;
+  }
+}
+
+/* ---- the collectives -------------------------------------------------------------- */
+
+static void check_all_reduce(zt__comm_t *c) {
+  static const size_t sizes[] = {0, 1, 7, 4099, 65537};
+  const zt__red_dtype_t dts[] = {ZT_RED_F32, ZT_RED_F64};
+  const zt__red_op_t ops[] = {ZT_OP_SUM, ZT_OP_MAX};
+  int W = c->ops->world(c), me = c->ops->rank(c), round = 0;
+  for (int d = 0; d < 2; d++)
+    for (int o = 0; o < 2; o++)
+      for (size_t s = 0; s < sizeof sizes / sizeof sizes[0]; s++, round++) {
+        size_t n = sizes[s], es = zt__red_size(dts[d]);
+        void *buf = xmalloc(n * es);
+        gen(buf, dts[d], n, 1, round, me);
+        zt__comm_req_t req;
+        memset(&req, 0xff, sizeof req); /* issuing sets every field */
+        C_OK(c->ops->all_reduce(c, buf, n, dts[d], ops[o], &req));
+        wait_ok(c, &req);
+        char what[96];
+        snprintf(what, sizeof what, "all_reduce %s %s n=%zu", dt_name(dts[d]),
+                 ops[o] == ZT_OP_SUM ? "SUM" : "MAX", n);
+        check_reduced(what, buf, dts[d], ops[o], n, 0, n, W, 1, round);
+        free(buf);
+      }
+}
+
+static void check_reduce_scatter(zt__comm_t *c) {
+  static const size_t counts[] = {0, 1, 13, 4099};
+  int W = c->ops->world(c), me = c->ops->rank(c), round = 0;
+  for (int d = 0; d < 2; d++)
+    for (int o = 0; o < 2; o++)
+      for (size_t k = 0; k < sizeof counts / sizeof counts[0]; k++)
+        for (int in_place = 0; in_place < 2; in_place++, round++) {
+          zt__red_dtype_t dt = d ? ZT_RED_F64 : ZT_RED_F32;
+          zt__red_op_t op = o ? ZT_OP_MAX : ZT_OP_SUM;
+          size_t n = counts[k], es = zt__red_size(dt), total = (size_t)W * n;
+          char *send = xmalloc(total * es), *recv = in_place ? send : xmalloc(n * es);
+          gen(send, dt, total, 2, round, me);
+          zt__comm_req_t req = {0};
+          C_OK(c->ops->reduce_scatter(c, send, recv, n, dt, op, &req));
+          wait_ok(c, &req);
+          char what[96];
+          snprintf(what, sizeof what, "reduce_scatter %s %s count=%zu%s", dt_name(dt),
+                   o ? "MAX" : "SUM", n, in_place ? " in place" : "");
+          check_reduced(what, recv, dt, op, n, (size_t)me * n, total, W, 2, round);
+          if (!in_place) free(recv);
+          free(send);
+        }
+}
+
+static void check_all_gather(zt__comm_t *c) {
+  static const size_t counts[] = {0, 1, 31, 10007};
+  int W = c->ops->world(c), me = c->ops->rank(c), round = 0;
+  for (int d = 0; d < 5; d++)
+    for (size_t k = 0; k < sizeof counts / sizeof counts[0]; k++)
+      for (int in_place = 0; in_place < 2; in_place++, round++) {
+        zt__red_dtype_t dt = ALL_DT[d];
+        size_t n = counts[k], es = zt__red_size(dt), bytes = (size_t)W * n * es;
+        /* One guard element each side of recv: nothing may be written there. */
+        char *recv = xmalloc(bytes + 2 * es), *want = xmalloc(bytes + 2 * es);
+        fill_guard(recv, bytes + 2 * es);
+        memcpy(want, recv, bytes + 2 * es);
+        for (int r = 0; r < W; r++)
+          gen(want + es + (size_t)r * n * es, dt, n, 3, round, r);
+        char *send = in_place ? recv + es + (size_t)me * n * es : xmalloc(n * es);
+        gen(send, dt, n, 3, round, me);
+        zt__comm_req_t req = {0};
+        C_OK(c->ops->all_gather(c, send, recv + es, n, dt, &req));
+        wait_ok(c, &req);
+        char what[96];
+        snprintf(what, sizeof what, "all_gather %s count=%zu%s", dt_name(dt), n,
+                 in_place ? " in place" : "");
+        t_expect_same(what, recv, want, 1, bytes + 2 * es);
+        if (!in_place) free(send);
+        free(recv);
+        free(want);
+      }
+}
+
+static void check_all_gatherv(zt__comm_t *c) {
+  int W = c->ops->world(c), me = c->ops->rank(c), round = 0;
+  assert_true(W <= MAXW);
+  for (int mode = 0; mode < 10; mode++)
+    for (int in_place = 0; in_place < 2; in_place++, round++) {
+      zt__red_dtype_t dt = ALL_DT[round % 5];
+      size_t es = zt__red_size(dt), counts[MAXW], displs[MAXW];
+      t_rng_t lr;
+      rng_for(&lr, 4, round, -1);
+      for (int r = 0; r < W; r++) counts[r] = vcount(&lr, mode, r, W);
+      size_t total = place(counts, displs, W, &lr);
+      char *recv = xmalloc(total * es), *want = xmalloc(total * es);
+      fill_guard(recv, total * es);
+      memcpy(want, recv, total * es);
+      for (int r = 0; r < W; r++) gen(want + displs[r] * es, dt, counts[r], 4, round, r);
+      char *send = in_place ? recv + displs[me] * es : xmalloc(counts[me] * es);
+      gen(send, dt, counts[me], 4, round, me);
+      zt__comm_req_t req = {0};
+      C_OK(c->ops->all_gatherv(c, send, counts[me], recv, counts, displs, dt, &req));
+      wait_ok(c, &req);
+      char what[128];
+      snprintf(what, sizeof what, "all_gatherv %s mode %d (counts %zu %zu ..)%s",
+               dt_name(dt), mode, counts[0], counts[W > 1 ? 1 : 0],
+               in_place ? " in place" : "");
+      t_expect_same(what, recv, want, 1, total * es);
+      if (!in_place) free(send);
+      free(recv);
+      free(want);
+    }
+}
+
+/* The count matrix C[s][r] (sender s, receiver r) and every rank's layout. */
+typedef struct a2a {
+  size_t C[MAXW][MAXW];
+  size_t sd[MAXW][MAXW], rd[MAXW][MAXW]; /* [rank][peer] displacements */
+  size_t stotal[MAXW], rtotal[MAXW];
+} a2a_t;
+
+static void a2a_layout(a2a_t *L, int W, int mode, int round) {
+  t_rng_t lr;
+  rng_for(&lr, 5, round, -1);
+  for (int s = 0; s < W; s++)
+    for (int r = 0; r < W; r++) {
+      size_t n = t_rng_next(&lr) % 10 < 3 ? 0 : 1 + t_rng_next(&lr) % 1499;
+      if (mode == 1 && s == round % W) n = 0; /* a rank that sends nothing */
+      if (mode == 2 && r == round % W) n = 0; /* a rank that receives nothing */
+      if (mode == 3) n = 0;
+      if (mode == 4 && s == r) n = 8191; /* mostly a local copy */
+      L->C[s][r] = n;
+    }
+  for (int x = 0; x < W; x++) {
+    size_t col[MAXW];
+    L->stotal[x] = place(L->C[x], L->sd[x], W, &lr);
+    for (int s = 0; s < W; s++) col[s] = L->C[s][x];
+    L->rtotal[x] = place(col, L->rd[x], W, &lr);
+  }
+}
+
+static void check_alltoallv(zt__comm_t *c) {
+  int W = c->ops->world(c), me = c->ops->rank(c), round = 0;
+  assert_true(W <= MAXW);
+  a2a_t *L = xmalloc(sizeof *L);
+  for (int mode = 0; mode < 5; mode++)
+    for (int d = 0; d < 5; d++, round++) {
+      zt__red_dtype_t dt = ALL_DT[d];
+      size_t es = zt__red_size(dt);
+      a2a_layout(L, W, mode, round);
+      size_t scount[MAXW], rcount[MAXW];
+      char *send = xmalloc(L->stotal[me] * es);
+      char *recv = xmalloc(L->rtotal[me] * es), *want = xmalloc(L->rtotal[me] * es);
+      fill_guard(send, L->stotal[me] * es);
+      fill_guard(recv, L->rtotal[me] * es);
+      memcpy(want, recv, L->rtotal[me] * es);
+      for (int p = 0; p < W; p++) {
+        scount[p] = L->C[me][p];
+        rcount[p] = L->C[p][me];
+        gen(send + L->sd[me][p] * es, dt, scount[p], 5, round, me * MAXW + p);
+        gen(want + L->rd[me][p] * es, dt, rcount[p], 5, round, p * MAXW + me);
+      }
+      uint64_t send_hash = t_hash(send, L->stotal[me] * es);
+      zt__comm_req_t req = {0};
+      C_OK(c->ops->alltoallv(c, send, scount, L->sd[me], recv, rcount, L->rd[me], dt,
+                             &req));
+      wait_ok(c, &req);
+      char what[96];
+      snprintf(what, sizeof what, "alltoallv %s mode %d", dt_name(dt), mode);
+      t_expect_same(what, recv, want, 1, L->rtotal[me] * es);
+      assert_true(t_hash(send, L->stotal[me] * es) == send_hash);
+      free(send);
+      free(recv);
+      free(want);
+    }
+  free(L);
+}
+
+static void check_broadcast(zt__comm_t *c) {
+  static const size_t sizes[] = {0, 1, 4099};
+  int W = c->ops->world(c), me = c->ops->rank(c), round = 0;
+  for (int root = 0; root < W; root++)
+    for (size_t s = 0; s < 3; s++, round++) {
+      zt__red_dtype_t dt = ALL_DT[round % 5];
+      size_t n = sizes[s], es = zt__red_size(dt);
+      char *buf = xmalloc(n * es), *want = xmalloc(n * es);
+      gen(want, dt, n, 6, round, root);
+      if (me == root)
+        memcpy(buf, want, n * es);
+      else
+        gen(buf, dt, n, 6, round, me); /* overwritten */
+      zt__comm_req_t req = {0};
+      C_OK(c->ops->broadcast(c, buf, n, dt, root, &req));
+      wait_ok(c, &req);
+      char what[64];
+      snprintf(what, sizeof what, "broadcast %s n=%zu from %d", dt_name(dt), n, root);
+      t_expect_same(what, buf, want, es, n);
+      free(buf);
+      free(want);
+    }
+  C_OK(c->ops->barrier(c));
+}
+
+/* Three collectives in flight at once, completed in reverse order by
+ * polling test(); results checked after. */
+static void check_test_progress(zt__comm_t *c) {
+  int W = c->ops->world(c), me = c->ops->rank(c);
+  const size_t n = 262147, g = 10007;
+  float *big = xmalloc(n * sizeof *big);
+  gen(big, ZT_RED_F32, n, 7, 0, me);
+  double *gsend = xmalloc(g * sizeof *gsend),
+         *grecv = xmalloc((size_t)W * g * sizeof *grecv);
+  gen(gsend, ZT_RED_F64, g, 7, 1, me);
+  a2a_t *L = xmalloc(sizeof *L);
+  a2a_layout(L, W, 0, 99);
+  size_t scount[MAXW], rcount[MAXW];
+  for (int p = 0; p < W; p++) scount[p] = L->C[me][p], rcount[p] = L->C[p][me];
+  uint16_t *asend = xmalloc(L->stotal[me] * 2 + 2),
+           *arecv = xmalloc(L->rtotal[me] * 2 + 2);
+  uint16_t *awant = xmalloc(L->rtotal[me] * 2 + 2);
+  fill_guard(arecv, L->rtotal[me] * 2);
+  memcpy(awant, arecv, L->rtotal[me] * 2);
+  for (int p = 0; p < W; p++) {
+    gen(asend + L->sd[me][p], ZT_RED_BF16, scount[p], 7, 2, me * MAXW + p);
+    gen(awant + L->rd[me][p], ZT_RED_BF16, rcount[p], 7, 2, p * MAXW + me);
+  }
+
+  zt__comm_req_t a = {0}, b = {0}, d = {0};
+  C_OK(c->ops->all_reduce(c, big, n, ZT_RED_F32, ZT_OP_SUM, &a));
+  C_OK(c->ops->all_gather(c, gsend, grecv, g, ZT_RED_F64, &b));
+  C_OK(c->ops->alltoallv(c, asend, scount, L->sd[me], arecv, rcount, L->rd[me],
+                         ZT_RED_BF16, &d));
+  zt__comm_req_t *order[] = {&d, &b, &a};
+  long polls = 0;
+  struct timespec t0, t1;
+  clock_gettime(CLOCK_MONOTONIC, &t0);
+  for (int k = 0; k < 3; k++) {
+    for (;;) {
+      int rc = c->ops->test(c, order[k]);
+      if (rc < 0) fail_msg("test returned %d (%s): %s", rc, zt_err_name(rc), err.msg);
+      if (rc == 1) break;
+      assert_int_equal(rc, 0);
+      assert_int_equal(order[k]->done, 0);
+      polls++;
+      clock_gettime(CLOCK_MONOTONIC, &t1);
+      if (t1.tv_sec - t0.tv_sec > 60) fail_msg("test() did not complete in 60 s");
+    }
+    assert_int_equal(order[k]->done, 1);
+    assert_int_equal(order[k]->status, 0);
+  }
+  print_message("# test(): %ld polls before three collectives completed\n", polls);
+  /* Done stays done: test() says so again, wait() returns at once. */
+  assert_int_equal(c->ops->test(c, &a), 1);
+  assert_int_equal(c->ops->wait(c, &a), 0);
+  /* A zeroed request was never issued: nothing is in flight. */
+  zt__comm_req_t z = {0};
+  assert_int_equal(c->ops->test(c, &z), 1);
+  zt__comm_req_t z2 = {0};
+  assert_int_equal(c->ops->wait(c, &z2), 0);
+
+  check_reduced("all_reduce under test()", big, ZT_RED_F32, ZT_OP_SUM, n, 0, n, W, 7, 0);
+  double *gwant = xmalloc((size_t)W * g * sizeof *gwant);
+  for (int r = 0; r < W; r++) gen(gwant + (size_t)r * g, ZT_RED_F64, g, 7, 1, r);
+  t_expect_same("all_gather under test()", grecv, gwant, 8, (size_t)W * g);
+  t_expect_same("alltoallv under test()", arecv, awant, 2, L->rtotal[me]);
+  free(big), free(gsend), free(grecv), free(gwant);
+  free(asend), free(arecv), free(awant), free(L);
+}
+
+/* Byte counts against comm_mpi.c's convention, one collective at a time; then
+ * over all ranks, sent == received. */
+static void check_bytes(zt__comm_t *c) {
+  int W = c->ops->world(c), me = c->ops->rank(c);
+  size_t Wz = (size_t)W;
+  size_t s0 = c->bytes_sent, r0 = c->bytes_received;
+  zt__comm_req_t q = {0};
+#define DELTA(want_s, want_r, what)                                                      \
+  do {                                                                                   \
+    size_t ws_ = (want_s), wr_ = (want_r);                                               \
+    if (c->bytes_sent - s0 != ws_ || c->bytes_received - r0 != wr_)                      \
+      fail_msg("%s: sent %zu, received %zu; expected %zu and %zu", what,                 \
+               c->bytes_sent - s0, c->bytes_received - r0, ws_, wr_);                    \
+    s0 = c->bytes_sent, r0 = c->bytes_received;                                          \
+  } while (0)
+
+  /* all_reduce: the ring's 2 (W - 1) / W of the buffer, each way. */
+  size_t n = 4099;
+  double *d = xmalloc(Wz * n * 8), *e = xmalloc(Wz * n * 8);
+  gen(d, ZT_RED_F64, Wz * n, 8, 0, me);
+  C_OK(c->ops->all_reduce(c, d, n, ZT_RED_F64, ZT_OP_SUM, &q));
+  wait_ok(c, &q);
+  DELTA(2 * (Wz - 1) * n * 8 / Wz, 2 * (Wz - 1) * n * 8 / Wz, "all_reduce");
+  /* reduce_scatter and all_gather: (W - 1) pieces of count, each way. */
+  C_OK(c->ops->reduce_scatter(c, d, e, n, ZT_RED_F64, ZT_OP_MAX, &q));
+  wait_ok(c, &q);
+  DELTA((Wz - 1) * n * 8, (Wz - 1) * n * 8, "reduce_scatter");
+  C_OK(c->ops->all_gather(c, e, d, n, ZT_RED_F64, &q));
+  wait_ok(c, &q);
+  DELTA((Wz - 1) * n * 8, (Wz - 1) * n * 8, "all_gather");
+  /* all_gatherv: this rank's piece to each other rank; the others' pieces. */
+  size_t counts[MAXW], displs[MAXW], others = 0;
+  for (int r = 0; r < W; r++) {
+    counts[r] = (size_t)(r * 7 + 4) % 11; /* rank 1 has none */
+    displs[r] = (size_t)r * 11;
+    if (r != me) others += counts[r];
+  }
+  C_OK(c->ops->all_gatherv(c, e, counts[me], d, counts, displs, ZT_RED_F32, &q));
+  wait_ok(c, &q);
+  DELTA((Wz - 1) * counts[me] * 4, others * 4, "all_gatherv");
+  /* alltoallv: to and from the other ranks only. */
+  a2a_t *L = xmalloc(sizeof *L);
+  a2a_layout(L, W, 4, 7);
+  size_t sc[MAXW], rc[MAXW], ws = 0, wr = 0;
+  for (int p = 0; p < W; p++) {
+    sc[p] = L->C[me][p], rc[p] = L->C[p][me];
+    if (p != me) ws += sc[p], wr += rc[p];
+  }
+  char *as = xmalloc(L->stotal[me]), *ar = xmalloc(L->rtotal[me]);
+  memset(as, 1, L->stotal[me]);
+  C_OK(c->ops->alltoallv(c, as, sc, L->sd[me], ar, rc, L->rd[me], ZT_RED_U8, &q));
+  wait_ok(c, &q);
+  DELTA(ws, wr, "alltoallv");
+  /* broadcast: the root to each other rank; every other rank once. */
+  int root = W - 1;
+  C_OK(c->ops->broadcast(c, d, n, ZT_RED_F64, root, &q));
+  wait_ok(c, &q);
+  DELTA(me == root ? (Wz - 1) * n * 8 : 0, me == root ? 0 : n * 8, "broadcast");
+  C_OK(c->ops->barrier(c));
+  DELTA(0, 0, "barrier");
+
+  /* Over all ranks (this all_reduce's own share is symmetric). */
+  double tot[2] = {(double)c->bytes_sent, (double)c->bytes_received};
+  C_OK(c->ops->all_reduce(c, tot, 2, ZT_RED_F64, ZT_OP_SUM, &q));
+  wait_ok(c, &q);
+  if (tot[0] != tot[1])
+    fail_msg("over all ranks: sent %.0f, received %.0f", tot[0], tot[1]);
+  if (W == 1)
+    assert_true(tot[0] == 0);
+  else
+    assert_true(tot[0] > 0);
+  free(d), free(e), free(L), free(as), free(ar);
+#undef DELTA
+}
+
+/* Every refusal is the same on every rank, so no rank waits on a collective
+ * another refused. */
+static void check_errors(zt__comm_t *c) {
+  int W = c->ops->world(c), me = c->ops->rank(c);
+  int is_mpi = c->ops == &zt__comm_mpi_ops;
+  float f[64];
+  gen(f, ZT_RED_F32, 64, 9, 0, me);
+  zt__comm_req_t q = {0};
+  size_t big = ZT_COMM_MAX_COUNT + 1;
+
+  C_ERR(c->ops->all_reduce(c, f, big, ZT_RED_F32, ZT_OP_SUM, &q), -EOVERFLOW, "count");
+  /* A refused call completes its request with the error. */
+  assert_int_equal(q.done, 1);
+  assert_int_equal(c->ops->wait(c, &q), -EOVERFLOW);
+  assert_int_equal(c->ops->test(c, &q), -EOVERFLOW);
+  C_ERR(c->ops->broadcast(c, f, big, ZT_RED_U8, 0, &q), -EOVERFLOW, "ZT_COMM_MAX_COUNT");
+  C_ERR(c->ops->reduce_scatter(c, f, f + 32, big, ZT_RED_F32, ZT_OP_SUM, &q), -EOVERFLOW,
+        "count");
+  C_ERR(c->ops->all_gather(c, f, f + 32, big, ZT_RED_F32, &q), -EOVERFLOW, "count");
+  if (W > 1) {
+    /* Each count fits, the whole does not. */
+    size_t n = ZT_COMM_MAX_COUNT / (size_t)W + 1;
+    C_ERR(c->ops->reduce_scatter(c, f, f + 32, n, ZT_RED_F32, ZT_OP_SUM, &q), -EOVERFLOW,
+          "count x world");
+    C_ERR(c->ops->all_gather(c, f, f + 32, n, ZT_RED_U8, &q), -EOVERFLOW,
+          "count x world");
+  }
+  size_t counts[MAXW] = {0}, displs[MAXW] = {0};
+  counts[W - 1] = big;
+  char name[32];
+  snprintf(name, sizeof name, "counts[%d]", W - 1);
+  C_ERR(c->ops->all_gatherv(c, f, counts[me], f + 32, counts, displs, ZT_RED_F32, &q),
+        -EOVERFLOW, name);
+  counts[W - 1] = 0;
+  displs[0] = big;
+  C_ERR(c->ops->alltoallv(c, f, counts, displs, f + 32, counts, counts, ZT_RED_U8, &q),
+        -EOVERFLOW, "send_displs[0]");
+  displs[0] = 0;
+
+  C_ERR(c->ops->all_reduce(c, f, 8, ZT_RED_BF16, ZT_OP_SUM, &q), -ENOTSUP, "ZT_RED_BF16");
+  C_ERR(c->ops->all_reduce(c, f, 8, ZT_RED_F16, ZT_OP_MAX, &q), -ENOTSUP, "ZT_RED_F16");
+  C_ERR(c->ops->reduce_scatter(c, f, f + 32, 4, ZT_RED_U8, ZT_OP_MAX, &q), -ENOTSUP,
+        "ZT_RED_U8");
+  C_ERR(c->ops->all_reduce(c, f, 8, (zt__red_dtype_t)9, ZT_OP_SUM, &q), -EINVAL,
+        "dt is 9");
+  C_ERR(c->ops->all_reduce(c, f, 8, ZT_RED_F32, (zt__red_op_t)5, &q), -EINVAL, "op is 5");
+  C_ERR(c->ops->broadcast(c, f, 8, ZT_RED_F32, W, &q), -EINVAL, "root");
+  C_ERR(c->ops->broadcast(c, f, 8, ZT_RED_F32, -1, &q), -EINVAL, "root");
+  C_ERR(c->ops->all_reduce(c, f, 8, ZT_RED_F32, ZT_OP_SUM, NULL), -EINVAL, "req");
+  C_ERR(c->ops->wait(c, NULL), -EINVAL, "req");
+  for (int r = 0; r < W; r++) counts[r] = 1, displs[r] = (size_t)r;
+  C_ERR(c->ops->all_gatherv(c, f, 2, f + 32, counts, displs, ZT_RED_F32, &q), -EINVAL,
+        "count is 2");
+  C_ERR(c->ops->all_gatherv(c, f, 1, f + 32, NULL, displs, ZT_RED_F32, &q), -EINVAL,
+        "counts");
+  /* send overlapping recv, other than the in-place form. */
+  C_ERR(c->ops->all_gather(c, f + 1 + (size_t)me * 2, f, 2, ZT_RED_F32, &q), -EINVAL,
+        "overlap");
+  C_ERR(c->ops->reduce_scatter(c, f, f + 1, 2, ZT_RED_F32, ZT_OP_SUM, &q), -EINVAL,
+        "overlap");
+  size_t ones[MAXW], at[MAXW], two[MAXW];
+  for (int r = 0; r < W; r++) ones[r] = 1, at[r] = (size_t)r, two[r] = 1;
+  two[me] = 2;
+  C_ERR(c->ops->alltoallv(c, f, ones, at, f, ones, at, ZT_RED_F32, &q), -EINVAL,
+        "overlap");
+  C_ERR(c->ops->alltoallv(c, f, ones, at, f + 32, two, at, ZT_RED_F32, &q), -EINVAL,
+        "recv_counts");
+
+  if (is_mpi) {
+    /* A request in flight is refused, untouched, and still completes. */
+    float g[8];
+    gen(g, ZT_RED_F32, 8, 9, 1, me);
+    zt__comm_req_t a = {0};
+    C_OK(c->ops->all_reduce(c, g, 8, ZT_RED_F32, ZT_OP_MAX, &a));
+    zt__comm_req_t before = a;
+    C_ERR(c->ops->all_gather(c, f, f + 16, 1, ZT_RED_F32, &a), -EBUSY, "in flight");
+    assert_memory_equal(&a, &before, sizeof a);
+    wait_ok(c, &a);
+    check_reduced("all_reduce after a refused reuse", g, ZT_RED_F32, ZT_OP_MAX, 8, 0, 8,
+                  W, 9, 1);
+    /* A request this comm never issued. */
+    zt__comm_req_t junk = {0, 0, 0x1234};
+    C_ERR(c->ops->wait(c, &junk), -EINVAL, "not issued");
+    C_ERR(c->ops->test(c, &junk), -EINVAL, "not issued");
+  }
+  /* Still usable. */
+  C_OK(c->ops->all_reduce(c, f, 64, ZT_RED_F32, ZT_OP_SUM, &q));
+  wait_ok(c, &q);
+  check_reduced("all_reduce after the errors", f, ZT_RED_F32, ZT_OP_SUM, 64, 0, 64, W, 9,
+                0);
+  C_OK(c->ops->barrier(c));
+}
+
+/* ---- scenarios (each rank of an mpirun, or the plain suite on single) ------------- */
+
+#define SCENARIO(name)                                                                   \
+  static void name(void **state) {                                                       \
+    zt__comm_t *c = open_comm();                                                         \
+    check_##name(c);                                                                     \
+    zt__comm_destroy(c);                                                                 \
+  }
+SCENARIO(all_reduce)
+SCENARIO(reduce_scatter)
+SCENARIO(all_gather)
+SCENARIO(all_gatherv)
+SCENARIO(alltoallv)
+SCENARIO(broadcast)
+SCENARIO(test_progress)
+SCENARIO(bytes)
+SCENARIO(errors)
+
+static int env_int(const char *name) {
+  const char *v = getenv(name);
+  return v ? atoi(v) : -1;
+}
+
+/* First in every launch: nobody has initialised MPI, ztier does; destroying
+ * a comm leaves MPI up for the next one (finalised at exit, or mpirun
+ * reports a rank that exited without MPI_Finalize). */
+static void mpi_lifecycle(void **state) {
+  int W = env_int("OMPI_COMM_WORLD_SIZE"), me = env_int("OMPI_COMM_WORLD_RANK");
+  assert_int_equal(zt__comm_mpi_active(), 0);
+  for (int i = 0; i < 3; i++) {
+    zt__comm_t *c = open_comm();
+    assert_ptr_equal(c->ops, &zt__comm_mpi_ops);
+    assert_string_equal(c->ops->name, "mpi");
+    if (W > 0) assert_int_equal(c->ops->world(c), W);
+    if (me >= 0) assert_int_equal(c->ops->rank(c), me);
+    assert_int_equal(c->bytes_sent, 0);
+    assert_int_equal(zt__comm_mpi_active(), 1);
+    zt__comm_destroy(c);
+    assert_int_equal(zt__comm_mpi_active(), 1);
+  }
+}
+
+/* Under mpirun "auto" is mpi: from the launch's variables, and from MPI being
+ * initialised when they are gone. The engine's default takes it too. */
+static void mpi_auto(void **state) {
+  static const char *vars[] = {"OMPI_COMM_WORLD_SIZE", "PMIX_RANK", "PMI_SIZE"};
+  assert_int_equal(zt__comm_launched_by_mpi(), 1);
+  static zt_config_t cfg;
+  cfg = t_config();
+  assert_int_equal(cfg.comm, ZT_COMM_AUTO);
+  zt__comm_t *c = NULL;
+  C_OK(zt__comm_create(&cfg, &err, &c));
+  assert_ptr_equal(c->ops, &zt__comm_mpi_ops);
+  zt__comm_destroy(c);
+
+  char saved[3][64];
+  for (int i = 0; i < 3; i++) {
+    const char *v = getenv(vars[i]);
+    snprintf(saved[i], sizeof saved[i], "%s", v ? v : "");
+    unsetenv(vars[i]);
+  }
+  assert_int_equal(zt__comm_launched_by_mpi(), 0);
+  C_OK(zt__comm_create(&cfg, &err, &c));
+  assert_ptr_equal(c->ops, &zt__comm_mpi_ops);
+  zt__comm_destroy(c);
+  for (int i = 0; i < 3; i++)
+    if (saved[i][0]) setenv(vars[i], saved[i], 1);
+
+  /* Stage 1: replicated optimizer states (stage 0) need world size 1. The
+   * comm is the same on either backend, so host (every machine has it). */
+  cfg.stage = 1;
+  cfg.backend = ZT_BACKEND_HOST;
+  zt_engine_t *eng = t_engine(&cfg);
+  assert_ptr_equal(eng->comm->ops, &zt__comm_mpi_ops);
+  assert_int_equal(eng->comm->ops->world(eng->comm), env_int("OMPI_COMM_WORLD_SIZE"));
+  zt_engine_destroy(eng);
+}
+
+/* Its own launch: the caller owns MPI. ztier uses it, keeps its traffic apart
+ * from the caller's (a receive posted on MPI_COMM_WORLD for any source and
+ * tag stays pending through ztier's collectives), and never finalises it;
+ * after the caller's MPI_Finalize, comm "mpi" is refused. */
+static void user_mpi(void **state) {
+  int provided = 0;
+  assert_int_equal(zt__comm_mpi_active(), 0);
+  assert_int_equal(MPI_Init_thread(NULL, NULL, MPI_THREAD_SERIALIZED, &provided),
+                   MPI_SUCCESS);
+  int W = 0, me = 0;
+  MPI_Comm_size(MPI_COMM_WORLD, &W);
+  MPI_Comm_rank(MPI_COMM_WORLD, &me);
+  int got = -1;
+  MPI_Request ur;
+  MPI_Irecv(&got, 1, MPI_INT, MPI_ANY_SOURCE, MPI_ANY_TAG, MPI_COMM_WORLD, &ur);
+
+  zt__comm_t *c = open_comm();
+  assert_int_equal(c->ops->world(c), W);
+  assert_int_equal(c->ops->rank(c), me);
+  check_all_reduce(c);
+  check_alltoallv(c);
+  int flag = 1;
+  MPI_Test(&ur, &flag, MPI_STATUS_IGNORE);
+  assert_int_equal(flag, 0);
+  zt__comm_destroy(c);
+
+  int fin = 1;
+  MPI_Finalized(&fin);
+  assert_int_equal(fin, 0);
+  /* Only once every rank has looked at its pending receive. */
+  MPI_Barrier(MPI_COMM_WORLD);
+  int token = 1000 + me;
+  MPI_Send(&token, 1, MPI_INT, (me + 1) % W, 7, MPI_COMM_WORLD);
+  MPI_Status st;
+  MPI_Wait(&ur, &st);
+  assert_int_equal(got, 1000 + (me + W - 1) % W);
+  assert_int_equal(st.MPI_TAG, 7);
+  /* A second comm after the first is gone, then the caller finalises. */
+  c = open_comm();
+  check_broadcast(c);
+  zt__comm_destroy(c);
+  assert_int_equal(MPI_Finalize(), MPI_SUCCESS);
+
+  assert_int_equal(zt__comm_mpi_active(), 0);
+  comm_cfg = t_config();
+  comm_cfg.comm = ZT_COMM_MPI;
+  C_ERR(zt__comm_create(&comm_cfg, &err, &c), -EBUSY, "finalised");
+  assert_null(c);
+}
+
+/* Last in a launch: ranks that disagree (rank 0 sends rank 1 more than rank 1
+ * expects) get an error with MPI's sentence where MPI finds it, not an
+ * abort of the job. */
+static void mpi_mismatch(void **state) {
+  zt__comm_t *c = open_comm();
+  int W = c->ops->world(c), me = c->ops->rank(c);
+  if (W >= 2) {
+    size_t sc[MAXW] = {0}, sd[MAXW] = {0}, rc[MAXW] = {0}, rd[MAXW] = {0};
+    unsigned char sbuf[64], rbuf[64];
+    memset(sbuf, me, sizeof sbuf);
+    if (me == 0) sc[1] = 16;
+    if (me == 1) rc[0] = 8;
+    zt__comm_req_t q = {0};
+    C_OK(c->ops->alltoallv(c, sbuf, sc, sd, rbuf, rc, rd, ZT_RED_U8, &q));
+    int rcode = c->ops->wait(c, &q);
+    print_message("# rank %d: wait -> %d (%s): %s\n", me, rcode, zt_err_name(rcode),
+                  rcode ? err.msg : "");
+    assert_int_equal(q.done, 1);
+    if (me == 1) {
+      assert_int_equal(rcode, -EIO);
+      assert_non_null(strstr(err.msg, "alltoallv: MPI_Wait failed on rank 1"));
+    }
+  }
+  zt__comm_destroy(c);
+}
+
+static const struct CMUnitTest scenarios[] = {
+    cmocka_unit_test(mpi_lifecycle), cmocka_unit_test(mpi_auto),
+    cmocka_unit_test(all_reduce),    cmocka_unit_test(reduce_scatter),
+    cmocka_unit_test(all_gather),    cmocka_unit_test(all_gatherv),
+    cmocka_unit_test(alltoallv),     cmocka_unit_test(broadcast),
+    cmocka_unit_test(test_progress), cmocka_unit_test(bytes),
+    cmocka_unit_test(errors),        cmocka_unit_test(user_mpi),
+    cmocka_unit_test(mpi_mismatch),
+};
+
+/* Every scenario but user_mpi, which needs a process of its own. */
+#define WORLD_SPEC                                                                       \
+  "mpi_lifecycle,mpi_auto,all_reduce,reduce_scatter,all_gather,all_gatherv,"             \
+  "alltoallv,broadcast,test_progress,bytes,errors,mpi_mismatch"
+
+static void mpi_world_1(void **state) { T_MPIRUN(1, WORLD_SPEC); }
+static void mpi_world_2(void **state) { T_MPIRUN(2, WORLD_SPEC); }
+static void mpi_world_3(void **state) { T_MPIRUN(3, WORLD_SPEC); }
+static void mpi_world_4(void **state) { T_MPIRUN(4, WORLD_SPEC); }
+static void mpi_user_initialised(void **state) { T_MPIRUN(3, "user_mpi"); }
+
+/* ---- the plain suite: no mpirun --------------------------------------------------- */
+
+/* "auto" reads the launcher's variables; without them (and without MPI
+ * initialised) it is single, and so is the engine's default. */
+static void auto_choice(void **state) {
+  static const char *vars[] = {"OMPI_COMM_WORLD_SIZE", "PMIX_RANK", "PMI_SIZE"};
+  for (int i = 0; i < 3; i++) unsetenv(vars[i]);
+  assert_int_equal(zt__comm_launched_by_mpi(), 0);
+  assert_int_equal(zt__comm_mpi_active(), 0);
+  for (int i = 0; i < 3; i++) {
+    setenv(vars[i], "", 1);
+    assert_int_equal(zt__comm_launched_by_mpi(), 0); /* empty is unset */
+    setenv(vars[i], "2", 1);
+    assert_int_equal(zt__comm_launched_by_mpi(), 1);
+    unsetenv(vars[i]);
+  }
+  static zt_config_t cfg;
+  cfg = t_config();
+  assert_int_equal(cfg.comm, ZT_COMM_AUTO);
+  zt__comm_t *c = (zt__comm_t *)&cfg; /* must be reset */
+  C_OK(zt__comm_create(&cfg, &err, &c));
+  assert_ptr_equal(c->ops, &zt__comm_single_ops);
+  assert_int_equal(c->ops->world(c), 1);
+  assert_int_equal(c->ops->rank(c), 0);
+  zt__comm_destroy(c);
+  zt__comm_destroy(NULL);
+
+  cfg.backend = ZT_BACKEND_HOST; /* comm is the same on either backend */
+  zt_engine_t *eng = t_engine(&cfg);
+  assert_ptr_equal(eng->comm->ops, &zt__comm_single_ops);
+  zt_engine_destroy(eng);
+  /* Nothing above started MPI in this process. */
+  assert_int_equal(zt__comm_mpi_active(), 0);
+}
+
+static void nccl_refused(void **state) {
+  static zt_config_t cfg;
+  cfg = t_config();
+  cfg.comm = ZT_COMM_NCCL;
+  zt__comm_t *c = (zt__comm_t *)&cfg;
+  C_ERR(zt__comm_create(&cfg, &err, &c), ZT_ECONFIG, "\"nccl\"");
+  assert_null(c);
+  cfg.comm = (zt_comm_kind_t)7;
+  C_ERR(zt__comm_create(&cfg, &err, &c), ZT_ECONFIG, "comm is 7");
+  /* From the configuration, and at engine creation. */
+  zt_config_t k = t_config();
+  int rc = zt_config_set(&k, "comm", "nccl");
+  print_message("# zt_config_set(comm, nccl) -> %s: %s\n", zt_err_name(rc),
+                zt_last_error(NULL));
+  assert_int_equal(rc, ZT_ECONFIG);
+  assert_non_null(strstr(zt_last_error(NULL), "comm"));
+  assert_int_equal(k.comm, ZT_COMM_AUTO);
+  k.comm = ZT_COMM_NCCL;
+  zt_engine_t *eng = NULL;
+  rc = zt_engine_create(&k, &eng);
+  print_message("# zt_engine_create(comm nccl) -> %s: %s\n", zt_err_name(rc),
+                zt_last_error(NULL));
+  assert_int_equal(rc, ZT_ECONFIG);
+  assert_null(eng);
+  assert_non_null(strstr(zt_last_error(NULL), "comm"));
+}
+
+static void single_red_size(void **state) {
+  assert_int_equal(zt__red_size(ZT_RED_F32), 4);
+  assert_int_equal(zt__red_size(ZT_RED_F64), 8);
+  assert_int_equal(zt__red_size(ZT_RED_BF16), 2);
+  assert_int_equal(zt__red_size(ZT_RED_F16), 2);
+  assert_int_equal(zt__red_size(ZT_RED_U8), 1);
+  assert_int_equal(zt__red_size((zt__red_dtype_t)5), 0);
+}
+
+/* The same checks as the ranks run, on the single backend. */
+static const struct CMUnitTest tests[] = {
+    cmocka_unit_test(single_red_size),
+    cmocka_unit_test(auto_choice),
+    cmocka_unit_test(nccl_refused),
+    cmocka_unit_test(all_reduce),
+    cmocka_unit_test(reduce_scatter),
+    cmocka_unit_test(all_gather),
+    cmocka_unit_test(all_gatherv),
+    cmocka_unit_test(alltoallv),
+    cmocka_unit_test(broadcast),
+    cmocka_unit_test(test_progress),
+    cmocka_unit_test(bytes),
+    cmocka_unit_test(errors),
+    cmocka_unit_test(mpi_world_1),
+    cmocka_unit_test(mpi_world_2),
+    cmocka_unit_test(mpi_world_3),
+    cmocka_unit_test(mpi_world_4),
+    cmocka_unit_test(mpi_user_initialised),
+};
+
+int main(int argc, char **argv) {
+  T_MPI_WORKER(argc, argv, scenarios);
+  return T_RUN(tests);
+}

@@ -1,0 +1,562 @@
+/*
+ * test_zero.c — ZeRO stages 1 and 2 over 1 to 4 ranks (mpirun on the host
+ * backend), against a single-rank engine fed what data parallelism means.
+ *
+ * Every rank generates every rank's gradients from the run's seed, so each
+ * can compute the reference alone: a stage-0 engine on comm "single" given
+ * the rank-order fp32 sum of the ranks' gradients and grad_scale = 1/W. The
+ * partitioned engine sums in the same order (partition.h), so parameters
+ * after K steps must match that reference bit for bit, on every rank, for
+ * stages 1 and 2, both optimizer tiers and every dtype pairing; and stage 2
+ * with gradients handed over group by group, in backward order, some of
+ * them twice (tied weights), must match stage 1.
+ *
+ * The model has prime unit sizes, frozen gaps (whose gradients are NaN, so
+ * reading one is seen), groups that gather non-adjacent units, and buckets
+ * of 1024 elements, so units straddle buckets and shard boundaries.
+ */
+#include <math.h>
+#include <string.h>
+
+#include "harness.h"
+#include "plan.h" // defines: zt__plan
+
+#define W_MAX 4
+
+static const zt_unit_t model_units[] = {
+    /* name     offset  numel  group decay */
+    {"wte", 0, 4099, 0, 1, ZT_FP32},  {"l0.w", 4106, 3001, 1, 1, ZT_FP32},
+    {"l0.b", 7107, 97, 1, 0, ZT_FP32}, {"l1.w", 7204, 3001, 2, 1, ZT_FP32},
+    {"l1.b", 10205, 97, 2, 0, ZT_FP32}, {"lnf", 10315, 211, 0, 0, ZT_FP32},
+};
+#define N_UNITS (sizeof model_units / sizeof model_units[0])
+#define NUMEL 10531 /* a gap of 5 after the last unit */
+#define N_GROUPS 3
+#define STEPS 3
+
+typedef struct run {
+  int stage;
+  zt_tier_t tier;
+  zt_dtype_t pdt, gdt;
+  int micro;     /* micro-steps per step */
+  int tied;      /* stage 2+: group 0 handed over twice (two halves) */
+  int api;       /* 1: no gradient buffer registered; the loop goes through
+                    zt_fetch/zt_grads/zt_release (stage 3 always does) */
+} run_t;
+
+static int in_unit(size_t i) {
+  for (size_t u = 0; u < N_UNITS; u++)
+    if (i >= model_units[u].offset && i < model_units[u].offset + model_units[u].numel)
+      return (int)u;
+  return -1;
+}
+
+/* Rank r's gradient of element i at step t, micro-step m, as stored in dt. */
+static void rank_grads(float *out, zt_dtype_t dt, int r, int t, int m) {
+  t_rng_t rng;
+  t_rng_init(&rng, t_seed() ^ (0x9e37ull * (uint64_t)(r + 1)) ^ ((uint64_t)t << 20) ^
+                       ((uint64_t)m << 40));
+  for (size_t i = 0; i < NUMEL; i++) {
+    double g = t_rng_normal(&rng) * 0.01;
+    char tmp[4];
+    t_store(tmp, dt, 0, g);
+    out[i] = (float)t_load(tmp, dt, 0);
+  }
+}
+
+static void init_params(void *p, zt_dtype_t dt) {
+  t_rng_t rng;
+  t_rng_init(&rng, t_seed() ^ 0x5a5a5a5aull);
+  t_fill_normal(p, dt, NUMEL, 0.5, &rng);
+}
+
+static zt_unit_t *units_of(zt_dtype_t pdt) {
+  static zt_unit_t u[N_UNITS];
+  for (size_t k = 0; k < N_UNITS; k++) {
+    u[k] = model_units[k];
+    u[k].dtype = pdt;
+  }
+  return u;
+}
+
+static zt_step_args_t step_args(int t) {
+  zt_step_args_t a = ZT_STEP_ARGS_INIT;
+  a.lr = 1e-2f;
+  a.weight_decay = 0.1f;
+  a.t = (uint64_t)t;
+  return a;
+}
+
+/* Adds gradient values into the user's buffer: group g's units only (g < 0:
+ * every unit). `half`: 0 all, 1 the even elements, 2 the odd ones. */
+static void write_grads(void *buf, zt_dtype_t dt, const float *g, int group, int half) {
+  for (size_t i = 0; i < NUMEL; i++) {
+    int u = in_unit(i);
+    if (u < 0) continue;
+    if (group >= 0 && model_units[u].group != group) continue;
+    if (half && (int)(i % 2) != half - 1) continue;
+    t_store(buf, dt, i, t_load(buf, dt, i) + (double)g[i]);
+  }
+}
+
+/* The partitioned run on this process's comm (mpi under mpirun). Returns
+ * the engine (for stats) with the final parameters in `params_out`. */
+/* One micro-step the way a stage-3 loop runs it: the forward fetches and
+ * releases each group in order; the backward fetches each again in reverse,
+ * adds its gradients where zt_grads() says, hands them over and releases.
+ * Group 0 is used twice (tied weights): its gradients come in two halves,
+ * each handed over on its own. The fetched parameters must be the same in
+ * the forward and the backward. */
+static void api_micro_step(zt_engine_t *eng, const run_t *rc, const float *g) {
+  size_t psz = t_dtype_size(rc->pdt), gsz = t_dtype_size(rc->gdt);
+  uint64_t seen[N_GROUPS];
+  for (int grp = 0; grp < N_GROUPS; grp++) {
+    void *ptr[N_UNITS];
+    int n = zt_fetch(eng, grp, ptr, N_UNITS);
+    assert_true(n > 0);
+    seen[grp] = 0;
+    for (int k = 0, u = 0; k < n; u++) {
+      if (model_units[u].group != grp) continue;
+      size_t bytes = model_units[u].numel * psz;
+      void *tmp = malloc(bytes);
+      t_buf_download(eng, tmp, ptr[k++], bytes);
+      seen[grp] ^= t_hash(tmp, bytes) + (uint64_t)u;
+      free(tmp);
+    }
+    T_OK(zt_release(eng, grp), eng);
+  }
+  for (int grp = N_GROUPS - 1; grp >= 0; grp--) {
+    void *ptr[N_UNITS];
+    int n = zt_fetch(eng, grp, ptr, N_UNITS);
+    uint64_t h = 0;
+    for (int k = 0, u = 0; k < n; u++) {
+      if (model_units[u].group != grp) continue;
+      size_t bytes = model_units[u].numel * psz;
+      void *tmp = malloc(bytes);
+      t_buf_download(eng, tmp, ptr[k++], bytes);
+      h ^= t_hash(tmp, bytes) + (uint64_t)u;
+      free(tmp);
+    }
+    assert_true(h == seen[grp]);
+    for (int pass = 1; pass <= (grp == 0 && rc->tied ? 2 : 1); pass++) {
+      void *gp[N_UNITS];
+      assert_int_equal(zt_grads(eng, grp, gp, N_UNITS), n);
+      for (int k = 0, u = 0; k < n; u++) {
+        if (model_units[u].group != grp) continue;
+        size_t cnt = model_units[u].numel, off = model_units[u].offset;
+        void *tmp = malloc(cnt * gsz);
+        t_buf_download(eng, tmp, gp[k], cnt * gsz);
+        for (size_t i = 0; i < cnt; i++) {
+          int half = grp == 0 && rc->tied ? pass : 0;
+          if (half && (int)((off + i) % 2) != half - 1) continue;
+          t_store(tmp, rc->gdt, i, t_load(tmp, rc->gdt, i) + (double)g[off + i]);
+        }
+        t_buf_upload(eng, gp[k++], tmp, cnt * gsz);
+        free(tmp);
+      }
+      T_OK(zt_grads_ready(eng, grp), eng);
+    }
+    T_OK(zt_release(eng, grp), eng);
+  }
+}
+
+static uint64_t last_step_sent; /* comm bytes sent by the last step of a run */
+
+static zt_engine_t *run_partitioned(const run_t *rc, void *params_out, int *world_out) {
+  zt_config_t cfg = t_config();
+  cfg.stage = rc->stage;
+  cfg.optimizer_tier = rc->tier;
+  cfg.bucket_bytes = 4096;
+  zt_engine_t *eng = t_engine(&cfg);
+  zt_stats_t st = ZT_STATS_INIT;
+  T_OK(zt_stats(eng, &st), eng);
+  int world = st.world, rank = st.rank;
+  *world_out = world;
+  size_t psz = t_dtype_size(rc->pdt), gsz = t_dtype_size(rc->gdt);
+  void *params = t_buf_alloc(eng, NUMEL * psz);
+  void *grads = rc->api ? NULL : t_buf_alloc(eng, NUMEL * gsz);
+  void *host = malloc(NUMEL * psz);
+  void *hg = calloc(NUMEL, gsz);
+  float *g = malloc(NUMEL * sizeof *g);
+  init_params(host, rc->pdt);
+  t_buf_upload(eng, params, host, NUMEL * psz);
+  T_OK(zt_register_units(eng, params, grads, NUMEL, rc->pdt, rc->gdt, units_of(rc->pdt),
+                         N_UNITS),
+       eng);
+  if (rc->stage >= 3) {
+    /* Stage 3 owns the parameters now: the buffer is not read again. */
+    memset(host, 0xff, NUMEL * psz);
+    t_buf_upload(eng, params, host, NUMEL * psz);
+  }
+  uint64_t sent_before = 0;
+  for (int t = 1; t <= STEPS; t++) {
+    /* Zero, and NaN in the frozen gaps: reading one would show. */
+    memset(hg, 0, NUMEL * gsz);
+    for (size_t i = 0; i < NUMEL; i++)
+      if (in_unit(i) < 0) t_store(hg, rc->gdt, i, NAN);
+    if (grads) t_buf_upload(eng, grads, hg, NUMEL * gsz);
+    T_OK(zt_stats(eng, &st), eng);
+    sent_before = st.comm_bytes_sent;
+    for (int m = 0; m < rc->micro; m++) {
+      rank_grads(g, rc->gdt, rank, t, m);
+      if (rc->api) {
+        api_micro_step(eng, rc, g);
+      } else if (rc->stage >= 2) {
+        /* Backward order, each group handed over when its gradients are
+         * final; the buffer is zeroed by the hand-over. */
+        for (int grp = N_GROUPS - 1; grp >= 0; grp--) {
+          t_buf_download(eng, hg, grads, NUMEL * gsz);
+          if (grp == 0 && rc->tied) {
+            write_grads(hg, rc->gdt, g, grp, 1);
+            t_buf_upload(eng, grads, hg, NUMEL * gsz);
+            T_OK(zt_grads_ready(eng, grp), eng);
+            t_buf_download(eng, hg, grads, NUMEL * gsz);
+            write_grads(hg, rc->gdt, g, grp, 2);
+          } else {
+            write_grads(hg, rc->gdt, g, grp, 0);
+          }
+          t_buf_upload(eng, grads, hg, NUMEL * gsz);
+          T_OK(zt_grads_ready(eng, grp), eng);
+        }
+      } else {
+        /* Stage 1: the loop accumulates in its own buffer. */
+        t_buf_download(eng, hg, grads, NUMEL * gsz);
+        write_grads(hg, rc->gdt, g, -1, 0);
+        t_buf_upload(eng, grads, hg, NUMEL * gsz);
+      }
+    }
+    zt_step_args_t a = step_args(t);
+    zt_step_info_t info = ZT_STEP_INFO_INIT;
+    T_OK(zt_step(eng, &a, &info), eng);
+    assert_int_equal(info.skipped, 0);
+  }
+  T_OK(zt_stats(eng, &st), eng);
+  last_step_sent = st.comm_bytes_sent - sent_before;
+  if (rc->stage >= 3) {
+    /* The parameters, as fetched, in the registered layout (the gaps keep
+     * their initial values). */
+    init_params(host, rc->pdt);
+    t_buf_upload(eng, params, host, NUMEL * psz);
+    for (int grp = 0; grp < N_GROUPS; grp++) {
+      void *ptr[N_UNITS];
+      int n = zt_fetch(eng, grp, ptr, N_UNITS);
+      assert_true(n > 0);
+      int k = 0;
+      for (size_t u = 0; u < N_UNITS; u++) {
+        if (model_units[u].group != grp) continue;
+        size_t bytes = model_units[u].numel * psz;
+        void *tmp = malloc(bytes);
+        t_buf_download(eng, tmp, ptr[k++], bytes);
+        t_buf_upload(eng, (char *)params + model_units[u].offset * psz, tmp, bytes);
+        free(tmp);
+      }
+      assert_int_equal(k, n);
+      T_OK(zt_release(eng, grp), eng);
+    }
+  }
+  t_buf_download(eng, params_out, params, NUMEL * psz);
+  t_buf_free(eng, params, NUMEL * psz);
+  if (grads) t_buf_free(eng, grads, NUMEL * gsz);
+  free(host);
+  free(hg);
+  free(g);
+  return eng;
+}
+
+/* The single-rank reference: a stage-0 engine on comm "single" given, per
+ * step, the gradient sums in the order the partitioned run forms them. */
+static void run_reference(const run_t *rc, int world, void *params_out) {
+  zt_config_t cfg = t_config();
+  cfg.comm = ZT_COMM_SINGLE;
+  zt_engine_t *eng = t_engine(&cfg);
+  size_t psz = t_dtype_size(rc->pdt);
+  void *params = t_buf_alloc(eng, NUMEL * psz), *grads = t_buf_alloc(eng, NUMEL * 4);
+  void *host = malloc(NUMEL * psz);
+  float *sum = malloc(NUMEL * sizeof *sum), *g = malloc(NUMEL * sizeof *g);
+  float *acc = malloc((size_t)W_MAX * NUMEL * sizeof *acc);
+  init_params(host, rc->pdt);
+  t_buf_upload(eng, params, host, NUMEL * psz);
+  T_OK(zt_register_units(eng, params, grads, NUMEL, rc->pdt, ZT_FP32, units_of(rc->pdt),
+                         N_UNITS),
+       eng);
+  for (int t = 1; t <= STEPS; t++) {
+    for (size_t i = 0; i < NUMEL; i++) sum[i] = 0.0f;
+    if (rc->stage >= 2) {
+      /* Each micro-step's rank sum is added to the owner's sum. */
+      for (int m = 0; m < rc->micro; m++) {
+        for (int r = 0; r < world; r++) {
+          rank_grads(g, rc->gdt, r, t, m);
+          memcpy(acc + (size_t)r * NUMEL, g, NUMEL * sizeof *g);
+        }
+        for (size_t i = 0; i < NUMEL; i++) {
+          float s = acc[i];
+          for (int r = 1; r < world; r++) s = s + acc[(size_t)r * NUMEL + i];
+          sum[i] = sum[i] + s;
+        }
+      }
+    } else {
+      /* Each rank accumulates its micro-steps in its own dtype first. */
+      for (int r = 0; r < world; r++) {
+        char *buf = calloc(NUMEL, 4);
+        for (int m = 0; m < rc->micro; m++) {
+          rank_grads(g, rc->gdt, r, t, m);
+          for (size_t i = 0; i < NUMEL; i++)
+            t_store(buf, rc->gdt, i, t_load(buf, rc->gdt, i) + (double)g[i]);
+        }
+        for (size_t i = 0; i < NUMEL; i++) acc[(size_t)r * NUMEL + i] = (float)t_load(buf, rc->gdt, i);
+        free(buf);
+      }
+      for (size_t i = 0; i < NUMEL; i++) {
+        float s = acc[i];
+        for (int r = 1; r < world; r++) s = s + acc[(size_t)r * NUMEL + i];
+        sum[i] = 0.0f + s;
+      }
+    }
+    for (size_t i = 0; i < NUMEL; i++)
+      if (in_unit(i) < 0) sum[i] = NAN;
+    t_buf_upload(eng, grads, sum, NUMEL * 4);
+    zt_step_args_t a = step_args(t);
+    a.grad_scale = (float)(1.0 / world);
+    T_OK(zt_step(eng, &a, NULL), eng);
+  }
+  t_buf_download(eng, params_out, params, NUMEL * psz);
+  t_buf_free(eng, params, NUMEL * psz);
+  t_buf_free(eng, grads, NUMEL * 4);
+  free(host);
+  free(sum);
+  free(g);
+  free(acc);
+  zt_engine_destroy(eng);
+}
+
+static void check_run(const run_t *rc) {
+  size_t psz = t_dtype_size(rc->pdt);
+  void *got = malloc(NUMEL * psz), *want = malloc(NUMEL * psz), *init = malloc(NUMEL * psz);
+  int world;
+  zt_engine_t *eng = run_partitioned(rc, got, &world);
+  zt_engine_destroy(eng);
+  run_reference(rc, world, want);
+  char what[128];
+  snprintf(what, sizeof what, "stage %d, %s tier, %s params, %s grads, %d micro-steps%s%s",
+           rc->stage, rc->tier == ZT_TIER_HOST ? "host" : "device", t_dtype_name(rc->pdt),
+           t_dtype_name(rc->gdt), rc->micro, rc->tied ? ", tied group" : "",
+           rc->api ? ", fetch/grads" : "");
+  t_expect_same(what, got, want, psz, NUMEL);
+  /* The frozen gaps kept their values and the update moved the rest. */
+  init_params(init, rc->pdt);
+  size_t moved = 0;
+  for (size_t i = 0; i < NUMEL; i++) {
+    int same = memcmp((char *)got + i * psz, (char *)init + i * psz, psz) == 0;
+    if (in_unit(i) < 0) assert_true(same);
+    else moved += !same;
+  }
+  assert_true(moved > NUMEL / 2);
+  free(got);
+  free(want);
+  free(init);
+}
+
+/* ---- worker scenarios (one process per rank) ---------------------------------- */
+
+static void w_bitwise(void **state) {
+  const run_t runs[] = {
+      {1, ZT_TIER_DEVICE, ZT_FP32, ZT_FP32, 1, 0, 0}, {2, ZT_TIER_DEVICE, ZT_FP32, ZT_FP32, 1, 0, 0},
+      {1, ZT_TIER_HOST, ZT_BF16, ZT_BF16, 1, 0, 0},   {2, ZT_TIER_HOST, ZT_BF16, ZT_BF16, 1, 1, 0},
+      {2, ZT_TIER_DEVICE, ZT_FP16, ZT_FP32, 1, 1, 0}, {1, ZT_TIER_DEVICE, ZT_BF16, ZT_FP32, 1, 0, 0},
+      {2, ZT_TIER_HOST, ZT_FP32, ZT_FP32, 1, 1, 1},  {3, ZT_TIER_DEVICE, ZT_FP32, ZT_FP32, 1, 1, 1},
+      {3, ZT_TIER_HOST, ZT_BF16, ZT_BF16, 1, 1, 1},  {3, ZT_TIER_DEVICE, ZT_FP16, ZT_FP32, 1, 0, 1},
+  };
+  for (size_t k = 0; k < sizeof runs / sizeof runs[0]; k++) check_run(&runs[k]);
+}
+
+/* Stages 1, 2 and 3 agree bit for bit, tied group and all. */
+static void w_stages_agree(void **state) {
+  size_t n = NUMEL * 4;
+  float *s1 = malloc(n), *s2 = malloc(n), *s3 = malloc(n);
+  int world;
+  run_t a = {1, ZT_TIER_DEVICE, ZT_FP32, ZT_FP32, 1, 0, 0}, b = a, c = a;
+  b.stage = 2;
+  b.tied = 1;
+  c.stage = 3;
+  c.tied = 1;
+  c.api = 1;
+  zt_engine_destroy(run_partitioned(&a, s1, &world));
+  zt_engine_destroy(run_partitioned(&b, s2, &world));
+  zt_engine_destroy(run_partitioned(&c, s3, &world));
+  t_expect_same("stage 1 vs stage 2", s2, s1, 4, NUMEL);
+  t_expect_same("stage 1 vs stage 3", s3, s1, 4, NUMEL);
+  free(s1);
+  free(s2);
+  free(s3);
+}
+
+/* Four micro-steps accumulated: bit for bit against the sums in the order
+ * each stage forms them, and close to one big batch. */
+static void w_accumulate(void **state) {
+  const run_t runs[] = {
+      {2, ZT_TIER_DEVICE, ZT_FP32, ZT_FP32, 4, 0, 0},
+      {1, ZT_TIER_HOST, ZT_FP32, ZT_FP32, 4, 0, 0},
+      {2, ZT_TIER_HOST, ZT_BF16, ZT_BF16, 4, 1, 0},
+      {3, ZT_TIER_DEVICE, ZT_FP32, ZT_FP32, 4, 1, 1},
+  };
+  for (size_t k = 0; k < sizeof runs / sizeof runs[0]; k++) check_run(&runs[k]);
+}
+
+/* Bytes per tier equal `ztier plan`'s; bytes on the wire per step equal
+ * ZeRO's volume: a reduce-scatter of the gradients plus an all-gather of
+ * the parameters, (W-1)/W of the model each. */
+static void w_stats(void **state) {
+  const run_t runs[] = {
+      {1, ZT_TIER_DEVICE, ZT_FP32, ZT_FP32, 1, 0, 0},
+      {2, ZT_TIER_HOST, ZT_BF16, ZT_BF16, 1, 0, 0},
+      {3, ZT_TIER_DEVICE, ZT_FP32, ZT_FP32, 1, 0, 1},
+  };
+  for (size_t k = 0; k < sizeof runs / sizeof runs[0]; k++) {
+    const run_t *rc = &runs[k];
+    void *params = malloc(NUMEL * 4);
+    int world;
+    zt_engine_t *eng = run_partitioned(rc, params, &world);
+    zt_stats_t st = ZT_STATS_INIT;
+    T_OK(zt_stats(eng, &st), eng);
+    size_t states = 0;
+    for (size_t u = 0; u < N_UNITS; u++) states += model_units[u].numel;
+    zt__plan_in_t in = {states, world, st.rank, rc->stage, rc->pdt, rc->gdt, rc->tier,
+                        ZT_TIER_DEVICE, 4096, (size_t)16 << 20};
+    zt__plan_t p;
+    assert_int_equal(zt__plan(&in, &p), 0);
+    printf("# rank %d/%d stage %d: device %llu (plan %llu), host %llu (plan %llu), "
+           "shard %llu (plan %llu), sent %llu, received %llu\n",
+           st.rank, world, rc->stage, (unsigned long long)st.device_bytes,
+           (unsigned long long)p.ztier_device, (unsigned long long)st.host_bytes,
+           (unsigned long long)p.ztier_host, (unsigned long long)st.shard_params,
+           (unsigned long long)p.shard_params, (unsigned long long)st.comm_bytes_sent,
+           (unsigned long long)st.comm_bytes_received);
+    assert_int_equal(st.device_bytes, p.ztier_device);
+    assert_int_equal(st.host_bytes, p.ztier_host);
+    assert_int_equal(st.shard_params, p.shard_params);
+    /* Per step: this rank sends the gradients others own, (states - mine)
+     * of them, and its shard of parameters to W-1 ranks, once after the
+     * step (stages 1, 2) or at each fetch, forward and backward (stage 3);
+     * the norm adds one double per other rank. */
+    uint64_t mine = p.shard_params, gsz = t_dtype_size(rc->gdt), psz = t_dtype_size(rc->pdt);
+    uint64_t gathers = rc->stage >= 3 ? 2 : 1;
+    uint64_t want = (states - mine) * gsz + gathers * (uint64_t)(world - 1) * mine * psz +
+                    (uint64_t)(world - 1) * 8;
+    assert_int_equal(last_step_sent, want);
+    if (world > 1) {
+      /* Against data parallelism's all-reduce, 2 (W-1)/W of the model per
+       * rank: about 1 at stages 1 and 2, 1.5 at stage 3. */
+      double dp = 2.0 * (world - 1) / world * (double)states * (double)psz;
+      printf("# rank %d stage %d: %llu bytes sent per step = %.3f x data parallelism's\n",
+             st.rank, rc->stage, (unsigned long long)want, (double)want / dp);
+    }
+    zt_engine_destroy(eng);
+    free(params);
+  }
+}
+
+/* A config or model that differs between ranks is an error on every rank. */
+static void w_mismatch(void **state) {
+  zt_config_t cfg = t_config();
+  cfg.stage = 1;
+  zt_engine_t *probe = t_engine(&cfg);
+  zt_stats_t st = ZT_STATS_INIT;
+  T_OK(zt_stats(probe, &st), probe);
+  zt_engine_destroy(probe);
+  if (st.world == 1) return; /* nothing can differ */
+  cfg.stage = st.rank == 1 ? 2 : 1;
+  zt_engine_t *eng = NULL;
+  int rc = zt_engine_create(&cfg, &eng);
+  printf("# rank %d: %s\n", st.rank, zt_last_error(NULL));
+  assert_int_equal(rc, ZT_ECONFIG);
+  assert_null(eng);
+  assert_non_null(strstr(zt_last_error(NULL), "'stage'"));
+
+  cfg.stage = 2;
+  eng = t_engine(&cfg);
+  zt_unit_t units[N_UNITS];
+  memcpy(units, units_of(ZT_FP32), sizeof units);
+  if (st.rank == st.world - 1) units[2].group = 2;
+  float *p = t_buf_alloc(eng, NUMEL * 4), *g = t_buf_alloc(eng, NUMEL * 4);
+  T_EXPECT_ERR(zt_register_units(eng, p, g, NUMEL, ZT_FP32, ZT_FP32, units, N_UNITS), eng,
+               -EINVAL, "unit table");
+  t_buf_free(eng, p, NUMEL * 4);
+  t_buf_free(eng, g, NUMEL * 4);
+  zt_engine_destroy(eng);
+}
+
+/* Bad calls to the group functions get a sentence naming the argument and
+ * change nothing: the run after them still matches the reference. */
+static void bad_group_calls(void **state) {
+  zt_config_t cfg = t_config();
+  cfg.stage = 1;
+  zt_engine_t *eng = t_engine(&cfg);
+  float *p = t_buf_alloc(eng, NUMEL * 4);
+  void *ptr[N_UNITS];
+  T_EXPECT_ERR(zt_fetch(eng, 0, ptr, N_UNITS), eng, ZT_ENOTREG, "zt_fetch");
+  T_EXPECT_ERR(zt_register_units(eng, p, NULL, NUMEL, ZT_FP32, ZT_FP32, units_of(ZT_FP32),
+                                 N_UNITS),
+               eng, -EINVAL, "grads is NULL");
+  zt_engine_destroy(eng);
+
+  cfg.stage = 3;
+  eng = t_engine(&cfg);
+  init_params(p, ZT_FP32);
+  T_OK(zt_register_units(eng, p, NULL, NUMEL, ZT_FP32, ZT_FP32, units_of(ZT_FP32), N_UNITS),
+       eng);
+  T_EXPECT_ERR(zt_fetch(eng, 7, ptr, N_UNITS), eng, -EINVAL, "group is 7");
+  T_EXPECT_ERR(zt_fetch(eng, 1, ptr, 1), eng, -EINVAL, "n_units is 1; group 1 has 2 units");
+  T_EXPECT_ERR(zt_fetch(eng, 1, NULL, 4), eng, -EINVAL, "ptrs is NULL");
+  T_EXPECT_ERR(zt_grads(eng, 2, ptr, 1), eng, -EINVAL, "n_units");
+  T_EXPECT_ERR(zt_grads_ready(eng, -1), eng, -EINVAL, "group is -1");
+  T_EXPECT_ERR(zt_release(eng, 0), eng, -EINVAL, "not fetched");
+  assert_int_equal(zt_fetch(eng, 0, ptr, N_UNITS), 2);
+  assert_int_equal(zt_fetch(eng, 0, ptr + 2, N_UNITS - 2), 2);
+  assert_ptr_equal(ptr[0], ptr[2]); /* fetched twice: one gathered copy */
+  zt_step_args_t a = step_args(1);
+  T_EXPECT_ERR(zt_step(eng, &a, NULL), eng, -EBUSY, "group 0 is still fetched");
+  T_OK(zt_release(eng, 0), eng);
+  T_EXPECT_ERR(zt_step(eng, &a, NULL), eng, -EBUSY, "group 0 is still fetched");
+  T_OK(zt_release(eng, 0), eng);
+  /* None of it left a trace: the gathered values are the initial ones. */
+  assert_int_equal(zt_fetch(eng, 1, ptr, N_UNITS), 2);
+  float *want = malloc(NUMEL * 4);
+  init_params(want, ZT_FP32);
+  float *got = malloc(model_units[1].numel * 4);
+  t_buf_download(eng, got, ptr[0], model_units[1].numel * 4);
+  t_expect_same("l0.w after bad calls", got, want + model_units[1].offset, 4,
+                model_units[1].numel);
+  T_OK(zt_release(eng, 1), eng);
+  T_OK(zt_step(eng, &a, NULL), eng);
+  free(want);
+  free(got);
+  t_buf_free(eng, p, NUMEL * 4);
+  zt_engine_destroy(eng);
+}
+
+static const struct CMUnitTest scenarios[] = {
+    cmocka_unit_test(w_bitwise),  cmocka_unit_test(w_stages_agree),
+    cmocka_unit_test(w_accumulate), cmocka_unit_test(w_stats),
+    cmocka_unit_test(w_mismatch),
+};
+
+/* World size 1 runs in this process (comm "auto" is single here). */
+static void world_1(void **state) {
+  for (size_t k = 0; k < sizeof scenarios / sizeof scenarios[0]; k++)
+    scenarios[k].test_func(state);
+}
+static void world_2(void **state) { T_MPIRUN(2, "*"); }
+static void world_3(void **state) { T_MPIRUN(3, "*"); }
+static void world_4(void **state) { T_MPIRUN(4, "*"); }
+
+int main(int argc, char **argv) {
+  T_MPI_WORKER(argc, argv, scenarios);
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(bad_group_calls),
+      cmocka_unit_test(world_1),
+      cmocka_unit_test(world_2),
+      cmocka_unit_test(world_3),
+      cmocka_unit_test(world_4),
+  };
+  return T_RUN(tests);
+}
