@@ -470,6 +470,7 @@ static const char *fs_name(int fd) {
   if (fstatfs(fd, &s) != 0) return "this filesystem";
   switch ((unsigned long)s.f_type) {
   case TMPFS_MAGIC: return "tmpfs";
+  case RAMFS_MAGIC: return "ramfs";
   case EXT4_SUPER_MAGIC: return "ext4";
   case XFS_SUPER_MAGIC: return "xfs";
   case BTRFS_SUPER_MAGIC: return "btrfs";
@@ -486,7 +487,9 @@ static const char *fs_name(int fd) {
  * shortfall too, but only after the earlier files took their space; this
  * answers at once and touches nothing. "Free" is statvfs's f_bavail, what df
  * shows as available: the space reserved for root is not counted on. A
- * directory that cannot be examined is left to the open, which names it. */
+ * directory that cannot be examined is left to the open, which names it; a
+ * filesystem that reports no size at all (f_blocks 0: ramfs, some FUSE
+ * filesystems) is left to fallocate, which finds a real shortfall. */
 static int space_check(const zt__swap_config_t *c, uint64_t capacity, zt__err_t *err) {
   unsigned n = c->n_paths;
   dev_t dev[ZT__SWAP_MAX_PATHS];
@@ -495,7 +498,8 @@ static int space_check(const zt__swap_config_t *c, uint64_t capacity, zt__err_t 
   for (unsigned i = 0; i < n; i++) {
     struct stat st;
     struct statvfs vs;
-    known[i] = stat(c->paths[i], &st) == 0 && statvfs(c->paths[i], &vs) == 0;
+    known[i] = stat(c->paths[i], &st) == 0 && statvfs(c->paths[i], &vs) == 0 &&
+               vs.f_blocks != 0;
     dev[i] = known[i] ? st.st_dev : 0;
     avail[i] = known[i] ? (uint64_t)vs.f_bavail * vs.f_frsize : 0;
     need[i] = file_bytes(capacity, c->block_size, c->stripe_bytes, n, i);
@@ -917,6 +921,11 @@ static void lanes_close(zt__swap_t *sw) {
   for (unsigned i = 0; i < sw->n_lanes; i++) {
     lane_t *ln = &sw->lanes[i];
     if (ln->th_up) pthread_join(ln->th, NULL);
+    // The ring's own exit is finished by a kernel worker later, and until
+    // then it holds the files it registered: their filesystem would stay
+    // busy (umount: EBUSY) after destroy returned. Unregistering them first
+    // drops those references now, as nothing is in flight.
+    if (ln->ring_up && ln->fixed_files) io_uring_unregister_files(&ln->ring);
     if (ln->ring_up) io_uring_queue_exit(&ln->ring);
     if (ln->efd >= 0) close(ln->efd);
     if (ln->mu_up) pthread_mutex_destroy(&ln->mu);
