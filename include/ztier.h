@@ -374,6 +374,11 @@ ZT_API int zt_step(zt_engine_t *eng, const zt_step_args_t *args,
  * The global L2 norm of the registered gradients as zt_step() would see them
  * now (unscaled by the loss scale, times `grad_scale`), without stepping.
  * For loops that clip themselves. inf/nan when a gradient is. Synchronous.
+ * At stages 1 to 3 the norm needs the gradients summed over ranks, so this
+ * hands every group's gradients over to their owners, as zt_step() would:
+ * call it after the last micro-step's backward, just before zt_step().
+ * Gradients added after it, until that zt_step(), are not seen by the step
+ * (stage 1 cannot tell that they changed).
  */
 ZT_API int zt_grad_norm(zt_engine_t *eng, float grad_scale, double *norm);
 
