@@ -36,6 +36,11 @@
 
 #define MAX_LIST 16
 #define MAX_REGION ((size_t)1 << 30) /* one registered buffer is at most 1 GiB */
+/* --block takes what the config key swap_block_bytes takes (src/config.c: a
+ * power of two in [4 KiB, 64 MiB]), since the bench recommends one of them
+ * as that key's value. */
+#define MIN_BLOCK ((size_t)4096)
+#define MAX_BLOCK ((size_t)64 << 20)
 
 typedef struct cell {
   size_t block;
@@ -364,11 +369,33 @@ static int space_open(space_t *sp, const char *prog, const zt__swap_config_t *cf
   return 0;
 }
 
-static void space_close(space_t *sp) {
-  if (!sp->sw) return;
-  zt__swap_drain(sp->sw);
-  zt__swap_destroy(sp->sw); /* the engine unregisters the buffers with the rings */
+/* Drains and destroys the swap space. Returns 0, or 1 with a message when
+ * it cannot: a ring whose submission keeps failing holds requests that never
+ * complete, and destroy refuses (-EBUSY) while they are outstanding. The
+ * files are then removed here, so that a failed run leaves nothing in
+ * --path, and the handle is abandoned with those requests: *held is set,
+ * and the caller must not free the buffers they point into. */
+static int space_close(space_t *sp, const char *prog, const zt__err_t *err, int *held) {
+  if (!sp->sw) return 0;
+  int rc = 0;
+  if (zt__swap_drain(sp->sw) < 0) {
+    fprintf(stderr, "%s: cannot drain the swap space: %s\n", prog, err->msg);
+    rc = 1;
+  }
+  /* the engine unregisters the buffers with the rings */
+  if (zt__swap_destroy(sp->sw) < 0) {
+    if (!rc) fprintf(stderr, "%s: cannot destroy the swap space: %s\n", prog, err->msg);
+    for (unsigned i = 0; i < sp->info.n_paths; i++) {
+      const char *f = zt__swap_path(sp->sw, i);
+      if (f && unlink(f) != 0 && errno != ENOENT)
+        fprintf(stderr, "%s: cannot remove swap file %s: %s; remove it by hand\n", prog,
+                f, strerror(errno));
+    }
+    *held = 1;
+    rc = 1;
+  }
   sp->sw = NULL;
+  return rc;
 }
 
 /* ---- main -------------------------------------------------------------------------- */
@@ -421,7 +448,8 @@ int zt_bench_nvme_main(int argc, char **argv) {
       "depth x threads.\n"
       "  --path DIR      directory on the disk to measure (required)\n"
       "  --size BYTES    swap space and fio file size (default 1GiB; 64MiB, 1GiB, 1G)\n"
-      "  --block LIST    request sizes (default 1MiB,8MiB)\n"
+      "  --block LIST    request sizes, powers of two from 4KiB to 64MiB (default\n"
+      "                  1MiB,8MiB)\n"
       "  --qd LIST       requests in flight per ring / fio job (default 8,32)\n"
       "  --threads LIST  rings of the swap space, one thread each, and fio's jobs\n"
       "                  (default 1; e.g. 1,2,4)\n"
@@ -447,10 +475,11 @@ int zt_bench_nvme_main(int argc, char **argv) {
     return 2;
   }
   for (int i = 0; i < nb; i++)
-    if (blocks[i] % 4096 || blocks[i] > MAX_REGION) {
+    if (blocks[i] < MIN_BLOCK || blocks[i] > MAX_BLOCK || (blocks[i] & (blocks[i] - 1))) {
       fprintf(stderr,
-              "%s: --block %zu: expected multiples of 4096 bytes, at most 1GiB\n", prog,
-              blocks[i]);
+              "%s: --block %zu: expected powers of two from 4KiB to 64MiB (4096 .. "
+              "67108864 bytes), the values the config key swap_block_bytes takes\n",
+              prog, blocks[i]);
       return 2;
     }
   if (nq < 0) {
@@ -511,6 +540,7 @@ int zt_bench_nvme_main(int argc, char **argv) {
   cell_t *cells = NULL;
   double *v = NULL;
   space_t sp = {0};
+  int held = 0; /* an abandoned swap space may still use the buffers */
   zt__err_t err;
   memset(&err, 0, sizeof err);
   if (zt__swap_buf_alloc(NULL, region_bytes, (void **)&region) < 0 ||
@@ -602,7 +632,7 @@ int zt_bench_nvme_main(int argc, char **argv) {
           *dst[k] = m ? zt_bench_median(col, m) : -1;
         }
       }
-    space_close(&sp);
+    if (space_close(&sp, prog, &err, &held) != 0) goto out;
   }
   progress_end();
 
@@ -707,8 +737,10 @@ out:
   free(v);
   free(cells);
   if (fio_file[0]) unlink(fio_file);
-  space_close(&sp);
-  zt__swap_buf_free(region);
-  zt__swap_buf_free(ring);
+  if (space_close(&sp, prog, &err, &held) != 0) status = 1;
+  if (!held) {
+    zt__swap_buf_free(region);
+    zt__swap_buf_free(ring);
+  }
   return status;
 }

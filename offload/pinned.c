@@ -111,7 +111,14 @@ int zt__pinned_alloc(zt_engine_t *eng, size_t bytes, void **out) {
 void zt__pinned_free(zt_engine_t *eng, void *p, size_t bytes) {
   if (p == NULL) return;
   if (eng->pinned_pool) {
-    zt__hostpool_free(eng->pinned_pool, p, &eng->err);
+    /* A pointer the pool refuses is not a block the host tier holds, so its
+     * bytes are not in host_bytes: taking them out would let later
+     * allocations past pinned_budget_bytes. The pool's sentence stays in the
+     * engine's error buffer and goes to the log (a free has no result). */
+    if (zt__hostpool_free(eng->pinned_pool, p, &eng->err) < 0) {
+      zt__log(&eng->cfg, ZT_LOG_ERROR, "%s", eng->err.msg);
+      return;
+    }
   } else {
     eng->be_ops->host_unregister(eng->be, p);
     munmap(p, page_round(bytes)); /* also unlocks */

@@ -37,6 +37,10 @@
  *  - the caller's side (pending, ready, free list, live count, the error
  *    buffer) is touched only by the caller; the table of checksums is
  *    touched by lanes with relaxed atomics (see block_set);
+ *  - threaded, each lane's `held` (requests handed to it and not yet handed
+ *    back: the caller adds at hand-over, the lane subtracts at hand-back)
+ *    and its `stuck` code (written by that lane only) are under the
+ *    handle's mutex, where a wait reads them all before it sleeps;
  *  - no global state.
  */
 #define _GNU_SOURCE
@@ -150,6 +154,8 @@ typedef struct lane {
   int sqpoll;             /* the ring has a kernel submission thread */
   int fixed_files;
   int fixed_bufs;
+  zt__swap_submit_hook_fn sub_fn; /* the tests' submit hook as this lane's */
+  void *sub_arg;                  /* submitter sees it (see set_submit_hook) */
   piece_t *pieces;        /* queue_depth of them */
   int piece_free;
   unsigned live;          /* pieces in the kernel or waiting for a retry */
@@ -165,11 +171,17 @@ typedef struct lane {
   int th_up;
   int efd;                /* eventfd the caller writes to wake the thread */
   int kick_armed;         /* a poll of efd is in the ring */
-  pthread_mutex_t mu;     /* guards in, want_kick, stop */
+  pthread_mutex_t mu;     /* guards in, want_kick, stop, and the handle's
+                             submit_hook as this lane reads it */
   int mu_up;
   rlist_t in;
   int want_kick;          /* the thread is about to sleep: write efd */
   int stop;
+  /* threaded only, guarded by the handle's mu (not the lane's): what the
+   * caller's collect weighs before it sleeps */
+  size_t held;            /* requests handed over and not yet handed back */
+  int stuck;              /* its submission fails: the code, else 0 */
+  zt__err_t stuck_msg;    /* the sentence of that code */
 } lane_t;
 
 struct zt__swap {
@@ -205,16 +217,16 @@ struct zt__swap {
   rlist_t ready;                /* finished, not yet returned */
 
   /* shared with the lane threads */
-  pthread_mutex_t mu;           /* guards done, waiting, stuck, stuck_msg */
+  pthread_mutex_t mu;           /* guards done, waiting, and each lane's held,
+                                   stuck and stuck_msg */
   pthread_cond_t cv;
   rlist_t done;
   int waiting;                  /* the caller sleeps on cv */
-  int stuck;                    /* a lane's submission fails: its code */
-  unsigned stuck_lane;
-  zt__err_t stuck_msg;
 
   zt__swap_hook_fn hook;
   void *hook_arg;
+  zt__swap_submit_hook_fn submit_hook; /* threaded: written under every lane's mu */
+  void *submit_hook_arg;
 };
 
 /* ---- small helpers -------------------------------------------------------- */
@@ -273,11 +285,20 @@ static void map_off(const zt__swap_t *sw, uint64_t off, uint64_t n, unsigned *fi
   *chunk = c;
 }
 
-/* Bytes of file i of n: its header block and its share of the stripes. */
+/* Bytes of file i of n: its header block and its share of the stripes. The
+ * last stripe of the space may be partial (capacity is a multiple of the
+ * block, not of the stripe): the file holding it gets only its bytes, so a
+ * stripe far larger than the space costs no disk. check_config keeps
+ * capacity and stripe <= 2^52, so nothing here overflows. */
 static uint64_t file_bytes(uint64_t capacity, uint32_t bs, uint64_t stripe, unsigned n,
                            unsigned i) {
-  uint64_t n_stripes = (capacity + stripe - 1) / stripe;
-  return bs + (n_stripes / n + (i < n_stripes % n)) * stripe;
+  uint64_t n_stripes = capacity / stripe + (capacity % stripe != 0);
+  uint64_t mine = n_stripes / n + (i < n_stripes % n);
+  if (mine == 0) return bs;
+  uint64_t last = n_stripes - 1, bytes = mine * stripe;
+  // Stripe `last` is in file last % n, in its last row.
+  if (last % n == i) bytes -= stripe - (capacity - last * stripe);
+  return bs + bytes;
 }
 
 static void sleep_ms(long ms) {
@@ -600,6 +621,17 @@ static void sqe_fill(lane_t *ln, struct io_uring_sqe *sqe, int pi) {
   io_uring_sqe_set_data64(sqe, (uint64_t)pi);
 }
 
+/* io_uring_submit, or with wait_nr io_uring_submit_and_wait. The tests'
+ * submit hook may fail it first the way the kernel would: nothing reaches
+ * the kernel and the SQEs stay in the ring for the next try. */
+static int ring_submit(lane_t *ln, unsigned wait_nr) {
+  if (ln->sub_fn) {
+    int r = ln->sub_fn(ln->sub_arg, ln->idx);
+    if (r < 0) return r;
+  }
+  return wait_nr ? io_uring_submit_and_wait(&ln->ring, wait_nr) : io_uring_submit(&ln->ring);
+}
+
 /* Moves what is waiting into the ring while it has room (re-arming the
  * wake-up poll first), then submits. Returns the I/Os put in the ring, or a
  * negative code with a sentence in ln->err when io_uring_submit fails for a
@@ -622,7 +654,7 @@ static int lane_push(lane_t *ln) {
     n++;
   }
   if (io_uring_sq_ready(&ln->ring) == 0) return n;
-  int r = io_uring_submit(&ln->ring);
+  int r = ring_submit(ln, 0);
   // SQEs the kernel did not take stay in the ring and go with the next
   // submit: the transient codes are not failures.
   if (r < 0 && r != -EINTR && r != -EAGAIN && r != -EBUSY && r != -ENOMEM) {
@@ -699,6 +731,9 @@ static void on_cqe(lane_t *ln, int pi, int64_t res) {
     res = sw->hook(sw->hook_arg, &io, res);
   }
   if (res > (int64_t)left) res = left;
+  // What the last try gave, for the sentence of an I/O that stops moving.
+  int64_t last = res;
+  int stalled = 0;
   if (res >= 0 && res < (int64_t)left) {
     uint32_t adv = (uint32_t)res;
     // O_DIRECT wants block-aligned offsets: redo the partial block.
@@ -706,6 +741,7 @@ static void on_cqe(lane_t *ln, int pi, int64_t res) {
     p->done += adv;
     if (adv == 0 && ++p->tries >= MAX_TRIES) {
       res = -EIO;
+      stalled = 1;
     } else {
       if (adv) p->tries = 0;
       q_push(ln, pi);
@@ -716,8 +752,27 @@ static void on_cqe(lane_t *ln, int pi, int64_t res) {
       q_push(ln, pi);
       return;
     }
+    // A transient code every time is a device that does not move, not a
+    // reason for the caller to try again: the same -EIO as a zero count.
+    res = -EIO;
+    stalled = 1;
   }
-  if (res < 0) {
+  if (stalled) {
+    char what[96];
+    if (last < 0)
+      snprintf(what, sizeof what, "%s, %s", ename((int)-last), strerror((int)-last));
+    else
+      snprintf(what, sizeof what, "%lld of %u bytes", (long long)last, left);
+    req_fail(r, zt__errf(req_why(r), -EIO,
+                         "swap %s of %u bytes at offset %llu of %s (logical offset "
+                         "%llu, tag %llu) failed: no progress in %d tries (last result: "
+                         "%s); failing it with EIO",
+                         r->write ? "write" : "read", left,
+                         (unsigned long long)(p->file_off + p->done),
+                         sw->files[p->file].path,
+                         (unsigned long long)(r->off + (uint64_t)(p->buf - r->buf) + p->done),
+                         (unsigned long long)r->tag, MAX_TRIES, what));
+  } else if (res < 0) {
     int e = (int)-res;
     req_fail(r, zt__errf(req_why(r), (int)res,
                          "swap %s of %u bytes at offset %llu of %s (logical offset "
@@ -776,44 +831,46 @@ static void hand_back(lane_t *ln) {
   zt__swap_t *sw = ln->sw;
   if (!ln->fin.head) return;
   pthread_mutex_lock(&sw->mu);
+  ln->held -= ln->fin.n;
   rl_splice(&sw->done, &ln->fin);
   if (sw->waiting) pthread_cond_signal(&sw->cv);
   pthread_mutex_unlock(&sw->mu);
 }
 
 /* A submission that fails (not transiently) is told to the caller: a wait
- * that cannot be satisfied returns its code instead of sleeping on requests
- * that may never move. The lane keeps retrying, and takes it back once a
- * submission succeeds. */
+ * that no lane can satisfy any more returns its code instead of sleeping on
+ * requests that may never move (see collect). The lane keeps retrying, and
+ * takes it back once a submission succeeds. Each lane writes only its own
+ * entry: one lane's recovery must not hide another's failure, whose
+ * requests would then hang a wait. */
 static void tell_stuck(lane_t *ln, int rc) {
   zt__swap_t *sw = ln->sw;
   pthread_mutex_lock(&sw->mu);
-  if (rc < 0 && !sw->stuck) {
-    sw->stuck = rc;
-    sw->stuck_lane = ln->idx;
-    sw->stuck_msg = ln->errbuf;
+  ln->stuck = rc < 0 ? rc : 0;
+  if (rc < 0) {
+    ln->stuck_msg = ln->errbuf;
     if (sw->waiting) pthread_cond_signal(&sw->cv);
-  } else if (rc >= 0 && sw->stuck && sw->stuck_lane == ln->idx) {
-    sw->stuck = 0;
   }
   pthread_mutex_unlock(&sw->mu);
 }
 
 static void *lane_main(void *arg) {
   lane_t *ln = arg;
-  int stuck = 0;
+  int stuck = 0; // the code told with tell_stuck, 0: none
   for (;;) {
     pthread_mutex_lock(&ln->mu);
     rl_splice(&ln->act, &ln->in);
     ln->want_kick = 0;
     int stop = ln->stop;
+    ln->sub_fn = ln->sw->submit_hook;
+    ln->sub_arg = ln->sw->submit_hook_arg;
     pthread_mutex_unlock(&ln->mu);
     // destroy stops a lane only when nothing is outstanding.
     if (stop) break;
 
     int rc = lane_push(ln);
-    if ((rc < 0) != stuck) {
-      stuck = rc < 0;
+    if ((rc < 0 ? rc : 0) != stuck) {
+      stuck = rc < 0 ? rc : 0;
       tell_stuck(ln, rc);
     }
     lane_finish(ln);
@@ -827,7 +884,7 @@ static void *lane_main(void *arg) {
       ln->want_kick = !more;
       pthread_mutex_unlock(&ln->mu);
       if (!more) {
-        int r = io_uring_submit_and_wait(&ln->ring, 1);
+        int r = ring_submit(ln, 1);
         // A failing submission with nothing in the kernel returns at once:
         // pace the retries instead of spinning.
         if (r < 0 && r != -EINTR) sleep_ms(1);
@@ -980,9 +1037,13 @@ static int check_config(const zt__swap_config_t *c, zt__err_t *err) {
       (c->block_size & (c->block_size - 1)))
     return zt__errf(err, -EINVAL, "swap block_size is %u; expected a power of two in 512 .. 1048576",
                     c->block_size);
-  if (c->stripe_bytes == 0 || c->stripe_bytes % c->block_size)
+  // The bound keeps the file layout's arithmetic (file_bytes, map_off) far
+  // from 2^64; a stripe larger than the space is allowed and costs nothing.
+  if (c->stripe_bytes == 0 || c->stripe_bytes % c->block_size ||
+      c->stripe_bytes > (1ull << 52))
     return zt__errf(err, -EINVAL, "swap stripe_bytes is %llu; expected a positive multiple of "
-                    "block_size %u", (unsigned long long)c->stripe_bytes, c->block_size);
+                    "block_size %u, at most 2^52", (unsigned long long)c->stripe_bytes,
+                    c->block_size);
   if (c->bytes == 0 || c->bytes > (1ull << 52))
     return zt__errf(err, -EINVAL, "swap bytes is %llu; expected 1 .. 2^52",
                     (unsigned long long)c->bytes);
@@ -1172,6 +1233,22 @@ void zt__swap_set_hook(zt__swap_t *sw, zt__swap_hook_fn fn, void *arg) {
   sw->hook_arg = arg;
 }
 
+void zt__swap_set_submit_hook(zt__swap_t *sw, zt__swap_submit_hook_fn fn, void *arg) {
+  // An idle ring thread still submits (its wake-up poll), so unlike the
+  // completion hook this one is read with nothing outstanding: each thread
+  // copies it under its own lock at every turn of its loop, and it is
+  // written under all of them (the threads never hold two at once).
+  if (!sw->threaded) {
+    sw->lanes[0].sub_fn = fn;
+    sw->lanes[0].sub_arg = arg;
+    return;
+  }
+  for (unsigned i = 0; i < sw->n_lanes; i++) pthread_mutex_lock(&sw->lanes[i].mu);
+  sw->submit_hook = fn;
+  sw->submit_hook_arg = arg;
+  for (unsigned i = 0; i < sw->n_lanes; i++) pthread_mutex_unlock(&sw->lanes[i].mu);
+}
+
 int zt__swap_check(zt__swap_t *sw) {
   void *blk = NULL;
   size_t al = sw->page > sw->bs ? sw->page : sw->bs;
@@ -1340,6 +1417,11 @@ static int hand_over(zt__swap_t *sw) {
     rl_push(&batch[sw->rr], r);
     sw->rr = (sw->rr + 1) % sw->n_lanes;
   }
+  // Counted as held before a lane can see them, so that its hand_back never
+  // takes more than was counted.
+  pthread_mutex_lock(&sw->mu);
+  for (unsigned i = 0; i < sw->n_lanes; i++) sw->lanes[i].held += batch[i].n;
+  pthread_mutex_unlock(&sw->mu);
   for (unsigned i = 0; i < sw->n_lanes; i++) {
     if (!batch[i].head) continue;
     lane_t *ln = &sw->lanes[i];
@@ -1358,18 +1440,37 @@ int zt__swap_submit(zt__swap_t *sw) {
   return lane_push(&sw->lanes[0]);
 }
 
+/* The first lane whose submission fails, when every lane that still holds
+ * requests is such a lane: nothing can complete then. NULL while some lane
+ * holding requests can still move them (or when none holds any). The
+ * caller holds sw->mu. */
+static const lane_t *all_stuck(const zt__swap_t *sw) {
+  const lane_t *first = NULL;
+  for (unsigned i = 0; i < sw->n_lanes; i++) {
+    const lane_t *ln = &sw->lanes[i];
+    if (!ln->held) continue;
+    if (!ln->stuck) return NULL;
+    if (!first) first = ln;
+  }
+  return first;
+}
+
 /* Threaded: moves the lanes' finished requests to the ready list; with
- * `want`, sleeps until that many are ready. Returns 0, or the code of a lane
- * whose submission fails when nothing or not `want` is ready. */
+ * `want`, sleeps until that many are ready. Returns 0, or, when fewer than
+ * `want` (or none) are ready and every lane still holding requests has a
+ * failing submission, the code of the first of them with its sentence. A
+ * stuck lane alone is not enough: the others' requests may be about to
+ * complete, and the caller gets those first. */
 static int collect(zt__swap_t *sw, size_t want) {
   int rc = 0;
   pthread_mutex_lock(&sw->mu);
   for (;;) {
     rl_splice(&sw->ready, &sw->done);
     if (sw->ready.n >= want && sw->ready.n > 0) break;
-    if (sw->stuck) {
-      rc = sw->stuck;
-      if (sw->err) *sw->err = sw->stuck_msg;
+    const lane_t *st = all_stuck(sw);
+    if (st) {
+      rc = st->stuck;
+      if (sw->err) *sw->err = st->stuck_msg;
       break;
     }
     if (sw->ready.n >= want) break; // a poll with nothing ready
@@ -1445,7 +1546,7 @@ int zt__swap_wait(zt__swap_t *sw, zt__swap_cqe_t *out, unsigned max, unsigned mi
     }
     // Submits what the ring holds (an earlier submit may have been refused
     // for a moment) and sleeps for a completion.
-    int r = io_uring_submit_and_wait(&ln->ring, 1);
+    int r = ring_submit(ln, 1);
     if (r < 0 && r != -EINTR && r != -EAGAIN && r != -EBUSY && r != -ETIME)
       return zt__errf(sw->err, r, "io_uring_submit_and_wait failed: %s (%s)", strerror(-r),
                       ename(-r));

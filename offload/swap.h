@@ -60,7 +60,7 @@ typedef struct zt__swap_config {
   const char *name;           /* files are <dir>/ztier-<name>.<i>.swap */
   uint64_t bytes;             /* logical capacity (rounded up to a block) */
   uint32_t block_size;        /* power of two, 512 .. 1 MiB; checksum unit */
-  uint64_t stripe_bytes;      /* multiple of block_size */
+  uint64_t stripe_bytes;      /* multiple of block_size, at most 2^52 */
   unsigned queue_depth;       /* ring entries and I/Os in flight, 1 .. 4096 */
   unsigned max_bufs;          /* slots for zt__swap_register_buf, 0 .. 1024 */
   int buffered;               /* 1: never O_DIRECT (for tests and tmpfs) */
@@ -155,10 +155,13 @@ ZT_INTERNAL void zt__swap_buf_free(void *p);
 
 /* Synchronous. Registers [p, p + bytes) with every ring (the same slot in
  * each) so requests inside it use fixed buffers (no per-I/O page pinning);
- * it may be called while requests are in flight. Returns the slot (>= 0), or
- * -ENOSPC when the slots are used up, or the kernel's code (-ENOMEM when
- * RLIMIT_MEMLOCK is short); on failure requests in that memory still work,
- * as plain reads and writes. Pairs with zt__swap_unregister_buf (which
+ * it may be called while requests are in flight. Returns the slot (>= 0),
+ * or -EINVAL for a NULL p or bytes outside 1 .. 1 GiB, -EOPNOTSUPP when the
+ * rings have no buffer slots (max_bufs 0, or the kernel refused them at
+ * create: info.fixed_bufs is 0), -ENOSPC when the slots are used up, or the
+ * kernel's code (-ENOMEM when RLIMIT_MEMLOCK is short); each with a
+ * sentence. On failure requests in that memory still work, as plain reads
+ * and writes. Pairs with zt__swap_unregister_buf (which
  * needs no request in flight in that memory). */
 ZT_INTERNAL int zt__swap_register_buf(zt__swap_t *sw, void *p, size_t bytes);
 ZT_INTERNAL int zt__swap_unregister_buf(zt__swap_t *sw, int slot);
@@ -191,19 +194,28 @@ ZT_INTERNAL int zt__swap_submit(zt__swap_t *sw);
  * handle's mutex, held by ring threads only for a list splice). Submits what
  * is prepared, then copies up to `max` finished completions to `out` (each
  * is then seen: it is not returned again, and its buffer is the caller's
- * again). Returns how many (>= 0), or a negative code. */
+ * again). Returns how many (>= 0), or a negative code: with nothing ready,
+ * that of a failing submission when every ring still holding requests has
+ * one (see zt__swap_wait). */
 ZT_INTERNAL int zt__swap_poll(zt__swap_t *sw, zt__swap_cqe_t *out, unsigned max);
 
 /* Completion-based, blocks. Like poll, but waits until at least `min`
  * completions are available (fewer when fewer requests are outstanding).
  * Submits whatever is prepared first. A ring whose submission keeps failing
- * with nothing in flight makes it return that negative code rather than
- * sleep forever. */
+ * (not transiently) cannot complete its requests: once every ring still
+ * holding requests is such a ring, wait returns what is ready, or with
+ * nothing ready that negative code and the ring's sentence, rather than
+ * sleep forever. While another ring holds requests it waits for them. Each
+ * ring's failure is its own: it is reported until that ring's submission
+ * succeeds again, whatever the other rings do. */
 ZT_INTERNAL int zt__swap_wait(zt__swap_t *sw, zt__swap_cqe_t *out, unsigned max,
                               unsigned min);
 
 /* Blocks until no request is outstanding, discarding their completions.
- * Returns how many of them failed (>= 0) or a negative code. */
+ * Returns how many of them failed (>= 0), or a negative code: that of wait,
+ * once every ring still holding requests has a failing submission (the
+ * others' requests are drained first; the stuck ones stay outstanding, so
+ * destroy refuses with -EBUSY until a later drain succeeds). */
 ZT_INTERNAL int zt__swap_drain(zt__swap_t *sw);
 
 /* Requests prepared, in flight, or complete but not reaped. */
@@ -220,5 +232,18 @@ ZT_INTERNAL const char *zt__swap_path(const zt__swap_t *sw, unsigned i);
 /* For tests: installs (or with NULL removes) the completion hook. Only while
  * nothing is outstanding: the ring threads read it without a lock. */
 ZT_INTERNAL void zt__swap_set_hook(zt__swap_t *sw, zt__swap_hook_fn fn, void *arg);
+
+/* The submit hook, for tests: called on the ring's thread (the caller's
+ * with rings = 1) before each io_uring_submit or io_uring_submit_and_wait
+ * of ring `ring`; 0 lets the submission go, a negative code fails it as
+ * the kernel would, nothing handed over (the SQEs stay in the ring and go
+ * with the first submission let through). Thread-safe when rings > 1. */
+typedef int (*zt__swap_submit_hook_fn)(void *arg, unsigned ring);
+
+/* For tests: installs (or with NULL removes) the submit hook, only while
+ * nothing is outstanding; a ring thread takes it at its next turn (requests
+ * handed over afterwards see it), under the ring's lock. */
+ZT_INTERNAL void zt__swap_set_submit_hook(zt__swap_t *sw, zt__swap_submit_hook_fn fn,
+                                          void *arg);
 
 #endif /* ZT_SWAP_H */

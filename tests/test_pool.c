@@ -4,7 +4,10 @@
  * coalesce back to one free block; -ENOMEM and bad sizes are refused with a
  * sentence; locked matches RLIMIT_MEMLOCK; the register callback sees the
  * region once and the unregister at destroy; NUMA node 0 binding; several
- * threads at once (build with SAN=thread to check the mutex).
+ * threads at once (build with SAN=thread to check the mutex); the engine's
+ * host tier holds its states in the pool, and a pool too small for the
+ * page-rounded regions refuses with its own sentence; a free the pool
+ * refuses leaves the engine's accounting alone.
  */
 #define _GNU_SOURCE
 #include <numa.h>
@@ -14,7 +17,9 @@
 #include <sys/resource.h>
 #include <unistd.h>
 
+#include "engine.h" // defines: struct zt_engine (its pool, states, host_bytes)
 #include "harness.h"
+#include "pinned.h"
 #include "pool.h"
 
 #define KB ((size_t)4096)
@@ -243,6 +248,15 @@ typedef struct th {
   zt__hostpool_t *p;
   uint64_t seed;
 } th_t;
+/* What the engine's pool held at the end of a run, read from the engine
+ * before it is destroyed. */
+typedef struct pool_use {
+  int has_pool;      /* the engine opened a pool */
+  size_t in_use;     /* the pool's bytes in use */
+  size_t host_bytes; /* the engine's count */
+  int states_inside; /* of master, m and v, how many lie in the pool's region */
+} pool_use_t;
+
 /* The engine's host tier with a pinned budget takes its memory from one
  * pool (placed on node 0 when asked), holds exactly what it allocated, and
  * steps to the same bits as without a budget; a budget too small for the
@@ -250,7 +264,7 @@ typedef struct th {
 /* st->warnings is owned by the engine, which is gone when this returns: the
  * sentence is copied into warnings_out. */
 static void run_host_tier(size_t budget, int node, float *params_out, zt_stats_t *st,
-                          char *warnings_out, size_t warnings_size) {
+                          char *warnings_out, size_t warnings_size, pool_use_t *use) {
   enum { N = 100003 };
   zt_config_t cfg = t_config();
   cfg.optimizer_tier = ZT_TIER_HOST;
@@ -278,6 +292,15 @@ static void run_host_tier(size_t budget, int node, float *params_out, zt_stats_t
   snprintf(warnings_out, warnings_size, "%s", st->warnings);
   st->warnings = warnings_out;
   t_buf_download(eng, params_out, p, N * 4);
+  zt__hostpool_info_t pi;
+  zt__hostpool_info(eng->pinned_pool, &pi); // NULL: zeros
+  uintptr_t lo = (uintptr_t)pi.base, hi = lo + pi.budget;
+  const float *states[3] = {eng->master, eng->m, eng->v};
+  *use = (pool_use_t){eng->pinned_pool != NULL, pi.in_use, eng->host_bytes, 0};
+  for (int i = 0; i < 3; i++) {
+    uintptr_t a = (uintptr_t)states[i];
+    use->states_inside += a && a >= lo && a + eng->state_numel * sizeof(float) <= hi;
+  }
   t_buf_free(eng, p, N * 4);
   t_buf_free(eng, g, N * 4);
   free(h);
@@ -289,18 +312,52 @@ static void test_engine_pool(void **state) {
   float *a = malloc(N * 4), *b = malloc(N * 4);
   zt_stats_t sa, sb;
   char wa[512], wb[512];
-  run_host_tier(0, -1, a, &sa, wa, sizeof wa);
+  pool_use_t ua, ub;
+  run_host_tier(0, -1, a, &sa, wa, sizeof wa, &ua);
   int node = numa_available() >= 0 ? 0 : -1;
-  run_host_tier(64u << 20, node, b, &sb, wb, sizeof wb);
+  run_host_tier(64u << 20, node, b, &sb, wb, sizeof wb, &ub);
   t_expect_same("host tier with and without a pinned pool", b, a, 4, N);
   assert_int_equal(sb.host_bytes, sa.host_bytes);
   assert_true(sb.host_bytes <= 64u << 20);
   assert_int_equal(sb.host_numa_node, node);
   assert_int_equal(sa.host_numa_node, -1);
-  assert_non_null(sb.warnings);
-  printf("# pool: %llu bytes held, node %d, warnings \"%s\"\n",
-         (unsigned long long)sb.host_bytes, sb.host_numa_node, sb.warnings);
-  if (!sb.host_locked) assert_non_null(strstr(sb.warnings, "lock"));
+  printf("# pool: %llu bytes held, %zu in use in the pool, %d of 3 states inside, node "
+         "%d, warnings \"%s\"\n", (unsigned long long)sb.host_bytes, ub.in_use,
+         ub.states_inside, sb.host_numa_node, sb.warnings);
+  // Without a budget there is no pool; with one, the pool holds the host
+  // tier's memory: the states lie in its region, and its bytes in use are the
+  // engine's count rounded up to 4 KiB per region (3 states and the 6-slot
+  // staging ring: fewer than 16 regions).
+  assert_int_equal(ua.has_pool, 0);
+  assert_int_equal(ua.states_inside, 0);
+  assert_int_equal(ub.has_pool, 1);
+  assert_int_equal(ub.states_inside, 3);
+  assert_int_equal(ub.host_bytes, sb.host_bytes);
+  assert_true(ub.in_use >= ub.host_bytes);
+  assert_true(ub.in_use < ub.host_bytes + 16 * KB);
+  // The warning says "not locked" exactly when the memory is not locked.
+  assert_int_equal(strstr(sb.warnings, "not locked") != NULL, !sb.host_locked);
+
+  // A budget of exactly the bytes the host tier asks for: the engine's own
+  // check lets every region through, but the pool, which hands out whole
+  // pages, runs out first and refuses with its own sentence.
+  {
+    zt_config_t cfg = t_config();
+    cfg.optimizer_tier = ZT_TIER_HOST;
+    cfg.chunk_bytes = 65536;
+    cfg.pinned_budget_bytes = sa.host_bytes;
+    assert_true(sa.host_bytes % KB != 0); // else the pool would fit it exactly
+    zt_engine_t *eng = t_engine(&cfg);
+    float *p = t_buf_alloc(eng, N * 4), *g = t_buf_alloc(eng, N * 4);
+    T_EXPECT_ERR(zt_register_flat(eng, p, g, N, ZT_FP32, ZT_FP32), eng, -ENOMEM,
+                 "hostpool: ");
+    const char *msg = zt_last_error(eng);
+    assert_non_null(strstr(msg, "largest free block"));
+    assert_null(strstr(msg, "pinned_budget_bytes is"));
+    t_buf_free(eng, p, N * 4);
+    t_buf_free(eng, g, N * 4);
+    zt_engine_destroy(eng);
+  }
 
   zt_config_t cfg = t_config();
   cfg.optimizer_tier = ZT_TIER_HOST;
@@ -315,6 +372,34 @@ static void test_engine_pool(void **state) {
   zt_engine_destroy(eng);
   free(a);
   free(b);
+}
+
+/* A free of memory that is not a block of the pool is refused by the pool;
+ * the engine must not take those bytes off host_bytes (later allocations
+ * would then pass pinned_budget_bytes). */
+static void test_pinned_free_unknown(void **state) {
+  (void)state;
+  zt_config_t cfg = t_config();
+  cfg.optimizer_tier = ZT_TIER_HOST;
+  cfg.chunk_bytes = 65536;
+  cfg.pinned_budget_bytes = 1u << 20;
+  zt_engine_t *eng = t_engine(&cfg);
+  void *p = NULL;
+  T_OK(zt__pinned_alloc(eng, 10000, &p), eng);
+  assert_non_null(eng->pinned_pool);
+  assert_int_equal(eng->host_bytes, 10000);
+  zt__pinned_free(eng, (char *)p + KB, KB); // inside a block, not its start
+  print_message("  %s\n", eng->err.msg);
+  assert_non_null(strstr(eng->err.msg, "not a live block"));
+  assert_int_equal(eng->host_bytes, 10000);
+  zt__hostpool_info_t pi;
+  zt__hostpool_info(eng->pinned_pool, &pi);
+  assert_int_equal(pi.in_use, 3 * KB); // 10000 bytes: 3 pages
+  zt__pinned_free(eng, p, 10000);
+  assert_int_equal(eng->host_bytes, 0);
+  zt__hostpool_info(eng->pinned_pool, &pi);
+  assert_int_equal(pi.in_use, 0);
+  zt_engine_destroy(eng);
 }
 
 static void *worker(void *arg) {
@@ -348,7 +433,7 @@ int main(void) {
       cmocka_unit_test(test_random_patterns),    cmocka_unit_test(test_enomem_and_bad_sizes),
       cmocka_unit_test(test_locked_matches_rlimit), cmocka_unit_test(test_register_callback),
       cmocka_unit_test(test_numa_node0),         cmocka_unit_test(test_threads),
-      cmocka_unit_test(test_engine_pool),
+      cmocka_unit_test(test_engine_pool),       cmocka_unit_test(test_pinned_free_unknown),
   };
   return T_RUN(tests);
 }

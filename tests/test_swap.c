@@ -3,11 +3,14 @@
  * sizes on and off the block, with O_DIRECT and buffered files, with and
  * without registered buffers; thousands of requests in flight through a
  * small queue; striping over three directories checked byte for byte in the
- * files; injected EIO and short transfers (the hook); a real EFBIG from
- * RLIMIT_FSIZE; a flipped byte caught by the checksum; a block never written;
- * a stale file of another run refused; bad arguments; a swap space larger
- * than the disk refused before any file is made; thousands of mixed reads
- * and writes in flight over several ring threads (the ThreadSanitizer case).
+ * files, and a partial last stripe preallocated for its bytes only;
+ * injected EIO, short transfers and I/Os that never move (the hook); rings
+ * whose submission fails (the submit hook), alone or two at once; a real
+ * EFBIG from RLIMIT_FSIZE; a flipped byte caught by the checksum; a block
+ * never written; a stale file of another run refused; bad arguments; a swap
+ * space larger than the disk refused before any file is made; thousands of
+ * mixed reads and writes outstanding over several ring threads, each ring
+ * doing its share (the ThreadSanitizer case).
  *
  * The tests that say how the engine behaves run once inline (1 ring, on the
  * caller's thread) and once with 3 rings (3 threads): the mode is the test's
@@ -24,7 +27,9 @@
 #include <signal.h>
 #include <string.h>
 #include <sys/mount.h>
+#include <sys/prctl.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
 #include <sys/statvfs.h>
 #include <time.h>
 #include <unistd.h>
@@ -360,6 +365,51 @@ static void test_striping(void **state) {
   fx_close(&f);
 }
 
+/* The size of each file on disk. */
+static uint64_t file_size(zt__swap_t *sw, unsigned i) {
+  struct stat st;
+  assert_int_equal(stat(zt__swap_path(sw, i), &st), 0);
+  return (uint64_t)st.st_size;
+}
+
+/* A space that is not a whole number of stripes: the file holding the last,
+ * partial stripe is preallocated for its bytes only (block-rounded), and
+ * requests there stay inside it. A stripe far larger than the space (up to
+ * the 2^52 bound) costs no disk: the one file used holds just the space. */
+static void test_last_stripe(void **state) {
+  fx_t f;
+  fx_open(&f, 3, state);
+  // 10 blocks (the 100 bytes short round up), stripes of 4: files 0 and 1
+  // hold a whole stripe each, file 2 the last 2 blocks.
+  zt__swap_config_t c = fx_config(&f, 10 * BS - 100, 4 * BS, 4);
+  zt__swap_t *sw = fx_swap(&f, &c);
+  assert_int_equal(file_size(sw, 0), BS + 4 * BS);
+  assert_int_equal(file_size(sw, 1), BS + 4 * BS);
+  assert_int_equal(file_size(sw, 2), BS + 2 * BS);
+  uint8_t *w = buf_rand(sw, 10 * BS, &f.rng), *r = buf_rand(sw, 10 * BS, &f.rng);
+  assert_int_equal(one(sw, 1, w, 10 * BS, 0, 1), 10 * BS);
+  assert_int_equal(one(sw, 0, r, BS - 9, 9 * BS, 2), BS - 9); // the very last block
+  t_expect_same("last block", r, w + 9 * BS, 1, BS - 9);
+  assert_int_equal(one(sw, 0, r, 10 * BS, 0, 3), 10 * BS);
+  t_expect_same("whole space", r, w, 1, 10 * BS);
+  for (unsigned i = 0; i < 3; i++) // nothing written past the preallocation
+    assert_int_equal(file_size(sw, i), i < 2 ? 5 * BS : 3 * BS);
+  assert_int_equal(zt__swap_destroy(sw), 0);
+  // The largest stripe allowed, over two directories: one file holds all.
+  c = fx_config(&f, 8 * BS, 1ull << 52, 4);
+  c.n_paths = 2;
+  sw = fx_swap(&f, &c);
+  assert_int_equal(file_size(sw, 0), BS + 8 * BS);
+  assert_int_equal(file_size(sw, 1), BS);
+  assert_int_equal(one(sw, 1, w, 8 * BS, 0, 4), 8 * BS);
+  assert_int_equal(one(sw, 0, r, 8 * BS, 0, 5), 8 * BS);
+  t_expect_same("one huge stripe", r, w, 1, 8 * BS);
+  zt__swap_buf_free(w);
+  zt__swap_buf_free(r);
+  assert_int_equal(zt__swap_destroy(sw), 0);
+  fx_close(&f);
+}
+
 /* ---- the hook ---------------------------------------------------------------------- */
 
 /* With ring threads the hook runs on them, several at once: everything it
@@ -496,6 +546,219 @@ static void test_hook_short(void **state) {
   }
 }
 
+/* An I/O that never moves: the hook turns every completion of one request
+ * into `res` (-EAGAIN, or a zero count). After 64 tries it fails with -EIO
+ * and a sentence that says so, never with the transient code itself (a
+ * caller would take that as "try again" and loop on a dead device). */
+typedef struct stall_ctx {
+  uint64_t tag;
+  int64_t res;
+  unsigned calls; /* atomic: the hook runs on the ring threads */
+} stall_ctx_t;
+
+static int64_t stall_hook(void *arg, const zt__swap_hook_io_t *io, int64_t res) {
+  stall_ctx_t *s = arg;
+  if (io->tag != s->tag) return res;
+  __atomic_fetch_add(&s->calls, 1, __ATOMIC_RELAXED);
+  return s->res;
+}
+
+static void test_hook_no_progress(void **state) {
+  fx_t f;
+  fx_open(&f, 1, state);
+  zt__swap_config_t c = fx_config(&f, 16 * BS, 16 * BS, 4);
+  zt__swap_t *sw = fx_swap(&f, &c);
+  uint8_t *w = buf_rand(sw, 2 * BS, &f.rng), *r = buf_rand(sw, 2 * BS, &f.rng);
+  stall_ctx_t s = {.tag = 1, .res = -EAGAIN};
+  zt__swap_set_hook(sw, stall_hook, &s);
+  // Block 3 lives at file offset 4 * BS = 16384 (after the header).
+  assert_int_equal(one(sw, 1, w, BS, 3 * BS, 1), -EIO);
+  expect_msg(&f.err, "no progress in 64 tries (last result: EAGAIN");
+  expect_msg(&f.err, zt__swap_path(sw, 0));
+  expect_msg(&f.err, "offset 16384");
+  expect_msg(&f.err, "tag 1");
+  assert_int_equal(s.calls, 64);
+  // The failed write is no data; a neighbour written after it is.
+  assert_int_equal(one(sw, 1, w + BS, BS, 4 * BS, 2), BS);
+  assert_int_equal(one(sw, 0, r, BS, 3 * BS, 3), -ENODATA);
+  assert_int_equal(one(sw, 0, r, BS, 4 * BS, 4), BS);
+  t_expect_same("beside a stalled write", r, w + BS, 1, BS);
+  // A zero count every time: the same -EIO, the count named.
+  s = (stall_ctx_t){.tag = 5, .res = 0};
+  assert_int_equal(one(sw, 0, r, BS, 4 * BS, 5), -EIO);
+  expect_msg(&f.err, "no progress in 64 tries (last result: 0 of 4096 bytes)");
+  assert_int_equal(s.calls, 64);
+  zt__swap_buf_free(w);
+  zt__swap_buf_free(r);
+  assert_int_equal(zt__swap_destroy(sw), 0);
+  fx_close(&f);
+}
+
+/* ---- rings whose submission fails ------------------------------------------------ */
+
+/* The submit hook: ring i's submissions fail with fail[i] (0: they go). */
+typedef struct sub_ctx {
+  int fail[ZT__SWAP_MAX_RINGS];       /* atomic */
+  unsigned calls[ZT__SWAP_MAX_RINGS]; /* atomic */
+} sub_ctx_t;
+
+static int sub_hook(void *arg, unsigned ring) {
+  sub_ctx_t *s = arg;
+  __atomic_fetch_add(&s->calls[ring], 1, __ATOMIC_RELAXED);
+  return __atomic_load_n(&s->fail[ring], __ATOMIC_ACQUIRE);
+}
+
+static void sub_set(sub_ctx_t *s, unsigned ring, int code) {
+  __atomic_store_n(&s->fail[ring], code, __ATOMIC_RELEASE);
+}
+
+static void sleep_ms(long ms) {
+  struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
+  nanosleep(&ts, NULL);
+}
+
+static double now_s(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+/* Until ring `ring` has tried to submit `n` times. A ring thread tells its
+ * failure (tell_stuck) between its first try and its next, so n = 2 means
+ * the failure is known to the handle. */
+static void sub_wait_calls(sub_ctx_t *s, unsigned ring, unsigned n) {
+  double end = now_s() + 10;
+  while (__atomic_load_n(&s->calls[ring], __ATOMIC_RELAXED) < n) {
+    if (now_s() > end) fail_msg("ring %u never tried to submit %u times", ring, n);
+    sleep_ms(1);
+  }
+}
+
+/* The ring lets its submissions go again; returns once the ring has
+ * submitted since and so taken its failure back (as in sub_wait_calls). */
+static void sub_recover(sub_ctx_t *s, unsigned ring) {
+  sub_set(s, ring, 0);
+  sub_wait_calls(s, ring, __atomic_load_n(&s->calls[ring], __ATOMIC_RELAXED) + 2);
+}
+
+static const swap_mode_t m_two = {2, 0};
+
+/* Static: a failed test leaves its handle's ring threads calling the hook. */
+static sub_ctx_t subs;
+
+/* Two rings fail to submit, each holding one request; the one whose failure
+ * the handle reported recovers and completes its request. The other's
+ * failure must still be reported: it is its own, and its request can never
+ * complete, so a wait for it must not sleep forever. */
+static void test_two_stuck_rings(void **state) {
+  (void)state;
+  fx_t f;
+  void *st = (void *)&m_two;
+  fx_open(&f, 1, &st);
+  zt__swap_config_t c = fx_config(&f, 64 * BS, 4 * BS, 4);
+  zt__swap_t *sw = fx_swap(&f, &c);
+  sub_ctx_t *s = &subs;
+  memset(s, 0, sizeof *s);
+  sub_set(s, 0, -ENXIO);
+  sub_set(s, 1, -ENXIO);
+  zt__swap_set_submit_hook(sw, sub_hook, s);
+  uint8_t *w = buf_rand(sw, 2 * BS, &f.rng);
+  // Round robin from ring 0 on a new handle: tag 0 to ring 0, tag 1 to ring 1.
+  assert_int_equal(zt__swap_prep_write(sw, w, BS, 0, 0), 0);
+  assert_int_equal(zt__swap_prep_write(sw, w + BS, BS, 8 * BS, 1), 0);
+  assert_int_equal(zt__swap_submit(sw), 2);
+  sub_wait_calls(s, 0, 2);
+  sub_wait_calls(s, 1, 2);
+  zt__swap_cqe_t cq[2];
+  assert_int_equal(zt__swap_wait(sw, cq, 2, 1), -ENXIO);
+  expect_msg(&f.err, "ENXIO");
+  const char *at = strstr(f.err.msg, "on ring ");
+  assert_non_null(at);
+  unsigned a = (unsigned)atoi(at + 8), b = 1 - a;
+  assert_true(a < 2);
+  sub_recover(s, a);
+  double end = now_s() + 10;
+  int n;
+  while ((n = zt__swap_poll(sw, cq, 2)) == 0) {
+    if (now_s() > end) fail_msg("ring %u recovered but its request never completed", a);
+    sleep_ms(1);
+  }
+  assert_int_equal(n, 1);
+  assert_int_equal(cq[0].tag, a);
+  assert_int_equal(cq[0].res, BS);
+  // Ring b still fails and holds the only request: its code, not silence.
+  end = now_s() + 3;
+  while ((n = zt__swap_poll(sw, cq, 2)) == 0) {
+    if (now_s() > end) fail_msg("ring %u's failure was lost when ring %u recovered", b, a);
+    sleep_ms(1);
+  }
+  assert_int_equal(n, -ENXIO);
+  char want[32];
+  snprintf(want, sizeof want, "on ring %u", b);
+  expect_msg(&f.err, want);
+  assert_int_equal(zt__swap_wait(sw, cq, 2, 1), -ENXIO); // returns, does not hang
+  assert_int_equal(zt__swap_outstanding(sw), 1);
+  sub_recover(s, b);
+  assert_int_equal(zt__swap_wait(sw, cq, 2, 1), 1);
+  assert_int_equal(cq[0].tag, b);
+  assert_int_equal(cq[0].res, BS);
+  zt__swap_buf_free(w);
+  assert_int_equal(zt__swap_destroy(sw), 0);
+  fx_close(&f);
+}
+
+/* Completions of even tags come late (on the ring thread). */
+static int64_t slow_even_hook(void *arg, const zt__swap_hook_io_t *io, int64_t res) {
+  (void)arg;
+  if (io->tag % 2 == 0) sleep_ms(200);
+  return res;
+}
+
+/* Ring 1 fails to submit; ring 0 works but slowly. wait and drain must
+ * return ring 0's completions first, and report ring 1's code only once
+ * ring 1 is the only ring left holding requests. */
+static void test_stuck_ring_others_move(void **state) {
+  (void)state;
+  fx_t f;
+  void *st = (void *)&m_two;
+  fx_open(&f, 1, &st);
+  zt__swap_config_t c = fx_config(&f, 64 * BS, 4 * BS, 4);
+  zt__swap_t *sw = fx_swap(&f, &c);
+  sub_ctx_t *s = &subs;
+  memset(s, 0, sizeof *s);
+  sub_set(s, 1, -ENXIO);
+  zt__swap_set_submit_hook(sw, sub_hook, s);
+  zt__swap_set_hook(sw, slow_even_hook, NULL);
+  uint8_t *w = buf_rand(sw, 4 * BS, &f.rng);
+  // Tags 0 and 2 to ring 0, 1 and 3 to ring 1 (round robin from ring 0).
+  assert_int_equal(zt__swap_prep_write(sw, w, BS, 0, 0), 0);
+  assert_int_equal(zt__swap_prep_write(sw, w + BS, BS, 8 * BS, 1), 0);
+  assert_int_equal(zt__swap_submit(sw), 2);
+  sub_wait_calls(s, 1, 2); // ring 1's failure is known before ring 0 finishes
+  zt__swap_cqe_t cq[4];
+  int n = zt__swap_wait(sw, cq, 4, 1);
+  if (n < 0) print_error("wait: %d: %s\n", n, f.err.msg);
+  assert_int_equal(n, 1);
+  assert_int_equal(cq[0].tag, 0);
+  assert_int_equal(cq[0].res, BS);
+  // Now only the failing ring holds a request.
+  assert_int_equal(zt__swap_wait(sw, cq, 4, 1), -ENXIO);
+  expect_msg(&f.err, "on ring 1");
+  assert_int_equal(zt__swap_poll(sw, cq, 4), -ENXIO);
+  // drain: ring 0's slow request is drained, ring 1's two stay.
+  assert_int_equal(zt__swap_prep_write(sw, w + 2 * BS, BS, 16 * BS, 2), 0);
+  assert_int_equal(zt__swap_prep_write(sw, w + 3 * BS, BS, 24 * BS, 3), 0);
+  assert_int_equal(zt__swap_drain(sw), -ENXIO);
+  assert_int_equal(zt__swap_outstanding(sw), 2);
+  assert_int_equal(zt__swap_destroy(sw), -EBUSY);
+  sub_recover(s, 1);
+  assert_int_equal(zt__swap_drain(sw), 0);
+  assert_int_equal(zt__swap_outstanding(sw), 0);
+  zt__swap_buf_free(w);
+  assert_int_equal(zt__swap_destroy(sw), 0);
+  fx_close(&f);
+}
+
 /* ---- real errors ------------------------------------------------------------------- */
 
 static void test_efbig(void **state) {
@@ -611,10 +874,37 @@ static void test_stale(void **state) {
 
 /* ---- ring threads ---------------------------------------------------------------- */
 
-/* Thousands of requests in flight at once over the ring threads, reads and
- * writes mixed in every batch, of 1 to 6 blocks, a third of them across a
- * stripe boundary, some in a registered buffer: every completion once, with
- * its length, and every read the bytes of the last write of its blocks. Under
+/* Which thread each I/O completion was handled on (the hook runs where the
+ * engine handles it): a ring thread by its name, zt-swap-<ring>, or the
+ * caller's. */
+typedef struct tally {
+  pthread_t caller;
+  unsigned by_ring[ZT__SWAP_MAX_RINGS]; /* atomic, like the rest */
+  unsigned on_caller, elsewhere;
+} tally_t;
+
+static int64_t tally_hook(void *arg, const zt__swap_hook_io_t *io, int64_t res) {
+  (void)io;
+  tally_t *t = arg;
+  char name[16] = "";
+  unsigned k;
+  prctl(PR_GET_NAME, name);
+  if (pthread_equal(pthread_self(), t->caller))
+    __atomic_fetch_add(&t->on_caller, 1, __ATOMIC_RELAXED);
+  else if (sscanf(name, "zt-swap-%u", &k) == 1 && k < ZT__SWAP_MAX_RINGS)
+    __atomic_fetch_add(&t->by_ring[k], 1, __ATOMIC_RELAXED);
+  else
+    __atomic_fetch_add(&t->elsewhere, 1, __ATOMIC_RELAXED);
+  return res;
+}
+
+/* Thousands of requests outstanding at once over the ring threads (at most
+ * rings x queue_depth of their I/Os in the kernel), reads and writes mixed
+ * in every batch, of 1 to 6 blocks, a third of them across a stripe
+ * boundary, some in a registered buffer: every completion once, with its
+ * length, and every read the bytes of the last write of its blocks; with
+ * several rings every ring thread handled its round-robin share of the
+ * requests and the caller's thread none, inline the caller all. Under
  * ThreadSanitizer this is the check of the threading rules (swap.h). */
 static void test_threads_mixed(void **state) {
   fx_t f;
@@ -628,6 +918,10 @@ static void test_threads_mixed(void **state) {
   int slot = zt__swap_register_buf(sw, io, total / 2);
   print_message("# rings %u sqpoll %d, register_buf: %d\n", f.mode.rings, f.mode.sqpoll,
                 slot);
+  tally_t tl;
+  memset(&tl, 0, sizeof tl);
+  tl.caller = pthread_self();
+  zt__swap_set_hook(sw, tally_hook, &tl);
   uint32_t *len = calloc(CH, sizeof *len);    // bytes written to chunk i, 0: never
   uint8_t *seen = calloc(CH, 1), *kind = calloc(CH, 1);
   zt__swap_cqe_t *cq = calloc(CH, sizeof *cq);
@@ -680,8 +974,26 @@ static void test_threads_mixed(void **state) {
     assert_int_equal(zt__swap_outstanding(sw), 0);
   }
   print_message("# %zu writes, %zu reads, up to %zu outstanding\n", writes, reads, max_out);
-  assert_true(max_out >= CH);
   assert_true(reads > CH);
+  // Round robin by request: ring i got CH x ROUNDS / rings requests (give or
+  // take one), each at least one I/O, all handled on its own thread.
+  unsigned nr = f.mode.rings, total_io = tl.on_caller + tl.elsewhere;
+  for (unsigned i = 0; i < ZT__SWAP_MAX_RINGS; i++) total_io += tl.by_ring[i];
+  print_message("# I/O completions: %u on the caller, %u elsewhere, rings %u %u %u\n",
+                tl.on_caller, tl.elsewhere, tl.by_ring[0], tl.by_ring[1], tl.by_ring[2]);
+  assert_true(total_io >= CH * ROUNDS);
+  assert_int_equal(tl.elsewhere, 0);
+  if (nr == 1) {
+    assert_int_equal(tl.on_caller, total_io);
+  } else {
+    assert_int_equal(tl.on_caller, 0);
+    for (unsigned i = 0; i < ZT__SWAP_MAX_RINGS; i++) {
+      if (i >= nr) assert_int_equal(tl.by_ring[i], 0);
+      else if (tl.by_ring[i] < CH * ROUNDS / nr) fail_msg("ring %u handled %u I/Os, fewer "
+                                                           "than its %u requests", i,
+                                                           tl.by_ring[i], CH * ROUNDS / nr);
+    }
+  }
   if (slot >= 0) assert_int_equal(zt__swap_unregister_buf(sw, slot), 0);
   free(len);
   free(seen);
@@ -837,6 +1149,15 @@ static void test_bad_input(void **state) {
   assert_int_equal(zt__swap_create(&c, &f.err, &sw), -EINVAL);
   assert_null(sw);
   expect_msg(&f.err, "stripe_bytes is 3000");
+  // Stripes near 2^64 used to wrap the file size arithmetic to nothing and
+  // be accepted with no preallocation.
+  c = fx_config(&f, 16 * BS, UINT64_MAX - (BS - 1), 4);
+  assert_int_equal(zt__swap_create(&c, &f.err, &sw), -EINVAL);
+  assert_null(sw);
+  expect_msg(&f.err, "stripe_bytes is 18446744073709547520");
+  c = fx_config(&f, 16 * BS, (1ull << 52) + BS, 4);
+  assert_int_equal(zt__swap_create(&c, &f.err, &sw), -EINVAL);
+  expect_msg(&f.err, "at most 2^52");
   c = fx_config(&f, 16 * BS, BS, 0);
   assert_int_equal(zt__swap_create(&c, &f.err, &sw), -EINVAL);
   expect_msg(&f.err, "queue_depth is 0");
@@ -861,9 +1182,18 @@ static void test_bad_input(void **state) {
   assert_int_equal(zt__swap_create(&c, &f.err, &sw), -ENOENT);
   expect_msg(&f.err, "/nonexistent-ztier-dir");
 
+  // No buffer slots: register_buf says so (its contract), requests work.
   c = fx_config(&f, 16 * BS, BS, 4);
+  c.max_bufs = 0;
   sw = fx_swap(&f, &c);
   uint8_t *w = buf_rand(sw, 17 * BS, &f.rng);
+  assert_int_equal(zt__swap_register_buf(sw, w, BS), -EOPNOTSUPP);
+  expect_msg(&f.err, "no buffer slots");
+  assert_int_equal(one(sw, 1, w, BS, 0, 1), BS);
+  assert_int_equal(zt__swap_destroy(sw), 0);
+
+  c = fx_config(&f, 16 * BS, BS, 4);
+  sw = fx_swap(&f, &c);
   assert_int_equal(zt__swap_prep_write(sw, w + 8, BS, 0, 1), -EINVAL);
   expect_msg(&f.err, "aligned");
   assert_int_equal(zt__swap_prep_write(sw, w, BS, 100, 1), -EINVAL);
@@ -895,6 +1225,10 @@ int main(void) {
       MODES(test_striping),
       MODES(test_hook_eio),
       MODES(test_hook_short),
+      MODES(test_hook_no_progress),
+      MODES(test_last_stripe),
+      cmocka_unit_test_teardown(test_two_stuck_rings, teardown),
+      cmocka_unit_test_teardown(test_stuck_ring_others_move, teardown),
       MODES(test_efbig),
       MODES(test_checksum_flip),
       MODES(test_stale),
