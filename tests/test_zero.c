@@ -421,23 +421,26 @@ static void w_accumulate(void **state) {
     int world;
     zt_engine_destroy(run_partitioned(rc, got, &world));
     run_reference(rc, world, 1, want);
-    /* The two gradients differ by the rounding of W x 4 fp32 additions
-     * (a few ulps of the sum); Adam turns that into parameter changes far
-     * below the parameters' own ulp after STEPS steps of lr 1e-2. A
-     * micro-step lost or counted twice changes each element's update
-     * direction: differences of order lr, which this bound rejects. */
-    size_t worst = 0;
-    double worst_d = 0.0;
+    /* The two gradients differ by the rounding of W x 4 fp32 additions.
+     * Adam turns that into parameter differences below float32 rounding,
+     * except where the sum nearly cancels: there its relative error, and
+     * so the update, can move much more (a sign, at worst). Such elements
+     * are rare; a micro-step lost or counted twice changes almost every
+     * element's update by a fraction of lr. So: at most 1% of the elements
+     * beyond float32 rounding. */
+    size_t beyond = 0, counted = 0;
+    double worst = 0.0;
     for (size_t i = 0; i < NUMEL; i++) {
       if (in_unit(i) < 0) continue;
+      counted++;
       double d = fabs((double)got[i] - (double)want[i]);
-      double tol = 1e-6 + 8.0 * FLT_EPSILON * fabs((double)want[i]);
-      if (d > tol && d > worst_d) worst = i, worst_d = d;
+      if (d > 1e-6 + 8.0 * FLT_EPSILON * fabs((double)want[i])) beyond++;
+      if (d > worst) worst = d;
     }
-    print_message("# stage %d, %d ranks, 4 micro-steps against one big batch: worst "
-                  "difference beyond float32 rounding %.3g at element %zu\n",
-                  rc->stage, world, worst_d, worst);
-    assert_true(worst_d == 0.0);
+    print_message("# stage %d, %d ranks, 4 micro-steps against one big batch: %zu of %zu "
+                  "elements beyond float32 rounding, largest difference %.3g\n",
+                  rc->stage, world, beyond, counted, worst);
+    assert_true(beyond * 100 <= counted);
     free(got);
     free(want);
   }
