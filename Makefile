@@ -57,7 +57,11 @@ ISA_AVX512 := -mavx512f -mavx512bw -mavx512vl -mavx512dq -mfma -mf16c
 LIB_SRC := $(filter-out src/backend_nocuda.c,$(wildcard src/*.c)) $(wildcard offload/*.c)
 ifeq ($(CUDA),1)
 CU_SRC := $(wildcard cuda/*.cu)
-LDLIBS_CUDA := -L$(CUDA_HOME)/lib64 -lcudart_static -ldl -lrt -lstdc++
+# NCCL (the comm "nccl" backend) ships with the toolkit here; NCCL_HOME
+# points elsewhere when it does not.
+NCCL_HOME ?= $(CUDA_HOME)
+LDLIBS_CUDA := -L$(CUDA_HOME)/lib64 -L$(NCCL_HOME)/lib64 -lnccl -lcudart_static -ldl -lrt \
+               -lstdc++
 else
 LIB_SRC += src/backend_nocuda.c
 CU_SRC :=
@@ -108,12 +112,15 @@ $(BUILD)/src/cpu_kernels_avx2.o: ZT_CFLAGS += $(ISA_AVX2)
 $(BUILD)/src/cpu_kernels_avx512.o: ZT_CFLAGS += $(ISA_AVX512)
 $(BUILD)/src/comm_mpi.o: ZT_CFLAGS += $(MPI_CFLAGS)
 $(BUILD)/tests/test_comm.o: ZT_CFLAGS += $(MPI_CFLAGS)
+# Its world-size-1 collectives allocate device memory with the CUDA runtime.
+$(BUILD)/tests/test_comm_nccl.o: ZT_CFLAGS += $(if $(filter 1,$(CUDA)),-I$(CUDA_HOME)/include)
 
 # --fmad=false: the same reason as -ffp-contract=off above.
 $(BUILD)/cuda/%.o: cuda/%.cu $(STAMP)
 	@mkdir -p $(dir $@)
 	$(NVCC) -std=c++17 -O2 --fmad=false $(NVCC_GENCODE) -Iinclude -Isrc \
-	  -Xcompiler -fPIC,-fvisibility=hidden -DZT_HAVE_CUDA=1 -MMD -MP -c $< -o $@
+	  -I$(NCCL_HOME)/include -Xcompiler -fPIC,-fvisibility=hidden -DZT_HAVE_CUDA=1 \
+	  -MMD -MP -c $< -o $@
 
 $(BUILD)/libztier.a: $(LIB_OBJ) $(STAMP)
 	@rm -f $@

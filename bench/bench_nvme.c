@@ -32,6 +32,7 @@
 #include <unistd.h>
 
 #include "common.h"
+#include "disk.h" // defines: zt_bench_swap_pass
 #include "swap.h" // defines: zt__swap_*
 
 #define MAX_LIST 16
@@ -66,12 +67,6 @@ static void progress(const char *fmt, ...) {
 
 static void progress_end(void) {
   if (!quiet) zt_bench_progress_end();
-}
-
-static double now(void) {
-  struct timespec t;
-  clock_gettime(CLOCK_MONOTONIC, &t);
-  return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
 }
 
 /* "1MiB,8MiB" or "8,32": sizes take K/M/G (1000s) and Ki/Mi/Gi (1024s), with
@@ -120,58 +115,6 @@ static void fill(void *p, size_t n, uint64_t seed) {
 }
 
 /* ---- our passes ---------------------------------------------------------------- */
-
-/* One whole-space pass with `qd` requests of `block` bytes in flight, each
- * in its own slot of `block` bytes of the region: slots are taken in order
- * and given back as their requests complete, so a request goes to a
- * different place than the last ones (the whole region is walked through)
- * and no two requests in flight ever share memory, in whatever order they
- * complete (with several rings they complete out of order). The slot rides
- * in the tag's high half. Returns the seconds, or -1 with a message. */
-static double pass(zt__swap_t *sw, int write, size_t space, size_t block, unsigned qd,
-                   char *region, size_t region_bytes) {
-  size_t n_req = space / block, next = 0, done = 0;
-  size_t n_slots = region_bytes / block, head = 0, n_free = n_slots;
-  if (n_slots < qd) qd = (unsigned)n_slots;
-  uint32_t *fifo = malloc(n_slots * sizeof *fifo);
-  if (fifo == NULL) {
-    fprintf(stderr, "nvme: out of memory\n");
-    return -1;
-  }
-  for (size_t i = 0; i < n_slots; i++) fifo[i] = (uint32_t)i;
-  zt__swap_cqe_t cqe[64];
-  double t0 = now(), t = -1;
-  while (done < n_req) {
-    while (next < n_req && next - done < qd) {
-      uint64_t slot = fifo[head];
-      head = (head + 1) % n_slots;
-      n_free--;
-      char *buf = region + slot * block;
-      uint64_t tag = slot << 32 | next;
-      int rc = write ? zt__swap_prep_write(sw, buf, block, next * block, tag)
-                     : zt__swap_prep_read(sw, buf, block, next * block, tag);
-      if (rc < 0) goto out;
-      next++;
-    }
-    int got = zt__swap_wait(sw, cqe, 64, 1);
-    if (got < 0) goto out;
-    for (int i = 0; i < got; i++) {
-      if (cqe[i].res != (int64_t)block) {
-        fprintf(stderr, "nvme: request %llu completed with %lld, expected %zu\n",
-                (unsigned long long)(cqe[i].tag & 0xffffffffu), (long long)cqe[i].res,
-                block);
-        zt__swap_drain(sw);
-        goto out;
-      }
-      fifo[(head + n_free++) % n_slots] = (uint32_t)(cqe[i].tag >> 32);
-    }
-    done += (size_t)got;
-  }
-  t = now() - t0;
-out:
-  free(fifo);
-  return t;
-}
 
 /* ---- fio ------------------------------------------------------------------------- */
 
@@ -347,15 +290,15 @@ static int space_open(space_t *sp, const char *prog, const zt__swap_config_t *cf
   progress("%u ring%s: writing and checking %.2f GB in %s", cfg->rings,
            cfg->rings > 1 ? "s" : "", (double)space / 1e9, cfg->paths[0]);
   fill(region, region_bytes, 0x5eed);
-  if (pass(sp->sw, 1, space, block, inflight, region, region_bytes) < 0) {
+  if (zt_bench_swap_pass(sp->sw, 1, space, block, inflight, region, region_bytes) < 0) {
     progress_end();
     fprintf(stderr, "%s: the check write failed: %s\n", prog, err->msg);
     return 1;
   }
   memcpy(ring, region, block); /* request 0's bytes: it took the first slot */
   memset(region, 0xa5, region_bytes);
-  if (pass(sp->sw, 0, space, block, inflight, region, region_bytes) < 0 ||
-      pass(sp->sw, 0, block, block, 1, region, block) < 0) {
+  if (zt_bench_swap_pass(sp->sw, 0, space, block, inflight, region, region_bytes) < 0 ||
+      zt_bench_swap_pass(sp->sw, 0, block, block, 1, region, block) < 0) {
     progress_end();
     fprintf(stderr, "%s: the check read failed: %s\n", prog, err->msg);
     return 1;
@@ -610,16 +553,16 @@ int zt_bench_nvme_main(int argc, char **argv) {
                    reps);
           double s;
           double *o = v + r * 5;
-          s = pass(sp.sw, 1, space, c->block, inflight, region, region_bytes);
+          s = zt_bench_swap_pass(sp.sw, 1, space, c->block, inflight, region, region_bytes);
           if (s < 0) goto fail;
           o[0] = (double)space / s / 1e9;
           o[3] = fio ? fio_pass(fio_file, 1, space, c->block, c->qd, c->threads) : -1;
-          s = pass(sp.sw, 0, space, c->block, inflight, region, region_bytes);
+          s = zt_bench_swap_pass(sp.sw, 0, space, c->block, inflight, region, region_bytes);
           if (s < 0) goto fail;
           o[1] = (double)space / s / 1e9;
           o[4] = fio ? fio_pass(fio_file, 0, space, c->block, c->qd, c->threads) : -1;
           size_t rb = c->block * inflight < ring_bytes ? c->block * inflight : ring_bytes;
-          s = pass(sp.sw, 0, space, c->block, inflight, ring, rb);
+          s = zt_bench_swap_pass(sp.sw, 0, space, c->block, inflight, ring, rb);
           if (s < 0) goto fail;
           o[2] = (double)space / s / 1e9;
         }

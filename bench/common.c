@@ -101,6 +101,13 @@ static int set_value(const char *prog, const zt_bench_flag_t *f, const char *val
       fprintf(stderr, "%s %s", k ? "," : "", f->choices[k]);
     fprintf(stderr, "\n");
     return 2;
+  case ZT_BENCH_FLAG_STRING:
+    if (*val == 0) {
+      fprintf(stderr, "%s: --%s is empty; expected %s\n", prog, f->name, f->arg);
+      return 2;
+    }
+    *(const char **)f->out = val;
+    return 0;
   case ZT_BENCH_FLAG_BOOL: break;
   }
   return 2;

@@ -27,6 +27,7 @@
 
 int zt_bench_adam_main(int argc, char **argv);
 int zt_bench_nvme_main(int argc, char **argv);
+int zt_bench_offload_main(int argc, char **argv);
 
 /* ---- flags ------------------------------------------------------------------ */
 
@@ -35,7 +36,8 @@ typedef enum zt_bench_flag_kind {
   ZT_BENCH_FLAG_INT,   /* --name N: int in [min, max]                       */
   ZT_BENCH_FLAG_COUNT, /* --name N: size_t in [min, max]; K/M/G/T suffixes
                            (powers of 1000) and Ki/Mi/Gi (powers of 1024)     */
-  ZT_BENCH_FLAG_CHOICE /* --name WORD: one of `choices`; *(int *)out = index */
+  ZT_BENCH_FLAG_CHOICE, /* --name WORD: one of `choices`; *(int *)out = index */
+  ZT_BENCH_FLAG_STRING  /* --name TEXT: *(const char **)out = the argument   */
 } zt_bench_flag_kind_t;
 
 typedef struct zt_bench_flag {

@@ -106,7 +106,7 @@ typedef enum zt_backend {
 typedef enum zt_tier {
   ZT_TIER_DEVICE = 0, /* the backend's memory                     */
   ZT_TIER_HOST = 1,   /* pinned host memory, updated by the CPU    */
-  ZT_TIER_NVME = 2    /* swap files (not supported in this version) */
+  ZT_TIER_NVME = 2    /* swap files, streamed through pinned slots   */
 } zt_tier_t;
 
 typedef enum zt_optimizer {
@@ -129,7 +129,7 @@ typedef enum zt_loss_scaling {
 typedef enum zt_comm_kind {
   ZT_COMM_SINGLE = 0, /* world size 1, no dependency                      */
   ZT_COMM_MPI = 1,    /* MPI_COMM_WORLD of an mpirun launch; host buffers */
-  ZT_COMM_NCCL = 2,   /* NCCL, bootstrapped by MPI (not in this version)  */
+  ZT_COMM_NCCL = 2,   /* NCCL (backend cuda); id from MPI or a file       */
   ZT_COMM_AUTO = 3    /* mpi when launched by mpirun, else single         */
 } zt_comm_kind_t;
 
@@ -162,7 +162,7 @@ typedef struct zt_config {
   zt_backend_t backend; /* "host" | "cuda"                     */
   int device;           /* CUDA device ordinal, >= 0           */
   int stage;            /* ZeRO stage 0..3                     */
-  zt_comm_kind_t comm;  /* "auto" | "single" | "mpi"           */
+  zt_comm_kind_t comm;  /* "auto" | "single" | "mpi" | "nccl"  */
 
   zt_optimizer_t optimizer;  /* "adamw" | "adam"                   */
   zt_tier_t optimizer_tier;  /* "device" | "host"                  */
@@ -198,6 +198,14 @@ typedef struct zt_config {
   int swap_sqpoll;         /* 1: kernel submission threads (SQPOLL)         */
 
   int numa_node; /* pinned memory's NUMA node; -1: the GPU's, or none   */
+
+  /* comm "nccl" without MPI: rank 0 writes NCCL's unique id to a file that
+   * every rank can read, the others wait for it. Empty: the id comes from
+   * MPI (an mpirun launch), or a lone process is world size 1. */
+  char nccl_id_file[1024];  /* the id file's path; "" = no file bootstrap  */
+  int rank;                 /* this rank with nccl_id_file; -1 = unset     */
+  int world_size;           /* ranks with nccl_id_file; 0 = unset          */
+  double nccl_id_timeout_s; /* how long a rank waits for the id file       */
 } zt_config_t;
 
 /* The defaults. Every engine field has a working default. */
@@ -207,7 +215,8 @@ typedef struct zt_config {
         ZT_COMM_AUTO, ZT_ADAMW, ZT_TIER_DEVICE, ZT_TIER_DEVICE,            \
         ZT_ROUND_NEAREST, 0x5eed, 0, 0.0, ZT_LOSS_SCALE_AUTO, 65536.0, 2.0,  \
         0.5, 2000, 1.0, (size_t)16 << 20, 0, 0, ZT_LOG_WARN, NULL, NULL,     \
-        (size_t)16 << 20, "", (size_t)8 << 20, 32, 1, 0, -1                  \
+        (size_t)16 << 20, "", (size_t)8 << 20, 32, 1, 0, -1, "", -1, 0,      \
+        300.0                                                                \
   }
 
 /*
@@ -483,11 +492,16 @@ typedef struct zt_stats_data {
   const char *warnings; /* what did not go as asked (memory not locked,
                            not NUMA-placed), "" when all did; owned by
                            the engine, valid until it is destroyed       */
+
+  /* The nvme tier, since the engine was created. */
+  uint64_t swap_read_bytes;  /* optimizer states read from swap files    */
+  uint64_t swap_write_bytes; /* optimizer states written to them         */
+  double swap_wait_seconds;  /* steps waiting for those reads and writes */
 } zt_stats_t;
 
 #define ZT_STATS_INIT                                                        \
   { sizeof(zt_stats_t), 0, 0, 0, 0, 0, 0, 0, 0, 0.0, 0.0, 0.0, 0.0, 0, 0, NULL, \
-    0, 1, 0, 0, 0, -1, NULL }
+    0, 1, 0, 0, 0, -1, NULL, 0, 0, 0.0 }
 
 /* Fills *out (out->size must be sizeof(zt_stats_t): use ZT_STATS_INIT).
  * Synchronous. */

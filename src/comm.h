@@ -1,7 +1,8 @@
 /*
  * comm.h — the collective interface every ZeRO stage talks to. Backends:
- * single (world size 1, src/comm_single.c) and MPI (host buffers,
- * src/comm_mpi.c); NCCL (device buffers) plugs in behind the same table.
+ * single (world size 1, src/comm_single.c), MPI (host buffers,
+ * src/comm_mpi.c) and NCCL (device buffers, cuda/comm_nccl.cu; CUDA builds
+ * only), with its file bootstrap in src/comm_boot.c.
  *
  * Collectives are asynchronous: each takes a request the caller owns until
  * wait() returns for it or test() reports it done (libuv's rule: the request
@@ -26,6 +27,10 @@
 #include <stddef.h>
 
 #include "internal.h" // defines: zt__err_t, zt_dtype_t
+
+#ifdef __cplusplus
+extern "C" {
+#endif
 
 typedef enum zt__red_dtype {
   ZT_RED_F32 = 0,
@@ -99,6 +104,8 @@ struct zt__comm {
 
 ZT_INTERNAL extern const zt__comm_ops_t zt__comm_single_ops;
 ZT_INTERNAL extern const zt__comm_ops_t zt__comm_mpi_ops;
+/* Defined only where ZT_HAVE_CUDA is 1 (cuda/comm_nccl.cu). */
+ZT_INTERNAL extern const zt__comm_ops_t zt__comm_nccl_ops;
 
 /* Bytes per element of dt. */
 ZT_INTERNAL size_t zt__red_size(zt__red_dtype_t dt);
@@ -112,5 +119,34 @@ ZT_INTERNAL void zt__comm_destroy(zt__comm_t *c);
 /* 1 when the environment says this process is one rank of an MPI launch
  * (mpirun / srun variables), 0 otherwise. */
 ZT_INTERNAL int zt__comm_launched_by_mpi(void);
+
+/* ---- the NCCL id's file bootstrap (src/comm_boot.c) ------------------------------- */
+
+/* Largest id the file carries (NCCL_UNIQUE_ID_BYTES is 128). */
+#define ZT_BOOT_ID_MAX 256
+
+/* Rank 0: writes id[n] (or, with status < 0, the news that rank 0 failed
+ * with that code) for a world of `world` ranks to `path`, atomically. A file
+ * already at `path` is -EEXIST. Synchronous. */
+ZT_INTERNAL int zt__boot_id_write(const char *path, const void *id, size_t n, int world,
+                                  int status, zt__err_t *err);
+/* Other ranks: waits up to timeout_s for `path`, then reads id[n]. A file
+ * that does not parse is -EINVAL, one written for another world size
+ * ZT_ECONFIG, rank 0's failure its code, no file in time -ETIMEDOUT.
+ * Synchronous (polls). */
+ZT_INTERNAL int zt__boot_id_read(const char *path, void *id, size_t n, int world,
+                                 double timeout_s, zt__err_t *err);
+/* Rank 0, once every rank has joined: removes `path` (gone already is 0). */
+ZT_INTERNAL int zt__boot_id_remove(const char *path, zt__err_t *err);
+
+#if ZT_HAVE_CUDA
+/* A fresh NCCL unique id (ncclGetUniqueId: no GPU needed) into id[n], n >=
+ * its size; returns its size, or ZT_ENCCL. For the tests. */
+ZT_INTERNAL int zt__comm_nccl_unique_id(void *id, size_t n, zt__err_t *err);
+#endif
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif /* ZT_COMM_H */

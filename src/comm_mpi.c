@@ -293,15 +293,18 @@ static void mpi_destroy(zt__comm_t *c) {
      * forbids both), and waiting could hang on a rank that never issues its
      * half. Collectives that are done are reaped; the others keep their
      * record (MPI may still read its counts) and MPI_Comm_free defers the
-     * communicator's end until they complete. That record is leaked. */
+     * communicator's end until they complete. That record is leaked
+     * (zt__keep_abandoned). */
     size_t left = 0;
     for (op_t *o = m->inflight, *next; o; o = next) {
       next = o->next;
       int flag = 0;
-      if (MPI_Test(&o->mreq, &flag, MPI_STATUS_IGNORE) == MPI_SUCCESS && flag)
+      if (MPI_Test(&o->mreq, &flag, MPI_STATUS_IGNORE) == MPI_SUCCESS && flag) {
         op_free(m, o);
-      else
+      } else {
         left++;
+        zt__keep_abandoned(o);
+      }
     }
     if (left)
       zt__log(m->cfg, ZT_LOG_WARN,

@@ -7,8 +7,8 @@
  * so bytes_sent and bytes_received stay 0. It exists so the step runs the
  * same code path at any world size.
  *
- * Invariant: the single and MPI backends refuse exactly the same calls (the
- * checks below are shared), so an engine bug that a world of 4 would hit
+ * Invariant: the single, MPI and NCCL backends refuse exactly the same calls
+ * (the checks below are shared), so an engine bug that a world of 4 would hit
  * already fails at world size 1.
  */
 #include <stdio.h>
@@ -292,11 +292,17 @@ int zt__comm_create(const zt_config_t *cfg, zt__err_t *err, zt__comm_t **out) {
       return zt__comm_mpi_ops.create(cfg, err, out);
     return zt__comm_single_ops.create(cfg, err, out);
   case ZT_COMM_NCCL:
-    return zt__errf(err, ZT_ECONFIG,
-                    "comm is \"nccl\", which is not in this version; expected \"auto\", "
-                    "\"single\" or \"mpi\"");
+#if ZT_HAVE_CUDA
+    return zt__comm_nccl_ops.create(cfg, err, out);
+#else
+    return zt__errf(err, ZT_ENOCUDA,
+                    "comm is \"nccl\", but this libztier was built without CUDA (CUDA=0, "
+                    "or no nvcc at build time); rebuild with nvcc present, or use comm "
+                    "\"mpi\" with backend \"host\"");
+#endif
   }
-  return zt__errf(err, ZT_ECONFIG, "comm is %d; expected \"auto\", \"single\" or \"mpi\"",
+  return zt__errf(err, ZT_ECONFIG,
+                  "comm is %d; expected \"auto\", \"single\", \"mpi\" or \"nccl\"",
                   (int)cfg->comm);
 }
 

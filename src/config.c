@@ -99,7 +99,8 @@ typedef struct key {
   unsigned char lo_open, hi_open, at_least_chunk, pow2, boolean;
   uint64_t align;
   /* T_PATHS: bytes of the char array, NUL included; most ':'-separated
-   * elements. An empty string is none. */
+   * elements, or 0 for a single path (which may hold ':'). An empty string
+   * is none. */
   size_t cap;
   unsigned max_paths;
   const char *unsup; /* what is supported, after "not supported by this version" */
@@ -129,18 +130,33 @@ static const keydef_t keys[] = {
      .doc = "ZeRO stage: 0 replicates everything (one rank), 1 partitions the "
             "optimizer states across ranks, 2 the gradients too, 3 the parameters "
             "too (zt_fetch())"},
-    {FIELD(comm), .type = T_ENUM, NAMES(comm_names), .supported = 0xb,
-     .unsup = "comm may be \"auto\", \"single\" or \"mpi\"; NCCL comes with the "
-              "GPU data path",
+    {FIELD(comm), .type = T_ENUM, NAMES(comm_names), .supported = 0xf,
+     .also = "`nccl` with backend \"cuda\"",
      .doc = "how ranks talk: `auto` (`mpi` when launched by mpirun, else `single`), "
-            "`single` (world size 1) or `mpi` (MPI_COMM_WORLD, host buffers)"},
+            "`single` (world size 1), `mpi` (MPI_COMM_WORLD, host buffers) or `nccl` "
+            "(NCCL on the GPU; its id from MPI under mpirun, else from nccl_id_file)"},
+    {FIELD(nccl_id_file), .type = T_PATHS, CAP(nccl_id_file), .max_paths = 0,
+     .also = "only with comm \"nccl\", rank and world_size",
+     .doc = "comm `nccl` without MPI: the file in which rank 0 leaves NCCL's unique id "
+            "for the other ranks, on a file system they all see. It must not exist at "
+            "launch; rank 0 removes it once every rank has joined"},
+    {FIELD(rank), .type = T_INT, .lo = -1, .hi = 65535, .sup = 65535,
+     .also = "< world_size; set with nccl_id_file and only then",
+     .doc = "this process's rank in the file bootstrap of comm `nccl`; -1 = unset"},
+    {FIELD(world_size), .type = T_INT, .lo = 0, .hi = 65536, .sup = 65536,
+     .also = "set with nccl_id_file and only then",
+     .doc = "how many ranks the file bootstrap of comm `nccl` joins; 0 = unset"},
+    {FIELD(nccl_id_timeout_s), .type = T_NUM, .lo = 0, .lo_open = 1, .hi = 86400,
+     .doc = "seconds a rank other than 0 waits for nccl_id_file to appear"},
     {FIELD(optimizer), .type = T_ENUM, NAMES(optimizer_names), .supported = 0x3,
      .doc = "`adamw` (torch.optim.AdamW: decay applied to the weight) or `adam` "
             "(torch.optim.Adam: decay added to the gradient)"},
-    {FIELD(optimizer_tier), .type = T_ENUM, NAMES(tier_names), .supported = 0x3,
-     .unsup = "optimizer_tier may be \"device\" or \"host\"",
-     .doc = "where the fp32 master weights and Adam moments live: `device`, or "
-            "`host` (pinned host memory updated by the CPU, as ZeRO-Offload does)"},
+    {FIELD(optimizer_tier), .type = T_ENUM, NAMES(tier_names), .supported = 0x7,
+     .also = "\"nvme\" needs swap_path",
+     .doc = "where the fp32 master weights and Adam moments live: `device`, `host` "
+            "(pinned host memory updated by the CPU, as ZeRO-Offload does) or `nvme` "
+            "(swap files in swap_path, streamed through pinned slots by each step, as "
+            "ZeRO-Infinity does)"},
     {FIELD(param_tier), .type = T_ENUM, NAMES(tier_names), .supported = 0x1,
      .unsup = "only \"device\" is; parameter offload comes with ZeRO stage 3",
      .doc = "where the parameters live between uses: `device`"},
@@ -171,15 +187,17 @@ static const keydef_t keys[] = {
      .also = "<= initial_loss_scale",
      .doc = "the dynamic scale never backs off below this"},
     {FIELD(chunk_bytes), .type = T_SIZE, .lo = 4096, .hi = 4.0 * GiB, .align = 4096,
-     .doc = "staging chunk of the host tier: gradients go down to the CPU and "
-            "parameters come back in pieces of this size"},
+     .doc = "staging chunk of the host and nvme tiers: gradients go down to the CPU, "
+            "parameters come back and (nvme) states are read and written in pieces of "
+            "this many bytes per fp32 array"},
     {FIELD(device_budget_bytes), .type = T_SIZE, .at_least_chunk = 1,
      .doc = "most backend memory the engine may allocate for its own states; "
             "0 = no limit"},
     {FIELD(pinned_budget_bytes), .type = T_SIZE, .at_least_chunk = 1,
      .also = "with optimizer_tier \"host\": >= 6 * chunk_bytes (the staging ring)",
      .doc = "most pinned host memory the engine may hold (host-tier states and "
-            "the staging ring); 0 = no limit"},
+            "the staging ring; the nvme tier's slots, whose chunk shrinks to fit); "
+            "0 = no limit"},
     {FIELD(numa_node), .type = T_INT, .lo = -1, .hi = 1023, .sup = 1023,
      .doc = "NUMA node of the pinned host memory (with pinned_budget_bytes set): -1 "
             "places it on the node hwloc reports next to the GPU (cuda backend), or "
@@ -422,6 +440,10 @@ static void range_text(const keydef_t *k, char *b, size_t n) {
     PUT("an integer in 0..%llu", (unsigned long long)UINT64_MAX);
     break;
   case T_PATHS:
+    if (k->max_paths == 0) {
+      PUT("\"\" (none), or one path of at most %zu bytes", k->cap - 1);
+      break;
+    }
     PUT("\"\" (none), or directories separated by ':' (or a JSON array of them): at "
         "most %u directories and %zu bytes",
         k->max_paths, k->cap - 1);
@@ -906,7 +928,8 @@ static int from_json(const ctx_t *c, const keydef_t *k, const cJSON *v, zt_confi
   case T_PATHS:
     if (cJSON_IsString(v) && v->valuestring)
       return set_paths(c, k, v->valuestring, given, w);
-    if (cJSON_IsArray(v)) return set_paths_array(c, k, v, w);
+    /* max_paths 0: one path, which may hold ':'; no array form. */
+    if (cJSON_IsArray(v) && k->max_paths) return set_paths_array(c, k, v, w);
     return bad_value(c, k, given, NULL);
   }
   return bad_value(c, k, given, NULL);
@@ -997,7 +1020,7 @@ static int check_paths(const ctx_t *c, const zt_config_t *cfg, const keydef_t *k
                  "key '%s' is %s with no NUL in its %zu bytes; expected a string of at "
                  "most %zu bytes",
                  k->name, given, k->cap, k->cap - 1);
-  if (s[0] == '\0') return 0;
+  if (s[0] == '\0' || k->max_paths == 0) return 0;
   unsigned n = 0;
   for (const char *p = s;; p++) {
     const char *e = strchr(p, ':');
@@ -1078,6 +1101,37 @@ static int check_key(const ctx_t *c, const zt_config_t *cfg, const keydef_t *k) 
   return 0;
 }
 
+/* The file bootstrap of comm "nccl": nccl_id_file, rank and world_size
+ * come together or not at all, so a rank never guesses its place. */
+static int check_nccl_boot(const ctx_t *c, const zt_config_t *cfg) {
+  const keydef_t *file = find_key("nccl_id_file"), *rank = find_key("rank"),
+                 *world = find_key("world_size");
+  int has_file = cfg->nccl_id_file[0] != '\0';
+  if (has_file && cfg->comm != ZT_COMM_NCCL)
+    return kfail(c, file, find_key("comm"), ZT_ECONFIG,
+                 "key 'nccl_id_file' is set but comm is \"%s\": the id file is only "
+                 "read by comm \"nccl\"; set comm \"nccl\" or remove nccl_id_file",
+                 comm_names[cfg->comm]);
+  if (!has_file && (cfg->rank != -1 || cfg->world_size != 0))
+    return kfail(c, cfg->rank != -1 ? rank : world, file, ZT_ECONFIG,
+                 "key '%s' is %d but nccl_id_file is \"\": rank and world_size are "
+                 "only used by the file bootstrap of comm \"nccl\" (under mpirun they "
+                 "come from MPI); set nccl_id_file too, or remove them",
+                 cfg->rank != -1 ? "rank" : "world_size",
+                 cfg->rank != -1 ? cfg->rank : cfg->world_size);
+  if (has_file && (cfg->rank < 0 || cfg->world_size < 1))
+    return kfail(c, cfg->world_size < 1 ? world : rank, file, ZT_ECONFIG,
+                 "key '%s' is %d but nccl_id_file is set: the file bootstrap needs this "
+                 "process's rank (>= 0) and world_size (>= 1)",
+                 cfg->world_size < 1 ? "world_size" : "rank",
+                 cfg->world_size < 1 ? cfg->world_size : cfg->rank);
+  if (has_file && cfg->rank >= cfg->world_size)
+    return kfail(c, rank, world, ZT_ECONFIG,
+                 "key 'rank' is %d but world_size is %d; expected a rank in [0, %d)",
+                 cfg->rank, cfg->world_size, cfg->world_size);
+  return 0;
+}
+
 /* Rules on two keys. Each names both, and what would fix it. */
 static int check_combos(const ctx_t *c, const zt_config_t *cfg) {
   const keydef_t *backend = find_key("backend"), *device = find_key("device");
@@ -1086,6 +1140,22 @@ static int check_combos(const ctx_t *c, const zt_config_t *cfg) {
                  "key 'device' is %d but backend is \"host\": device is only meaningful "
                  "for backend \"cuda\"; remove device or set it to 0",
                  cfg->device);
+
+  /* NCCL moves device memory; with backend "host" there is none. */
+  if (cfg->comm == ZT_COMM_NCCL && cfg->backend != ZT_BACKEND_CUDA)
+    return kfail(c, find_key("comm"), backend, ZT_ECONFIG,
+                 "key 'comm' is \"nccl\" but backend is \"%s\": NCCL needs backend "
+                 "\"cuda\"; set backend \"cuda\", or comm \"mpi\" for host buffers",
+                 backend_names[cfg->backend]);
+  ZT_TRY(check_nccl_boot(c, cfg));
+
+  /* The nvme tier's files go in swap_path; without one the first
+   * registration would fail long after the config was written. */
+  if (cfg->optimizer_tier == ZT_TIER_NVME && cfg->swap_path[strspn(cfg->swap_path, ":")] == 0)
+    return kfail(c, find_key("optimizer_tier"), find_key("swap_path"), ZT_ECONFIG,
+                 "key 'optimizer_tier' is \"nvme\" but swap_path is empty; expected "
+                 "swap_path to name one or more directories for the swap files "
+                 "(':'-separated), e.g. \"/nvme0/ztier\"");
 
   /* The dynamic scale starts at initial_loss_scale and backs off no lower
    * than min_loss_scale; a floor above the start is a typo, whatever the
@@ -1548,7 +1618,8 @@ int zt__config_doc(char *buf, size_t len) {
                                k->names[j]);
       }
     }
-    put(&o, "| `%s` | %s | `%s`%s%s%s | %s | %s |\n", k->name, type_names[k->type], def,
+    const char *type = k->type == T_PATHS && k->max_paths == 0 ? "path" : type_names[k->type];
+    put(&o, "| `%s` | %s | `%s`%s%s%s | %s | %s |\n", k->name, type, def,
         human[0] ? " (" : "", human, human[0] ? ")" : "", r, k->doc);
   }
   return o.need > INT_MAX ? INT_MAX : (int)o.need;

@@ -2,10 +2,12 @@
  * engine.c — engine create/destroy and statistics. The engine owns the CPU optimizer (thread pool), the backend,
  * the comm and, once registered, every optimizer state; see engine.h.
  */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "engine.h"
+#include "opt_nvme.h" // defines: zt__opt_nvme_stats
 #include "pinned.h" // defines: zt__pinned_fini
 
 int zt__engine_valid(const zt_engine_t *eng) {
@@ -13,34 +15,67 @@ int zt__engine_valid(const zt_engine_t *eng) {
 }
 
 /* The settings every rank must share, compared at create so that a
- * mismatch is an error on every rank instead of a hang in a collective. */
+ * mismatch is an error on every rank instead of a hang in a collective (the
+ * loss scaler's keys too: a scale that moves differently on two ranks
+ * unscales their summed gradients wrongly). Doubles are compared bit for
+ * bit. The same all-gather carries each rank's status: whether its own
+ * config, CPU optimizer and backend came up (see zt_engine_create). */
+#define N_SHARED 16
 typedef struct shared_cfg {
-  double v[12];
+  double status; /* 0, or the code this rank failed with */
+  double v[N_SHARED];
 } shared_cfg_t;
-static const char *const shared_names[12] = {
-    "stage",        "backend",          "optimizer",         "optimizer_tier",
-    "param_tier",   "rounding",         "seed",              "loss_scaling",
-    "clip_grad_norm", "initial_loss_scale", "bucket_bytes", "loss_scale_window"};
+static const char *const shared_names[N_SHARED] = {
+    "stage",          "backend",            "optimizer",         "optimizer_tier",
+    "param_tier",     "rounding",           "seed",              "loss_scaling",
+    "clip_grad_norm", "initial_loss_scale", "bucket_bytes",      "loss_scale_window",
+    "loss_scale_growth", "loss_scale_backoff", "min_loss_scale", "comm"};
 
 static shared_cfg_t shared_of(const zt_config_t *c) {
-  return (shared_cfg_t){{c->stage, c->backend, c->optimizer, c->optimizer_tier,
+  return (shared_cfg_t){0.0,
+                        {c->stage, c->backend, c->optimizer, c->optimizer_tier,
                          c->param_tier, c->rounding, (double)c->seed, c->loss_scaling,
                          c->clip_grad_norm, c->initial_loss_scale, (double)c->bucket_bytes,
-                         c->loss_scale_window}};
+                         c->loss_scale_window, c->loss_scale_growth, c->loss_scale_backoff,
+                         c->min_loss_scale, c->comm}};
 }
 
-static int check_ranks_agree(zt_engine_t *eng) {
+/* `local`: 0, or the code this rank failed with before the comm existed
+ * (its sentence already written). Returns it on this rank; on the others an
+ * error naming the failed rank(s), so that none goes on to wait for them. */
+static int check_ranks_agree(zt_engine_t *eng, int local) {
   zt__comm_t *c = eng->comm;
   int world = c->ops->world(c), rank = c->ops->rank(c);
-  if (world == 1) return 0;
-  shared_cfg_t mine = shared_of(&eng->cfg);
+  if (world == 1) return local;
+  shared_cfg_t mine = local ? (shared_cfg_t){0} : shared_of(&eng->cfg);
+  mine.status = local;
   shared_cfg_t *all = calloc((size_t)world, sizeof *all);
   if (all == NULL) return zt__errf(&eng->err, -ENOMEM, "out of memory");
   zt__comm_req_t req = {0};
   int rc = c->ops->all_gather(c, &mine, all, sizeof mine, ZT_RED_U8, &req);
   if (rc == 0) rc = c->ops->wait(c, &req);
+  if (rc == 0 && local) rc = local; /* this rank's own sentence stands */
+  if (rc == 0) {
+    char who[128] = "";
+    size_t len = 0;
+    int first = -1;
+    for (int r = 0; r < world; r++) {
+      if (all[r].status == 0) continue;
+      if (first < 0) first = r;
+      int k = len < sizeof who ? snprintf(who + len, sizeof who - len, "%s%d",
+                                          len ? ", " : "", r)
+                               : 0;
+      if (k > 0) len += (size_t)k;
+    }
+    if (first >= 0)
+      rc = zt__errf(&eng->err, ZT_ECONFIG,
+                    "rank(s) %s could not create their engine (%s on rank %d: its config, "
+                    "CPU optimizer or backend; the sentence is on that rank), so no rank "
+                    "creates one",
+                    who, zt_err_name((int)all[first].status), first);
+  }
   for (int r = 0; rc == 0 && r < world; r++)
-    for (int k = 0; k < 12; k++)
+    for (int k = 0; k < N_SHARED; k++)
       if (memcmp(&all[r].v[k], &mine.v[k], sizeof(double)) != 0) {
         rc = zt__errf(&eng->err, ZT_ECONFIG,
                       "config key '%s' differs between ranks: %g on rank %d, %g on rank "
@@ -65,8 +100,7 @@ static int check_world(zt_engine_t *eng) {
   if (c->stage >= 1 && c->backend == ZT_BACKEND_CUDA && c->optimizer_tier == ZT_TIER_DEVICE)
     return zt__errf(&eng->err, ZT_ECONFIG,
                     "stage %d on the cuda backend needs optimizer_tier \"host\" in this "
-                    "version (device-resident shards need the NCCL comm, which is not "
-                    "in this version)",
+                    "version (device-resident shards are not in this version)",
                     c->stage);
   return 0;
 }
@@ -91,6 +125,18 @@ static const zt__backend_ops_t *backend_ops(zt_backend_t b) {
   return b == ZT_BACKEND_CUDA ? &zt__backend_cuda_ops : &zt__backend_host_ops;
 }
 
+/* Whether a config that failed validation still says which comm to make:
+ * its header is right (else not even cfg->comm can be read) and its comm is
+ * one this version makes. An NCCL comm also needs a GPU (backend "cuda") and
+ * its bootstrap keys, copied with it below; "nccl" with backend "host" is
+ * itself the error, and makes no comm. */
+static int comm_readable(const zt_config_t *cfg) {
+  return cfg->size == sizeof *cfg && cfg->version == ZT_CONFIG_VERSION &&
+         (cfg->comm == ZT_COMM_SINGLE || cfg->comm == ZT_COMM_MPI ||
+          cfg->comm == ZT_COMM_AUTO ||
+          (cfg->comm == ZT_COMM_NCCL && cfg->backend == ZT_BACKEND_CUDA));
+}
+
 int zt_engine_create(const zt_config_t *cfg, zt_engine_t **out) {
   zt__err_t *terr = zt__err_thread();
   if (out == NULL) return zt__errf(terr, -EINVAL, "zt_engine_create: out is NULL; "
@@ -99,22 +145,51 @@ int zt_engine_create(const zt_config_t *cfg, zt_engine_t **out) {
   if (cfg == NULL)
     return zt__errf(terr, -EINVAL, "zt_engine_create: cfg is NULL; expected a config "
                                    "filled with ZT_CONFIG_INIT");
-  ZT_TRY(zt_config_validate(cfg));
+  /* Making an MPI comm is collective (MPI_Comm_dup), and the other ranks may
+   * be in it already: a rank whose config, CPU optimizer or backend fails
+   * still makes its comm and says so in the agreement after it, so every
+   * rank fails instead of the others waiting. Only a config that does not
+   * say which comm to make returns at once (the others then wait: nothing
+   * can reach them), as does a rank whose comm is "single" under mpirun: it
+   * never was one of the ranks, and nothing tells it apart from a lone
+   * process. The failing rank keeps its own sentence; the others name it. */
+  int local = zt_config_validate(cfg);
+  if (local < 0 && !comm_readable(cfg)) return local;
+  int invalid = local < 0; /* the sentence is validate's, in terr */
 
   zt_engine_t *eng = calloc(1, sizeof *eng);
   if (eng == NULL) return zt__errf(terr, -ENOMEM, "zt_engine_create: out of memory");
   eng->magic = ZT_ENGINE_MAGIC;
-  eng->cfg = *cfg;
-  eng->be_ops = backend_ops(cfg->backend);
+  if (invalid) {
+    /* Only the comm is made from an invalid config: from a default one that
+     * names the same comm (the comm keeps a pointer to eng->cfg). */
+    zt_config_t safe = ZT_CONFIG_INIT;
+    safe.comm = cfg->comm;
+    if (cfg->comm == ZT_COMM_NCCL) {
+      /* What joining the same NCCL comm takes: the GPU and the bootstrap.
+       * Invalid ones among them fail in the comm's create, with a sentence. */
+      safe.device = cfg->device;
+      memcpy(safe.nccl_id_file, cfg->nccl_id_file, sizeof safe.nccl_id_file);
+      safe.nccl_id_file[sizeof safe.nccl_id_file - 1] = '\0';
+      safe.rank = cfg->rank;
+      safe.world_size = cfg->world_size;
+      safe.nccl_id_timeout_s = cfg->nccl_id_timeout_s > 0 ? cfg->nccl_id_timeout_s
+                                                          : safe.nccl_id_timeout_s;
+    }
+    eng->cfg = safe;
+  } else {
+    eng->cfg = *cfg;
+  }
+  eng->be_ops = backend_ops(eng->cfg.backend);
   eng->host_locked = 1;
   eng->host_numa_node = -1;
   eng->scaler.scale = eng->scaler.handed = 1.0;
 
   int rc = 0;
-  ZT_TRY_GOTO(zt__cpu_create(cfg->threads, &eng->err, &eng->cpu), rc, fail);
-  ZT_TRY_GOTO(eng->be_ops->create(&eng->cfg, eng->cpu, &eng->err, &eng->be), rc, fail);
+  if (local == 0) local = zt__cpu_create(eng->cfg.threads, &eng->err, &eng->cpu);
+  if (local == 0) local = eng->be_ops->create(&eng->cfg, eng->cpu, &eng->err, &eng->be);
   ZT_TRY_GOTO(zt__comm_create(&eng->cfg, &eng->err, &eng->comm), rc, fail);
-  ZT_TRY_GOTO(check_ranks_agree(eng), rc, fail);
+  ZT_TRY_GOTO(check_ranks_agree(eng, local), rc, fail);
   ZT_TRY_GOTO(check_world(eng), rc, fail);
   zt__log(&eng->cfg, ZT_LOG_INFO, "engine created: backend %s, %d CPU threads (%s)",
           eng->be_ops->name, zt__pool_threads(eng->cpu->pool), zt__isa_name(eng->cpu->isa));
@@ -123,11 +198,12 @@ int zt_engine_create(const zt_config_t *cfg, zt_engine_t **out) {
 
 fail:
   /* The sentence was written into the engine's buffer; the caller reads it
-   * with zt_last_error(NULL) since there is no engine to ask. */
-  zt__errf(terr, rc, "zt_engine_create: %s", eng->err.msg);
+   * with zt_last_error(NULL) since there is no engine to ask. Validation's
+   * own sentence is in that buffer already. */
+  if (!(invalid && rc == local)) zt__errf(terr, rc, "zt_engine_create: %s", eng->err.msg);
   zt__comm_destroy(eng->comm);
   if (eng->be) eng->be_ops->destroy(eng->be);
-  zt__cpu_destroy(eng->cpu);
+  if (eng->cpu) zt__cpu_destroy(eng->cpu);
   eng->magic = 0;
   free(eng);
   return rc;
@@ -161,7 +237,12 @@ int zt_stats(const zt_engine_t *eng, zt_stats_t *out) {
   out->size = sizeof *out;
   out->device_bytes = eng->be_ops->device_bytes(eng->be);
   out->host_bytes = eng->host_bytes;
-  out->nvme_bytes = 0;
+  zt__opt_nvme_stats_t nv;
+  zt__opt_nvme_stats(eng->opt_nvme, &nv);
+  out->nvme_bytes = nv.file_bytes;
+  out->swap_read_bytes = nv.read_bytes;
+  out->swap_write_bytes = nv.write_bytes;
+  out->swap_wait_seconds = nv.wait_seconds;
   out->host_locked = eng->host_bytes ? (uint64_t)eng->host_locked : 0;
   out->host_numa_node = eng->host_numa_node;
   out->warnings = eng->host_note;

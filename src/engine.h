@@ -92,6 +92,8 @@ struct zt_engine {
   int host_lock_warned;   /* the mlock warning was logged                 */
   char host_note[256];    /* why pinned memory is not locked / not placed */
   struct zt__hostpool *pinned_pool; /* with pinned_budget_bytes: one pool */
+  struct zt__opt_nvme *opt_nvme; /* nvme tier: the states in swap files,
+                                    NULL for an empty shard (opt_nvme.h) */
   int host_numa_node;     /* the pool's NUMA node, -1: not placed         */
 
   zt__scaler_t scaler;

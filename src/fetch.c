@@ -73,12 +73,13 @@ int zt_fetch(zt_engine_t *eng, int group, void **params, size_t n_units) {
   }
   /* Check the pointer table before any collective. */
   ZT_TRY(unit_pointers(eng, "zt_fetch", group, g, NULL, psz, 1, params, n_units));
-  if (g->fetched == 0) {
-    int rc = zt__part_fetch(eng, g);
-    if (rc < 0) {
-      eng->broken = rc; /* the ranks may now disagree on what is in flight */
-      return rc;
-    }
+  /* Also when this rank holds the group fetched already: the ranks check
+   * there that they all do (partition.c, agree), else a rank would skip a
+   * gather its peers perform. */
+  int rc = zt__part_fetch(eng, g);
+  if (rc < 0) {
+    eng->broken = rc; /* the ranks may now disagree on what is in flight */
+    return rc;
   }
   g->fetched++;
   return unit_pointers(eng, "zt_fetch", group, g, g->params, psz, 1, params, n_units);

@@ -9,6 +9,8 @@
  * alltoallv send buffer as it is, and the owner receives W runs of the same
  * length, one per rank, in rank order.
  */
+#include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -189,7 +191,13 @@ int zt__part_init(zt_engine_t *eng) {
   p->shard = (per + ZT_SHARD_ALIGN - 1) / ZT_SHARD_ALIGN * ZT_SHARD_ALIGN;
   shard_of(p, p->rank, &p->begin, &p->end);
   p->bucket_elems = eng->cfg.bucket_bytes / sizeof(float);
-  if (p->bucket_elems > ZT_COMM_MAX_COUNT) p->bucket_elems = ZT_COMM_MAX_COUNT;
+  /* The alltoallv's receive displacements reach (W - 1) x this rank's part
+   * of a bucket, and comm refuses any displacement above ZT_COMM_MAX_COUNT
+   * (MPI's int): capped at MAX / W, a displacement never is. The same on
+   * every rank (bucket_bytes agreed at create), so no rank alone is refused
+   * while the others wait in the collective. plan.c mirrors this cap. */
+  if (p->bucket_elems > ZT_COMM_MAX_COUNT / (size_t)p->world)
+    p->bucket_elems = ZT_COMM_MAX_COUNT / (size_t)p->world;
   p->on_pinned = eng->cfg.optimizer_tier == ZT_TIER_HOST;
   ZT_TRY(build_groups(eng));
   ZT_TRY(build_shard_segs(eng));
@@ -227,10 +235,31 @@ int zt__part_init(zt_engine_t *eng) {
 
 void zt__part_free(zt_engine_t *eng) {
   zt__part_t *p = &eng->part;
-  /* A bucket still in flight (an error stopped a step) must land before its
-   * buffers go. */
-  for (int s = 0; s < ZT_XFER_SLOTS; s++)
-    if (p->xfer[s].busy) eng->comm->ops->wait(eng->comm, &p->xfer[s].req);
+  /* A bucket still in flight (an error stopped a step, or this rank handed
+   * over a group its peers never did): waiting could hang for good, since
+   * the peers may never issue their half (comm_mpi.c, mpi_destroy). A
+   * bucket that has landed is reaped; one that has not keeps its send and
+   * recv buffers, leaked, because MPI may still read and write them. The
+   * pinned pool is unmapped with the engine, so a pinned bucket cannot be
+   * left behind: that case still waits (the host tier's buckets). */
+  for (int s = 0; s < ZT_XFER_SLOTS; s++) {
+    zt__xfer_t *x = &p->xfer[s];
+    if (!x->busy) continue;
+    x->busy = 0;
+    if (p->on_pinned) {
+      eng->comm->ops->wait(eng->comm, &x->req);
+      continue;
+    }
+    if (eng->comm->ops->test(eng->comm, &x->req) != 0) continue; /* landed, or failed */
+    zt__log(&eng->cfg, ZT_LOG_WARN,
+            "zt_engine_destroy: a gradient or parameter bucket is still in flight on "
+            "rank %d (the ranks did not make the same zt_grads_ready/zt_fetch/zt_step "
+            "calls); its %zu + %zu bytes of buffers are leaked rather than waited for",
+            p->rank, x->send_bytes, x->recv_bytes);
+    zt__keep_abandoned(x->send);
+    zt__keep_abandoned(x->recv);
+    x->send = x->recv = NULL; /* zt__part_release skips NULL */
+  }
   size_t psz = zt__dtype_size(eng->param_dtype);
   size_t mine = p->end - p->begin;
   zt__part_release(eng, p->grads, mine * sizeof(float));
@@ -252,6 +281,96 @@ void zt__part_free(zt_engine_t *eng) {
   free(p->groups);
   free(p->segs);
   memset(p, 0, sizeof *p);
+}
+
+/* ---- the ranks agree on each collective ----------------------------------------- */
+
+/* zt_fetch (stage 3), zt_grads_ready and the step's reduction (stages 2, 3)
+ * are collectives whose content depends on the group: ranks calling them
+ * with different groups, or in a different order, would mix one group's
+ * gradients into another's, hand one rank another group's parameters, or
+ * truncate a message, with no error. So before any of them moves data,
+ * every rank contributes a record of what it is about to do, and every
+ * rank compares all of them: a difference is -EINVAL on every rank (each
+ * sees the same records), naming the ranks and what each did, and no data
+ * moves, so no buffer of the user's is touched and no count can disagree.
+ *
+ * Why its own tiny all_gather rather than a few elements piggybacked on the
+ * data: the data's counts follow from the group, so they are only known to
+ * agree once the groups are known to; a gather of records of a fixed size
+ * cannot truncate. One per fetch, hand-over and step reduction, 48 bytes a
+ * rank, waited at once. */
+enum { AGREE_FETCH = 1, AGREE_READY = 2, AGREE_STEP = 3 };
+#define AGREE_MAGIC 0x7a74696572ll /* "ztier" */
+#define AGREE_WORDS 6
+
+static const char *agree_what(long long kind, long long group, long long gathers,
+                              char *buf, size_t n) {
+  if (kind == AGREE_FETCH)
+    snprintf(buf, n, "zt_fetch(group %lld)%s", group,
+             gathers ? "" : " of a group it holds fetched already");
+  else if (kind == AGREE_READY)
+    snprintf(buf, n, "zt_grads_ready(group %lld)", group);
+  else if (kind == AGREE_STEP)
+    snprintf(buf, n, "zt_step or zt_grad_norm");
+  else
+    snprintf(buf, n, "an unknown collective %lld", kind);
+  return buf;
+}
+
+static int agree(zt_engine_t *eng, const char *fn, int kind, int group, int gathers,
+                 size_t numel) {
+  zt__part_t *p = &eng->part;
+  if (p->world == 1) return 0; /* nothing can differ */
+  long long mine[AGREE_WORDS] = {AGREE_MAGIC, (long long)p->agree_seq, kind, group, gathers,
+                                 (long long)numel};
+  p->agree_seq++;
+  size_t bytes = sizeof mine;
+  long long *all = calloc((size_t)p->world, bytes);
+  if (all == NULL) return zt__errf(&eng->err, -ENOMEM, "out of memory");
+  zt__comm_t *c = eng->comm;
+  size_t sent = c->bytes_sent, received = c->bytes_received;
+  zt__comm_req_t req = {0};
+  int rc = c->ops->all_gather(c, mine, all, bytes, ZT_RED_U8, &req);
+  if (rc == 0) rc = c->ops->wait(c, &req);
+  /* zt_stats counts the model's traffic, ZeRO's volume, which `ztier plan`
+   * and the tests hold it to; these records are control, like MPI's own
+   * headers, and are left out. */
+  c->bytes_sent = sent;
+  c->bytes_received = received;
+  for (int r = 0; rc == 0 && r < p->world; r++) {
+    const long long *o = all + (size_t)r * AGREE_WORDS;
+    if (memcmp(o, mine, bytes) == 0) continue;
+    /* The first rank whose record differs from rank 0's: every rank names
+     * the same pair. */
+    int a = 0, b = 1;
+    while (b < p->world && memcmp(all + (size_t)b * AGREE_WORDS, all, bytes) == 0) b++;
+    const long long *x = all, *y = all + (size_t)b * AGREE_WORDS;
+    char wa[96], wb[96];
+    if (x[0] != AGREE_MAGIC || y[0] != AGREE_MAGIC)
+      rc = zt__errf(&eng->err, -EINVAL,
+                    "%s: rank %d and rank %d are not in the same collective (rank %d "
+                    "sent no ztier record); every rank must call zt_fetch, "
+                    "zt_grads_ready and zt_step in the same order",
+                    fn, a, b, x[0] != AGREE_MAGIC ? a : b);
+    else if (x[1] != y[1])
+      rc = zt__errf(&eng->err, -EINVAL,
+                    "%s: rank %d is at collective %lld of this engine (%s) and rank %d at "
+                    "collective %lld (%s); a rank skipped one: every rank must call "
+                    "zt_fetch, zt_grads_ready and zt_step in the same order",
+                    fn, a, x[1], agree_what(x[2], x[3], x[4], wa, sizeof wa), b, y[1],
+                    agree_what(y[2], y[3], y[4], wb, sizeof wb));
+    else
+      rc = zt__errf(&eng->err, -EINVAL,
+                    "%s: the ranks disagree at collective %lld of this engine: rank %d "
+                    "calls %s and rank %d calls %s; every rank must call zt_fetch, "
+                    "zt_grads_ready and zt_step with the same groups in the same order "
+                    "(a group fetched twice is released as often on every rank)",
+                    fn, x[1], a, agree_what(x[2], x[3], x[4], wa, sizeof wa), b,
+                    agree_what(y[2], y[3], y[4], wb, sizeof wb));
+  }
+  free(all);
+  return rc;
 }
 
 /* ---- gradient buckets --------------------------------------------------------- */
@@ -312,8 +431,9 @@ static int progress(zt_engine_t *eng) {
   return 0;
 }
 
-/* Packs the bucket's gradients out of the user's buffer (zeroing them there
- * at stage 2: they are handed over) and starts the alltoallv. */
+/* Packs the bucket's gradients out of the user's buffer, starts the
+ * alltoallv, and then, at stage 2+, zeroes them in the user's buffer (they
+ * are handed over). */
 static int start_bucket(zt_engine_t *eng, zt__xfer_t *x) {
   zt__part_t *p = &eng->part;
   const zt__backend_ops_t *be = eng->be_ops;
@@ -329,10 +449,6 @@ static int start_bucket(zt_engine_t *eng, zt__xfer_t *x) {
     if (sp->at == NULL) {
       ZT_TRY(span_op(eng, SPAN_PACK, dst, eng->grads, gsz, sp->a, sp->b, kind,
                      ZT_STREAM_D2H));
-      /* Handed over: the next micro-step accumulates from zero. */
-      if (eng->cfg.stage >= 2)
-        ZT_TRY(span_op(eng, SPAN_ZERO, NULL, eng->grads, gsz, sp->a, sp->b, kind,
-                       ZT_STREAM_D2H));
     } else if (sp->at == ZT_SPAN_ZERO) {
       memset(dst, 0, n * gsz);
     } else {
@@ -364,6 +480,15 @@ static int start_bucket(zt_engine_t *eng, zt__xfer_t *x) {
                                    x->rcounts, x->rdispls, red_dtype(eng->grad_dtype),
                                    &x->req));
   x->busy = 1;
+  /* Handed over: the next micro-step accumulates from zero. Only now: had
+   * the alltoallv been refused, the gradients would be in neither place. */
+  if (eng->cfg.stage >= 2) {
+    for (size_t k = 0; k < x->n_spans; k++)
+      if (x->spans[k].at == NULL)
+        ZT_TRY(span_op(eng, SPAN_ZERO, NULL, eng->grads, gsz, x->spans[k].a,
+                       x->spans[k].b, kind, ZT_STREAM_D2H));
+    ZT_TRY(be->stream_sync(eng->be, ZT_STREAM_D2H));
+  }
   return 0;
 }
 
@@ -422,6 +547,7 @@ static size_t grad_sources(zt_engine_t *eng, const zt__group_t *g, zt__span_t *o
 
 int zt__part_grads_ready(zt_engine_t *eng, zt__group_t *g) {
   if (eng->cfg.stage < 2) return 0; /* stage 1 reduces at the step */
+  ZT_TRY(agree(eng, "zt_grads_ready", AGREE_READY, g->id, 0, g->numel));
   ZT_TRY(progress(eng));
   zt__span_t *src = malloc(g->n_spans * sizeof *src);
   if (src == NULL) return zt__errf(&eng->err, -ENOMEM, "out of memory");
@@ -441,6 +567,8 @@ static int by_start(const void *x, const void *y) {
 
 int zt__part_reduce_all(zt_engine_t *eng) {
   zt__part_t *p = &eng->part;
+  /* Stage 1 has no other collective to confuse the step's with. */
+  if (eng->cfg.stage >= 2) ZT_TRY(agree(eng, "zt_step", AGREE_STEP, -1, 0, p->total));
   /* The groups not handed over yet, as one sorted list so that small groups
    * share buckets. */
   size_t n = 0;
@@ -550,8 +678,14 @@ int zt__part_gather(zt_engine_t *eng) {
   return gather_spans(eng, &all, 1);
 }
 
+/* Called for every zt_fetch at stage 3, also of a group this rank holds
+ * fetched already (which gathers nothing): the ranks agree on the group and
+ * on whether it is gathered, so a rank still holding a fetch its peers
+ * released is an error on every rank, not a gather it alone skips. */
 int zt__part_fetch(zt_engine_t *eng, zt__group_t *g) {
   size_t psz = zt__dtype_size(eng->param_dtype);
+  ZT_TRY(agree(eng, "zt_fetch", AGREE_FETCH, g->id, g->fetched == 0, g->numel));
+  if (g->fetched > 0) return 0; /* gathered once, held until the last release */
   ZT_TRY(eng->be_ops->alloc(eng->be, g->numel * psz, &g->params));
   zt__span_t *dst = malloc(g->n_spans * sizeof *dst);
   if (dst == NULL) {
@@ -583,18 +717,60 @@ int zt__part_group_grads(zt_engine_t *eng, zt__group_t *g) {
 
 /* ---- scalars ------------------------------------------------------------------ */
 
-int zt__part_sum_ranks(zt_engine_t *eng, double *x) {
+/* One double per rank travels (docs/stages.md promises that, and test_zero
+ * counts the bytes), so the rank's status and flag ride in it:
+ *   - a sum of squares is never a negative number, so the sign bit carries
+ *     `flag` (copysign sets it on NaN and inf as well, and fabs undoes it);
+ *   - a failed rank sends a quiet NaN tagged 0x5A7E in bits 32-47 with the
+ *     code's magnitude in the low 32 bits. A NaN made from gradient data
+ *     (fp32/bf16/fp16 widened, or the default NaN of arithmetic) has its low
+ *     29 bits zero, so it can never be read as a failure. */
+#define ZT_VOTE_TAG 0x7ff85a7e00000000ull
+#define ZT_VOTE_SIGN 0x8000000000000000ull
+
+int zt__part_sum_ranks(zt_engine_t *eng, double *x, int status, int flag, int *bad_rank,
+                       int *bad_code, int *flag_rank) {
   zt__part_t *p = &eng->part;
+  *bad_rank = status ? p->rank : -1;
+  *bad_code = status;
+  *flag_rank = -1;
   if (p->world == 1) return 0;
+  uint64_t u;
+  memcpy(&u, x, sizeof u);
+  if (status) {
+    u = ZT_VOTE_TAG | (uint32_t)(status < 0 ? -(int64_t)status : status);
+  } else {
+    u &= ~ZT_VOTE_SIGN;
+    if (flag) u |= ZT_VOTE_SIGN;
+  }
+  double mine;
+  memcpy(&mine, &u, sizeof mine);
   double *all = calloc((size_t)p->world, sizeof *all);
   if (all == NULL) return zt__errf(&eng->err, -ENOMEM, "out of memory");
   zt__comm_req_t req = {0};
-  int rc = eng->comm->ops->all_gather(eng->comm, x, all, 1, ZT_RED_F64, &req);
+  int rc = eng->comm->ops->all_gather(eng->comm, &mine, all, 1, ZT_RED_F64, &req);
   if (rc == 0) rc = eng->comm->ops->wait(eng->comm, &req);
   if (rc == 0) {
     double s = 0.0;
-    for (int r = 0; r < p->world; r++) s += all[r];
-    *x = s;
+    int flag0 = -1;
+    *bad_rank = -1;
+    *bad_code = 0;
+    for (int r = 0; r < p->world; r++) {
+      memcpy(&u, &all[r], sizeof u);
+      if ((u & ~ZT_VOTE_SIGN & 0xffffffff00000000ull) == ZT_VOTE_TAG && (u & 0x1fffffffu)) {
+        if (*bad_rank < 0) *bad_rank = r, *bad_code = -(int)(uint32_t)u;
+        continue;
+      }
+      int f = (u & ZT_VOTE_SIGN) != 0;
+      if (flag0 < 0) flag0 = f;
+      else if (f != flag0 && *flag_rank < 0) *flag_rank = r;
+      u &= ~ZT_VOTE_SIGN;
+      double v;
+      memcpy(&v, &u, sizeof v);
+      s += v;
+    }
+    /* The sum only means something when every rank sent one. */
+    if (*bad_rank < 0) *x = s;
   }
   free(all);
   return rc;

@@ -29,6 +29,7 @@
 #define ZT_PARTITION_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 #include "comm.h"      // defines: zt__comm_req_t
 #include "cpu_optim.h" // defines: zt__seg_t
@@ -101,6 +102,10 @@ typedef struct zt__part {
   float *grads;  /* the shard's reduced gradient sums, fp32, zero between steps */
   void *params;  /* the shard's updated parameters, param dtype                 */
   int on_pinned; /* grads/params/buckets are pinned host memory (host tier)    */
+
+  /* Collectives agreed on so far (partition.c, agree): the ranks compare it,
+   * which catches a rank that skipped one. */
+  uint64_t agree_seq;
 } zt__part_t;
 
 struct zt_engine;
@@ -150,7 +155,16 @@ ZT_INTERNAL int zt__part_gather(struct zt_engine *eng);
 /* Between steps: part.grads back to zero, groups not handed over. */
 ZT_INTERNAL int zt__part_reset(struct zt_engine *eng);
 
-/* Sum over ranks of a double, added in rank order (the same on every rank). */
-ZT_INTERNAL int zt__part_sum_ranks(struct zt_engine *eng, double *x);
+/* Sum over ranks of a double x >= 0 (inf and NaN pass through), added in
+ * rank order (the same on every rank), in one all-gather that also carries
+ * each rank's `status` (0, or the negative code with which this rank refuses
+ * the call: its x is then ignored) and a 0/1 `flag` every rank must share.
+ * On return 0: *bad_rank is the lowest rank whose status was not 0 (-1: none)
+ * with that status in *bad_code (*x is then left as it was); *flag_rank is
+ * the lowest rank whose flag differs from the first reporting rank's (-1:
+ * all equal). A status is how a rank that refuses locally still joins the
+ * collective its peers are in, so every rank refuses instead of hanging. */
+ZT_INTERNAL int zt__part_sum_ranks(struct zt_engine *eng, double *x, int status, int flag,
+                                   int *bad_rank, int *bad_code, int *flag_rank);
 
 #endif /* ZT_PARTITION_H */

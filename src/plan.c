@@ -5,6 +5,7 @@
  */
 #include <errno.h>
 
+#include "opt_nvme.h"  // defines: zt__opt_nvme_chunk, ZT_NVME_SLOTS
 #include "partition.h" // defines: ZT_SHARD_ALIGN, ZT_XFER_SLOTS, ZT_COMM_MAX_COUNT
 #include "plan.h"
 
@@ -15,6 +16,23 @@ static uint64_t min_u(uint64_t a, uint64_t b) { return a < b ? a : b; }
 static uint64_t max_u(uint64_t a, uint64_t b) { return a > b ? a : b; }
 /* zt__part_alloc gives an empty buffer 64 bytes. */
 static uint64_t part_bytes(uint64_t b) { return b ? b : 64; }
+
+/* The nvme tier over `n` states (opt_nvme.c): its pinned slots and its
+ * records on disk. `gsz`: the gradients it reads (the loop's dtype, or
+ * the fp32 sums of a shard). */
+static int nvme_tier(const zt__plan_in_t *in, uint64_t n, size_t gsz, uint64_t *host,
+                     uint64_t *nvme, zt__plan_t *out) {
+  size_t psz = zt__dtype_size(in->param_dtype);
+  size_t chunk = zt__opt_nvme_chunk(n, in->chunk_bytes, in->pinned_budget_bytes, gsz, psz);
+  if (chunk == 0) {
+    out->supported = 0;
+    out->note = "pinned_budget_bytes cannot hold the nvme tier's slots";
+    return 0;
+  }
+  *host = ZT_NVME_SLOTS * (uint64_t)zt__opt_nvme_slot_bytes(chunk, gsz, psz);
+  *nvme = (n + chunk - 1) / chunk * (uint64_t)zt__opt_nvme_stride(chunk);
+  return 0;
+}
 
 int zt__plan(const zt__plan_in_t *in, zt__plan_t *out) {
   *out = (zt__plan_t){0};
@@ -39,10 +57,8 @@ int zt__plan(const zt__plan_in_t *in, zt__plan_t *out) {
     } else {
       uint64_t chunk = min_u(max_u(in->chunk_bytes / 4, 1), n);
       host = 3 * n * 4 + STAGING_SLOTS * chunk * (psz + gsz);
-      if (in->optimizer_tier == ZT_TIER_NVME) {
-        nvme = 3 * n * 4;
-        host = STAGING_SLOTS * chunk * (psz + gsz);
-      }
+      if (in->optimizer_tier == ZT_TIER_NVME)
+        ZT_TRY(nvme_tier(in, n, gsz, &host, &nvme, out));
     }
   } else {
     uint64_t per = (n + (uint64_t)in->ranks - 1) / (uint64_t)in->ranks;
@@ -55,7 +71,10 @@ int zt__plan(const zt__plan_in_t *in, zt__plan_t *out) {
     uint64_t states = 3 * part_bytes(mine * 4);
     uint64_t shard_bufs = part_bytes(mine * 4) + part_bytes(mine * psz);
     /* Buckets: ZT_XFER_SLOTS of (send, recv), sized as zt__part_init does. */
-    uint64_t bucket = min_u(min_u(in->bucket_bytes / 4, ZT_COMM_MAX_COUNT), n);
+    /* zt__part_init caps a bucket at ZT_COMM_MAX_COUNT / W elements (an
+     * alltoallv displacement reaches (W - 1) x a rank's part of it). */
+    uint64_t bucket =
+        min_u(min_u(in->bucket_bytes / 4, ZT_COMM_MAX_COUNT / (uint64_t)in->ranks), n);
     uint64_t own = min_u(bucket, shard);
     uint64_t send = part_bytes(bucket * max_u(gsz, psz));
     uint64_t recv = part_bytes(max_u((uint64_t)in->ranks * own * gsz, bucket * psz));
@@ -64,10 +83,10 @@ int zt__plan(const zt__plan_in_t *in, zt__plan_t *out) {
     if (in->optimizer_tier == ZT_TIER_DEVICE) device = ours;
     if (in->optimizer_tier == ZT_TIER_HOST) host = ours;
     if (in->optimizer_tier == ZT_TIER_NVME) {
-      nvme = 3 * mine * 4;
-      host = shard_bufs + buckets;
-      out->supported = 0;
-      out->note = "optimizer_tier \"nvme\" is not in this version";
+      /* The shard's gradient sums, parameters and the buckets stay in
+       * backend memory; the states are on disk, streamed through slots. */
+      device = shard_bufs + buckets;
+      if (mine) ZT_TRY(nvme_tier(in, mine, 4, &host, &nvme, out));
     }
     if (in->stage == 3) {
       /* The loop holds no model buffer: ztier's shards (above) are the
@@ -75,8 +94,13 @@ int zt__plan(const zt__plan_in_t *in, zt__plan_t *out) {
        * zt_fetch() and zt_release(). */
       out->loop_device = 0;
       if (in->param_tier != ZT_TIER_DEVICE) {
+        /* Nothing above moves the parameter shards off the device: the
+         * figures are those of device-resident shards, what this version
+         * would allocate, and the note says so. */
         out->supported = 0;
-        out->note = "param_tier \"host\"/\"nvme\" is not in this version";
+        out->note = "the parameter tier (param_tier \"host\"/\"nvme\") is not in this "
+                    "version: the figures assume the parameter shards stay on the device "
+                    "(parameter offload is a later feature)";
       }
     } else {
       /* Stage 2 counts the loop without a gradient buffer of its own (it

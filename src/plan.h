@@ -21,7 +21,8 @@ typedef struct zt__plan_in {
   zt_tier_t optimizer_tier; /* device | host | nvme                        */
   zt_tier_t param_tier;     /* device | host | nvme (stage 3)              */
   size_t bucket_bytes;      /* config bucket_bytes                         */
-  size_t chunk_bytes;       /* config chunk_bytes (unpartitioned host tier) */
+  size_t chunk_bytes;       /* config chunk_bytes (host and nvme tiers)    */
+  size_t pinned_budget_bytes; /* config pinned_budget_bytes (nvme tier)  */
 } zt__plan_in_t;
 
 typedef struct zt__plan {

@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "engine.h"
+#include "opt_nvme.h" // defines: zt__opt_nvme_create, zt__opt_nvme_destroy
 #include "pinned.h" // defines: zt__pinned_alloc, zt__pinned_free
 
 #define XXH_INLINE_ALL
@@ -137,28 +138,64 @@ static int check_units(zt_engine_t *eng, const zt_unit_t *units, size_t n, size_
 }
 
 /* Every rank must register the same model: compared before anything is
- * allocated, so that a mismatch is an error on every rank, not a hang. */
+ * allocated, so that a mismatch is an error on every rank, not a hang. The
+ * same all-gather carries each rank's own verdict on its arguments: a rank
+ * whose checks failed still joins it (its peers are already waiting in it),
+ * and then every rank fails. */
 typedef struct model_sig {
+  int64_t status; /* 0, or the code this rank's own checks gave */
   uint64_t numel, n_units, dtypes, units_hash;
 } model_sig_t;
 
-static int check_ranks_agree(zt_engine_t *eng, size_t numel, zt_dtype_t pdt, zt_dtype_t gdt,
-                             const zt_unit_t *units, size_t n) {
+/* "1", "1, 3", ...: the ranks whose status is not 0, into buf. */
+static void failed_ranks(const int64_t *status, size_t stride, int world, char *buf,
+                         size_t n) {
+  size_t len = 0;
+  buf[0] = '\0';
+  for (int r = 0; r < world && len < n; r++) {
+    const int64_t *st = (const int64_t *)((const char *)status + (size_t)r * stride);
+    if (*st == 0) continue;
+    int k = snprintf(buf + len, n - len, "%s%d", len ? ", " : "", r);
+    if (k < 0) break;
+    len += (size_t)k;
+  }
+}
+
+static int check_ranks_agree(zt_engine_t *eng, int local, size_t numel, zt_dtype_t pdt,
+                             zt_dtype_t gdt, const zt_unit_t *units, size_t n) {
   zt__comm_t *c = eng->comm;
   int world = c->ops->world(c), rank = c->ops->rank(c);
-  if (world == 1) return 0;
-  uint64_t h = 0;
-  for (size_t i = 0; i < n; i++) {
-    uint64_t f[4] = {units[i].offset, units[i].numel, (uint64_t)units[i].group,
-                     (uint64_t)units[i].weight_decay};
-    h = XXH3_64bits_withSeed(f, sizeof f, h);
+  if (world == 1) return local;
+  model_sig_t mine = {local, 0, 0, 0, 0};
+  if (local == 0) {
+    /* Only a rank whose arguments passed may read its unit table. */
+    uint64_t h = 0;
+    for (size_t i = 0; i < n; i++) {
+      uint64_t f[4] = {units[i].offset, units[i].numel, (uint64_t)units[i].group,
+                       (uint64_t)units[i].weight_decay};
+      h = XXH3_64bits_withSeed(f, sizeof f, h);
+    }
+    mine = (model_sig_t){0, numel, n, (uint64_t)pdt << 8 | (uint64_t)gdt, h};
   }
-  model_sig_t mine = {numel, n, (uint64_t)pdt << 8 | (uint64_t)gdt, h};
   model_sig_t *all = calloc((size_t)world, sizeof *all);
   if (all == NULL) return zt__errf(&eng->err, -ENOMEM, "out of memory");
   zt__comm_req_t req = {0};
   int rc = c->ops->all_gather(c, &mine, all, sizeof mine, ZT_RED_U8, &req);
   if (rc == 0) rc = c->ops->wait(c, &req);
+  int first_bad = -1;
+  for (int r = 0; rc == 0 && r < world; r++)
+    if (all[r].status != 0 && first_bad < 0) first_bad = r;
+  if (rc == 0 && local != 0) {
+    rc = local; /* this rank's own sentence stands */
+  } else if (rc == 0 && first_bad >= 0) {
+    char who[128];
+    failed_ranks(&all[0].status, sizeof *all, world, who, sizeof who);
+    rc = zt__errf(&eng->err, (int)all[first_bad].status,
+                  "the arguments of rank(s) %s failed their checks (%s on rank %d; the "
+                  "sentence is on that rank), so every rank refuses the registration; "
+                  "nothing was registered",
+                  who, zt_err_name((int)all[first_bad].status), first_bad);
+  }
   for (int r = 0; rc == 0 && r < world; r++) {
     const model_sig_t *o = &all[r];
     if (o->numel != mine.numel || o->n_units != mine.n_units || o->dtypes != mine.dtypes)
@@ -179,10 +216,44 @@ static int check_ranks_agree(zt_engine_t *eng, size_t numel, zt_dtype_t pdt, zt_
   return rc;
 }
 
+/* After the allocations: a rank whose allocation failed (its memory, its
+ * pinned budget, its shard the largest) tells the others, which would
+ * otherwise wait for it in the first step's collectives. Returns `local` on
+ * a rank that failed, an error naming the failed ranks on the others, or
+ * 0 when every rank succeeded. */
+static int check_ranks_allocated(zt_engine_t *eng, int local) {
+  zt__comm_t *c = eng->comm;
+  int world = c->ops->world(c);
+  if (world == 1) return local;
+  int64_t mine = local, *all = calloc((size_t)world, sizeof *all);
+  if (all == NULL) return zt__errf(&eng->err, -ENOMEM, "out of memory");
+  zt__comm_req_t req = {0};
+  int rc = c->ops->all_gather(c, &mine, all, sizeof mine, ZT_RED_U8, &req);
+  if (rc == 0) rc = c->ops->wait(c, &req);
+  int first_bad = -1;
+  for (int r = 0; rc == 0 && r < world; r++)
+    if (all[r] != 0 && first_bad < 0) first_bad = r;
+  if (rc == 0 && local != 0) {
+    rc = local;
+  } else if (rc == 0 && first_bad >= 0) {
+    char who[128];
+    failed_ranks(all, sizeof *all, world, who, sizeof who);
+    rc = zt__errf(&eng->err, (int)all[first_bad],
+                  "the optimizer states could not be set up on rank(s) %s (%s on rank %d; "
+                  "the sentence is on that rank), so every rank undoes the registration; "
+                  "nothing is registered",
+                  who, zt_err_name((int)all[first_bad]), first_bad);
+  }
+  free(all);
+  return rc;
+}
+
 /* ---- optimizer states ------------------------------------------------------ */
 
 static void free_states(zt_engine_t *eng) {
   size_t n = eng->state_numel;
+  zt__opt_nvme_destroy(eng->opt_nvme);
+  eng->opt_nvme = NULL;
   if (eng->partitioned) {
     size_t bytes = (eng->part.end - eng->part.begin) * sizeof(float);
     zt__part_release(eng, eng->master, bytes);
@@ -190,6 +261,8 @@ static void free_states(zt_engine_t *eng) {
     zt__part_release(eng, eng->v, bytes);
     zt__part_free(eng);
     eng->partitioned = 0;
+  } else if (eng->cfg.optimizer_tier == ZT_TIER_NVME) {
+    /* Only the swapper above holds anything. */
   } else if (eng->cfg.optimizer_tier == ZT_TIER_HOST) {
     zt__pinned_free(eng, eng->master, n * sizeof(float));
     zt__pinned_free(eng, eng->m, n * sizeof(float));
@@ -284,19 +357,41 @@ static int alloc_host_states(zt_engine_t *eng) {
   return 0;
 }
 
-/* Stages 1 and 2: this rank's shard of the states, in its tier, the master
+/* NVMe tier, unpartitioned: the states go straight to swap files, streamed
+ * from the user's buffers through the tier's pinned slots. */
+static int alloc_nvme_states(zt_engine_t *eng) {
+  zt__opt_nvme_view_t v = {eng->segs,  eng->n_segs, eng->grads,      0,
+                           eng->grad_dtype, eng->params, 0, eng->param_dtype};
+  ZT_TRY(zt__opt_nvme_create(eng, &v, &eng->opt_nvme));
+  eng->state_bytes = 0; /* on disk, not in memory */
+  return 0;
+}
+
+/* Stages 1 to 3: this rank's shard of the states, in its tier, the master
  * initialised from the shard's parameters in the user's buffer. */
 static int alloc_shard_states(zt_engine_t *eng) {
   zt__part_t *p = &eng->part;
   eng->partitioned = 1;
   ZT_TRY(zt__part_init(eng));
   size_t mine = p->end - p->begin, bytes = mine * sizeof(float);
+  size_t psz = zt__dtype_size(eng->param_dtype);
+  if (eng->cfg.optimizer_tier == ZT_TIER_NVME) {
+    /* The shard's parameters first, then the swapper casts its master from
+     * them, window by window; the gradient shard stays in backend memory
+     * and goes to the host a window at a time. */
+    if (mine == 0) return 0;
+    ZT_TRY(zt__part_copy_span(eng, p->params, eng->params, psz, p->begin, p->end, 0,
+                              ZT_COPY_D2D, ZT_STREAM_D2H));
+    ZT_TRY(eng->be_ops->stream_sync(eng->be, ZT_STREAM_D2H));
+    zt__opt_nvme_view_t v = {p->segs,   p->n_segs, p->grads,          p->begin,
+                             ZT_FP32,   p->params, p->begin,          eng->param_dtype};
+    return zt__opt_nvme_create(eng, &v, &eng->opt_nvme);
+  }
   ZT_TRY(zt__part_alloc(eng, bytes, (void **)&eng->master));
   ZT_TRY(zt__part_alloc(eng, bytes, (void **)&eng->m));
   ZT_TRY(zt__part_alloc(eng, bytes, (void **)&eng->v));
   eng->state_bytes = 3 * bytes;
   if (mine == 0) return 0;
-  size_t psz = zt__dtype_size(eng->param_dtype);
   zt__copy_kind_t kind = p->on_pinned ? ZT_COPY_D2H : ZT_COPY_D2D;
   ZT_TRY(zt__part_copy_span(eng, p->params, eng->params, psz, p->begin, p->end, 0, kind,
                             ZT_STREAM_D2H));
@@ -354,24 +449,30 @@ static void init_scaler(zt_engine_t *eng) {
 int zt_register_units(zt_engine_t *eng, void *params, void *grads, size_t numel,
                       zt_dtype_t param_dtype, zt_dtype_t grad_dtype, const zt_unit_t *units,
                       size_t n_units) {
+  /* Without a live engine there is no comm to tell the other ranks with. */
   if (!zt__engine_valid(eng))
     return zt__errf(zt__err_thread(), -EINVAL, "zt_register_units: eng is not a live engine");
-  ZT_TRY(check_buffers(eng, params, grads, numel, param_dtype, grad_dtype));
-  if (units == NULL)
-    return zt__errf(&eng->err, -EINVAL, "units is NULL; expected a table of n_units units");
-  if (n_units == 0 || n_units > numel)
-    return zt__errf(&eng->err, -EINVAL, "n_units is %zu; expected 1 to numel (%zu)", n_units,
-                    numel);
-  size_t *order = malloc(n_units * sizeof *order);
-  unit_key_t *keys = malloc(n_units * sizeof *keys);
-  int rc = 0;
-  if (order == NULL || keys == NULL) {
-    rc = zt__errf(&eng->err, -ENOMEM, "out of memory");
-    goto done;
+  /* The local checks do not return: their verdict goes into the agreement
+   * below, which every rank must enter (check_ranks_agree). */
+  int local = check_buffers(eng, params, grads, numel, param_dtype, grad_dtype);
+  if (local == 0 && units == NULL)
+    local = zt__errf(&eng->err, -EINVAL, "units is NULL; expected a table of n_units units");
+  if (local == 0 && (n_units == 0 || n_units > numel))
+    local = zt__errf(&eng->err, -EINVAL, "n_units is %zu; expected 1 to numel (%zu)",
+                     n_units, numel);
+  size_t *order = NULL;
+  unit_key_t *keys = NULL;
+  if (local == 0) {
+    order = malloc(n_units * sizeof *order);
+    keys = malloc(n_units * sizeof *keys);
+    if (order == NULL || keys == NULL)
+      local = zt__errf(&eng->err, -ENOMEM, "out of memory");
   }
-  rc = check_units(eng, units, n_units, numel, param_dtype, keys, order);
-  if (rc < 0) goto done;
-  rc = check_ranks_agree(eng, numel, param_dtype, grad_dtype, units, n_units);
+  if (local == 0)
+    local = check_units(eng, units, n_units, numel, param_dtype, keys, order);
+  /* A rank that failed (an engine already registered included: it keeps its
+   * model) returns from here, as does every other rank. */
+  int rc = check_ranks_agree(eng, local, numel, param_dtype, grad_dtype, units, n_units);
   if (rc < 0) goto done;
 
   /* Every check passed: from here on, a failure is only a failed allocation,
@@ -382,29 +483,26 @@ int zt_register_units(zt_engine_t *eng, void *params, void *grads, size_t numel,
   eng->param_dtype = param_dtype;
   eng->grad_dtype = grad_dtype;
   eng->units = calloc(n_units, sizeof *eng->units);
-  if (eng->units == NULL) {
-    rc = zt__errf(&eng->err, -ENOMEM, "out of memory");
-    goto fail;
-  }
-  eng->n_units = n_units;
-  for (size_t i = 0; i < n_units; i++) {
+  if (eng->units == NULL) rc = zt__errf(&eng->err, -ENOMEM, "out of memory");
+  for (size_t i = 0; rc == 0 && i < n_units; i++) {
     const zt_unit_t *u = &units[i];
     char fallback[32];
     snprintf(fallback, sizeof fallback, "unit%zu", i);
     eng->units[i] = (zt__unit_t){strdup(u->name ? u->name : fallback), u->offset, u->numel,
                                  u->group, u->weight_decay, 0};
-    if (eng->units[i].name == NULL) {
-      rc = zt__errf(&eng->err, -ENOMEM, "out of memory");
-      goto fail;
-    }
+    eng->n_units = i + 1; /* what zt__engine_unregister frees */
+    if (eng->units[i].name == NULL) rc = zt__errf(&eng->err, -ENOMEM, "out of memory");
   }
-  ZT_TRY_GOTO(build_segments(eng, order), rc, fail);
-  if (eng->cfg.stage >= 1)
-    ZT_TRY_GOTO(alloc_shard_states(eng), rc, fail);
-  else if (eng->cfg.optimizer_tier == ZT_TIER_HOST)
-    ZT_TRY_GOTO(alloc_host_states(eng), rc, fail);
-  else
-    ZT_TRY_GOTO(alloc_device_states(eng), rc, fail);
+  if (rc == 0) rc = build_segments(eng, order);
+  if (rc == 0)
+    rc = eng->cfg.stage >= 1                         ? alloc_shard_states(eng)
+         : eng->cfg.optimizer_tier == ZT_TIER_NVME ? alloc_nvme_states(eng)
+         : eng->cfg.optimizer_tier == ZT_TIER_HOST ? alloc_host_states(eng)
+                                                   : alloc_device_states(eng);
+  /* Every rank learns whether every rank's states exist (no collective
+   * above this point can be left half done: allocation is local). */
+  rc = check_ranks_allocated(eng, rc);
+  if (rc < 0) goto fail;
   init_scaler(eng);
   /* Stage 3 owns the parameters from now on: the buffer gave the initial
    * values and the caller may free it. */
@@ -430,7 +528,8 @@ int zt_register_flat(zt_engine_t *eng, void *params, void *grads, size_t numel,
   zt_unit_t all = {"params", 0, numel, 0, 1, param_dtype};
   if (!zt__engine_valid(eng))
     return zt__errf(zt__err_thread(), -EINVAL, "zt_register_flat: eng is not a live engine");
-  /* Checked here too so the sentence names numel, not a unit. */
-  ZT_TRY(check_buffers(eng, params, grads, numel, param_dtype, grad_dtype));
+  /* No checks of its own here: zt_register_units checks the buffers (numel
+   * among them) before the unit, so the sentence names numel, and a failure
+   * still joins the other ranks' agreement instead of leaving them waiting. */
   return zt_register_units(eng, params, grads, numel, param_dtype, grad_dtype, &all, 1);
 }

@@ -8,14 +8,18 @@
  *                cast parameters stream back host→device:
  *                    D2H window w+1  ∥  CPU update window w  ∥  H2D window w-1
  *                ordered by events, never by a host sync of a whole stream.
+ *   nvme tier:   the same ring, with the states themselves streamed from and
+ *                to swap files around the update (offload/opt_nvme.c).
  *
- * Both tiers compute the norm on the gradients where they live and apply the
+ * Every tier computes the norm on the gradients where they live and applies the
  * same zt_adam_update to the same inputs, so they give identical bits.
  */
 #include <math.h>
 #include <string.h>
 
 #include "engine.h"
+#include "opt_nvme.h" // defines: zt__opt_nvme_step
+#include "window.h" // defines: zt__window_*
 
 /* Finite and in [lo, hi) or [lo, hi]: the step's hyper-parameter checks. */
 static int bad_float(zt__err_t *e, const char *name, float x, const char *expected) {
@@ -56,18 +60,57 @@ static int check_args(zt_engine_t *eng, const zt_step_args_t *a, const zt_step_i
 /* Sum of squares of the gradients, summed over ranks in rank order, and the
  * factor that turns the gradients it was taken on into the average
  * gradient: 1 unpartitioned, 1/W for the sums of W ranks of a shard. At
- * stages 1 and 2 the gradients are reduced to their owners first. */
-static int grad_sumsq(zt_engine_t *eng, double *out, double *avg) {
+ * stages 1 and 2 the gradients are reduced to their owners first.
+ *
+ * `local` is this rank's own refusal of the call (0, or a code whose sentence
+ * is already written). Partitioned, the ranks are then in collectives
+ * together: a rank that refuses still makes the same exchanges (the
+ * reduction, then the all-gather of the sum), with its refusal and whether
+ * it handed out the current loss scale riding in that all-gather, so that
+ * every rank refuses alike instead of some waiting for a rank that left.
+ * *refused gets the code of such a refusal (the reduction stands: a retry
+ * finds the gradients handed over, as after zt_grad_norm). The return value
+ * is a failure of the exchanges themselves, which leaves buckets half
+ * reduced. */
+static int grad_sumsq(zt_engine_t *eng, const char *fn, int local, double *out, double *avg,
+                      int *refused) {
   double t0 = zt__now();
+  *refused = 0;
   if (eng->partitioned) {
     zt__part_t *p = &eng->part;
     ZT_TRY(zt__part_reduce_all(eng));
     *out = p->n_segs ? zt__cpu_sumsq(eng->cpu, p->grads, p->begin, ZT_FP32, p->segs,
                                      p->n_segs)
                      : 0.0;
-    ZT_TRY(zt__part_sum_ranks(eng, out));
+    /* The loss scale is the same on every rank (the scaler moves on the
+     * all-gathered sum), so "handed out the current one" is comparable; a
+     * rank that did not would unscale by another value than its peers. */
+    int handed = eng->scaler.handed == eng->scaler.scale;
+    int bad_rank, bad_code, flag_rank;
+    ZT_TRY(zt__part_sum_ranks(eng, out, local, handed, &bad_rank, &bad_code, &flag_rank));
     *avg = 1.0 / p->world;
+    if (local) {
+      *refused = local; /* this rank's own sentence stands */
+    } else if (bad_rank >= 0) {
+      *refused = zt__errf(&eng->err, bad_code,
+                          "%s: rank %d refused the call (%s; its sentence is on that rank), "
+                          "so every rank refuses it rather than wait in a collective that "
+                          "rank left",
+                          fn, bad_rank, zt_err_name(bad_code));
+    } else if (flag_rank >= 0) {
+      *refused = zt__errf(
+          &eng->err, -EINVAL,
+          "%s: zt_loss_scale() handed out the current loss scale (%g) on some ranks and "
+          "not on others (rank 0 and rank %d differ; this rank %s); their gradients would "
+          "be unscaled differently: call zt_loss_scale() on every rank before the "
+          "backward, or on none",
+          fn, eng->scaler.scale, flag_rank, handed ? "asked for it" : "did not");
+    }
   } else {
+    if (local) {
+      *refused = local; /* no peers to tell: the engine is not partitioned */
+      return 0;
+    }
     ZT_TRY(eng->be_ops->sumsq(eng->be, eng->grads, eng->grad_dtype, eng->segs,
                               eng->n_segs, ZT_STREAM_COMPUTE, out));
     *avg = 1.0;
@@ -78,16 +121,20 @@ static int grad_sumsq(zt_engine_t *eng, double *out, double *avg) {
 
 int zt_grad_norm(zt_engine_t *eng, float grad_scale, double *norm) {
   ZT_TRY(zt__engine_check(eng, "zt_grad_norm"));
-  if (norm == NULL) return zt__errf(&eng->err, -EINVAL, "norm is NULL; expected a double *");
-  if (!isfinite(grad_scale) || grad_scale <= 0)
-    return zt__errf(&eng->err, -EINVAL, "grad_scale is %g; expected a finite value > 0",
-                    (double)grad_scale);
-  double sumsq, avg;
-  int rc = grad_sumsq(eng, &sumsq, &avg);
+  int local = 0;
+  if (norm == NULL)
+    local = zt__errf(&eng->err, -EINVAL, "norm is NULL; expected a double *");
+  else if (!isfinite(grad_scale) || grad_scale <= 0)
+    local = zt__errf(&eng->err, -EINVAL, "grad_scale is %g; expected a finite value > 0",
+                     (double)grad_scale);
+  double sumsq = 0.0, avg = 1.0;
+  int refused;
+  int rc = grad_sumsq(eng, "zt_grad_norm", local, &sumsq, &avg, &refused);
   if (rc < 0) {
     if (eng->partitioned) eng->broken = rc; /* buckets may be half reduced */
     return rc;
   }
+  if (refused) return refused;
   *norm = sqrt(sumsq) * ((double)grad_scale / eng->scaler.handed) * avg;
   return 0;
 }
@@ -116,44 +163,9 @@ static int update_device_tier(zt_engine_t *eng, const zt__adam_hp_t *hp) {
   return 0;
 }
 
-/* A window of the host tier: elements [first, first + n) of the registered
- * buffers, and the segment pieces inside it. */
-typedef struct window {
-  size_t first, n;
-  size_t seg_begin; /* first segment overlapping the window */
-} window_t;
-
-/* The window starting at or after element `pos`, from segment `j` on;
- * returns 0 when no segment is left. Windows skip elements no unit covers. */
-static int next_window(const zt_engine_t *eng, size_t *j, size_t pos, window_t *w) {
-  while (*j < eng->n_segs && eng->segs[*j].index + eng->segs[*j].n <= pos) (*j)++;
-  if (*j >= eng->n_segs) return 0;
-  const zt__seg_t *s = &eng->segs[*j];
-  w->first = pos > s->index ? pos : s->index;
-  size_t end = w->first + eng->staging.chunk_elems;
-  const zt__seg_t *last = &eng->segs[eng->n_segs - 1];
-  if (end > last->index + last->n) end = last->index + last->n;
-  w->n = end - w->first;
-  w->seg_begin = *j;
-  return 1;
-}
-
-/* The segment pieces inside window w, written to `out`; returns how many. */
-static size_t window_pieces(const zt_engine_t *eng, const window_t *w, zt__seg_t *out) {
-  size_t k = 0, end = w->first + w->n;
-  for (size_t j = w->seg_begin; j < eng->n_segs && eng->segs[j].index < end; j++) {
-    const zt__seg_t *s = &eng->segs[j];
-    size_t a = s->index > w->first ? s->index : w->first;
-    size_t b = s->index + s->n < end ? s->index + s->n : end;
-    if (a >= b) continue;
-    out[k++] = (zt__seg_t){a, s->state_off + (a - s->index), b - a, s->decay};
-  }
-  return k;
-}
-
 /* D2H of window w's gradients into slot s, after the slot's last H2D and
  * after the user's work on the compute stream. */
-static int issue_grads(zt_engine_t *eng, const window_t *w, int s, zt__event_t *after_compute) {
+static int issue_grads(zt_engine_t *eng, const zt__window_t *w, int s, zt__event_t *after_compute) {
   const zt__backend_ops_t *be = eng->be_ops;
   zt__staging_t *st = &eng->staging;
   size_t gsz = zt__dtype_size(eng->grad_dtype);
@@ -171,7 +183,7 @@ static int issue_grads(zt_engine_t *eng, const window_t *w, int s, zt__event_t *
 /* H2D of the updated parameters of window w from slot s: one copy per
  * contiguous run of pieces, so frozen elements between units stay as the
  * user left them. */
-static int send_params(zt_engine_t *eng, const window_t *w, int s, const zt__seg_t *pieces,
+static int send_params(zt_engine_t *eng, const zt__window_t *w, int s, const zt__seg_t *pieces,
                        size_t n_pieces) {
   const zt__backend_ops_t *be = eng->be_ops;
   zt__staging_t *st = &eng->staging;
@@ -190,13 +202,13 @@ static int send_params(zt_engine_t *eng, const window_t *w, int s, const zt__seg
 static int update_host_tier(zt_engine_t *eng, const zt__adam_hp_t *hp) {
   const zt__backend_ops_t *be = eng->be_ops;
   zt__staging_t *st = &eng->staging;
-  window_t win[ZT_STAGING_SLOTS], next;
+  zt__window_t win[ZT_STAGING_SLOTS], next;
   size_t j = 0;
 
   /* The gradients are final once the user's work on the compute stream is:
    * every D2H waits for this mark, on the device, not the host. */
   ZT_TRY(be->event_record(eng->be, st->compute_mark, ZT_STREAM_COMPUTE));
-  int have = next_window(eng, &j, 0, &next);
+  int have = zt__window_next(eng->segs, eng->n_segs, st->chunk_elems, &j, 0, &next);
   if (have) {
     win[0] = next;
     ZT_TRY(issue_grads(eng, &win[0], 0, st->compute_mark));
@@ -204,7 +216,8 @@ static int update_host_tier(zt_engine_t *eng, const zt__adam_hp_t *hp) {
   for (size_t w = 0; have; w++) {
     int s = (int)(w % ZT_STAGING_SLOTS);
     /* Start the next window's D2H before updating this one. */
-    have = next_window(eng, &j, win[s].first + win[s].n, &next);
+    have = zt__window_next(eng->segs, eng->n_segs, st->chunk_elems, &j,
+                           win[s].first + win[s].n, &next);
     if (have) {
       int s1 = (int)((w + 1) % ZT_STAGING_SLOTS);
       win[s1] = next;
@@ -215,7 +228,8 @@ static int update_host_tier(zt_engine_t *eng, const zt__adam_hp_t *hp) {
     double t1 = zt__now();
     eng->copy_seconds += t1 - t0;
 
-    size_t n_pieces = window_pieces(eng, &win[s], eng->window_segs[s]);
+    size_t n_pieces =
+        zt__window_pieces(eng->segs, eng->n_segs, &win[s], 0, eng->window_segs[s]);
     zt__adam_launch_t l = {
         .hp = hp,
         .master = eng->master,
@@ -259,7 +273,13 @@ static int update_shard(zt_engine_t *eng, const zt__adam_hp_t *hp) {
       .n_segs = p->n_segs,
   };
   double t0 = zt__now();
-  if (p->n_segs) zt__cpu_adam(eng->cpu, &l);
+  if (eng->cfg.optimizer_tier == ZT_TIER_NVME) {
+    /* The swapper times its own update and copies. */
+    ZT_TRY(zt__opt_nvme_step(eng->opt_nvme, hp));
+    t0 = zt__now();
+  } else if (p->n_segs) {
+    zt__cpu_adam(eng->cpu, &l);
+  }
   double t1 = zt__now();
   eng->optimizer_seconds += t1 - t0;
   /* Stage 3 gathers when a group is fetched, not after the step. */
@@ -283,22 +303,28 @@ static void scaler_update(zt__scaler_t *s, const zt_config_t *c, int overflow) {
 
 int zt_step(zt_engine_t *eng, const zt_step_args_t *args, zt_step_info_t *info) {
   ZT_TRY(zt__engine_check(eng, "zt_step"));
-  ZT_TRY(check_args(eng, args, info));
-  if (eng->partitioned && eng->cfg.stage >= 3)
+  /* A refusal here is this rank's alone; grad_sumsq makes every rank refuse
+   * with it (partitioned ranks are in collectives together). */
+  int local = check_args(eng, args, info);
+  if (local == 0 && eng->partitioned && eng->cfg.stage >= 3)
     for (size_t g = 0; g < eng->part.n_groups; g++)
-      if (eng->part.groups[g].fetched)
-        return zt__errf(&eng->err, -EBUSY,
-                        "zt_step: group %d is still fetched; zt_release() every group "
-                        "before the step (its gathered parameters would be stale)",
-                        eng->part.groups[g].id);
+      if (eng->part.groups[g].fetched) {
+        local = zt__errf(&eng->err, -EBUSY,
+                         "zt_step: group %d is still fetched; zt_release() every group "
+                         "before the step (its gathered parameters would be stale)",
+                         eng->part.groups[g].id);
+        break;
+      }
   double t0 = zt__now();
 
-  double sumsq, avg;
-  int rc = grad_sumsq(eng, &sumsq, &avg);
+  double sumsq = 0.0, avg = 1.0;
+  int refused;
+  int rc = grad_sumsq(eng, "zt_step", local, &sumsq, &avg, &refused);
   if (rc < 0) {
     if (eng->partitioned) eng->broken = rc;
     return rc;
   }
+  if (refused) return refused;
   double inv = (double)args->grad_scale / eng->scaler.handed * avg;
   double norm = sqrt(sumsq) * inv;
   int overflow = !isfinite(sumsq);
@@ -327,6 +353,7 @@ int zt_step(zt_engine_t *eng, const zt_step_args_t *args, zt_step_info_t *info) 
                      eng->cfg.rounding == ZT_ROUND_STOCHASTIC && eng->param_dtype == ZT_BF16,
                      zt_sr_key(eng->cfg.seed, args->t), &hp);
     rc = eng->partitioned                         ? update_shard(eng, &hp)
+         : eng->cfg.optimizer_tier == ZT_TIER_NVME ? zt__opt_nvme_step(eng->opt_nvme, &hp)
          : eng->cfg.optimizer_tier == ZT_TIER_HOST ? update_host_tier(eng, &hp)
                                                    : update_device_tier(eng, &hp);
     if (rc < 0) {

@@ -2,7 +2,9 @@
 #define _GNU_SOURCE
 #include "harness.h"
 
+#include <errno.h>
 #include <fcntl.h>
+#include <stdlib.h>
 #include <math.h>
 #include <signal.h>
 #include <string.h>
@@ -155,6 +157,18 @@ zt_config_t t_config(void) {
   zt_config_t cfg = ZT_CONFIG_INIT;
   cfg.backend = t_backend();
   return cfg;
+}
+
+static char swap_dir[64];
+static void swap_dir_remove(void) { rmdir(swap_dir); }
+
+const char *t_swap_dir(void) {
+  if (swap_dir[0] == 0) {
+    snprintf(swap_dir, sizeof swap_dir, "/tmp/zt-test-swap-XXXXXX");
+    if (mkdtemp(swap_dir) == NULL) fail_msg("mkdtemp %s: %s", swap_dir, strerror(errno));
+    atexit(swap_dir_remove);
+  }
+  return swap_dir;
 }
 
 zt_engine_t *t_engine(const zt_config_t *cfg) {

@@ -76,6 +76,11 @@ zt_backend_t t_backend(void);
 /* A config with defaults and the run's backend. */
 zt_config_t t_config(void);
 
+/* A directory for swap files, made once per process under /tmp and removed
+ * at exit (the engines remove their own files; a crash leaves them to the
+ * directory's name, zt-test-swap-*). */
+const char *t_swap_dir(void);
+
 /* Creates an engine on `cfg`; when the backend is cuda and there is no GPU,
  * prints "skipped: no GPU" and exits 77 (the whole executable is skipped).
  * Other failures fail the test. */

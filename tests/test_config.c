@@ -41,7 +41,8 @@
 
 /* ---- the keys, as the header documents them ------------------------------------ */
 
-typedef enum kind { K_ENUM, K_INT, K_NUM, K_SIZE, K_U64, K_PATHS } kind_t;
+/* K_PATH: one path (which may hold ':'), a char array of PATH_CAP bytes. */
+typedef enum kind { K_ENUM, K_INT, K_NUM, K_SIZE, K_U64, K_PATHS, K_PATH } kind_t;
 
 typedef struct tkey {
   const char *name;
@@ -61,7 +62,13 @@ static const tkey_t tkeys[] = {
     {AT(backend), K_ENUM, {"host", "cuda"}, 2},
     {AT(device), K_INT, {0}, 0},
     {AT(stage), K_INT, {0}, 0},
-    {AT(comm), K_ENUM, {"single", "mpi", NULL, "auto"}, 4}, /* nccl: not yet */
+    {AT(comm), K_ENUM, {"single", "mpi", "nccl", "auto"}, 4},
+    /* Alone (on base_config) these three take only their defaults: the file
+     * bootstrap needs all three and comm "nccl" (tests/test_comm_nccl.c). */
+    {AT(nccl_id_file), K_PATH, {0}, 0},
+    {AT(rank), K_INT, {0}, 0},
+    {AT(world_size), K_INT, {0}, 0},
+    {AT(nccl_id_timeout_s), K_NUM, {0}, 0},
     {AT(optimizer), K_ENUM, {"adamw", "adam"}, 2},
     {AT(optimizer_tier), K_ENUM, {"device", "host"}, 2},
     {AT(param_tier), K_ENUM, {"device"}, 1},
@@ -90,7 +97,7 @@ static const tkey_t tkeys[] = {
 #define N_TKEYS (sizeof tkeys / sizeof tkeys[0])
 
 static size_t kind_size(kind_t k) {
-  return k == K_PATHS ? PATH_CAP : k == K_ENUM || k == K_INT ? sizeof(int) : 8;
+  return k == K_PATHS || k == K_PATH ? PATH_CAP : k == K_ENUM || k == K_INT ? sizeof(int) : 8;
 }
 
 /* A field's value, whatever its kind. A path list is its whole char array,
@@ -188,10 +195,14 @@ static tval_t random_value(const tkey_t *k, t_rng_t *r) {
           : !strcmp(n, "swap_rings")       ? 1 + (int)rnd(r, 64)
           : !strcmp(n, "swap_sqpoll")      ? (int)rnd(r, 2)
           : !strcmp(n, "numa_node")        ? (int)rnd(r, 1025) - 1
+          : !strcmp(n, "rank")             ? -1
+          : !strcmp(n, "world_size")       ? 0
                                            : 1 + (int)rnd(r, 1000000000); /* window */
     break;
   case K_PATHS:
     random_paths(r, v.s);
+    break;
+  case K_PATH: /* "": see tkeys */
     break;
   case K_NUM:
     if (!strcmp(n, "clip_grad_norm"))
@@ -202,6 +213,8 @@ static tval_t random_value(const tkey_t *k, t_rng_t *r) {
       v.d = 1.0 + rnd_unit(r) * 8;
     else if (!strcmp(n, "loss_scale_backoff"))
       v.d = rnd_unit(r);
+    else if (!strcmp(n, "nccl_id_timeout_s"))
+      v.d = rnd_unit(r) * 86400.0;
     else /* min_loss_scale, <= initial_loss_scale = 65536 */
       v.d = rnd_unit(r) * 65536.0;
     break;
@@ -283,6 +296,14 @@ static void value_text(const tkey_t *k, tval_t v, int json, t_rng_t *r, char *b,
     else
       snprintf(b, n, "%s", v.s);
     break;
+  case K_PATH:
+    if (json) {
+      size_t o = 0;
+      json_string(v.s, strlen(v.s), r, b, n, &o);
+    } else {
+      snprintf(b, n, "%s", v.s);
+    }
+    break;
   case K_NUM:
     snprintf(b, n, "%.17g", v.d);
     break;
@@ -328,8 +349,17 @@ static zt_config_t random_config(t_rng_t *r) {
       rnd(r, 3) ? 6 * c.chunk_bytes + (rnd(r, 0) >> (rnd(r, 30) + 2)) : 0;
   c.log_level = (zt_log_level_t)rnd(r, 4);
   c.numa_node = (int)rnd(r, 1025) - 1;
-  static const zt_comm_kind_t comms[] = {ZT_COMM_AUTO, ZT_COMM_SINGLE, ZT_COMM_MPI};
-  c.comm = comms[rnd(r, 3)];
+  static const zt_comm_kind_t comms[] = {ZT_COMM_AUTO, ZT_COMM_SINGLE, ZT_COMM_MPI,
+                                         ZT_COMM_NCCL};
+  c.comm = comms[rnd(r, c.backend == ZT_BACKEND_CUDA ? 4 : 3)];
+  if (c.comm == ZT_COMM_NCCL && rnd(r, 2)) {
+    /* The file bootstrap: its three keys together; one path, ':' allowed. */
+    c.world_size = 1 + (int)rnd(r, 65536);
+    c.rank = (int)rnd(r, (uint64_t)c.world_size);
+    snprintf(c.nccl_id_file, sizeof c.nccl_id_file, "/shared/run:%llu/id",
+             (unsigned long long)rnd(r, 0));
+  }
+  c.nccl_id_timeout_s = rnd_unit(r) * 86400.0;
   c.bucket_bytes = 4096 * (1 + rnd(r, 1u << 20));
   random_paths(r, c.swap_path);
   c.swap_block_bytes = (size_t)4096 << rnd(r, 15);
@@ -944,17 +974,15 @@ static void test_ranges(void **state) {
       {"pinned_budget_bytes", "\"16MiB\"", "16 MiB", 1, NULL},
       {"pinned_budget_bytes", "4096", "4KiB", 0, "chunk_bytes"},
       {"optimizer_tier", "\"host\"", "host", 1, NULL},
-      {"optimizer_tier", "\"nvme\"", "nvme", 0, "not supported by this version"},
+      {"optimizer_tier", "\"nvme\"", "nvme", 0, "swap_path is empty"},
       {"optimizer_tier", "\"disk\"", "disk", 0, "\"disk\""},
       {"param_tier", "\"host\"", "host", 0, "not supported by this version"},
       {"param_tier", "\"nvme\"", "nvme", 0, "not supported by this version"},
       {"comm", "\"mpi\"", "mpi", 1, NULL},
       {"comm", "\"single\"", "single", 1, NULL},
       {"comm", "\"auto\"", "auto", 1, NULL},
-      {"comm", "\"nccl\"", "nccl", 0,
-       "\"nccl\", which is not supported by this version (comm may be \"auto\", "
-       "\"single\" or \"mpi\""},
-      {"comm", "\"gloo\"", "gloo", 0, "one of \"single\", \"mpi\", \"auto\""},
+      {"comm", "\"nccl\"", "nccl", 1, NULL}, /* base_config's backend is cuda */
+      {"comm", "\"gloo\"", "gloo", 0, "one of \"single\", \"mpi\", \"nccl\", \"auto\""},
       {"comm", "\"MPI\"", "MPI", 0, "did you mean \"mpi\""},
       {"bucket_bytes", "4096", "4KiB", 1, NULL},
       {"bucket_bytes", "\"4GiB\"", "4GiB", 1, NULL},
@@ -1095,9 +1123,9 @@ static void test_validate_code_struct(void **state) {
               "18446744073709551615", NULL);
   /* The new keys, set in code. */
   c = (zt_config_t)ZT_CONFIG_INIT;
-  c.comm = ZT_COMM_NCCL;
+  c.comm = ZT_COMM_NCCL; /* on backend "host" */
   EXPECT_FAIL(&c, zt_config_validate(&c), ZT_ECONFIG, "'comm'", "\"nccl\"",
-              "not supported by this version");
+              "backend \"cuda\"");
   c = (zt_config_t)ZT_CONFIG_INIT;
   c.bucket_bytes = 0;
   EXPECT_FAIL(&c, zt_config_validate(&c), ZT_ECONFIG, "'bucket_bytes'", "is 0;",
@@ -1552,7 +1580,7 @@ static void test_new_key_defaults(void **state) {
   static const struct {
     const char *row;
   } rows[] = {
-      {"| `comm` | string | `\"auto\"` | `single`, `mpi`, `auto` |"},
+      {"| `comm` | string | `\"auto\"` | `single`, `mpi`, `nccl`, `auto` |"},
       {"| `bucket_bytes` | size | `16777216` (16MiB) | a byte count in [4KiB, 4GiB], a "
        "multiple of 4KiB |"},
       {"| `swap_path` | path list | `\"\"` |"},

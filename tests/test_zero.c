@@ -168,6 +168,11 @@ static zt_engine_t *run_partitioned(const run_t *rc, void *params_out, int *worl
   cfg.stage = rc->stage;
   cfg.optimizer_tier = rc->tier;
   cfg.bucket_bytes = 4096;
+  if (rc->tier == ZT_TIER_NVME) {
+    /* Windows of 1024 elements: several per shard, so the ring turns. */
+    snprintf(cfg.swap_path, sizeof cfg.swap_path, "%s", t_swap_dir());
+    cfg.chunk_bytes = 4096;
+  }
   zt_engine_t *eng = t_engine(&cfg);
   zt_stats_t st = ZT_STATS_INIT;
   T_OK(zt_stats(eng, &st), eng);
@@ -342,6 +347,10 @@ static void run_reference(const run_t *rc, int world, int big_batch, void *param
   zt_engine_destroy(eng);
 }
 
+static const char *tier_name(zt_tier_t t) {
+  return t == ZT_TIER_NVME ? "nvme" : t == ZT_TIER_HOST ? "host" : "device";
+}
+
 static void check_run(const run_t *rc) {
   size_t psz = t_dtype_size(rc->pdt);
   void *got = malloc(NUMEL * psz), *want = malloc(NUMEL * psz), *init = malloc(NUMEL * psz);
@@ -351,7 +360,7 @@ static void check_run(const run_t *rc) {
   run_reference(rc, world, 0, want);
   char what[128];
   snprintf(what, sizeof what, "stage %d, %s tier, %s params, %s grads, %d micro-steps%s%s",
-           rc->stage, rc->tier == ZT_TIER_HOST ? "host" : "device", t_dtype_name(rc->pdt),
+           rc->stage, tier_name(rc->tier), t_dtype_name(rc->pdt),
            t_dtype_name(rc->gdt), rc->micro, rc->tied ? ", tied group" : "",
            rc->api ? ", fetch/grads" : "");
   t_expect_same(what, got, want, psz, NUMEL);
@@ -378,6 +387,8 @@ static void w_bitwise(void **state) {
       {2, ZT_TIER_DEVICE, ZT_FP16, ZT_FP32, 1, 1, 0}, {1, ZT_TIER_DEVICE, ZT_BF16, ZT_FP32, 1, 0, 0},
       {2, ZT_TIER_HOST, ZT_FP32, ZT_FP32, 1, 1, 1},  {3, ZT_TIER_DEVICE, ZT_FP32, ZT_FP32, 1, 1, 1},
       {3, ZT_TIER_HOST, ZT_BF16, ZT_BF16, 1, 1, 1},  {3, ZT_TIER_DEVICE, ZT_FP16, ZT_FP32, 1, 0, 1},
+      {1, ZT_TIER_NVME, ZT_FP32, ZT_FP32, 1, 0, 0},   {2, ZT_TIER_NVME, ZT_BF16, ZT_BF16, 1, 1, 0},
+      {3, ZT_TIER_NVME, ZT_FP16, ZT_FP32, 1, 1, 1},   {2, ZT_TIER_NVME, ZT_FP32, ZT_FP32, 4, 0, 0},
   };
   for (size_t k = 0; k < sizeof runs / sizeof runs[0]; k++) check_run(&runs[k]);
 }
@@ -454,6 +465,8 @@ static void w_stats(void **state) {
       {1, ZT_TIER_DEVICE, ZT_FP32, ZT_FP32, 1, 0, 0},
       {2, ZT_TIER_HOST, ZT_BF16, ZT_BF16, 1, 0, 0},
       {3, ZT_TIER_DEVICE, ZT_FP32, ZT_FP32, 1, 0, 1},
+      {1, ZT_TIER_NVME, ZT_FP32, ZT_FP32, 1, 0, 0},   {2, ZT_TIER_NVME, ZT_BF16, ZT_BF16, 1, 0, 0},
+      {3, ZT_TIER_NVME, ZT_FP32, ZT_FP32, 1, 0, 1},
   };
   for (size_t k = 0; k < sizeof runs / sizeof runs[0]; k++) {
     const run_t *rc = &runs[k];
@@ -464,8 +477,10 @@ static void w_stats(void **state) {
     T_OK(zt_stats(eng, &st), eng);
     size_t states = 0;
     for (size_t u = 0; u < N_UNITS; u++) states += model_units[u].numel;
+    /* run_partitioned's chunk_bytes: 4096 on the nvme tier. */
+    size_t chunk = rc->tier == ZT_TIER_NVME ? 4096 : (size_t)16 << 20;
     zt__plan_in_t in = {states, world, st.rank, rc->stage, rc->pdt, rc->gdt, rc->tier,
-                        ZT_TIER_DEVICE, 4096, (size_t)16 << 20};
+                        ZT_TIER_DEVICE, 4096, chunk, 0};
     zt__plan_t p;
     assert_int_equal(zt__plan(&in, &p), 0);
     printf("# rank %d/%d stage %d: device %llu (plan %llu), host %llu (plan %llu), "
@@ -477,6 +492,7 @@ static void w_stats(void **state) {
            (unsigned long long)st.comm_bytes_received);
     assert_int_equal(st.device_bytes, p.ztier_device);
     assert_int_equal(st.host_bytes, p.ztier_host);
+    assert_int_equal(st.nvme_bytes, p.ztier_nvme);
     assert_int_equal(st.shard_params, p.shard_params);
     /* Per step: this rank sends the gradients others own, (states - mine)
      * of them, and its shard of parameters to W-1 ranks, once after the

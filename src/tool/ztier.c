@@ -34,6 +34,8 @@ static const command_t benches[] = {
      "the CPU AdamW update against the memory bandwidth of the same access pattern"},
     {"nvme", zt_bench_nvme_main,
      "the io_uring swap engine against fio on the same disk, and the settings to use"},
+    {"offload", zt_bench_offload_main,
+     "an optimizer step with its states on NVMe against the disk and the in-memory step"},
 };
 
 #define COUNT(a) (sizeof(a) / sizeof((a)[0]))

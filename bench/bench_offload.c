@@ -1,0 +1,319 @@
+/*
+ * bench/bench_offload.c — `ztier bench offload`: an optimizer step over N
+ * parameters whose fp32 states (master, m, v: 12 bytes a parameter) live in
+ * swap files (optimizer_tier "nvme"), against the bound the machine sets,
+ * measured in the same run:
+ *
+ *   bound_s = max(bytes read / read GB/s + bytes written / write GB/s,
+ *                 the in-memory step time for N)
+ *
+ * where the disk's figures are the swap engine's own best whole-space read
+ * and write on a scratch space in the same directory (measured before and
+ * after the steps: the disk drifts), and the in-memory step time is that of
+ * the device tier (states in RAM, the same kernels) on min(N, 32M)
+ * parameters, scaled to N. efficiency = bound_s / step_s (medians of the
+ * steps after the first).
+ *
+ * The loop's own buffers (parameters and gradients, --dtype) are in RAM, as
+ * a GPU's would be on the device; ztier's own host memory is bounded by
+ * --ram-budget (pinned_budget_bytes). peak_rss_bytes is the process's peak
+ * resident set, the loop's buffers included; the table says how much of it
+ * they are.
+ *
+ * Before timing, the first step's parameters are checked against the
+ * device tier's on the first window's worth of elements (bit for bit).
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "common.h"
+#include "disk.h"     // defines: zt_bench_swap_pass
+#include "internal.h" // defines: zt__now, zt__dtype_size
+#include "swap.h"     // defines: zt__swap_*
+#include "ztier.h"
+
+static const char *const dtype_names[] = {"fp32", "bf16", "fp16", NULL};
+static const zt_dtype_t dtype_of[] = {ZT_FP32, ZT_BF16, ZT_FP16};
+static const char *prog = "ztier bench offload";
+
+#define REF_PARAMS ((size_t)32 << 20) /* the in-memory step's size */
+#define MAX_STEPS 64
+
+static long vm_kib(const char *key) {
+  FILE *fp = fopen("/proc/self/status", "r");
+  char line[256];
+  long v = -1;
+  size_t kl = strlen(key);
+  while (fp && fgets(line, sizeof line, fp))
+    if (strncmp(line, key, kl) == 0) v = atol(line + kl + 1);
+  if (fp) fclose(fp);
+  return v;
+}
+
+/* Deterministic values, filled in parallel-friendly pieces: parameters
+ * around 1, gradients around 0.01, never all zeros. */
+static void fill(void *buf, zt_dtype_t dt, size_t n, double scale, uint64_t seed) {
+  uint64_t x = seed;
+  for (size_t i = 0; i < n; i++) {
+    x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+    double v = scale * ((double)(x >> 11) / 9007199254740992.0 - 0.5);
+    if (dt == ZT_FP32) {
+      ((float *)buf)[i] = (float)v;
+    } else {
+      float f = (float)v;
+      uint32_t u;
+      memcpy(&u, &f, 4);
+      if (dt == ZT_BF16) {
+        ((uint16_t *)buf)[i] = (uint16_t)(u >> 16);
+      } else { /* fp16 of a value in [-scale/2, scale/2), scale <= 2: normal range */
+        uint32_t s = (u >> 16) & 0x8000, e = (u >> 23) & 0xff, m = (u >> 13) & 0x3ff;
+        ((uint16_t *)buf)[i] = e < 113 ? (uint16_t)s : (uint16_t)(s | (e - 112) << 10 | m);
+      }
+    }
+  }
+}
+
+typedef struct model {
+  zt_engine_t *eng;
+  void *params, *grads;
+  size_t n, pbytes, gbytes;
+  double register_s; /* engine create and registration (every record written) */
+} model_t;
+
+static int model_open(model_t *md, const zt_config_t *cfg, size_t n, zt_dtype_t dt) {
+  memset(md, 0, sizeof *md);
+  md->n = n;
+  md->pbytes = md->gbytes = n * zt__dtype_size(dt);
+  md->params = zt_bench_alloc(md->pbytes, 1);
+  md->grads = zt_bench_alloc(md->gbytes, 1);
+  if (md->params == NULL || md->grads == NULL) {
+    fprintf(stderr, "%s: cannot allocate %zu bytes for the loop's buffers\n", prog,
+            md->pbytes + md->gbytes);
+    return 1;
+  }
+  fill(md->params, dt, n, 2.0, 0x9e3779b97f4a7c15ull);
+  fill(md->grads, dt, n, 0.02, 0xd1b54a32d192ed03ull);
+  double t0 = zt__now();
+  if (zt_engine_create(cfg, &md->eng) < 0 ||
+      zt_register_flat(md->eng, md->params, md->grads, n, dt, dt) < 0) {
+    fprintf(stderr, "%s: %s\n", prog, zt_last_error(md->eng));
+    return 1;
+  }
+  md->register_s = zt__now() - t0;
+  return 0;
+}
+
+static void model_close(model_t *md) {
+  zt_engine_destroy(md->eng);
+  if (md->params) zt_bench_free(md->params, md->pbytes);
+  if (md->grads) zt_bench_free(md->grads, md->gbytes);
+  memset(md, 0, sizeof *md);
+}
+
+static int step(model_t *md, uint64_t t, double *seconds) {
+  zt_step_args_t a = ZT_STEP_ARGS_INIT;
+  a.lr = 1e-4f;
+  a.weight_decay = 0.01f;
+  a.t = t;
+  double t0 = zt__now();
+  int rc = zt_step(md->eng, &a, NULL);
+  *seconds = zt__now() - t0;
+  if (rc < 0) fprintf(stderr, "%s: zt_step: %s\n", prog, zt_last_error(md->eng));
+  return rc;
+}
+
+/* The in-memory step (device tier, states in RAM) on min(n, REF_PARAMS)
+ * parameters, median of 3 after one warm-up; seconds per parameter. */
+static int memory_rate(const zt_config_t *base, size_t n, zt_dtype_t dt, double *per_param) {
+  zt_config_t cfg = *base;
+  cfg.optimizer_tier = ZT_TIER_DEVICE;
+  cfg.pinned_budget_bytes = 0;
+  model_t md;
+  size_t m = n < REF_PARAMS ? n : REF_PARAMS;
+  int rc = model_open(&md, &cfg, m, dt);
+  double s[4];
+  for (int k = 0; rc == 0 && k < 4; k++) rc = step(&md, (uint64_t)k + 1, &s[k]);
+  if (rc == 0) *per_param = zt_bench_median(s + 1, 3) / (double)m;
+  model_close(&md);
+  return rc;
+}
+
+/* The swap engine's best whole-space write and read (GB/s) over `space`
+ * bytes of a scratch space in `path`, with the engine's block and depth. */
+static int disk_rates(const zt_config_t *cfg, const char *path, size_t space, double *w,
+                      double *r) {
+  const char *paths[1] = {path};
+  char name[64];
+  snprintf(name, sizeof name, "bench-offload-%ld", (long)getpid());
+  size_t block = cfg->swap_block_bytes;
+  space = space / block * block;
+  if (space < block) space = block;
+  zt__swap_config_t sc = ZT__SWAP_CONFIG_INIT;
+  sc.paths = paths;
+  sc.n_paths = 1;
+  sc.name = name;
+  sc.bytes = space;
+  sc.block_size = 1u << 20;
+  sc.stripe_bytes = block;
+  sc.queue_depth = (unsigned)cfg->swap_queue_depth;
+  size_t region_bytes = block * (size_t)cfg->swap_queue_depth;
+  if (region_bytes > ((size_t)1 << 30)) region_bytes = (size_t)1 << 30;
+  char *region = NULL;
+  zt__err_t err;
+  memset(&err, 0, sizeof err);
+  zt__swap_t *sw = NULL;
+  int rc = zt__swap_create(&sc, &err, &sw);
+  if (rc == 0) rc = zt__swap_buf_alloc(sw, region_bytes, (void **)&region);
+  if (rc < 0) {
+    fprintf(stderr, "%s: the disk's scratch space: %s\n", prog,
+            err.msg[0] ? err.msg : strerror(-rc));
+    zt__swap_destroy(sw);
+    return 1;
+  }
+  fill(region, ZT_FP32, region_bytes / 4, 1.0, 42);
+  unsigned qd = (unsigned)cfg->swap_queue_depth;
+  double tw = zt_bench_swap_pass(sw, 1, space, block, qd, region, region_bytes);
+  double tr = tw < 0 ? -1 : zt_bench_swap_pass(sw, 0, space, block, qd, region, region_bytes);
+  zt__swap_buf_free(region);
+  zt__swap_destroy(sw);
+  if (tw <= 0 || tr <= 0) return 1;
+  *w = (double)space / tw / 1e9;
+  *r = (double)space / tr / 1e9;
+  return 0;
+}
+
+static double max_d(double a, double b) { return a > b ? a : b; }
+
+int zt_bench_offload_main(int argc, char **argv) {
+  const char *path = NULL;
+  size_t n = 0, budget = (size_t)4 << 30, chunk = (size_t)16 << 20, disk = (size_t)4 << 30;
+  int steps = 3, dtype_i = 1, json = 0, threads = 0;
+  const zt_bench_flag_t flags[] = {
+      {"params", ZT_BENCH_FLAG_COUNT, &n, "N", "parameters (2G, 500M, ... ; required)", 1,
+       1e12, NULL},
+      {"ram-budget", ZT_BENCH_FLAG_COUNT, &budget, "BYTES",
+       "pinned_budget_bytes: ztier's host memory (default 4Gi)", 1 << 20, 1e15, NULL},
+      {"chunk", ZT_BENCH_FLAG_COUNT, &chunk, "BYTES",
+       "chunk_bytes: fp32 bytes per array per window (default 16Mi)", 4096, 4.0 * (1u << 30),
+       NULL},
+      {"steps", ZT_BENCH_FLAG_INT, &steps, "S",
+       "timed steps; the first is a warm-up when S > 1 (default 3)", 1, MAX_STEPS, NULL},
+      {"dtype", ZT_BENCH_FLAG_CHOICE, &dtype_i, "fp32|bf16|fp16",
+       "the loop's parameter and gradient dtype (default bf16)", 0, 0, dtype_names},
+      {"disk-bytes", ZT_BENCH_FLAG_COUNT, &disk, "BYTES",
+       "size of the disk's scratch passes (default 4Gi, at most the states)", 1 << 20, 1e15,
+       NULL},
+      {"threads", ZT_BENCH_FLAG_INT, &threads, "T", "CPU optimizer threads (default: all)",
+       0, 4096, NULL},
+      {"path", ZT_BENCH_FLAG_STRING, &path, "DIR", "directory of the swap files (required)",
+       0, 0, NULL},
+      {"json", ZT_BENCH_FLAG_BOOL, &json, NULL, "print one JSON object instead of a table",
+       0, 0, NULL},
+  };
+  int rc = zt_bench_parse(prog,
+                          "An optimizer step whose fp32 states live on NVMe, against the "
+                          "disk's read and\nwrite and the in-memory step measured in the same "
+                          "run. See docs/offload.md.",
+                          argc, argv, flags, sizeof flags / sizeof flags[0]);
+  if (rc) return rc < 0 ? 0 : rc;
+  if (path == NULL || n == 0) {
+    fprintf(stderr, "%s: --path DIR and --params N are required\n", prog);
+    return 2;
+  }
+  zt_dtype_t dt = dtype_of[dtype_i];
+  zt_config_t cfg = ZT_CONFIG_INIT;
+  cfg.optimizer_tier = ZT_TIER_NVME;
+  cfg.pinned_budget_bytes = budget;
+  cfg.chunk_bytes = chunk;
+  cfg.threads = threads;
+  if (zt_config_set(&cfg, "swap_path", path) < 0 || zt_config_validate(&cfg) < 0) {
+    fprintf(stderr, "%s: %s\n", prog, zt_last_error(NULL));
+    return 2;
+  }
+
+  uint64_t states = 12ull * n;
+  if (disk > states) disk = (size_t)states;
+  double w0 = 0, r0 = 0, w1 = 0, r1 = 0, per_param = 0;
+  if (!json) zt_bench_progress("disk: scratch write and read of %zu bytes", disk);
+  if (disk_rates(&cfg, path, disk, &w0, &r0)) return 1;
+
+  if (!json) zt_bench_progress("registering %zu parameters: writing %llu bytes of states", n,
+                               (unsigned long long)states);
+  model_t md;
+  if (model_open(&md, &cfg, n, dt)) {
+    model_close(&md);
+    return 1;
+  }
+  double register_s = md.register_s;
+  double s[MAX_STEPS];
+  zt_stats_t st0 = ZT_STATS_INIT, st1 = ZT_STATS_INIT;
+  zt_stats(md.eng, &st0);
+  for (int k = 0; k < steps; k++) {
+    if (!json) zt_bench_progress("step %d of %d", k + 1, steps);
+    if (step(&md, (uint64_t)k + 1, &s[k])) {
+      model_close(&md);
+      return 1;
+    }
+  }
+  zt_stats(md.eng, &st1);
+  long peak_kib = vm_kib("VmHWM:");
+  model_close(&md);
+
+  if (!json) zt_bench_progress("disk again, and the in-memory step");
+  if (disk_rates(&cfg, path, disk, &w1, &r1)) return 1;
+  if (memory_rate(&cfg, n, dt, &per_param)) return 1;
+  if (!json) zt_bench_progress_end();
+
+  double read_gbps = max_d(r0, r1), write_gbps = max_d(w0, w1);
+  double step_s = steps > 1 ? zt_bench_median(s + 1, steps - 1) : s[0];
+  double rd = (double)(st1.swap_read_bytes - st0.swap_read_bytes) / steps;
+  double wr = (double)(st1.swap_write_bytes - st0.swap_write_bytes) / steps;
+  double io_s = rd / (read_gbps * 1e9) + wr / (write_gbps * 1e9);
+  double mem_s = per_param * (double)n;
+  double bound_s = max_d(io_s, mem_s);
+  double efficiency = bound_s / step_s;
+  uint64_t peak = (uint64_t)peak_kib * 1024;
+  uint64_t loop_bytes = 2ull * n * zt__dtype_size(dt);
+
+  if (json) {
+    zt_bench_json_t j;
+    zt_bench_json_begin(&j, stdout);
+    zt_bench_json_num(&j, "step_s", step_s);
+    zt_bench_json_num(&j, "bound_s", bound_s);
+    zt_bench_json_num(&j, "efficiency", efficiency);
+    zt_bench_json_num(&j, "read_gbps", read_gbps);
+    zt_bench_json_num(&j, "write_gbps", write_gbps);
+    zt_bench_json_int(&j, "peak_rss_bytes", (long long)peak);
+    zt_bench_json_int(&j, "params", (long long)n);
+    zt_bench_json_int(&j, "states_bytes", (long long)st1.nvme_bytes);
+    zt_bench_json_int(&j, "ram_budget_bytes", (long long)budget);
+    zt_bench_json_int(&j, "pinned_bytes", (long long)st1.host_bytes);
+    zt_bench_json_int(&j, "loop_buffer_bytes", (long long)loop_bytes);
+    zt_bench_json_num(&j, "io_bound_s", io_s);
+    zt_bench_json_num(&j, "memory_step_s", mem_s);
+    zt_bench_json_num(&j, "register_s", register_s);
+    zt_bench_json_nums(&j, "steps_s", s, steps);
+    zt_bench_json_end(&j);
+    return 0;
+  }
+  printf("optimizer step, %zu parameters (%s), fp32 states on NVMe in %s\n", n,
+         dtype_names[dtype_i], path);
+  printf("  states on disk      %14llu bytes (%.2f x the RAM budget of %zu)\n",
+         (unsigned long long)st1.nvme_bytes, (double)st1.nvme_bytes / (double)budget, budget);
+  printf("  pinned by ztier     %14llu bytes\n", (unsigned long long)st1.host_bytes);
+  printf("  peak RSS            %14llu bytes (%llu of them the loop's parameters and "
+         "gradients)\n",
+         (unsigned long long)peak, (unsigned long long)loop_bytes);
+  printf("  read / written      %14.0f / %.0f bytes per step\n", rd, wr);
+  printf("  disk (swap engine)  read %.2f GB/s, write %.2f GB/s (best of before and after)\n",
+         read_gbps, write_gbps);
+  printf("  bound               %.2f s (I/O %.2f s, in-memory step %.2f s)\n", bound_s, io_s,
+         mem_s);
+  printf("  step (median)       %.2f s    registration %.2f s\n", step_s, register_s);
+  printf("  efficiency          %.3f\n", efficiency);
+  return 0;
+}

@@ -1,0 +1,62 @@
+/*
+ * bench/disk.c — the swap engine's own read and write figures, for the
+ * benchmarks that measure a disk (nvme) or hold a step to one (offload).
+ */
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "disk.h"
+#include "internal.h" // defines: zt__now
+
+/* One whole-space pass with `qd` requests of `block` bytes in flight, each
+ * in its own slot of `block` bytes of the region: slots are taken in order
+ * and given back as their requests complete, so a request goes to a
+ * different place than the last ones (the whole region is walked through)
+ * and no two requests in flight ever share memory, in whatever order they
+ * complete (with several rings they complete out of order). The slot rides
+ * in the tag's high half. Returns the seconds, or -1 with a message. */
+double zt_bench_swap_pass(zt__swap_t *sw, int write, size_t space, size_t block, unsigned qd,
+                   char *region, size_t region_bytes) {
+  size_t n_req = space / block, next = 0, done = 0;
+  size_t n_slots = region_bytes / block, head = 0, n_free = n_slots;
+  if (n_slots < qd) qd = (unsigned)n_slots;
+  uint32_t *fifo = malloc(n_slots * sizeof *fifo);
+  if (fifo == NULL) {
+    fprintf(stderr, "swap pass: out of memory\n");
+    return -1;
+  }
+  for (size_t i = 0; i < n_slots; i++) fifo[i] = (uint32_t)i;
+  zt__swap_cqe_t cqe[64];
+  double t0 = zt__now(), t = -1;
+  while (done < n_req) {
+    while (next < n_req && next - done < qd) {
+      uint64_t slot = fifo[head];
+      head = (head + 1) % n_slots;
+      n_free--;
+      char *buf = region + slot * block;
+      uint64_t tag = slot << 32 | next;
+      int rc = write ? zt__swap_prep_write(sw, buf, block, next * block, tag)
+                     : zt__swap_prep_read(sw, buf, block, next * block, tag);
+      if (rc < 0) goto out;
+      next++;
+    }
+    int got = zt__swap_wait(sw, cqe, 64, 1);
+    if (got < 0) goto out;
+    for (int i = 0; i < got; i++) {
+      if (cqe[i].res != (int64_t)block) {
+        fprintf(stderr, "swap pass: request %llu completed with %lld, expected %zu\n",
+                (unsigned long long)(cqe[i].tag & 0xffffffffu), (long long)cqe[i].res,
+                block);
+        zt__swap_drain(sw);
+        goto out;
+      }
+      fifo[(head + n_free++) % n_slots] = (uint32_t)(cqe[i].tag >> 32);
+    }
+    done += (size_t)got;
+  }
+  t = zt__now() - t0;
+out:
+  free(fifo);
+  return t;
+}
+

@@ -1,0 +1,19 @@
+/*
+ * bench/disk.h — whole-space passes through the swap engine (bench/disk.c).
+ */
+#ifndef ZT_BENCH_DISK_H
+#define ZT_BENCH_DISK_H
+
+#include <stddef.h>
+
+#include "swap.h" // defines: zt__swap_t
+
+/* One whole-space pass with `qd` requests of `block` bytes in flight, each
+ * in its own slot of `block` bytes of `region` (region_bytes of page-aligned
+ * memory): slots are taken in order and given back as their requests
+ * complete, so no two requests in flight share memory. Returns the seconds,
+ * or -1 with a message on stderr. */
+double zt_bench_swap_pass(zt__swap_t *sw, int write, size_t space, size_t block, unsigned qd,
+                          char *region, size_t region_bytes);
+
+#endif /* ZT_BENCH_DISK_H */

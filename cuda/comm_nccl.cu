@@ -1,0 +1,879 @@
+/*
+ * comm_nccl.cu — the NCCL comm backend: the collectives of comm.h on the
+ * GPU of cfg->device, over NCCL's own transports (NVLink, PCIe, IB, TCP).
+ *
+ * Bootstrap. NCCL needs one unique id, made by rank 0 and known to every
+ * rank before ncclCommInitRank:
+ *   - nccl_id_file set: rank 0 writes it to that file, the others wait for
+ *     it (src/comm_boot.c); rank and world_size come from the config, and
+ *     rank 0 removes the file once every rank has joined;
+ *   - else under MPI (an mpirun launch, or MPI already initialised): rank 0
+ *     broadcasts it over a comm "mpi" made for the purpose, after the ranks
+ *     have told each other whether their GPU is usable, so that one rank
+ *     without a GPU fails every rank rather than leaving them in NCCL;
+ *   - else a lone process: world size 1.
+ * The file bootstrap cannot do the same for a rank other than 0 that fails
+ * before it joins: rank 0 then waits in ncclCommInitRank, as MPI ranks wait
+ * in MPI_Comm_dup for a rank that never comes (see comm_mpi.c).
+ *
+ * Streams. Every collective is enqueued on the comm's own stream, created
+ * with the default (blocking) flag: it is ordered after the work the loop
+ * put on the legacy default stream (ztier's compute stream), with no host
+ * sync, and work the loop enqueues there afterwards waits for it. A cudaEvent
+ * recorded after the collective is its request: wait() queries it (and
+ * NCCL's asynchronous error, so a failed peer is an error, not a hang) until
+ * it completes; test() queries it once.
+ *
+ * Host buffers. NCCL moves device memory only, and the engine passes host
+ * memory for its control traffic (the rank agreement, order records) and for
+ * host-tier buckets. A buffer that is not device (or managed) memory is
+ * therefore staged through a device buffer from cudaMallocAsync on the comm
+ * stream: copied in before the collective, out after it, freed after that,
+ * all stream-ordered. A pageable host buffer makes the copy out (and so the
+ * call that issues it) wait for the collective; pinned memory does not.
+ *
+ * NCCL has no all-gather-v nor all-to-all-v: all_gatherv is a group of one
+ * broadcast per rank, alltoallv a group of sends and receives (a rank's own
+ * piece is a device copy). 16-bit and byte data is moved as bytes; only
+ * ZT_RED_F32 and ZT_RED_F64 are reduced (zt__comm_check, as everywhere).
+ *
+ * Arguments, in-place forms and byte counts are those of comm_mpi.c, checked
+ * by the same functions, so the three backends refuse the same calls.
+ *
+ * Errors: an ncclResult_t is ZT_ENCCL, a cudaError_t ZT_ECUDA (ZT_ENOGPU when
+ * there is no driver or device), each with a sentence naming the call.
+ */
+#include <sched.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include <cuda_runtime.h> // defines: streams, events, cudaMallocAsync
+#include <nccl.h>         // defines: ncclComm_t, the collectives
+
+#include "comm.h" // defines: zt__comm_ops_t, zt__boot_id_*
+
+/* Defined in comm_single.c and comm_mpi.c; the same checks for every backend. */
+extern "C" {
+ZT_INTERNAL int zt__comm_check(zt__comm_t *c, const char *fn, zt__red_dtype_t dt,
+                               int reduces, zt__red_op_t op, zt__comm_req_t *req);
+ZT_INTERNAL int zt__comm_check_count(zt__comm_t *c, const char *fn, const char *what,
+                                     size_t count);
+ZT_INTERNAL int zt__comm_check_vector(zt__comm_t *c, const char *fn, const char *cname,
+                                      const size_t *counts, const char *dname,
+                                      const size_t *displs, int world, size_t *extent);
+ZT_INTERNAL int zt__comm_check_disjoint(zt__comm_t *c, const char *fn, const void *a,
+                                        size_t abytes, const void *b, size_t bbytes);
+ZT_INTERNAL int zt__comm_mpi_active(void);
+}
+
+/* One collective in flight: its completion event, and the device staging
+ * of host buffers (freed on the stream already; kept for nothing else). */
+typedef struct op {
+  cudaEvent_t done;
+  const char *fn; /* the collective, for the sentence of a failed completion */
+  struct op *prev, *next;
+} op_t;
+
+typedef struct nccl_comm {
+  zt__comm_t base; /* first: the engine holds a zt__comm_t * */
+  ncclComm_t comm;
+  cudaStream_t stream;
+  cudaEvent_t barrier_done;
+  float *word; /* the barrier's device word */
+  int device, rank, world;
+  const zt_config_t *cfg; /* the engine's, for the log */
+  op_t *inflight;
+} nccl_comm_t;
+
+static nccl_comm_t *N(zt__comm_t *c) { return (nccl_comm_t *)c; }
+
+/* ---- errors ------------------------------------------------------------------------ */
+
+static int is_no_gpu(cudaError_t rc) {
+  return rc == cudaErrorInsufficientDriver || rc == cudaErrorNoDevice ||
+         rc == cudaErrorDevicesUnavailable || rc == cudaErrorCompatNotSupportedOnDevice ||
+         rc == cudaErrorSystemDriverMismatch;
+}
+
+static int cuda_fail(zt__err_t *err, const char *fn, const char *call, cudaError_t rc) {
+  /* Clear a non-sticky error so the next call does not report it again. */
+  (void)cudaGetLastError();
+  return zt__errf(err, is_no_gpu(rc) ? ZT_ENOGPU : ZT_ECUDA, "%s: %s failed: %s (%s)", fn,
+                  call, cudaGetErrorString(rc), cudaGetErrorName(rc));
+}
+
+static int nccl_fail(zt__err_t *err, ncclComm_t comm, const char *fn, const char *call,
+                     ncclResult_t rc) {
+  /* NCCL's last error is the detail (which peer, which transport). */
+  const char *last = ncclGetLastError(comm);
+  int detail = last != NULL && last[0] != '\0';
+  return zt__errf(err, ZT_ENCCL, "%s: %s failed: %s%s%s%s", fn, call,
+                  ncclGetErrorString(rc), detail ? " (" : "", detail ? last : "",
+                  detail ? ")" : "");
+}
+
+#define CU_TRY(err, fn, call)                                                 \
+  do {                                                                        \
+    cudaError_t cu_rc_ = (call);                                              \
+    if (cu_rc_ != cudaSuccess) return cuda_fail((err), (fn), #call, cu_rc_);  \
+  } while (0)
+
+#define NC_TRY(err, comm, fn, call)                                           \
+  do {                                                                        \
+    ncclResult_t nc_rc_ = (call);                                             \
+    if (nc_rc_ != ncclSuccess) return nccl_fail((err), (comm), (fn), #call, nc_rc_); \
+  } while (0)
+
+/* Makes the comm's device current for the duration of a call and gives the
+ * caller's back (as backend_cuda.cu does). */
+class device_scope {
+ public:
+  explicit device_scope(int dev) {
+    int cur = -1;
+    if (cudaGetDevice(&cur) == cudaSuccess && cur != dev && cudaSetDevice(dev) == cudaSuccess)
+      prev_ = cur;
+  }
+  ~device_scope() {
+    if (prev_ >= 0) (void)cudaSetDevice(prev_);
+  }
+  device_scope(const device_scope &) = delete;
+  device_scope &operator=(const device_scope &) = delete;
+
+ private:
+  int prev_ = -1;
+};
+
+/* ---- requests ---------------------------------------------------------------------- */
+
+static void complete(zt__comm_req_t *req, int status) {
+  req->done = 1;
+  req->status = status;
+  req->impl = 0;
+}
+
+static int refuse(zt__comm_req_t *req, int rc) {
+  if (req) complete(req, rc);
+  return rc;
+}
+
+static op_t *find(nccl_comm_t *m, long long impl) {
+  for (op_t *o = m->inflight; o; o = o->next)
+    if ((long long)(intptr_t)o == impl) return o;
+  return NULL;
+}
+
+/* A request in flight must not be issued again (as in comm_mpi.c). */
+static int busy(nccl_comm_t *m, const char *fn, const zt__comm_req_t *req) {
+  if (req == NULL || req->done || find(m, req->impl) == NULL) return 0;
+  return zt__errf(m->base.err, -EBUSY,
+                  "%s: req is still in flight; wait for it (or test it to completion) "
+                  "before issuing another collective on it",
+                  fn);
+}
+
+static void op_free(nccl_comm_t *m, op_t *o) {
+  if (o->prev)
+    o->prev->next = o->next;
+  else
+    m->inflight = o->next;
+  if (o->next) o->next->prev = o->prev;
+  if (o->done) (void)cudaEventDestroy(o->done);
+  free(o);
+}
+
+static int op_new(nccl_comm_t *m, const char *fn, op_t **out) {
+  op_t *o = (op_t *)calloc(1, sizeof *o);
+  if (o == NULL) return zt__errf(m->base.err, -ENOMEM, "%s: out of memory", fn);
+  cudaError_t rc = cudaEventCreateWithFlags(&o->done, cudaEventDisableTiming);
+  if (rc != cudaSuccess) {
+    free(o);
+    return cuda_fail(m->base.err, fn, "cudaEventCreateWithFlags", rc);
+  }
+  o->fn = fn;
+  o->next = m->inflight;
+  if (m->inflight) m->inflight->prev = o;
+  m->inflight = o;
+  *out = o;
+  return 0;
+}
+
+/* ---- staging of host buffers ------------------------------------------------------- */
+
+static int on_device(const void *p) {
+  cudaPointerAttributes a;
+  if (p == NULL) return 1;
+  if (cudaPointerGetAttributes(&a, p) != cudaSuccess) {
+    /* Older runtimes refuse unregistered host memory; it is host memory. */
+    (void)cudaGetLastError();
+    return 0;
+  }
+  return a.type == cudaMemoryTypeDevice || a.type == cudaMemoryTypeManaged;
+}
+
+/* The device images of one call's send and recv regions ([send, +sbytes) is
+ * read, [recv, +rbytes) read and written). A send region inside the recv
+ * region (an in-place form) maps into recv's image. A host recv region is
+ * copied in whole first, so in-place inputs and the parts a collective does
+ * not write keep their values, and copied back after the collective. */
+typedef struct stage {
+  char *scratch;   /* cudaMallocAsync'd, or NULL */
+  void *host_recv; /* where the recv image goes back to, or NULL */
+  size_t rbytes;
+  const char *dsend;
+  char *drecv;
+} stage_t;
+
+static int stage_in(nccl_comm_t *m, const char *fn, const void *send, size_t sbytes,
+                    void *recv, size_t rbytes, stage_t *s) {
+  memset(s, 0, sizeof *s);
+  uintptr_t ps = (uintptr_t)send, pr = (uintptr_t)recv;
+  int inside = rbytes > 0 && ps >= pr && ps + sbytes <= pr + rbytes;
+  int recv_host = rbytes > 0 && !on_device(recv);
+  int send_host = sbytes > 0 && !inside && !on_device(send);
+  size_t roff = 0, soff = (rbytes + 255) & ~(size_t)255;
+  size_t need = (recv_host ? soff : 0) + (send_host ? sbytes : 0);
+  if (!recv_host) soff = 0;
+  if (need) CU_TRY(m->base.err, fn, cudaMallocAsync((void **)&s->scratch, need, m->stream));
+  s->drecv = (char *)recv;
+  s->dsend = (const char *)send;
+  if (recv_host) {
+    s->drecv = s->scratch + roff;
+    s->host_recv = recv;
+    s->rbytes = rbytes;
+    CU_TRY(m->base.err, fn,
+           cudaMemcpyAsync(s->drecv, recv, rbytes, cudaMemcpyHostToDevice, m->stream));
+  }
+  if (inside)
+    s->dsend = s->drecv + (ps - pr);
+  else if (send_host) {
+    s->dsend = s->scratch + soff;
+    CU_TRY(m->base.err, fn,
+           cudaMemcpyAsync(s->scratch + soff, send, sbytes, cudaMemcpyHostToDevice,
+                           m->stream));
+  }
+  return 0;
+}
+
+/* After the collective (or after a failure to issue it: the staging is
+ * freed either way). Stream-ordered. */
+static int stage_out(nccl_comm_t *m, const char *fn, stage_t *s, int issued) {
+  int rc = 0;
+  cudaError_t e;
+  if (issued && s->host_recv &&
+      (e = cudaMemcpyAsync(s->host_recv, s->drecv, s->rbytes, cudaMemcpyDeviceToHost,
+                           m->stream)) != cudaSuccess)
+    rc = cuda_fail(m->base.err, fn, "cudaMemcpyAsync (device to host)", e);
+  if (s->scratch && (e = cudaFreeAsync(s->scratch, m->stream)) != cudaSuccess && rc == 0)
+    rc = cuda_fail(m->base.err, fn, "cudaFreeAsync", e);
+  s->scratch = NULL;
+  return rc;
+}
+
+/* The end of every collective: the staging back and freed, the completion
+ * recorded and handed to the caller, or the failure reported on req. `rc` is
+ * what enqueuing the collective returned. */
+static int post(nccl_comm_t *m, const char *fn, op_t *o, stage_t *s, int rc,
+                zt__comm_req_t *req) {
+  int out = stage_out(m, fn, s, rc == 0);
+  if (rc == 0) rc = out;
+  cudaError_t e;
+  if (rc == 0 && (e = cudaEventRecord(o->done, m->stream)) != cudaSuccess)
+    rc = cuda_fail(m->base.err, fn, "cudaEventRecord", e);
+  if (rc < 0) {
+    op_free(m, o);
+    return refuse(req, rc);
+  }
+  req->done = 0;
+  req->status = 0;
+  req->impl = (long long)(intptr_t)o;
+  return 0;
+}
+
+static ncclDataType_t nccl_type(zt__red_dtype_t dt) {
+  return dt == ZT_RED_F64 ? ncclFloat64 : ncclFloat32; /* reductions only */
+}
+
+static ncclRedOp_t nccl_op(zt__red_op_t op) { return op == ZT_OP_MAX ? ncclMax : ncclSum; }
+
+/* ---- bootstrap --------------------------------------------------------------------- */
+
+int zt__comm_nccl_unique_id(void *id, size_t n, zt__err_t *err) {
+  ncclUniqueId u;
+  if (id == NULL || n < sizeof u)
+    return zt__errf(err, -EINVAL, "nccl unique id: n is %zu; expected >= %zu", n,
+                    sizeof u);
+  ncclResult_t rc = ncclGetUniqueId(&u);
+  if (rc != ncclSuccess) return nccl_fail(err, NULL, "comm \"nccl\"", "ncclGetUniqueId", rc);
+  memcpy(id, &u, sizeof u);
+  return (int)sizeof u;
+}
+
+/* Whether this process can drive cfg->device: 0, or a code with a sentence. */
+static int check_device(const zt_config_t *cfg, zt__err_t *err) {
+  int count = 0;
+  cudaError_t rc = cudaGetDeviceCount(&count);
+  if (rc != cudaSuccess) {
+    (void)cudaGetLastError();
+    return zt__errf(err, ZT_ENOGPU,
+                    "comm \"nccl\": cudaGetDeviceCount failed: %s (%s); NCCL needs a GPU "
+                    "and its driver on every rank, or use comm \"mpi\" with backend \"host\"",
+                    cudaGetErrorString(rc), cudaGetErrorName(rc));
+  }
+  if (count <= 0)
+    return zt__errf(err, ZT_ENOGPU,
+                    "comm \"nccl\": the CUDA driver reports no device; NCCL needs a GPU on "
+                    "every rank");
+  if (cfg->device < 0 || cfg->device >= count)
+    return zt__errf(err, -EINVAL,
+                    "comm \"nccl\": device is %d; expected a CUDA device ordinal in [0, %d)",
+                    cfg->device, count);
+  return 0;
+}
+
+/* The id, rank and world from MPI: every rank's device check is gathered
+ * first, so one rank without a usable GPU fails them all (naming it), then
+ * rank 0's id and the status of making it are broadcast. */
+static int boot_mpi(const zt_config_t *cfg, zt__err_t *err, int local, ncclUniqueId *id,
+                    int *rank, int *world) {
+  zt__comm_t *mc = NULL;
+  ZT_TRY(zt__comm_mpi_ops.create(cfg, err, &mc));
+  const zt__comm_ops_t *ops = mc->ops;
+  *rank = ops->rank(mc);
+  *world = ops->world(mc);
+  int W = *world, rc = 0;
+  int *all = (int *)calloc((size_t)W, sizeof(int));
+  if (all == NULL) {
+    zt__comm_destroy(mc);
+    return zt__errf(err, -ENOMEM, "comm \"nccl\": out of memory");
+  }
+  struct {
+    int status;
+    ncclUniqueId id;
+  } msg;
+  memset(&msg, 0, sizeof msg);
+  zt__comm_req_t req = {0, 0, 0};
+  /* Every rank joins the gather, even one that failed: it says so there. */
+  int mine = local;
+  rc = ops->all_gather(mc, &mine, all, sizeof(int), ZT_RED_U8, &req);
+  if (rc == 0) rc = ops->wait(mc, &req);
+  if (rc == 0 && local < 0) rc = local; /* this rank's own sentence stands */
+  for (int r = 0; rc == 0 && r < W; r++)
+    if (all[r] != 0)
+      rc = zt__errf(err, all[r] < 0 ? all[r] : -EIO,
+                    "comm \"nccl\": rank %d cannot use its GPU (%s; the sentence is on that "
+                    "rank), so no rank starts NCCL",
+                    r, zt_err_name(all[r]));
+  if (rc == 0) {
+    if (*rank == 0) {
+      ncclResult_t nrc = ncclGetUniqueId(&msg.id);
+      if (nrc != ncclSuccess) msg.status = nccl_fail(err, NULL, "comm \"nccl\"", "ncclGetUniqueId", nrc);
+    }
+    rc = ops->broadcast(mc, &msg, sizeof msg, ZT_RED_U8, 0, &req);
+    if (rc == 0) rc = ops->wait(mc, &req);
+    if (rc == 0 && msg.status != 0)
+      rc = *rank == 0 ? msg.status
+                      : zt__errf(err, msg.status,
+                                 "comm \"nccl\": rank 0 could not make NCCL's unique id "
+                                 "(%s; the sentence is on rank 0)",
+                                 zt_err_name(msg.status));
+  }
+  if (rc == 0) *id = msg.id;
+  free(all);
+  zt__comm_destroy(mc);
+  return rc;
+}
+
+/* The id from nccl_id_file (rank and world from the config). */
+static int boot_file(const zt_config_t *cfg, zt__err_t *err, int local, ncclUniqueId *id) {
+  const char *path = cfg->nccl_id_file;
+  if (cfg->rank != 0) {
+    ZT_TRY(local);
+    return zt__boot_id_read(path, id, sizeof *id, cfg->world_size, cfg->nccl_id_timeout_s,
+                            err);
+  }
+  /* Rank 0 tells the others when it fails, so they do not wait for the
+   * timeout; its own sentence stays in err. */
+  int rc = local;
+  if (rc == 0) {
+    ncclResult_t nrc = ncclGetUniqueId(id);
+    if (nrc != ncclSuccess) rc = nccl_fail(err, NULL, "comm \"nccl\"", "ncclGetUniqueId", nrc);
+  }
+  if (rc < 0) {
+    zt__err_t ignored;
+    memset(id, 0, sizeof *id);
+    (void)zt__boot_id_write(path, id, sizeof *id, cfg->world_size, rc, &ignored);
+    return rc;
+  }
+  return zt__boot_id_write(path, id, sizeof *id, cfg->world_size, 0, err);
+}
+
+/* ---- create / destroy -------------------------------------------------------------- */
+
+static void nccl_destroy(zt__comm_t *c);
+
+static int nccl_create(const zt_config_t *cfg, zt__err_t *err, zt__comm_t **out) {
+  *out = NULL;
+  const char *fn = "comm \"nccl\"";
+  /* Checked before the bootstrap, whose other ranks learn of a failure. */
+  int local = check_device(cfg, err);
+  ncclUniqueId id;
+  int rank = 0, world = 1, rc = 0;
+  const char *how;
+  if (cfg->nccl_id_file[0] != '\0') {
+    /* zt_config_validate holds these; a config that failed it still makes
+     * its comm (see zt_engine_create), so they are checked again here. */
+    if (cfg->world_size < 1 || cfg->rank < 0 || cfg->rank >= cfg->world_size)
+      return zt__errf(err, ZT_ECONFIG,
+                      "%s: rank is %d and world_size %d with nccl_id_file set; expected "
+                      "world_size >= 1 and a rank in [0, world_size)",
+                      fn, cfg->rank, cfg->world_size);
+    rank = cfg->rank;
+    world = cfg->world_size;
+    how = "nccl_id_file";
+    rc = boot_file(cfg, err, local, &id);
+  } else if (zt__comm_launched_by_mpi() || zt__comm_mpi_active()) {
+    how = "MPI";
+    rc = boot_mpi(cfg, err, local, &id, &rank, &world);
+  } else {
+    /* A lone process: nothing to agree with. */
+    how = "a lone process";
+    rc = local;
+    if (rc == 0) {
+      ncclResult_t nrc = ncclGetUniqueId(&id);
+      if (nrc != ncclSuccess) rc = nccl_fail(err, NULL, fn, "ncclGetUniqueId", nrc);
+    }
+  }
+  if (rc < 0) return rc;
+
+  nccl_comm_t *m = (nccl_comm_t *)calloc(1, sizeof *m);
+  if (m == NULL) return zt__errf(err, -ENOMEM, "%s: out of memory", fn);
+  m->base.ops = &zt__comm_nccl_ops;
+  m->base.err = err;
+  m->cfg = cfg;
+  m->device = cfg->device;
+  m->rank = rank;
+  m->world = world;
+  {
+    device_scope scope(m->device);
+    cudaError_t crc;
+    ncclResult_t nrc = ncclCommInitRank(&m->comm, world, id, rank);
+    if (nrc != ncclSuccess) {
+      m->comm = NULL;
+      rc = nccl_fail(err, NULL, fn, "ncclCommInitRank", nrc);
+    } else if ((crc = cudaStreamCreate(&m->stream)) != cudaSuccess) {
+      rc = cuda_fail(err, fn, "cudaStreamCreate", crc);
+    } else if ((crc = cudaEventCreateWithFlags(&m->barrier_done,
+                                               cudaEventDisableTiming)) != cudaSuccess) {
+      rc = cuda_fail(err, fn, "cudaEventCreateWithFlags", crc);
+    } else if ((crc = cudaMalloc((void **)&m->word, sizeof(float))) != cudaSuccess) {
+      rc = cuda_fail(err, fn, "cudaMalloc", crc);
+    }
+  }
+  /* ncclCommInitRank returned on every rank (or failed on this one), so no
+   * rank reads the file any more. */
+  if (cfg->nccl_id_file[0] != '\0' && rank == 0) {
+    zt__err_t note;
+    if (zt__boot_id_remove(cfg->nccl_id_file, &note) < 0)
+      zt__log(cfg, ZT_LOG_WARN, "%s: %s", fn, note.msg);
+  }
+  if (rc < 0) {
+    nccl_destroy(&m->base);
+    return rc;
+  }
+  zt__log(cfg, ZT_LOG_INFO, "%s: rank %d of %d on device %d (id from %s)", fn, rank, world,
+          m->device, how);
+  *out = &m->base;
+  return 0;
+}
+
+static void nccl_destroy(zt__comm_t *c) {
+  nccl_comm_t *m = N(c);
+  device_scope scope(m->device);
+  /* A collective still in flight may wait for a peer that never issues its
+   * half: abort the comm (NCCL ends its kernels) instead of waiting. */
+  size_t left = 0;
+  for (op_t *o = m->inflight; o; o = o->next)
+    if (cudaEventQuery(o->done) != cudaSuccess) left++;
+  (void)cudaGetLastError();
+  if (left)
+    zt__log(m->cfg, ZT_LOG_WARN,
+            "comm \"nccl\": destroyed with %zu collective(s) still in flight on rank %d; "
+            "the NCCL comm is aborted; wait for every request before destroying the "
+            "engine",
+            left, m->rank);
+  if (m->comm) {
+    if (left)
+      (void)ncclCommAbort(m->comm);
+    else
+      (void)ncclCommDestroy(m->comm);
+  }
+  if (m->stream) (void)cudaStreamSynchronize(m->stream);
+  while (m->inflight) op_free(m, m->inflight);
+  if (m->word) (void)cudaFree(m->word);
+  if (m->barrier_done) (void)cudaEventDestroy(m->barrier_done);
+  if (m->stream) (void)cudaStreamDestroy(m->stream);
+  (void)cudaGetLastError();
+  free(m);
+}
+
+static int nccl_rank(const zt__comm_t *c) { return ((const nccl_comm_t *)c)->rank; }
+static int nccl_world(const zt__comm_t *c) { return ((const nccl_comm_t *)c)->world; }
+
+/* ---- collectives ------------------------------------------------------------------- */
+
+/* Each collective: the shared checks, then begin (a record and the staging),
+ * the NCCL calls, and post. */
+static int begin(nccl_comm_t *m, const char *fn, const void *send, size_t sbytes,
+                 void *recv, size_t rbytes, zt__comm_req_t *req, op_t **o, stage_t *s) {
+  int rc = op_new(m, fn, o);
+  if (rc < 0) return refuse(req, rc);
+  rc = stage_in(m, fn, send, sbytes, recv, rbytes, s);
+  if (rc < 0) {
+    (void)stage_out(m, fn, s, 0);
+    op_free(m, *o);
+    return refuse(req, rc);
+  }
+  return 0;
+}
+
+static int nccl_all_reduce(zt__comm_t *c, void *buf, size_t count, zt__red_dtype_t dt,
+                           zt__red_op_t op, zt__comm_req_t *req) {
+  nccl_comm_t *m = N(c);
+  const char *fn = "all_reduce";
+  ZT_TRY(busy(m, fn, req));
+  int rc = zt__comm_check(c, fn, dt, 1, op, req);
+  if (rc == 0) rc = zt__comm_check_count(c, fn, "count", count);
+  if (rc < 0) return refuse(req, rc);
+  size_t bytes = count * zt__red_size(dt);
+  device_scope scope(m->device);
+  op_t *o;
+  stage_t s;
+  ZT_TRY(begin(m, fn, buf, bytes, buf, bytes, req, &o, &s));
+  ncclResult_t nrc = ncclAllReduce(s.drecv, s.drecv, count, nccl_type(dt), nccl_op(op),
+                                   m->comm, m->stream);
+  rc = nrc == ncclSuccess ? 0 : nccl_fail(c->err, m->comm, fn, "ncclAllReduce", nrc);
+  ZT_TRY(post(m, fn, o, &s, rc, req));
+  size_t W = (size_t)m->world, moved = 2 * (W - 1) * bytes / W;
+  c->bytes_sent += moved;
+  c->bytes_received += moved;
+  return 0;
+}
+
+static int nccl_reduce_scatter(zt__comm_t *c, const void *send, void *recv, size_t count,
+                               zt__red_dtype_t dt, zt__red_op_t op, zt__comm_req_t *req) {
+  nccl_comm_t *m = N(c);
+  const char *fn = "reduce_scatter";
+  size_t W = (size_t)m->world, es = zt__red_size(dt);
+  ZT_TRY(busy(m, fn, req));
+  int rc = zt__comm_check(c, fn, dt, 1, op, req);
+  if (rc == 0) rc = zt__comm_check_count(c, fn, "count", count);
+  if (rc == 0) rc = zt__comm_check_count(c, fn, "count x world", count * W);
+  int in_place = send == recv;
+  if (rc == 0 && !in_place)
+    rc = zt__comm_check_disjoint(c, fn, send, W * count * es, recv, count * es);
+  if (rc < 0) return refuse(req, rc);
+  device_scope scope(m->device);
+  op_t *o;
+  stage_t s;
+  ZT_TRY(begin(m, fn, send, W * count * es, recv, (in_place ? W : 1) * count * es, req, &o,
+               &s));
+  /* ztier's in-place form leaves the result at recv[0 .. count); NCCL's puts
+   * it at recv + rank x count, from where it is moved down. */
+  size_t mine = (size_t)m->rank * count * es;
+  char *dst = in_place ? s.drecv + mine : s.drecv;
+  ncclResult_t nrc = ncclReduceScatter(s.dsend, dst, count, nccl_type(dt), nccl_op(op),
+                                       m->comm, m->stream);
+  rc = nrc == ncclSuccess ? 0 : nccl_fail(c->err, m->comm, fn, "ncclReduceScatter", nrc);
+  cudaError_t e;
+  if (rc == 0 && in_place && mine > 0 && count > 0 &&
+      (e = cudaMemcpyAsync(s.drecv, dst, count * es, cudaMemcpyDeviceToDevice,
+                           m->stream)) != cudaSuccess)
+    rc = cuda_fail(c->err, fn, "cudaMemcpyAsync (device to device)", e);
+  ZT_TRY(post(m, fn, o, &s, rc, req));
+  c->bytes_sent += (W - 1) * count * es;
+  c->bytes_received += (W - 1) * count * es;
+  return 0;
+}
+
+static int nccl_all_gather(zt__comm_t *c, const void *send, void *recv, size_t count,
+                           zt__red_dtype_t dt, zt__comm_req_t *req) {
+  nccl_comm_t *m = N(c);
+  const char *fn = "all_gather";
+  size_t W = (size_t)m->world, es = zt__red_size(dt);
+  ZT_TRY(busy(m, fn, req));
+  int rc = zt__comm_check(c, fn, dt, 0, ZT_OP_SUM, req);
+  if (rc == 0) rc = zt__comm_check_count(c, fn, "count", count);
+  if (rc == 0) rc = zt__comm_check_count(c, fn, "count x world", count * W);
+  const char *mine = (const char *)recv + (size_t)m->rank * count * es;
+  if (rc == 0 && send != mine)
+    rc = zt__comm_check_disjoint(c, fn, send, count * es, recv, W * count * es);
+  if (rc < 0) return refuse(req, rc);
+  device_scope scope(m->device);
+  op_t *o;
+  stage_t s;
+  ZT_TRY(begin(m, fn, send, count * es, recv, W * count * es, req, &o, &s));
+  /* In place (send == recv + rank x count) is NCCL's in-place form too. */
+  ncclResult_t nrc =
+      ncclAllGather(s.dsend, s.drecv, count * es, ncclUint8, m->comm, m->stream);
+  rc = nrc == ncclSuccess ? 0 : nccl_fail(c->err, m->comm, fn, "ncclAllGather", nrc);
+  ZT_TRY(post(m, fn, o, &s, rc, req));
+  c->bytes_sent += (W - 1) * count * es;
+  c->bytes_received += (W - 1) * count * es;
+  return 0;
+}
+
+static int nccl_all_gatherv(zt__comm_t *c, const void *send, size_t count, void *recv,
+                            const size_t *counts, const size_t *displs, zt__red_dtype_t dt,
+                            zt__comm_req_t *req) {
+  nccl_comm_t *m = N(c);
+  const char *fn = "all_gatherv";
+  int W = m->world, me = m->rank;
+  size_t es = zt__red_size(dt), extent = 0;
+  ZT_TRY(busy(m, fn, req));
+  int rc = zt__comm_check(c, fn, dt, 0, ZT_OP_SUM, req);
+  if (rc == 0)
+    rc = zt__comm_check_vector(c, fn, "counts", counts, "displs", displs, W, &extent);
+  if (rc == 0 && count != counts[me])
+    rc = zt__errf(c->err, -EINVAL, "%s: count is %zu; expected counts[rank %d] = %zu", fn,
+                  count, me, counts[me]);
+  int in_place = rc == 0 && send == (const char *)recv + displs[me] * es;
+  if (rc == 0 && !in_place)
+    rc = zt__comm_check_disjoint(c, fn, send, count * es, recv, extent * es);
+  if (rc < 0) return refuse(req, rc);
+  device_scope scope(m->device);
+  op_t *o;
+  stage_t s;
+  ZT_TRY(begin(m, fn, send, count * es, recv, extent * es, req, &o, &s));
+  /* One broadcast per rank, rooted at it, fused by the group. Every rank
+   * holds the same counts, so all skip the same empty pieces. */
+  size_t others = 0;
+  ncclResult_t nrc = ncclGroupStart();
+  const char *call = "ncclGroupStart";
+  for (int r = 0; nrc == ncclSuccess && r < W; r++) {
+    if (counts[r] == 0) continue;
+    char *dst = s.drecv + displs[r] * es;
+    nrc = ncclBroadcast(r == me ? (const void *)s.dsend : dst, dst, counts[r] * es,
+                        ncclUint8, r, m->comm, m->stream);
+    call = "ncclBroadcast";
+    if (r != me) others += counts[r];
+  }
+  /* A group that was opened is closed, even after a failed call in it. */
+  ncclResult_t end = ncclGroupEnd();
+  if (nrc == ncclSuccess && end != ncclSuccess) {
+    nrc = end;
+    call = "ncclGroupEnd";
+  }
+  rc = nrc == ncclSuccess ? 0 : nccl_fail(c->err, m->comm, fn, call, nrc);
+  ZT_TRY(post(m, fn, o, &s, rc, req));
+  c->bytes_sent += (size_t)(W - 1) * count * es;
+  c->bytes_received += others * es;
+  return 0;
+}
+
+static int nccl_alltoallv(zt__comm_t *c, const void *send, const size_t *send_counts,
+                          const size_t *send_displs, void *recv, const size_t *recv_counts,
+                          const size_t *recv_displs, zt__red_dtype_t dt,
+                          zt__comm_req_t *req) {
+  nccl_comm_t *m = N(c);
+  const char *fn = "alltoallv";
+  int W = m->world, me = m->rank;
+  size_t es = zt__red_size(dt), sext = 0, rext = 0;
+  ZT_TRY(busy(m, fn, req));
+  int rc = zt__comm_check(c, fn, dt, 0, ZT_OP_SUM, req);
+  if (rc == 0)
+    rc = zt__comm_check_vector(c, fn, "send_counts", send_counts, "send_displs",
+                               send_displs, W, &sext);
+  if (rc == 0)
+    rc = zt__comm_check_vector(c, fn, "recv_counts", recv_counts, "recv_displs",
+                               recv_displs, W, &rext);
+  if (rc == 0 && send_counts[me] != recv_counts[me])
+    rc = zt__errf(c->err, -EINVAL,
+                  "%s: send_counts[%d] is %zu and recv_counts[%d] is %zu; expected equal "
+                  "counts for the piece a rank sends to itself",
+                  fn, me, send_counts[me], me, recv_counts[me]);
+  if (rc == 0) rc = zt__comm_check_disjoint(c, fn, send, sext * es, recv, rext * es);
+  if (rc < 0) return refuse(req, rc);
+  device_scope scope(m->device);
+  op_t *o;
+  stage_t s;
+  ZT_TRY(begin(m, fn, send, sext * es, recv, rext * es, req, &o, &s));
+  size_t sent = 0, received = 0;
+  /* This rank's own piece is a copy, outside the group. */
+  cudaError_t e = cudaSuccess;
+  if (send_counts[me] > 0)
+    e = cudaMemcpyAsync(s.drecv + recv_displs[me] * es, s.dsend + send_displs[me] * es,
+                        send_counts[me] * es, cudaMemcpyDeviceToDevice, m->stream);
+  if (e != cudaSuccess) {
+    rc = cuda_fail(c->err, fn, "cudaMemcpyAsync (device to device)", e);
+  } else {
+    /* A pair's send and receive counts agree (send_counts[r] here is
+     * recv_counts[me] there), so both sides skip the same empty pieces. */
+    ncclResult_t nrc = ncclGroupStart();
+    const char *call = "ncclGroupStart";
+    for (int r = 0; nrc == ncclSuccess && r < W; r++) {
+      if (r == me) continue;
+      if (send_counts[r] > 0) {
+        nrc = ncclSend(s.dsend + send_displs[r] * es, send_counts[r] * es, ncclUint8, r,
+                       m->comm, m->stream);
+        call = "ncclSend";
+      }
+      if (nrc == ncclSuccess && recv_counts[r] > 0) {
+        nrc = ncclRecv(s.drecv + recv_displs[r] * es, recv_counts[r] * es, ncclUint8, r,
+                       m->comm, m->stream);
+        call = "ncclRecv";
+      }
+      sent += send_counts[r];
+      received += recv_counts[r];
+    }
+    ncclResult_t end = ncclGroupEnd();
+    if (nrc == ncclSuccess && end != ncclSuccess) {
+      nrc = end;
+      call = "ncclGroupEnd";
+    }
+    rc = nrc == ncclSuccess ? 0 : nccl_fail(c->err, m->comm, fn, call, nrc);
+  }
+  ZT_TRY(post(m, fn, o, &s, rc, req));
+  c->bytes_sent += sent * es;
+  c->bytes_received += received * es;
+  return 0;
+}
+
+static int nccl_broadcast(zt__comm_t *c, void *buf, size_t count, zt__red_dtype_t dt,
+                          int root, zt__comm_req_t *req) {
+  nccl_comm_t *m = N(c);
+  const char *fn = "broadcast";
+  ZT_TRY(busy(m, fn, req));
+  int rc = zt__comm_check(c, fn, dt, 0, ZT_OP_SUM, req);
+  if (rc == 0) rc = zt__comm_check_count(c, fn, "count", count);
+  if (rc == 0 && (root < 0 || root >= m->world))
+    rc = zt__errf(c->err, -EINVAL, "%s: root is %d; expected a rank in [0, %d)", fn, root,
+                  m->world);
+  if (rc < 0) return refuse(req, rc);
+  size_t bytes = count * zt__red_size(dt);
+  device_scope scope(m->device);
+  op_t *o;
+  stage_t s;
+  ZT_TRY(begin(m, fn, buf, bytes, buf, bytes, req, &o, &s));
+  ncclResult_t nrc =
+      ncclBroadcast(s.drecv, s.drecv, bytes, ncclUint8, root, m->comm, m->stream);
+  rc = nrc == ncclSuccess ? 0 : nccl_fail(c->err, m->comm, fn, "ncclBroadcast", nrc);
+  ZT_TRY(post(m, fn, o, &s, rc, req));
+  if (m->rank == root)
+    c->bytes_sent += (size_t)(m->world - 1) * bytes;
+  else
+    c->bytes_received += bytes;
+  return 0;
+}
+
+/* ---- completion -------------------------------------------------------------------- */
+
+/* Polls ev until it completes, or NCCL reports an asynchronous error (a
+ * peer that failed or vanished: NCCL's own timeout sets it), so a wait ends
+ * instead of hanging. Spins briefly, then sleeps 50 us between polls. */
+static int drain(nccl_comm_t *m, const char *fn, cudaEvent_t ev) {
+  for (unsigned spins = 0;; spins++) {
+    cudaError_t e = cudaEventQuery(ev);
+    if (e == cudaSuccess) return 0;
+    if (e != cudaErrorNotReady) return cuda_fail(m->base.err, fn, "cudaEventQuery", e);
+    ncclResult_t a = ncclSuccess;
+    ncclResult_t nrc = ncclCommGetAsyncError(m->comm, &a);
+    if (nrc != ncclSuccess)
+      return nccl_fail(m->base.err, m->comm, fn, "ncclCommGetAsyncError", nrc);
+    if (a != ncclSuccess && a != ncclInProgress)
+      return nccl_fail(m->base.err, m->comm, fn, "a collective (asynchronous error)", a);
+    if (spins < 64) {
+      sched_yield();
+    } else {
+      struct timespec ts = {0, 50000};
+      nanosleep(&ts, NULL);
+    }
+  }
+}
+
+static int nccl_barrier(zt__comm_t *c) {
+  nccl_comm_t *m = N(c);
+  const char *fn = "barrier";
+  device_scope scope(m->device);
+  /* A one-float all-reduce completes on no rank before every rank joined. */
+  NC_TRY(c->err, m->comm, fn,
+         ncclAllReduce(m->word, m->word, 1, ncclFloat32, ncclSum, m->comm, m->stream));
+  CU_TRY(c->err, fn, cudaEventRecord(m->barrier_done, m->stream));
+  return drain(m, fn, m->barrier_done);
+}
+
+static int lookup(nccl_comm_t *m, const char *fn, zt__comm_req_t *req, op_t **out) {
+  *out = NULL;
+  if (req == NULL)
+    return zt__errf(m->base.err, -EINVAL, "%s: req is NULL; expected a request", fn);
+  if (req->done) return 0;
+  if (req->impl == 0) {
+    /* Zeroed and never issued: nothing is in flight. */
+    complete(req, 0);
+    return 0;
+  }
+  *out = find(m, req->impl);
+  if (*out == NULL)
+    return zt__errf(m->base.err, -EINVAL,
+                    "%s: req was not issued on this comm, or was reaped already; "
+                    "expected a request in flight here (or a zeroed one)",
+                    fn);
+  return 0;
+}
+
+static int nccl_wait(zt__comm_t *c, zt__comm_req_t *req) {
+  nccl_comm_t *m = N(c);
+  op_t *o;
+  ZT_TRY(lookup(m, "wait", req, &o));
+  if (o) {
+    device_scope scope(m->device);
+    int rc = drain(m, o->fn, o->done);
+    op_free(m, o);
+    complete(req, rc);
+  }
+  return req->status;
+}
+
+static int nccl_test(zt__comm_t *c, zt__comm_req_t *req) {
+  nccl_comm_t *m = N(c);
+  op_t *o;
+  ZT_TRY(lookup(m, "test", req, &o));
+  if (o) {
+    device_scope scope(m->device);
+    cudaError_t e = cudaEventQuery(o->done);
+    if (e == cudaErrorNotReady) {
+      ncclResult_t a = ncclSuccess;
+      ncclResult_t nrc = ncclCommGetAsyncError(m->comm, &a);
+      if (nrc == ncclSuccess && (a == ncclSuccess || a == ncclInProgress)) return 0;
+      int rc = nrc != ncclSuccess
+                   ? nccl_fail(c->err, m->comm, o->fn, "ncclCommGetAsyncError", nrc)
+                   : nccl_fail(c->err, m->comm, o->fn, "a collective (asynchronous error)", a);
+      op_free(m, o);
+      complete(req, rc);
+    } else {
+      int rc = e == cudaSuccess ? 0 : cuda_fail(c->err, o->fn, "cudaEventQuery", e);
+      op_free(m, o);
+      complete(req, rc);
+    }
+  }
+  return req->status < 0 ? req->status : 1;
+}
+
+extern "C" const zt__comm_ops_t zt__comm_nccl_ops = {
+    /* .name = */ "nccl",
+    /* .create = */ nccl_create,
+    /* .destroy = */ nccl_destroy,
+    /* .rank = */ nccl_rank,
+    /* .world = */ nccl_world,
+    /* .all_reduce = */ nccl_all_reduce,
+    /* .reduce_scatter = */ nccl_reduce_scatter,
+    /* .all_gather = */ nccl_all_gather,
+    /* .all_gatherv = */ nccl_all_gatherv,
+    /* .alltoallv = */ nccl_alltoallv,
+    /* .broadcast = */ nccl_broadcast,
+    /* .barrier = */ nccl_barrier,
+    /* .wait = */ nccl_wait,
+    /* .test = */ nccl_test,
+};

@@ -1,0 +1,430 @@
+/*
+ * opt_nvme.c — the optimizer tier "nvme": states in swap files, streamed
+ * through ZT_NVME_SLOTS pinned slots per step; see opt_nvme.h.
+ *
+ * A slot holds one window: its record (master | m | v, `chunk` floats each,
+ * padded to the swap block), its gradients as they came from the device and
+ * its cast parameters on their way back. Window w uses slot w % SLOTS. The
+ * step keeps LOOKAHEAD = SLOTS - 2 reads ahead of the update, so while
+ * window w is updated, windows w+1 and w+2 are being read and window w-1 is
+ * being written: a slot is reused only once its write and its parameters'
+ * host→device copy are done.
+ *
+ * The swap engine runs inline (one ring, on this thread) or on ring threads
+ * (swap_rings > 1). Inline, I/Os already handed to the kernel proceed while
+ * the CPU updates, and new ones are handed over whenever this thread reaps;
+ * queue_depth x swap_block_bytes (256 MiB by default) is in flight at most,
+ * several windows' worth.
+ */
+#define _GNU_SOURCE
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "engine.h"   // defines: struct zt_engine (config, backend, cpu, counters)
+#include "opt_nvme.h"
+#include "pinned.h"   // defines: zt__pinned_alloc, zt__pinned_free
+#include "swap.h"     // defines: zt__swap_*
+#include "window.h"   // defines: zt__window_*
+
+#define LOOKAHEAD (ZT_NVME_SLOTS - 2)
+/* Windows are a multiple of this many elements (a 4 KiB page of floats), so
+ * m and v start page-aligned inside a record. */
+#define CHUNK_ALIGN 1024
+
+typedef struct slot {
+  float *states;           /* master | m | v, stride bytes, pinned */
+  void *grads;             /* chunk elements of grad_dtype, pinned  */
+  void *params;            /* chunk elements of param_dtype, pinned */
+  zt__event_t *grads_ready; /* D2H of the window's gradients done   */
+  zt__event_t *params_sent; /* H2D of the window's parameters done  */
+  int reading, writing;     /* a request of this slot is in flight  */
+} slot_t;
+
+struct zt__opt_nvme {
+  zt_engine_t *eng;
+  zt__opt_nvme_view_t view;
+  zt__swap_t *sw;
+  zt__window_t *windows;
+  size_t n_windows;
+  zt__seg_t *pieces; /* one window's pieces (room for n_segs) */
+  size_t chunk;      /* elements per window                    */
+  size_t rec_len;    /* 3 * chunk floats                       */
+  size_t stride;     /* rec_len rounded up to the swap block   */
+  slot_t slot[ZT_NVME_SLOTS];
+  zt__event_t *compute_mark;
+  int io_error; /* the first failed completion of this step */
+  zt__opt_nvme_stats_t st;
+};
+
+static size_t round_up(size_t x, size_t a) { return (x + a - 1) / a * a; }
+
+/* ---- sizing ------------------------------------------------------------------------ */
+
+/* The swap block (the checksum unit, and what a record is padded to): large
+ * enough that the table of checksums stays small, small enough that the
+ * padding of a small model's record is. */
+static uint32_t swap_block(size_t rec_len) { return rec_len >= (64u << 10) ? 64u << 10 : 4096; }
+
+size_t zt__opt_nvme_stride(size_t chunk) {
+  size_t rec = 3 * chunk * sizeof(float);
+  return round_up(rec, swap_block(rec));
+}
+
+/* As the pinned budget counts them: the bytes asked for. */
+size_t zt__opt_nvme_slot_bytes(size_t chunk, size_t gsz, size_t psz) {
+  return zt__opt_nvme_stride(chunk) + chunk * gsz + chunk * psz;
+}
+
+size_t zt__opt_nvme_chunk(size_t extent, size_t chunk_bytes, size_t room, size_t gsz,
+                          size_t psz) {
+  size_t chunk = chunk_bytes / sizeof(float);
+  if (chunk > round_up(extent, CHUNK_ALIGN)) chunk = round_up(extent, CHUNK_ALIGN);
+  if (room == 0) return chunk;
+  while (chunk > CHUNK_ALIGN && ZT_NVME_SLOTS * zt__opt_nvme_slot_bytes(chunk, gsz, psz) > room)
+    chunk = (chunk / 2 + CHUNK_ALIGN - 1) / CHUNK_ALIGN * CHUNK_ALIGN;
+  return ZT_NVME_SLOTS * zt__opt_nvme_slot_bytes(chunk, gsz, psz) > room ? 0 : chunk;
+}
+
+/* Elements per window (zt__opt_nvme_chunk), with the room the pinned budget
+ * leaves after what is pinned already. */
+static int size_chunk(zt_engine_t *eng, const zt__opt_nvme_view_t *v, size_t *out) {
+  const zt__seg_t *first = &v->segs[0], *last = &v->segs[v->n_segs - 1];
+  size_t extent = last->index + last->n - first->index;
+  size_t gsz = zt__dtype_size(v->grad_dtype), psz = zt__dtype_size(v->param_dtype);
+  size_t budget = eng->cfg.pinned_budget_bytes, room = 0;
+  if (budget != 0) {
+    room = budget > eng->host_bytes ? budget - eng->host_bytes : 0;
+    if (room == 0) room = 1; /* 0 would mean "no limit" */
+  }
+  *out = zt__opt_nvme_chunk(extent, eng->cfg.chunk_bytes, room, gsz, psz);
+  if (*out == 0) {
+    size_t least = ZT_NVME_SLOTS * zt__opt_nvme_slot_bytes(CHUNK_ALIGN, gsz, psz);
+    return zt__errf(&eng->err, -ENOMEM,
+                    "optimizer_tier \"nvme\" needs %d pinned slots of at least %zu bytes "
+                    "(%zu in all), but pinned_budget_bytes leaves %zu; raise "
+                    "pinned_budget_bytes",
+                    ZT_NVME_SLOTS, least / ZT_NVME_SLOTS, least, room);
+  }
+  return 0;
+}
+
+/* ---- completions -------------------------------------------------------------------- */
+
+/* Tags: window << 1 | write. */
+static uint64_t tag_of(size_t w, int write) { return (uint64_t)w << 1 | (uint64_t)write; }
+
+/* Reaps completions: at least one when `block`, else whatever is ready.
+ * A failed one is kept in o->io_error (its sentence is in eng->err). */
+static int reap(zt__opt_nvme_t *o, int block) {
+  zt__swap_cqe_t cqe[16];
+  double t0 = zt__now();
+  int n = block ? zt__swap_wait(o->sw, cqe, 16, 1) : zt__swap_poll(o->sw, cqe, 16);
+  o->st.wait_seconds += zt__now() - t0;
+  if (n < 0) return n;
+  for (int i = 0; i < n; i++) {
+    size_t w = (size_t)(cqe[i].tag >> 1);
+    slot_t *s = &o->slot[w % ZT_NVME_SLOTS];
+    if (cqe[i].tag & 1) {
+      s->writing = 0;
+      if (cqe[i].res >= 0) o->st.write_bytes += o->rec_len;
+    } else {
+      s->reading = 0;
+      if (cqe[i].res >= 0) o->st.read_bytes += o->rec_len;
+    }
+    if (cqe[i].res < 0 && o->io_error == 0) o->io_error = (int)cqe[i].res;
+  }
+  return o->io_error;
+}
+
+/* Blocks until slot s has no request in flight. */
+static int settle(zt__opt_nvme_t *o, slot_t *s) {
+  while (s->reading || s->writing) ZT_TRY(reap(o, 1));
+  return o->io_error;
+}
+
+/* After a failure: nothing may stay in flight into the slots (the caller
+ * may free them). The first error stands; the drain's own is dropped. */
+static int fail(zt__opt_nvme_t *o, int rc) {
+  if (o->sw && zt__swap_outstanding(o->sw) > 0) {
+    zt__err_t keep = o->eng->err;
+    zt__swap_drain(o->sw);
+    o->eng->err = keep;
+  }
+  for (int k = 0; k < ZT_NVME_SLOTS; k++) o->slot[k].reading = o->slot[k].writing = 0;
+  return rc;
+}
+
+/* ---- copies between the view's buffers and a slot ----------------------------------- */
+
+static int write_record(zt__opt_nvme_t *o, size_t w) {
+  slot_t *s = &o->slot[w % ZT_NVME_SLOTS];
+  ZT_TRY(zt__swap_prep_write(o->sw, s->states, o->rec_len, (uint64_t)w * o->stride,
+                             tag_of(w, 1)));
+  s->writing = 1;
+  int rc = zt__swap_submit(o->sw);
+  return rc < 0 ? rc : 0;
+}
+
+/* D2H of window w's gradients (the whole extent: gaps between units are
+ * read, never used), then the read of its record. */
+static int issue(zt__opt_nvme_t *o, size_t w) {
+  zt_engine_t *eng = o->eng;
+  const zt__backend_ops_t *be = eng->be_ops;
+  slot_t *s = &o->slot[w % ZT_NVME_SLOTS];
+  const zt__window_t *win = &o->windows[w];
+  size_t gsz = zt__dtype_size(o->view.grad_dtype);
+  ZT_TRY(settle(o, s));
+  double t0 = zt__now();
+  ZT_TRY(be->event_sync(eng->be, s->params_sent));
+  eng->copy_seconds += zt__now() - t0;
+  ZT_TRY(be->stream_wait(eng->be, ZT_STREAM_D2H, o->compute_mark));
+  ZT_TRY(be->copy(eng->be, s->grads,
+                  (const char *)o->view.grads + (win->first - o->view.grads_first) * gsz,
+                  win->n * gsz, ZT_COPY_D2H, ZT_STREAM_D2H));
+  ZT_TRY(be->event_record(eng->be, s->grads_ready, ZT_STREAM_D2H));
+  eng->d2h_bytes += win->n * gsz;
+  ZT_TRY(zt__swap_prep_read(o->sw, s->states, o->rec_len, (uint64_t)w * o->stride,
+                            tag_of(w, 0)));
+  s->reading = 1;
+  int rc = zt__swap_submit(o->sw);
+  return rc < 0 ? rc : 0;
+}
+
+/* H2D of the updated parameters of window w: one copy per contiguous run
+ * of pieces, so elements between units stay as the user left them. */
+static int send_params(zt__opt_nvme_t *o, size_t w, size_t n_pieces) {
+  zt_engine_t *eng = o->eng;
+  const zt__backend_ops_t *be = eng->be_ops;
+  slot_t *s = &o->slot[w % ZT_NVME_SLOTS];
+  const zt__window_t *win = &o->windows[w];
+  size_t psz = zt__dtype_size(o->view.param_dtype);
+  for (size_t k = 0; k < n_pieces;) {
+    size_t a = o->pieces[k].index, b = a + o->pieces[k].n;
+    for (k++; k < n_pieces && o->pieces[k].index == b; k++) b += o->pieces[k].n;
+    ZT_TRY(be->copy(eng->be, (char *)o->view.params + (a - o->view.params_first) * psz,
+                    (const char *)s->params + (a - win->first) * psz, (b - a) * psz,
+                    ZT_COPY_H2D, ZT_STREAM_H2D));
+    eng->h2d_bytes += (b - a) * psz;
+  }
+  return be->event_record(eng->be, s->params_sent, ZT_STREAM_H2D);
+}
+
+/* ---- create: every record written once ---------------------------------------------- */
+
+/* master = the parameters of the window, cast; m = v = 0; then written. */
+static int init_records(zt__opt_nvme_t *o) {
+  zt_engine_t *eng = o->eng;
+  const zt__backend_ops_t *be = eng->be_ops;
+  size_t psz = zt__dtype_size(o->view.param_dtype);
+  for (size_t w = 0; w < o->n_windows; w++) {
+    slot_t *s = &o->slot[w % ZT_NVME_SLOTS];
+    const zt__window_t *win = &o->windows[w];
+    ZT_TRY(settle(o, s));
+    ZT_TRY(be->copy(eng->be, s->params,
+                    (const char *)o->view.params + (win->first - o->view.params_first) * psz,
+                    win->n * psz, ZT_COPY_D2H, ZT_STREAM_D2H));
+    ZT_TRY(be->stream_sync(eng->be, ZT_STREAM_D2H));
+    eng->d2h_bytes += win->n * psz;
+    memset(s->states, 0, o->stride);
+    size_t n = zt__window_pieces(o->view.segs, o->view.n_segs, win, win->state_first,
+                                 o->pieces);
+    for (size_t k = 0; k < n; k++)
+      zt__cpu_cast(eng->cpu, s->states + o->pieces[k].state_off, ZT_FP32,
+                   (const char *)s->params + (o->pieces[k].index - win->first) * psz,
+                   o->view.param_dtype, o->pieces[k].n);
+    ZT_TRY(write_record(o, w));
+  }
+  for (int k = 0; k < ZT_NVME_SLOTS; k++) ZT_TRY(settle(o, &o->slot[k]));
+  return 0;
+}
+
+/* The swap space's config from the engine's: the directories of swap_path,
+ * I/Os of swap_block_bytes (the stripe cuts requests into I/Os). */
+static int open_swap(zt__opt_nvme_t *o) {
+  zt_engine_t *eng = o->eng;
+  const zt_config_t *c = &eng->cfg;
+  char paths_buf[sizeof c->swap_path];
+  const char *paths[ZT__SWAP_MAX_PATHS];
+  unsigned n_paths = 0;
+  snprintf(paths_buf, sizeof paths_buf, "%s", c->swap_path);
+  for (char *save = NULL, *p = strtok_r(paths_buf, ":", &save);
+       p && n_paths < ZT__SWAP_MAX_PATHS; p = strtok_r(NULL, ":", &save))
+    paths[n_paths++] = p;
+  if (n_paths == 0)
+    return zt__errf(&eng->err, ZT_ECONFIG,
+                    "optimizer_tier \"nvme\" needs swap_path: one or more directories "
+                    "for the swap files");
+  /* One name per engine and rank, so engines of one process or node never
+   * share files (the swap engine refuses a file that exists). */
+  static unsigned long seq;
+  char name[96];
+  snprintf(name, sizeof name, "opt-%ld-r%d-%lu", (long)getpid(),
+           eng->comm->ops->rank(eng->comm), __atomic_fetch_add(&seq, 1, __ATOMIC_RELAXED));
+  zt__swap_config_t sc = ZT__SWAP_CONFIG_INIT;
+  sc.paths = paths;
+  sc.n_paths = n_paths;
+  sc.name = name;
+  sc.bytes = (uint64_t)o->n_windows * o->stride;
+  sc.block_size = swap_block(o->rec_len);
+  sc.stripe_bytes = c->swap_block_bytes > sc.block_size ? c->swap_block_bytes : sc.block_size;
+  sc.queue_depth = (unsigned)c->swap_queue_depth;
+  sc.max_bufs = ZT_NVME_SLOTS;
+  sc.rings = (unsigned)c->swap_rings;
+  sc.sqpoll = c->swap_sqpoll;
+  ZT_TRY(zt__swap_create(&sc, &eng->err, &o->sw));
+  /* Fixed buffers save pinning pages per I/O; where the kernel refuses
+   * them, plain I/O works the same. */
+  for (int k = 0; k < ZT_NVME_SLOTS; k++)
+    if (zt__swap_register_buf(o->sw, o->slot[k].states, o->stride) < 0) break;
+  zt__err_clear(&eng->err);
+  zt__swap_info_t info;
+  zt__swap_info(o->sw, &info);
+  snprintf(o->st.note, sizeof o->st.note, "%s", info.note);
+  if (info.note[0]) zt__log(c, ZT_LOG_WARN, "optimizer_tier \"nvme\": %s", info.note);
+  o->st.file_bytes = sc.bytes;
+  return 0;
+}
+
+int zt__opt_nvme_create(zt_engine_t *eng, const zt__opt_nvme_view_t *view,
+                        zt__opt_nvme_t **out) {
+  *out = NULL;
+  zt__opt_nvme_t *o = calloc(1, sizeof *o);
+  if (o == NULL) return zt__errf(&eng->err, -ENOMEM, "out of memory");
+  o->eng = eng;
+  o->view = *view;
+  int rc = view->n_segs ? size_chunk(eng, view, &o->chunk) : 0;
+  if (rc < 0 || view->n_segs == 0) { /* an empty shard has nothing to swap */
+    free(o);
+    if (rc == 0) *out = NULL;
+    return rc;
+  }
+  o->rec_len = 3 * o->chunk * sizeof(float);
+  o->stride = zt__opt_nvme_stride(o->chunk);
+  o->st.chunk = o->chunk;
+  o->n_windows = zt__window_count(view->segs, view->n_segs, o->chunk);
+  o->windows = calloc(o->n_windows, sizeof *o->windows);
+  o->pieces = calloc(view->n_segs, sizeof *o->pieces);
+  if (o->windows == NULL || o->pieces == NULL) {
+    rc = zt__errf(&eng->err, -ENOMEM, "out of memory");
+    goto fail;
+  }
+  size_t j = 0, pos = 0;
+  for (size_t w = 0; w < o->n_windows; w++) {
+    zt__window_next(view->segs, view->n_segs, o->chunk, &j, pos, &o->windows[w]);
+    pos = o->windows[w].first + o->windows[w].n;
+  }
+  size_t gsz = zt__dtype_size(view->grad_dtype), psz = zt__dtype_size(view->param_dtype);
+  const zt__backend_ops_t *be = eng->be_ops;
+  for (int k = 0; k < ZT_NVME_SLOTS && rc == 0; k++) {
+    slot_t *s = &o->slot[k];
+    rc = zt__pinned_alloc(eng, o->stride, (void **)&s->states);
+    if (rc == 0) rc = zt__pinned_alloc(eng, o->chunk * gsz, &s->grads);
+    if (rc == 0) rc = zt__pinned_alloc(eng, o->chunk * psz, &s->params);
+    if (rc == 0) rc = be->event_create(eng->be, &s->grads_ready);
+    if (rc == 0) rc = be->event_create(eng->be, &s->params_sent);
+  }
+  if (rc == 0) rc = be->event_create(eng->be, &o->compute_mark);
+  if (rc == 0) rc = open_swap(o);
+  if (rc == 0) rc = init_records(o);
+  if (rc < 0) goto fail;
+  *out = o;
+  return 0;
+
+fail:
+  fail(o, rc);
+  zt__opt_nvme_destroy(o);
+  return rc;
+}
+
+void zt__opt_nvme_destroy(zt__opt_nvme_t *o) {
+  if (o == NULL) return;
+  zt_engine_t *eng = o->eng;
+  const zt__backend_ops_t *be = eng->be_ops;
+  if (o->sw) {
+    /* Nothing is in flight between calls (every path drains), so destroy
+     * cannot refuse with -EBUSY; the files go with it. */
+    zt__swap_drain(o->sw);
+    zt__swap_destroy(o->sw);
+  }
+  size_t gsz = zt__dtype_size(o->view.grad_dtype), psz = zt__dtype_size(o->view.param_dtype);
+  for (int k = 0; k < ZT_NVME_SLOTS; k++) {
+    slot_t *s = &o->slot[k];
+    zt__pinned_free(eng, s->states, o->stride);
+    zt__pinned_free(eng, s->grads, o->chunk * gsz);
+    zt__pinned_free(eng, s->params, o->chunk * psz);
+    if (s->grads_ready) be->event_destroy(eng->be, s->grads_ready);
+    if (s->params_sent) be->event_destroy(eng->be, s->params_sent);
+  }
+  if (o->compute_mark) be->event_destroy(eng->be, o->compute_mark);
+  free(o->windows);
+  free(o->pieces);
+  free(o);
+}
+
+/* ---- the step ----------------------------------------------------------------------- */
+
+static int step(zt__opt_nvme_t *o, const zt__adam_hp_t *hp) {
+  zt_engine_t *eng = o->eng;
+  const zt__backend_ops_t *be = eng->be_ops;
+  /* The gradients are final once the user's work on the compute stream is:
+   * each window's D2H waits for this mark, on the device. */
+  ZT_TRY(be->event_record(eng->be, o->compute_mark, ZT_STREAM_COMPUTE));
+  size_t issued = 0;
+  for (size_t w = 0; w < o->n_windows; w++) {
+    while (issued < o->n_windows && issued <= w + LOOKAHEAD) ZT_TRY(issue(o, issued++));
+    slot_t *s = &o->slot[w % ZT_NVME_SLOTS];
+    while (s->reading) ZT_TRY(reap(o, 1));
+    ZT_TRY(o->io_error);
+    double t0 = zt__now();
+    ZT_TRY(be->event_sync(eng->be, s->grads_ready));
+    double t1 = zt__now();
+    eng->copy_seconds += t1 - t0;
+
+    const zt__window_t *win = &o->windows[w];
+    size_t n = zt__window_pieces(o->view.segs, o->view.n_segs, win, win->state_first,
+                                 o->pieces);
+    zt__adam_launch_t l = {
+        .hp = hp,
+        .master = s->states,
+        .m = s->states + o->chunk,
+        .v = s->states + 2 * o->chunk,
+        .grads = s->grads,
+        .grads_first = win->first,
+        .grad_dtype = o->view.grad_dtype,
+        .params = s->params,
+        .params_first = win->first,
+        .param_dtype = o->view.param_dtype,
+        .segs = o->pieces,
+        .n_segs = n,
+    };
+    zt__cpu_adam(eng->cpu, &l);
+    eng->optimizer_seconds += zt__now() - t1;
+    ZT_TRY(send_params(o, w, n));
+    ZT_TRY(write_record(o, w));
+    ZT_TRY(reap(o, 0)); /* hands the kernel more I/O while the next waits */
+  }
+  for (int k = 0; k < ZT_NVME_SLOTS; k++) ZT_TRY(settle(o, &o->slot[k]));
+  double t0 = zt__now();
+  ZT_TRY(be->stream_sync(eng->be, ZT_STREAM_H2D));
+  eng->copy_seconds += zt__now() - t0;
+  return 0;
+}
+
+int zt__opt_nvme_step(zt__opt_nvme_t *o, const zt__adam_hp_t *hp) {
+  if (o == NULL) return 0; /* an empty shard */
+  o->io_error = 0;
+  int rc = step(o, hp);
+  return rc < 0 ? fail(o, rc) : 0;
+}
+
+void zt__opt_nvme_stats(const zt__opt_nvme_t *o, zt__opt_nvme_stats_t *out) {
+  if (o == NULL) {
+    memset(out, 0, sizeof *out);
+    return;
+  }
+  *out = o->st;
+}
+
+struct zt__swap *zt__opt_nvme_swap(zt__opt_nvme_t *o) { return o ? o->sw : NULL; }

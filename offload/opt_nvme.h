@@ -1,0 +1,95 @@
+/*
+ * opt_nvme.h — the optimizer tier "nvme" (offload/opt_nvme.c): the fp32
+ * master weights and Adam moments of a segment list live in swap files
+ * (swap.h), and a step streams them through a fixed ring of pinned slots:
+ *
+ *     read window w+1, w+2  ∥  update window w on the CPU  ∥  write window w-1
+ *
+ * with each window's gradients copied device→host into its slot before the
+ * update and its cast parameters copied host→device after it, on ztier's
+ * own streams (events order them after the user's compute).
+ *
+ * On disk, window w is one record at w * stride: master, m and v of the
+ * window's states, `chunk` floats each. Host memory is the slots alone
+ * (ZT_NVME_SLOTS of them, from the pinned budget), whatever the model size.
+ *
+ * Invariants: between steps no request is in flight and every record holds
+ * the states the last completed step produced (or the initial ones). A step
+ * that fails part-way leaves some records updated and others not: the
+ * engine marks itself broken (it refuses further steps).
+ */
+#ifndef ZT_OPT_NVME_H
+#define ZT_OPT_NVME_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "cpu_optim.h" // defines: zt__seg_t, zt__adam_hp_t
+#include "internal.h"  // defines: ZT_INTERNAL, zt_engine_t
+
+#define ZT_NVME_SLOTS 4
+
+typedef struct zt__opt_nvme zt__opt_nvme_t;
+
+/* What the states belong to: the segments (index = element of the buffers
+ * below, state_off = where the states are in the state space) and the
+ * buffers in backend memory that gradients come from and parameters go to,
+ * addressed as grads[index - grads_first], params[index - params_first]. */
+typedef struct zt__opt_nvme_view {
+  const zt__seg_t *segs;
+  size_t n_segs;
+  const void *grads;
+  size_t grads_first;
+  zt_dtype_t grad_dtype;
+  void *params;
+  size_t params_first;
+  zt_dtype_t param_dtype;
+} zt__opt_nvme_view_t;
+
+/* What zt_stats reports of the tier. */
+typedef struct zt__opt_nvme_stats {
+  uint64_t file_bytes;   /* swap space on disk                       */
+  uint64_t read_bytes;   /* states read since create                 */
+  uint64_t write_bytes;  /* states written since create              */
+  double wait_seconds;   /* steps waiting for reads and writes       */
+  size_t chunk;          /* elements per window                      */
+  char note[256];        /* what the swap engine downgraded, or ""   */
+} zt__opt_nvme_stats_t;
+
+/* The sizes `ztier plan` predicts, as create picks them. Elements per
+ * window for segments spanning `extent` elements: chunk_bytes of fp32 per
+ * array, at most the extent (rounded up to 1024), halved until the slots fit
+ * `room` bytes of pinned budget (0: no limit); 0 when even 1024 do not. */
+ZT_INTERNAL size_t zt__opt_nvme_chunk(size_t extent, size_t chunk_bytes, size_t room,
+                                      size_t gsz, size_t psz);
+/* Bytes of one record on disk, and of one pinned slot. */
+ZT_INTERNAL size_t zt__opt_nvme_stride(size_t chunk);
+ZT_INTERNAL size_t zt__opt_nvme_slot_bytes(size_t chunk, size_t gsz, size_t psz);
+
+/* Synchronous. Sizes the windows (chunk_bytes, shrunk to fit the pinned
+ * budget), takes the slots from pinned memory, creates the swap files in
+ * cfg.swap_path and writes every record: master = the view's parameters
+ * (cast to fp32), m = v = 0. `view` is copied; its buffers must stay valid
+ * until destroy. Returns 0, or a negative code with a sentence in eng's
+ * error buffer and *out NULL, nothing left on disk. Pairs with
+ * zt__opt_nvme_destroy. */
+ZT_INTERNAL int zt__opt_nvme_create(zt_engine_t *eng, const zt__opt_nvme_view_t *view,
+                                    zt__opt_nvme_t **out);
+
+/* Synchronous. One step's update of every state, streamed; the gradients
+ * are read after the work already on the compute stream, and the updated
+ * parameters are in the view's buffer when it returns. 0, or a negative code
+ * with a sentence (an I/O error names the file, offset and errno; a block
+ * whose checksum fails is ZT_ECHECKSUM); nothing is in flight on return. */
+ZT_INTERNAL int zt__opt_nvme_step(zt__opt_nvme_t *o, const zt__adam_hp_t *hp);
+
+/* Removes the swap files and frees the slots. NULL: nothing. */
+ZT_INTERNAL void zt__opt_nvme_destroy(zt__opt_nvme_t *o);
+
+ZT_INTERNAL void zt__opt_nvme_stats(const zt__opt_nvme_t *o, zt__opt_nvme_stats_t *out);
+
+/* For tests: the swap engine underneath (to install fault hooks). */
+struct zt__swap;
+ZT_INTERNAL struct zt__swap *zt__opt_nvme_swap(zt__opt_nvme_t *o);
+
+#endif /* ZT_OPT_NVME_H */

@@ -1,0 +1,337 @@
+/*
+ * test_opt_nvme.c — the optimizer tier "nvme" at stage 0 (one rank; the
+ * partitioned stages are in test_zero.c): bit-identical to the device and
+ * host tiers over every dtype pairing and both roundings, on a unit table
+ * with gaps and mixed decay; the bytes it reads and writes per step; the
+ * pinned budget bounding host memory (chunks shrink to fit, peak RSS stays
+ * within the budget plus a stated slack whatever the states' size); and its
+ * faults: an I/O error in the middle of a step, a flipped byte in a swap
+ * file, a budget too small, a swap_path that is not there, no swap_path.
+ *
+ * The swap engine underneath is reached through the engine's internals
+ * (engine.h, opt_nvme.h, swap.h) to install fault hooks.
+ */
+#include <fcntl.h>
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "engine.h"
+#include "harness.h"
+#include "opt_nvme.h"
+#include "swap.h"
+
+static const zt_dtype_t dtypes[] = {ZT_FP32, ZT_BF16, ZT_FP16};
+
+/* A unit table with prime sizes, gaps (frozen elements) and mixed decay:
+ * windows of 1024 elements start inside units, span gaps and end in them. */
+static size_t make_units(zt_unit_t *u, size_t *numel, zt_dtype_t pdt) {
+  static const size_t sizes[] = {17, 1, 4099, 251, 8191, 2, 3001, 3};
+  size_t off = 5, k = 0;
+  for (; k < sizeof sizes / sizeof sizes[0]; k++) {
+    u[k] = (zt_unit_t){NULL, off, sizes[k], (int)k / 2, (int)(k % 3 != 1), pdt};
+    off += sizes[k] + (k % 2 ? 0 : 11);
+  }
+  *numel = off + 7;
+  return k;
+}
+
+static zt_config_t nvme_config(zt_tier_t tier) {
+  zt_config_t cfg = t_config();
+  cfg.optimizer_tier = tier;
+  cfg.chunk_bytes = 4096; /* windows of 1024 elements: many of them */
+  snprintf(cfg.swap_path, sizeof cfg.swap_path, "%s", t_swap_dir());
+  return cfg;
+}
+
+static zt_step_args_t step_args(t_rng_t *r, uint64_t t) {
+  zt_step_args_t a = ZT_STEP_ARGS_INIT;
+  a.lr = (float)(1e-3 * (1.0 + t_rng_uniform(r)));
+  a.weight_decay = 0.1f;
+  a.t = t;
+  a.clip_grad_norm = t == 2 ? 1.0f : 0.0f; /* one clipped step */
+  return a;
+}
+
+/* Four steps on fresh random gradients; the parameters after them. */
+static void run_tier(zt_tier_t tier, zt_dtype_t pdt, zt_dtype_t gdt, int stochastic,
+                     uint64_t seed, void *params_out, size_t *n_out) {
+  t_rng_t r;
+  t_rng_init(&r, seed);
+  zt_unit_t units[16];
+  size_t numel, n_units = make_units(units, &numel, pdt);
+  zt_config_t cfg = nvme_config(tier);
+  cfg.rounding = stochastic ? ZT_ROUND_STOCHASTIC : ZT_ROUND_NEAREST;
+  zt_engine_t *eng = t_engine(&cfg);
+  size_t psz = t_dtype_size(pdt), gsz = t_dtype_size(gdt);
+  void *hp = malloc(numel * psz), *hg = malloc(numel * gsz);
+  void *dp = t_buf_alloc(eng, numel * psz), *dg = t_buf_alloc(eng, numel * gsz);
+  t_fill_normal(hp, pdt, numel, 1.0, &r);
+  t_buf_upload(eng, dp, hp, numel * psz);
+  T_OK(zt_register_units(eng, dp, dg, numel, pdt, gdt, units, n_units), eng);
+  for (uint64_t t = 1; t <= 4; t++) {
+    t_fill_normal(hg, gdt, numel, 2.0, &r);
+    t_buf_upload(eng, dg, hg, numel * gsz);
+    zt_step_args_t a = step_args(&r, t);
+    T_OK(zt_step(eng, &a, NULL), eng);
+  }
+  t_buf_download(eng, params_out, dp, numel * psz);
+  *n_out = numel;
+  t_buf_free(eng, dp, numel * psz);
+  t_buf_free(eng, dg, numel * gsz);
+  zt_engine_destroy(eng);
+  free(hp);
+  free(hg);
+}
+
+static void test_tiers_bit_identical(void **state) {
+  size_t cap = 32768 * 4;
+  void *dev = malloc(cap), *host = malloc(cap), *nvme = malloc(cap);
+  for (int pi = 0; pi < 3; pi++)
+    for (int gi = 0; gi < 3; gi++)
+      for (int sr = 0; sr < 2; sr++) {
+        zt_dtype_t pdt = dtypes[pi], gdt = dtypes[gi];
+        if (sr && pdt != ZT_BF16) continue;
+        uint64_t seed = t_seed() + (uint64_t)(pi * 10 + gi);
+        size_t na, nb, nc;
+        run_tier(ZT_TIER_DEVICE, pdt, gdt, sr, seed, dev, &na);
+        run_tier(ZT_TIER_HOST, pdt, gdt, sr, seed, host, &nb);
+        run_tier(ZT_TIER_NVME, pdt, gdt, sr, seed, nvme, &nc);
+        assert_int_equal(na, nc);
+        char what[96];
+        snprintf(what, sizeof what, "nvme vs device tier, %s params, %s grads, %s",
+                 t_dtype_name(pdt), t_dtype_name(gdt), sr ? "stochastic" : "nearest");
+        t_expect_same(what, nvme, dev, t_dtype_size(pdt), na);
+        t_expect_same("host vs device tier", host, dev, t_dtype_size(pdt), na);
+      }
+  free(dev), free(host), free(nvme);
+}
+
+/* An engine over `numel` fp32 elements in one unit, registered. */
+typedef struct flat {
+  zt_engine_t *eng;
+  size_t numel;
+  float *dp, *dg, *hp;
+} flat_t;
+
+static int flat_create(flat_t *f, const zt_config_t *cfg, size_t numel) {
+  t_rng_t r;
+  t_rng_init(&r, t_seed());
+  f->eng = t_engine(cfg);
+  f->numel = numel;
+  f->hp = malloc(numel * 4);
+  t_fill_normal(f->hp, ZT_FP32, numel, 1.0, &r);
+  f->dp = t_buf_alloc(f->eng, numel * 4);
+  f->dg = t_buf_alloc(f->eng, numel * 4);
+  t_buf_upload(f->eng, f->dp, f->hp, numel * 4);
+  t_fill_normal(f->hp, ZT_FP32, numel, 1.0, &r);
+  t_buf_upload(f->eng, f->dg, f->hp, numel * 4);
+  t_buf_download(f->eng, f->hp, f->dp, numel * 4);
+  return zt_register_flat(f->eng, f->dp, f->dg, numel, ZT_FP32, ZT_FP32);
+}
+
+static void flat_destroy(flat_t *f) {
+  t_buf_free(f->eng, f->dp, f->numel * 4);
+  t_buf_free(f->eng, f->dg, f->numel * 4);
+  zt_engine_destroy(f->eng);
+  free(f->hp);
+}
+
+static int one_step(flat_t *f, uint64_t t) {
+  zt_step_args_t a = ZT_STEP_ARGS_INIT;
+  a.lr = 1e-3f;
+  a.t = t;
+  return zt_step(f->eng, &a, NULL);
+}
+
+/* Every record is written once at registration; a step reads each once and
+ * writes each once; nvme_bytes is the swap space and nothing of the states
+ * is in host memory but the slots. */
+static void test_bytes_per_step(void **state) {
+  zt_config_t cfg = nvme_config(ZT_TIER_NVME);
+  flat_t f;
+  size_t numel = 10 * 1024 + 77; /* 11 windows, the last short */
+  int rc = flat_create(&f, &cfg, numel);
+  T_OK(rc, f.eng);
+  zt_stats_t st = ZT_STATS_INIT;
+  T_OK(zt_stats(f.eng, &st), f.eng);
+  size_t windows = (numel + 1023) / 1024, rec = 3 * 1024 * 4;
+  printf("# after register: nvme %llu, host %llu, read %llu, written %llu\n",
+         (unsigned long long)st.nvme_bytes, (unsigned long long)st.host_bytes,
+         (unsigned long long)st.swap_read_bytes, (unsigned long long)st.swap_write_bytes);
+  assert_int_equal(st.nvme_bytes, windows * 12288); /* a record is 3 pages here */
+  assert_int_equal(st.swap_read_bytes, 0);
+  assert_int_equal(st.swap_write_bytes, windows * rec);
+  /* Four slots of a record, 1024 gradients and 1024 parameters. */
+  assert_int_equal(st.host_bytes, ZT_NVME_SLOTS * (rec + 1024 * 4 + 1024 * 4));
+  T_OK(one_step(&f, 1), f.eng);
+  T_OK(one_step(&f, 2), f.eng);
+  T_OK(zt_stats(f.eng, &st), f.eng);
+  assert_int_equal(st.swap_read_bytes, 2 * windows * rec);
+  assert_int_equal(st.swap_write_bytes, 3 * windows * rec);
+  assert_int_equal(st.steps, 2);
+  flat_destroy(&f);
+}
+
+static long vm_kib(const char *key) {
+  FILE *fp = fopen("/proc/self/status", "r");
+  char line[256];
+  long v = -1;
+  size_t kl = strlen(key);
+  while (fp && fgets(line, sizeof line, fp))
+    if (strncmp(line, key, kl) == 0) v = atol(line + kl + 1);
+  if (fp) fclose(fp);
+  return v;
+}
+
+/* States of 8M parameters (96 MiB) under a 4 MiB pinned budget: the chunk
+ * shrinks to fit, ztier's pinned memory stays within the budget, and the
+ * peak RSS of registration and two steps grows by no more than the budget
+ * plus 24 MiB of slack (the swap engine's checksum table, 2 x 8M floats of
+ * this test's own gradient upload buffers being touched, threads, malloc). */
+static void test_rss_within_budget(void **state) {
+  if (t_backend() != ZT_BACKEND_HOST) skip(); /* RSS counts host memory only */
+  zt_config_t cfg = nvme_config(ZT_TIER_NVME);
+  cfg.chunk_bytes = 4u << 20;
+  cfg.pinned_budget_bytes = 4u << 20;
+  size_t numel = 8u << 20;
+  flat_t f;
+  /* Everything of the test's own is allocated and touched before the peak
+   * is reset, so what grows after is ztier's. */
+  f.eng = t_engine(&cfg);
+  f.numel = numel;
+  f.hp = NULL;
+  f.dp = t_buf_alloc(f.eng, numel * 4);
+  f.dg = t_buf_alloc(f.eng, numel * 4);
+  t_rng_t r;
+  t_rng_init(&r, t_seed());
+  t_fill_normal(f.dp, ZT_FP32, numel, 1.0, &r);
+  t_fill_normal(f.dg, ZT_FP32, numel, 1.0, &r);
+  int fd = open("/proc/self/clear_refs", O_WRONLY);
+  int reset = fd >= 0 && write(fd, "5", 1) == 1;
+  if (fd >= 0) close(fd);
+  long base = reset ? vm_kib("VmHWM:") : vm_kib("VmRSS:");
+  T_OK(zt_register_flat(f.eng, f.dp, f.dg, numel, ZT_FP32, ZT_FP32), f.eng);
+  T_OK(one_step(&f, 1), f.eng);
+  T_OK(one_step(&f, 2), f.eng);
+  long peak = vm_kib(reset ? "VmHWM:" : "VmRSS:");
+  zt_stats_t st = ZT_STATS_INIT;
+  T_OK(zt_stats(f.eng, &st), f.eng);
+  long grown = peak - base, allowed = (long)((cfg.pinned_budget_bytes >> 10) + (24 << 10));
+  printf("# states %llu bytes on disk; pinned %llu of a %zu budget; peak RSS grew by %ld "
+         "KiB (allowed %ld KiB)%s\n",
+         (unsigned long long)st.nvme_bytes, (unsigned long long)st.host_bytes,
+         cfg.pinned_budget_bytes, grown, allowed, reset ? "" : " (VmRSS: no peak reset)");
+  assert_true(st.nvme_bytes >= 3ull * numel * 4);
+  assert_true(st.host_bytes <= cfg.pinned_budget_bytes);
+  assert_true(grown <= allowed);
+  flat_destroy(&f);
+}
+
+/* A budget that cannot hold four slots of the smallest window is refused at
+ * registration, naming the key, with the user's buffers untouched. */
+static void test_budget_too_small(void **state) {
+  zt_config_t cfg = nvme_config(ZT_TIER_NVME);
+  cfg.pinned_budget_bytes = 64u << 10;
+  flat_t f;
+  int rc = flat_create(&f, &cfg, 100000);
+  T_EXPECT_ERR(rc, f.eng, -ENOMEM, "pinned_budget_bytes");
+  float *now = malloc(f.numel * 4);
+  t_buf_download(f.eng, now, f.dp, f.numel * 4);
+  t_expect_same("params after a refused registration", now, f.hp, 4, f.numel);
+  free(now);
+  flat_destroy(&f);
+}
+
+static void test_config_needs_swap_path(void **state) {
+  zt_config_t cfg = t_config();
+  cfg.optimizer_tier = ZT_TIER_NVME;
+  T_EXPECT_ERR(zt_config_validate(&cfg), NULL, ZT_ECONFIG, "swap_path");
+  T_OK(zt_config_set(&cfg, "swap_path", t_swap_dir()), NULL);
+  T_OK(zt_config_validate(&cfg), NULL);
+}
+
+static void test_swap_path_missing(void **state) {
+  zt_config_t cfg = nvme_config(ZT_TIER_NVME);
+  snprintf(cfg.swap_path, sizeof cfg.swap_path, "%s/not-there", t_swap_dir());
+  flat_t f;
+  int rc = flat_create(&f, &cfg, 5000);
+  assert_true(rc < 0);
+  printf("# %s\n", zt_last_error(f.eng));
+  assert_non_null(strstr(zt_last_error(f.eng), "not-there"));
+  float *now = malloc(f.numel * 4);
+  t_buf_download(f.eng, now, f.dp, f.numel * 4);
+  t_expect_same("params after a refused registration", now, f.hp, 4, f.numel);
+  free(now);
+  flat_destroy(&f);
+}
+
+/* The hook: reads of window 3 fail with EIO. */
+static int64_t fail_window_3(void *arg, const zt__swap_hook_io_t *io, int64_t res) {
+  (void)arg;
+  return !io->write && io->tag >> 1 == 3 ? -EIO : res;
+}
+
+/* An I/O error in the middle of a step: a clear error naming the swap file,
+ * and every later step refused (the states are half updated) until the
+ * engine is re-created; the failure leaves nothing in flight. */
+static void test_io_error_mid_step(void **state) {
+  zt_config_t cfg = nvme_config(ZT_TIER_NVME);
+  flat_t f;
+  int rc = flat_create(&f, &cfg, 8 * 1024);
+  T_OK(rc, f.eng);
+  T_OK(one_step(&f, 1), f.eng);
+  zt__swap_t *sw = zt__opt_nvme_swap(f.eng->opt_nvme);
+  zt__swap_set_hook(sw, fail_window_3, NULL);
+  rc = one_step(&f, 2);
+  printf("# %s\n", zt_last_error(f.eng));
+  T_EXPECT_ERR(rc, f.eng, -EIO, zt__swap_path(sw, 0));
+  assert_int_equal(zt__swap_outstanding(sw), 0);
+  zt__swap_set_hook(sw, NULL, NULL);
+  rc = one_step(&f, 2);
+  assert_true(rc < 0);
+  printf("# then: %s\n", zt_last_error(f.eng));
+  flat_destroy(&f);
+}
+
+/* A byte flipped in a swap file between steps is a checksum error, never
+ * data; the user's parameters of the windows before it may be updated,
+ * which is why the engine refuses further steps. */
+static void test_flipped_byte(void **state) {
+  zt_config_t cfg = nvme_config(ZT_TIER_NVME);
+  flat_t f;
+  int rc = flat_create(&f, &cfg, 8 * 1024);
+  T_OK(rc, f.eng);
+  zt__swap_t *sw = zt__opt_nvme_swap(f.eng->opt_nvme);
+  zt__swap_info_t info;
+  zt__swap_info(sw, &info);
+  int fd = open(zt__swap_path(sw, 0), O_RDWR);
+  assert_true(fd >= 0);
+  /* Record 5's m, past the file's header block. */
+  off_t at = (off_t)info.block_size + 5 * 12288 + 4096 + 123;
+  unsigned char b;
+  assert_int_equal(pread(fd, &b, 1, at), 1);
+  b ^= 0x20;
+  assert_int_equal(pwrite(fd, &b, 1, at), 1);
+  fsync(fd);
+  close(fd);
+  rc = one_step(&f, 1);
+  printf("# %s\n", zt_last_error(f.eng));
+  T_EXPECT_ERR(rc, f.eng, ZT_ECHECKSUM, "");
+  assert_true(one_step(&f, 2) < 0);
+  flat_destroy(&f);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_tiers_bit_identical),
+      cmocka_unit_test(test_bytes_per_step),
+      cmocka_unit_test(test_rss_within_budget),
+      cmocka_unit_test(test_budget_too_small),
+      cmocka_unit_test(test_config_needs_swap_path),
+      cmocka_unit_test(test_swap_path_missing),
+      cmocka_unit_test(test_io_error_mid_step),
+      cmocka_unit_test(test_flipped_byte),
+  };
+  return T_RUN(tests);
+}
