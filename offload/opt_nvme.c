@@ -176,9 +176,6 @@ static int issue(zt__opt_nvme_t *o, size_t w) {
   const zt__window_t *win = &o->windows[w];
   size_t gsz = zt__dtype_size(o->view.grad_dtype);
   ZT_TRY(settle(o, s));
-  double t0 = zt__now();
-  ZT_TRY(be->event_sync(eng->be, s->params_sent));
-  eng->copy_seconds += zt__now() - t0;
   ZT_TRY(be->stream_wait(eng->be, ZT_STREAM_D2H, o->compute_mark));
   ZT_TRY(be->copy(eng->be, s->grads,
                   (const char *)o->view.grads + (win->first - o->view.grads_first) * gsz,
@@ -256,12 +253,11 @@ static int open_swap(zt__opt_nvme_t *o) {
     return zt__errf(&eng->err, ZT_ECONFIG,
                     "optimizer_tier \"nvme\" needs swap_path: one or more directories "
                     "for the swap files");
-  /* One name per engine and rank, so engines of one process or node never
-   * share files (the swap engine refuses a file that exists). */
-  static unsigned long seq;
+  /* One name per live engine and rank, so engines of one process or node
+   * never share files (the swap engine refuses a file that exists). */
   char name[96];
-  snprintf(name, sizeof name, "opt-%ld-r%d-%lu", (long)getpid(),
-           eng->comm->ops->rank(eng->comm), __atomic_fetch_add(&seq, 1, __ATOMIC_RELAXED));
+  snprintf(name, sizeof name, "opt-%ld-r%d-%lx", (long)getpid(),
+           eng->comm->ops->rank(eng->comm), (unsigned long)(uintptr_t)eng);
   zt__swap_config_t sc = ZT__SWAP_CONFIG_INIT;
   sc.paths = paths;
   sc.n_paths = n_paths;
@@ -377,7 +373,10 @@ static int step(zt__opt_nvme_t *o, const zt__adam_hp_t *hp) {
     slot_t *s = &o->slot[w % ZT_NVME_SLOTS];
     while (s->reading) ZT_TRY(reap(o, 1));
     ZT_TRY(o->io_error);
+    /* The update writes the slot's parameters: their last H2D (window
+     * w - SLOTS) must be done, and this window's gradients here. */
     double t0 = zt__now();
+    ZT_TRY(be->event_sync(eng->be, s->params_sent));
     ZT_TRY(be->event_sync(eng->be, s->grads_ready));
     double t1 = zt__now();
     eng->copy_seconds += t1 - t0;

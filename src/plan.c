@@ -20,18 +20,17 @@ static uint64_t part_bytes(uint64_t b) { return b ? b : 64; }
 /* The nvme tier over `n` states (opt_nvme.c): its pinned slots and its
  * records on disk. `gsz`: the gradients it reads (the loop's dtype, or
  * the fp32 sums of a shard). */
-static int nvme_tier(const zt__plan_in_t *in, uint64_t n, size_t gsz, uint64_t *host,
-                     uint64_t *nvme, zt__plan_t *out) {
+static void nvme_tier(const zt__plan_in_t *in, uint64_t n, size_t gsz, uint64_t *host,
+                      uint64_t *nvme, zt__plan_t *out) {
   size_t psz = zt__dtype_size(in->param_dtype);
   size_t chunk = zt__opt_nvme_chunk(n, in->chunk_bytes, in->pinned_budget_bytes, gsz, psz);
   if (chunk == 0) {
     out->supported = 0;
     out->note = "pinned_budget_bytes cannot hold the nvme tier's slots";
-    return 0;
+    return;
   }
   *host = ZT_NVME_SLOTS * (uint64_t)zt__opt_nvme_slot_bytes(chunk, gsz, psz);
   *nvme = (n + chunk - 1) / chunk * (uint64_t)zt__opt_nvme_stride(chunk);
-  return 0;
 }
 
 int zt__plan(const zt__plan_in_t *in, zt__plan_t *out) {
@@ -58,7 +57,7 @@ int zt__plan(const zt__plan_in_t *in, zt__plan_t *out) {
       uint64_t chunk = min_u(max_u(in->chunk_bytes / 4, 1), n);
       host = 3 * n * 4 + STAGING_SLOTS * chunk * (psz + gsz);
       if (in->optimizer_tier == ZT_TIER_NVME)
-        ZT_TRY(nvme_tier(in, n, gsz, &host, &nvme, out));
+        nvme_tier(in, n, gsz, &host, &nvme, out);
     }
   } else {
     uint64_t per = (n + (uint64_t)in->ranks - 1) / (uint64_t)in->ranks;
@@ -86,7 +85,7 @@ int zt__plan(const zt__plan_in_t *in, zt__plan_t *out) {
       /* The shard's gradient sums, parameters and the buckets stay in
        * backend memory; the states are on disk, streamed through slots. */
       device = shard_bufs + buckets;
-      if (mine) ZT_TRY(nvme_tier(in, mine, 4, &host, &nvme, out));
+      if (mine) nvme_tier(in, mine, 4, &host, &nvme, out);
     }
     if (in->stage == 3) {
       /* The loop holds no model buffer: ztier's shards (above) are the

@@ -272,16 +272,15 @@ static int update_shard(zt_engine_t *eng, const zt__adam_hp_t *hp) {
       .segs = p->segs,
       .n_segs = p->n_segs,
   };
-  double t0 = zt__now();
   if (eng->cfg.optimizer_tier == ZT_TIER_NVME) {
     /* The swapper times its own update and copies. */
     ZT_TRY(zt__opt_nvme_step(eng->opt_nvme, hp));
-    t0 = zt__now();
   } else if (p->n_segs) {
+    double t0 = zt__now();
     zt__cpu_adam(eng->cpu, &l);
+    eng->optimizer_seconds += zt__now() - t0;
   }
   double t1 = zt__now();
-  eng->optimizer_seconds += t1 - t0;
   /* Stage 3 gathers when a group is fetched, not after the step. */
   if (eng->cfg.stage < 3) ZT_TRY(zt__part_gather(eng));
   eng->copy_seconds += zt__now() - t1;
