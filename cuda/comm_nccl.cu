@@ -16,10 +16,11 @@
  * before it joins: rank 0 then waits in ncclCommInitRank, as MPI ranks wait
  * in MPI_Comm_dup for a rank that never comes (see comm_mpi.c).
  *
- * Streams. Every collective is enqueued on the comm's own stream, created
- * with the default (blocking) flag: it is ordered after the work the loop
- * put on the legacy default stream (ztier's compute stream), with no host
- * sync, and work the loop enqueues there afterwards waits for it. A cudaEvent
+ * Streams. Every collective is enqueued on the comm's own non-blocking
+ * stream, after an event recorded on the legacy default stream (ztier's
+ * compute stream): it sees the loop's work so far, with no host sync, and
+ * the loop's later work does not wait for it (a blocking stream would
+ * serialise the two and no bucket would overlap the backward). A cudaEvent
  * recorded after the collective is its request: wait() queries it (and
  * NCCL's asynchronous error, so a failed peer is an error, not a hang) until
  * it completes; test() queries it once.
@@ -55,22 +56,7 @@
 
 #include "comm.h" // defines: zt__comm_ops_t, zt__boot_id_*
 
-/* Defined in comm_single.c and comm_mpi.c; the same checks for every backend. */
-extern "C" {
-ZT_INTERNAL int zt__comm_check(zt__comm_t *c, const char *fn, zt__red_dtype_t dt,
-                               int reduces, zt__red_op_t op, zt__comm_req_t *req);
-ZT_INTERNAL int zt__comm_check_count(zt__comm_t *c, const char *fn, const char *what,
-                                     size_t count);
-ZT_INTERNAL int zt__comm_check_vector(zt__comm_t *c, const char *fn, const char *cname,
-                                      const size_t *counts, const char *dname,
-                                      const size_t *displs, int world, size_t *extent);
-ZT_INTERNAL int zt__comm_check_disjoint(zt__comm_t *c, const char *fn, const void *a,
-                                        size_t abytes, const void *b, size_t bbytes);
-ZT_INTERNAL int zt__comm_mpi_active(void);
-}
-
-/* One collective in flight: its completion event, and the device staging
- * of host buffers (freed on the stream already; kept for nothing else). */
+/* One collective in flight: its completion event and its name. */
 typedef struct op {
   cudaEvent_t done;
   const char *fn; /* the collective, for the sentence of a failed completion */
@@ -82,6 +68,7 @@ typedef struct nccl_comm {
   ncclComm_t comm;
   cudaStream_t stream;
   cudaEvent_t barrier_done;
+  cudaEvent_t compute_mark; /* the compute stream at each collective's issue */
   float *word; /* the barrier's device word */
   int device, rank, world;
   const zt_config_t *cfg; /* the engine's, for the log */
@@ -233,14 +220,14 @@ static int stage_in(nccl_comm_t *m, const char *fn, const void *send, size_t sby
   int inside = rbytes > 0 && ps >= pr && ps + sbytes <= pr + rbytes;
   int recv_host = rbytes > 0 && !on_device(recv);
   int send_host = sbytes > 0 && !inside && !on_device(send);
-  size_t roff = 0, soff = (rbytes + 255) & ~(size_t)255;
-  size_t need = (recv_host ? soff : 0) + (send_host ? sbytes : 0);
-  if (!recv_host) soff = 0;
+  /* The send staging follows the receive staging, 256-byte aligned. */
+  size_t soff = recv_host ? (rbytes + 255) & ~(size_t)255 : 0;
+  size_t need = soff + (send_host ? sbytes : 0);
   if (need) CU_TRY(m->base.err, fn, cudaMallocAsync((void **)&s->scratch, need, m->stream));
   s->drecv = (char *)recv;
   s->dsend = (const char *)send;
   if (recv_host) {
-    s->drecv = s->scratch + roff;
+    s->drecv = s->scratch;
     s->host_recv = recv;
     s->rbytes = rbytes;
     CU_TRY(m->base.err, fn,
@@ -300,13 +287,18 @@ static ncclRedOp_t nccl_op(zt__red_op_t op) { return op == ZT_OP_MAX ? ncclMax :
 
 /* ---- bootstrap --------------------------------------------------------------------- */
 
+/* A fresh unique id into *id, or ZT_ENCCL with a sentence. */
+static int new_id(ncclUniqueId *id, zt__err_t *err) {
+  ncclResult_t rc = ncclGetUniqueId(id);
+  return rc == ncclSuccess ? 0 : nccl_fail(err, NULL, "comm \"nccl\"", "ncclGetUniqueId", rc);
+}
+
 int zt__comm_nccl_unique_id(void *id, size_t n, zt__err_t *err) {
   ncclUniqueId u;
   if (id == NULL || n < sizeof u)
     return zt__errf(err, -EINVAL, "nccl unique id: n is %zu; expected >= %zu", n,
                     sizeof u);
-  ncclResult_t rc = ncclGetUniqueId(&u);
-  if (rc != ncclSuccess) return nccl_fail(err, NULL, "comm \"nccl\"", "ncclGetUniqueId", rc);
+  ZT_TRY(new_id(&u, err));
   memcpy(id, &u, sizeof u);
   return (int)sizeof u;
 }
@@ -368,8 +360,7 @@ static int boot_mpi(const zt_config_t *cfg, zt__err_t *err, int local, ncclUniqu
                     r, zt_err_name(all[r]));
   if (rc == 0) {
     if (*rank == 0) {
-      ncclResult_t nrc = ncclGetUniqueId(&msg.id);
-      if (nrc != ncclSuccess) msg.status = nccl_fail(err, NULL, "comm \"nccl\"", "ncclGetUniqueId", nrc);
+      msg.status = new_id(&msg.id, err);
     }
     rc = ops->broadcast(mc, &msg, sizeof msg, ZT_RED_U8, 0, &req);
     if (rc == 0) rc = ops->wait(mc, &req);
@@ -398,8 +389,7 @@ static int boot_file(const zt_config_t *cfg, zt__err_t *err, int local, ncclUniq
    * timeout; its own sentence stays in err. */
   int rc = local;
   if (rc == 0) {
-    ncclResult_t nrc = ncclGetUniqueId(id);
-    if (nrc != ncclSuccess) rc = nccl_fail(err, NULL, "comm \"nccl\"", "ncclGetUniqueId", nrc);
+    rc = new_id(id, err);
   }
   if (rc < 0) {
     zt__err_t ignored;
@@ -441,10 +431,7 @@ static int nccl_create(const zt_config_t *cfg, zt__err_t *err, zt__comm_t **out)
     /* A lone process: nothing to agree with. */
     how = "a lone process";
     rc = local;
-    if (rc == 0) {
-      ncclResult_t nrc = ncclGetUniqueId(&id);
-      if (nrc != ncclSuccess) rc = nccl_fail(err, NULL, fn, "ncclGetUniqueId", nrc);
-    }
+    if (rc == 0) rc = new_id(&id, err);
   }
   if (rc < 0) return rc;
 
@@ -463,9 +450,12 @@ static int nccl_create(const zt_config_t *cfg, zt__err_t *err, zt__comm_t **out)
     if (nrc != ncclSuccess) {
       m->comm = NULL;
       rc = nccl_fail(err, NULL, fn, "ncclCommInitRank", nrc);
-    } else if ((crc = cudaStreamCreate(&m->stream)) != cudaSuccess) {
-      rc = cuda_fail(err, fn, "cudaStreamCreate", crc);
+    } else if ((crc = cudaStreamCreateWithFlags(&m->stream, cudaStreamNonBlocking)) !=
+               cudaSuccess) {
+      rc = cuda_fail(err, fn, "cudaStreamCreateWithFlags", crc);
     } else if ((crc = cudaEventCreateWithFlags(&m->barrier_done,
+                                               cudaEventDisableTiming)) != cudaSuccess ||
+               (crc = cudaEventCreateWithFlags(&m->compute_mark,
                                                cudaEventDisableTiming)) != cudaSuccess) {
       rc = cuda_fail(err, fn, "cudaEventCreateWithFlags", crc);
     } else if ((crc = cudaMalloc((void **)&m->word, sizeof(float))) != cudaSuccess) {
@@ -514,6 +504,7 @@ static void nccl_destroy(zt__comm_t *c) {
   while (m->inflight) op_free(m, m->inflight);
   if (m->word) (void)cudaFree(m->word);
   if (m->barrier_done) (void)cudaEventDestroy(m->barrier_done);
+  if (m->compute_mark) (void)cudaEventDestroy(m->compute_mark);
   if (m->stream) (void)cudaStreamDestroy(m->stream);
   (void)cudaGetLastError();
   free(m);
@@ -526,11 +517,20 @@ static int nccl_world(const zt__comm_t *c) { return ((const nccl_comm_t *)c)->wo
 
 /* Each collective: the shared checks, then begin (a record and the staging),
  * the NCCL calls, and post. */
+/* The comm stream waits, on the device, for the compute stream's work so
+ * far (the buffers a collective reads were written there). */
+static int after_compute(nccl_comm_t *m, const char *fn) {
+  CU_TRY(m->base.err, fn, cudaEventRecord(m->compute_mark, 0));
+  CU_TRY(m->base.err, fn, cudaStreamWaitEvent(m->stream, m->compute_mark, 0));
+  return 0;
+}
+
 static int begin(nccl_comm_t *m, const char *fn, const void *send, size_t sbytes,
                  void *recv, size_t rbytes, zt__comm_req_t *req, op_t **o, stage_t *s) {
   int rc = op_new(m, fn, o);
   if (rc < 0) return refuse(req, rc);
-  rc = stage_in(m, fn, send, sbytes, recv, rbytes, s);
+  rc = after_compute(m, fn);
+  if (rc == 0) rc = stage_in(m, fn, send, sbytes, recv, rbytes, s);
   if (rc < 0) {
     (void)stage_out(m, fn, s, 0);
     op_free(m, *o);

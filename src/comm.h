@@ -107,6 +107,22 @@ ZT_INTERNAL extern const zt__comm_ops_t zt__comm_mpi_ops;
 /* Defined only where ZT_HAVE_CUDA is 1 (cuda/comm_nccl.cu). */
 ZT_INTERNAL extern const zt__comm_ops_t zt__comm_nccl_ops;
 
+/* The argument checks every backend applies (comm_single.c), so that the
+ * backends refuse exactly the same calls. */
+ZT_INTERNAL int zt__comm_check(zt__comm_t *c, const char *fn, zt__red_dtype_t dt,
+                               int reduces, zt__red_op_t op, zt__comm_req_t *req);
+ZT_INTERNAL int zt__comm_check_count(zt__comm_t *c, const char *fn, const char *what,
+                                     size_t count);
+ZT_INTERNAL int zt__comm_check_vector(zt__comm_t *c, const char *fn, const char *cname,
+                                      const size_t *counts, const char *dname,
+                                      const size_t *displs, int world, size_t *extent);
+ZT_INTERNAL int zt__comm_check_disjoint(zt__comm_t *c, const char *fn, const void *a,
+                                        size_t abytes, const void *b, size_t bbytes);
+
+/* comm_mpi.c: 1 when MPI is initialised and not yet finalised in this
+ * process (MPI_Initialized may be called before MPI_Init). */
+ZT_INTERNAL int zt__comm_mpi_active(void);
+
 /* Bytes per element of dt. */
 ZT_INTERNAL size_t zt__red_size(zt__red_dtype_t dt);
 

@@ -15,7 +15,7 @@
  *
  * Invariants:
  *   - the file appears whole or not at all: rank 0 writes a temporary name
- *     next to it, fsyncs it and renames it over; a reader never sees half a
+ *     next to it, fsyncs it and links it into place; a reader never sees half a
  *     file, so a file that does not parse is refused, not re-read;
  *   - rank 0 never overwrites an id file: one that exists at launch is left
  *     over from an earlier run (or belongs to another job), and a rank that
@@ -40,12 +40,6 @@
 #define MAGIC "ztier-nccl-id 1 "
 /* The line's length for an id of n bytes is below this. */
 #define LINE_MAX_BYTES (64 + 2 * ZT_BOOT_ID_MAX)
-
-static double now_s(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 static int write_all(int fd, const char *p, size_t n) {
   while (n > 0) {
@@ -110,7 +104,7 @@ int zt__boot_id_write(const char *path, const void *id, size_t n, int world, int
                     status == 0 ? b[i] : 0u);
   line[len++] = '\n';
 
-  /* A temporary name in the same directory, so the rename is atomic. */
+  /* A temporary name in the same directory, so the link is atomic. */
   char tmp[PATH_MAX];
   if (snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid()) >= (int)sizeof tmp)
     return zt__errf(err, -ENAMETOOLONG, "%s \"%s\": the path is too long", fn, path);
@@ -119,17 +113,27 @@ int zt__boot_id_write(const char *path, const void *id, size_t n, int world, int
     return zt__errf(err, -errno, "%s: cannot create \"%s\": %s", fn, tmp,
                     strerror(errno));
   int rc = write_all(fd, line, (size_t)len);
-  /* fsync before the rename: on a shared file system a reader that sees the
+  /* fsync before the link: on a shared file system a reader that sees the
    * name must also see the bytes. */
   if (rc == 0 && fsync(fd) != 0) rc = -errno;
   if (close(fd) != 0 && rc == 0) rc = -errno;
-  if (rc == 0 && rename(tmp, path) != 0) rc = -errno;
+  /* link, not rename: it fails with EEXIST if another writer made the
+   * file since the check above, where rename would replace it. */
+  if (rc == 0 && link(tmp, path) != 0) {
+    rc = -errno;
+    /* A file system without hard links: rename, the check above standing. */
+    if ((rc == -EPERM || rc == -EOPNOTSUPP) && rename(tmp, path) == 0) rc = 0;
+  }
+  (void)unlink(tmp);
+  if (rc == -EEXIST)
+    return zt__errf(err, rc, "%s \"%s\" appeared while rank 0 wrote it: another job uses "
+                             "the same path; give each run its own",
+                    fn, path);
   if (rc < 0) {
-    (void)unlink(tmp);
     return zt__errf(err, rc, "%s: cannot write \"%s\" (through \"%s\"): %s", fn, path, tmp,
                     strerror(-rc));
   }
-  /* Make the rename itself durable where the directory can be opened; a
+  /* Make the new name itself durable where the directory can be opened; a
    * failure here loses nothing the readers need. */
   char dir[PATH_MAX];
   snprintf(dir, sizeof dir, "%s", path);
@@ -204,7 +208,7 @@ int zt__boot_id_read(const char *path, void *id, size_t n, int world, double tim
   ZT_TRY(check_args(fn, path, id, n, world, err));
   if (!(timeout_s > 0))
     return zt__errf(err, -EINVAL, "%s: timeout_s is %g; expected > 0", fn, timeout_s);
-  double start = now_s();
+  double start = zt__now();
   long sleep_ns = 1000000; /* 1 ms, doubling to 100 ms: quick when rank 0 is */
   for (;;) {
     int fd = open(path, O_RDONLY | O_CLOEXEC);
@@ -232,7 +236,7 @@ int zt__boot_id_read(const char *path, void *id, size_t n, int world, double tim
     if (errno != ENOENT)
       return zt__errf(err, -errno, "%s: cannot open \"%s\": %s", fn, path,
                       strerror(errno));
-    double waited = now_s() - start;
+    double waited = zt__now() - start;
     if (waited >= timeout_s)
       return zt__errf(err, -ETIMEDOUT,
                       "%s \"%s\" did not appear within nccl_id_timeout_s = %g s; is rank 0 "

@@ -65,18 +65,6 @@
 
 #include "comm.h"
 
-/* Defined in comm_single.c; the same checks for every backend. */
-ZT_INTERNAL int zt__comm_check(zt__comm_t *c, const char *fn, zt__red_dtype_t dt,
-                               int reduces, zt__red_op_t op, zt__comm_req_t *req);
-ZT_INTERNAL int zt__comm_check_count(zt__comm_t *c, const char *fn, const char *what,
-                                     size_t count);
-ZT_INTERNAL int zt__comm_check_vector(zt__comm_t *c, const char *fn, const char *cname,
-                                      const size_t *counts, const char *dname,
-                                      const size_t *displs, int world, size_t *extent);
-ZT_INTERNAL int zt__comm_check_disjoint(zt__comm_t *c, const char *fn, const void *a,
-                                        size_t abytes, const void *b, size_t bbytes);
-ZT_INTERNAL int zt__comm_mpi_active(void);
-
 /* One collective in flight. */
 typedef struct op {
   MPI_Request mreq;

@@ -17,21 +17,6 @@
 
 #include "comm.h"
 
-/* Defined in comm_mpi.c: 1 when MPI is initialised and not yet finalised in
- * this process (MPI_Initialized may be called before MPI_Init). */
-ZT_INTERNAL int zt__comm_mpi_active(void);
-
-/* The checks shared with comm_mpi.c (declared again there). */
-ZT_INTERNAL int zt__comm_check(zt__comm_t *c, const char *fn, zt__red_dtype_t dt,
-                               int reduces, zt__red_op_t op, zt__comm_req_t *req);
-ZT_INTERNAL int zt__comm_check_count(zt__comm_t *c, const char *fn, const char *what,
-                                     size_t count);
-ZT_INTERNAL int zt__comm_check_vector(zt__comm_t *c, const char *fn, const char *cname,
-                                      const size_t *counts, const char *dname,
-                                      const size_t *displs, int world, size_t *extent);
-ZT_INTERNAL int zt__comm_check_disjoint(zt__comm_t *c, const char *fn, const void *a,
-                                        size_t abytes, const void *b, size_t bbytes);
-
 size_t zt__red_size(zt__red_dtype_t dt) {
   switch (dt) {
   case ZT_RED_F64: return 8;

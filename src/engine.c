@@ -30,14 +30,32 @@ static const char *const shared_names[N_SHARED] = {
     "param_tier",     "rounding",           "seed",              "loss_scaling",
     "clip_grad_norm", "initial_loss_scale", "bucket_bytes",      "loss_scale_window",
     "loss_scale_growth", "loss_scale_backoff", "min_loss_scale", "comm"};
+#define SEED_SLOT 6
+#define BUCKET_SLOT 10
 
 static shared_cfg_t shared_of(const zt_config_t *c) {
-  return (shared_cfg_t){0.0,
-                        {c->stage, c->backend, c->optimizer, c->optimizer_tier,
-                         c->param_tier, c->rounding, (double)c->seed, c->loss_scaling,
-                         c->clip_grad_norm, c->initial_loss_scale, (double)c->bucket_bytes,
-                         c->loss_scale_window, c->loss_scale_growth, c->loss_scale_backoff,
-                         c->min_loss_scale, c->comm}};
+  shared_cfg_t s = {0.0,
+                    {c->stage, c->backend, c->optimizer, c->optimizer_tier, c->param_tier,
+                     c->rounding, 0.0, c->loss_scaling, c->clip_grad_norm,
+                     c->initial_loss_scale, 0.0, c->loss_scale_window, c->loss_scale_growth,
+                     c->loss_scale_backoff, c->min_loss_scale, c->comm}};
+  /* 64-bit integers would lose bits above 2^53 as doubles: their own bits
+   * fill the slot (the comparison is bitwise; the sentence prints them). */
+  uint64_t seed = c->seed, bucket = c->bucket_bytes;
+  memcpy(&s.v[SEED_SLOT], &seed, 8);
+  memcpy(&s.v[BUCKET_SLOT], &bucket, 8);
+  return s;
+}
+
+/* A slot's value as the sentence shows it. */
+static void slot_text(const shared_cfg_t *s, int k, char *buf, size_t n) {
+  if (k == SEED_SLOT || k == BUCKET_SLOT) {
+    uint64_t u;
+    memcpy(&u, &s->v[k], 8);
+    snprintf(buf, n, "%llu", (unsigned long long)u);
+  } else {
+    snprintf(buf, n, "%g", s->v[k]);
+  }
 }
 
 /* `local`: 0, or the code this rank failed with before the comm existed
@@ -77,10 +95,13 @@ static int check_ranks_agree(zt_engine_t *eng, int local) {
   for (int r = 0; rc == 0 && r < world; r++)
     for (int k = 0; k < N_SHARED; k++)
       if (memcmp(&all[r].v[k], &mine.v[k], sizeof(double)) != 0) {
+        char a[32], b[32];
+        slot_text(&mine, k, a, sizeof a);
+        slot_text(&all[r], k, b, sizeof b);
         rc = zt__errf(&eng->err, ZT_ECONFIG,
-                      "config key '%s' differs between ranks: %g on rank %d, %g on rank "
+                      "config key '%s' differs between ranks: %s on rank %d, %s on rank "
                       "%d; every rank must use the same config",
-                      shared_names[k], mine.v[k], rank, all[r].v[k], r);
+                      shared_names[k], a, rank, b, r);
         break;
       }
   free(all);
@@ -97,11 +118,15 @@ static int check_world(zt_engine_t *eng) {
                     "ranks are not supported by this version; use stage 1 (the same "
                     "parameters and gradients, 1/%d of the optimizer states)",
                     world, world);
-  if (c->stage >= 1 && c->backend == ZT_BACKEND_CUDA && c->optimizer_tier == ZT_TIER_DEVICE)
+  /* The shard's reduction and norm run on the CPU: on cuda its buffers must
+   * be pinned host memory, which the host tier's are and the nvme tier's
+   * (backend memory) are not. */
+  if (c->stage >= 1 && c->backend == ZT_BACKEND_CUDA && c->optimizer_tier != ZT_TIER_HOST)
     return zt__errf(&eng->err, ZT_ECONFIG,
                     "stage %d on the cuda backend needs optimizer_tier \"host\" in this "
-                    "version (device-resident shards are not in this version)",
-                    c->stage);
+                    "version (optimizer_tier is \"%s\"; device-resident shards, and the "
+                    "nvme tier's shards on a GPU, are not in this version)",
+                    c->stage, c->optimizer_tier == ZT_TIER_NVME ? "nvme" : "device");
   return 0;
 }
 

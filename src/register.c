@@ -58,12 +58,13 @@ static int check_buffers(zt_engine_t *eng, const void *params, const void *grads
   if ((uintptr_t)grads % gsz)
     return zt__errf(e, -EINVAL, "grads (%p) is not aligned to its %zu-byte %s elements",
                     grads, gsz, zt__dtype_name(gdt));
-  if (grads == NULL) grads = params; /* nothing more to check about it */
+  int have_grads = grads != NULL; /* NULL: stage 2+ loops that use zt_grads() */
+  if (!have_grads) grads = params; /* nothing more to check about it */
   uintptr_t p0 = (uintptr_t)params, p1 = p0 + numel * psz;
   uintptr_t g0 = (uintptr_t)grads, g1 = g0 + numel * gsz;
   if (p1 < p0 || g1 < g0)
     return zt__errf(e, -EINVAL, "numel %zu runs past the end of the address space", numel);
-  if (grads != params && p0 < g1 && g0 < p1)
+  if (have_grads && p0 < g1 && g0 < p1)
     return zt__errf(e, -EINVAL, "params [%p, +%zu bytes) and grads [%p, +%zu bytes) "
                                 "overlap; expected two separate buffers",
                     params, numel * psz, grads, numel * gsz);
@@ -375,28 +376,28 @@ static int alloc_shard_states(zt_engine_t *eng) {
   ZT_TRY(zt__part_init(eng));
   size_t mine = p->end - p->begin, bytes = mine * sizeof(float);
   size_t psz = zt__dtype_size(eng->param_dtype);
-  if (eng->cfg.optimizer_tier == ZT_TIER_NVME) {
-    /* The shard's parameters first, then the swapper casts its master from
-     * them, window by window; the gradient shard stays in backend memory
-     * and goes to the host a window at a time. */
-    if (mine == 0) return 0;
-    ZT_TRY(zt__part_copy_span(eng, p->params, eng->params, psz, p->begin, p->end, 0,
-                              ZT_COPY_D2D, ZT_STREAM_D2H));
-    ZT_TRY(eng->be_ops->stream_sync(eng->be, ZT_STREAM_D2H));
-    zt__opt_nvme_view_t v = {p->segs,   p->n_segs, p->grads,          p->begin,
-                             ZT_FP32,   p->params, p->begin,          eng->param_dtype};
-    return zt__opt_nvme_create(eng, &v, &eng->opt_nvme);
+  int nvme = eng->cfg.optimizer_tier == ZT_TIER_NVME;
+  if (!nvme) {
+    ZT_TRY(zt__part_alloc(eng, bytes, (void **)&eng->master));
+    ZT_TRY(zt__part_alloc(eng, bytes, (void **)&eng->m));
+    ZT_TRY(zt__part_alloc(eng, bytes, (void **)&eng->v));
+    eng->state_bytes = 3 * bytes;
   }
-  ZT_TRY(zt__part_alloc(eng, bytes, (void **)&eng->master));
-  ZT_TRY(zt__part_alloc(eng, bytes, (void **)&eng->m));
-  ZT_TRY(zt__part_alloc(eng, bytes, (void **)&eng->v));
-  eng->state_bytes = 3 * bytes;
   if (mine == 0) return 0;
+  /* The shard's parameters, from which the master is cast. */
   zt__copy_kind_t kind = p->on_pinned ? ZT_COPY_D2H : ZT_COPY_D2D;
   ZT_TRY(zt__part_copy_span(eng, p->params, eng->params, psz, p->begin, p->end, 0, kind,
                             ZT_STREAM_D2H));
   ZT_TRY(eng->be_ops->stream_sync(eng->be, ZT_STREAM_D2H));
   if (kind == ZT_COPY_D2H) eng->d2h_bytes += mine * psz;
+  if (nvme) {
+    /* The swapper casts its master window by window into its records; the
+     * gradient shard stays in backend memory and goes down a window at a
+     * time. */
+    zt__opt_nvme_view_t v = {p->segs,  p->n_segs, p->grads, p->begin,
+                             ZT_FP32,  p->params, p->begin, eng->param_dtype};
+    return zt__opt_nvme_create(eng, &v, &eng->opt_nvme);
+  }
   zt__cpu_cast(eng->cpu, eng->master, ZT_FP32, p->params, eng->param_dtype, mine);
   return 0;
 }

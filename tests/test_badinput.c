@@ -157,6 +157,8 @@ static void test_alignment_and_dtypes(void **state) {
   T_EXPECT_ERR(zt_register_units(e, p, g, N, ZT_FP32, ZT_FP32, &u, 1), e, -EINVAL, "dtype");
   /* params and grads in one buffer, overlapping */
   T_EXPECT_ERR(zt_register_flat(e, p, p + 64, N, ZT_FP32, ZT_FP32), e, -EINVAL, "overlap");
+  /* the same buffer passed twice */
+  T_EXPECT_ERR(zt_register_flat(e, p, p, N, ZT_FP32, ZT_FP32), e, -EINVAL, "overlap");
   assert_untouched(f);
 }
 

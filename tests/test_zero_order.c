@@ -16,6 +16,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "engine.h" // defines: struct zt_engine (its partition)
 #include "harness.h"
 #include "partition.h" // defines: ZT_COMM_MAX_COUNT, ZT_XFER_SLOTS
 #include "plan.h"      // defines: zt__plan
@@ -253,14 +254,13 @@ static void plan_bucket_cap(void **state) {
   const uint64_t n = (uint64_t)8 << 30;
   for (int ranks = 1; ranks <= 4; ranks++) {
     zt__plan_in_t in = {n, ranks, 0, 2, ZT_FP32, ZT_FP32, ZT_TIER_DEVICE, ZT_TIER_DEVICE,
-                        (size_t)4 << 30, (size_t)16 << 20};
+                        (size_t)4 << 30, (size_t)16 << 20, 0};
     zt__plan_t p;
     assert_int_equal(zt__plan(&in, &p), 0);
     uint64_t shard = (n + ranks - 1) / ranks;
     shard = (shard + ZT_SHARD_ALIGN - 1) / ZT_SHARD_ALIGN * ZT_SHARD_ALIGN;
     uint64_t mine = shard < n ? shard : n;
     uint64_t bucket = ZT_COMM_MAX_COUNT / (uint64_t)ranks;
-    assert_true((uint64_t)(ranks - 1) * bucket <= ZT_COMM_MAX_COUNT);
     uint64_t own = bucket < shard ? bucket : shard;
     uint64_t send = bucket * 4, recv = (uint64_t)ranks * own * 4;
     if (bucket * 4 > recv) recv = bucket * 4;
@@ -272,10 +272,30 @@ static void plan_bucket_cap(void **state) {
   }
 }
 
+/* The engine applies the same cap (zt__part_init): a 4 GiB bucket_bytes
+ * gives buckets of ZT_COMM_MAX_COUNT / W elements on every rank, so no
+ * alltoallv displacement, up to (W - 1) x a rank's part, passes the cap. */
+static void o_bucket_cap(void **state) {
+  zt_config_t cfg = t_config();
+  cfg.stage = 2;
+  cfg.bucket_bytes = (size_t)4 << 30;
+  zt_engine_t *e = t_engine(&cfg);
+  float *p = t_buf_alloc(e, NUMEL * 4), *g = t_buf_alloc(e, NUMEL * 4);
+  T_OK(zt_register_flat(e, p, g, NUMEL, ZT_FP32, ZT_FP32), e);
+  size_t world = (size_t)e->part.world;
+  printf("# %zu ranks: bucket of %zu elements\n", world, e->part.bucket_elems);
+  assert_true(e->part.bucket_elems == ZT_COMM_MAX_COUNT / world);
+  assert_true((world - 1) * e->part.bucket_elems <= ZT_COMM_MAX_COUNT);
+  t_buf_free(e, p, NUMEL * 4);
+  t_buf_free(e, g, NUMEL * 4);
+  zt_engine_destroy(e);
+}
+
 static const struct CMUnitTest scenarios[] = {
     cmocka_unit_test(o_fetch_groups),    cmocka_unit_test(o_fetch_sizes),
     cmocka_unit_test(o_ready_groups),    cmocka_unit_test(o_ready_then_step),
     cmocka_unit_test(o_nested_fetch),    cmocka_unit_test(o_destroy_in_flight),
+    cmocka_unit_test(o_bucket_cap),
 };
 
 /* One launch per scenario: a scenario that fails ends its launch. */
