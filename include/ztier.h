@@ -166,7 +166,7 @@ typedef struct zt_config {
 
   zt_optimizer_t optimizer;  /* "adamw" | "adam"                   */
   zt_tier_t optimizer_tier;  /* "device" | "host"                  */
-  zt_tier_t param_tier;      /* "device"                           */
+  zt_tier_t param_tier;      /* "device" | "host" | "nvme" (stage 3) */
   zt_rounding_t rounding;    /* "nearest" | "stochastic"           */
   uint64_t seed;             /* stochastic rounding seed           */
   int threads;               /* CPU optimizer threads; 0 = all CPUs */
@@ -206,6 +206,10 @@ typedef struct zt_config {
   int rank;                 /* this rank with nccl_id_file; -1 = unset     */
   int world_size;           /* ranks with nccl_id_file; 0 = unset          */
   double nccl_id_timeout_s; /* how long a rank waits for the id file       */
+
+  /* Stage 3's prefetch scheduler (docs/offload.md). */
+  size_t prefetch_bytes; /* reads ahead in flight or landed, at most        */
+  size_t max_live_bytes; /* gathered parameters ztier keeps, at most        */
 } zt_config_t;
 
 /* The defaults. Every engine field has a working default. */
@@ -216,7 +220,7 @@ typedef struct zt_config {
         ZT_ROUND_NEAREST, 0x5eed, 0, 0.0, ZT_LOSS_SCALE_AUTO, 65536.0, 2.0,  \
         0.5, 2000, 1.0, (size_t)16 << 20, 0, 0, ZT_LOG_WARN, NULL, NULL,     \
         (size_t)16 << 20, "", (size_t)8 << 20, 32, 1, 0, -1, "", -1, 0,      \
-        300.0                                                                \
+        300.0, (size_t)64 << 20, (size_t)1 << 30                             \
   }
 
 /*
@@ -427,7 +431,9 @@ ZT_API int zt_grads_ready(zt_engine_t *eng, int group);
  * shards of the group gathered into a buffer ztier owns, valid until the
  * matching zt_release() (fetching a fetched group again returns the same
  * buffer and needs one more release). A collective at stage 3: every rank
- * fetches the same groups in the same order. Synchronous in this version.
+ * fetches the same groups in the same order. It returns with the group
+ * gathered; the prefetch scheduler reads the next groups ahead and keeps
+ * groups used again soon (config prefetch_bytes, max_live_bytes).
  * zt_step() at stage 3 refuses (-EBUSY) while any group is fetched.
  *
  * zt_grads(): where the backward writes (accumulates) the group's
@@ -493,15 +499,30 @@ typedef struct zt_stats_data {
                            not NUMA-placed), "" when all did; owned by
                            the engine, valid until it is destroyed       */
 
-  /* The nvme tier, since the engine was created. */
+  /* The nvme tiers, since the engine was created. */
   uint64_t swap_read_bytes;  /* optimizer states read from swap files    */
   uint64_t swap_write_bytes; /* optimizer states written to them         */
   double swap_wait_seconds;  /* steps waiting for those reads and writes */
+  uint64_t param_read_bytes;  /* param_tier nvme: parameters read         */
+  uint64_t param_write_bytes; /* and written back by steps                */
+
+  /* Stage 3's fetches and the prefetch scheduler. */
+  uint64_t fetches;          /* zt_fetch() calls                          */
+  uint64_t fetch_gathers;    /* of them, those that gathered a group      */
+  uint64_t fetch_read_ahead; /* of those, with their read done ahead      */
+  uint64_t fetch_kept;       /* fetches of a group kept since its release */
+  uint64_t trace_changes;    /* fetch orders that differed from the trace */
+  double fetch_stall_seconds; /* time spent inside zt_fetch()             */
+  uint64_t live_bytes;       /* gathered parameters held now (in
+                                device_bytes)                             */
+  uint64_t peak_live_bytes;  /* the most held at once                     */
+  uint64_t read_ahead_bytes; /* pinned memory of parameter reads ahead
+                                now (in host_bytes)                       */
 } zt_stats_t;
 
 #define ZT_STATS_INIT                                                        \
   { sizeof(zt_stats_t), 0, 0, 0, 0, 0, 0, 0, 0, 0.0, 0.0, 0.0, 0.0, 0, 0, NULL, \
-    0, 1, 0, 0, 0, -1, NULL, 0, 0, 0.0 }
+    0, 1, 0, 0, 0, -1, NULL, 0, 0, 0.0, 0, 0, 0, 0, 0, 0, 0, 0.0, 0, 0, 0 }
 
 /* Fills *out (out->size must be sizeof(zt_stats_t): use ZT_STATS_INIT).
  * Synchronous. */

@@ -16,16 +16,15 @@
  * queue_depth x swap_block_bytes (256 MiB by default) is in flight at most,
  * several windows' worth.
  */
-#define _GNU_SOURCE
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 #include "engine.h"   // defines: struct zt_engine (config, backend, cpu, counters)
 #include "opt_nvme.h"
+#include "param_nvme.h" // defines: zt__param_nvme_put
 #include "pinned.h"   // defines: zt__pinned_alloc, zt__pinned_free
 #include "swap.h"     // defines: zt__swap_*
+#include "swapspace.h" // defines: zt__swapspace_open
 #include "window.h"   // defines: zt__window_*
 
 #define LOOKAHEAD (ZT_NVME_SLOTS - 2)
@@ -190,7 +189,8 @@ static int issue(zt__opt_nvme_t *o, size_t w) {
 }
 
 /* H2D of the updated parameters of window w: one copy per contiguous run
- * of pieces, so elements between units stay as the user left them. */
+ * of pieces, so elements between units stay as the user left them; or, with
+ * a sink, the runs into it, from the slot (host memory). */
 static int send_params(zt__opt_nvme_t *o, size_t w, size_t n_pieces) {
   zt_engine_t *eng = o->eng;
   const zt__backend_ops_t *be = eng->be_ops;
@@ -200,6 +200,11 @@ static int send_params(zt__opt_nvme_t *o, size_t w, size_t n_pieces) {
   for (size_t k = 0; k < n_pieces;) {
     size_t a = o->pieces[k].index, b = a + o->pieces[k].n;
     for (k++; k < n_pieces && o->pieces[k].index == b; k++) b += o->pieces[k].n;
+    if (o->view.params_sink) {
+      ZT_TRY(zt__param_nvme_put(o->view.params_sink, a - o->view.params_first, b - a,
+                                (const char *)s->params + (a - win->first) * psz));
+      continue;
+    }
     ZT_TRY(be->copy(eng->be, (char *)o->view.params + (a - o->view.params_first) * psz,
                     (const char *)s->params + (a - win->first) * psz, (b - a) * psz,
                     ZT_COPY_H2D, ZT_STREAM_H2D));
@@ -237,49 +242,18 @@ static int init_records(zt__opt_nvme_t *o) {
   return 0;
 }
 
-/* The swap space's config from the engine's: the directories of swap_path,
- * I/Os of swap_block_bytes (the stripe cuts requests into I/Os). */
+/* The swap space, with the slots' states as fixed buffers. */
 static int open_swap(zt__opt_nvme_t *o) {
   zt_engine_t *eng = o->eng;
-  const zt_config_t *c = &eng->cfg;
-  char paths_buf[sizeof c->swap_path];
-  const char *paths[ZT__SWAP_MAX_PATHS];
-  unsigned n_paths = 0;
-  snprintf(paths_buf, sizeof paths_buf, "%s", c->swap_path);
-  for (char *save = NULL, *p = strtok_r(paths_buf, ":", &save);
-       p && n_paths < ZT__SWAP_MAX_PATHS; p = strtok_r(NULL, ":", &save))
-    paths[n_paths++] = p;
-  if (n_paths == 0)
-    return zt__errf(&eng->err, ZT_ECONFIG,
-                    "optimizer_tier \"nvme\" needs swap_path: one or more directories "
-                    "for the swap files");
-  /* One name per live engine and rank, so engines of one process or node
-   * never share files (the swap engine refuses a file that exists). */
-  char name[96];
-  snprintf(name, sizeof name, "opt-%ld-r%d-%lx", (long)getpid(),
-           eng->comm->ops->rank(eng->comm), (unsigned long)(uintptr_t)eng);
-  zt__swap_config_t sc = ZT__SWAP_CONFIG_INIT;
-  sc.paths = paths;
-  sc.n_paths = n_paths;
-  sc.name = name;
-  sc.bytes = (uint64_t)o->n_windows * o->stride;
-  sc.block_size = swap_block(o->rec_len);
-  sc.stripe_bytes = c->swap_block_bytes > sc.block_size ? c->swap_block_bytes : sc.block_size;
-  sc.queue_depth = (unsigned)c->swap_queue_depth;
-  sc.max_bufs = ZT_NVME_SLOTS;
-  sc.rings = (unsigned)c->swap_rings;
-  sc.sqpoll = c->swap_sqpoll;
-  ZT_TRY(zt__swap_create(&sc, &eng->err, &o->sw));
+  o->st.file_bytes = (uint64_t)o->n_windows * o->stride;
+  ZT_TRY(zt__swapspace_open(eng, "opt", "optimizer_tier", o->st.file_bytes,
+                            swap_block(o->rec_len), ZT_NVME_SLOTS, &o->sw, o->st.note,
+                            sizeof o->st.note));
   /* Fixed buffers save pinning pages per I/O; where the kernel refuses
    * them, plain I/O works the same. */
   for (int k = 0; k < ZT_NVME_SLOTS; k++)
     if (zt__swap_register_buf(o->sw, o->slot[k].states, o->stride) < 0) break;
   zt__err_clear(&eng->err);
-  zt__swap_info_t info;
-  zt__swap_info(o->sw, &info);
-  snprintf(o->st.note, sizeof o->st.note, "%s", info.note);
-  if (info.note[0]) zt__log(c, ZT_LOG_WARN, "optimizer_tier \"nvme\": %s", info.note);
-  o->st.file_bytes = sc.bytes;
   return 0;
 }
 

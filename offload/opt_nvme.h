@@ -31,10 +31,15 @@
 
 typedef struct zt__opt_nvme zt__opt_nvme_t;
 
+struct zt__param_nvme;
+
 /* What the states belong to: the segments (index = element of the buffers
  * below, state_off = where the states are in the state space) and the
  * buffers in backend memory that gradients come from and parameters go to,
- * addressed as grads[index - grads_first], params[index - params_first]. */
+ * addressed as grads[index - grads_first], params[index - params_first].
+ * With params_sink, params is read once, by create (the initial master),
+ * and each step's parameters go to the sink instead, in order, as elements
+ * index - params_first of it (segments without gaps: a shard). */
 typedef struct zt__opt_nvme_view {
   const zt__seg_t *segs;
   size_t n_segs;
@@ -44,6 +49,7 @@ typedef struct zt__opt_nvme_view {
   void *params;
   size_t params_first;
   zt_dtype_t param_dtype;
+  struct zt__param_nvme *params_sink; /* NULL: the parameters go to params */
 } zt__opt_nvme_view_t;
 
 /* What zt_stats reports of the tier. */

@@ -157,9 +157,20 @@ static const keydef_t keys[] = {
             "(pinned host memory updated by the CPU, as ZeRO-Offload does) or `nvme` "
             "(swap files in swap_path, streamed through pinned slots by each step, as "
             "ZeRO-Infinity does)"},
-    {FIELD(param_tier), .type = T_ENUM, NAMES(tier_names), .supported = 0x1,
-     .unsup = "only \"device\" is; parameter offload comes with ZeRO stage 3",
-     .doc = "where the parameters live between uses: `device`"},
+    {FIELD(param_tier), .type = T_ENUM, NAMES(tier_names), .supported = 0x7,
+     .also = "\"host\" and \"nvme\" need stage 3; \"nvme\" needs swap_path",
+     .doc = "where this rank's shard of the parameters lives between uses at stage 3: "
+            "`device`, `host` (pinned host memory) or `nvme` (a swap file in "
+            "swap_path, read by zt_fetch() and ahead of it, written by each step)"},
+    {FIELD(prefetch_bytes), .type = T_SIZE, .lo = 0, .hi = 1024.0 * GiB, .align = 1,
+     .doc = "stage 3: bytes of the coming groups' parameter shards read ahead of "
+            "zt_fetch() (in flight or landed) at most, in pinned memory; a released "
+            "group the recorded order uses again within this many bytes of fetches is "
+            "kept gathered. 0: no reading ahead, nothing kept"},
+    {FIELD(max_live_bytes), .type = T_SIZE, .lo = 0, .hi = 1024.0 * GiB, .align = 1,
+     .doc = "stage 3: gathered parameters that the prefetch scheduler keeps after their "
+            "release, at most, counting the fetched groups; the loop's own fetches are "
+            "never refused"},
     {FIELD(rounding), .type = T_ENUM, NAMES(rounding_names), .supported = 0x3,
      .doc = "how the fp32 master weights are rounded to bf16 parameters: `nearest` "
             "(ties to even) or `stochastic` (unbiased; from `seed` and the step)"},
@@ -264,6 +275,12 @@ static const struct {
     {"queue_depth", "swap_queue_depth", " (DeepSpeed's aio.queue_depth)"},
     {"thread_count", "swap_rings", " (DeepSpeed's aio.thread_count)"},
     {"nvme_path", "swap_path", " (one or more directories here)"},
+    {"stage3_prefetch_bucket_size", "prefetch_bytes",
+     " (DeepSpeed counts elements, ztier counts bytes)"},
+    {"stage3_max_live_parameters", "max_live_bytes",
+     " (DeepSpeed counts elements, ztier counts bytes)"},
+    {"stage3_max_reuse_distance", "prefetch_bytes",
+     " (a released group used again within prefetch_bytes of fetches is kept)"},
 };
 
 /* ---- field access ------------------------------------------------------------ */
@@ -1154,6 +1171,19 @@ static int check_combos(const ctx_t *c, const zt_config_t *cfg) {
   if (cfg->optimizer_tier == ZT_TIER_NVME && cfg->swap_path[strspn(cfg->swap_path, ":")] == 0)
     return kfail(c, find_key("optimizer_tier"), find_key("swap_path"), ZT_ECONFIG,
                  "key 'optimizer_tier' is \"nvme\" but swap_path is empty; expected "
+                 "swap_path to name one or more directories for the swap files "
+                 "(':'-separated), e.g. \"/nvme0/ztier\"");
+
+  /* Parameters are partitioned, and so can live elsewhere, at stage 3. */
+  if (cfg->param_tier != ZT_TIER_DEVICE && cfg->stage != 3)
+    return kfail(c, find_key("param_tier"), find_key("stage"), ZT_ECONFIG,
+                 "key 'param_tier' is \"%s\" but stage is %d; expected stage 3 (the "
+                 "parameters are partitioned, and offloaded, at stage 3 only) or "
+                 "param_tier \"device\"",
+                 tier_names[cfg->param_tier], cfg->stage);
+  if (cfg->param_tier == ZT_TIER_NVME && cfg->swap_path[strspn(cfg->swap_path, ":")] == 0)
+    return kfail(c, find_key("param_tier"), find_key("swap_path"), ZT_ECONFIG,
+                 "key 'param_tier' is \"nvme\" but swap_path is empty; expected "
                  "swap_path to name one or more directories for the swap files "
                  "(':'-separated), e.g. \"/nvme0/ztier\"");
 

@@ -8,6 +8,7 @@
 
 #include "engine.h"
 #include "opt_nvme.h" // defines: zt__opt_nvme_stats
+#include "param_nvme.h" // defines: zt__param_nvme_stats
 #include "pinned.h" // defines: zt__pinned_fini
 
 int zt__engine_valid(const zt_engine_t *eng) {
@@ -20,7 +21,7 @@ int zt__engine_valid(const zt_engine_t *eng) {
  * unscales their summed gradients wrongly). Doubles are compared bit for
  * bit. The same all-gather carries each rank's status: whether its own
  * config, CPU optimizer and backend came up (see zt_engine_create). */
-#define N_SHARED 16
+#define N_SHARED 18
 typedef struct shared_cfg {
   double status; /* 0, or the code this rank failed with */
   double v[N_SHARED];
@@ -29,9 +30,15 @@ static const char *const shared_names[N_SHARED] = {
     "stage",          "backend",            "optimizer",         "optimizer_tier",
     "param_tier",     "rounding",           "seed",              "loss_scaling",
     "clip_grad_norm", "initial_loss_scale", "bucket_bytes",      "loss_scale_window",
-    "loss_scale_growth", "loss_scale_backoff", "min_loss_scale", "comm"};
+    "loss_scale_growth", "loss_scale_backoff", "min_loss_scale", "comm",
+    "prefetch_bytes", "max_live_bytes"};
 #define SEED_SLOT 6
 #define BUCKET_SLOT 10
+/* Whether a stage-3 fetch gathers depends on these two (prefetch.h). */
+#define PREFETCH_SLOT 16
+#define LIVE_SLOT 17
+#define U64_SLOT(k) ((k) == SEED_SLOT || (k) == BUCKET_SLOT || (k) == PREFETCH_SLOT || \
+                     (k) == LIVE_SLOT)
 
 static shared_cfg_t shared_of(const zt_config_t *c) {
   shared_cfg_t s = {0.0,
@@ -41,15 +48,18 @@ static shared_cfg_t shared_of(const zt_config_t *c) {
                      c->loss_scale_backoff, c->min_loss_scale, c->comm}};
   /* 64-bit integers would lose bits above 2^53 as doubles: their own bits
    * fill the slot (the comparison is bitwise; the sentence prints them). */
-  uint64_t seed = c->seed, bucket = c->bucket_bytes;
+  uint64_t seed = c->seed, bucket = c->bucket_bytes, ahead = c->prefetch_bytes,
+           live = c->max_live_bytes;
   memcpy(&s.v[SEED_SLOT], &seed, 8);
   memcpy(&s.v[BUCKET_SLOT], &bucket, 8);
+  memcpy(&s.v[PREFETCH_SLOT], &ahead, 8);
+  memcpy(&s.v[LIVE_SLOT], &live, 8);
   return s;
 }
 
 /* A slot's value as the sentence shows it. */
 static void slot_text(const shared_cfg_t *s, int k, char *buf, size_t n) {
-  if (k == SEED_SLOT || k == BUCKET_SLOT) {
+  if (U64_SLOT(k)) {
     uint64_t u;
     memcpy(&u, &s->v[k], 8);
     snprintf(buf, n, "%llu", (unsigned long long)u);
@@ -268,6 +278,21 @@ int zt_stats(const zt_engine_t *eng, zt_stats_t *out) {
   out->swap_read_bytes = nv.read_bytes;
   out->swap_write_bytes = nv.write_bytes;
   out->swap_wait_seconds = nv.wait_seconds;
+  zt__param_nvme_stats_t pn;
+  zt__param_nvme_stats(eng->param_nvme, &pn);
+  out->nvme_bytes += pn.file_bytes;
+  out->param_read_bytes = pn.read_bytes;
+  out->param_write_bytes = pn.write_bytes;
+  const zt__prefetch_t *pf = &eng->prefetch;
+  out->fetches = pf->fetches;
+  out->fetch_gathers = pf->gathers;
+  out->fetch_read_ahead = pf->read_ahead;
+  out->fetch_kept = pf->kept_hits;
+  out->trace_changes = pf->trace_changes;
+  out->fetch_stall_seconds = pf->stall_seconds;
+  out->live_bytes = pf->live_bytes;
+  out->peak_live_bytes = pf->peak_live_bytes;
+  out->read_ahead_bytes = pf->staged_bytes;
   out->host_locked = eng->host_bytes ? (uint64_t)eng->host_locked : 0;
   out->host_numa_node = eng->host_numa_node;
   out->warnings = eng->host_note;

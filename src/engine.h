@@ -16,6 +16,7 @@
 #include "cpu_optim.h" // defines: zt__cpu_t, zt__seg_t
 #include "internal.h"  // defines: zt__err_t
 #include "partition.h" // defines: zt__part_t
+#include "prefetch.h"  // defines: zt__prefetch_t
 
 #define ZT_ENGINE_MAGIC 0x7a74656e67696e65ull /* "ztengine" */
 
@@ -77,6 +78,8 @@ struct zt_engine {
    * are then this rank's shard of them. */
   int partitioned;
   zt__part_t part;
+  zt__prefetch_t prefetch;          /* stage 3: the trace, reads ahead, stats */
+  struct zt__param_nvme *param_nvme; /* param_tier nvme: the shard on disk   */
 
   /* Optimizer states (fp32), in cfg.optimizer_tier. master is NULL when the
    * fp32 user buffer is itself the master (device tier, fp32 params). */

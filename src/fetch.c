@@ -9,7 +9,8 @@
  *                   into the registered gradients, or, at stage 2 with
  *                   none registered, into engine-owned group buffers.
  *   stage 3         fetch gathers the group from every rank's shard into a
- *                   buffer of its own, held until the last release; grads
+ *                   buffer of its own, held until the last release (or
+ *                   kept longer by the prefetch scheduler); grads
  *                   gives engine-owned buffers, handed to their owners and
  *                   freed by zt_grads_ready().
  *
@@ -73,10 +74,12 @@ int zt_fetch(zt_engine_t *eng, int group, void **params, size_t n_units) {
   }
   /* Check the pointer table before any collective. */
   ZT_TRY(unit_pointers(eng, "zt_fetch", group, g, NULL, psz, 1, params, n_units));
-  /* Also when this rank holds the group fetched already: the ranks check
+  /* Also when this rank holds the group gathered already: the ranks check
    * there that they all do (partition.c, agree), else a rank would skip a
-   * gather its peers perform. */
+   * gather its peers perform. All of it is time the loop waits: stall. */
+  double t0 = zt__now();
   int rc = zt__part_fetch(eng, g);
+  eng->prefetch.stall_seconds += zt__now() - t0;
   if (rc < 0) {
     eng->broken = rc; /* the ranks may now disagree on what is in flight */
     return rc;
@@ -95,8 +98,16 @@ int zt_release(zt_engine_t *eng, int group) {
                     "zt_release: group %d is not fetched; expected one zt_release() per "
                     "zt_fetch()",
                     group);
-  if (--g->fetched == 0 && eng->cfg.stage >= 3) zt__part_drop(eng, g, 0);
-  return 0;
+  if (--g->fetched > 0 || eng->cfg.stage < 3) return 0;
+  /* Kept when the trace uses it again soon (prefetch.h); either way the
+   * room it leaves may let the next groups be read ahead. */
+  if (zt__prefetch_keep(eng, g))
+    g->kept = 1;
+  else
+    zt__part_drop(eng, g, 0);
+  int rc = zt__prefetch_ahead(eng);
+  if (rc < 0) eng->broken = rc;
+  return rc;
 }
 
 int zt_grads(zt_engine_t *eng, int group, void **grads, size_t n_units) {

@@ -17,7 +17,9 @@
 #include "engine.h"
 #include "optim_math.h" // defines: zt_bf16_to_f32, zt_f16_to_f32
 #include "partition.h"
-#include "pinned.h" // defines: zt__pinned_alloc, zt__pinned_free
+#include "param_nvme.h" // defines: zt__param_read_t, zt__param_nvme_read_free
+#include "pinned.h"     // defines: zt__pinned_alloc, zt__pinned_free
+#include "prefetch.h"   // defines: zt__prefetch_*
 
 static size_t min_sz(size_t a, size_t b) { return a < b ? a : b; }
 static size_t max_sz(size_t a, size_t b) { return a > b ? a : b; }
@@ -199,13 +201,15 @@ int zt__part_init(zt_engine_t *eng) {
   if (p->bucket_elems > ZT_COMM_MAX_COUNT / (size_t)p->world)
     p->bucket_elems = ZT_COMM_MAX_COUNT / (size_t)p->world;
   p->on_pinned = eng->cfg.optimizer_tier == ZT_TIER_HOST;
+  p->params_pinned = p->on_pinned || eng->cfg.param_tier == ZT_TIER_HOST;
   ZT_TRY(build_groups(eng));
   ZT_TRY(build_shard_segs(eng));
 
   size_t mine = p->end - p->begin;
   size_t gsz = zt__dtype_size(eng->grad_dtype), psz = zt__dtype_size(eng->param_dtype);
   ZT_TRY(zt__part_alloc(eng, mine * sizeof(float), (void **)&p->grads));
-  ZT_TRY(zt__part_alloc(eng, mine * psz, &p->params));
+  /* With param_tier "nvme" too, until register.c has written them out. */
+  ZT_TRY(zt__part_params_alloc(eng));
 
   /* A bucket's spans: at most one per group span, and one more where the
    * bucket edge cuts a span. */
@@ -233,8 +237,30 @@ int zt__part_init(zt_engine_t *eng) {
   return 0;
 }
 
+int zt__part_params_alloc(zt_engine_t *eng) {
+  zt__part_t *p = &eng->part;
+  size_t bytes = (p->end - p->begin) * zt__dtype_size(eng->param_dtype);
+  if (bytes == 0) bytes = 64;
+  if (p->params_pinned) return zt__pinned_alloc(eng, bytes, &p->params);
+  ZT_TRY(eng->be_ops->alloc(eng->be, bytes, &p->params));
+  return eng->be_ops->memset_zero(eng->be, p->params, bytes, ZT_STREAM_COMPUTE);
+}
+
+void zt__part_params_free(zt_engine_t *eng) {
+  zt__part_t *p = &eng->part;
+  if (p->params == NULL) return;
+  size_t bytes = (p->end - p->begin) * zt__dtype_size(eng->param_dtype);
+  if (bytes == 0) bytes = 64;
+  if (p->params_pinned)
+    zt__pinned_free(eng, p->params, bytes);
+  else
+    eng->be_ops->free(eng->be, p->params, bytes);
+  p->params = NULL;
+}
+
 void zt__part_free(zt_engine_t *eng) {
   zt__part_t *p = &eng->part;
+  zt__prefetch_free(eng); /* its reads land in pinned memory: first */
   /* A bucket still in flight (an error stopped a step, or this rank handed
    * over a group its peers never did): waiting could hang for good, since
    * the peers may never issue their half (comm_mpi.c, mpi_destroy). A
@@ -260,10 +286,9 @@ void zt__part_free(zt_engine_t *eng) {
     zt__keep_abandoned(x->recv);
     x->send = x->recv = NULL; /* zt__part_release skips NULL */
   }
-  size_t psz = zt__dtype_size(eng->param_dtype);
   size_t mine = p->end - p->begin;
   zt__part_release(eng, p->grads, mine * sizeof(float));
-  zt__part_release(eng, p->params, mine * psz);
+  zt__part_params_free(eng);
   for (int s = 0; s < ZT_XFER_SLOTS; s++) {
     zt__xfer_t *x = &p->xfer[s];
     zt__part_release(eng, x->send, x->send_bytes);
@@ -603,10 +628,12 @@ int zt__part_reset(zt_engine_t *eng) {
 /* ---- parameters back to every rank -------------------------------------------- */
 
 /* Starts the gather of span sp (at most a bucket) into slot x: each rank
- * contributes the part of it in its shard. */
-static int start_gather(zt_engine_t *eng, zt__xfer_t *x, const zt__span_t *sp) {
+ * contributes the part of it in its shard, from `send`. */
+static int start_gather(zt_engine_t *eng, zt__xfer_t *x, const zt__span_t *sp,
+                        const void *send) {
   zt__part_t *p = &eng->part;
-  size_t psz = zt__dtype_size(eng->param_dtype);
+  /* A rank with none of it sends 0 elements, from a buffer of its own. */
+  if (send == NULL) send = x->send;
   for (int r = 0; r < p->world; r++) {
     size_t lo, hi;
     shard_of(p, r, &lo, &hi);
@@ -614,8 +641,6 @@ static int start_gather(zt_engine_t *eng, zt__xfer_t *x, const zt__span_t *sp) {
     x->counts[r] = a < b ? b - a : 0;
     x->displs[r] = a < b ? a - sp->a : 0;
   }
-  size_t a = max_sz(p->begin, sp->a);
-  const void *send = (const char *)p->params + (a > p->begin ? a - p->begin : 0) * psz;
   x->spans[0] = *sp;
   x->n_spans = 1;
   x->req = (zt__comm_req_t){0};
@@ -647,8 +672,11 @@ static int land_gather(zt_engine_t *eng, zt__xfer_t *x) {
 }
 
 /* Gathers the spans, cut into buckets, two in flight: the gather of bucket
- * k+1 runs while bucket k lands. */
-static int gather_spans(zt_engine_t *eng, const zt__span_t *spans, size_t n) {
+ * k+1 runs while bucket k lands. This rank's part of span i comes from
+ * src[i] (its first element in the shard; NULL: none), or with src NULL
+ * from part.params. */
+static int gather_spans(zt_engine_t *eng, const zt__span_t *spans, const char *const *src,
+                        size_t n) {
   zt__part_t *p = &eng->part;
   size_t psz = zt__dtype_size(eng->param_dtype), k = 0;
   /* The slots may hold gradient buckets still in flight (a stage-3
@@ -660,9 +688,17 @@ static int gather_spans(zt_engine_t *eng, const zt__span_t *spans, size_t n) {
       size_t b = min_sz(spans[i].b, a + p->bucket_elems);
       char *at = spans[i].at ? spans[i].at + (a - spans[i].a) * psz : NULL;
       zt__span_t piece = {a, b, at};
+      /* This rank's part of the piece starts at max(a, begin). */
+      size_t mine = max_sz(a, p->begin);
+      const char *send = (const char *)p->params + (mine > p->begin ? mine - p->begin : 0) * psz;
+      if (src)
+        send = src[i] ? src[i] + (mine > max_sz(spans[i].a, p->begin)
+                                      ? mine - max_sz(spans[i].a, p->begin)
+                                      : 0) * psz
+                      : NULL;
       zt__xfer_t *x = &p->xfer[k % ZT_XFER_SLOTS];
       if (x->busy) ZT_TRY(land_gather(eng, x));
-      ZT_TRY(start_gather(eng, x, &piece));
+      ZT_TRY(start_gather(eng, x, &piece, send));
       a = b;
     }
   for (size_t j = k; j < k + ZT_XFER_SLOTS; j++) {
@@ -675,29 +711,54 @@ static int gather_spans(zt_engine_t *eng, const zt__span_t *spans, size_t n) {
 
 int zt__part_gather(zt_engine_t *eng) {
   zt__span_t all = {0, eng->part.total, NULL};
-  return gather_spans(eng, &all, 1);
+  return gather_spans(eng, &all, NULL, 1);
 }
 
 /* Called for every zt_fetch at stage 3, also of a group this rank holds
- * fetched already (which gathers nothing): the ranks agree on the group and
- * on whether it is gathered, so a rank still holding a fetch its peers
- * released is an error on every rank, not a gather it alone skips. */
+ * gathered already (fetched, or kept by the prefetch scheduler), which
+ * gathers nothing: the ranks agree on the group and on whether it is
+ * gathered, so a rank still holding a group its peers dropped is an error
+ * on every rank, not a gather it alone skips. */
 int zt__part_fetch(zt_engine_t *eng, zt__group_t *g) {
+  zt__part_t *p = &eng->part;
+  zt__prefetch_t *pf = &eng->prefetch;
   size_t psz = zt__dtype_size(eng->param_dtype);
-  ZT_TRY(agree(eng, "zt_fetch", AGREE_FETCH, g->id, g->fetched == 0, g->numel));
-  if (g->fetched > 0) return 0; /* gathered once, held until the last release */
-  ZT_TRY(eng->be_ops->alloc(eng->be, g->numel * psz, &g->params));
-  zt__span_t *dst = malloc(g->n_spans * sizeof *dst);
-  if (dst == NULL) {
-    zt__part_drop(eng, g, 0);
-    return zt__errf(&eng->err, -ENOMEM, "out of memory");
+  int held = g->params != NULL;
+  ZT_TRY(agree(eng, "zt_fetch", AGREE_FETCH, g->id, !held, g->numel));
+  ZT_TRY(zt__prefetch_note(eng, g));
+  if (held) {
+    if (g->kept) pf->kept_hits++;
+    g->kept = 0;
+    return zt__prefetch_ahead(eng);
   }
-  for (size_t k = 0; k < g->n_spans; k++)
-    dst[k] = (zt__span_t){g->spans[k].a, g->spans[k].b, (char *)g->params + g->pos[k] * psz};
-  int rc = gather_spans(eng, dst, g->n_spans);
+  zt__prefetch_make_room(eng, g);
+  zt__param_read_t *r = NULL;
+  if (eng->param_nvme) ZT_TRY(zt__prefetch_take(eng, g, &r));
+  zt__span_t *dst = malloc(g->n_spans * sizeof *dst);
+  const char **src = malloc(g->n_spans * sizeof *src);
+  int rc = dst && src ? eng->be_ops->alloc(eng->be, g->numel * psz, &g->params)
+                      : zt__errf(&eng->err, -ENOMEM, "out of memory");
+  if (rc == 0) {
+    pf->live_bytes += g->numel * psz;
+    if (pf->live_bytes > pf->peak_live_bytes) pf->peak_live_bytes = pf->live_bytes;
+    for (size_t k = 0; k < g->n_spans; k++) {
+      dst[k] = (zt__span_t){g->spans[k].a, g->spans[k].b, (char *)g->params + g->pos[k] * psz};
+      size_t a = max_sz(g->spans[k].a, p->begin);
+      src[k] = a >= min_sz(g->spans[k].b, p->end) ? NULL
+               : r ? (const char *)r->buf + r->at[k]
+                   : (const char *)p->params + (a - p->begin) * psz;
+    }
+    rc = gather_spans(eng, dst, src, g->n_spans);
+  }
   free(dst);
-  if (rc < 0) zt__part_drop(eng, g, 0);
-  return rc;
+  free(src);
+  zt__param_nvme_read_free(eng->param_nvme, r);
+  if (rc < 0) {
+    zt__part_drop(eng, g, 0);
+    return rc;
+  }
+  pf->gathers++;
+  return zt__prefetch_ahead(eng);
 }
 
 void zt__part_drop(zt_engine_t *eng, zt__group_t *g, int grads) {
@@ -706,6 +767,13 @@ void zt__part_drop(zt_engine_t *eng, zt__group_t *g, int grads) {
   zt_dtype_t dt = grads ? eng->grad_dtype : eng->param_dtype;
   eng->be_ops->free(eng->be, *p, g->numel * zt__dtype_size(dt));
   *p = NULL;
+  if (!grads) {
+    eng->prefetch.live_bytes -= g->numel * zt__dtype_size(dt);
+    g->kept = 0;
+    /* The trace entries read ahead so far skipped it as held: they are
+     * walked again, so that its next use is read ahead after all. */
+    eng->prefetch.considered = eng->prefetch.pos;
+  }
 }
 
 int zt__part_group_grads(zt_engine_t *eng, zt__group_t *g) {

@@ -62,8 +62,10 @@ typedef struct zt__group {
   size_t n_units;
   int reduced;   /* stage 2+: its gradients were handed over since the last step */
   int fetched;   /* zt_fetch() calls not yet released                           */
-  void *params;  /* stage 3: the gathered parameters while fetched (device)     */
+  int kept;      /* stage 3: released, its gathered parameters kept (prefetch.h) */
+  void *params;  /* stage 3: the gathered parameters while fetched or kept      */
   void *grads;   /* engine-owned gradients from zt_grads() until handed over    */
+  struct zt__param_read *read; /* param_tier nvme: its shard part, read ahead  */
 } zt__group_t;
 
 /* One bucket of a collective, with its buffers. */
@@ -100,8 +102,10 @@ typedef struct zt__part {
   size_t n_segs;
 
   float *grads;  /* the shard's reduced gradient sums, fp32, zero between steps */
-  void *params;  /* the shard's updated parameters, param dtype                 */
-  int on_pinned; /* grads/params/buckets are pinned host memory (host tier)    */
+  void *params;  /* the shard's updated parameters, param dtype; with param_tier
+                    "nvme" only inside the step (between steps: on disk)       */
+  int on_pinned; /* grads/buckets (and params) are pinned host memory (host tier) */
+  int params_pinned; /* params are pinned host memory (or param_tier "host")   */
 
   /* Collectives agreed on so far (partition.c, agree): the ranks compare it,
    * which catches a rank that skipped one. */
@@ -136,9 +140,16 @@ ZT_INTERNAL zt__group_t *zt__part_group(zt__part_t *p, int id);
  * group's engine-owned one (which is then freed). */
 ZT_INTERNAL int zt__part_grads_ready(struct zt_engine *eng, zt__group_t *g);
 
-/* Stage 3: gathers a group's parameters into g->params (allocated here). */
+/* Stage 3: gathers a group's parameters into g->params (allocated here),
+ * from the shard in its parameter tier, unless it holds them (fetched or
+ * kept). */
 ZT_INTERNAL int zt__part_fetch(struct zt_engine *eng, zt__group_t *g);
-/* Frees g->params / g->grads (device memory of g->numel elements). */
+/* The shard's parameters, param dtype, in their tier's memory: pinned with
+ * params_pinned, else the backend's. Pairs with zt__part_params_free. */
+ZT_INTERNAL int zt__part_params_alloc(struct zt_engine *eng);
+ZT_INTERNAL void zt__part_params_free(struct zt_engine *eng);
+/* Frees g->params (then no longer kept) / g->grads (device memory of
+ * g->numel elements). */
 ZT_INTERNAL void zt__part_drop(struct zt_engine *eng, zt__group_t *g, int grads);
 /* Engine-owned, zeroed gradients for g (stage 2+ without a registered
  * gradient buffer). */

@@ -89,17 +89,25 @@ int zt__plan(const zt__plan_in_t *in, zt__plan_t *out) {
     }
     if (in->stage == 3) {
       /* The loop holds no model buffer: ztier's shards (above) are the
-       * parameters, and a fetched group's gathered copy lives only between
-       * zt_fetch() and zt_release(). */
+       * parameters, and a fetched group's gathered copy lives in backend
+       * memory from zt_fetch() to zt_release(), or longer when the prefetch
+       * scheduler keeps it (zt_stats' live_bytes, not counted here). */
       out->loop_device = 0;
-      if (in->param_tier != ZT_TIER_DEVICE) {
-        /* Nothing above moves the parameter shards off the device: the
-         * figures are those of device-resident shards, what this version
-         * would allocate, and the note says so. */
-        out->supported = 0;
-        out->note = "the parameter tier (param_tier \"host\"/\"nvme\") is not in this "
-                    "version: the figures assume the parameter shards stay on the device "
-                    "(parameter offload is a later feature)";
+      uint64_t params = part_bytes(mine * psz);
+      uint64_t *held = in->optimizer_tier == ZT_TIER_HOST ? &host : &device;
+      if (in->param_tier == ZT_TIER_HOST && held != &host) {
+        /* The shard's parameters in pinned memory (partition.c). */
+        device -= params;
+        host += params;
+      }
+      if (in->param_tier == ZT_TIER_NVME) {
+        /* On disk between steps, written through two pinned pages
+         * (param_nvme.c); reads ahead are zt_stats' read_ahead_bytes. */
+        uint64_t file = (max_u(mine * psz, 1) + 4095) / 4096 * 4096;
+        uint64_t page = min_u((in->chunk_bytes + 4095) / 4096 * 4096, file);
+        *held -= params;
+        host += 2 * page;
+        nvme += file;
       }
     } else {
       /* Stage 2 counts the loop without a gradient buffer of its own (it

@@ -15,6 +15,7 @@
 
 #include "engine.h"
 #include "opt_nvme.h" // defines: zt__opt_nvme_create, zt__opt_nvme_destroy
+#include "param_nvme.h" // defines: zt__param_nvme_create, _put, _flush, _destroy
 #include "pinned.h" // defines: zt__pinned_alloc, zt__pinned_free
 
 #define XXH_INLINE_ALL
@@ -260,7 +261,9 @@ static void free_states(zt_engine_t *eng) {
     zt__part_release(eng, eng->master, bytes);
     zt__part_release(eng, eng->m, bytes);
     zt__part_release(eng, eng->v, bytes);
-    zt__part_free(eng);
+    zt__part_free(eng); /* its reads ahead use the parameter tier: first */
+    zt__param_nvme_destroy(eng->param_nvme);
+    eng->param_nvme = NULL;
     eng->partitioned = 0;
   } else if (eng->cfg.optimizer_tier == ZT_TIER_NVME) {
     /* Only the swapper above holds anything. */
@@ -362,7 +365,7 @@ static int alloc_host_states(zt_engine_t *eng) {
  * from the user's buffers through the tier's pinned slots. */
 static int alloc_nvme_states(zt_engine_t *eng) {
   zt__opt_nvme_view_t v = {eng->segs,  eng->n_segs, eng->grads,      0,
-                           eng->grad_dtype, eng->params, 0, eng->param_dtype};
+                           eng->grad_dtype, eng->params, 0, eng->param_dtype, NULL};
   ZT_TRY(zt__opt_nvme_create(eng, &v, &eng->opt_nvme));
   eng->state_bytes = 0; /* on disk, not in memory */
   return 0;
@@ -385,20 +388,30 @@ static int alloc_shard_states(zt_engine_t *eng) {
   }
   if (mine == 0) return 0;
   /* The shard's parameters, from which the master is cast. */
-  zt__copy_kind_t kind = p->on_pinned ? ZT_COPY_D2H : ZT_COPY_D2D;
+  zt__copy_kind_t kind = p->params_pinned ? ZT_COPY_D2H : ZT_COPY_D2D;
   ZT_TRY(zt__part_copy_span(eng, p->params, eng->params, psz, p->begin, p->end, 0, kind,
                             ZT_STREAM_D2H));
   ZT_TRY(eng->be_ops->stream_sync(eng->be, ZT_STREAM_D2H));
   if (kind == ZT_COPY_D2H) eng->d2h_bytes += mine * psz;
+  if (eng->cfg.param_tier == ZT_TIER_NVME)
+    ZT_TRY(zt__param_nvme_create(eng, mine, eng->param_dtype, &eng->param_nvme));
   if (nvme) {
     /* The swapper casts its master window by window into its records; the
      * gradient shard stays in backend memory and goes down a window at a
-     * time. */
+     * time. Its steps' parameters go to the parameter tier's file when
+     * there is one. */
     zt__opt_nvme_view_t v = {p->segs,  p->n_segs, p->grads, p->begin,
-                             ZT_FP32,  p->params, p->begin, eng->param_dtype};
-    return zt__opt_nvme_create(eng, &v, &eng->opt_nvme);
+                             ZT_FP32,  p->params, p->begin, eng->param_dtype,
+                             eng->param_nvme};
+    ZT_TRY(zt__opt_nvme_create(eng, &v, &eng->opt_nvme));
+  } else {
+    zt__cpu_cast(eng->cpu, eng->master, ZT_FP32, p->params, eng->param_dtype, mine);
   }
-  zt__cpu_cast(eng->cpu, eng->master, ZT_FP32, p->params, eng->param_dtype, mine);
+  if (eng->param_nvme == NULL) return 0;
+  /* From here on the shard's parameters are on disk between steps. */
+  ZT_TRY(zt__param_nvme_put(eng->param_nvme, 0, mine, p->params));
+  ZT_TRY(zt__param_nvme_flush(eng->param_nvme));
+  zt__part_params_free(eng);
   return 0;
 }
 

@@ -19,6 +19,7 @@
 
 #include "engine.h"
 #include "opt_nvme.h" // defines: zt__opt_nvme_step
+#include "param_nvme.h" // defines: zt__param_nvme_put, zt__param_nvme_flush
 #include "window.h" // defines: zt__window_*
 
 /* Finite and in [lo, hi) or [lo, hi]: the step's hyper-parameter checks. */
@@ -254,8 +255,42 @@ static int update_host_tier(zt_engine_t *eng, const zt__adam_hp_t *hp) {
   return 0;
 }
 
-/* Stages 1 and 2: the update of this rank's shard, in its tier, then every
- * rank's updated parameters back into every rank's buffer. */
+/* With param_tier "nvme" the shard's parameters are on disk between
+ * steps: the nvme optimizer tier streams each window's into the file; the
+ * others update them in memory, which is written out and freed after. */
+static int update_params_on_disk(zt_engine_t *eng, const zt__adam_hp_t *hp) {
+  zt__part_t *p = &eng->part;
+  int rc = 0;
+  if (eng->cfg.optimizer_tier == ZT_TIER_NVME) {
+    rc = zt__opt_nvme_step(eng->opt_nvme, hp);
+  } else {
+    ZT_TRY(zt__part_params_alloc(eng));
+    zt__adam_launch_t l = {
+        .hp = hp,
+        .master = eng->master,
+        .m = eng->m,
+        .v = eng->v,
+        .grads = p->grads,
+        .grads_first = p->begin,
+        .grad_dtype = ZT_FP32,
+        .params = p->params,
+        .params_first = p->begin,
+        .param_dtype = eng->param_dtype,
+        .segs = p->segs,
+        .n_segs = p->n_segs,
+    };
+    double t0 = zt__now();
+    if (p->n_segs) zt__cpu_adam(eng->cpu, &l);
+    eng->optimizer_seconds += zt__now() - t0;
+    rc = zt__param_nvme_put(eng->param_nvme, 0, p->end - p->begin, p->params);
+  }
+  int flushed = zt__param_nvme_flush(eng->param_nvme);
+  zt__part_params_free(eng);
+  return rc < 0 ? rc : flushed;
+}
+
+/* Stages 1 to 3: the update of this rank's shard, in its tier, then (stages
+ * 1, 2) every rank's updated parameters back into every rank's buffer. */
 static int update_shard(zt_engine_t *eng, const zt__adam_hp_t *hp) {
   zt__part_t *p = &eng->part;
   zt__adam_launch_t l = {
@@ -272,7 +307,9 @@ static int update_shard(zt_engine_t *eng, const zt__adam_hp_t *hp) {
       .segs = p->segs,
       .n_segs = p->n_segs,
   };
-  if (eng->cfg.optimizer_tier == ZT_TIER_NVME) {
+  if (eng->param_nvme) {
+    ZT_TRY(update_params_on_disk(eng, hp));
+  } else if (eng->cfg.optimizer_tier == ZT_TIER_NVME) {
     /* The swapper times its own update and copies. */
     ZT_TRY(zt__opt_nvme_step(eng->opt_nvme, hp));
   } else if (p->n_segs) {
@@ -347,6 +384,8 @@ int zt_step(zt_engine_t *eng, const zt_step_args_t *args, zt_step_info_t *info) 
             (unsigned long long)args->t, eng->scaler.scale);
   } else {
     zt__adam_hp_t hp;
+    /* Reads ahead and kept groups hold parameters the update changes. */
+    if (eng->partitioned && eng->cfg.stage >= 3) zt__prefetch_step_begin(eng);
     zt__adam_hp_make(args, inv * coef,
                      eng->cfg.optimizer == ZT_ADAM_L2 ? ZT_MODE_ADAM_L2 : ZT_MODE_ADAMW,
                      eng->cfg.rounding == ZT_ROUND_STOCHASTIC && eng->param_dtype == ZT_BF16,
@@ -365,6 +404,14 @@ int zt_step(zt_engine_t *eng, const zt_step_args_t *args, zt_step_info_t *info) 
     eng->steps++;
   }
   if (eng->partitioned) zt__part_reset(eng);
+  /* The iteration ends here, skipped or not: the next one is read ahead. */
+  if (eng->partitioned && eng->cfg.stage >= 3) {
+    rc = zt__prefetch_step_end(eng);
+    if (rc < 0) {
+      eng->broken = rc;
+      return rc;
+    }
+  }
   if (info) info->loss_scale = eng->scaler.scale;
   eng->step_seconds += zt__now() - t0;
   return 0;

@@ -43,6 +43,7 @@ typedef struct run {
   int tied;      /* stage 2+: group 0 handed over twice (two halves) */
   int api;       /* 1: no gradient buffer registered; the loop goes through
                     zt_fetch/zt_grads/zt_release (stage 3 always does) */
+  zt_tier_t ptier; /* stage 3: the parameter tier */
 } run_t;
 
 static int in_unit(size_t i) {
@@ -167,9 +168,11 @@ static zt_engine_t *run_partitioned(const run_t *rc, void *params_out, int *worl
   zt_config_t cfg = t_config();
   cfg.stage = rc->stage;
   cfg.optimizer_tier = rc->tier;
+  cfg.param_tier = rc->ptier;
   cfg.bucket_bytes = 4096;
-  if (rc->tier == ZT_TIER_NVME) {
-    /* Windows of 1024 elements: several per shard, so the ring turns. */
+  if (rc->tier == ZT_TIER_NVME || rc->ptier == ZT_TIER_NVME) {
+    /* Windows (and parameter pages) of 1024 elements: several per shard,
+     * so the rings turn. */
     snprintf(cfg.swap_path, sizeof cfg.swap_path, "%s", t_swap_dir());
     cfg.chunk_bytes = 4096;
   }
@@ -359,8 +362,9 @@ static void check_run(const run_t *rc) {
   zt_engine_destroy(eng);
   run_reference(rc, world, 0, want);
   char what[128];
-  snprintf(what, sizeof what, "stage %d, %s tier, %s params, %s grads, %d micro-steps%s%s",
-           rc->stage, tier_name(rc->tier), t_dtype_name(rc->pdt),
+  snprintf(what, sizeof what,
+           "stage %d, %s tier, params on %s, %s params, %s grads, %d micro-steps%s%s",
+           rc->stage, tier_name(rc->tier), tier_name(rc->ptier), t_dtype_name(rc->pdt),
            t_dtype_name(rc->gdt), rc->micro, rc->tied ? ", tied group" : "",
            rc->api ? ", fetch/grads" : "");
   t_expect_same(what, got, want, psz, NUMEL);
@@ -382,15 +386,27 @@ static void check_run(const run_t *rc) {
 
 static void w_bitwise(void **state) {
   const run_t runs[] = {
-      {1, ZT_TIER_DEVICE, ZT_FP32, ZT_FP32, 1, 0, 0}, {2, ZT_TIER_DEVICE, ZT_FP32, ZT_FP32, 1, 0, 0},
-      {1, ZT_TIER_HOST, ZT_BF16, ZT_BF16, 1, 0, 0},   {2, ZT_TIER_HOST, ZT_BF16, ZT_BF16, 1, 1, 0},
-      {2, ZT_TIER_DEVICE, ZT_FP16, ZT_FP32, 1, 1, 0}, {1, ZT_TIER_DEVICE, ZT_BF16, ZT_FP32, 1, 0, 0},
-      {2, ZT_TIER_HOST, ZT_FP32, ZT_FP32, 1, 1, 1},  {3, ZT_TIER_DEVICE, ZT_FP32, ZT_FP32, 1, 1, 1},
-      {3, ZT_TIER_HOST, ZT_BF16, ZT_BF16, 1, 1, 1},  {3, ZT_TIER_DEVICE, ZT_FP16, ZT_FP32, 1, 0, 1},
-      {1, ZT_TIER_NVME, ZT_FP32, ZT_FP32, 1, 0, 0},   {2, ZT_TIER_NVME, ZT_BF16, ZT_BF16, 1, 1, 0},
-      {3, ZT_TIER_NVME, ZT_FP16, ZT_FP32, 1, 1, 1},   {2, ZT_TIER_NVME, ZT_FP32, ZT_FP32, 4, 0, 0},
+      {1, ZT_TIER_DEVICE, ZT_FP32, ZT_FP32, 1, 0, 0, 0}, {2, ZT_TIER_DEVICE, ZT_FP32, ZT_FP32, 1, 0, 0, 0},
+      {1, ZT_TIER_HOST, ZT_BF16, ZT_BF16, 1, 0, 0, 0},   {2, ZT_TIER_HOST, ZT_BF16, ZT_BF16, 1, 1, 0, 0},
+      {2, ZT_TIER_DEVICE, ZT_FP16, ZT_FP32, 1, 1, 0, 0}, {1, ZT_TIER_DEVICE, ZT_BF16, ZT_FP32, 1, 0, 0, 0},
+      {2, ZT_TIER_HOST, ZT_FP32, ZT_FP32, 1, 1, 1, 0},  {3, ZT_TIER_DEVICE, ZT_FP32, ZT_FP32, 1, 1, 1, 0},
+      {3, ZT_TIER_HOST, ZT_BF16, ZT_BF16, 1, 1, 1, 0},  {3, ZT_TIER_DEVICE, ZT_FP16, ZT_FP32, 1, 0, 1, 0},
+      {1, ZT_TIER_NVME, ZT_FP32, ZT_FP32, 1, 0, 0, 0},   {2, ZT_TIER_NVME, ZT_BF16, ZT_BF16, 1, 1, 0, 0},
+      {3, ZT_TIER_NVME, ZT_FP16, ZT_FP32, 1, 1, 1, 0},   {2, ZT_TIER_NVME, ZT_FP32, ZT_FP32, 4, 0, 0, 0},
   };
   for (size_t k = 0; k < sizeof runs / sizeof runs[0]; k++) check_run(&runs[k]);
+}
+
+/* Stage 3: every optimizer tier with every parameter tier, bit for bit
+ * against the reference (and so against each other). */
+static void w_param_tiers(void **state) {
+  const zt_tier_t tiers[] = {ZT_TIER_DEVICE, ZT_TIER_HOST, ZT_TIER_NVME};
+  for (int o = 0; o < 3; o++)
+    for (int q = 0; q < 3; q++) {
+      run_t rc = {3, tiers[o], ZT_BF16, ZT_FP32, 1, 1, 1, tiers[q]};
+      if (o == q) rc.micro = 2; /* accumulation too, on the diagonal */
+      check_run(&rc);
+    }
 }
 
 /* Stages 1, 2 and 3 agree bit for bit, tied group and all. */
@@ -398,7 +414,7 @@ static void w_stages_agree(void **state) {
   size_t n = NUMEL * 4;
   float *s1 = malloc(n), *s2 = malloc(n), *s3 = malloc(n);
   int world;
-  run_t a = {1, ZT_TIER_DEVICE, ZT_FP32, ZT_FP32, 1, 0, 0}, b = a, c = a;
+  run_t a = {1, ZT_TIER_DEVICE, ZT_FP32, ZT_FP32, 1, 0, 0, 0}, b = a, c = a;
   b.stage = 2;
   b.tied = 1;
   c.stage = 3;
@@ -419,10 +435,10 @@ static void w_stages_agree(void **state) {
  * within float32 rounding. */
 static void w_accumulate(void **state) {
   const run_t runs[] = {
-      {2, ZT_TIER_DEVICE, ZT_FP32, ZT_FP32, 4, 0, 0},
-      {1, ZT_TIER_HOST, ZT_FP32, ZT_FP32, 4, 0, 0},
-      {2, ZT_TIER_HOST, ZT_BF16, ZT_BF16, 4, 1, 0},
-      {3, ZT_TIER_DEVICE, ZT_FP32, ZT_FP32, 4, 1, 1},
+      {2, ZT_TIER_DEVICE, ZT_FP32, ZT_FP32, 4, 0, 0, 0},
+      {1, ZT_TIER_HOST, ZT_FP32, ZT_FP32, 4, 0, 0, 0},
+      {2, ZT_TIER_HOST, ZT_BF16, ZT_BF16, 4, 1, 0, 0},
+      {3, ZT_TIER_DEVICE, ZT_FP32, ZT_FP32, 4, 1, 1, 0},
   };
   for (size_t k = 0; k < sizeof runs / sizeof runs[0]; k++) {
     const run_t *rc = &runs[k];
@@ -462,11 +478,14 @@ static void w_accumulate(void **state) {
  * the parameters, (W-1)/W of the model each. */
 static void w_stats(void **state) {
   const run_t runs[] = {
-      {1, ZT_TIER_DEVICE, ZT_FP32, ZT_FP32, 1, 0, 0},
-      {2, ZT_TIER_HOST, ZT_BF16, ZT_BF16, 1, 0, 0},
-      {3, ZT_TIER_DEVICE, ZT_FP32, ZT_FP32, 1, 0, 1},
-      {1, ZT_TIER_NVME, ZT_FP32, ZT_FP32, 1, 0, 0},   {2, ZT_TIER_NVME, ZT_BF16, ZT_BF16, 1, 0, 0},
-      {3, ZT_TIER_NVME, ZT_FP32, ZT_FP32, 1, 0, 1},
+      {1, ZT_TIER_DEVICE, ZT_FP32, ZT_FP32, 1, 0, 0, 0},
+      {2, ZT_TIER_HOST, ZT_BF16, ZT_BF16, 1, 0, 0, 0},
+      {3, ZT_TIER_DEVICE, ZT_FP32, ZT_FP32, 1, 0, 1, 0},
+      {1, ZT_TIER_NVME, ZT_FP32, ZT_FP32, 1, 0, 0, 0},   {2, ZT_TIER_NVME, ZT_BF16, ZT_BF16, 1, 0, 0, 0},
+      {3, ZT_TIER_NVME, ZT_FP32, ZT_FP32, 1, 0, 1, 0},
+      {3, ZT_TIER_DEVICE, ZT_BF16, ZT_FP32, 1, 0, 1, ZT_TIER_HOST},
+      {3, ZT_TIER_HOST, ZT_FP32, ZT_FP32, 1, 0, 1, ZT_TIER_NVME},
+      {3, ZT_TIER_NVME, ZT_BF16, ZT_BF16, 1, 0, 1, ZT_TIER_NVME},
   };
   for (size_t k = 0; k < sizeof runs / sizeof runs[0]; k++) {
     const run_t *rc = &runs[k];
@@ -479,8 +498,9 @@ static void w_stats(void **state) {
     for (size_t u = 0; u < N_UNITS; u++) states += model_units[u].numel;
     /* run_partitioned's chunk_bytes: 4096 on the nvme tier. */
     size_t chunk = rc->tier == ZT_TIER_NVME ? 4096 : (size_t)16 << 20;
+    if (rc->ptier == ZT_TIER_NVME) chunk = 4096;
     zt__plan_in_t in = {states, world, st.rank, rc->stage, rc->pdt, rc->gdt, rc->tier,
-                        ZT_TIER_DEVICE, 4096, chunk, 0};
+                        rc->ptier, 4096, chunk, 0};
     zt__plan_t p;
     assert_int_equal(zt__plan(&in, &p), 0);
     printf("# rank %d/%d stage %d: device %llu (plan %llu), host %llu (plan %llu), "
@@ -490,22 +510,35 @@ static void w_stats(void **state) {
            (unsigned long long)p.ztier_host, (unsigned long long)st.shard_params,
            (unsigned long long)p.shard_params, (unsigned long long)st.comm_bytes_sent,
            (unsigned long long)st.comm_bytes_received);
-    assert_int_equal(st.device_bytes, p.ztier_device);
-    assert_int_equal(st.host_bytes, p.ztier_host);
+    /* Beyond the plan: groups kept gathered, and reads ahead. */
+    assert_true(st.live_bytes <= st.peak_live_bytes);
+    assert_int_equal(st.device_bytes - st.live_bytes, p.ztier_device);
+    assert_int_equal(st.host_bytes - st.read_ahead_bytes, p.ztier_host);
     assert_int_equal(st.nvme_bytes, p.ztier_nvme);
     assert_int_equal(st.shard_params, p.shard_params);
     /* Per step: this rank sends the gradients others own, (states - mine)
      * of them, and its shard of parameters to W-1 ranks, once after the
-     * step (stages 1, 2) or at each fetch, forward and backward (stage 3);
-     * the norm adds one double per other rank. */
+     * step (stages 1, 2) or once per group fetched (stage 3: from the
+     * second step on, the trace says the backward uses each group again
+     * soon, and max_live_bytes holds them all, so each is kept from its
+     * forward to its backward); the norm adds one double per other rank. */
     uint64_t mine = p.shard_params, gsz = t_dtype_size(rc->gdt), psz = t_dtype_size(rc->pdt);
-    uint64_t gathers = rc->stage >= 3 ? 2 : 1;
+    uint64_t gathers = 1;
+    if (rc->stage >= 3) {
+      /* Forward and backward of each step, then the read-back's fetches
+       * (kept to the end: the trace uses them again). */
+      assert_int_equal(st.fetches, (uint64_t)(2 * STEPS + 1) * N_GROUPS);
+      assert_int_equal(st.fetch_gathers, (uint64_t)(STEPS + 2) * N_GROUPS);
+      assert_int_equal(st.fetch_kept, (uint64_t)(STEPS - 1) * N_GROUPS);
+      assert_int_equal(st.trace_changes, 0);
+    }
     uint64_t want = (states - mine) * gsz + gathers * (uint64_t)(world - 1) * mine * psz +
                     (uint64_t)(world - 1) * 8;
     assert_int_equal(last_step_sent, want);
     if (world > 1) {
       /* Against data parallelism's all-reduce, 2 (W-1)/W of the model per
-       * rank: about 1 at stages 1 and 2, 1.5 at stage 3. */
+       * rank: about 1 at every stage (1.5 at stage 3 when groups cannot be
+       * kept from forward to backward). */
       double dp = 2.0 * (world - 1) / world * (double)states * (double)psz;
       printf("# rank %d stage %d: %llu bytes sent per step = %.3f x data parallelism's\n",
              st.rank, rc->stage, (unsigned long long)want, (double)want / dp);
@@ -595,7 +628,8 @@ static void bad_group_calls(void **state) {
 }
 
 static const struct CMUnitTest scenarios[] = {
-    cmocka_unit_test(w_bitwise),  cmocka_unit_test(w_stages_agree),
+    cmocka_unit_test(w_bitwise),  cmocka_unit_test(w_param_tiers),
+    cmocka_unit_test(w_stages_agree),
     cmocka_unit_test(w_accumulate), cmocka_unit_test(w_stats),
     cmocka_unit_test(w_mismatch),
 };

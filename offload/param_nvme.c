@@ -1,0 +1,251 @@
+/*
+ * param_nvme.c — the parameter tier "nvme": the shard's parameters in a
+ * swap file, read a group at a time, written back a page at a time; see
+ * param_nvme.h.
+ *
+ * Tags: a read's tag is its zt__param_read_t (pointers are 8-aligned, so
+ * bit 0 is free); a write's is page slot << 1 | 1.
+ */
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine.h"     // defines: struct zt_engine (config, error buffer)
+#include "param_nvme.h"
+#include "partition.h"  // defines: zt__group_t
+#include "pinned.h"     // defines: zt__pinned_alloc, zt__pinned_free
+#include "swap.h"       // defines: zt__swap_*
+#include "swapspace.h"  // defines: zt__swapspace_open
+
+/* The checksum block, and what a run is read in: O_DIRECT's alignment. */
+#define BLOCK 4096u
+#define PAGES 2
+
+struct zt__param_nvme {
+  zt_engine_t *eng;
+  zt__swap_t *sw;
+  size_t numel, psz;
+  size_t file_bytes;   /* numel * psz rounded up to a block */
+  size_t page_bytes;   /* a multiple of BLOCK               */
+  void *page[PAGES];   /* pinned                            */
+  int writing[PAGES];  /* a write of the page is in flight  */
+  unsigned cur;        /* the page being filled             */
+  size_t fill;         /* bytes in it                       */
+  size_t written;      /* bytes of the shard put so far     */
+  int io_error;        /* the first failed write            */
+  zt__param_nvme_stats_t st;
+};
+
+static size_t round_up(size_t x, size_t a) { return (x + a - 1) / a * a; }
+
+static uint64_t write_tag(unsigned page) { return (uint64_t)page << 1 | 1; }
+
+/* Reaps completions, at least one when `block`. */
+static int reap(zt__param_nvme_t *pn, int block) {
+  zt__swap_cqe_t cqe[16];
+  double t0 = zt__now();
+  int n = block ? zt__swap_wait(pn->sw, cqe, 16, 1) : zt__swap_poll(pn->sw, cqe, 16);
+  pn->st.wait_seconds += zt__now() - t0;
+  if (n < 0) return n;
+  for (int i = 0; i < n; i++) {
+    if (cqe[i].tag & 1) {
+      pn->writing[cqe[i].tag >> 1] = 0;
+      if (cqe[i].res < 0 && pn->io_error == 0) pn->io_error = (int)cqe[i].res;
+      if (cqe[i].res >= 0) pn->st.write_bytes += (uint64_t)cqe[i].res;
+      continue;
+    }
+    zt__param_read_t *r = (zt__param_read_t *)(uintptr_t)cqe[i].tag;
+    r->pending--;
+    if (cqe[i].res < 0 && r->error == 0) {
+      /* Its sentence is in the error buffer now; a later call may
+       * overwrite it before the read is waited for. */
+      r->error = (int)cqe[i].res;
+      r->why = pn->eng->err;
+    }
+    if (cqe[i].res >= 0) pn->st.read_bytes += (uint64_t)cqe[i].res;
+  }
+  return 0;
+}
+
+int zt__param_nvme_create(zt_engine_t *eng, size_t numel, zt_dtype_t dt,
+                          zt__param_nvme_t **out) {
+  *out = NULL;
+  zt__param_nvme_t *pn = calloc(1, sizeof *pn);
+  if (pn == NULL) return zt__errf(&eng->err, -ENOMEM, "out of memory");
+  pn->eng = eng;
+  pn->numel = numel;
+  pn->psz = zt__dtype_size(dt);
+  pn->file_bytes = round_up(numel ? numel * pn->psz : 1, BLOCK);
+  pn->page_bytes = round_up(eng->cfg.chunk_bytes, BLOCK);
+  if (pn->page_bytes > pn->file_bytes) pn->page_bytes = pn->file_bytes;
+  pn->st.file_bytes = pn->file_bytes;
+  int rc = 0;
+  for (int k = 0; k < PAGES && rc == 0; k++)
+    rc = zt__pinned_alloc(eng, pn->page_bytes, &pn->page[k]);
+  if (rc == 0)
+    rc = zt__swapspace_open(eng, "par", "param_tier", pn->file_bytes, BLOCK, PAGES, &pn->sw,
+                            (char[256]){0}, 256);
+  if (rc == 0) {
+    for (int k = 0; k < PAGES; k++)
+      if (zt__swap_register_buf(pn->sw, pn->page[k], pn->page_bytes) < 0) break;
+    zt__err_clear(&eng->err);
+    *out = pn;
+    return 0;
+  }
+  zt__param_nvme_destroy(pn);
+  return rc;
+}
+
+void zt__param_nvme_destroy(zt__param_nvme_t *pn) {
+  if (pn == NULL) return;
+  if (pn->sw) {
+    zt__swap_drain(pn->sw);
+    zt__swap_destroy(pn->sw);
+  }
+  for (int k = 0; k < PAGES; k++) zt__pinned_free(pn->eng, pn->page[k], pn->page_bytes);
+  free(pn);
+}
+
+/* ---- writes -------------------------------------------------------------------------- */
+
+/* The page being filled goes to the disk; the next one is waited free. */
+static int write_page(zt__param_nvme_t *pn) {
+  size_t off = pn->written - pn->fill;
+  ZT_TRY(zt__swap_prep_write(pn->sw, pn->page[pn->cur], pn->fill, off, write_tag(pn->cur)));
+  pn->writing[pn->cur] = 1;
+  int rc = zt__swap_submit(pn->sw);
+  if (rc < 0) return rc;
+  pn->cur = (pn->cur + 1) % PAGES;
+  pn->fill = 0;
+  while (pn->writing[pn->cur]) ZT_TRY(reap(pn, 1));
+  return pn->io_error;
+}
+
+int zt__param_nvme_put(zt__param_nvme_t *pn, size_t first, size_t n, const void *src) {
+  if (first * pn->psz != pn->written || first + n > pn->numel)
+    return zt__errf(&pn->eng->err, -EINVAL,
+                    "param_tier \"nvme\": a put of [%zu, %zu) after %zu elements of %zu; "
+                    "expected the shard in order",
+                    first, first + n, pn->written / pn->psz, pn->numel);
+  const char *s = src;
+  size_t bytes = n * pn->psz;
+  while (bytes) {
+    size_t take = pn->page_bytes - pn->fill;
+    if (take > bytes) take = bytes;
+    memcpy((char *)pn->page[pn->cur] + pn->fill, s, take);
+    pn->fill += take;
+    pn->written += take;
+    s += take;
+    bytes -= take;
+    if (pn->fill == pn->page_bytes) ZT_TRY(write_page(pn));
+  }
+  return 0;
+}
+
+int zt__param_nvme_flush(zt__param_nvme_t *pn) {
+  int rc = pn->fill ? write_page(pn) : 0;
+  for (int k = 0; k < PAGES && rc == 0; k++)
+    while (pn->writing[k] && (rc = reap(pn, 1)) == 0) {
+    }
+  if (rc == 0) rc = pn->io_error;
+  if (rc < 0 && zt__swap_outstanding(pn->sw) > 0) {
+    /* Nothing may stay in flight from the pages; the first error stands. */
+    zt__err_t keep = pn->eng->err;
+    zt__swap_drain(pn->sw);
+    pn->eng->err = keep;
+    memset(pn->writing, 0, sizeof pn->writing);
+  }
+  pn->written = pn->fill = 0;
+  pn->io_error = 0;
+  return rc;
+}
+
+/* ---- reads --------------------------------------------------------------------------- */
+
+int zt__param_nvme_read(zt__param_nvme_t *pn, const zt__group_t *g, size_t begin,
+                        zt__param_read_t **out) {
+  zt_engine_t *eng = pn->eng;
+  *out = NULL;
+  size_t end = begin + pn->numel, bytes = 0, payload = 0;
+  for (size_t k = 0; k < g->n_spans; k++) {
+    size_t a = g->spans[k].a > begin ? g->spans[k].a : begin;
+    size_t b = g->spans[k].b < end ? g->spans[k].b : end;
+    if (a >= b) continue;
+    size_t lo = (a - begin) * pn->psz / BLOCK * BLOCK;
+    bytes += round_up((b - begin) * pn->psz, BLOCK) - lo;
+    payload += (b - a) * pn->psz;
+  }
+  zt__param_read_t *r = calloc(1, sizeof *r);
+  size_t *at = calloc(g->n_spans ? g->n_spans : 1, sizeof *at);
+  if (r == NULL || at == NULL) {
+    free(r);
+    free(at);
+    return zt__errf(&eng->err, -ENOMEM, "out of memory");
+  }
+  r->at = at;
+  r->bytes = bytes;
+  r->payload = payload;
+  if (bytes) {
+    int rc = zt__pinned_alloc(eng, bytes, &r->buf);
+    if (rc < 0) {
+      free(at);
+      free(r);
+      return rc;
+    }
+  }
+  size_t pos = 0;
+  int rc = 0;
+  for (size_t k = 0; k < g->n_spans; k++) {
+    size_t a = g->spans[k].a > begin ? g->spans[k].a : begin;
+    size_t b = g->spans[k].b < end ? g->spans[k].b : end;
+    r->at[k] = SIZE_MAX;
+    if (a >= b) continue;
+    size_t lo = (a - begin) * pn->psz / BLOCK * BLOCK;
+    size_t hi = round_up((b - begin) * pn->psz, BLOCK);
+    r->at[k] = pos + (a - begin) * pn->psz - lo;
+    if (rc == 0) rc = zt__swap_prep_read(pn->sw, (char *)r->buf + pos, hi - lo, lo,
+                                         (uint64_t)(uintptr_t)r);
+    if (rc == 0) r->pending++;
+    pos += hi - lo;
+  }
+  if (rc == 0 && r->pending) {
+    int sub = zt__swap_submit(pn->sw);
+    rc = sub < 0 ? sub : 0;
+  }
+  *out = r;
+  /* Requests prepared before a failure still complete into r: the caller
+   * frees it (which waits for them). */
+  return rc;
+}
+
+int zt__param_nvme_wait(zt__param_nvme_t *pn, zt__param_read_t *r) {
+  while (r->pending) ZT_TRY(reap(pn, 1));
+  if (r->error < 0) pn->eng->err = r->why;
+  return r->error;
+}
+
+void zt__param_nvme_read_free(zt__param_nvme_t *pn, zt__param_read_t *r) {
+  if (r == NULL) return;
+  /* A ring whose submission keeps failing cannot complete it: drained, its
+   * requests never reached the kernel. The first error stands. */
+  zt__err_t keep = pn->eng->err;
+  while (r->pending)
+    if (reap(pn, 1) < 0) {
+      zt__swap_drain(pn->sw);
+      break;
+    }
+  pn->eng->err = keep;
+  if (r->buf) zt__pinned_free(pn->eng, r->buf, r->bytes);
+  free(r->at);
+  free(r);
+}
+
+void zt__param_nvme_stats(const zt__param_nvme_t *pn, zt__param_nvme_stats_t *out) {
+  if (pn == NULL) {
+    memset(out, 0, sizeof *out);
+    return;
+  }
+  *out = pn->st;
+}
+
+struct zt__swap *zt__param_nvme_swap(zt__param_nvme_t *pn) { return pn ? pn->sw : NULL; }

@@ -1,0 +1,166 @@
+/*
+ * prefetch.c — the prefetch scheduler of stage 3; prefetch.h says what it
+ * decides and why every rank decides alike. The trace holds group indices
+ * into the partition's table.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine.h"     // defines: struct zt_engine (part, prefetch, param tier)
+#include "param_nvme.h" // defines: zt__param_nvme_*, zt__param_read_t
+#include "partition.h"  // defines: zt__group_t, zt__part_drop
+#include "prefetch.h"
+
+static size_t gathered_bytes(const zt_engine_t *eng, const zt__group_t *g) {
+  return g->numel * zt__dtype_size(eng->param_dtype);
+}
+
+/* Bytes of g's part of this rank's shard: what reading it ahead stages. */
+static size_t shard_bytes(const zt_engine_t *eng, const zt__group_t *g) {
+  const zt__part_t *p = &eng->part;
+  size_t n = 0;
+  for (size_t k = 0; k < g->n_spans; k++) {
+    size_t a = g->spans[k].a > p->begin ? g->spans[k].a : p->begin;
+    size_t b = g->spans[k].b < p->end ? g->spans[k].b : p->end;
+    if (a < b) n += b - a;
+  }
+  return n * zt__dtype_size(eng->param_dtype);
+}
+
+static void drop_read(zt_engine_t *eng, zt__group_t *g) {
+  if (g->read == NULL) return;
+  eng->prefetch.staged_bytes -= g->read->bytes;
+  zt__param_nvme_read_free(eng->param_nvme, g->read);
+  g->read = NULL;
+}
+
+static void drop_reads(zt_engine_t *eng) {
+  for (size_t i = 0; i < eng->part.n_groups; i++) drop_read(eng, &eng->part.groups[i]);
+}
+
+int zt__prefetch_note(zt_engine_t *eng, zt__group_t *g) {
+  zt__prefetch_t *pf = &eng->prefetch;
+  size_t gi = (size_t)(g - eng->part.groups);
+  pf->fetches++;
+  if (pf->n_rec == pf->cap_rec) {
+    size_t cap = pf->cap_rec ? 2 * pf->cap_rec : 64;
+    int *rec = realloc(pf->rec, cap * sizeof *rec);
+    if (rec == NULL) return zt__errf(&eng->err, -ENOMEM, "out of memory");
+    pf->rec = rec;
+    pf->cap_rec = cap;
+  }
+  pf->rec[pf->n_rec++] = (int)gi;
+  if (!pf->following) return 0;
+  if (pf->pos < pf->n_trace && pf->trace[pf->pos] == (int)gi) {
+    pf->pos++;
+    return 0;
+  }
+  /* An order change: what was read ahead was for another order. */
+  pf->following = 0;
+  pf->trace_changes++;
+  drop_reads(eng);
+  zt__log(&eng->cfg, ZT_LOG_INFO,
+          "stage 3: fetch %zu of this iteration is group %d, not the traced %s; reading "
+          "ahead stops and the trace is recorded again",
+          pf->pos, g->id, pf->pos < pf->n_trace ? "one" : "end");
+  return 0;
+}
+
+void zt__prefetch_make_room(zt_engine_t *eng, const zt__group_t *g) {
+  zt__prefetch_t *pf = &eng->prefetch;
+  size_t need = gathered_bytes(eng, g), cap = eng->cfg.max_live_bytes;
+  for (size_t i = 0; i < eng->part.n_groups && pf->live_bytes + need > cap; i++) {
+    zt__group_t *k = &eng->part.groups[i];
+    if (k->kept) zt__part_drop(eng, k, 0);
+  }
+}
+
+int zt__prefetch_take(zt_engine_t *eng, zt__group_t *g, zt__param_read_t **out) {
+  zt__prefetch_t *pf = &eng->prefetch;
+  *out = NULL;
+  if (g->read == NULL) {
+    ZT_TRY(zt__param_nvme_read(eng->param_nvme, g, eng->part.begin, &g->read));
+    pf->staged_bytes += g->read->bytes;
+  } else {
+    pf->read_ahead++;
+  }
+  zt__param_read_t *r = g->read;
+  int rc = zt__param_nvme_wait(eng->param_nvme, r);
+  g->read = NULL;
+  pf->staged_bytes -= r->bytes;
+  if (rc < 0) {
+    zt__param_nvme_read_free(eng->param_nvme, r);
+    return rc;
+  }
+  *out = r;
+  return 0;
+}
+
+int zt__prefetch_ahead(zt_engine_t *eng) {
+  zt__prefetch_t *pf = &eng->prefetch;
+  if (!pf->following || eng->param_nvme == NULL) return 0;
+  if (pf->considered < pf->pos) pf->considered = pf->pos;
+  size_t budget = eng->cfg.prefetch_bytes;
+  while (pf->considered < pf->n_trace) {
+    zt__group_t *g = &eng->part.groups[pf->trace[pf->considered]];
+    if (g->params == NULL && g->read == NULL) {
+      size_t need = shard_bytes(eng, g);
+      if (pf->staged_bytes > 0 && pf->staged_bytes + need > budget) break;
+      int rc = zt__param_nvme_read(eng->param_nvme, g, eng->part.begin, &g->read);
+      if (rc == -ENOMEM && g->read == NULL) {
+        /* The pinned budget is full: the read waits for the fetch. */
+        zt__err_clear(&eng->err);
+        break;
+      }
+      if (g->read) pf->staged_bytes += g->read->bytes;
+      ZT_TRY(rc);
+    }
+    pf->considered++;
+  }
+  return 0;
+}
+
+int zt__prefetch_keep(zt_engine_t *eng, const zt__group_t *g) {
+  zt__prefetch_t *pf = &eng->prefetch;
+  if (!pf->following || pf->live_bytes > eng->cfg.max_live_bytes) return 0;
+  size_t gi = (size_t)(g - eng->part.groups), between = 0;
+  for (size_t j = pf->pos; j < pf->n_trace; j++) {
+    if (pf->trace[j] == (int)gi) return 1;
+    between += gathered_bytes(eng, &eng->part.groups[pf->trace[j]]);
+    if (between > eng->cfg.prefetch_bytes) return 0;
+  }
+  return 0;
+}
+
+void zt__prefetch_step_begin(zt_engine_t *eng) {
+  drop_reads(eng);
+  for (size_t i = 0; i < eng->part.n_groups; i++)
+    if (eng->part.groups[i].kept) zt__part_drop(eng, &eng->part.groups[i], 0);
+}
+
+int zt__prefetch_step_end(zt_engine_t *eng) {
+  zt__prefetch_t *pf = &eng->prefetch;
+  int same = pf->following && pf->pos == pf->n_trace;
+  if (!same) {
+    /* Fewer fetches than the trace: an order change too. */
+    if (pf->following && pf->n_trace) pf->trace_changes++;
+    int *t = pf->trace;
+    size_t cap = pf->cap_trace;
+    pf->trace = pf->rec;
+    pf->cap_trace = pf->cap_rec;
+    pf->n_trace = pf->n_rec;
+    pf->rec = t;
+    pf->cap_rec = cap;
+  }
+  pf->n_rec = 0;
+  pf->pos = pf->considered = 0;
+  pf->following = pf->n_trace > 0;
+  return zt__prefetch_ahead(eng);
+}
+
+void zt__prefetch_free(zt_engine_t *eng) {
+  drop_reads(eng);
+  free(eng->prefetch.trace);
+  free(eng->prefetch.rec);
+  memset(&eng->prefetch, 0, sizeof eng->prefetch);
+}

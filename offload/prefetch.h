@@ -1,0 +1,88 @@
+/*
+ * prefetch.h — the prefetch scheduler of stage 3 (offload/prefetch.c).
+ *
+ * An iteration is what the loop does between two zt_step() calls. The first
+ * records the order of its zt_fetch() calls (the trace). Each later one is
+ * followed along the trace, and while it matches:
+ *   - the groups coming next are read ahead from the parameter tier (nvme:
+ *     NVMe → pinned) as far as prefetch_bytes of reads in flight or landed
+ *     allows (at least the next group), so zt_fetch finds them landed and
+ *     only all-gathers;
+ *   - a group released while the trace uses it again within prefetch_bytes
+ *     of fetches is kept gathered rather than dropped and fetched again, as
+ *     long as the gathered groups held stay within max_live_bytes (kept
+ *     groups are dropped first when a fetch needs the room).
+ * A fetch that differs from the trace (a branch, generation, another number
+ * of layers), or an iteration that ends early, is an order change: the
+ * reads in flight are drained and dropped, nothing more is read ahead or
+ * kept, and the iteration's own order becomes the trace at the next step.
+ *
+ * The decisions depend only on the trace, the sizes and the two budgets,
+ * which every rank shares (fetches are agreed on, partition.c), so every
+ * rank keeps and gathers alike: whether a fetch gathers is part of the
+ * collective.
+ *
+ * Threading: the engine's calls only, one at a time.
+ */
+#ifndef ZT_PREFETCH_H
+#define ZT_PREFETCH_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "internal.h" // defines: ZT_INTERNAL, zt_engine_t
+
+struct zt__group;
+struct zt__param_read;
+
+typedef struct zt__prefetch {
+  int *trace;          /* group ids of the recorded iteration            */
+  size_t n_trace, cap_trace;
+  int *rec;            /* this iteration's fetches so far                */
+  size_t n_rec, cap_rec;
+  int following;       /* this iteration has matched the trace so far    */
+  size_t pos;          /* this iteration's fetches: the next trace entry */
+  size_t considered;   /* trace entries before it were read ahead        */
+  size_t staged_bytes; /* pinned bytes of reads in flight or landed      */
+  size_t live_bytes;   /* gathered parameters held, fetched or kept      */
+
+  /* zt_stats */
+  uint64_t fetches;       /* zt_fetch calls at stage 3                   */
+  uint64_t gathers;       /* of them, those that gathered                */
+  uint64_t read_ahead;    /* of those, with their read issued ahead      */
+  uint64_t kept_hits;     /* fetches of a group kept since its release   */
+  uint64_t trace_changes; /* order changes seen                          */
+  double stall_seconds;   /* time the caller spent inside zt_fetch       */
+  size_t peak_live_bytes;
+} zt__prefetch_t;
+
+/* zt_fetch of g, once the ranks agreed on it: follows or records the trace
+ * (an order change drains the reads ahead). */
+ZT_INTERNAL int zt__prefetch_note(zt_engine_t *eng, struct zt__group *g);
+
+/* Before g is gathered: drops kept groups (not fetched ones) until g's
+ * gathered bytes fit max_live_bytes, or none is left to drop. */
+ZT_INTERNAL void zt__prefetch_make_room(zt_engine_t *eng, const struct zt__group *g);
+
+/* The parameter tier nvme: g's part of the shard, landed; read now when it
+ * was not read ahead. The caller frees it (zt__param_nvme_read_free). */
+ZT_INTERNAL int zt__prefetch_take(zt_engine_t *eng, struct zt__group *g,
+                                  struct zt__param_read **out);
+
+/* Starts the reads of the groups coming next (see above). */
+ZT_INTERNAL int zt__prefetch_ahead(zt_engine_t *eng);
+
+/* g's last release: 1 when it is kept gathered (see above). */
+ZT_INTERNAL int zt__prefetch_keep(zt_engine_t *eng, const struct zt__group *g);
+
+/* zt_step: before the update, every read ahead is dropped and every kept
+ * group too (their parameters are about to change); after it, the
+ * iteration ends (its order becomes the trace when it changed) and the
+ * first groups of the next are read ahead. */
+ZT_INTERNAL void zt__prefetch_step_begin(zt_engine_t *eng);
+ZT_INTERNAL int zt__prefetch_step_end(zt_engine_t *eng);
+
+/* Engine destroy: reads drained and freed, the trace freed. */
+ZT_INTERNAL void zt__prefetch_free(zt_engine_t *eng);
+
+#endif /* ZT_PREFETCH_H */

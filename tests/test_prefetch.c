@@ -1,0 +1,275 @@
+/*
+ * test_prefetch.c — stage 3's parameter tiers and the prefetch scheduler on
+ * one rank (test_zero.c runs every tier pairing on 1 to 4 ranks against the
+ * reference): reads ahead and groups kept once the order is traced, what
+ * zt_stats says of them, a fetch order that changes mid-run, an I/O error
+ * in a fetch, and configs that cannot work.
+ *
+ * The model is laid out as llm.c lays out its layers: tensor W is [L, 3001]
+ * and tensor B is [L, 97], so layer l is two slices far apart. Gradients
+ * depend on the step and the element only, so runs that fetch in the same
+ * order must end bit-identical whatever the tiers.
+ *
+ * It reaches into the engine (engine.h, param_nvme.h, swap.h) to install a
+ * fault hook.
+ */
+#include <string.h>
+
+#include "engine.h"
+#include "harness.h"
+#include "param_nvme.h"
+#include "swap.h"
+
+#define L 6
+#define WN 3001
+#define BN 97
+#define NUMEL (L * (WN + BN))
+#define LAYER_BYTES ((WN + BN) * 2) /* bf16 */
+
+static zt_unit_t units[2 * L];
+
+static void make_units(void) {
+  for (int l = 0; l < L; l++) {
+    units[2 * l] = (zt_unit_t){NULL, (size_t)l * WN, WN, l, 1, ZT_BF16};
+    units[2 * l + 1] = (zt_unit_t){NULL, (size_t)L * WN + (size_t)l * BN, BN, l, 0, ZT_BF16};
+  }
+}
+
+static zt_config_t config(zt_tier_t ptier) {
+  zt_config_t cfg = t_config();
+  cfg.stage = 3;
+  cfg.param_tier = ptier;
+  cfg.chunk_bytes = 8192;
+  cfg.prefetch_bytes = 40 << 10;           /* about two layers of reads */
+  cfg.max_live_bytes = 3 * LAYER_BYTES + 1; /* three layers gathered   */
+  snprintf(cfg.swap_path, sizeof cfg.swap_path, "%s", t_swap_dir());
+  return cfg;
+}
+
+static zt_engine_t *make_engine(const zt_config_t *cfg) {
+  make_units();
+  zt_engine_t *eng = t_engine(cfg);
+  uint16_t *p = malloc(NUMEL * 2);
+  t_rng_t rng;
+  t_rng_init(&rng, t_seed() ^ 0x77);
+  t_fill_normal(p, ZT_BF16, NUMEL, 0.5, &rng);
+  void *dp = t_buf_alloc(eng, NUMEL * 2);
+  t_buf_upload(eng, dp, p, NUMEL * 2);
+  T_OK(zt_register_units(eng, dp, NULL, NUMEL, ZT_BF16, ZT_FP32, units, 2 * L), eng);
+  t_buf_free(eng, dp, NUMEL * 2); /* stage 3 owns them now */
+  free(p);
+  return eng;
+}
+
+/* One iteration: the forward fetches `order`, the backward the reverse,
+ * each layer's gradients a function of (t, element); then the step. The
+ * forward's and backward's fetched values must agree. */
+static int iteration(zt_engine_t *eng, const int *order, int n, int t) {
+  uint64_t seen[L] = {0};
+  for (int k = 0; k < n; k++) {
+    void *ptr[2];
+    int got = zt_fetch(eng, order[k], ptr, 2);
+    if (got < 0) return got;
+    uint16_t w[WN];
+    t_buf_download(eng, w, ptr[0], sizeof w);
+    seen[order[k]] = t_hash(w, sizeof w);
+    T_OK(zt_release(eng, order[k]), eng);
+  }
+  for (int k = n - 1; k >= 0; k--) {
+    int l = order[k];
+    void *ptr[2], *gp[2];
+    int got = zt_fetch(eng, l, ptr, 2);
+    if (got < 0) return got;
+    uint16_t w[WN];
+    t_buf_download(eng, w, ptr[0], sizeof w);
+    assert_true(t_hash(w, sizeof w) == seen[l]);
+    assert_int_equal(zt_grads(eng, l, gp, 2), 2);
+    float g[WN];
+    for (int u = 0; u < 2; u++) {
+      size_t cnt = u ? BN : WN, off = units[2 * l + u].offset;
+      t_buf_download(eng, g, gp[u], cnt * 4);
+      t_rng_t rng;
+      t_rng_init(&rng, t_seed() ^ ((uint64_t)t << 32) ^ off);
+      for (size_t i = 0; i < cnt; i++) g[i] += (float)(t_rng_normal(&rng) * 0.01);
+      t_buf_upload(eng, gp[u], g, cnt * 4);
+    }
+    T_OK(zt_grads_ready(eng, l), eng);
+    T_OK(zt_release(eng, l), eng);
+  }
+  zt_step_args_t a = ZT_STEP_ARGS_INIT;
+  a.lr = 1e-2f;
+  a.weight_decay = 0.1f;
+  a.t = (uint64_t)t;
+  return zt_step(eng, &a, NULL);
+}
+
+/* Every layer's parameters, fetched, in the registered layout. */
+static void read_back(zt_engine_t *eng, uint16_t *out) {
+  for (int l = 0; l < L; l++) {
+    void *ptr[2];
+    assert_int_equal(zt_fetch(eng, l, ptr, 2), 2);
+    t_buf_download(eng, out + units[2 * l].offset, ptr[0], WN * 2);
+    t_buf_download(eng, out + units[2 * l + 1].offset, ptr[1], BN * 2);
+    T_OK(zt_release(eng, l), eng);
+  }
+}
+
+static const int forward[L] = {0, 1, 2, 3, 4, 5};
+/* A branch: layer 2 skipped, layer 4 run twice. */
+static const int branch[L] = {0, 1, 3, 4, 4, 5};
+
+/* The iterations' orders: a plan of (order, length) per step. */
+typedef struct step_plan {
+  const int *order;
+  int n;
+} step_plan_t;
+
+static void run_plan(zt_tier_t ptier, const step_plan_t *plan, int steps, uint16_t *out,
+                     zt_stats_t *st) {
+  zt_config_t cfg = config(ptier);
+  zt_engine_t *eng = make_engine(&cfg);
+  for (int t = 1; t <= steps; t++)
+    T_OK(iteration(eng, plan[t - 1].order, plan[t - 1].n, t), eng);
+  *st = (zt_stats_t)ZT_STATS_INIT;
+  T_OK(zt_stats(eng, st), eng);
+  read_back(eng, out);
+  zt_engine_destroy(eng);
+}
+
+/* Once traced, every gather's read was issued ahead; the last layer of the
+ * forward is kept for the backward instead of fetched again; the gathered
+ * bytes stay within max_live_bytes; the results are those of the device
+ * tier, bit for bit. */
+static void test_read_ahead_and_keep(void **state) {
+  enum { STEPS = 4 };
+  step_plan_t plan[STEPS];
+  for (int t = 0; t < STEPS; t++) plan[t] = (step_plan_t){forward, L};
+  uint16_t *want = malloc(NUMEL * 2), *got = malloc(NUMEL * 2), *host = malloc(NUMEL * 2);
+  zt_stats_t dev, nv, ho;
+  run_plan(ZT_TIER_DEVICE, plan, STEPS, want, &dev);
+  run_plan(ZT_TIER_NVME, plan, STEPS, got, &nv);
+  run_plan(ZT_TIER_HOST, plan, STEPS, host, &ho);
+  t_expect_same("param_tier nvme vs device", got, want, 2, NUMEL);
+  t_expect_same("param_tier host vs device", host, want, 2, NUMEL);
+  printf("# nvme: %llu fetches, %llu gathers, %llu read ahead, %llu kept, %llu changes, "
+         "peak live %llu of %d, stall %.4f s, read %llu, written %llu\n",
+         (unsigned long long)nv.fetches, (unsigned long long)nv.fetch_gathers,
+         (unsigned long long)nv.fetch_read_ahead, (unsigned long long)nv.fetch_kept,
+         (unsigned long long)nv.trace_changes, (unsigned long long)nv.peak_live_bytes,
+         3 * LAYER_BYTES + 1, nv.fetch_stall_seconds,
+         (unsigned long long)nv.param_read_bytes, (unsigned long long)nv.param_write_bytes);
+  assert_int_equal(nv.fetches, STEPS * 2 * L);
+  assert_int_equal(nv.trace_changes, 0);
+  /* The first iteration records: every fetch gathers, nothing read ahead. */
+  uint64_t later = nv.fetch_gathers - 2 * L;
+  assert_int_equal(nv.fetch_read_ahead, later);
+  assert_true(nv.fetch_kept >= STEPS - 1);
+  assert_int_equal(nv.fetch_kept + nv.fetch_gathers, nv.fetches);
+  assert_true(nv.peak_live_bytes <= 3 * LAYER_BYTES + 1);
+  assert_true(nv.fetch_stall_seconds > 0.0);
+  /* Reads cover at least the gathered layers; writes are the shard once
+   * at registration and once per step. */
+  assert_true(nv.param_read_bytes >= nv.fetch_gathers * (uint64_t)LAYER_BYTES);
+  assert_int_equal(nv.param_write_bytes, (STEPS + 1) * (uint64_t)NUMEL * 2);
+  /* The device and host tiers make the same decisions. */
+  assert_int_equal(dev.fetch_gathers, nv.fetch_gathers);
+  assert_int_equal(ho.fetch_kept, nv.fetch_kept);
+  assert_int_equal(dev.fetch_read_ahead, 0);
+  free(want);
+  free(got);
+  free(host);
+}
+
+/* The order changes mid-run (a branch, then back; then an iteration that
+ * ends early): each change is seen, what was read ahead is dropped, the
+ * new order is traced and read ahead in turn, and the results equal the
+ * device tier's for the same calls. */
+static void test_order_change(void **state) {
+  enum { STEPS = 6 };
+  const step_plan_t plan[STEPS] = {{forward, L}, {forward, L}, {branch, L},
+                                   {branch, L},  {forward, L}, {forward, 3}};
+  uint16_t *want = malloc(NUMEL * 2), *got = malloc(NUMEL * 2);
+  zt_stats_t dev, nv;
+  run_plan(ZT_TIER_DEVICE, plan, STEPS, want, &dev);
+  run_plan(ZT_TIER_NVME, plan, STEPS, got, &nv);
+  t_expect_same("order changes, nvme vs device", got, want, 2, NUMEL);
+  printf("# %llu changes, %llu of %llu gathers read ahead\n",
+         (unsigned long long)nv.trace_changes, (unsigned long long)nv.fetch_read_ahead,
+         (unsigned long long)nv.fetch_gathers);
+  /* forward→branch (step 3), branch→forward (5), and step 6 ends early. */
+  assert_int_equal(nv.trace_changes, 3);
+  assert_int_equal(dev.trace_changes, 3);
+  /* Steps 2 and 4 followed a trace: their gathers were read ahead. */
+  assert_true(nv.fetch_read_ahead > 0);
+  assert_true(nv.fetch_read_ahead < nv.fetch_gathers);
+  assert_int_equal(nv.read_ahead_bytes > 0, 1); /* the next forward's, after the step */
+  free(want);
+  free(got);
+}
+
+/* The hook: once failing is set, every parameter read fails with EIO. It
+ * goes in while nothing is in flight and runs as completions are reaped
+ * (one ring: inside the engine's calls), so the reads the step started
+ * ahead fail too. */
+static int failing;
+static int64_t fail_reads(void *arg, const zt__swap_hook_io_t *io, int64_t res) {
+  (void)arg;
+  return failing && !io->write ? -EIO : res;
+}
+
+/* An I/O error under a fetch whose read was issued ahead: the fetch fails
+ * naming the file and errno, and the engine refuses every later call until
+ * it is re-created (the ranks may disagree on what is gathered); destroy
+ * leaves nothing behind. */
+static void test_io_error_in_fetch(void **state) {
+  zt_config_t cfg = config(ZT_TIER_NVME);
+  zt_engine_t *eng = make_engine(&cfg);
+  zt__swap_t *sw = zt__param_nvme_swap(eng->param_nvme);
+  assert_int_equal(zt__swap_outstanding(sw), 0);
+  failing = 0;
+  zt__swap_set_hook(sw, fail_reads, NULL);
+  T_OK(iteration(eng, forward, L, 1), eng);
+  zt_stats_t st = ZT_STATS_INIT;
+  T_OK(zt_stats(eng, &st), eng);
+  assert_true(st.read_ahead_bytes > 0); /* the next forward's first layers */
+  failing = 1;
+  void *ptr[2];
+  int rc = zt_fetch(eng, 0, ptr, 2);
+  printf("# %s\n", zt_last_error(eng));
+  T_EXPECT_ERR(rc, eng, -EIO, zt__swap_path(sw, 0));
+  T_EXPECT_ERR(zt_fetch(eng, 0, ptr, 2), eng, ZT_EBROKEN, "failed part-way");
+  zt_step_args_t a = ZT_STEP_ARGS_INIT;
+  T_EXPECT_ERR(zt_step(eng, &a, NULL), eng, ZT_EBROKEN, "failed part-way");
+  zt_engine_destroy(eng);
+  failing = 0;
+}
+
+/* Configs that cannot work are refused at once, naming both keys. */
+static void test_bad_config(void **state) {
+  zt_config_t cfg = config(ZT_TIER_HOST);
+  cfg.stage = 2;
+  zt_engine_t *eng = NULL;
+  T_EXPECT_ERR(zt_engine_create(&cfg, &eng), NULL, ZT_ECONFIG, "'param_tier'");
+  assert_non_null(strstr(zt_last_error(NULL), "stage"));
+  cfg = config(ZT_TIER_NVME);
+  cfg.swap_path[0] = '\0';
+  T_EXPECT_ERR(zt_engine_create(&cfg, &eng), NULL, ZT_ECONFIG, "swap_path");
+  assert_null(eng);
+  zt_config_t c2 = ZT_CONFIG_INIT;
+  T_EXPECT_ERR(zt_config_set(&c2, "prefetch_bytes", "-1"), NULL, ZT_ECONFIG,
+               "prefetch_bytes");
+  T_OK(zt_config_parse(&c2, "{\"stage\": 3, \"param_tier\": \"host\", "
+                            "\"max_live_bytes\": \"256MiB\"}"),
+       NULL);
+  assert_int_equal(c2.max_live_bytes, 256u << 20);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_read_ahead_and_keep),
+      cmocka_unit_test(test_order_change),
+      cmocka_unit_test(test_io_error_in_fetch),
+      cmocka_unit_test(test_bad_config),
+  };
+  return T_RUN(tests);
+}
