@@ -32,10 +32,9 @@
 #include <unistd.h>
 
 #include "common.h"
-#include "disk.h"     // defines: zt_bench_swap_pass
+#include "disk.h"     // defines: zt_bench_disk_rates
 #include "internal.h"   // defines: zt__now, zt__dtype_size
 #include "optim_math.h" // defines: zt_f32_to_bf16_rne, zt_f32_to_f16_rne
-#include "swap.h"     // defines: zt__swap_*
 #include "ztier.h"
 
 static const char *const dtype_names[] = {"fp32", "bf16", "fp16", NULL};
@@ -159,50 +158,6 @@ static int check_tiers(const zt_config_t *nvme, zt_dtype_t dt) {
   return rc ? 1 : 0;
 }
 
-/* The swap engine's best whole-space write and read (GB/s) over `space`
- * bytes of a scratch space in `path`, with the engine's block and depth. */
-static int disk_rates(const zt_config_t *cfg, const char *path, size_t space, double *w,
-                      double *r) {
-  const char *paths[1] = {path};
-  char name[64];
-  snprintf(name, sizeof name, "bench-offload-%ld", (long)getpid());
-  size_t block = cfg->swap_block_bytes;
-  space = space / block * block;
-  if (space < block) space = block;
-  zt__swap_config_t sc = ZT__SWAP_CONFIG_INIT;
-  sc.paths = paths;
-  sc.n_paths = 1;
-  sc.name = name;
-  sc.bytes = space;
-  sc.block_size = 1u << 20;
-  sc.stripe_bytes = block;
-  sc.queue_depth = (unsigned)cfg->swap_queue_depth;
-  size_t region_bytes = block * (size_t)cfg->swap_queue_depth;
-  if (region_bytes > ((size_t)1 << 30)) region_bytes = (size_t)1 << 30;
-  char *region = NULL;
-  zt__err_t err;
-  memset(&err, 0, sizeof err);
-  zt__swap_t *sw = NULL;
-  int rc = zt__swap_create(&sc, &err, &sw);
-  if (rc == 0) rc = zt__swap_buf_alloc(sw, region_bytes, (void **)&region);
-  if (rc < 0) {
-    fprintf(stderr, "%s: the disk's scratch space: %s\n", prog,
-            err.msg[0] ? err.msg : strerror(-rc));
-    zt__swap_destroy(sw);
-    return 1;
-  }
-  fill(region, ZT_FP32, region_bytes / 4, 1.0, 42);
-  unsigned qd = (unsigned)cfg->swap_queue_depth;
-  double tw = zt_bench_swap_pass(sw, 1, space, block, qd, region, region_bytes);
-  double tr = tw < 0 ? -1 : zt_bench_swap_pass(sw, 0, space, block, qd, region, region_bytes);
-  zt__swap_buf_free(region);
-  zt__swap_destroy(sw);
-  if (tw <= 0 || tr <= 0) return 1;
-  *w = (double)space / tw / 1e9;
-  *r = (double)space / tr / 1e9;
-  return 0;
-}
-
 static double max_d(double a, double b) { return a > b ? a : b; }
 
 int zt_bench_offload_main(int argc, char **argv) {
@@ -259,7 +214,7 @@ int zt_bench_offload_main(int argc, char **argv) {
   if (disk > states) disk = (size_t)states;
   double w0 = 0, r0 = 0, w1 = 0, r1 = 0, per_param = 0;
   if (!json) zt_bench_progress("disk: scratch write and read of %zu bytes", disk);
-  if (disk_rates(&cfg, path, disk, &w0, &r0)) return 1;
+  if (zt_bench_disk_rates(prog, &cfg, path, disk, &w0, &r0)) return 1;
 
   if (!json) zt_bench_progress("registering %zu parameters: writing %llu bytes of states", n,
                                (unsigned long long)states);
@@ -284,7 +239,7 @@ int zt_bench_offload_main(int argc, char **argv) {
   model_close(&md);
 
   if (!json) zt_bench_progress("disk again, and the in-memory step");
-  if (disk_rates(&cfg, path, disk, &w1, &r1)) return 1;
+  if (zt_bench_disk_rates(prog, &cfg, path, disk, &w1, &r1)) return 1;
   if (memory_rate(&cfg, n, dt, &per_param)) return 1;
   if (!json) zt_bench_progress_end();
 

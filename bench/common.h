@@ -28,6 +28,7 @@
 int zt_bench_adam_main(int argc, char **argv);
 int zt_bench_nvme_main(int argc, char **argv);
 int zt_bench_offload_main(int argc, char **argv);
+int zt_bench_stage3_main(int argc, char **argv);
 
 /* ---- flags ------------------------------------------------------------------ */
 

@@ -6,7 +6,8 @@
 
 #include <stddef.h>
 
-#include "swap.h" // defines: zt__swap_t
+#include "swap.h"  // defines: zt__swap_t
+#include "ztier.h" // defines: zt_config_t
 
 /* One whole-space pass with `qd` requests of `block` bytes in flight, each
  * in its own slot of `block` bytes of `region` (region_bytes of page-aligned
@@ -15,5 +16,11 @@
  * or -1 with a message on stderr. */
 double zt_bench_swap_pass(zt__swap_t *sw, int write, size_t space, size_t block, unsigned qd,
                           char *region, size_t region_bytes);
+
+/* The swap engine's best whole-space write and read (GB/s, into *w and *r)
+ * over `space` bytes of a scratch space in `path`, with cfg's swap block
+ * and queue depth. Returns 0, or 1 with a message naming `prog`. */
+int zt_bench_disk_rates(const char *prog, const zt_config_t *cfg, const char *path,
+                        size_t space, double *w, double *r);
 
 #endif /* ZT_BENCH_DISK_H */

@@ -162,12 +162,12 @@ static const keydef_t keys[] = {
      .doc = "where this rank's shard of the parameters lives between uses at stage 3: "
             "`device`, `host` (pinned host memory) or `nvme` (a swap file in "
             "swap_path, read by zt_fetch() and ahead of it, written by each step)"},
-    {FIELD(prefetch_bytes), .type = T_SIZE, .lo = 0, .hi = 1024.0 * GiB, .align = 1,
+    {FIELD(prefetch_bytes), .type = T_SIZE, .lo = 0, .hi = 18446744073709551615.0, .align = 1,
      .doc = "stage 3: bytes of the coming groups' parameter shards read ahead of "
             "zt_fetch() (in flight or landed) at most, in pinned memory; a released "
             "group the recorded order uses again within this many bytes of fetches is "
             "kept gathered. 0: no reading ahead, nothing kept"},
-    {FIELD(max_live_bytes), .type = T_SIZE, .lo = 0, .hi = 1024.0 * GiB, .align = 1,
+    {FIELD(max_live_bytes), .type = T_SIZE, .lo = 0, .hi = 18446744073709551615.0, .align = 1,
      .doc = "stage 3: gathered parameters that the prefetch scheduler keeps after their "
             "release, at most, counting the fetched groups; the loop's own fetches are "
             "never refused"},

@@ -71,6 +71,7 @@ static const tkey_t tkeys[] = {
     {AT(nccl_id_timeout_s), K_NUM, {0}, 0},
     {AT(optimizer), K_ENUM, {"adamw", "adam"}, 2},
     {AT(optimizer_tier), K_ENUM, {"device", "host"}, 2},
+    /* "host" and "nvme" need stage 3 (and nvme swap_path): test_combinations. */
     {AT(param_tier), K_ENUM, {"device"}, 1},
     {AT(rounding), K_ENUM, {"nearest", "stochastic"}, 2},
     {AT(seed), K_U64, {0}, 0},
@@ -93,6 +94,8 @@ static const tkey_t tkeys[] = {
     {AT(swap_queue_depth), K_INT, {0}, 0},
     {AT(swap_rings), K_INT, {0}, 0},
     {AT(swap_sqpoll), K_INT, {0}, 0},
+    {AT(prefetch_bytes), K_SIZE, {0}, 0},
+    {AT(max_live_bytes), K_SIZE, {0}, 0},
 };
 #define N_TKEYS (sizeof tkeys / sizeof tkeys[0])
 
@@ -976,8 +979,8 @@ static void test_ranges(void **state) {
       {"optimizer_tier", "\"host\"", "host", 1, NULL},
       {"optimizer_tier", "\"nvme\"", "nvme", 0, "swap_path is empty"},
       {"optimizer_tier", "\"disk\"", "disk", 0, "\"disk\""},
-      {"param_tier", "\"host\"", "host", 0, "not supported by this version"},
-      {"param_tier", "\"nvme\"", "nvme", 0, "not supported by this version"},
+      {"param_tier", "\"host\"", "host", 0, "expected stage 3"},
+      {"param_tier", "\"nvme\"", "nvme", 0, "expected stage 3"},
       {"comm", "\"mpi\"", "mpi", 1, NULL},
       {"comm", "\"single\"", "single", 1, NULL},
       {"comm", "\"auto\"", "auto", 1, NULL},

@@ -36,6 +36,8 @@ static const command_t benches[] = {
      "the io_uring swap engine against fio on the same disk, and the settings to use"},
     {"offload", zt_bench_offload_main,
      "an optimizer step with its states on NVMe against the disk and the in-memory step"},
+    {"stage3", zt_bench_stage3_main,
+     "a stage-3 loop with parameters on host or NVMe: time stalled in zt_fetch"},
 };
 
 #define COUNT(a) (sizeof(a) / sizeof((a)[0]))

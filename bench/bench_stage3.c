@@ -1,0 +1,314 @@
+/*
+ * bench/bench_stage3.c — `ztier bench stage3`: a synthetic stage-3 loop
+ * whose parameter shards live in the host or NVMe tier. Each iteration
+ * fetches every layer, "computes" for --compute-ms (the thread sleeps, as
+ * a loop waiting on its GPU would), and releases it; then the backward does
+ * the same in reverse and hands each layer's gradients over; then zt_step.
+ *
+ *   stall_fraction = time inside zt_fetch / time of the forward and backward
+ *   fetch_gbps     = parameter bytes read from the tier / that same time
+ *
+ * (medians over the iterations after the first, which records the trace).
+ * The limit is measured in the same run: the swap engine's best read of the
+ * same directory, and from it the time the disk needs for one layer's
+ * shard; the prefetch scheduler can hide the reads when that is at most
+ * --compute-ms. zt_step's own time (writing the updated shards back) is
+ * printed apart.
+ *
+ * Before timing, two iterations of a small model in the chosen tier must
+ * leave the device tier's parameters bit for bit; no figure otherwise.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "common.h"
+#include "disk.h"       // defines: zt_bench_disk_rates
+#include "internal.h"   // defines: zt__now
+#include "optim_math.h" // defines: zt_f32_to_bf16_rne
+#include "ztier.h"
+
+static const char *prog = "ztier bench stage3";
+static const char *const tier_names[] = {"host", "nvme", NULL};
+static const zt_tier_t tier_of[] = {ZT_TIER_HOST, ZT_TIER_NVME};
+
+#define MAX_ITERS 64
+
+typedef struct loop {
+  zt_engine_t *eng;
+  int layers;
+  size_t layer_params;
+  double compute_s;
+} loop_t;
+
+static void fill_bf16(uint16_t *p, size_t n, uint64_t seed, double scale) {
+  uint64_t x = seed | 1;
+  for (size_t i = 0; i < n; i++) {
+    x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+    p[i] = zt_f32_to_bf16_rne((float)(scale * ((double)(x >> 11) / 9007199254740992.0 - 0.5)));
+  }
+}
+
+static void compute(double s) {
+  if (s <= 0) return;
+  struct timespec ts = {(time_t)s, (long)((s - (double)(time_t)s) * 1e9)};
+  nanosleep(&ts, NULL);
+}
+
+/* One layer per group, bf16 parameters and gradients. */
+static int loop_open(loop_t *lp, const zt_config_t *cfg, int layers, size_t layer_params,
+                     double compute_s) {
+  memset(lp, 0, sizeof *lp);
+  lp->layers = layers;
+  lp->layer_params = layer_params;
+  lp->compute_s = compute_s;
+  size_t n = (size_t)layers * layer_params;
+  zt_unit_t *units = calloc((size_t)layers, sizeof *units);
+  uint16_t *params = malloc(n * 2);
+  int rc = units && params ? 0 : -1;
+  if (rc == 0) {
+    for (int l = 0; l < layers; l++)
+      units[l] = (zt_unit_t){NULL, (size_t)l * layer_params, layer_params, l, 1, ZT_BF16};
+    fill_bf16(params, n, 0x9e3779b97f4a7c15ull, 2.0);
+    rc = zt_engine_create(cfg, &lp->eng);
+  }
+  if (rc == 0)
+    rc = zt_register_units(lp->eng, params, NULL, n, ZT_BF16, ZT_BF16, units, (size_t)layers);
+  if (rc < 0) fprintf(stderr, "%s: %s\n", prog, zt_last_error(lp->eng));
+  free(units);
+  free(params); /* stage 3 owns the parameters now */
+  return rc < 0 ? 1 : 0;
+}
+
+static void loop_close(loop_t *lp) {
+  zt_engine_destroy(lp->eng);
+  lp->eng = NULL;
+}
+
+static int fail(loop_t *lp, const char *what) {
+  fprintf(stderr, "%s: %s: %s\n", prog, what, zt_last_error(lp->eng));
+  return 1;
+}
+
+/* Forward and backward; *loop_s their time, *step_s zt_step's. Gradients
+ * are small values from the iteration and layer (not zeros). */
+static int iteration(loop_t *lp, uint64_t t, uint16_t *grad_host, double *loop_s,
+                     double *step_s) {
+  void *ptr[1];
+  double t0 = zt__now();
+  for (int l = 0; l < lp->layers; l++) {
+    if (zt_fetch(lp->eng, l, ptr, 1) < 0) return fail(lp, "zt_fetch");
+    compute(lp->compute_s);
+    if (zt_release(lp->eng, l) < 0) return fail(lp, "zt_release");
+  }
+  for (int l = lp->layers - 1; l >= 0; l--) {
+    if (zt_fetch(lp->eng, l, ptr, 1) < 0) return fail(lp, "zt_fetch");
+    compute(lp->compute_s);
+    void *g[1];
+    if (zt_grads(lp->eng, l, g, 1) < 0) return fail(lp, "zt_grads");
+    fill_bf16(grad_host, lp->layer_params, t * 1000003u + (uint64_t)l, 0.02);
+    memcpy(g[0], grad_host, lp->layer_params * 2); /* host backend */
+    if (zt_grads_ready(lp->eng, l) < 0) return fail(lp, "zt_grads_ready");
+    if (zt_release(lp->eng, l) < 0) return fail(lp, "zt_release");
+  }
+  double t1 = zt__now();
+  zt_step_args_t a = ZT_STEP_ARGS_INIT;
+  a.lr = 1e-4f;
+  a.t = t;
+  if (zt_step(lp->eng, &a, NULL) < 0) return fail(lp, "zt_step");
+  *loop_s = t1 - t0;
+  *step_s = zt__now() - t1;
+  return 0;
+}
+
+/* Every layer's parameters, fetched, into out. */
+static int read_back(loop_t *lp, uint16_t *out) {
+  for (int l = 0; l < lp->layers; l++) {
+    void *ptr[1];
+    if (zt_fetch(lp->eng, l, ptr, 1) < 0) return fail(lp, "zt_fetch");
+    memcpy(out + (size_t)l * lp->layer_params, ptr[0], lp->layer_params * 2);
+    if (zt_release(lp->eng, l) < 0) return fail(lp, "zt_release");
+  }
+  return 0;
+}
+
+/* Two iterations of 4 layers of 64Ki parameters in the tier, and in the
+ * device tier: the same bits. */
+static int check_tier(const zt_config_t *cfg) {
+  enum { LAYERS = 4, P = 1 << 16 };
+  zt_config_t dev = *cfg;
+  dev.param_tier = ZT_TIER_DEVICE;
+  loop_t a, b;
+  uint16_t *g = malloc(P * 2), *x = malloc((size_t)LAYERS * P * 2),
+           *y = malloc((size_t)LAYERS * P * 2);
+  int rc = g && x && y ? 0 : 1;
+  if (rc == 0) rc = loop_open(&a, cfg, LAYERS, P, 0);
+  if (rc == 0) rc = loop_open(&b, &dev, LAYERS, P, 0);
+  double s1, s2;
+  for (uint64_t t = 1; rc == 0 && t <= 2; t++) {
+    rc = iteration(&a, t, g, &s1, &s2);
+    if (rc == 0) rc = iteration(&b, t, g, &s1, &s2);
+  }
+  if (rc == 0) rc = read_back(&a, x) || read_back(&b, y);
+  if (rc == 0 && memcmp(x, y, (size_t)LAYERS * P * 2) != 0) {
+    fprintf(stderr, "%s: check failed: the parameters differ from the device tier's after "
+                    "two iterations; no figures\n",
+            prog);
+    rc = 1;
+  }
+  loop_close(&a);
+  loop_close(&b);
+  free(g);
+  free(x);
+  free(y);
+  return rc;
+}
+
+int zt_bench_stage3_main(int argc, char **argv) {
+  const char *path = NULL;
+  int layers = 24, iters = 4, tier_i = 1, json = 0;
+  size_t layer_params = (size_t)4 << 20, prefetch = 0, live = 0;
+  int compute_ms = 20;
+  const zt_bench_flag_t flags[] = {
+      {"layers", ZT_BENCH_FLAG_INT, &layers, "L", "layers, one group each (default 24)", 1,
+       4096, NULL},
+      {"layer-params", ZT_BENCH_FLAG_COUNT, &layer_params, "P",
+       "parameters per layer, bf16 (default 4Mi)", 1024, 1e10, NULL},
+      {"compute-ms", ZT_BENCH_FLAG_INT, &compute_ms, "C",
+       "milliseconds of compute per layer, forward and backward (default 20)", 0, 100000,
+       NULL},
+      {"param-tier", ZT_BENCH_FLAG_CHOICE, &tier_i, "host|nvme",
+       "where the parameter shards live (default nvme)", 0, 0, tier_names},
+      {"iters", ZT_BENCH_FLAG_INT, &iters, "N",
+       "iterations; the first records the trace and is not counted (default 4)", 2,
+       MAX_ITERS, NULL},
+      {"prefetch-bytes", ZT_BENCH_FLAG_COUNT, &prefetch, "BYTES",
+       "prefetch_bytes (default: 3 layers)", 0, 1e15, NULL},
+      {"max-live-bytes", ZT_BENCH_FLAG_COUNT, &live, "BYTES",
+       "max_live_bytes (default: 2 layers, so every fetch reads)", 0, 1e15, NULL},
+      {"path", ZT_BENCH_FLAG_STRING, &path, "DIR",
+       "directory of the swap file (required for nvme)", 0, 0, NULL},
+      {"json", ZT_BENCH_FLAG_BOOL, &json, NULL, "print one JSON object instead of a table",
+       0, 0, NULL},
+  };
+  int rc = zt_bench_parse(prog,
+                          "A stage-3 loop that fetches each layer, computes for C ms and "
+                          "releases it, with the\nparameter shards on host or NVMe: the "
+                          "time spent waiting in zt_fetch. See docs/offload.md.",
+                          argc, argv, flags, sizeof flags / sizeof flags[0]);
+  if (rc) return rc < 0 ? 0 : rc;
+  zt_tier_t tier = tier_of[tier_i];
+  if (tier == ZT_TIER_NVME && path == NULL) {
+    fprintf(stderr, "%s: --param-tier nvme needs --path DIR\n", prog);
+    return 2;
+  }
+  size_t layer_bytes = layer_params * 2;
+  zt_config_t cfg = ZT_CONFIG_INIT;
+  cfg.comm = ZT_COMM_SINGLE;
+  cfg.stage = 3;
+  cfg.param_tier = tier;
+  cfg.prefetch_bytes = prefetch ? prefetch : 3 * layer_bytes;
+  cfg.max_live_bytes = live ? live : 2 * layer_bytes;
+  if ((path && zt_config_set(&cfg, "swap_path", path) < 0) || zt_config_validate(&cfg) < 0) {
+    fprintf(stderr, "%s: %s\n", prog, zt_last_error(NULL));
+    return 2;
+  }
+
+  if (!json) zt_bench_progress("checking the %s tier against the device tier",
+                               tier_names[tier_i]);
+  if (check_tier(&cfg)) return 1;
+
+  double disk_w = 0, disk_r = 0;
+  size_t model_bytes = (size_t)layers * layer_bytes;
+  if (tier == ZT_TIER_NVME) {
+    if (!json) zt_bench_progress("disk: scratch write and read of %zu bytes", model_bytes);
+    if (zt_bench_disk_rates(prog, &cfg, path, model_bytes, &disk_w, &disk_r)) return 1;
+  }
+
+  loop_t lp;
+  if (!json) zt_bench_progress("registering %d layers of %zu parameters", layers,
+                               layer_params);
+  if (loop_open(&lp, &cfg, layers, layer_params, compute_ms / 1e3)) {
+    loop_close(&lp);
+    return 1;
+  }
+  uint16_t *g = malloc(layer_bytes);
+  double loop_s[MAX_ITERS], step_s[MAX_ITERS], stall[MAX_ITERS], gbps[MAX_ITERS],
+      frac[MAX_ITERS];
+  zt_stats_t st0 = ZT_STATS_INIT, st1 = ZT_STATS_INIT;
+  rc = g ? 0 : 1;
+  for (int k = 0; rc == 0 && k < iters; k++) {
+    if (!json) zt_bench_progress("iteration %d of %d", k + 1, iters);
+    zt_stats(lp.eng, &st0);
+    rc = iteration(&lp, (uint64_t)k + 1, g, &loop_s[k], &step_s[k]);
+    zt_stats(lp.eng, &st1);
+    stall[k] = st1.fetch_stall_seconds - st0.fetch_stall_seconds;
+    frac[k] = stall[k] / loop_s[k];
+    gbps[k] = (double)(st1.param_read_bytes - st0.param_read_bytes) / loop_s[k] / 1e9;
+  }
+  free(g);
+  zt_stats(lp.eng, &st1);
+  loop_close(&lp);
+  if (rc) return 1;
+  if (tier == ZT_TIER_NVME) {
+    /* The disk again, after: it drifts; the better figure is its limit. */
+    double w1 = 0, r1 = 0;
+    if (!json) zt_bench_progress("disk again");
+    if (zt_bench_disk_rates(prog, &cfg, path, model_bytes, &w1, &r1)) return 1;
+    if (r1 > disk_r) disk_r = r1;
+  }
+  if (!json) zt_bench_progress_end();
+
+  int n = iters - 1;
+  double m_loop = zt_bench_median(loop_s + 1, n), m_step = zt_bench_median(step_s + 1, n);
+  double m_frac = zt_bench_median(frac + 1, n), m_gbps = zt_bench_median(gbps + 1, n);
+  double compute_s = 2.0 * layers * compute_ms / 1e3;
+  double layer_read_ms = disk_r > 0 ? (double)layer_bytes / (disk_r * 1e9) * 1e3 : 0.0;
+  if (json) {
+    zt_bench_json_t j;
+    zt_bench_json_begin(&j, stdout);
+    zt_bench_json_num(&j, "stall_fraction", m_frac);
+    zt_bench_json_num(&j, "fetch_gbps", m_gbps);
+    zt_bench_json_num(&j, "loop_s", m_loop);
+    zt_bench_json_num(&j, "compute_s", compute_s);
+    zt_bench_json_num(&j, "step_s", m_step);
+    zt_bench_json_num(&j, "disk_read_gbps", disk_r);
+    zt_bench_json_num(&j, "disk_write_gbps", disk_w);
+    zt_bench_json_num(&j, "layer_read_ms", layer_read_ms);
+    zt_bench_json_num(&j, "compute_ms", compute_ms);
+    zt_bench_json_bool(&j, "disk_keeps_up", layer_read_ms <= compute_ms);
+    zt_bench_json_str(&j, "param_tier", tier_names[tier_i]);
+    zt_bench_json_int(&j, "layers", layers);
+    zt_bench_json_int(&j, "layer_params", (long long)layer_params);
+    zt_bench_json_int(&j, "prefetch_bytes", (long long)cfg.prefetch_bytes);
+    zt_bench_json_int(&j, "max_live_bytes", (long long)cfg.max_live_bytes);
+    zt_bench_json_int(&j, "fetches", (long long)st1.fetches);
+    zt_bench_json_int(&j, "fetch_gathers", (long long)st1.fetch_gathers);
+    zt_bench_json_int(&j, "fetch_read_ahead", (long long)st1.fetch_read_ahead);
+    zt_bench_json_int(&j, "fetch_kept", (long long)st1.fetch_kept);
+    zt_bench_json_int(&j, "peak_live_bytes", (long long)st1.peak_live_bytes);
+    zt_bench_json_nums(&j, "stall_fractions", frac, iters);
+    zt_bench_json_end(&j);
+    return 0;
+  }
+  printf("stage 3, %d layers of %zu bf16 parameters (%zu bytes each), shards in the %s "
+         "tier\n",
+         layers, layer_params, layer_bytes, tier_names[tier_i]);
+  printf("  prefetch_bytes %zu, max_live_bytes %zu; medians of %d iterations after the "
+         "first\n",
+         cfg.prefetch_bytes, cfg.max_live_bytes, n);
+  printf("  forward + backward   %8.3f s  (compute %.3f s)\n", m_loop, compute_s);
+  printf("  stall in zt_fetch    %8.4f of it (stall_fraction)\n", m_frac);
+  printf("  parameters read      %8.3f GB/s (fetch_gbps)\n", m_gbps);
+  if (tier == ZT_TIER_NVME)
+    printf("  disk read, same dir  %8.3f GB/s: a layer in %.2f ms, %s the %d ms of "
+           "compute\n",
+           disk_r, layer_read_ms, layer_read_ms <= compute_ms ? "within" : "beyond",
+           compute_ms);
+  printf("  zt_step              %8.3f s\n", m_step);
+  printf("  fetches %llu: %llu gathered (%llu read ahead), %llu kept\n",
+         (unsigned long long)st1.fetches, (unsigned long long)st1.fetch_gathers,
+         (unsigned long long)st1.fetch_read_ahead, (unsigned long long)st1.fetch_kept);
+  return 0;
+}
