@@ -103,6 +103,7 @@ typedef struct {
   // the optimizer: ztier's engine, the buffers registered at the first update
   zt_engine_t *engine;
   int registered;
+  int stage3; // the loop fetches the parameters: ztier owns them
 } CharLM;
 
 // ----------------------------------------------------------------------------
@@ -258,7 +259,7 @@ static void charlm_zero_grad(CharLM *model) {
 
 static void charlm_backward(CharLM *model, const int *ctx, const int *targets, int B) {
   // Lazily, as llm.c does: a model that is only evaluated never pays for them.
-  if (model->grads_memory == NULL) {
+  if (model->grads_memory == NULL && !model->stage3) {
     model->grads_memory = calloc(model->num_parameters, sizeof(float));
     point_parameters(&model->grads, model->grads_memory, model->param_sizes);
   }
@@ -284,30 +285,75 @@ static void charlm_backward(CharLM *model, const int *ctx, const int *targets, i
     }
 }
 
+// The tensors as ztier units. Groups are what a stage-3 loop fetches
+// together: the embedding, the hidden layer, the output layer.
+static int charlm_register(CharLM *model) {
+  static const int tensor_group[NUM_PARAMETER_TENSORS] = {0, 1, 1, 2, 2};
+  zt_unit_t units[NUM_PARAMETER_TENSORS];
+  size_t offset = 0;
+  for (int i = 0; i < NUM_PARAMETER_TENSORS; i++) {
+    units[i] = (zt_unit_t){tensor_names[i], offset, model->param_sizes[i], tensor_group[i],
+                           tensor_decay[i], ZT_FP32};
+    offset += model->param_sizes[i];
+  }
+  int rc = zt_register_units(model->engine, model->params_memory, model->grads_memory,
+                             model->num_parameters, ZT_FP32, ZT_FP32, units,
+                             NUM_PARAMETER_TENSORS);
+  if (rc < 0) {
+    fprintf(stderr, "charlm: zt_register_units: %s (%s)\n", zt_strerror(rc),
+            zt_last_error(model->engine));
+    return rc;
+  }
+  model->registered = 1;
+  if (model->stage3) {
+    // ztier holds the parameters now, partitioned and in their tier; the
+    // forward sees them through zt_fetch().
+    free(model->params_memory);
+    model->params_memory = NULL;
+  }
+  return 0;
+}
+
+// Stage 3: each group's units, fetched (params) or as ztier's zeroed
+// gradient buffers (grads), pointed at by the model's tensors.
+static int charlm_point_groups(CharLM *model, int grads) {
+  if (!model->stage3) return 0;
+  ParameterTensors *t = grads ? &model->grads : &model->params;
+  float **ptrs[] = {&t->wte, &t->w1, &t->b1, &t->w2, &t->b2};
+  for (int g = 0, at = 0; g < 3; g++) {
+    void *p[2];
+    int n = grads ? zt_grads(model->engine, g, p, 2) : zt_fetch(model->engine, g, p, 2);
+    if (n < 0) {
+      fprintf(stderr, "charlm: %s: %s\n", grads ? "zt_grads" : "zt_fetch",
+              zt_last_error(model->engine));
+      return -1;
+    }
+    for (int k = 0; k < n; k++) *ptrs[at + k] = p[k];
+    at += n;
+  }
+  return 0;
+}
+
+// Stage 3: the gradients handed over (grads) and the groups released.
+static int charlm_release(CharLM *model, int grads) {
+  if (!model->stage3) return 0;
+  for (int g = 0; g < 3; g++) {
+    if ((grads && zt_grads_ready(model->engine, g) < 0) || zt_release(model->engine, g) < 0) {
+      fprintf(stderr, "charlm: zt_grads_ready/zt_release: %s\n",
+              zt_last_error(model->engine));
+      return -1;
+    }
+  }
+  return 0;
+}
+
 // The update, with llm.c's gpt2_update() signature. Its AdamW loop (and the
 // lazy calloc of m and v) is gone: the buffers are registered with ztier at
 // the first call, when the gradients exist, and each call is one zt_step().
 static int charlm_update(CharLM *model, float learning_rate, float beta1, float beta2,
                          float eps, float weight_decay, int t) {
   int rc;
-  if (!model->registered) {
-    zt_unit_t units[NUM_PARAMETER_TENSORS];
-    size_t offset = 0;
-    for (int i = 0; i < NUM_PARAMETER_TENSORS; i++) {
-      units[i] = (zt_unit_t){tensor_names[i], offset, model->param_sizes[i], 0,
-                             tensor_decay[i], ZT_FP32};
-      offset += model->param_sizes[i];
-    }
-    rc = zt_register_units(model->engine, model->params_memory, model->grads_memory,
-                           model->num_parameters, ZT_FP32, ZT_FP32, units,
-                           NUM_PARAMETER_TENSORS);
-    if (rc < 0) {
-      fprintf(stderr, "charlm: zt_register_units: %s (%s)\n", zt_strerror(rc),
-              zt_last_error(model->engine));
-      return rc;
-    }
-    model->registered = 1;
-  }
+  if (!model->registered && (rc = charlm_register(model)) < 0) return rc;
   zt_step_args_t args = ZT_STEP_ARGS_INIT;
   args.lr = learning_rate;
   args.beta1 = beta1;
@@ -384,6 +430,7 @@ static float eval_loss(CharLM *model, const Text *tx, int *ctx, int *tgt,
   if (hi - lo > max_pos) hi = lo + max_pos;
   double sum = 0.0;
   size_t count = 0;
+  if (charlm_point_groups(model, 0) < 0) return NAN;
   for (size_t pos = lo; pos < hi;) {
     int b = 0;
     for (; b < model->B && pos < hi; b++, pos++)
@@ -391,6 +438,7 @@ static float eval_loss(CharLM *model, const Text *tx, int *ctx, int *tgt,
     sum += (double)charlm_forward(model, ctx, tgt, b) * b;
     count += (size_t)b;
   }
+  if (charlm_release(model, 0) < 0) return NAN;
   return (float)(sum / (double)count);
 }
 
@@ -411,6 +459,10 @@ typedef struct {
   int threads; // -1: the config's
   const char *csv;
   const char *plot;
+  int stage;              // -1: the config's
+  const char *param_tier; // NULL: the config's
+  const char *swap_path;  // NULL: the config's
+  const char *pinned_budget; // NULL: the config's
 } Options;
 
 static void usage(FILE *f) {
@@ -419,8 +471,13 @@ static void usage(FILE *f) {
           "  --text FILE             text to learn (default "
           "/usr/share/common-licenses/GPL-3)\n"
           "  --steps N               optimizer steps, >= 2 (default 300)\n"
-          "  --optimizer-tier T      device | host: where AdamW's states live "
+          "  --optimizer-tier T      device | host | nvme: where AdamW's states live "
           "(default host)\n"
+          "  --stage N               ZeRO stage 0..3 (default: the config's, 0)\n"
+          "  --param-tier T          device | host | nvme: where the parameters live "
+          "between uses (stage 3)\n"
+          "  --swap-path DIR         directory of the nvme tiers' swap files\n"
+          "  --pinned-budget BYTES   ztier's pinned host memory, e.g. 64MiB\n"
           "  --dtype D               parameter dtype: fp32 (default fp32)\n"
           "  --lr X                  learning rate (default 0.003)\n"
           "  --weight-decay X        AdamW decay of the matrices (default 0.1)\n"
@@ -470,7 +527,7 @@ static int parse_float(const char *flag, const char *s, float lo, float hi, floa
 // Returns 0, 1 for --help, or -1 on a bad command line (already reported).
 static int parse_args(int argc, char **argv, Options *o) {
   *o = (Options){"/usr/share/common-licenses/GPL-3", 300, NULL, "fp32", 3e-3f, 0.1f,
-                 64, 1337, NULL, 25, -1, NULL, NULL};
+                 64, 1337, NULL, 25, -1, NULL, NULL, -1, NULL, NULL, NULL};
   for (int i = 1; i < argc; i++) {
     const char *f = argv[i];
     if (!strcmp(f, "-h") || !strcmp(f, "--help")) return 1;
@@ -481,7 +538,8 @@ static int parse_args(int argc, char **argv, Options *o) {
     static const char *known[] = {"--text", "--steps", "--optimizer-tier", "--dtype",
                                   "--lr", "--weight-decay", "--batch", "--seed",
                                   "--config", "--every", "--threads", "--csv",
-                                  "--plot"};
+                                  "--plot", "--stage", "--param-tier", "--swap-path",
+                                  "--pinned-budget"};
     int k = -1;
     for (int j = 0; j < (int)(sizeof known / sizeof known[0]); j++)
       if (!strcmp(f, known[j])) k = j;
@@ -502,8 +560,8 @@ static int parse_args(int argc, char **argv, Options *o) {
       o->steps = (int)n;
       break;
     case 2:
-      if (strcmp(v, "device") && strcmp(v, "host"))
-        return bad_value(f, v, "device or host");
+      if (strcmp(v, "device") && strcmp(v, "host") && strcmp(v, "nvme"))
+        return bad_value(f, v, "device, host or nvme");
       o->tier = v;
       break;
     case 3:
@@ -540,6 +598,17 @@ static int parse_args(int argc, char **argv, Options *o) {
       break;
     case 11: o->csv = v; break;
     case 12: o->plot = v; break;
+    case 13:
+      if (parse_long(f, v, 0, 3, &n)) return -1;
+      o->stage = (int)n;
+      break;
+    case 14:
+      if (strcmp(v, "device") && strcmp(v, "host") && strcmp(v, "nvme"))
+        return bad_value(f, v, "device, host or nvme");
+      o->param_tier = v;
+      break;
+    case 15: o->swap_path = v; break;
+    case 16: o->pinned_budget = v; break;
     }
   }
   return 0;
@@ -628,6 +697,7 @@ static void print_sample(CharLM *model, const Text *tx, int n, uint64_t *rng) {
     }
   }
   for (int k = 0; k < CTX; k++) c[k] = tx->tokens[start - CTX + k];
+  if (charlm_point_groups(model, 0) < 0) return;
   printf("sample: \"");
   for (int k = 0; k < CTX; k++) put_visible(tx->sym[c[k]]);
   for (int i = 0; i < n; i++) {
@@ -646,16 +716,17 @@ static void print_sample(CharLM *model, const Text *tx, int n, uint64_t *rng) {
     put_visible(tx->sym[next]);
   }
   printf("\"\n");
+  charlm_release(model, 0);
 }
 
-static void print_stats(const zt_engine_t *eng, const char *tier_name) {
+static void print_stats(const zt_engine_t *eng, const char *tier_name, double train_s) {
   zt_stats_t st = {.size = sizeof st};
   int rc = zt_stats(eng, &st);
   if (rc < 0) {
     fprintf(stderr, "charlm: zt_stats: %s (%s)\n", zt_strerror(rc), zt_last_error(eng));
     return;
   }
-  char b1[32], b2[32], b3[32];
+  char b1[32], b2[32], b3[32], b4[32];
   double params_per_s = st.optimizer_seconds > 0
                             ? (double)st.params * st.steps / st.optimizer_seconds
                             : 0.0;
@@ -673,6 +744,21 @@ static void print_stats(const zt_engine_t *eng, const char *tier_name) {
   printf("  time     zt_step %.3f s, AdamW %.3f s (%.3f ms/step), %.1f Mparams/s\n",
          st.step_seconds, st.optimizer_seconds,
          st.steps ? 1e3 * st.optimizer_seconds / st.steps : 0.0, params_per_s / 1e6);
+  uint64_t swapped = st.swap_read_bytes + st.swap_write_bytes + st.param_read_bytes +
+                     st.param_write_bytes;
+  if (swapped)
+    printf("  swap     optimizer states read %s, written %s; parameters read %s, written "
+           "%s: %.2f GB/s over the run\n",
+           human_bytes(st.swap_read_bytes, b1, sizeof b1),
+           human_bytes(st.swap_write_bytes, b2, sizeof b2),
+           human_bytes(st.param_read_bytes, b3, sizeof b3),
+           human_bytes(st.param_write_bytes, b4, sizeof b4), (double)swapped / train_s / 1e9);
+  if (st.fetches)
+    printf("  fetch    %llu zt_fetch: %llu gathered (%llu read ahead), %llu kept; stall "
+           "%.3f s = %.1f%% of the run\n",
+           (unsigned long long)st.fetches, (unsigned long long)st.fetch_gathers,
+           (unsigned long long)st.fetch_read_ahead, (unsigned long long)st.fetch_kept,
+           st.fetch_stall_seconds, 100.0 * st.fetch_stall_seconds / train_s);
 }
 
 // The training loop, llm.c's shape. Fills losses[0, steps). Returns 0 or the
@@ -686,9 +772,17 @@ static int train(CharLM *model, const Text *tx, const Options *opt, uint64_t *rn
       size_t pos = CTX + random_u32(rng) % (tx->n_train - CTX);
       text_example(tx, pos, ctx + b * CTX, tgt + b);
     }
+    // Stage 3 brackets the forward and backward with the groups' fetch and
+    // release, and the backward writes into ztier's gradient buffers.
+    if (charlm_point_groups(model, 0) < 0) return -1;
     float loss = charlm_forward(model, ctx, tgt, B);
-    charlm_zero_grad(model);
+    if (model->stage3) {
+      if (charlm_point_groups(model, 1) < 0) return -1;
+    } else {
+      charlm_zero_grad(model);
+    }
     charlm_backward(model, ctx, tgt, B);
+    if (charlm_release(model, 1) < 0) return -1;
     // llm.c's betas and eps; t is 1-based.
     int rc = charlm_update(model, opt->lr, 0.9f, 0.999f, 1e-8f, opt->weight_decay,
                            step + 1);
@@ -726,10 +820,21 @@ int main(int argc, char **argv) {
     fprintf(stderr, "charlm: --config %s: %s\n", opt.config, zt_last_error(NULL));
     return 2;
   }
-  if (opt.tier && zt_config_set(&cfg, "optimizer_tier", opt.tier) < 0) {
-    fprintf(stderr, "charlm: --optimizer-tier %s: %s\n", opt.tier, zt_last_error(NULL));
-    return 2;
-  }
+  // The swap path and the stage first: the tiers are checked against them,
+  // and the budget against the tier.
+  const char *keys[] = {"swap_path", "stage", "optimizer_tier", "param_tier",
+                        "pinned_budget_bytes"};
+  const char *flags[] = {"--swap-path", "--stage", "--optimizer-tier", "--param-tier",
+                         "--pinned-budget"};
+  char stage[8];
+  snprintf(stage, sizeof stage, "%d", opt.stage);
+  const char *values[] = {opt.swap_path, opt.stage >= 0 ? stage : NULL, opt.tier,
+                          opt.param_tier, opt.pinned_budget};
+  for (int k = 0; k < 5; k++)
+    if (values[k] && zt_config_set(&cfg, keys[k], values[k]) < 0) {
+      fprintf(stderr, "charlm: %s %s: %s\n", flags[k], values[k], zt_last_error(NULL));
+      return 2;
+    }
   if (opt.threads >= 0) {
     char v[16];
     snprintf(v, sizeof v, "%d", opt.threads);
@@ -745,9 +850,8 @@ int main(int argc, char **argv) {
             opt.config ? opt.config : "");
     return 2;
   }
-  const char *tier_name = cfg.optimizer_tier == ZT_TIER_HOST     ? "host"
-                          : cfg.optimizer_tier == ZT_TIER_DEVICE ? "device"
-                                                                 : "nvme";
+  static const char *const tier_names[] = {"device", "host", "nvme"};
+  const char *tier_name = tier_names[cfg.optimizer_tier];
 
   Text tx;
   if (text_load(&tx, opt.text) < 0) return 2;
@@ -774,14 +878,21 @@ int main(int argc, char **argv) {
     failed = 1;
     goto done;
   }
+  // Stage 3 owns the parameters from the start: registered before the
+  // first forward, with no gradient buffer (zt_grads() gives them).
+  model.stage3 = cfg.stage == 3;
+  if (model.stage3 && charlm_register(&model) < 0) {
+    failed = 1;
+    goto done;
+  }
   char threads[16] = "all";
   if (cfg.threads > 0) snprintf(threads, sizeof threads, "%d", cfg.threads);
   printf("charlm: text=%s (%zu bytes, %d symbols) params=%zu ctx=%d emb=%d hidden=%d "
-         "batch=%d steps=%d lr=%g wd=%g seed=%llu dtype=%s optimizer_tier=%s "
-         "threads=%s ztier=%s\n",
+         "batch=%d steps=%d lr=%g wd=%g seed=%llu dtype=%s stage=%d optimizer_tier=%s "
+         "param_tier=%s threads=%s ztier=%s\n",
          opt.text, tx.n, tx.V, model.num_parameters, CTX, EMB, HID, opt.batch,
          opt.steps, opt.lr, opt.weight_decay, (unsigned long long)opt.seed, opt.dtype,
-         tier_name, threads, zt_version());
+         cfg.stage, tier_name, tier_names[cfg.param_tier], threads, zt_version());
   fflush(stdout);
 
   const size_t val_positions = 2048;
@@ -807,13 +918,14 @@ int main(int argc, char **argv) {
   printf("train loss %.4f -> %.4f (first and last %d steps), validation loss "
          "%.4f -> %.4f, %.1f s\n",
          first, last, w, val_before, val_after, t_train);
-  print_stats(model.engine, tier_name);
+  print_stats(model.engine, tier_name, t_train);
   print_sample(&model, &tx, 100, &rng);
 
   if (opt.plot) {
     char title[256];
-    snprintf(title, sizeof title, "charlm, %zu params, optimizer_tier=%s",
-             model.num_parameters, tier_name);
+    snprintf(title, sizeof title, "charlm, %zu params, stage %d, optimizer_tier=%s, "
+             "param_tier=%s",
+             model.num_parameters, cfg.stage, tier_name, tier_names[cfg.param_tier]);
     int p = plot_losses(opt.plot, losses, opt.steps, title);
     if (p == 1) {
       printf("plot skipped: gnuplot not installed\n");
