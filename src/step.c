@@ -255,43 +255,9 @@ static int update_host_tier(zt_engine_t *eng, const zt__adam_hp_t *hp) {
   return 0;
 }
 
-/* With param_tier "nvme" the shard's parameters are on disk between
- * steps: the nvme optimizer tier streams each window's into the file; the
- * others update them in memory, which is written out and freed after. */
-static int update_params_on_disk(zt_engine_t *eng, const zt__adam_hp_t *hp) {
-  zt__part_t *p = &eng->part;
-  int rc = 0;
-  if (eng->cfg.optimizer_tier == ZT_TIER_NVME) {
-    rc = zt__opt_nvme_step(eng->opt_nvme, hp);
-  } else {
-    ZT_TRY(zt__part_params_alloc(eng));
-    zt__adam_launch_t l = {
-        .hp = hp,
-        .master = eng->master,
-        .m = eng->m,
-        .v = eng->v,
-        .grads = p->grads,
-        .grads_first = p->begin,
-        .grad_dtype = ZT_FP32,
-        .params = p->params,
-        .params_first = p->begin,
-        .param_dtype = eng->param_dtype,
-        .segs = p->segs,
-        .n_segs = p->n_segs,
-    };
-    double t0 = zt__now();
-    if (p->n_segs) zt__cpu_adam(eng->cpu, &l);
-    eng->optimizer_seconds += zt__now() - t0;
-    rc = zt__param_nvme_put(eng->param_nvme, 0, p->end - p->begin, p->params);
-  }
-  int flushed = zt__param_nvme_flush(eng->param_nvme);
-  zt__part_params_free(eng);
-  return rc < 0 ? rc : flushed;
-}
-
-/* Stages 1 to 3: the update of this rank's shard, in its tier, then (stages
- * 1, 2) every rank's updated parameters back into every rank's buffer. */
-static int update_shard(zt_engine_t *eng, const zt__adam_hp_t *hp) {
+/* The CPU AdamW over this rank's shard, from its reduced gradient sums into
+ * part.params. */
+static void update_shard_in_memory(zt_engine_t *eng, const zt__adam_hp_t *hp) {
   zt__part_t *p = &eng->part;
   zt__adam_launch_t l = {
       .hp = hp,
@@ -307,15 +273,39 @@ static int update_shard(zt_engine_t *eng, const zt__adam_hp_t *hp) {
       .segs = p->segs,
       .n_segs = p->n_segs,
   };
+  double t0 = zt__now();
+  if (p->n_segs) zt__cpu_adam(eng->cpu, &l);
+  eng->optimizer_seconds += zt__now() - t0;
+}
+
+/* With param_tier "nvme" the shard's parameters are on disk between
+ * steps: the nvme optimizer tier streams each window's into the file; the
+ * others update them in memory, which is written out and freed after. */
+static int update_params_on_disk(zt_engine_t *eng, const zt__adam_hp_t *hp) {
+  zt__part_t *p = &eng->part;
+  int rc = 0;
+  if (eng->cfg.optimizer_tier == ZT_TIER_NVME) {
+    rc = zt__opt_nvme_step(eng->opt_nvme, hp);
+  } else {
+    ZT_TRY(zt__part_params_alloc(eng));
+    update_shard_in_memory(eng, hp);
+    rc = zt__param_nvme_put(eng->param_nvme, 0, p->end - p->begin, p->params);
+  }
+  int flushed = zt__param_nvme_flush(eng->param_nvme);
+  zt__part_params_free(eng);
+  return rc < 0 ? rc : flushed;
+}
+
+/* Stages 1 to 3: the update of this rank's shard, in its tier, then (stages
+ * 1, 2) every rank's updated parameters back into every rank's buffer. */
+static int update_shard(zt_engine_t *eng, const zt__adam_hp_t *hp) {
   if (eng->param_nvme) {
     ZT_TRY(update_params_on_disk(eng, hp));
   } else if (eng->cfg.optimizer_tier == ZT_TIER_NVME) {
     /* The swapper times its own update and copies. */
     ZT_TRY(zt__opt_nvme_step(eng->opt_nvme, hp));
-  } else if (p->n_segs) {
-    double t0 = zt__now();
-    zt__cpu_adam(eng->cpu, &l);
-    eng->optimizer_seconds += zt__now() - t0;
+  } else {
+    update_shard_in_memory(eng, hp);
   }
   double t1 = zt__now();
   /* Stage 3 gathers when a group is fetched, not after the step. */

@@ -386,13 +386,20 @@ static void check_run(const run_t *rc) {
 
 static void w_bitwise(void **state) {
   const run_t runs[] = {
-      {1, ZT_TIER_DEVICE, ZT_FP32, ZT_FP32, 1, 0, 0, 0}, {2, ZT_TIER_DEVICE, ZT_FP32, ZT_FP32, 1, 0, 0, 0},
-      {1, ZT_TIER_HOST, ZT_BF16, ZT_BF16, 1, 0, 0, 0},   {2, ZT_TIER_HOST, ZT_BF16, ZT_BF16, 1, 1, 0, 0},
-      {2, ZT_TIER_DEVICE, ZT_FP16, ZT_FP32, 1, 1, 0, 0}, {1, ZT_TIER_DEVICE, ZT_BF16, ZT_FP32, 1, 0, 0, 0},
-      {2, ZT_TIER_HOST, ZT_FP32, ZT_FP32, 1, 1, 1, 0},  {3, ZT_TIER_DEVICE, ZT_FP32, ZT_FP32, 1, 1, 1, 0},
-      {3, ZT_TIER_HOST, ZT_BF16, ZT_BF16, 1, 1, 1, 0},  {3, ZT_TIER_DEVICE, ZT_FP16, ZT_FP32, 1, 0, 1, 0},
-      {1, ZT_TIER_NVME, ZT_FP32, ZT_FP32, 1, 0, 0, 0},   {2, ZT_TIER_NVME, ZT_BF16, ZT_BF16, 1, 1, 0, 0},
-      {3, ZT_TIER_NVME, ZT_FP16, ZT_FP32, 1, 1, 1, 0},   {2, ZT_TIER_NVME, ZT_FP32, ZT_FP32, 4, 0, 0, 0},
+      {1, ZT_TIER_DEVICE, ZT_FP32, ZT_FP32, 1, 0, 0, 0},
+      {2, ZT_TIER_DEVICE, ZT_FP32, ZT_FP32, 1, 0, 0, 0},
+      {1, ZT_TIER_HOST, ZT_BF16, ZT_BF16, 1, 0, 0, 0},
+      {2, ZT_TIER_HOST, ZT_BF16, ZT_BF16, 1, 1, 0, 0},
+      {2, ZT_TIER_DEVICE, ZT_FP16, ZT_FP32, 1, 1, 0, 0},
+      {1, ZT_TIER_DEVICE, ZT_BF16, ZT_FP32, 1, 0, 0, 0},
+      {2, ZT_TIER_HOST, ZT_FP32, ZT_FP32, 1, 1, 1, 0},
+      {3, ZT_TIER_DEVICE, ZT_FP32, ZT_FP32, 1, 1, 1, 0},
+      {3, ZT_TIER_HOST, ZT_BF16, ZT_BF16, 1, 1, 1, 0},
+      {3, ZT_TIER_DEVICE, ZT_FP16, ZT_FP32, 1, 0, 1, 0},
+      {1, ZT_TIER_NVME, ZT_FP32, ZT_FP32, 1, 0, 0, 0},
+      {2, ZT_TIER_NVME, ZT_BF16, ZT_BF16, 1, 1, 0, 0},
+      {3, ZT_TIER_NVME, ZT_FP16, ZT_FP32, 1, 1, 1, 0},
+      {2, ZT_TIER_NVME, ZT_FP32, ZT_FP32, 4, 0, 0, 0},
   };
   for (size_t k = 0; k < sizeof runs / sizeof runs[0]; k++) check_run(&runs[k]);
 }
@@ -481,7 +488,8 @@ static void w_stats(void **state) {
       {1, ZT_TIER_DEVICE, ZT_FP32, ZT_FP32, 1, 0, 0, 0},
       {2, ZT_TIER_HOST, ZT_BF16, ZT_BF16, 1, 0, 0, 0},
       {3, ZT_TIER_DEVICE, ZT_FP32, ZT_FP32, 1, 0, 1, 0},
-      {1, ZT_TIER_NVME, ZT_FP32, ZT_FP32, 1, 0, 0, 0},   {2, ZT_TIER_NVME, ZT_BF16, ZT_BF16, 1, 0, 0, 0},
+      {1, ZT_TIER_NVME, ZT_FP32, ZT_FP32, 1, 0, 0, 0},
+      {2, ZT_TIER_NVME, ZT_BF16, ZT_BF16, 1, 0, 0, 0},
       {3, ZT_TIER_NVME, ZT_FP32, ZT_FP32, 1, 0, 1, 0},
       {3, ZT_TIER_DEVICE, ZT_BF16, ZT_FP32, 1, 0, 1, ZT_TIER_HOST},
       {3, ZT_TIER_HOST, ZT_FP32, ZT_FP32, 1, 0, 1, ZT_TIER_NVME},
