@@ -98,9 +98,9 @@ int zt__prefetch_take(zt_engine_t *eng, zt__group_t *g, zt__param_read_t **out) 
 
 int zt__prefetch_ahead(zt_engine_t *eng) {
   zt__prefetch_t *pf = &eng->prefetch;
-  if (!pf->following || eng->param_nvme == NULL) return 0;
-  if (pf->considered < pf->pos) pf->considered = pf->pos;
   size_t budget = eng->cfg.prefetch_bytes;
+  if (!pf->following || eng->param_nvme == NULL || budget == 0) return 0;
+  if (pf->considered < pf->pos) pf->considered = pf->pos;
   while (pf->considered < pf->n_trace) {
     zt__group_t *g = &eng->part.groups[pf->trace[pf->considered]];
     if (g->params == NULL && g->read == NULL) {
@@ -122,7 +122,9 @@ int zt__prefetch_ahead(zt_engine_t *eng) {
 
 int zt__prefetch_keep(zt_engine_t *eng, const zt__group_t *g) {
   zt__prefetch_t *pf = &eng->prefetch;
-  if (!pf->following || pf->live_bytes > eng->cfg.max_live_bytes) return 0;
+  if (!pf->following || eng->cfg.prefetch_bytes == 0 ||
+      pf->live_bytes > eng->cfg.max_live_bytes)
+    return 0;
   size_t gi = (size_t)(g - eng->part.groups), between = 0;
   for (size_t j = pf->pos; j < pf->n_trace; j++) {
     if (pf->trace[j] == (int)gi) return 1;

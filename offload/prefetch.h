@@ -7,7 +7,7 @@
  *   - the groups coming next are read ahead from the parameter tier (nvme:
  *     NVMe → pinned) as far as prefetch_bytes of reads in flight or landed
  *     allows (at least the next group), so zt_fetch finds them landed and
- *     only all-gathers;
+ *     only all-gathers (prefetch_bytes 0: no reads ahead, nothing kept);
  *   - a group released while the trace uses it again within prefetch_bytes
  *     of fetches is kept gathered rather than dropped and fetched again, as
  *     long as the gathered groups held stay within max_live_bytes (kept
