@@ -630,18 +630,11 @@ static int nccl_all_gatherv(zt__comm_t *c, const void *send, size_t count, void 
                             zt__comm_req_t *req) {
   nccl_comm_t *m = N(c);
   const char *fn = "all_gatherv";
-  int W = m->world, me = m->rank;
-  size_t es = zt__red_size(dt), extent = 0;
+  int W = m->world, me = m->rank, in_place;
+  size_t es = zt__red_size(dt), extent;
   ZT_TRY(busy(m, fn, req));
-  int rc = zt__comm_check(c, fn, dt, 0, ZT_OP_SUM, req);
-  if (rc == 0)
-    rc = zt__comm_check_vector(c, fn, "counts", counts, "displs", displs, W, &extent);
-  if (rc == 0 && count != counts[me])
-    rc = zt__errf(c->err, -EINVAL, "%s: count is %zu; expected counts[rank %d] = %zu", fn,
-                  count, me, counts[me]);
-  int in_place = rc == 0 && send == (const char *)recv + displs[me] * es;
-  if (rc == 0 && !in_place)
-    rc = zt__comm_check_disjoint(c, fn, send, count * es, recv, extent * es);
+  int rc = zt__comm_check_all_gatherv(c, W, me, send, count, recv, counts, displs, dt, req,
+                                      &extent, &in_place);
   if (rc < 0) return refuse(req, rc);
   device_scope scope(m->device);
   op_t *o;
@@ -680,21 +673,10 @@ static int nccl_alltoallv(zt__comm_t *c, const void *send, const size_t *send_co
   nccl_comm_t *m = N(c);
   const char *fn = "alltoallv";
   int W = m->world, me = m->rank;
-  size_t es = zt__red_size(dt), sext = 0, rext = 0;
+  size_t es = zt__red_size(dt), sext, rext;
   ZT_TRY(busy(m, fn, req));
-  int rc = zt__comm_check(c, fn, dt, 0, ZT_OP_SUM, req);
-  if (rc == 0)
-    rc = zt__comm_check_vector(c, fn, "send_counts", send_counts, "send_displs",
-                               send_displs, W, &sext);
-  if (rc == 0)
-    rc = zt__comm_check_vector(c, fn, "recv_counts", recv_counts, "recv_displs",
-                               recv_displs, W, &rext);
-  if (rc == 0 && send_counts[me] != recv_counts[me])
-    rc = zt__errf(c->err, -EINVAL,
-                  "%s: send_counts[%d] is %zu and recv_counts[%d] is %zu; expected equal "
-                  "counts for the piece a rank sends to itself",
-                  fn, me, send_counts[me], me, recv_counts[me]);
-  if (rc == 0) rc = zt__comm_check_disjoint(c, fn, send, sext * es, recv, rext * es);
+  int rc = zt__comm_check_alltoallv(c, W, me, send, send_counts, send_displs, recv,
+                                    recv_counts, recv_displs, dt, req, &sext, &rext);
   if (rc < 0) return refuse(req, rc);
   device_scope scope(m->device);
   op_t *o;

@@ -118,6 +118,20 @@ ZT_INTERNAL int zt__comm_check_vector(zt__comm_t *c, const char *fn, const char 
                                       const size_t *displs, int world, size_t *extent);
 ZT_INTERNAL int zt__comm_check_disjoint(zt__comm_t *c, const char *fn, const void *a,
                                         size_t abytes, const void *b, size_t bbytes);
+/* Every check of one all_gatherv / alltoallv call on rank `rank` of
+ * `world`: the vectors' extents (elements) come back, and whether the
+ * all_gatherv sends from its own place in recv (in place). */
+ZT_INTERNAL int zt__comm_check_all_gatherv(zt__comm_t *c, int world, int rank,
+                                           const void *send, size_t count, const void *recv,
+                                           const size_t *counts, const size_t *displs,
+                                           zt__red_dtype_t dt, zt__comm_req_t *req,
+                                           size_t *extent, int *in_place);
+ZT_INTERNAL int zt__comm_check_alltoallv(zt__comm_t *c, int world, int rank,
+                                         const void *send, const size_t *send_counts,
+                                         const size_t *send_displs, const void *recv,
+                                         const size_t *recv_counts, const size_t *recv_displs,
+                                         zt__red_dtype_t dt, zt__comm_req_t *req,
+                                         size_t *send_extent, size_t *recv_extent);
 
 /* comm_mpi.c: 1 when MPI is initialised and not yet finalised in this
  * process (MPI_Initialized may be called before MPI_Init). */

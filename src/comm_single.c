@@ -107,6 +107,44 @@ static int refuse(zt__comm_req_t *req, int rc) {
   return rc;
 }
 
+int zt__comm_check_all_gatherv(zt__comm_t *c, int world, int rank, const void *send,
+                               size_t count, const void *recv, const size_t *counts,
+                               const size_t *displs, zt__red_dtype_t dt, zt__comm_req_t *req,
+                               size_t *extent, int *in_place) {
+  const char *fn = "all_gatherv";
+  size_t es = zt__red_size(dt);
+  *extent = 0;
+  *in_place = 0;
+  ZT_TRY(zt__comm_check(c, fn, dt, 0, ZT_OP_SUM, req));
+  ZT_TRY(zt__comm_check_vector(c, fn, "counts", counts, "displs", displs, world, extent));
+  if (count != counts[rank])
+    return zt__errf(c->err, -EINVAL, "%s: count is %zu; expected counts[rank %d] = %zu", fn,
+                    count, rank, counts[rank]);
+  *in_place = send == (const char *)recv + displs[rank] * es;
+  return *in_place ? 0 : zt__comm_check_disjoint(c, fn, send, count * es, recv, *extent * es);
+}
+
+int zt__comm_check_alltoallv(zt__comm_t *c, int world, int rank, const void *send,
+                             const size_t *send_counts, const size_t *send_displs,
+                             const void *recv, const size_t *recv_counts,
+                             const size_t *recv_displs, zt__red_dtype_t dt,
+                             zt__comm_req_t *req, size_t *send_extent, size_t *recv_extent) {
+  const char *fn = "alltoallv";
+  size_t es = zt__red_size(dt);
+  *send_extent = *recv_extent = 0;
+  ZT_TRY(zt__comm_check(c, fn, dt, 0, ZT_OP_SUM, req));
+  ZT_TRY(zt__comm_check_vector(c, fn, "send_counts", send_counts, "send_displs", send_displs,
+                               world, send_extent));
+  ZT_TRY(zt__comm_check_vector(c, fn, "recv_counts", recv_counts, "recv_displs", recv_displs,
+                               world, recv_extent));
+  if (send_counts[rank] != recv_counts[rank])
+    return zt__errf(c->err, -EINVAL,
+                    "%s: send_counts[%d] is %zu and recv_counts[%d] is %zu; expected equal "
+                    "counts for the piece a rank sends to itself",
+                    fn, rank, send_counts[rank], rank, recv_counts[rank]);
+  return zt__comm_check_disjoint(c, fn, send, *send_extent * es, recv, *recv_extent * es);
+}
+
 static int single_create(const zt_config_t *cfg, zt__err_t *err, zt__comm_t **out) {
   zt__comm_t *c = calloc(1, sizeof *c);
   if (c == NULL) return zt__errf(err, -ENOMEM, "comm: out of memory");
@@ -162,19 +200,12 @@ static int single_all_gather(zt__comm_t *c, const void *send, void *recv, size_t
 static int single_all_gatherv(zt__comm_t *c, const void *send, size_t count, void *recv,
                               const size_t *counts, const size_t *displs,
                               zt__red_dtype_t dt, zt__comm_req_t *req) {
-  const char *fn = "all_gatherv";
-  size_t extent = 0, es = zt__red_size(dt);
-  int rc = zt__comm_check(c, fn, dt, 0, ZT_OP_SUM, req);
-  if (rc == 0)
-    rc = zt__comm_check_vector(c, fn, "counts", counts, "displs", displs, 1, &extent);
-  if (rc == 0 && count != counts[0])
-    rc = zt__errf(c->err, -EINVAL, "%s: count is %zu; expected counts[rank 0] = %zu", fn,
-                  count, counts[0]);
-  char *dst = (char *)recv + (rc == 0 ? displs[0] * es : 0);
-  if (rc == 0 && send != dst)
-    rc = zt__comm_check_disjoint(c, fn, send, count * es, dst, count * es);
+  size_t extent, es = zt__red_size(dt);
+  int in_place;
+  int rc = zt__comm_check_all_gatherv(c, 1, 0, send, count, recv, counts, displs, dt, req,
+                                      &extent, &in_place);
   if (rc < 0) return refuse(req, rc);
-  if (send != dst && count) memcpy(dst, send, count * es);
+  if (!in_place && count) memcpy((char *)recv + displs[0] * es, send, count * es);
   complete(req, 0);
   return 0;
 }
@@ -183,21 +214,9 @@ static int single_alltoallv(zt__comm_t *c, const void *send, const size_t *send_
                             const size_t *send_displs, void *recv,
                             const size_t *recv_counts, const size_t *recv_displs,
                             zt__red_dtype_t dt, zt__comm_req_t *req) {
-  const char *fn = "alltoallv";
-  size_t sext = 0, rext = 0, es = zt__red_size(dt);
-  int rc = zt__comm_check(c, fn, dt, 0, ZT_OP_SUM, req);
-  if (rc == 0)
-    rc = zt__comm_check_vector(c, fn, "send_counts", send_counts, "send_displs",
-                               send_displs, 1, &sext);
-  if (rc == 0)
-    rc = zt__comm_check_vector(c, fn, "recv_counts", recv_counts, "recv_displs",
-                               recv_displs, 1, &rext);
-  if (rc == 0 && send_counts[0] != recv_counts[0])
-    rc = zt__errf(c->err, -EINVAL,
-                  "%s: send_counts[0] is %zu and recv_counts[0] is %zu; expected equal "
-                  "counts for the piece a rank sends to itself",
-                  fn, send_counts[0], recv_counts[0]);
-  if (rc == 0) rc = zt__comm_check_disjoint(c, fn, send, sext * es, recv, rext * es);
+  size_t sext, rext, es = zt__red_size(dt);
+  int rc = zt__comm_check_alltoallv(c, 1, 0, send, send_counts, send_displs, recv,
+                                    recv_counts, recv_displs, dt, req, &sext, &rext);
   if (rc < 0) return refuse(req, rc);
   if (send_counts[0])
     memcpy((char *)recv + recv_displs[0] * es, (const char *)send + send_displs[0] * es,
