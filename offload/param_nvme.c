@@ -84,7 +84,7 @@ int zt__param_nvme_create(zt_engine_t *eng, size_t numel, zt_dtype_t dt,
     rc = zt__pinned_alloc(eng, pn->page_bytes, &pn->page[k]);
   if (rc == 0)
     rc = zt__swapspace_open(eng, "par", "param_tier", pn->file_bytes, BLOCK, PAGES, &pn->sw,
-                            (char[256]){0}, 256);
+                            NULL, 0);
   if (rc == 0) {
     for (int k = 0; k < PAGES; k++)
       if (zt__swap_register_buf(pn->sw, pn->page[k], pn->page_bytes) < 0) break;

@@ -43,7 +43,7 @@ int zt__swapspace_open(zt_engine_t *eng, const char *kind, const char *tier, uin
   ZT_TRY(zt__swap_create(&sc, &eng->err, out));
   zt__swap_info_t info;
   zt__swap_info(*out, &info);
-  snprintf(note, note_len, "%s", info.note);
+  if (note) snprintf(note, note_len, "%s", info.note);
   if (info.note[0]) zt__log(c, ZT_LOG_WARN, "%s \"nvme\": %s", tier, info.note);
   return 0;
 }

@@ -17,8 +17,8 @@ struct zt__swap;
  * bytes and `max_bufs` fixed-buffer slots, in files named
  * ztier-<kind>-<pid>-r<rank>-<engine>.<i>.swap, so engines of one process
  * or node never share files. `tier` names the config key for messages
- * ("optimizer_tier"). What the swap engine downgraded is copied to `note`
- * (and logged). Returns 0, or a negative code with a sentence in eng's error
+ * ("optimizer_tier"). What the swap engine downgraded is logged, and
+ * copied to `note` unless it is NULL. Returns 0, or a negative code with a sentence in eng's error
  * buffer and *out NULL, nothing left on disk. */
 ZT_INTERNAL int zt__swapspace_open(zt_engine_t *eng, const char *kind, const char *tier,
                                    uint64_t bytes, uint32_t block, unsigned max_bufs,
