@@ -16,7 +16,10 @@
  *     with one exception: a zt_step() that fails part-way through the
  *     update (a device or copy error, not a bad argument) may have written
  *     some parameters; it returns the error and the engine then refuses
- *     every step with ZT_EBROKEN.
+ *     every step with ZT_EBROKEN. A stage-3 zt_fetch() that fails after
+ *     agreeing with the other ranks (an I/O error reading the parameter
+ *     shard) does the same: the ranks may no longer agree on what is
+ *     gathered, so every later call is refused.
  *   - "synchronous": the work is done when the call returns.
  *     "stream-ordered": the work is enqueued after the caller's stream.
  *     "completion-based": a later call reports completion.
