@@ -167,7 +167,7 @@ static int check_tier(const zt_config_t *cfg) {
 
 int zt_bench_stage3_main(int argc, char **argv) {
   const char *path = NULL;
-  int layers = 24, iters = 4, tier_i = 1, json = 0;
+  int layers = 24, iters = 4, tier_i = 1, json = 0, rings = 1;
   size_t layer_params = (size_t)4 << 20, prefetch = 0, live = 0;
   int compute_ms = 20;
   const zt_bench_flag_t flags[] = {
@@ -189,6 +189,9 @@ int zt_bench_stage3_main(int argc, char **argv) {
        "max_live_bytes (default: 2 layers, so every fetch reads)", 0, 1e15, NULL},
       {"path", ZT_BENCH_FLAG_STRING, &path, "DIR",
        "directory of the swap file (required for nvme)", 0, 0, NULL},
+      {"rings", ZT_BENCH_FLAG_INT, &rings, "N",
+       "swap_rings: 1 reaps and checks reads on the loop's thread, more on ring threads "
+       "(default 1)", 1, 64, NULL},
       {"json", ZT_BENCH_FLAG_BOOL, &json, NULL, "print one JSON object instead of a table",
        0, 0, NULL},
   };
@@ -210,6 +213,7 @@ int zt_bench_stage3_main(int argc, char **argv) {
   cfg.param_tier = tier;
   cfg.prefetch_bytes = prefetch ? prefetch : 3 * layer_bytes;
   cfg.max_live_bytes = live ? live : 2 * layer_bytes;
+  cfg.swap_rings = rings;
   if ((path && zt_config_set(&cfg, "swap_path", path) < 0) || zt_config_validate(&cfg) < 0) {
     fprintf(stderr, "%s: %s\n", prog, zt_last_error(NULL));
     return 2;

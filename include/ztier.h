@@ -74,7 +74,10 @@ extern "C" {
   X(ECHECKSUM, -4010, "data failed its checksum: a torn, stale or corrupt "    \
                       "block; zt_last_error() names the file and offset")      \
   X(EBROKEN, -4011, "the engine is in a failed state after an earlier error; " \
-                    "destroy and re-create it")
+                    "load a checkpoint into it (zt_load) or re-create it")     \
+  X(ECKPT, -4012, "not a checkpoint this engine can load: malformed, of "       \
+                  "another model, or of an unknown format version; "           \
+                  "zt_last_error() names the file and what is wrong")
 
 enum {
 #define ZT_ERR_ENUM_(name, value, msg) ZT_##name = (value),
@@ -516,11 +519,12 @@ typedef struct zt_stats_data {
   uint64_t fetch_kept;       /* fetches of a group kept since its release */
   uint64_t trace_changes;    /* fetch orders that differed from the trace */
   double fetch_stall_seconds; /* time spent inside zt_fetch()             */
-  uint64_t live_bytes;       /* gathered parameters held now (in
-                                device_bytes)                             */
+  uint64_t live_bytes;       /* gathered parameters held now, with the
+                                buffers kept for reuse (in device_bytes)  */
   uint64_t peak_live_bytes;  /* the most held at once                     */
   uint64_t read_ahead_bytes; /* pinned memory of parameter reads ahead
-                                now (in host_bytes)                       */
+                                now, with the buffers kept for reuse (in
+                                host_bytes)                               */
 } zt_stats_t;
 
 #define ZT_STATS_INIT                                                        \

@@ -63,9 +63,10 @@ ZT_INTERNAL int zt__param_nvme_put(zt__param_nvme_t *pn, size_t first, size_t n,
                                    const void *src);
 ZT_INTERNAL int zt__param_nvme_flush(zt__param_nvme_t *pn);
 
-/* Starts reading group g's part of the shard [begin, begin + numel) into a
- * new pinned buffer. -ENOMEM (with a sentence) when the pinned budget has no
- * room for it: nothing is started then. */
+/* Starts reading group g's part of the shard [begin, begin + numel) into
+ * a pinned buffer (a spare of its size, or a new one). -ENOMEM (with a
+ * sentence) when the pinned budget has no room for it: nothing is started
+ * then. */
 ZT_INTERNAL int zt__param_nvme_read(zt__param_nvme_t *pn, const struct zt__group *g,
                                     size_t begin, zt__param_read_t **out);
 /* Blocks until r has landed; its error, if any (a sentence names the file,
@@ -73,6 +74,12 @@ ZT_INTERNAL int zt__param_nvme_read(zt__param_nvme_t *pn, const struct zt__group
 ZT_INTERNAL int zt__param_nvme_wait(zt__param_nvme_t *pn, zt__param_read_t *r);
 /* Waits for r if it is still in flight, then frees it. NULL: nothing. */
 ZT_INTERNAL void zt__param_nvme_read_free(zt__param_nvme_t *pn, zt__param_read_t *r);
+
+/* Frees the read buffers kept for reuse (read_free keeps a few): before a
+ * step, whose own pinned memory must fit the budget. NULL: nothing. */
+ZT_INTERNAL void zt__param_nvme_trim(zt__param_nvme_t *pn);
+/* Bytes of those buffers (0 for NULL). */
+ZT_INTERNAL size_t zt__param_nvme_spare_bytes(const zt__param_nvme_t *pn);
 
 ZT_INTERNAL void zt__param_nvme_stats(const zt__param_nvme_t *pn,
                                       zt__param_nvme_stats_t *out);

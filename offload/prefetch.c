@@ -66,9 +66,62 @@ int zt__prefetch_note(zt_engine_t *eng, zt__group_t *g) {
   return 0;
 }
 
+static int spare_of_size(const zt__prefetch_t *pf, size_t bytes) {
+  for (int i = 0; i < pf->n_spares; i++)
+    if (pf->spare_size[i] == bytes) return i;
+  return -1;
+}
+
+/* Frees spare i (the last one takes its slot). */
+static void free_spare(zt_engine_t *eng, int i) {
+  zt__prefetch_t *pf = &eng->prefetch;
+  eng->be_ops->free(eng->be, pf->spare[i], pf->spare_size[i]);
+  pf->live_bytes -= pf->spare_size[i];
+  pf->n_spares--;
+  pf->spare[i] = pf->spare[pf->n_spares];
+  pf->spare_size[i] = pf->spare_size[pf->n_spares];
+}
+
+static void free_spares(zt_engine_t *eng) {
+  while (eng->prefetch.n_spares > 0) free_spare(eng, eng->prefetch.n_spares - 1);
+}
+
+int zt__prefetch_buf_get(zt_engine_t *eng, size_t bytes, void **out) {
+  zt__prefetch_t *pf = &eng->prefetch;
+  int i = spare_of_size(pf, bytes);
+  if (i >= 0) {
+    *out = pf->spare[i];
+    pf->n_spares--;
+    pf->spare[i] = pf->spare[pf->n_spares];
+    pf->spare_size[i] = pf->spare_size[pf->n_spares];
+    return 0;
+  }
+  ZT_TRY(eng->be_ops->alloc(eng->be, bytes, out));
+  pf->live_bytes += bytes;
+  if (pf->live_bytes > pf->peak_live_bytes) pf->peak_live_bytes = pf->live_bytes;
+  return 0;
+}
+
+void zt__prefetch_buf_put(zt_engine_t *eng, void *buf, size_t bytes) {
+  zt__prefetch_t *pf = &eng->prefetch;
+  if (pf->n_spares < ZT_SPARE_BUFS && pf->live_bytes <= eng->cfg.max_live_bytes) {
+    pf->spare[pf->n_spares] = buf;
+    pf->spare_size[pf->n_spares++] = bytes;
+    return;
+  }
+  eng->be_ops->free(eng->be, buf, bytes);
+  pf->live_bytes -= bytes;
+}
+
 void zt__prefetch_make_room(zt_engine_t *eng, const zt__group_t *g) {
   zt__prefetch_t *pf = &eng->prefetch;
   size_t need = gathered_bytes(eng, g), cap = eng->cfg.max_live_bytes;
+  int reuse = spare_of_size(pf, need);
+  void *keep = reuse >= 0 ? pf->spare[reuse] : NULL;
+  if (keep) need = 0; /* the spare is counted already */
+  /* Downwards: what free_spare moves into slot i was looked at already. */
+  for (int i = pf->n_spares - 1; i >= 0 && pf->live_bytes + need > cap; i--)
+    if (pf->spare[i] != keep) free_spare(eng, i);
   for (size_t i = 0; i < eng->part.n_groups && pf->live_bytes + need > cap; i++) {
     zt__group_t *k = &eng->part.groups[i];
     if (k->kept) zt__part_drop(eng, k, 0);
@@ -136,8 +189,10 @@ int zt__prefetch_keep(zt_engine_t *eng, const zt__group_t *g) {
 
 void zt__prefetch_step_begin(zt_engine_t *eng) {
   drop_reads(eng);
+  zt__param_nvme_trim(eng->param_nvme);
   for (size_t i = 0; i < eng->part.n_groups; i++)
     if (eng->part.groups[i].kept) zt__part_drop(eng, &eng->part.groups[i], 0);
+  free_spares(eng);
 }
 
 int zt__prefetch_step_end(zt_engine_t *eng) {
@@ -162,6 +217,7 @@ int zt__prefetch_step_end(zt_engine_t *eng) {
 
 void zt__prefetch_free(zt_engine_t *eng) {
   drop_reads(eng);
+  free_spares(eng);
   free(eng->prefetch.trace);
   free(eng->prefetch.rec);
   memset(&eng->prefetch, 0, sizeof eng->prefetch);

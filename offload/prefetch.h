@@ -12,6 +12,11 @@
  *     of fetches is kept gathered rather than dropped and fetched again, as
  *     long as the gathered groups held stay within max_live_bytes (kept
  *     groups are dropped first when a fetch needs the room).
+ * The buffers of dropped groups are kept too, up to ZT_SPARE_BUFS, for the
+ * next gather of the same size: a fresh buffer costs its page faults and
+ * zeroing on every fetch, about as much as the gather itself. They count
+ * in live_bytes, are the first to go when a fetch needs the room, and are
+ * freed at each step (the step's own memory does not share with them).
  * A fetch that differs from the trace (a branch, generation, another number
  * of layers), or an iteration that ends early, is an order change: the
  * reads in flight are drained and dropped, nothing more is read ahead or
@@ -35,6 +40,8 @@
 struct zt__group;
 struct zt__param_read;
 
+#define ZT_SPARE_BUFS 4
+
 typedef struct zt__prefetch {
   int *trace;          /* group ids of the recorded iteration            */
   size_t n_trace, cap_trace;
@@ -44,7 +51,11 @@ typedef struct zt__prefetch {
   size_t pos;          /* this iteration's fetches: the next trace entry */
   size_t considered;   /* trace entries before it were read ahead        */
   size_t staged_bytes; /* pinned bytes of reads in flight or landed      */
-  size_t live_bytes;   /* gathered parameters held, fetched or kept      */
+  size_t live_bytes;   /* gathered-parameter memory held: groups fetched
+                          or kept, and the spare buffers                 */
+  void *spare[ZT_SPARE_BUFS]; /* buffers of dropped groups, for reuse    */
+  size_t spare_size[ZT_SPARE_BUFS];
+  int n_spares;
 
   /* zt_stats */
   uint64_t fetches;       /* zt_fetch calls at stage 3                   */
@@ -60,8 +71,9 @@ typedef struct zt__prefetch {
  * (an order change drains the reads ahead). */
 ZT_INTERNAL int zt__prefetch_note(zt_engine_t *eng, struct zt__group *g);
 
-/* Before g is gathered: drops kept groups (not fetched ones) until g's
- * gathered bytes fit max_live_bytes, or none is left to drop. */
+/* Before g is gathered: frees spare buffers, then drops kept groups (not
+ * fetched ones), until g's gathered bytes fit max_live_bytes or nothing is
+ * left to drop. A spare of g's size is kept: the gather takes it. */
 ZT_INTERNAL void zt__prefetch_make_room(zt_engine_t *eng, const struct zt__group *g);
 
 /* The parameter tier nvme: g's part of the shard, landed; read now when it
@@ -69,20 +81,28 @@ ZT_INTERNAL void zt__prefetch_make_room(zt_engine_t *eng, const struct zt__group
 ZT_INTERNAL int zt__prefetch_take(zt_engine_t *eng, struct zt__group *g,
                                   struct zt__param_read **out);
 
+/* A buffer for gathered parameters of `bytes` bytes: a spare of that size,
+ * else the backend's memory; counted in live_bytes until given back. */
+ZT_INTERNAL int zt__prefetch_buf_get(zt_engine_t *eng, size_t bytes, void **out);
+
+/* Gives a buffer of zt__prefetch_buf_get back: kept as a spare while there
+ * is a free slot and live_bytes is within max_live_bytes, else freed. */
+ZT_INTERNAL void zt__prefetch_buf_put(zt_engine_t *eng, void *buf, size_t bytes);
+
 /* Starts the reads of the groups coming next (see above). */
 ZT_INTERNAL int zt__prefetch_ahead(zt_engine_t *eng);
 
 /* g's last release: 1 when it is kept gathered (see above). */
 ZT_INTERNAL int zt__prefetch_keep(zt_engine_t *eng, const struct zt__group *g);
 
-/* zt_step: before the update, every read ahead is dropped and every kept
- * group too (their parameters are about to change); after it, the
+/* zt_step: before the update, every read ahead is dropped, every kept
+ * group too (their parameters are about to change) and the spares freed; after it, the
  * iteration ends (its order becomes the trace when it changed) and the
  * first groups of the next are read ahead. */
 ZT_INTERNAL void zt__prefetch_step_begin(zt_engine_t *eng);
 ZT_INTERNAL int zt__prefetch_step_end(zt_engine_t *eng);
 
-/* Engine destroy: reads drained and freed, the trace freed. */
+/* Engine destroy: reads drained and freed, the spares and the trace freed. */
 ZT_INTERNAL void zt__prefetch_free(zt_engine_t *eng);
 
 #endif /* ZT_PREFETCH_H */

@@ -292,7 +292,7 @@ int zt_stats(const zt_engine_t *eng, zt_stats_t *out) {
   out->fetch_stall_seconds = pf->stall_seconds;
   out->live_bytes = pf->live_bytes;
   out->peak_live_bytes = pf->peak_live_bytes;
-  out->read_ahead_bytes = pf->staged_bytes;
+  out->read_ahead_bytes = pf->staged_bytes + zt__param_nvme_spare_bytes(eng->param_nvme);
   out->host_locked = eng->host_bytes ? (uint64_t)eng->host_locked : 0;
   out->host_numa_node = eng->host_numa_node;
   out->warnings = eng->host_note;

@@ -15,7 +15,8 @@
 #include <string.h>
 
 #include "engine.h"
-#include "optim_math.h" // defines: zt_bf16_to_f32, zt_f16_to_f32
+#include "cpu_kernels.h" // defines: zt__cast_run
+#include "threadpool.h"  // defines: zt__pool_run
 #include "partition.h"
 #include "param_nvme.h" // defines: zt__param_read_t, zt__param_nvme_read_free
 #include "pinned.h"     // defines: zt__pinned_alloc, zt__pinned_free
@@ -260,7 +261,6 @@ void zt__part_params_free(zt_engine_t *eng) {
 
 void zt__part_free(zt_engine_t *eng) {
   zt__part_t *p = &eng->part;
-  zt__prefetch_free(eng); /* its reads land in pinned memory: first */
   /* A bucket still in flight (an error stopped a step, or this rank handed
    * over a group its peers never did): waiting could hang for good, since
    * the peers may never issue their half (comm_mpi.c, mpi_destroy). A
@@ -286,6 +286,10 @@ void zt__part_free(zt_engine_t *eng) {
     zt__keep_abandoned(x->recv);
     x->send = x->recv = NULL; /* zt__part_release skips NULL */
   }
+  /* The groups' buffers go to the prefetch scheduler's spares, which it
+   * frees with its reads and its trace. */
+  for (size_t g = 0; g < p->n_groups; g++) zt__part_drop(eng, &p->groups[g], 0);
+  zt__prefetch_free(eng);
   size_t mine = p->end - p->begin;
   zt__part_release(eng, p->grads, mine * sizeof(float));
   zt__part_params_free(eng);
@@ -297,7 +301,6 @@ void zt__part_free(zt_engine_t *eng) {
     free(x->counts);
   }
   for (size_t g = 0; g < p->n_groups; g++) {
-    zt__part_drop(eng, &p->groups[g], 0);
     zt__part_drop(eng, &p->groups[g], 1);
     free(p->groups[g].spans);
     free(p->groups[g].pos);
@@ -400,26 +403,58 @@ static int agree(zt_engine_t *eng, const char *fn, int kind, int group, int gath
 
 /* ---- gradient buckets --------------------------------------------------------- */
 
-static float load(const void *buf, zt_dtype_t dt, size_t i) {
-  if (dt == ZT_BF16) return zt_bf16_to_f32(((const uint16_t *)buf)[i]);
-  if (dt == ZT_FP16) return zt_f16_to_f32(((const uint16_t *)buf)[i]);
-  return ((const float *)buf)[i];
+/* grads[j] += the sum over ranks, in rank order, of element j of each
+ * rank's run in `recv` (runs `stride` elements apart, of dtype dt), for j
+ * in [0, n). In blocks converted to fp32 first, so that every loop is a
+ * plain vector loop; each element's sum is the same as one at a time. */
+static void add_rank_sums(const zt__cpu_t *cpu, float *grads, const char *recv,
+                          size_t stride, zt_dtype_t dt, int world, size_t n) {
+  enum { BLOCK = 2048 };
+  float sum[BLOCK], run[BLOCK];
+  size_t gsz = zt__dtype_size(dt);
+  for (size_t j0 = 0; j0 < n; j0 += BLOCK) {
+    size_t m = min_sz(BLOCK, n - j0);
+    zt__cast_run(cpu->isa, sum, ZT_FP32, recv + j0 * gsz, dt, m, 0, 0, 0);
+    for (int r = 1; r < world; r++) {
+      zt__cast_run(cpu->isa, run, ZT_FP32, recv + ((size_t)r * stride + j0) * gsz, dt, m, 0,
+                   0, 0);
+      for (size_t j = 0; j < m; j++) sum[j] = sum[j] + run[j];
+    }
+    for (size_t j = 0; j < m; j++) grads[j0 + j] = grads[j0 + j] + sum[j];
+  }
+}
+
+/* One span's sums, cut into tasks for the CPU optimizer's threads (the
+ * loop waits for them: a fetch lands the buckets in flight first). */
+#define SUM_TASK_ELEMS ((size_t)1 << 16)
+typedef struct sum_task_ctx {
+  const zt__cpu_t *cpu;
+  float *grads;
+  const char *recv;
+  size_t stride, n;
+  zt_dtype_t dt;
+  int world;
+} sum_task_ctx_t;
+
+static void sum_task(void *arg, size_t task, int worker) {
+  const sum_task_ctx_t *c = arg;
+  size_t j = task * SUM_TASK_ELEMS, m = min_sz(SUM_TASK_ELEMS, c->n - j);
+  add_rank_sums(c->cpu, c->grads + j, c->recv + j * zt__dtype_size(c->dt), c->stride, c->dt,
+                c->world, m);
 }
 
 /* The bucket has landed: sum its W runs in rank order into the shard. */
 static void finish(zt_engine_t *eng, zt__xfer_t *x) {
   zt__part_t *p = &eng->part;
   size_t mine = x->mine, i = 0;
-  zt_dtype_t dt = eng->grad_dtype;
-  size_t gsz = zt__dtype_size(dt);
+  size_t gsz = zt__dtype_size(eng->grad_dtype);
   for (size_t k = 0; k < x->n_spans && mine; k++) {
     size_t a = max_sz(x->spans[k].a, p->begin), b = min_sz(x->spans[k].b, p->end);
-    for (size_t s = a; s < b; s++, i++) {
-      float sum = load(x->recv, dt, i);
-      for (int r = 1; r < p->world; r++)
-        sum = sum + load((const char *)x->recv + (size_t)r * mine * gsz, dt, i);
-      p->grads[s - p->begin] = p->grads[s - p->begin] + sum;
-    }
+    if (a >= b) continue;
+    sum_task_ctx_t c = {eng->cpu, p->grads + (a - p->begin), (const char *)x->recv + i * gsz,
+                        mine, b - a, eng->grad_dtype, p->world};
+    zt__pool_run(eng->cpu->pool, (c.n + SUM_TASK_ELEMS - 1) / SUM_TASK_ELEMS, sum_task, &c);
+    i += b - a;
   }
   x->busy = 0;
 }
@@ -542,7 +577,8 @@ static int reduce_spans(zt_engine_t *eng, const zt__span_t *spans, size_t n) {
       }
       size_t b = min_sz(spans[k].b, a + room);
       char *at = spans[k].at;
-      if (at != NULL && at != ZT_SPAN_ZERO) at += (a - spans[k].a) * zt__dtype_size(eng->grad_dtype);
+      if (at != NULL && at != ZT_SPAN_ZERO)
+        at += (a - spans[k].a) * zt__dtype_size(eng->grad_dtype);
       x->spans[x->n_spans++] = (zt__span_t){a, b, at};
       room -= b - a;
       a = b;
@@ -627,6 +663,15 @@ int zt__part_reset(zt_engine_t *eng) {
 
 /* ---- parameters back to every rank -------------------------------------------- */
 
+/* Whether span sp is gathered straight into where it goes: into a packed
+ * buffer of the backend's memory, the memory the comm moves when the
+ * buckets are not pinned. Else it lands in the slot's recv buffer first (a
+ * pinned bucket goes on to the device; the registered buffer takes the
+ * span piece by piece). */
+static int gathers_in_place(const zt__part_t *p, const zt__span_t *sp) {
+  return sp->at != NULL && sp->at != ZT_SPAN_ZERO && !p->on_pinned;
+}
+
 /* Starts the gather of span sp (at most a bucket) into slot x: each rank
  * contributes the part of it in its shard, from `send`. */
 static int start_gather(zt_engine_t *eng, zt__xfer_t *x, const zt__span_t *sp,
@@ -644,9 +689,9 @@ static int start_gather(zt_engine_t *eng, zt__xfer_t *x, const zt__span_t *sp,
   x->spans[0] = *sp;
   x->n_spans = 1;
   x->req = (zt__comm_req_t){0};
-  ZT_TRY(eng->comm->ops->all_gatherv(eng->comm, send, x->counts[p->rank], x->recv,
-                                     x->counts, x->displs, red_dtype(eng->param_dtype),
-                                     &x->req));
+  void *recv = gathers_in_place(p, sp) ? sp->at : x->recv;
+  ZT_TRY(eng->comm->ops->all_gatherv(eng->comm, send, x->counts[p->rank], recv, x->counts,
+                                     x->displs, red_dtype(eng->param_dtype), &x->req));
   x->busy = 1;
   return 0;
 }
@@ -658,8 +703,9 @@ static int land_gather(zt_engine_t *eng, zt__xfer_t *x) {
   size_t psz = zt__dtype_size(eng->param_dtype);
   x->busy = 0;
   ZT_TRY(eng->comm->ops->wait(eng->comm, &x->req));
-  zt__copy_kind_t kind = p->on_pinned ? ZT_COPY_H2D : ZT_COPY_D2D;
   const zt__span_t *sp = &x->spans[0];
+  if (gathers_in_place(p, sp)) return 0;
+  zt__copy_kind_t kind = p->on_pinned ? ZT_COPY_H2D : ZT_COPY_D2D;
   size_t n = sp->b - sp->a;
   if (sp->at == NULL)
     ZT_TRY(span_op(eng, SPAN_UNPACK, x->recv, eng->params, psz, sp->a, sp->b, kind,
@@ -736,11 +782,9 @@ int zt__part_fetch(zt_engine_t *eng, zt__group_t *g) {
   if (eng->param_nvme) ZT_TRY(zt__prefetch_take(eng, g, &r));
   zt__span_t *dst = malloc(g->n_spans * sizeof *dst);
   const char **src = malloc(g->n_spans * sizeof *src);
-  int rc = dst && src ? eng->be_ops->alloc(eng->be, g->numel * psz, &g->params)
+  int rc = dst && src ? zt__prefetch_buf_get(eng, g->numel * psz, &g->params)
                       : zt__errf(&eng->err, -ENOMEM, "out of memory");
   if (rc == 0) {
-    pf->live_bytes += g->numel * psz;
-    if (pf->live_bytes > pf->peak_live_bytes) pf->peak_live_bytes = pf->live_bytes;
     for (size_t k = 0; k < g->n_spans; k++) {
       dst[k] = (zt__span_t){g->spans[k].a, g->spans[k].b, (char *)g->params + g->pos[k] * psz};
       size_t a = max_sz(g->spans[k].a, p->begin);
@@ -754,6 +798,13 @@ int zt__part_fetch(zt_engine_t *eng, zt__group_t *g) {
   free(src);
   zt__param_nvme_read_free(eng->param_nvme, r);
   if (rc < 0) {
+    for (int s = 0; s < ZT_XFER_SLOTS; s++)
+      if (p->xfer[s].busy && g->params) {
+        /* A gather may still write into it (see zt__part_free). */
+        zt__keep_abandoned(g->params);
+        pf->live_bytes -= g->numel * psz;
+        g->params = NULL;
+      }
     zt__part_drop(eng, g, 0);
     return rc;
   }
@@ -765,10 +816,12 @@ void zt__part_drop(zt_engine_t *eng, zt__group_t *g, int grads) {
   void **p = grads ? &g->grads : &g->params;
   if (*p == NULL) return;
   zt_dtype_t dt = grads ? eng->grad_dtype : eng->param_dtype;
-  eng->be_ops->free(eng->be, *p, g->numel * zt__dtype_size(dt));
+  if (grads)
+    eng->be_ops->free(eng->be, *p, g->numel * zt__dtype_size(dt));
+  else
+    zt__prefetch_buf_put(eng, *p, g->numel * zt__dtype_size(dt));
   *p = NULL;
   if (!grads) {
-    eng->prefetch.live_bytes -= g->numel * zt__dtype_size(dt);
     g->kept = 0;
     /* The trace entries read ahead so far skipped it as held: they are
      * walked again, so that its next use is read ahead after all. */
