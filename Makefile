@@ -7,6 +7,8 @@
 #   make demo            the example training loop on the embedded default config
 #   make install PREFIX=/opt/ztier
 #   make CUDA=0          leave the CUDA backend out even where nvcc is present
+#   make fuzz            the checkpoint parsers under libFuzzer, FUZZ_SECONDS (300) each
+#   make fuzz-brief      the same for 20 s each (CI); both skip without clang's libFuzzer
 #
 # Objects go to $(BUILD) (build/, or build-<sanitizers>/ with SAN).
 
@@ -41,7 +43,7 @@ CC ?= gcc
 CFLAGS ?= $(OPT) -g
 ZT_CFLAGS := -std=gnu11 -Wall -Wextra -Wshadow -Wno-unused-parameter \
              -fPIC -fvisibility=hidden -ffp-contract=off -pthread \
-             -Iinclude -Isrc -Ioffload -DZT_HAVE_CUDA=$(CUDA) $(SANFLAGS)
+             -Iinclude -Isrc -Ioffload -Ickpt -DZT_HAVE_CUDA=$(CUDA) $(SANFLAGS)
 # OpenMPI (Debian's libopenmpi-dev): only src/comm_mpi.c and tests/test_comm.c
 # include mpi.h, but libmpi is linked everywhere libztier is (the comm "mpi"
 # backend is always in). Either can be set on the command line.
@@ -54,7 +56,8 @@ ISA_AVX512 := -mavx512f -mavx512bw -mavx512vl -mavx512dq -mfma -mf16c
 
 # ---- sources --------------------------------------------------------------
 
-LIB_SRC := $(filter-out src/backend_nocuda.c,$(wildcard src/*.c)) $(wildcard offload/*.c)
+LIB_SRC := $(filter-out src/backend_nocuda.c,$(wildcard src/*.c)) $(wildcard offload/*.c) \
+           $(wildcard ckpt/*.c)
 ifeq ($(CUDA),1)
 CU_SRC := $(wildcard cuda/*.cu)
 # NCCL (the comm "nccl" backend) ships with the toolkit here; NCCL_HOME
@@ -92,7 +95,8 @@ SETTINGS := CUDA=$(CUDA) SAN=$(SAN) GPU_ARCH=$(GPU_ARCH)
 $(shell mkdir -p $(BUILD); [ "$$(cat $(STAMP) 2>/dev/null)" = "$(SETTINGS)" ] || \
   echo "$(SETTINGS)" > $(STAMP))
 
-.PHONY: all lib tool tests examples test test-gpu demo deps install clean
+.PHONY: all lib tool tests examples test test-gpu demo deps install clean fuzz fuzz-brief \
+        fuzzers
 all: lib tool
 lib: $(BUILD)/libztier.a $(BUILD)/libztier.so
 tool: $(BUILD)/ztier
@@ -178,6 +182,38 @@ demo: deps
 	$(BUILD)/examples/charlm --text $(DEMO_TEXT) --steps 300 --stage 3 \
 	  --optimizer-tier nvme --param-tier nvme --swap-path $(BUILD)/demo-swap \
 	  --pinned-budget 16MiB --plot $(BUILD)/charlm-loss.png
+
+# ---- fuzzing ----------------------------------------------------------------
+#
+# Each target is one fuzz/fuzz_<name>.c, built by clang with libFuzzer and
+# ASan+UBSan together with only the library sources the parsers need, in one
+# command: the gcc objects of $(BUILD) are never mixed in. errors.c's
+# zt_last_error refers to the engine, which fuzz/support.c stands in for.
+# fuzz/run.sh skips (with a message) where clang or its libFuzzer is missing.
+FUZZ_TARGETS := manifest safetensors
+FUZZ_CC ?= clang
+FUZZ_SRC := ckpt/manifest.c ckpt/safetensors.c ckpt/ckjson.c src/errors.c src/util.c \
+            fuzz/support.c
+FUZZ_BIN := $(FUZZ_TARGETS:%=$(BUILD)/fuzz/fuzz_%)
+FUZZ_SECONDS ?=
+
+# The empty recipe keeps make from saying "Nothing to be done" in every run.
+fuzzers: $(FUZZ_BIN)
+	@:
+
+# The headers errors.c reaches through engine.h are all of src/ and offload/.
+$(BUILD)/fuzz/fuzz_%: fuzz/fuzz_%.c $(FUZZ_SRC) include/ztier.h \
+                      $(wildcard ckpt/*.h src/*.h offload/*.h)
+	@mkdir -p $(dir $@)
+	$(FUZZ_CC) -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined \
+	  -std=gnu11 -Iinclude -Isrc -Ioffload -Ickpt -DZT_HAVE_CUDA=0 -o $@ $< $(FUZZ_SRC) \
+	  -lcjson -lpthread -lm
+
+fuzz:
+	+@FUZZ_CC=$(FUZZ_CC) bash fuzz/run.sh $(BUILD) $(or $(FUZZ_SECONDS),300) $(FUZZ_TARGETS)
+
+fuzz-brief:
+	+@FUZZ_CC=$(FUZZ_CC) bash fuzz/run.sh $(BUILD) $(or $(FUZZ_SECONDS),20) $(FUZZ_TARGETS)
 
 install: lib tool
 	install -d $(DESTDIR)$(PREFIX)/include $(DESTDIR)$(PREFIX)/lib/pkgconfig \

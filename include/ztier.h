@@ -461,6 +461,39 @@ ZT_API int zt_grads(zt_engine_t *eng, int group, void **ptrs, size_t n_units);
 ZT_API double zt_loss_scale(zt_engine_t *eng);
 
 /* ------------------------------------------------------------------------ */
+/* Checkpoints (docs/checkpoints.md)                                         */
+/* ------------------------------------------------------------------------ */
+
+/*
+ * Saves the model's states into directory `dir` (created if missing): every
+ * rank writes the states it holds (fp32 master weights, Adam moments, the
+ * parameters when not fp32) straight from their tier, NVMe ones streamed,
+ * and rank 0 commits them with a manifest (JSON) naming every file with its
+ * size and checksum, plus the step count, the loss scaler and the rounding
+ * seed. Crash-safe: files go to temporary names, are fsynced and renamed,
+ * and the manifest's rename is the commit, so a crash at any point leaves
+ * the previous checkpoint in `dir` loadable; older files are removed after.
+ * Collective: every rank calls it, between a zt_step() and the next
+ * forward (no group fetched). Gradients are not saved. Synchronous; the
+ * same result on every rank.
+ */
+ZT_API int zt_save(zt_engine_t *eng, const char *dir);
+
+/*
+ * Loads a checkpoint that zt_save() wrote for this model (the same unit
+ * table and parameter dtype), saved with any number of ranks and any stage:
+ * each rank reads the states of its own shard. Before any state changes,
+ * every rank checks the manifest and the size and checksum of every file it
+ * reads; a bad checkpoint gives ZT_ECKPT or ZT_ECHECKSUM naming the file,
+ * with nothing loaded. The parameters are written into the registered
+ * buffer (stages 0-2) or the shards (stage 3); gradients handed over since
+ * the last step are dropped. An I/O error part-way leaves the engine broken
+ * (ZT_EBROKEN) until a load succeeds; a successful load also clears an
+ * earlier failure. Collective, synchronous.
+ */
+ZT_API int zt_load(zt_engine_t *eng, const char *dir);
+
+/* ------------------------------------------------------------------------ */
 /* Statistics                                                                */
 /* ------------------------------------------------------------------------ */
 

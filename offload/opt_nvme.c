@@ -392,6 +392,54 @@ int zt__opt_nvme_step(zt__opt_nvme_t *o, const zt__adam_hp_t *hp) {
   return rc < 0 ? fail(o, rc) : 0;
 }
 
+/* ---- checkpoints: the records visited in order --------------------------------------- */
+
+static int read_record(zt__opt_nvme_t *o, size_t w) {
+  slot_t *s = &o->slot[w % ZT_NVME_SLOTS];
+  ZT_TRY(settle(o, s));
+  ZT_TRY(zt__swap_prep_read(o->sw, s->states, o->rec_len, (uint64_t)w * o->stride,
+                            tag_of(w, 0)));
+  s->reading = 1;
+  int rc = zt__swap_submit(o->sw);
+  return rc < 0 ? rc : 0;
+}
+
+/* Export reads LOOKAHEAD windows ahead of fn; import only writes, each
+ * record's write overlapping fn's filling of the next ones. */
+static int visit(zt__opt_nvme_t *o, int import, zt__opt_nvme_visit_fn fn, void *ctx) {
+  size_t issued = 0;
+  for (size_t w = 0; w < o->n_windows; w++) {
+    slot_t *s = &o->slot[w % ZT_NVME_SLOTS];
+    if (import) {
+      ZT_TRY(settle(o, s));
+    } else {
+      while (issued < o->n_windows && issued <= w + LOOKAHEAD) ZT_TRY(read_record(o, issued++));
+      while (s->reading) ZT_TRY(reap(o, 1));
+      ZT_TRY(o->io_error);
+    }
+    const zt__window_t *win = &o->windows[w];
+    ZT_TRY(fn(ctx, win->state_first, win->state_n, s->states, s->states + o->chunk,
+              s->states + 2 * o->chunk));
+    if (import) ZT_TRY(write_record(o, w));
+  }
+  for (int k = 0; k < ZT_NVME_SLOTS; k++) ZT_TRY(settle(o, &o->slot[k]));
+  return 0;
+}
+
+int zt__opt_nvme_export(zt__opt_nvme_t *o, zt__opt_nvme_visit_fn fn, void *ctx) {
+  if (o == NULL) return 0;
+  o->io_error = 0;
+  int rc = visit(o, 0, fn, ctx);
+  return rc < 0 ? fail(o, rc) : 0;
+}
+
+int zt__opt_nvme_import(zt__opt_nvme_t *o, zt__opt_nvme_visit_fn fn, void *ctx) {
+  if (o == NULL) return 0;
+  o->io_error = 0;
+  int rc = visit(o, 1, fn, ctx);
+  return rc < 0 ? fail(o, rc) : 0;
+}
+
 void zt__opt_nvme_stats(const zt__opt_nvme_t *o, zt__opt_nvme_stats_t *out) {
   if (o == NULL) {
     memset(out, 0, sizeof *out);

@@ -89,6 +89,19 @@ ZT_INTERNAL int zt__opt_nvme_create(zt_engine_t *eng, const zt__opt_nvme_view_t 
  * whose checksum fails is ZT_ECHECKSUM); nothing is in flight on return. */
 ZT_INTERNAL int zt__opt_nvme_step(zt__opt_nvme_t *o, const zt__adam_hp_t *hp);
 
+/* Checkpoints (ckpt/): every record visited in state order, a window at a
+ * time, through the slots. fn gets the window's states [state_first,
+ * state_first + n) of the view's state space (its segments' state_off) as
+ * master, m and v in pinned memory. Export reads each record and hands it
+ * to fn; import lets fn fill it and writes it. fn's negative return stops
+ * the walk and is returned. Synchronous, between steps; nothing in flight
+ * on return. A failed import leaves records of both kinds: the caller marks
+ * the engine broken. NULL o: nothing to visit. */
+typedef int (*zt__opt_nvme_visit_fn)(void *ctx, size_t state_first, size_t n, float *master,
+                                     float *m, float *v);
+ZT_INTERNAL int zt__opt_nvme_export(zt__opt_nvme_t *o, zt__opt_nvme_visit_fn fn, void *ctx);
+ZT_INTERNAL int zt__opt_nvme_import(zt__opt_nvme_t *o, zt__opt_nvme_visit_fn fn, void *ctx);
+
 /* Removes the swap files and frees the slots. NULL: nothing. */
 ZT_INTERNAL void zt__opt_nvme_destroy(zt__opt_nvme_t *o);
 

@@ -203,6 +203,37 @@ int zt__param_nvme_flush(zt__param_nvme_t *pn) {
 
 /* ---- reads --------------------------------------------------------------------------- */
 
+int zt__param_nvme_get(zt__param_nvme_t *pn, size_t first, size_t n, void *dst) {
+  if (pn->fill || pn->written || first + n > pn->numel)
+    return zt__errf(&pn->eng->err, -EINVAL,
+                    "param_tier \"nvme\": a get of [%zu, %zu) of %zu elements with %zu "
+                    "put; expected a range of the shard between steps",
+                    first, first + n, pn->numel, pn->written / pn->psz);
+  char *out = dst;
+  size_t pos = first * pn->psz, end = (first + n) * pn->psz;
+  while (pos < end) {
+    /* An aligned run of at most a page around pos, read into page 0. */
+    size_t lo = pos / BLOCK * BLOCK;
+    size_t hi = round_up(end, BLOCK);
+    if (hi - lo > pn->page_bytes) hi = lo + pn->page_bytes;
+    ZT_TRY(zt__swap_prep_read(pn->sw, pn->page[0], hi - lo, lo, 0));
+    int rc = zt__swap_submit(pn->sw);
+    if (rc < 0) return rc;
+    zt__swap_cqe_t cqe;
+    double t0 = zt__now();
+    rc = zt__swap_wait(pn->sw, &cqe, 1, 1);
+    pn->st.wait_seconds += zt__now() - t0;
+    if (rc < 0) return rc;
+    if (cqe.res < 0) return (int)cqe.res; /* its sentence is in the error buffer */
+    pn->st.read_bytes += hi - lo;
+    size_t take = (hi < end ? hi : end) - pos;
+    memcpy(out, (const char *)pn->page[0] + (pos - lo), take);
+    out += take;
+    pos += take;
+  }
+  return 0;
+}
+
 int zt__param_nvme_read(zt__param_nvme_t *pn, const zt__group_t *g, size_t begin,
                         zt__param_read_t **out) {
   zt_engine_t *eng = pn->eng;

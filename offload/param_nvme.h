@@ -63,6 +63,11 @@ ZT_INTERNAL int zt__param_nvme_put(zt__param_nvme_t *pn, size_t first, size_t n,
                                    const void *src);
 ZT_INTERNAL int zt__param_nvme_flush(zt__param_nvme_t *pn);
 
+/* Reads elements [first, first + n) of the shard into `dst` (host memory),
+ * synchronously, through the write pages (checkpoints save from it between
+ * steps, when no put is under way). */
+ZT_INTERNAL int zt__param_nvme_get(zt__param_nvme_t *pn, size_t first, size_t n, void *dst);
+
 /* Starts reading group g's part of the shard [begin, begin + numel) into
  * a pinned buffer (a spare of its size, or a new one). -ENOMEM (with a
  * sentence) when the pinned budget has no room for it: nothing is started

@@ -17,6 +17,7 @@ packages=(
   base-files         # the demo's text: /usr/share/common-licenses
   gnuplot-nox        # PNG plots of the demo and the benchmarks
   fio                # the benchmark's reference figure
+  clang libclang-rt-dev   # libFuzzer for the checkpoint parsers (make fuzz)
 )
 
 missing=()

@@ -150,8 +150,8 @@ int zt__engine_check(const zt_engine_t *eng, const char *fn) {
                     fn);
   if (eng->broken)
     return zt__errf((zt__err_t *)&eng->err, ZT_EBROKEN,
-                    "%s: an earlier step or fetch failed part-way (%s); destroy and "
-                    "re-create the engine",
+                    "%s: an earlier step, fetch or load failed part-way (%s); load a "
+                    "checkpoint (zt_load) or re-create the engine",
                     fn, zt_strerror(eng->broken));
   return 0;
 }

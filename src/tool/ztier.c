@@ -22,9 +22,11 @@ typedef struct command {
 static int cmd_bench(int argc, char **argv);
 static int cmd_version(int argc, char **argv);
 int zt_plan_main(int argc, char **argv); /* src/tool/plan.c */
+int zt_ckpt_main(int argc, char **argv); /* src/tool/ckpt.c */
 
 static const command_t commands[] = {
     {"bench", cmd_bench, "measure a part of ztier beside its hardware limit"},
+    {"ckpt", zt_ckpt_main, "inspect a checkpoint, or export its weights as safetensors"},
     {"plan", zt_plan_main, "memory per rank in each tier, before you run"},
     {"version", cmd_version, "print the version of ztier"},
 };

@@ -1,0 +1,120 @@
+/*
+ * ckpt.h — what zt_save (ckpt/save.c), zt_load (ckpt/load.c) and
+ * consolidation (ckpt/consolidate.c) share: the rank file's layout and
+ * checksum (ckpt/rankfile.c), and this rank's states and parameters reached
+ * in whatever tier the engine keeps them (ckpt/tiers.c).
+ *
+ * A rank file holds the states [begin, end) of the state space, n = end -
+ * begin of them, section after section: fp32 master, fp32 m, fp32 v, and
+ * the parameters in the param dtype when that is not fp32 (fp32 parameters
+ * are the master). Its checksum is XXH3-64 over four little-endian u64s:
+ * the sections' own XXH3-64 digests in section order, 0 for an absent
+ * section. Each section is hashed as it is written, in order, and read back
+ * in order when verified.
+ */
+#ifndef ZT_CKPT_H
+#define ZT_CKPT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "internal.h" // defines: ZT_INTERNAL, zt_engine_t, zt__err_t
+
+#define ZT_CKPT_SECTIONS 4
+enum { ZT_CKPT_MASTER = 0, ZT_CKPT_M = 1, ZT_CKPT_V = 2, ZT_CKPT_PARAMS = 3 };
+
+/* Sections in a file of this param dtype (3 for fp32, else 4), and where
+ * section `s` of a file of n states starts, with its element size. */
+ZT_INTERNAL int zt__ckpt_sections(zt_dtype_t param_dtype);
+ZT_INTERNAL uint64_t zt__ckpt_section_off(zt_dtype_t param_dtype, uint64_t n, int s);
+ZT_INTERNAL size_t zt__ckpt_section_esz(zt_dtype_t param_dtype, int s);
+
+/* ---- writing a rank file (rankfile.c) ---------------------------------------- */
+
+typedef struct zt__ckpt_writer zt__ckpt_writer_t;
+
+/* Creates `path` (truncating a leftover of a crashed save) sized for n
+ * states. Returns 0 or -errno with a sentence in `e` naming the path. */
+ZT_INTERNAL int zt__ckpt_writer_open(const char *path, zt_dtype_t param_dtype, uint64_t n,
+                                     zt__err_t *e, zt__ckpt_writer_t **out);
+/* Elements [i, i + count) of section s, from `data`; each section's pieces
+ * come in order, the sections in any interleaving. */
+ZT_INTERNAL int zt__ckpt_writer_put(zt__ckpt_writer_t *w, int s, uint64_t i, uint64_t count,
+                                    const void *data);
+/* Checks every section is complete, fsyncs, closes: *digest is the file's
+ * checksum. Frees w whatever the outcome. */
+ZT_INTERNAL int zt__ckpt_writer_finish(zt__ckpt_writer_t *w, uint64_t *digest);
+/* Closes (after a failure: the caller removes the file). NULL: nothing. */
+ZT_INTERNAL void zt__ckpt_writer_abort(zt__ckpt_writer_t *w);
+
+/* Reads `path` whole and checks its size and checksum against the
+ * manifest's: ZT_ECKPT for a missing or truncated file, ZT_ECHECKSUM for a
+ * changed byte, with a sentence naming the file. */
+ZT_INTERNAL int zt__ckpt_verify(const char *path, zt_dtype_t param_dtype, uint64_t n,
+                                uint64_t bytes, uint64_t digest, zt__err_t *e);
+
+/* pread of exactly `len` bytes, or a sentence naming the file (short: the
+ * file was truncated after it was verified). */
+ZT_INTERNAL int zt__ckpt_pread(int fd, const char *path, void *buf, size_t len, uint64_t off,
+                               zt__err_t *e);
+
+/* Makes dir's entries durable (fsync of the directory). */
+ZT_INTERNAL int zt__ckpt_fsync_dir(const char *dir, zt__err_t *e);
+
+/* ---- a saved checkpoint, read (source.c) ---------------------------------------- */
+
+struct zt__manifest;
+
+/* dir/manifest.json, parsed and checked: ZT_ECKPT naming it when it is
+ * missing or malformed. */
+ZT_INTERNAL int zt__ckpt_read_manifest(const char *dir, struct zt__manifest *m,
+                                       zt__err_t *e);
+
+typedef struct zt__ckpt_src zt__ckpt_src_t;
+/* Reads from the files of `m` in `dir` (m stays the caller's). */
+ZT_INTERNAL int zt__ckpt_src_open(const char *dir, const struct zt__manifest *m,
+                                  zt__err_t *e, zt__ckpt_src_t **out);
+/* Section `section` of states [a, a + n) into dst, from every file holding
+ * part of it. */
+ZT_INTERNAL int zt__ckpt_src_read(zt__ckpt_src_t *s, int section, uint64_t a, uint64_t n,
+                                  void *dst);
+ZT_INTERNAL void zt__ckpt_src_close(zt__ckpt_src_t *s); /* NULL: nothing */
+
+/* ---- across ranks (save.c) -------------------------------------------------- */
+
+/* Every rank's `bytes` of `mine`, in rank order, into `all` (world * bytes).
+ * Control records: not counted in zt_stats' comm bytes. */
+ZT_INTERNAL int zt__ckpt_allgather(zt_engine_t *eng, const void *mine, void *all,
+                                   size_t bytes);
+
+/* "<dir>/g<gen>-r<rank>.zts<suffix>" (dir NULL: the bare name), or
+ * -ENAMETOOLONG. */
+ZT_INTERNAL int zt__ckpt_name(char *buf, size_t n, const char *dir, uint64_t gen, int rank,
+                              const char *suffix);
+
+/* ---- this rank's states and parameters (tiers.c) ------------------------------ */
+
+/* The states this rank holds: [*lo, *hi) of the state space (its shard, or
+ * all of them unpartitioned). */
+ZT_INTERNAL void zt__ckpt_state_range(const zt_engine_t *eng, size_t *lo, size_t *hi);
+
+/* Visits the rank's states in order, in pieces [a, a + n) with master, m and
+ * v in host memory: export hands over what the tier holds, import lets fn
+ * fill them and puts them in the tier. master is NULL where the fp32
+ * parameters are the master (the parameters carry it). */
+typedef int (*zt__ckpt_piece_fn)(void *ctx, size_t a, size_t n, float *master, float *m,
+                                 float *v);
+ZT_INTERNAL int zt__ckpt_walk_states(zt_engine_t *eng, int import, zt__ckpt_piece_fn fn,
+                                     void *ctx);
+
+/* The parameters of states [a, b), where this rank keeps them (its shard at
+ * stage 3, the registered buffer below), to and from host memory. Puts come
+ * in state order over the whole range the rank loads, then params_done. */
+ZT_INTERNAL int zt__ckpt_params_get(zt_engine_t *eng, size_t a, size_t b, void *dst);
+ZT_INTERNAL int zt__ckpt_params_put(zt_engine_t *eng, size_t a, size_t b, const void *src);
+ZT_INTERNAL int zt__ckpt_params_done(zt_engine_t *eng);
+
+/* Elements per piece that save and load move at once. */
+#define ZT_CKPT_PIECE ((size_t)1 << 18)
+
+#endif /* ZT_CKPT_H */

@@ -1,0 +1,1110 @@
+/*
+ * test_ckpt_format.c — the checkpoint file formats on their own: a
+ * checkpoint's manifest.json (ckpt/manifest.c) and safetensors files
+ * (ckpt/safetensors.c). No engine is involved.
+ *
+ * What it holds:
+ *   - manifest: to_json then parse gives the identical struct for random
+ *     manifests (names with quotes, control bytes and UTF-8; 64-bit seeds and
+ *     checksums; doubles using every mantissa bit), and to_json of that gives
+ *     the identical text;
+ *   - every validation rule, broken once on a valid manifest, gives ZT_ECKPT
+ *     and a sentence naming the field by its path, and leaves *m zeroed;
+ *   - a manifest of another version says which version it is and which one
+ *     this ztier reads; every proper prefix of a manifest, and random damage,
+ *     is refused without a crash or a leak (run it under SAN=address,undefined);
+ *   - safetensors: files written by the streaming writer, fed in pieces of
+ *     random sizes, read back by a separate reader written here (with cJSON,
+ *     sharing no code with the library) give the tensors' bytes, dtypes,
+ *     shapes and metadata back; the library's parser agrees with it;
+ *   - the parser refuses bad lengths, headers longer than the file, overlaps,
+ *     gaps, shape/bytes mismatches, unknown dtypes, non-objects and every
+ *     proper prefix of a valid file; the writer refuses bad tables, short and
+ *     long data, and reports write errors with the file and tensor.
+ */
+#define _GNU_SOURCE
+#include "harness.h"
+
+#include <fcntl.h>
+#include <limits.h>
+#include <math.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cjson/cJSON.h> // defines: the test's own JSON reading and editing
+
+#include "manifest.h"    // defines: zt__manifest_*
+#include "safetensors.h" // defines: zt__st_*
+
+#define EXACT ((uint64_t)1 << 53)
+
+/* Fails unless rc is `code` and the sentence holds `needle` (and `where`). */
+#define EXPECT_ERR(rc, code, e, needle) expect_err_((rc), (code), (e), (needle), __LINE__)
+static void expect_err_(int rc, int code, const zt__err_t *e, const char *needle, int line) {
+  if (rc != code || strstr(e->msg, needle) == NULL)
+    fail_msg("line %d: rc %d (%s), expected %d (%s); message \"%s\" should hold \"%s\"", line,
+             rc, zt_err_name(rc), code, zt_err_name(code), e->msg, needle);
+}
+
+static int all_zero(const void *p, size_t n) {
+  const unsigned char *b = p;
+  for (size_t i = 0; i < n; i++)
+    if (b[i]) return 0;
+  return 1;
+}
+
+/* ---- manifests --------------------------------------------------------------- */
+
+/* The bytes of a rank file, written from the format's description: fp32
+ * master, m and v, then the parameters when they are not fp32. */
+static uint64_t file_bytes(zt_dtype_t dt, uint64_t n) {
+  return n * 12 + (dt == ZT_FP32 ? 0 : n * 2);
+}
+
+/* A name of random bytes: printable ASCII, quotes, backslashes, control
+ * bytes and UTF-8, 1 to `max` bytes, ending in "#i" so that names differ. */
+static char *random_unit_name(t_rng_t *r, size_t i, size_t max) {
+  static const char *const pieces[] = {"a", "Z", "0", "\"", "\\", "\x01", "\x1f", " ", "/",
+                                       "\xc3\xa9", "\xe6\x97\xa5", "{", "}", ":", ",", "\x7f"};
+  char tail[32];
+  snprintf(tail, sizeof tail, "#%zu", i);
+  size_t len = 1 + t_rng_next(r) % (max - strlen(tail));
+  char *s = calloc(max + 8, 1);
+  size_t o = 0;
+  while (o < len) {
+    const char *p = pieces[t_rng_next(r) % (sizeof pieces / sizeof pieces[0])];
+    if (o + strlen(p) > len) break;
+    memcpy(s + o, p, strlen(p));
+    o += strlen(p);
+  }
+  memcpy(s + o, tail, strlen(tail) + 1);
+  assert_true(strlen(s) <= max);
+  return s;
+}
+
+/* A positive finite double of random bits (subnormals included). */
+static double random_positive(t_rng_t *r) {
+  for (;;) {
+    uint64_t u = t_rng_next(r) >> 1; /* sign bit clear */
+    double d;
+    memcpy(&d, &u, sizeof d);
+    if (isfinite(d) && d > 0) return d;
+  }
+}
+
+/* A random valid manifest; the caller frees it with zt__manifest_free. */
+static void random_manifest(t_rng_t *r, zt__manifest_t *m) {
+  static const zt_dtype_t dts[] = {ZT_FP32, ZT_BF16, ZT_FP16};
+  memset(m, 0, sizeof *m);
+  m->version = ZT_CKPT_VERSION;
+  m->generation = 1 + t_rng_next(r) % (EXACT - 1);
+  m->world = 1 + (int)(t_rng_next(r) % 64);
+  m->stage = (int)(t_rng_next(r) % 4);
+  m->param_dtype = dts[t_rng_next(r) % 3];
+  m->steps = t_rng_next(r) % EXACT;
+  m->skipped_steps = t_rng_next(r) % EXACT;
+  m->loss_scale = random_positive(r);
+  m->loss_scale_handed = t_rng_next(r) % 2 ? m->loss_scale : random_positive(r);
+  m->loss_scale_dynamic = (int)(t_rng_next(r) % 2);
+  m->good_steps = (int)(t_rng_next(r) % ((uint64_t)INT_MAX + 1));
+  m->seed = t_rng_next(r);
+  m->rounding = (int)(t_rng_next(r) % 2);
+
+  size_t n = 1 + t_rng_next(r) % 40;
+  m->units = calloc(n, sizeof *m->units);
+  m->n_units = n;
+  /* Unit sizes of every magnitude up to 2^44, so sums stay below 2^53. */
+  for (size_t i = 0; i < n; i++) {
+    zt__ckpt_unit_t *u = &m->units[i];
+    u->name = random_unit_name(r, i, i == 0 ? ZT_CKPT_NAME_MAX : 48);
+    u->numel = 1 + t_rng_next(r) % ((uint64_t)1 << (t_rng_next(r) % 45));
+    u->group = (int)(t_rng_next(r) % ((uint64_t)INT_MAX + 1));
+    u->weight_decay = (int)(t_rng_next(r) % 2);
+    u->state_off = m->state_numel;
+    m->state_numel += u->numel;
+  }
+  /* In the buffer: a random order with random gaps. */
+  size_t *perm = malloc(n * sizeof *perm);
+  for (size_t i = 0; i < n; i++) perm[i] = i;
+  for (size_t i = n; i > 1; i--) {
+    size_t j = t_rng_next(r) % i, x = perm[i - 1];
+    perm[i - 1] = perm[j];
+    perm[j] = x;
+  }
+  uint64_t at = 0;
+  for (size_t k = 0; k < n; k++) {
+    at += t_rng_next(r) % 3 ? 0 : t_rng_next(r) % 100000;
+    m->units[perm[k]].offset = at;
+    at += m->units[perm[k]].numel;
+  }
+  free(perm);
+  m->numel = at + t_rng_next(r) % 1000;
+
+  /* Files: cuts of [0, state_numel), empty ones included. */
+  size_t nf = 1 + t_rng_next(r) % 12;
+  m->files = calloc(nf, sizeof *m->files);
+  m->n_files = nf;
+  uint64_t *cut = calloc(nf + 1, sizeof *cut);
+  for (size_t i = 1; i < nf; i++) cut[i] = t_rng_next(r) % (m->state_numel + 1);
+  cut[nf] = m->state_numel;
+  for (size_t i = 1; i < nf; i++) /* insertion sort of cut[1..nf) */
+    for (size_t j = i; j > 1 && cut[j - 1] > cut[j]; j--) {
+      uint64_t x = cut[j];
+      cut[j] = cut[j - 1];
+      cut[j - 1] = x;
+    }
+  for (size_t i = 0; i < nf; i++) {
+    zt__ckpt_file_t *f = &m->files[i];
+    f->rank = (int)(t_rng_next(r) % (uint64_t)m->world);
+    f->name = malloc(64);
+    snprintf(f->name, 64, "g%llu-rank%05d-%zu.zts", (unsigned long long)m->generation, f->rank,
+             i);
+    f->begin = cut[i];
+    f->end = cut[i + 1];
+    f->bytes = file_bytes(m->param_dtype, f->end - f->begin);
+    f->xxh64 = t_rng_next(r);
+  }
+  free(cut);
+}
+
+static void expect_same_manifest(const zt__manifest_t *a, const zt__manifest_t *b) {
+  assert_int_equal(a->version, b->version);
+  assert_true(a->generation == b->generation);
+  assert_int_equal(a->world, b->world);
+  assert_int_equal(a->stage, b->stage);
+  assert_int_equal(a->param_dtype, b->param_dtype);
+  assert_true(a->numel == b->numel);
+  assert_true(a->state_numel == b->state_numel);
+  assert_true(a->steps == b->steps);
+  assert_true(a->skipped_steps == b->skipped_steps);
+  assert_memory_equal(&a->loss_scale, &b->loss_scale, sizeof(double));
+  assert_memory_equal(&a->loss_scale_handed, &b->loss_scale_handed, sizeof(double));
+  assert_int_equal(a->loss_scale_dynamic, b->loss_scale_dynamic);
+  assert_int_equal(a->good_steps, b->good_steps);
+  assert_true(a->seed == b->seed);
+  assert_int_equal(a->rounding, b->rounding);
+  assert_int_equal(a->n_units, b->n_units);
+  for (size_t i = 0; i < a->n_units; i++) {
+    const zt__ckpt_unit_t *u = &a->units[i], *v = &b->units[i];
+    assert_string_equal(u->name, v->name);
+    assert_true(u->offset == v->offset && u->numel == v->numel && u->state_off == v->state_off);
+    assert_int_equal(u->group, v->group);
+    assert_int_equal(u->weight_decay, v->weight_decay);
+  }
+  assert_int_equal(a->n_files, b->n_files);
+  for (size_t i = 0; i < a->n_files; i++) {
+    const zt__ckpt_file_t *f = &a->files[i], *g = &b->files[i];
+    assert_string_equal(f->name, g->name);
+    assert_int_equal(f->rank, g->rank);
+    assert_true(f->begin == g->begin && f->end == g->end && f->bytes == g->bytes);
+    assert_true(f->xxh64 == g->xxh64);
+  }
+}
+
+static void test_manifest_roundtrip(void **state) {
+  t_rng_t r;
+  t_rng_init(&r, t_seed());
+  for (int it = 0; it < 300; it++) {
+    zt__manifest_t m, back;
+    random_manifest(&r, &m);
+    char *json = NULL, *again = NULL;
+    assert_int_equal(zt__manifest_to_json(&m, &json), 0);
+    zt__err_t e = {{0}};
+    int rc = zt__manifest_parse(&back, json, strlen(json), "rt", &e);
+    if (rc != 0) fail_msg("parse of to_json's text: %s\n%s", e.msg, json);
+    expect_same_manifest(&m, &back);
+    assert_int_equal(zt__manifest_to_json(&back, &again), 0);
+    assert_string_equal(json, again);
+
+    /* The text is plain JSON to any reader: the 64-bit values as hex. */
+    cJSON *root = cJSON_Parse(json);
+    assert_non_null(root);
+    char want[32];
+    snprintf(want, sizeof want, "0x%016llx", (unsigned long long)m.seed);
+    cJSON *opt = cJSON_GetObjectItemCaseSensitive(root, "optimizer");
+    assert_string_equal(cJSON_GetObjectItemCaseSensitive(opt, "seed")->valuestring, want);
+    cJSON *f0 = cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(root, "files"), 0);
+    snprintf(want, sizeof want, "%016llx", (unsigned long long)m.files[0].xxh64);
+    assert_string_equal(cJSON_GetObjectItemCaseSensitive(f0, "xxh64")->valuestring, want);
+    cJSON_Delete(root);
+
+    free(json);
+    free(again);
+    zt__manifest_free(&back);
+    zt__manifest_free(&m);
+    assert_true(all_zero(&m, sizeof m)); /* free zeroes */
+  }
+}
+
+static void test_manifest_file_bytes(void **state) {
+  assert_true(zt__manifest_file_bytes(ZT_FP32, 0) == 0);
+  assert_true(zt__manifest_file_bytes(ZT_FP32, 1000) == 12000);
+  assert_true(zt__manifest_file_bytes(ZT_BF16, 1000) == 14000);
+  assert_true(zt__manifest_file_bytes(ZT_FP16, 7) == 98);
+  assert_true(zt__manifest_file_bytes(ZT_BF16, EXACT - 1) == (EXACT - 1) * 14);
+}
+
+/* The valid manifest every rule test breaks once: bf16, world 4, units
+ * wte [0, 100), h0 [100, 400), lnf [500, 550) of a 1000-element buffer
+ * (state space 450), files [0,120) [120,240) [240,360) [360,450). */
+static char *base_json(void) {
+  zt__manifest_t m = {0};
+  m.version = ZT_CKPT_VERSION;
+  m.generation = 3;
+  m.world = 4;
+  m.stage = 2;
+  m.param_dtype = ZT_BF16;
+  m.numel = 1000;
+  m.state_numel = 450;
+  m.steps = 10;
+  m.skipped_steps = 1;
+  m.loss_scale = m.loss_scale_handed = 65536.0;
+  m.loss_scale_dynamic = 1;
+  m.good_steps = 3;
+  m.seed = 0x1234abcd5678ef90ull;
+  m.rounding = ZT_ROUND_STOCHASTIC;
+  zt__ckpt_unit_t units[] = {{"wte", 0, 100, 0, 0, 1},
+                             {"h0", 100, 300, 100, 1, 1},
+                             {"lnf", 500, 50, 400, 1, 0}};
+  uint64_t cuts[] = {0, 120, 240, 360, 450};
+  zt__ckpt_file_t files[4];
+  char names[4][32];
+  for (int i = 0; i < 4; i++) {
+    snprintf(names[i], sizeof names[i], "g3-rank%05d.zts", i);
+    files[i] = (zt__ckpt_file_t){names[i], i, cuts[i], cuts[i + 1],
+                                 file_bytes(ZT_BF16, cuts[i + 1] - cuts[i]),
+                                 0x0123456789abcdefull + (uint64_t)i};
+  }
+  m.units = units;
+  m.n_units = 3;
+  m.files = files;
+  m.n_files = 4;
+  char *json;
+  assert_int_equal(zt__manifest_to_json(&m, &json), 0);
+  return json;
+}
+
+/* Parses `json` expecting ZT_ECKPT with `needle` in the sentence, and *m
+ * zeroed. */
+static void expect_refused(const char *json, size_t len, const char *needle, const char *what) {
+  zt__manifest_t m;
+  memset(&m, 0xa5, sizeof m); /* parse must zero it even so */
+  zt__err_t e = {{0}};
+  int rc = zt__manifest_parse(&m, json, len, "ckpt/manifest.json", &e);
+  if (rc != ZT_ECKPT || strstr(e.msg, needle) == NULL ||
+      strstr(e.msg, "ckpt/manifest.json: ") != e.msg)
+    fail_msg("%s: rc %d, message \"%s\"; expected ZT_ECKPT naming \"%s\"", what, rc, e.msg,
+             needle);
+  if (!all_zero(&m, sizeof m)) fail_msg("%s: *m not left zeroed", what);
+}
+
+/* One edit of the base manifest: the value at `path` (members and array
+ * indices, '/'-separated) becomes the JSON text `value` verbatim, or is
+ * deleted (NULL); a member that is not there is added. */
+typedef struct edit {
+  const char *path, *value, *needle;
+} edit_t;
+
+static char *apply_edit(const char *base, const edit_t *ed) {
+  cJSON *root = cJSON_Parse(base);
+  assert_non_null(root);
+  char path[128];
+  snprintf(path, sizeof path, "%s", ed->path);
+  cJSON *parent = root;
+  char *save = NULL, *tok = strtok_r(path, "/", &save), *next;
+  while ((next = strtok_r(NULL, "/", &save)) != NULL) {
+    parent = cJSON_IsArray(parent) ? cJSON_GetArrayItem(parent, atoi(tok))
+                                   : cJSON_GetObjectItemCaseSensitive(parent, tok);
+    assert_non_null(parent);
+    tok = next;
+  }
+  /* Raw items print as given, so "-0", "1e999" and 2^53 + 1 reach the
+   * parser as written. */
+  cJSON *val = ed->value ? cJSON_CreateRaw(ed->value) : NULL;
+  if (cJSON_IsArray(parent)) {
+    if (val)
+      cJSON_ReplaceItemInArray(parent, atoi(tok), val);
+    else
+      cJSON_DeleteItemFromArray(parent, atoi(tok));
+  } else if (val == NULL) {
+    assert_non_null(cJSON_GetObjectItemCaseSensitive(parent, tok));
+    cJSON_DeleteItemFromObjectCaseSensitive(parent, tok);
+  } else if (cJSON_GetObjectItemCaseSensitive(parent, tok)) {
+    cJSON_ReplaceItemInObjectCaseSensitive(parent, tok, val);
+  } else {
+    cJSON_AddItemToObject(parent, tok, val);
+  }
+  char *out = cJSON_PrintUnformatted(root);
+  cJSON_Delete(root);
+  return out;
+}
+
+static const edit_t edits[] = {
+    {"format", "\"ztier-ckpt\"", "format is \"ztier-ckpt\""},
+    {"format", "1", "format is 1"},
+    {"format", NULL, "format is missing"},
+    {"version", NULL, "version is missing"},
+    {"version", "\"1\"", "version is \"1\""},
+    {"version", "1.5", "version is 1.5"},
+    {"generation", "0", "generation is 0"},
+    {"generation", "-3", "generation is -3"},
+    {"world", "0", "world is 0"},
+    {"world", NULL, "world is missing"},
+    {"world", "2147483648", "world is 2147483648"},
+    {"stage", "4", "stage is 4"},
+    {"stage", "-1", "stage is -1"},
+    {"param_dtype", "\"fp64\"", "param_dtype is \"fp64\""},
+    {"param_dtype", "1", "param_dtype is 1"},
+    {"numel", "1000.5", "numel is 1000.5"},
+    {"numel", "-1000", "numel is -1000"},
+    {"numel", "1e300", "numel is 1e+300"},
+    {"numel", "9007199254740993", "numel is 9007199254740992"},
+    {"numel", "\"1000\"", "numel is \"1000\""},
+    {"numel", "null", "numel is null"},
+    {"numel", "true", "numel is true"},
+    {"numel", "-0", "numel is -0"},
+    {"numel", "[1000]", "numel is an array"},
+    {"state_numel", "451", "state_numel is 451"},
+    {"state_numel", NULL, "state_numel is missing"},
+    {"worlds", "4", "the member \"worlds\", which is not a manifest field"},
+    {"optimizer", "5", "optimizer is 5"},
+    {"optimizer", NULL, "optimizer is missing"},
+    {"optimizer/steps", "-1", "optimizer.steps is -1"},
+    {"optimizer/steps", "9007199254740992", "optimizer.steps is 9007199254740992"},
+    {"optimizer/skipped_steps", "0.5", "optimizer.skipped_steps is 0.5"},
+    {"optimizer/loss_scale", "0", "optimizer.loss_scale is 0"},
+    {"optimizer/loss_scale", "-1", "optimizer.loss_scale is -1"},
+    {"optimizer/loss_scale", "1e999", "optimizer.loss_scale is inf"},
+    {"optimizer/loss_scale", "\"65536\"", "optimizer.loss_scale is \"65536\""},
+    {"optimizer/loss_scale_handed", "0", "optimizer.loss_scale_handed is 0"},
+    {"optimizer/loss_scale_handed", NULL, "optimizer.loss_scale_handed is missing"},
+    {"optimizer/loss_scale_dynamic", "2", "optimizer.loss_scale_dynamic is 2"},
+    {"optimizer/good_steps", "-1", "optimizer.good_steps is -1"},
+    {"optimizer/good_steps", "2147483648", "optimizer.good_steps is 2147483648"},
+    {"optimizer/seed", "\"0y1234\"", "optimizer.seed is \"0y1234\""},
+    {"optimizer/seed", "\"0x\"", "optimizer.seed is \"0x\""},
+    {"optimizer/seed", "\"1234\"", "optimizer.seed is \"1234\""},
+    {"optimizer/seed", "\"0x00000000000000000\"", "optimizer.seed"},
+    {"optimizer/seed", "\"0x12g4\"", "optimizer.seed is \"0x12g4\""},
+    {"optimizer/seed", "4660", "optimizer.seed is 4660"},
+    {"optimizer/rounding", "\"up\"", "optimizer.rounding is \"up\""},
+    {"optimizer/momentum", "1", "optimizer has the member \"momentum\""},
+    {"units", "[]", "units is empty"},
+    {"units", "{}", "units is an object"},
+    {"units", NULL, "units is missing"},
+    {"units/1", "[]", "units[1] is an array"},
+    {"units/1", "7", "units[1] is 7"},
+    {"units/1/name", "\"\"", "units[1].name is 0 bytes long"},
+    {"units/1/name", "5", "units[1].name is 5"},
+    {"units/2/name", "\"wte\"", "units[2].name is \"wte\", the name of units[0] too"},
+    {"units/1/state_off", "101", "units[1].state_off is 101; expected 100"},
+    {"units/0/state_off", "1", "units[0].state_off is 1"},
+    {"units/1/numel", "0", "units[1].numel is 0"},
+    {"units/1/numel", "299", "units[2].state_off is 400; expected 399"},
+    {"units/2/offset", "960", "units[2].offset is 960"},
+    {"units/2/offset", "9007199254740991", "units[2].offset is 9007199254740991"},
+    {"units/1/offset", "50", "units[1] (offset 50, numel 300) overlaps units[0]"},
+    {"units/1/group", "-1", "units[1].group is -1"},
+    {"units/0/weight_decay", "2", "units[0].weight_decay is 2"},
+    {"units/0/extra", "1", "units[0] has the member \"extra\""},
+    {"units/0/numel", NULL, "units[0].numel is missing"},
+    {"files", "[]", "files is empty"},
+    {"files", "\"x\"", "files is \"x\""},
+    {"files/1/name", "\"a/b\"", "files[1].name is \"a/b\""},
+    {"files/1/name", "\".\"", "files[1].name is \".\""},
+    {"files/1/name", "\"..\"", "files[1].name is \"..\""},
+    {"files/1/name", "\".hidden\"", "files[1].name is \".hidden\""},
+    {"files/1/name", "\"\"", "files[1].name is \"\""},
+    {"files/1/name", "\"a\\u0001b\"", "files[1].name is \"a\\x01b\""},
+    {"files/1/name", "\"a b\"", "files[1].name is \"a b\""},
+    {"files/1/name", "\"\\u00e9\"", "files[1].name is \"\\xc3\\xa9\""},
+    {"files/1/name", "[]", "files[1].name is an array"},
+    {"files/2/name", "\"g3-rank00000.zts\"", "files[2].name is \"g3-rank00000.zts\", the name"},
+    {"files/1/begin", "121", "files[1].begin is 121; expected 120"},
+    {"files/1/begin", "240", "files[1].begin is 240; expected 120"},
+    {"files/0/begin", "1", "files[0].begin is 1; expected 0"},
+    {"files/3/end", "451", "files[3].end is 451"},
+    {"files/2/end", "200", "files[2].end is 200"},
+    {"files/3", NULL, "files end at element 360"},
+    {"files/0/bytes", "1681", "files[0].bytes is 1681; expected 1680"},
+    {"files/2/rank", "4", "files[2].rank is 4; expected an integer from 0 to 3"},
+    {"files/2/rank", "-1", "files[2].rank is -1"},
+    {"files/0/xxh64", "\"0123456789abcdeg\"", "files[0].xxh64 is \"0123456789abcdeg\""},
+    {"files/0/xxh64", "\"0123456789abcde\"", "files[0].xxh64 is \"0123456789abcde\""},
+    {"files/0/xxh64", "\"0x23456789abcdef\"", "files[0].xxh64"},
+    {"files/0/xxh64", "81985529216486895", "files[0].xxh64 is 8.19855292164869e+16"},
+    {"files/0/size", "1", "files[0] has the member \"size\""},
+};
+
+static void test_manifest_rules(void **state) {
+  char *base = base_json();
+  /* The base itself is valid. */
+  zt__manifest_t m;
+  zt__err_t e = {{0}};
+  if (zt__manifest_parse(&m, base, strlen(base), "base", &e) != 0) fail_msg("base: %s", e.msg);
+  zt__manifest_free(&m);
+
+  for (size_t i = 0; i < sizeof edits / sizeof edits[0]; i++) {
+    char *json = apply_edit(base, &edits[i]);
+    char what[160];
+    snprintf(what, sizeof what, "edit %zu (%s = %s)", i, edits[i].path,
+             edits[i].value ? edits[i].value : "deleted");
+    expect_refused(json, strlen(json), edits[i].needle, what);
+    free(json);
+  }
+
+  /* Names over ZT_CKPT_NAME_MAX bytes, and just at it. */
+  char long_name[ZT_CKPT_NAME_MAX + 4];
+  for (int extra = 0; extra <= 1; extra++) {
+    memset(long_name + 1, 'n', ZT_CKPT_NAME_MAX + extra);
+    long_name[0] = '"';
+    long_name[ZT_CKPT_NAME_MAX + extra + 1] = '"';
+    long_name[ZT_CKPT_NAME_MAX + extra + 2] = '\0';
+    edit_t unit = {"units/1/name", long_name, "units[1].name is 256 bytes long"};
+    edit_t file = {"files/1/name", long_name, "files[1].name is \"nnn"};
+    char *ju = apply_edit(base, &unit), *jf = apply_edit(base, &file);
+    if (extra) {
+      expect_refused(ju, strlen(ju), unit.needle, "a unit name of 256 bytes");
+      expect_refused(jf, strlen(jf), file.needle, "a file name of 256 bytes");
+    } else {
+      assert_int_equal(zt__manifest_parse(&m, ju, strlen(ju), "255", &e), 0);
+      zt__manifest_free(&m);
+      assert_int_equal(zt__manifest_parse(&m, jf, strlen(jf), "255", &e), 0);
+      zt__manifest_free(&m);
+    }
+    free(ju);
+    free(jf);
+  }
+  free(base);
+}
+
+/* Text that no cJSON edit can make: a key twice, NUL inside, \u0000, broken
+ * syntax, other top levels. */
+static void test_manifest_text(void **state) {
+  char *base = base_json();
+  size_t n = strlen(base);
+  char *buf = malloc(n + 64);
+
+  const char *world = strstr(base, "\"world\": 4,");
+  assert_non_null(world);
+  size_t at = (size_t)(world - base);
+  snprintf(buf, n + 64, "%.*s\"world\": 4, %s", (int)at, base, base + at);
+  expect_refused(buf, strlen(buf), "the manifest has the member \"world\" twice", "twice");
+
+  const char *wte = strstr(base, "\"wte\"");
+  at = (size_t)(wte - base);
+  snprintf(buf, n + 64, "%.*s\"w\\u0000te\"%s", (int)at, base, wte + 5);
+  expect_refused(buf, strlen(buf), "\\u0000 (a NUL character) at byte", "\\u0000");
+  /* \\u0000 is a backslash and "u0000", which is fine. */
+  snprintf(buf, n + 64, "%.*s\"w\\\\u0000te\"%s", (int)at, base, wte + 5);
+  zt__manifest_t m;
+  zt__err_t e = {{0}};
+  assert_int_equal(zt__manifest_parse(&m, buf, strlen(buf), "ok", &e), 0);
+  assert_string_equal(m.units[0].name, "w\\u0000te");
+  zt__manifest_free(&m);
+
+  memcpy(buf, base, n);
+  buf[40] = '\0';
+  expect_refused(buf, n, "holds a NUL byte at byte 40", "NUL byte");
+
+  expect_refused("{\"format\": }", 12, "is not valid JSON at byte 11", "syntax");
+  expect_refused("", 0, "ends at byte 0", "empty");
+  snprintf(buf, n + 64, "%sx", base);
+  expect_refused(buf, n + 1, "is not valid JSON at byte", "trailing bytes");
+  expect_refused("[1]", 3, "the manifest is an array", "array");
+  expect_refused("\"manifest\"", 10, "the manifest is \"manifest\"", "string");
+  expect_refused("null", 4, "the manifest is null", "null");
+
+  /* Not NUL-terminated: only `len` bytes are read. */
+  memcpy(buf, base, n);
+  memcpy(buf + n, "garbage", 8);
+  assert_int_equal(zt__manifest_parse(&m, buf, n, "len", &e), 0);
+  zt__manifest_free(&m);
+  free(buf);
+  free(base);
+}
+
+static void test_manifest_version(void **state) {
+  /* A later version with fields this one does not know: the version is what
+   * is reported. */
+  const char *v2 = "{\"format\": \"ztier-checkpoint\", \"version\": 2, \"shards\": []}";
+  expect_refused(v2, strlen(v2), "format version 2; this ztier reads format version 1 only",
+                 "version 2");
+  const char *v0 = "{\"version\": 0, \"format\": \"ztier-checkpoint\"}";
+  expect_refused(v0, strlen(v0), "format version 0; this ztier reads format version 1",
+                 "version 0");
+  /* Not ours at all: the format is reported first. */
+  const char *other = "{\"format\": \"safetensors\", \"version\": 1}";
+  expect_refused(other, strlen(other), "format is \"safetensors\"; expected \"ztier-checkpoint\"",
+                 "format");
+}
+
+static void test_manifest_truncated(void **state) {
+  t_rng_t r;
+  t_rng_init(&r, t_seed() ^ 0x77);
+  char *texts[2] = {base_json(), NULL};
+  zt__manifest_t rm;
+  random_manifest(&r, &rm);
+  assert_int_equal(zt__manifest_to_json(&rm, &texts[1]), 0);
+  zt__manifest_free(&rm);
+  for (int t = 0; t < 2; t++) {
+    const char *json = texts[t];
+    size_t whole = (size_t)(strrchr(json, '}') - json) + 1;
+    for (size_t k = 0; k < whole; k++) {
+      /* A copy of exactly k bytes, so ASan sees any read past them. */
+      char *p = malloc(k ? k : 1);
+      memcpy(p, json, k);
+      zt__manifest_t m;
+      zt__err_t e = {{0}};
+      int rc = zt__manifest_parse(&m, p, k, "cut", &e);
+      if (rc != ZT_ECKPT || e.msg[0] == '\0' || !all_zero(&m, sizeof m))
+        fail_msg("prefix of %zu of %zu bytes: rc %d, \"%s\"", k, whole, rc, e.msg);
+      free(p);
+    }
+    free(texts[t]);
+  }
+}
+
+/* Random damage: flipped, inserted and deleted bytes never crash or leak. */
+static void test_manifest_damage(void **state) {
+  t_rng_t r;
+  t_rng_init(&r, t_seed() ^ 0x99);
+  char *base = base_json();
+  size_t n = strlen(base);
+  static const char tokens[] = "{}[]\",:0123456789-.eE \\ux";
+  int accepted = 0;
+  for (int it = 0; it < 4000; it++) {
+    char *p = malloc(n + 16);
+    memcpy(p, base, n);
+    size_t len = n;
+    int k = 1 + (int)(t_rng_next(&r) % 4);
+    for (int j = 0; j < k; j++) {
+      size_t at = t_rng_next(&r) % len;
+      uint64_t how = t_rng_next(&r) % 3;
+      char c = t_rng_next(&r) % 2 ? tokens[t_rng_next(&r) % (sizeof tokens - 1)]
+                                  : (char)t_rng_next(&r);
+      if (how == 0) {
+        p[at] = c;
+      } else if (how == 1 && len < n + 16) {
+        memmove(p + at + 1, p + at, len - at);
+        p[at] = c;
+        len++;
+      } else if (len > 1) {
+        memmove(p + at, p + at + 1, len - at - 1);
+        len--;
+      }
+    }
+    zt__manifest_t m;
+    zt__err_t e = {{0}};
+    int rc = zt__manifest_parse(&m, p, len, "damaged", &e);
+    if (rc == 0) {
+      accepted++;
+      zt__manifest_free(&m);
+    } else if (rc != ZT_ECKPT || e.msg[0] == '\0' || !all_zero(&m, sizeof m)) {
+      fail_msg("rc %d, \"%s\"", rc, e.msg);
+    }
+    free(p);
+  }
+  printf("# %d of 4000 damaged manifests still valid (whitespace, digits)\n", accepted);
+  free(base);
+}
+
+/* ---- safetensors: an independent reader ------------------------------------------ */
+
+typedef struct ref_tensor {
+  char *name;
+  zt_dtype_t dtype;
+  int ndim;
+  uint64_t shape[ZT__ST_MAX_DIMS];
+  unsigned char *data;
+  size_t bytes;
+} ref_tensor_t;
+
+static const char *ref_dtype(zt_dtype_t dt) {
+  return dt == ZT_FP32 ? "F32" : dt == ZT_BF16 ? "BF16" : "F16";
+}
+
+static unsigned char *read_file(const char *path, size_t *len) {
+  int fd = open(path, O_RDONLY);
+  assert_true(fd >= 0);
+  struct stat st;
+  assert_int_equal(fstat(fd, &st), 0);
+  unsigned char *p = malloc((size_t)st.st_size + 1);
+  assert_int_equal(pread(fd, p, (size_t)st.st_size, 0), st.st_size);
+  close(fd);
+  *len = (size_t)st.st_size;
+  return p;
+}
+
+/* Reads `file` as the safetensors description says, with its own code, and
+ * fails unless it holds exactly t[0..n) in that order and the metadata. */
+static void ref_check(const unsigned char *file, size_t len, const ref_tensor_t *t, size_t n,
+                      const char *const *meta, size_t n_meta) {
+  assert_true(len >= 8);
+  uint64_t hn = 0;
+  for (int i = 0; i < 8; i++) hn |= (uint64_t)file[i] << (8 * i);
+  assert_true(hn <= len - 8);
+  assert_int_equal((8 + hn) % 8, 0); /* the data starts aligned */
+  const char *hdr = (const char *)file + 8;
+  size_t end = (size_t)hn;
+  while (end > 0 && hdr[end - 1] == ' ') end--; /* the padding is spaces */
+  assert_true(end > 0 && hdr[0] == '{' && hdr[end - 1] == '}');
+  cJSON *root = cJSON_ParseWithLength(hdr, end);
+  assert_non_null(root);
+  assert_int_equal(cJSON_GetArraySize(root), (int)n + (n_meta ? 1 : 0));
+
+  cJSON *md = cJSON_GetObjectItemCaseSensitive(root, "__metadata__");
+  if (n_meta) {
+    assert_int_equal(cJSON_GetArraySize(md), (int)n_meta);
+    for (size_t i = 0; i < n_meta; i++) {
+      cJSON *v = cJSON_GetObjectItemCaseSensitive(md, meta[2 * i]);
+      assert_true(cJSON_IsString(v));
+      assert_string_equal(v->valuestring, meta[2 * i + 1]);
+    }
+  } else {
+    assert_null(md);
+  }
+  const unsigned char *data = file + 8 + hn;
+  uint64_t at = 0;
+  for (size_t i = 0; i < n; i++) {
+    cJSON *o = cJSON_GetObjectItemCaseSensitive(root, t[i].name);
+    if (o == NULL) fail_msg("tensor %zu not in the header", i);
+    assert_string_equal(cJSON_GetObjectItemCaseSensitive(o, "dtype")->valuestring,
+                        ref_dtype(t[i].dtype));
+    cJSON *shape = cJSON_GetObjectItemCaseSensitive(o, "shape");
+    assert_int_equal(cJSON_GetArraySize(shape), t[i].ndim);
+    for (int d = 0; d < t[i].ndim; d++)
+      assert_true(cJSON_GetArrayItem(shape, d)->valuedouble == (double)t[i].shape[d]);
+    cJSON *off = cJSON_GetObjectItemCaseSensitive(o, "data_offsets");
+    assert_int_equal(cJSON_GetArraySize(off), 2);
+    uint64_t b = (uint64_t)cJSON_GetArrayItem(off, 0)->valuedouble;
+    uint64_t e = (uint64_t)cJSON_GetArrayItem(off, 1)->valuedouble;
+    assert_true(b == at); /* in table order, end to end */
+    assert_true(e - b == t[i].bytes);
+    assert_true(8 + hn + e <= len);
+    if (memcmp(data + b, t[i].data, t[i].bytes) != 0) fail_msg("tensor %zu's bytes differ", i);
+    at = e;
+  }
+  assert_true(8 + hn + at == len); /* nothing after the last tensor */
+  cJSON_Delete(root);
+}
+
+static char *tmp_path(void) {
+  char *p = strdup("/tmp/zt-test-st-XXXXXX");
+  int fd = mkstemp(p);
+  assert_true(fd >= 0);
+  close(fd);
+  return p;
+}
+
+/* A name for tensor i: the same palette as the manifest's unit names, with
+ * bytes below 0x20 too; UTF-8 only, as safetensors requires. */
+static char *random_tensor_name(t_rng_t *r, size_t i) {
+  static const char *const pieces[] = {"model.", "layers", "0", "\"", "\\", "\x01", "\n", " ",
+                                       "/", "\xc3\xa9", "\xf0\x9f\x98\x80", "{", ":", "w"};
+  char *s = calloc(96, 1);
+  size_t k = t_rng_next(r) % 6, o = 0;
+  for (size_t j = 0; j < k; j++) {
+    const char *p = pieces[t_rng_next(r) % (sizeof pieces / sizeof pieces[0])];
+    memcpy(s + o, p, strlen(p));
+    o += strlen(p);
+  }
+  snprintf(s + o, 96 - o, "#%zu", i);
+  return s;
+}
+
+static void test_st_write_read(void **state) {
+  static const zt_dtype_t dts[] = {ZT_FP32, ZT_BF16, ZT_FP16};
+  t_rng_t r;
+  t_rng_init(&r, t_seed() ^ 0x5afe);
+  for (int it = 0; it < 60; it++) {
+    size_t n = t_rng_next(&r) % 13;
+    ref_tensor_t *t = calloc(n + 1, sizeof *t);
+    zt__st_spec_t *spec = calloc(n + 1, sizeof *spec);
+    size_t total = 0;
+    for (size_t i = 0; i < n; i++) {
+      t[i].name = random_tensor_name(&r, i);
+      /* fp32 and bf16 mostly, as an export holds; fp16 now and then. */
+      t[i].dtype = dts[t_rng_next(&r) % 8 == 0 ? 2 : t_rng_next(&r) % 2];
+      t[i].ndim = (int)(t_rng_next(&r) % 4);
+      uint64_t elems = 1;
+      for (int d = 0; d < t[i].ndim; d++) {
+        t[i].shape[d] = t_rng_next(&r) % 10 == 0 ? 0 : 1 + t_rng_next(&r) % 40;
+        elems *= t[i].shape[d];
+      }
+      t[i].bytes = (size_t)elems * t_dtype_size(t[i].dtype);
+      t[i].data = malloc(t[i].bytes + 1);
+      t_fill_bits(t[i].data, t[i].bytes, &r);
+      spec[i] = (zt__st_spec_t){t[i].name, t[i].dtype, t[i].ndim, {0}};
+      memcpy(spec[i].shape, t[i].shape, sizeof t[i].shape);
+      total += t[i].bytes;
+    }
+    size_t n_meta = t_rng_next(&r) % 5;
+    const char *meta_all[] = {"format", "pt", "note \"quoted\"\n", "\\ \xc3\xa9 \x01",
+                              "ztier", "1.0", "", "empty key"};
+    unsigned char *all = malloc(total + 1), *o = all;
+    for (size_t i = 0; i < n; i++) {
+      memcpy(o, t[i].data, t[i].bytes);
+      o += t[i].bytes;
+    }
+
+    char *path = tmp_path();
+    int fd = open(path, O_WRONLY | O_TRUNC);
+    assert_true(fd >= 0);
+    zt__err_t e = {{0}};
+    zt__st_writer_t *w;
+    int rc = zt__st_writer_open(fd, path, spec, n, meta_all, n_meta, &e, &w);
+    if (rc != 0) fail_msg("open: %s", e.msg);
+    /* Pieces of every size: single bytes, odd sizes, across tensors, all. */
+    size_t sizes[] = {1, 3, 64, 1000, 4096, total + 1};
+    for (size_t done = 0; done < total;) {
+      size_t piece = 1 + t_rng_next(&r) % sizes[t_rng_next(&r) % 6];
+      if (piece > total - done) piece = total - done;
+      assert_int_equal(zt__st_write(w, all + done, piece), 0);
+      done += piece;
+    }
+    assert_int_equal(zt__st_write(w, all, 0), 0);
+    assert_int_equal(zt__st_finish(w), 0);
+    uint64_t size = zt__st_writer_size(w);
+    zt__st_writer_close(w);
+    close(fd);
+
+    size_t len;
+    unsigned char *file = read_file(path, &len);
+    assert_true(size == len);
+    ref_check(file, len, t, n, meta_all, n_meta);
+
+    /* The library's parser says the same. */
+    uint64_t hb;
+    assert_int_equal(zt__st_header_size(file, 8, len, path, &e, &hb), 0);
+    zt__st_header_t h;
+    rc = zt__st_parse_header(&h, file, (size_t)hb, len, path, &e);
+    if (rc != 0) fail_msg("parse: %s", e.msg);
+    assert_int_equal(h.n_tensors, n);
+    assert_int_equal(h.n_meta, n_meta);
+    assert_true(h.data_start == hb && h.data_bytes == total);
+    uint64_t at = 0;
+    for (size_t i = 0; i < n; i++) {
+      assert_string_equal(h.tensors[i].name, t[i].name);
+      assert_int_equal(h.tensors[i].dtype, t[i].dtype);
+      assert_int_equal(h.tensors[i].ndim, t[i].ndim);
+      for (int d = 0; d < t[i].ndim; d++) assert_true(h.tensors[i].shape[d] == t[i].shape[d]);
+      assert_true(h.tensors[i].begin == at && h.tensors[i].end == at + t[i].bytes);
+      at += t[i].bytes;
+    }
+    for (size_t i = 0; i < 2 * n_meta; i++) assert_string_equal(h.meta[i], meta_all[i]);
+    zt__st_header_free(&h);
+    assert_true(all_zero(&h, sizeof h));
+
+    unlink(path);
+    free(path);
+    free(file);
+    free(all);
+    for (size_t i = 0; i < n; i++) {
+      free(t[i].name);
+      free(t[i].data);
+    }
+    free(t);
+    free(spec);
+  }
+}
+
+/* ---- safetensors: the writer's errors -------------------------------------------- */
+
+static void test_st_writer_errors(void **state) {
+  char *path = tmp_path();
+  int fd = open(path, O_RDWR | O_TRUNC);
+  assert_true(fd >= 0);
+  zt__err_t e = {{0}};
+  zt__st_writer_t *w = (zt__st_writer_t *)&e;
+  const zt__st_spec_t good[] = {{"a", ZT_FP32, 1, {2}}, {"b", ZT_BF16, 2, {2, 2}}};
+
+  zt__st_spec_t bad[2];
+  memcpy(bad, good, sizeof bad);
+  bad[1].name = "a";
+  EXPECT_ERR(zt__st_writer_open(fd, path, bad, 2, NULL, 0, &e, &w), -EINVAL, &e,
+             "tensors 0 and 1 are both named \"a\"");
+  assert_null(w);
+  memcpy(bad, good, sizeof bad);
+  bad[1].name = "";
+  EXPECT_ERR(zt__st_writer_open(fd, path, bad, 2, NULL, 0, &e, &w), -EINVAL, &e,
+             "tensor 1 has no name");
+  bad[1].name = "__metadata__";
+  EXPECT_ERR(zt__st_writer_open(fd, path, bad, 2, NULL, 0, &e, &w), -EINVAL, &e,
+             "tensor 1 is named __metadata__");
+  bad[1].name = "bad\xff";
+  EXPECT_ERR(zt__st_writer_open(fd, path, bad, 2, NULL, 0, &e, &w), -EINVAL, &e,
+             "name \"bad\\xff\" is not valid UTF-8");
+  memcpy(bad, good, sizeof bad);
+  bad[0].dtype = (zt_dtype_t)9;
+  EXPECT_ERR(zt__st_writer_open(fd, path, bad, 2, NULL, 0, &e, &w), -EINVAL, &e,
+             "tensor 0 (\"a\") has dtype 9");
+  memcpy(bad, good, sizeof bad);
+  bad[0].ndim = ZT__ST_MAX_DIMS + 1;
+  EXPECT_ERR(zt__st_writer_open(fd, path, bad, 2, NULL, 0, &e, &w), -EINVAL, &e,
+             "tensor 0 (\"a\") has ndim 9");
+  memcpy(bad, good, sizeof bad);
+  bad[1].shape[0] = (uint64_t)1 << 40;
+  bad[1].shape[1] = (uint64_t)1 << 40;
+  EXPECT_ERR(zt__st_writer_open(fd, path, bad, 2, NULL, 0, &e, &w), -EINVAL, &e,
+             "up to 1 (\"b\") hold 2^53 bytes or more");
+  const char *dup_meta[] = {"k", "1", "k", "2"};
+  EXPECT_ERR(zt__st_writer_open(fd, path, good, 2, dup_meta, 2, &e, &w), -EINVAL, &e,
+             "metadata keys 0 and 1 are both \"k\"");
+  const char *null_meta[] = {"k", NULL};
+  EXPECT_ERR(zt__st_writer_open(fd, path, good, 2, null_meta, 1, &e, &w), -EINVAL, &e,
+             "metadata value 0 is NULL");
+  struct stat st;
+  assert_int_equal(fstat(fd, &st), 0);
+  assert_int_equal(st.st_size, 0); /* nothing written for a bad table */
+
+  /* Short: finish names the tensor that lacks bytes. */
+  unsigned char bytes[64] = {0};
+  assert_int_equal(zt__st_writer_open(fd, path, good, 2, NULL, 0, &e, &w), 0);
+  assert_int_equal(zt__st_write(w, bytes, 8 + 3), 0);
+  EXPECT_ERR(zt__st_finish(w), -EINVAL, &e, "tensor 1 (\"b\") has 3 of its 8");
+  assert_true(strstr(e.msg, path) != NULL);
+  /* Long: refused whole, nothing written. */
+  assert_int_equal(fstat(fd, &st), 0);
+  off_t before = st.st_size;
+  EXPECT_ERR(zt__st_write(w, bytes, 6), -EINVAL, &e, "6 bytes given with 5 left");
+  assert_true(strstr(e.msg, "\"b\"") != NULL);
+  assert_int_equal(fstat(fd, &st), 0);
+  assert_int_equal(st.st_size, before);
+  assert_int_equal(zt__st_write(w, bytes, 5), 0);
+  assert_int_equal(zt__st_finish(w), 0);
+  EXPECT_ERR(zt__st_write(w, bytes, 1), -EINVAL, &e, "1 bytes given with 0 left");
+  zt__st_writer_close(w);
+
+  /* A table of no tensors is a valid file of a header only. */
+  assert_int_equal(ftruncate(fd, 0), 0);
+  assert_int_equal(lseek(fd, 0, SEEK_SET), 0);
+  assert_int_equal(zt__st_writer_open(fd, path, NULL, 0, NULL, 0, &e, &w), 0);
+  EXPECT_ERR(zt__st_write(w, bytes, 1), -EINVAL, &e, "holds no tensor");
+  assert_int_equal(zt__st_finish(w), 0);
+  zt__st_writer_close(w);
+  zt__st_writer_close(NULL);
+
+  /* A failing write names the file and the tensor: the fd is swapped for a
+   * read-only one after the header went out. */
+  assert_int_equal(zt__st_writer_open(fd, path, good, 2, NULL, 0, &e, &w), 0);
+  assert_int_equal(zt__st_write(w, bytes, 4), 0);
+  int ro = open("/dev/null", O_RDONLY);
+  assert_true(ro >= 0);
+  int saved = dup(fd);
+  assert_int_equal(dup2(ro, fd), fd);
+  EXPECT_ERR(zt__st_write(w, bytes, 8), -EBADF, &e, "writing tensor 0 (\"a\")");
+  assert_true(strstr(e.msg, path) != NULL);
+  EXPECT_ERR(zt__st_write(w, bytes, 1), -EINVAL, &e, "after a failed write");
+  EXPECT_ERR(zt__st_finish(w), -EINVAL, &e, "a write failed");
+  zt__st_writer_close(w);
+  /* And the header's write: a full device. */
+  int full = open("/dev/full", O_WRONLY);
+  if (full >= 0) {
+    EXPECT_ERR(zt__st_writer_open(full, "/dev/full", good, 2, NULL, 0, &e, &w), -ENOSPC, &e,
+               "/dev/full: writing the");
+    assert_null(w);
+    close(full);
+  }
+  close(ro);
+  close(saved);
+  close(fd);
+  unlink(path);
+  free(path);
+}
+
+/* ---- safetensors: the parser's refusals ------------------------------------------- */
+
+/* A file in memory: the 8-byte length of `hdr`, hdr, then `data` bytes of
+ * 0x5a. */
+static unsigned char *mkfile(const char *hdr, size_t data, size_t *len) {
+  size_t hn = strlen(hdr);
+  *len = 8 + hn + data;
+  unsigned char *p = malloc(*len);
+  for (int i = 0; i < 8; i++) p[i] = (unsigned char)((uint64_t)hn >> (8 * i));
+  memcpy(p + 8, hdr, hn);
+  memset(p + 8 + hn, 0x5a, data);
+  return p;
+}
+
+static int st_parse(const unsigned char *p, size_t len, zt__err_t *e) {
+  zt__st_header_t h;
+  memset(&h, 0xa5, sizeof h);
+  int rc = zt__st_parse_header(&h, p, len, len, "x.safetensors", e);
+  if (rc != 0) {
+    assert_true(all_zero(&h, sizeof h));
+  } else {
+    zt__st_header_free(&h);
+  }
+  return rc;
+}
+
+typedef struct st_case {
+  const char *hdr;
+  size_t data;
+  const char *needle;
+} st_case_t;
+
+#define T_(name, dt, shape, b, e)                                                             \
+  "\"" name "\":{\"dtype\":\"" dt "\",\"shape\":" shape ",\"data_offsets\":[" #b "," #e "]}"
+
+static const st_case_t st_cases[] = {
+    {"[1]", 0, "the header starts with byte 0x5b; expected '{'"},
+    {" {}", 0, "the header starts with byte 0x20"},
+    {"{\"a\":", 0, "the header ends at byte 5 before its JSON is complete"},
+    {"{\"a\":5}", 0, "tensor \"a\" is 5; expected an object"},
+    {"{} x", 0, "not valid JSON at byte 3"},
+    {"{" T_("a", "I64", "[1]", 0, 8) "}", 8, "tensor \"a\" has dtype \"I64\""},
+    {"{" T_("a", "F32", "[3]", 0, 8) "}", 8, "shape [3] of F32, 12 bytes, but data_offsets [0, 8]"},
+    {"{" T_("a", "BF16", "[2,2]", 0, 4) "}", 4, "shape [2, 2] of BF16, 8 bytes"},
+    {"{" T_("a", "F32", "[2]", 0, 8) "," T_("b", "F32", "[2]", 4, 12) "}", 12,
+     "tensor \"b\" has data_offsets [4, 12], which overlap tensor \"a\" [0, 8]"},
+    {"{" T_("a", "F32", "[1]", 0, 4) "," T_("b", "F32", "[1]", 8, 12) "}", 12,
+     "bytes [4, 8) of the data belong to no tensor (a gap before tensor \"b\")"},
+    {"{" T_("a", "F32", "[1]", 4, 8) "}", 8, "bytes [0, 4) of the data belong to no tensor"},
+    {"{" T_("a", "F32", "[4]", 0, 16) "}", 8, "past the end of the data (8 bytes"},
+    {"{" T_("a", "F32", "[1]", 0, 4) "}", 8, "the tensors end at byte 4 of the data, but 8"},
+    {"{}", 4, "lists no tensor, but 4 bytes of data follow it"},
+    {"{" T_("a", "F32", "[0]", 8, 4) "}", 8, "data_offsets [8, 4]; expected begin <= end"},
+    {"{" T_("a", "F32", "[1]", 0, 4) "," T_("a", "F32", "[1]", 4, 8) "}", 8,
+     "the header has \"a\" twice"},
+    {"{\"a\":{\"shape\":[1],\"data_offsets\":[0,4]}}", 4, "tensor \"a\" has no \"dtype\""},
+    {"{\"a\":{\"dtype\":\"F32\",\"data_offsets\":[0,4]}}", 4, "tensor \"a\" has no \"shape\""},
+    {"{\"a\":{\"dtype\":\"F32\",\"shape\":[1]}}", 4, "tensor \"a\" has no \"data_offsets\""},
+    {"{" T_("a", "F32", "[-1]", 0, 4) "}", 4, "shape[0] is -1"},
+    {"{" T_("a", "F32", "[1.5]", 0, 4) "}", 4, "shape[0] is 1.5"},
+    {"{" T_("a", "F32", "[1,1,1,1,1,1,1,1,1]", 0, 4) "}", 4, "shape is an array of 9"},
+    {"{" T_("a", "F32", "4", 0, 4) "}", 4, "shape is 4; expected an array of 0 to 8"},
+    {"{\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0]}}", 4,
+     "data_offsets is an array of 1; expected an array of 2 integers"},
+    {"{" T_("a", "F32", "[4294967296,4294967296]", 0, 4) "}", 4, "2^53 bytes or more of F32"},
+    {"{" T_("a", "F32", "[1]", 0, 9007199254740993) "}", 4, "data_offsets[1] is 9007199254740992"},
+    {"{\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4],\"x\":1}}", 4,
+     "tensor \"a\" has the member \"x\""},
+    {"{\"__metadata__\":{\"k\":5}}", 0, "__metadata__.\"k\" is 5; expected a string"},
+    {"{\"__metadata__\":[]}", 0, "__metadata__ is an array; expected an object"},
+    {"{\"__metadata__\":{\"k\":\"1\",\"k\":\"2\"}}", 0, "__metadata__ has the key \"k\" twice"},
+    {"{\"a\\u0000b\":{}}", 0, "\\u0000 (a NUL character)"},
+    {"{\"\xc3\x28\":{}}", 0, "not valid UTF-8 at byte 10 of the file"},
+    {"{\"\xed\xa0\x80\":{}}", 0, "not valid UTF-8"},
+    {"{\"\xc0\xaf\":{}}", 0, "not valid UTF-8"},
+};
+
+static void test_st_parse_rejects(void **state) {
+  zt__err_t e = {{0}};
+  for (size_t i = 0; i < sizeof st_cases / sizeof st_cases[0]; i++) {
+    size_t len;
+    unsigned char *p = mkfile(st_cases[i].hdr, st_cases[i].data, &len);
+    int rc = st_parse(p, len, &e);
+    if (rc != ZT_ECKPT || strstr(e.msg, st_cases[i].needle) == NULL ||
+        strstr(e.msg, "x.safetensors: ") != e.msg)
+      fail_msg("case %zu (%s): rc %d, \"%s\"; expected \"%s\"", i, st_cases[i].hdr, rc, e.msg,
+               st_cases[i].needle);
+    free(p);
+  }
+
+  /* The length itself. */
+  unsigned char small[16] = {0};
+  EXPECT_ERR(st_parse(small, 7, &e), ZT_ECKPT, &e, "7 bytes; a safetensors file starts with 8");
+  EXPECT_ERR(st_parse(small, 16, &e), ZT_ECKPT, &e, "the header length is 0; expected at least 2");
+  small[7] = 0x80; /* 2^63 */
+  EXPECT_ERR(st_parse(small, 16, &e), ZT_ECKPT, &e, "the header length is 9223372036854775808 "
+                                                    "bytes, more than the 100000000");
+  memset(small, 0, sizeof small);
+  small[0] = 9; /* 9 bytes of header in a 16-byte file */
+  EXPECT_ERR(st_parse(small, 16, &e), ZT_ECKPT, &e,
+             "the header length is 9 bytes, past the end of the 16-byte file");
+  /* A NUL inside the header. */
+  size_t len;
+  unsigned char *p = mkfile("{\"a\":\"b\"}  ", 0, &len);
+  p[8 + 9] = '\0';
+  EXPECT_ERR(st_parse(p, len, &e), ZT_ECKPT, &e, "holds a NUL byte at byte 9");
+  free(p);
+  /* The caller gave less than the header. */
+  p = mkfile("{}      ", 0, &len);
+  zt__st_header_t h;
+  EXPECT_ERR(zt__st_parse_header(&h, p, 12, len, "short", &e), -EINVAL, &e,
+             "12 bytes given; the header needs the first 16");
+  free(p);
+
+  /* Valid: no tensors; padding; zero-size tensors; any JSON order. */
+  const char *good[] = {
+      "{}",
+      "{}      ",
+      "{\"__metadata__\":{}}",
+      "{" T_("b", "F16", "[]", 4, 6) "," T_("e", "F32", "[0]", 4, 4) "," T_(
+          "a", "F32", "[1]", 0, 4) ",\"__metadata__\":{\"k\":\"v\"}}\n\t ",
+  };
+  size_t good_data[] = {0, 0, 0, 6};
+  for (size_t i = 0; i < 4; i++) {
+    p = mkfile(good[i], good_data[i], &len);
+    int rc = zt__st_parse_header(&h, p, len, len, "ok", &e);
+    if (rc != 0) fail_msg("good %zu: %s", i, e.msg);
+    if (i == 3) {
+      /* In data order, whatever the header's order. */
+      assert_int_equal(h.n_tensors, 3);
+      assert_string_equal(h.tensors[0].name, "a");
+      assert_string_equal(h.tensors[1].name, "e");
+      assert_string_equal(h.tensors[2].name, "b");
+      assert_int_equal(h.tensors[2].ndim, 0);
+      assert_int_equal(h.n_meta, 1);
+      assert_string_equal(h.meta[0], "k");
+      assert_string_equal(h.meta[1], "v");
+    }
+    zt__st_header_free(&h);
+    free(p);
+  }
+}
+
+/* Every proper prefix of a valid file is refused; random damage never
+ * crashes. */
+static void test_st_truncated_damaged(void **state) {
+  size_t len;
+  unsigned char *file = mkfile("{\"__metadata__\":{\"format\":\"pt\"}," T_(
+                                   "w", "BF16", "[3]", 0, 6) "," T_("b", "F32", "[2]", 6, 14) "}",
+                               14, &len);
+  zt__err_t e = {{0}};
+  assert_int_equal(st_parse(file, len, &e), 0);
+  for (size_t k = 0; k < len; k++) {
+    unsigned char *p = malloc(k ? k : 1);
+    memcpy(p, file, k);
+    int rc = st_parse(p, k, &e);
+    if (rc != ZT_ECKPT || e.msg[0] == '\0') fail_msg("prefix %zu of %zu: rc %d", k, len, rc);
+    free(p);
+  }
+  t_rng_t r;
+  t_rng_init(&r, t_seed() ^ 0xdead);
+  for (int it = 0; it < 4000; it++) {
+    unsigned char *p = malloc(len);
+    memcpy(p, file, len);
+    int k = 1 + (int)(t_rng_next(&r) % 3);
+    for (int j = 0; j < k; j++) {
+      size_t at = t_rng_next(&r) % len;
+      /* Mostly the header's text; sometimes the length's bytes. */
+      if (at < 8 && t_rng_next(&r) % 4) at += 8;
+      p[at] = (unsigned char)t_rng_next(&r);
+    }
+    int rc = st_parse(p, len, &e);
+    if (rc != 0 && (rc != ZT_ECKPT || e.msg[0] == '\0')) fail_msg("rc %d, \"%s\"", rc, e.msg);
+    free(p);
+  }
+  free(file);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_manifest_roundtrip),
+      cmocka_unit_test(test_manifest_file_bytes),
+      cmocka_unit_test(test_manifest_rules),
+      cmocka_unit_test(test_manifest_text),
+      cmocka_unit_test(test_manifest_version),
+      cmocka_unit_test(test_manifest_truncated),
+      cmocka_unit_test(test_manifest_damage),
+      cmocka_unit_test(test_st_write_read),
+      cmocka_unit_test(test_st_writer_errors),
+      cmocka_unit_test(test_st_parse_rejects),
+      cmocka_unit_test(test_st_truncated_damaged),
+  };
+  return T_RUN(tests);
+}
