@@ -17,6 +17,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #include "internal.h" // defines: ZT_INTERNAL, zt_engine_t, zt__err_t
 
@@ -79,6 +80,17 @@ ZT_INTERNAL int zt__ckpt_src_open(const char *dir, const struct zt__manifest *m,
 ZT_INTERNAL int zt__ckpt_src_read(zt__ckpt_src_t *s, int section, uint64_t a, uint64_t n,
                                   void *dst);
 ZT_INTERNAL void zt__ckpt_src_close(zt__ckpt_src_t *s); /* NULL: nothing */
+
+/* ---- export (consolidate.c) --------------------------------------------------- */
+
+/* Writes the checkpoint in `dir` as safetensors file `out`: one tensor per
+ * unit (shape [numel], the fp32 master, or rounded to nearest-even bf16),
+ * in state order, with metadata format, producer, ztier_generation and
+ * ztier_steps. Every rank file is verified first; the data goes to
+ * out.tmp, fsynced, renamed. `progress` (NULL: none) gets a line every
+ * 10 %. *size: the file's bytes. 0, or a negative code with a sentence. */
+ZT_INTERNAL int zt__ckpt_consolidate(const char *dir, const char *out, zt_dtype_t out_dt,
+                                     FILE *progress, uint64_t *size, zt__err_t *e);
 
 /* ---- across ranks (save.c) -------------------------------------------------- */
 

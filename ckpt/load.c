@@ -90,7 +90,10 @@ static int load_params(zt_engine_t *eng, zt__ckpt_src_t *src, size_t lo, size_t 
     rc = zt__ckpt_src_read(src, section, a, b - a, buf);
     if (rc == 0) rc = zt__ckpt_params_put(eng, a, b, buf);
   }
-  if (rc == 0) rc = zt__ckpt_params_done(eng);
+  /* After a failure too, as the step does: the parameter tier's puts start
+   * from the shard's beginning again, or no later load or step could put. */
+  int done = zt__ckpt_params_done(eng);
+  if (rc == 0) rc = done;
   free(buf);
   return rc;
 }
@@ -98,10 +101,14 @@ static int load_params(zt_engine_t *eng, zt__ckpt_src_t *src, size_t lo, size_t 
 static void restore_scalars(zt_engine_t *eng, const zt__manifest_t *m) {
   eng->steps = m->steps;
   eng->skipped_steps = m->skipped_steps;
-  eng->scaler.scale = m->loss_scale;
-  eng->scaler.handed = m->loss_scale_handed;
-  eng->scaler.dynamic = m->loss_scale_dynamic;
-  eng->scaler.good_steps = m->good_steps;
+  /* The scaler's state goes on where both runs scale dynamically; the
+   * engine's config decides whether it does (a fixed scale, or none, is the
+   * config's own value). */
+  if (eng->scaler.dynamic && m->loss_scale_dynamic) {
+    eng->scaler.scale = m->loss_scale;
+    eng->scaler.handed = m->loss_scale_handed;
+    eng->scaler.good_steps = m->good_steps;
+  }
   eng->cfg.seed = m->seed; /* stochastic rounding goes on as it would have */
 }
 

@@ -294,7 +294,6 @@ int zt_save(zt_engine_t *eng, const char *dir) {
   if (fail == 0 && rank == 0) {
     zt__manifest_t m;
     commit[0] = build_manifest(eng, gen, recs, &m);
-    remove_other_generations(dir, gen);
     if (commit[0] == 0) commit[0] = write_manifest(eng, dir, &m, &commit[1]);
     zt__manifest_free(&m);
     if (commit[0] == 0) remove_other_generations(dir, gen);

@@ -1,7 +1,8 @@
 /*
- * test_ckpt_format.c — the checkpoint file formats on their own: a
- * checkpoint's manifest.json (ckpt/manifest.c) and safetensors files
- * (ckpt/safetensors.c). No engine is involved.
+ * test_ckpt_format.c — the checkpoint file formats: a checkpoint's
+ * manifest.json (ckpt/manifest.c) and safetensors files (ckpt/safetensors.c)
+ * on their own, and a saved checkpoint consolidated (ckpt/consolidate.c)
+ * and read back by this file's own reader.
  *
  * What it holds:
  *   - manifest: to_json then parse gives the identical struct for random
@@ -20,7 +21,12 @@
  *   - the parser refuses bad lengths, headers longer than the file, overlaps,
  *     gaps, shape/bytes mismatches, unknown dtypes, non-objects and every
  *     proper prefix of a valid file; the writer refuses bad tables, short and
- *     long data, and reports write errors with the file and tensor.
+ *     long data, and reports write errors with the file and tensor;
+ *   - consolidate: an engine's checkpoint (fp32 and bf16 parameters, host
+ *     and nvme tiers, units registered out of buffer order) exported as
+ *     fp32 and bf16 holds, by the separate reader, one tensor per unit in
+ *     state order with exactly the engine's parameters; a flipped byte in a
+ *     rank file is refused before anything is written.
  */
 #define _GNU_SOURCE
 #include "harness.h"
@@ -34,6 +40,7 @@
 
 #include <cjson/cJSON.h> // defines: the test's own JSON reading and editing
 
+#include "ckpt.h"        // defines: zt__ckpt_consolidate
 #include "manifest.h"    // defines: zt__manifest_*
 #include "safetensors.h" // defines: zt__st_*
 
@@ -1092,6 +1099,131 @@ static void test_st_truncated_damaged(void **state) {
   free(file);
 }
 
+/* ---- consolidate: a saved checkpoint, exported ------------------------------------- */
+
+#define CN_UNITS 5
+
+/* Trains a small model 2 steps on `tier`, saves it into `dir`, and returns
+ * its parameters (host memory, numel elements of pdt) and unit table. */
+static void *saved_model(const char *dir, zt_dtype_t pdt, zt_tier_t tier, zt_unit_t *units,
+                         size_t *numel, t_rng_t *r) {
+  /* Registered out of buffer order, with a frozen gap: the state order is
+   * the buffer's. */
+  static const size_t sizes[CN_UNITS] = {3001, 97, 1 << 12, 5, 12345};
+  static const char *const names[CN_UNITS] = {"h.1.w", "h.0.w", "wte", "ln.b", "lm_head"};
+  size_t off = 0;
+  for (int u = CN_UNITS - 1; u >= 0; u--) {
+    units[u] = (zt_unit_t){names[u], off, sizes[u], u, u % 2, pdt};
+    off += sizes[u] + (u == 2 ? 11 : 0);
+  }
+  *numel = off;
+  zt_config_t cfg = t_config();
+  cfg.optimizer_tier = tier;
+  if (tier == ZT_TIER_NVME) assert_int_equal(zt_config_set(&cfg, "swap_path", t_swap_dir()), 0);
+  zt_engine_t *eng = t_engine(&cfg);
+  size_t psz = t_dtype_size(pdt), n = *numel;
+  void *host = malloc(n * psz), *ghost = malloc(n * 4);
+  t_fill_normal(host, pdt, n, 0.5, r);
+  void *params = t_buf_alloc(eng, n * psz), *grads = t_buf_alloc(eng, n * 4);
+  t_buf_upload(eng, params, host, n * psz);
+  T_OK(zt_register_units(eng, params, grads, n, pdt, ZT_FP32, units, CN_UNITS), eng);
+  for (int t = 1; t <= 2; t++) {
+    t_fill_normal(ghost, ZT_FP32, n, 0.1, r);
+    t_buf_upload(eng, grads, ghost, n * 4);
+    zt_step_args_t a = ZT_STEP_ARGS_INIT;
+    a.t = (uint64_t)t;
+    a.lr = 1e-2f;
+    T_OK(zt_step(eng, &a, NULL), eng);
+  }
+  T_OK(zt_save(eng, dir), eng);
+  t_buf_download(eng, host, params, n * psz);
+  /* The backend frees its memory: before the engine goes (a saved engine
+   * reads the buffers no more). */
+  t_buf_free(eng, params, n * psz);
+  t_buf_free(eng, grads, n * 4);
+  zt_engine_destroy(eng);
+  free(ghost);
+  return host;
+}
+
+static void test_consolidate(void **state) {
+  t_rng_t r;
+  t_rng_init(&r, t_seed() ^ 0xc0501da7e);
+  char dir[256], out[300];
+  snprintf(dir, sizeof dir, "%s/cn-%d", t_swap_dir(), (int)getpid());
+  snprintf(out, sizeof out, "%s/model.safetensors", t_swap_dir());
+  const struct { zt_dtype_t pdt; zt_tier_t tier; } runs[] = {
+      {ZT_FP32, ZT_TIER_HOST}, {ZT_BF16, ZT_TIER_NVME}};
+  for (size_t k = 0; k < sizeof runs / sizeof runs[0]; k++) {
+    zt_unit_t units[CN_UNITS];
+    size_t numel;
+    unsigned char *params = saved_model(dir, runs[k].pdt, runs[k].tier, units, &numel, &r);
+    size_t psz = t_dtype_size(runs[k].pdt);
+    /* fp32 parameters are the master; bf16 ones (nearest rounding) are the
+     * master rounded: each export of the same dtype is the parameters. */
+    uint64_t size;
+    zt__err_t e = {{0}};
+    assert_int_equal(zt__ckpt_consolidate(dir, out, runs[k].pdt, NULL, &size, &e), 0);
+    ref_tensor_t t[CN_UNITS];
+    for (int i = 0; i < CN_UNITS; i++) {
+      int u = CN_UNITS - 1 - i; /* state order is buffer order here */
+      t[i] = (ref_tensor_t){(char *)units[u].name, runs[k].pdt, 1, {units[u].numel},
+                            params + units[u].offset * psz, units[u].numel * psz};
+    }
+    char gen[32];
+    snprintf(gen, sizeof gen, "%zu", k + 1);
+    const char *meta[] = {"format", "pt", "producer", "ztier", "ztier_generation", gen,
+                          "ztier_steps", "2"};
+    size_t len;
+    unsigned char *file = read_file(out, &len);
+    assert_int_equal(len, size);
+    ref_check(file, len, t, CN_UNITS, meta, 4);
+    free(file);
+    /* Rounded the other way: fp32 to bf16 (nearest even) by this test. */
+    if (runs[k].pdt == ZT_FP32) {
+      assert_int_equal(zt__ckpt_consolidate(dir, out, ZT_BF16, NULL, &size, &e), 0);
+      uint16_t *b16 = malloc(numel * 2);
+      for (size_t i = 0; i < numel; i++) t_store(b16, ZT_BF16, i, ((float *)params)[i]);
+      for (int i = 0; i < CN_UNITS; i++) {
+        int u = CN_UNITS - 1 - i;
+        t[i].dtype = ZT_BF16;
+        t[i].data = (unsigned char *)(b16 + units[u].offset);
+        t[i].bytes = units[u].numel * 2;
+      }
+      file = read_file(out, &len);
+      ref_check(file, len, t, CN_UNITS, meta, 4);
+      free(file);
+      free(b16);
+    }
+    free(params);
+  }
+  /* A flipped byte: refused, naming the file, before OUT is replaced. */
+  char rank_file[400];
+  snprintf(rank_file, sizeof rank_file, "%s/g2-r00000.zts", dir);
+  int fd = open(rank_file, O_RDWR);
+  assert_true(fd >= 0);
+  unsigned char b;
+  assert_int_equal(pread(fd, &b, 1, 100), 1);
+  b ^= 0x10;
+  assert_int_equal(pwrite(fd, &b, 1, 100), 1);
+  close(fd);
+  size_t before_len;
+  unsigned char *before = read_file(out, &before_len);
+  uint64_t size;
+  zt__err_t e = {{0}};
+  EXPECT_ERR(zt__ckpt_consolidate(dir, out, ZT_FP32, NULL, &size, &e), ZT_ECHECKSUM, &e,
+             "g2-r00000.zts");
+  size_t after_len;
+  unsigned char *after = read_file(out, &after_len);
+  assert_true(before_len == after_len && memcmp(before, after, after_len) == 0);
+  free(before);
+  free(after);
+  unlink(out);
+  char cmd[400];
+  snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+  assert_int_equal(system(cmd), 0);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_manifest_roundtrip),
@@ -1105,6 +1237,7 @@ int main(void) {
       cmocka_unit_test(test_st_writer_errors),
       cmocka_unit_test(test_st_parse_rejects),
       cmocka_unit_test(test_st_truncated_damaged),
+      cmocka_unit_test(test_consolidate),
   };
   return T_RUN(tests);
 }

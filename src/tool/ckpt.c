@@ -3,10 +3,8 @@
  * checksums verified (`info`), and its parameters exported as one
  * safetensors file that other tools read (`consolidate`).
  *
- * consolidate streams: it reads each unit's fp32 master weights a piece at
- * a time from whichever rank files hold them and writes them out, so its
- * memory is a few pieces whatever the model's size (it prints its peak
- * RSS to show it).
+ * consolidate is ckpt/consolidate.c's; this prints its peak RSS, a few MiB
+ * whatever the model's size.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -17,14 +15,11 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "ckpt.h"        // defines: zt__ckpt_read_manifest, zt__ckpt_src_*
+#include "ckpt.h"        // defines: zt__ckpt_read_manifest, zt__ckpt_consolidate
 #include "manifest.h"    // defines: zt__manifest_t
-#include "optim_math.h"  // defines: zt_f32_to_bf16_rne
 #include "safetensors.h" // defines: zt__st_*
 
 int zt_ckpt_main(int argc, char **argv);
-
-#define PIECE ((size_t)1 << 20) /* elements read and written at once */
 
 static const char *err(void) { return zt_last_error(NULL); }
 
@@ -34,8 +29,8 @@ static double peak_rss_mib(void) {
   return (double)ru.ru_maxrss / 1024.0; /* KiB on Linux */
 }
 
-/* Verifies every file of the manifest; prints one line each. 0: all good. */
-static int verify_all(const char *dir, const zt__manifest_t *m, int print) {
+/* Verifies every file of the manifest, printing one line each. 0: all good. */
+static int verify_all(const char *dir, const zt__manifest_t *m) {
   int bad = 0;
   for (size_t i = 0; i < m->n_files; i++) {
     const zt__ckpt_file_t *f = &m->files[i];
@@ -43,11 +38,9 @@ static int verify_all(const char *dir, const zt__manifest_t *m, int print) {
     snprintf(path, sizeof path, "%s/%s", dir, f->name);
     int rc = zt__ckpt_verify(path, m->param_dtype, f->end - f->begin, f->bytes, f->xxh64,
                              zt__err_thread());
-    if (print)
-      printf("  %-22s rank %-4d states [%llu, %llu)  %llu bytes  xxh64 %016llx  %s\n",
-             f->name, f->rank, (unsigned long long)f->begin, (unsigned long long)f->end,
-             (unsigned long long)f->bytes, (unsigned long long)f->xxh64,
-             rc == 0 ? "ok" : "BAD");
+    printf("  %-22s rank %-4d states [%llu, %llu)  %llu bytes  xxh64 %016llx  %s\n",
+           f->name, f->rank, (unsigned long long)f->begin, (unsigned long long)f->end,
+           (unsigned long long)f->bytes, (unsigned long long)f->xxh64, rc == 0 ? "ok" : "BAD");
     if (rc < 0) {
       fprintf(stderr, "ztier ckpt: %s\n", err());
       bad = 1;
@@ -129,91 +122,10 @@ static int cmd_info(int argc, char **argv) {
            (unsigned long long)m.units[i].offset, (unsigned long long)m.units[i].numel,
            m.units[i].group, m.units[i].weight_decay ? "" : ", no weight decay");
   printf("  %zu files, %llu bytes:\n", m.n_files, (unsigned long long)bytes);
-  int bad = verify_all(dir, &m, 1);
+  int bad = verify_all(dir, &m);
   zt__manifest_free(&m);
   printf("%s\n", bad ? "checksums: FAILED" : "checksums: all verified");
   return bad;
-}
-
-/* ---- consolidate --------------------------------------------------------------------- */
-
-static int export_units(const zt__manifest_t *m, zt__ckpt_src_t *src, zt__st_writer_t *w,
-                        zt_dtype_t out_dt) {
-  float *f32 = malloc(PIECE * sizeof(float));
-  uint16_t *b16 = out_dt == ZT_BF16 ? malloc(PIECE * sizeof(uint16_t)) : NULL;
-  if (f32 == NULL || (out_dt == ZT_BF16 && b16 == NULL)) {
-    free(f32);
-    free(b16);
-    return zt__errf(zt__err_thread(), -ENOMEM, "out of memory");
-  }
-  uint64_t done = 0, next_report = 0;
-  int rc = 0;
-  for (size_t u = 0; rc == 0 && u < m->n_units; u++) {
-    const zt__ckpt_unit_t *unit = &m->units[u];
-    for (uint64_t k = 0; rc == 0 && k < unit->numel; k += PIECE) {
-      size_t n = unit->numel - k < PIECE ? (size_t)(unit->numel - k) : PIECE;
-      rc = zt__ckpt_src_read(src, ZT_CKPT_MASTER, unit->state_off + k, n, f32);
-      if (rc == 0 && out_dt == ZT_BF16) {
-        for (size_t i = 0; i < n; i++) b16[i] = zt_f32_to_bf16_rne(f32[i]);
-        rc = zt__st_write(w, b16, n * sizeof *b16);
-      } else if (rc == 0) {
-        rc = zt__st_write(w, f32, n * sizeof *f32);
-      }
-      done += n;
-      if (done >= next_report || done == m->state_numel) {
-        fprintf(stderr, "consolidate: %5.1f%% of %llu parameters, unit %s\n",
-                100.0 * (double)done / (double)m->state_numel,
-                (unsigned long long)m->state_numel, unit->name);
-        next_report = done + m->state_numel / 10;
-      }
-    }
-  }
-  free(f32);
-  free(b16);
-  return rc;
-}
-
-static int consolidate(const char *dir, const char *out, zt_dtype_t out_dt) {
-  zt__manifest_t m;
-  ZT_TRY(zt__ckpt_read_manifest(dir, &m, zt__err_thread()));
-  zt__st_spec_t *specs = calloc(m.n_units, sizeof *specs);
-  char tmp[8192], gen[32], steps[32];
-  snprintf(tmp, sizeof tmp, "%s.tmp", out);
-  snprintf(gen, sizeof gen, "%llu", (unsigned long long)m.generation);
-  snprintf(steps, sizeof steps, "%llu", (unsigned long long)m.steps);
-  const char *meta[] = {"format", "pt", "producer", "ztier", "ztier_generation", gen,
-                        "ztier_steps", steps};
-  int rc = specs ? 0 : zt__errf(zt__err_thread(), -ENOMEM, "out of memory");
-  for (size_t i = 0; rc == 0 && i < m.n_units; i++)
-    specs[i] = (zt__st_spec_t){m.units[i].name, out_dt, 1, {m.units[i].numel}};
-  /* A bad file is found before anything is written. */
-  if (rc == 0 && verify_all(dir, &m, 0)) rc = ZT_ECKPT;
-  zt__ckpt_src_t *src = NULL;
-  if (rc == 0) rc = zt__ckpt_src_open(dir, &m, zt__err_thread(), &src);
-  int fd = -1;
-  if (rc == 0 && (fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644)) < 0)
-    rc = zt__errf(zt__err_thread(), -errno, "cannot create %s: %s", tmp, strerror(errno));
-  zt__st_writer_t *w = NULL;
-  if (rc == 0)
-    rc = zt__st_writer_open(fd, out, specs, m.n_units, meta, 4, zt__err_thread(), &w);
-  if (rc == 0) rc = export_units(&m, src, w, out_dt);
-  if (rc == 0) rc = zt__st_finish(w);
-  if (rc == 0 && fsync(fd) != 0)
-    rc = zt__errf(zt__err_thread(), -errno, "fsync of %s: %s", tmp, strerror(errno));
-  uint64_t size = w ? zt__st_writer_size(w) : 0;
-  zt__st_writer_close(w);
-  if (fd >= 0 && close(fd) != 0 && rc == 0)
-    rc = zt__errf(zt__err_thread(), -errno, "closing %s: %s", tmp, strerror(errno));
-  if (rc == 0 && rename(tmp, out) != 0)
-    rc = zt__errf(zt__err_thread(), -errno, "renaming %s: %s", tmp, strerror(errno));
-  if (rc < 0 && fd >= 0) unlink(tmp);
-  zt__ckpt_src_close(src);
-  if (rc == 0)
-    printf("%s: %zu tensors, %s, %llu bytes; peak RSS %.1f MiB\n", out, m.n_units,
-           zt__dtype_name(out_dt), (unsigned long long)size, peak_rss_mib());
-  free(specs);
-  zt__manifest_free(&m);
-  return rc;
 }
 
 static int cmd_consolidate(int argc, char **argv) {
@@ -237,10 +149,14 @@ static int cmd_consolidate(int argc, char **argv) {
     fprintf(stderr, "usage: ztier ckpt consolidate DIR OUT.safetensors [--dtype fp32|bf16]\n");
     return 2;
   }
-  if (consolidate(pos[0], pos[1], b16 ? ZT_BF16 : ZT_FP32) < 0) {
+  uint64_t size = 0;
+  zt_dtype_t dt = b16 ? ZT_BF16 : ZT_FP32;
+  if (zt__ckpt_consolidate(pos[0], pos[1], dt, stderr, &size, zt__err_thread()) < 0) {
     fprintf(stderr, "ztier ckpt consolidate: %s\n", err());
     return 1;
   }
+  printf("%s: %s, %llu bytes; peak RSS %.1f MiB\n", pos[1], zt__dtype_name(dt),
+         (unsigned long long)size, peak_rss_mib());
   return 0;
 }
 
