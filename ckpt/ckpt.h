@@ -92,12 +92,7 @@ ZT_INTERNAL void zt__ckpt_src_close(zt__ckpt_src_t *s); /* NULL: nothing */
 ZT_INTERNAL int zt__ckpt_consolidate(const char *dir, const char *out, zt_dtype_t out_dt,
                                      FILE *progress, uint64_t *size, zt__err_t *e);
 
-/* ---- across ranks (save.c) -------------------------------------------------- */
-
-/* Every rank's `bytes` of `mine`, in rank order, into `all` (world * bytes).
- * Control records: not counted in zt_stats' comm bytes. */
-ZT_INTERNAL int zt__ckpt_allgather(zt_engine_t *eng, const void *mine, void *all,
-                                   size_t bytes);
+/* ---- names (save.c) -------------------------------------------------- */
 
 /* "<dir>/g<gen>-r<rank>.zts<suffix>" (dir NULL: the bare name), or
  * -ENAMETOOLONG. */

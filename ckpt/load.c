@@ -112,28 +112,12 @@ static void restore_scalars(zt_engine_t *eng, const zt__manifest_t *m) {
   eng->cfg.seed = m->seed; /* stochastic rounding goes on as it would have */
 }
 
-/* Gradients handed over before the load may still be on their way to their
- * owners: their buckets are completed here and dropped, or they would land
- * in the sums after zt__part_reset cleared them. Every rank has the same
- * buckets in flight (they are collectives). */
-static int drop_buckets(zt_engine_t *eng) {
-  int rc = 0;
-  for (int s = 0; s < ZT_XFER_SLOTS; s++) {
-    zt__xfer_t *x = &eng->part.xfer[s];
-    if (!x->busy) continue;
-    int w = eng->comm->ops->wait(eng->comm, &x->req);
-    x->busy = 0;
-    if (rc == 0) rc = w;
-  }
-  return rc;
-}
-
 /* Every rank's status; the first failure's code and rank, or 0. */
 static int agree_status(zt_engine_t *eng, int mine, int *bad) {
   int world = eng->comm->ops->world(eng->comm);
   int64_t me = mine, *all = calloc((size_t)world, sizeof me);
   if (all == NULL) return zt__errf(&eng->err, -ENOMEM, "out of memory");
-  int rc = zt__ckpt_allgather(eng, &me, all, sizeof me);
+  int rc = zt__comm_control_all_gather(eng->comm, &me, all, sizeof me);
   *bad = -1;
   for (int r = 0; rc == 0 && r < world; r++)
     if (all[r] < 0) {
@@ -183,7 +167,7 @@ int zt_load(zt_engine_t *eng, const char *dir) {
   /* The load. From here a failure leaves states of both checkpoints. */
   if (eng->cfg.stage >= 3) zt__prefetch_step_begin(eng); /* kept groups are stale */
   zt__ckpt_src_t *src = NULL;
-  local = eng->partitioned ? drop_buckets(eng) : 0;
+  local = eng->partitioned ? zt__part_drop_buckets(eng) : 0;
   if (local == 0) local = zt__ckpt_src_open(dir, &m, &eng->err, &src);
   get_ctx_t c = {src};
   if (local == 0) local = zt__ckpt_walk_states(eng, 1, get_piece, &c);

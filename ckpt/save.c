@@ -26,18 +26,6 @@
 #include "manifest.h" // defines: zt__manifest_t, zt__manifest_to_json
 #include "prefetch.h" // defines: zt__prefetch_step_begin
 
-int zt__ckpt_allgather(zt_engine_t *eng, const void *mine, void *all, size_t bytes) {
-  zt__comm_t *c = eng->comm;
-  size_t sent = c->bytes_sent, received = c->bytes_received;
-  zt__comm_req_t req = {0};
-  int rc = c->ops->all_gather(c, mine, all, bytes, ZT_RED_U8, &req);
-  if (rc == 0) rc = c->ops->wait(c, &req);
-  /* Control records, not the model's traffic that zt_stats counts. */
-  c->bytes_sent = sent;
-  c->bytes_received = received;
-  return rc;
-}
-
 int zt__ckpt_name(char *buf, size_t n, const char *dir, uint64_t gen, int rank,
                   const char *suffix) {
   int k = snprintf(buf, n, "%s%sg%llu-r%05d.zts%s", dir ? dir : "", dir ? "/" : "",
@@ -262,7 +250,7 @@ int zt_save(zt_engine_t *eng, const char *dir) {
     free(recs);
     return zt__errf(&eng->err, -ENOMEM, "out of memory");
   }
-  int rc = zt__ckpt_allgather(eng, mine, gens, sizeof mine);
+  int rc = zt__comm_control_all_gather(eng->comm, mine, gens, sizeof mine);
   int64_t r0 = rc == 0 ? (int64_t)gens[0] : rc;
   uint64_t gen = gens[1];
   free(gens);
@@ -284,7 +272,7 @@ int zt_save(zt_engine_t *eng, const char *dir) {
   zt__ckpt_name(tmp, sizeof tmp, dir, gen, rank, ".tmp");
   zt__ckpt_name(final, sizeof final, dir, gen, rank, "");
   if (lo < hi) me.status = write_rank_file(eng, tmp, final, lo, hi, &me.digest);
-  rc = zt__ckpt_allgather(eng, &me, recs, sizeof me);
+  rc = zt__comm_control_all_gather(eng->comm, &me, recs, sizeof me);
   if (rc < 0) goto done;
   int bad = 0;
   int64_t fail = first_failure(recs, world, &bad);
@@ -300,7 +288,7 @@ int zt_save(zt_engine_t *eng, const char *dir) {
   }
   if (fail == 0) {
     commits = calloc((size_t)world, sizeof commit);
-    rc = commits ? zt__ckpt_allgather(eng, commit, commits, sizeof commit)
+    rc = commits ? zt__comm_control_all_gather(eng->comm, commit, commits, sizeof commit)
                  : zt__errf(&eng->err, -ENOMEM, "out of memory");
     if (rc == 0) fail = commits[0];
     if (rc == 0) commit[1] = commits[1];

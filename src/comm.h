@@ -133,6 +133,13 @@ ZT_INTERNAL int zt__comm_check_alltoallv(zt__comm_t *c, int world, int rank,
                                          zt__red_dtype_t dt, zt__comm_req_t *req,
                                          size_t *send_extent, size_t *recv_extent);
 
+/* Every rank's `bytes` of `mine` into all[world * bytes], waited for: the
+ * engine's control records (which ranks agree on what, which failed), kept
+ * out of bytes_sent / bytes_received, which count the model's traffic that
+ * `ztier plan` and zt_stats hold to ZeRO's volume. comm_single.c. */
+ZT_INTERNAL int zt__comm_control_all_gather(zt__comm_t *c, const void *mine, void *all,
+                                            size_t bytes);
+
 /* comm_mpi.c: 1 when MPI is initialised and not yet finalised in this
  * process (MPI_Initialized may be called before MPI_Init). */
 ZT_INTERNAL int zt__comm_mpi_active(void);

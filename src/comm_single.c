@@ -107,6 +107,16 @@ static int refuse(zt__comm_req_t *req, int rc) {
   return rc;
 }
 
+int zt__comm_control_all_gather(zt__comm_t *c, const void *mine, void *all, size_t bytes) {
+  size_t sent = c->bytes_sent, received = c->bytes_received;
+  zt__comm_req_t req = {0};
+  int rc = c->ops->all_gather(c, mine, all, bytes, ZT_RED_U8, &req);
+  if (rc == 0) rc = c->ops->wait(c, &req);
+  c->bytes_sent = sent;
+  c->bytes_received = received;
+  return rc;
+}
+
 int zt__comm_check_all_gatherv(zt__comm_t *c, int world, int rank, const void *send,
                                size_t count, const void *recv, const size_t *counts,
                                const size_t *displs, zt__red_dtype_t dt, zt__comm_req_t *req,

@@ -356,16 +356,7 @@ static int agree(zt_engine_t *eng, const char *fn, int kind, int group, int gath
   size_t bytes = sizeof mine;
   long long *all = calloc((size_t)p->world, bytes);
   if (all == NULL) return zt__errf(&eng->err, -ENOMEM, "out of memory");
-  zt__comm_t *c = eng->comm;
-  size_t sent = c->bytes_sent, received = c->bytes_received;
-  zt__comm_req_t req = {0};
-  int rc = c->ops->all_gather(c, mine, all, bytes, ZT_RED_U8, &req);
-  if (rc == 0) rc = c->ops->wait(c, &req);
-  /* zt_stats counts the model's traffic, ZeRO's volume, which `ztier plan`
-   * and the tests hold it to; these records are control, like MPI's own
-   * headers, and are left out. */
-  c->bytes_sent = sent;
-  c->bytes_received = received;
+  int rc = zt__comm_control_all_gather(eng->comm, mine, all, bytes);
   for (int r = 0; rc == 0 && r < p->world; r++) {
     const long long *o = all + (size_t)r * AGREE_WORDS;
     if (memcmp(o, mine, bytes) == 0) continue;
@@ -652,6 +643,18 @@ int zt__part_reduce_all(zt_engine_t *eng) {
   }
   for (int s = 0; s < ZT_XFER_SLOTS; s++) ZT_TRY(wait_slot(eng, &p->xfer[s]));
   return 0;
+}
+
+int zt__part_drop_buckets(zt_engine_t *eng) {
+  int rc = 0;
+  for (int s = 0; s < ZT_XFER_SLOTS; s++) {
+    zt__xfer_t *x = &eng->part.xfer[s];
+    if (!x->busy) continue;
+    int w = eng->comm->ops->wait(eng->comm, &x->req);
+    x->busy = 0;
+    if (rc == 0) rc = w;
+  }
+  return rc;
 }
 
 int zt__part_reset(zt_engine_t *eng) {

@@ -166,6 +166,12 @@ ZT_INTERNAL int zt__part_gather(struct zt_engine *eng);
 /* Between steps: part.grads back to zero, groups not handed over. */
 ZT_INTERNAL int zt__part_reset(struct zt_engine *eng);
 
+/* zt_load: gradient buckets still in flight (handed over before the load)
+ * are completed and dropped, never summed: they would land in the sums
+ * after zt__part_reset cleared them. Every rank has the same buckets in
+ * flight (they are collectives). */
+ZT_INTERNAL int zt__part_drop_buckets(struct zt_engine *eng);
+
 /* Sum over ranks of a double x >= 0 (inf and NaN pass through), added in
  * rank order (the same on every rank), in one all-gather that also carries
  * each rank's `status` (0, or the negative code with which this rank refuses
