@@ -175,13 +175,13 @@ test-gpu: lib tool tests
 # The demo's text ships with Debian's base-files package.
 DEMO_TEXT ?= /usr/share/common-licenses/GPL-3
 # Stage 3, parameters and optimizer states on NVMe (a swap folder in the
-# build directory), 16 MiB of pinned host memory.
+# build directory), 16 MiB of pinned host memory; a checkpoint at the end.
 demo: deps
 	@$(MAKE) --no-print-directory lib tool examples
 	@mkdir -p $(BUILD)/demo-swap
 	$(BUILD)/examples/charlm --text $(DEMO_TEXT) --steps 300 --stage 3 \
 	  --optimizer-tier nvme --param-tier nvme --swap-path $(BUILD)/demo-swap \
-	  --pinned-budget 16MiB --plot $(BUILD)/charlm-loss.png
+	  --pinned-budget 16MiB --plot $(BUILD)/charlm-loss.png --save $(BUILD)/demo-ckpt
 
 # ---- fuzzing ----------------------------------------------------------------
 #

@@ -257,12 +257,17 @@ static void charlm_zero_grad(CharLM *model) {
     memset(model->grads_memory, 0, model->num_parameters * sizeof(float));
 }
 
-static void charlm_backward(CharLM *model, const int *ctx, const int *targets, int B) {
-  // Lazily, as llm.c does: a model that is only evaluated never pays for them.
+// Lazily, as llm.c does: a model that is only evaluated never pays for them
+// (stage 3 has none: ztier's zt_grads() buffers take the backward).
+static void charlm_alloc_grads(CharLM *model) {
   if (model->grads_memory == NULL && !model->stage3) {
     model->grads_memory = calloc(model->num_parameters, sizeof(float));
     point_parameters(&model->grads, model->grads_memory, model->param_sizes);
   }
+}
+
+static void charlm_backward(CharLM *model, const int *ctx, const int *targets, int B) {
+  charlm_alloc_grads(model);
   const int V = model->V;
   ParameterTensors *p = &model->params, *g = &model->grads;
   Activations *a = &model->acts;
@@ -463,6 +468,8 @@ typedef struct {
   const char *param_tier; // NULL: the config's
   const char *swap_path;  // NULL: the config's
   const char *pinned_budget; // NULL: the config's
+  const char *save;   // NULL: no checkpoint at the end
+  const char *resume; // NULL: train from the initialisation
 } Options;
 
 static void usage(FILE *f) {
@@ -489,6 +496,10 @@ static void usage(FILE *f) {
           "  --every N               print the loss every N steps (default 25)\n"
           "  --csv FILE              write step,loss for every step\n"
           "  --plot FILE.png         draw the loss curve (needs gnuplot)\n"
+          "  --save DIR              checkpoint ztier's states into DIR after the last "
+          "step\n"
+          "  --resume DIR            load the checkpoint in DIR and go on from its step "
+          "to --steps\n"
           "  -h, --help              this text\n");
 }
 
@@ -527,7 +538,7 @@ static int parse_float(const char *flag, const char *s, float lo, float hi, floa
 // Returns 0, 1 for --help, or -1 on a bad command line (already reported).
 static int parse_args(int argc, char **argv, Options *o) {
   *o = (Options){"/usr/share/common-licenses/GPL-3", 300, NULL, "fp32", 3e-3f, 0.1f,
-                 64, 1337, NULL, 25, -1, NULL, NULL, -1, NULL, NULL, NULL};
+                 64, 1337, NULL, 25, -1, NULL, NULL, -1, NULL, NULL, NULL, NULL, NULL};
   for (int i = 1; i < argc; i++) {
     const char *f = argv[i];
     if (!strcmp(f, "-h") || !strcmp(f, "--help")) return 1;
@@ -539,7 +550,7 @@ static int parse_args(int argc, char **argv, Options *o) {
                                   "--lr", "--weight-decay", "--batch", "--seed",
                                   "--config", "--every", "--threads", "--csv",
                                   "--plot", "--stage", "--param-tier", "--swap-path",
-                                  "--pinned-budget"};
+                                  "--pinned-budget", "--save", "--resume"};
     int k = -1;
     for (int j = 0; j < (int)(sizeof known / sizeof known[0]); j++)
       if (!strcmp(f, known[j])) k = j;
@@ -609,6 +620,8 @@ static int parse_args(int argc, char **argv, Options *o) {
       break;
     case 15: o->swap_path = v; break;
     case 16: o->pinned_budget = v; break;
+    case 17: o->save = v; break;
+    case 18: o->resume = v; break;
     }
   }
   return 0;
@@ -652,7 +665,7 @@ static int have_program(const char *name) {
 
 // Draws the loss curve with gnuplot, the data inline (the same rows as the
 // CSV). Returns 0, 1 when gnuplot is missing (skipped), -1 when it failed.
-static int plot_losses(const char *png, const float *losses, int steps,
+static int plot_losses(const char *png, const float *losses, int first, int steps,
                        const char *title) {
   if (!have_program("gnuplot")) return 1;
   FILE *gp = popen("gnuplot", "w");
@@ -663,7 +676,7 @@ static int plot_losses(const char *png, const float *losses, int steps,
   for (const char *c = title; *c; c++) fprintf(gp, *c == '\'' ? "''" : "%c", *c);
   fprintf(gp, "' noenhanced\nset xlabel 'step'\nset ylabel 'loss (nats/byte)'\n"
               "set grid\n$loss << EOD\n");
-  for (int s = 0; s < steps; s++) fprintf(gp, "%d %.6f\n", s + 1, losses[s]);
+  for (int s = first; s < steps; s++) fprintf(gp, "%d %.6f\n", s + 1, losses[s]);
   fprintf(gp, "EOD\nplot $loss using 1:2 with lines lc rgb '#4070c0' "
               "title 'train loss', $loss using 1:2 smooth bezier lw 2 "
               "lc rgb '#c04020' title 'smoothed'\n");
@@ -761,17 +774,20 @@ static void print_stats(const zt_engine_t *eng, const char *tier_name, double tr
            st.fetch_stall_seconds, 100.0 * st.fetch_stall_seconds / train_s);
 }
 
-// The training loop, llm.c's shape. Fills losses[0, steps). Returns 0 or the
+// The batch positions of one step: B draws of the loop's generator.
+static size_t batch_position(const Text *tx, uint64_t *rng) {
+  return CTX + random_u32(rng) % (tx->n_train - CTX);
+}
+
+// The training loop, llm.c's shape, from step `start` (0, or where a
+// checkpoint left off). Fills losses[start, steps). Returns 0 or the
 // failing call's code.
 static int train(CharLM *model, const Text *tx, const Options *opt, uint64_t *rng,
-                 int *ctx, int *tgt, float *losses, FILE *csv) {
+                 int *ctx, int *tgt, float *losses, FILE *csv, int start) {
   int B = opt->batch, period = 0;
   double period_loss = 0.0, t0 = now_s();
-  for (int step = 0; step < opt->steps; step++) {
-    for (int b = 0; b < B; b++) {
-      size_t pos = CTX + random_u32(rng) % (tx->n_train - CTX);
-      text_example(tx, pos, ctx + b * CTX, tgt + b);
-    }
+  for (int step = start; step < opt->steps; step++) {
+    for (int b = 0; b < B; b++) text_example(tx, batch_position(tx, rng), ctx + b * CTX, tgt + b);
     // Stage 3 brackets the forward and backward with the groups' fetch and
     // release, and the backward writes into ztier's gradient buffers.
     if (charlm_point_groups(model, 0) < 0) return -1;
@@ -791,7 +807,7 @@ static int train(CharLM *model, const Text *tx, const Options *opt, uint64_t *rn
     if (csv) fprintf(csv, "%d,%.6f\n", step + 1, loss);
     period_loss += loss;
     period++;
-    if (step == 0 || (step + 1) % opt->every == 0 || step + 1 == opt->steps) {
+    if (step == start || (step + 1) % opt->every == 0 || step + 1 == opt->steps) {
       double t1 = now_s();
       printf("step %5d/%d  loss %.4f  (mean of %3d)  %6.2f ms/step\n", step + 1,
              opt->steps, period_loss / period, period, 1e3 * (t1 - t0) / period);
@@ -895,10 +911,40 @@ int main(int argc, char **argv) {
          cfg.stage, tier_name, tier_names[cfg.param_tier], threads, zt_version());
   fflush(stdout);
 
+  // Resuming: the states and the step count come from the checkpoint; the
+  // batches, from the generator advanced past the steps already taken (the
+  // loop's own state is the loop's to restore).
+  int start = 0;
+  if (opt.resume) {
+    charlm_alloc_grads(&model); // registered now, before the first backward
+    if (!model.registered && charlm_register(&model) < 0) {
+      failed = 1;
+      goto done;
+    }
+    rc = zt_load(model.engine, opt.resume);
+    zt_stats_t st = ZT_STATS_INIT;
+    if (rc == 0) rc = zt_stats(model.engine, &st);
+    if (rc < 0) {
+      fprintf(stderr, "charlm: --resume %s: %s (%s)\n", opt.resume, zt_strerror(rc),
+              zt_last_error(model.engine));
+      failed = 1;
+      goto done;
+    }
+    start = (int)(st.steps + st.skipped_steps);
+    if (opt.steps - start < 2) {
+      fprintf(stderr, "charlm: --resume %s is at step %d; --steps must be %d or more\n",
+              opt.resume, start, start + 2);
+      failed = 1;
+      goto done;
+    }
+    for (long i = 0; i < (long)start * opt.batch; i++) batch_position(&tx, &rng);
+    printf("resumed from %s at step %d\n", opt.resume, start);
+  }
+
   const size_t val_positions = 2048;
   float val_before = eval_loss(&model, &tx, ctx, tgt, val_positions);
   double t0 = now_s();
-  if (train(&model, &tx, &opt, &rng, ctx, tgt, losses, csv) < 0) {
+  if (train(&model, &tx, &opt, &rng, ctx, tgt, losses, csv, start) < 0) {
     failed = 1;
     goto done;
   }
@@ -907,10 +953,11 @@ int main(int argc, char **argv) {
 
   // The first and the last few steps, each averaged, so that one lucky
   // batch does not decide.
-  int w = opt.steps / 2 < 10 ? opt.steps / 2 : 10;
+  int trained = opt.steps - start;
+  int w = trained / 2 < 10 ? trained / 2 : 10;
   double first = 0.0, last = 0.0;
   for (int i = 0; i < w; i++) {
-    first += losses[i];
+    first += losses[start + i];
     last += losses[opt.steps - w + i];
   }
   first /= w;
@@ -926,7 +973,7 @@ int main(int argc, char **argv) {
     snprintf(title, sizeof title, "charlm, %zu params, stage %d, optimizer_tier=%s, "
              "param_tier=%s",
              model.num_parameters, cfg.stage, tier_name, tier_names[cfg.param_tier]);
-    int p = plot_losses(opt.plot, losses, opt.steps, title);
+    int p = plot_losses(opt.plot, losses, start, opt.steps, title);
     if (p == 1) {
       printf("plot skipped: gnuplot not installed\n");
     } else if (p < 0) {
@@ -935,6 +982,17 @@ int main(int argc, char **argv) {
       failed = 1;
     } else {
       printf("plot: %s\n", opt.plot);
+    }
+  }
+  if (opt.save) {
+    rc = zt_save(model.engine, opt.save);
+    if (rc < 0) {
+      fprintf(stderr, "charlm: --save %s: %s (%s)\n", opt.save, zt_strerror(rc),
+              zt_last_error(model.engine));
+      failed = 1;
+    } else {
+      printf("checkpoint: %s (step %d; ztier ckpt info %s)\n", opt.save, opt.steps,
+             opt.save);
     }
   }
   if (!(last < first)) {

@@ -1,0 +1,104 @@
+/*
+ * test_charlm_resume.c — checkpoints as a user meets them: the example loop
+ * (examples/charlm.c, built beside this test) trained N steps in one go
+ * must print the same losses, to the last digit, as the same loop saved at
+ * step N/2 (--save) and resumed from there in a new process (--resume), at
+ * stage 0 on the host tier and at stage 3 with parameters and optimizer
+ * states on NVMe. `ztier ckpt info` must verify the checkpoint it left.
+ *
+ * The binaries are found next to this one: BUILD/tests/.. holds examples/
+ * and the tool.
+ */
+#include "harness.h"
+
+#include <limits.h>
+#include <string.h>
+#include <unistd.h>
+
+static char build_dir[PATH_MAX];
+
+/* BUILD from /proc/self/exe (BUILD/tests/test_charlm_resume). */
+static void find_build_dir(void) {
+  ssize_t n = readlink("/proc/self/exe", build_dir, sizeof build_dir - 1);
+  assert_true(n > 0);
+  build_dir[n] = '\0';
+  for (int up = 0; up < 2; up++) {
+    char *slash = strrchr(build_dir, '/');
+    assert_non_null(slash);
+    *slash = '\0';
+  }
+}
+
+/* Runs a shell command line; fails the test unless it exits 0. */
+static void run(const char *cmd) {
+  printf("# %s\n", cmd);
+  int rc = system(cmd);
+  if (rc != 0) fail_msg("exit status %d from: %s", rc, cmd);
+}
+
+/* The last `n` lines of a file. */
+static char *tail_lines(const char *path, int n) {
+  FILE *f = fopen(path, "r");
+  assert_non_null(f);
+  static char buf[1 << 16];
+  size_t len = fread(buf, 1, sizeof buf - 1, f);
+  fclose(f);
+  buf[len] = '\0';
+  size_t i = len;
+  if (i > 0 && buf[i - 1] == '\n') i--;
+  for (int seen = 0; i > 0; i--)
+    if (buf[i - 1] == '\n' && ++seen == n) break;
+  return strdup(buf + i);
+}
+
+static void check_resume(const char *flags, const char *tag) {
+  enum { STEPS = 40 };
+  const char *tmp = t_swap_dir();
+  char charlm[PATH_MAX + 32], cmd[4 * PATH_MAX], full[PATH_MAX], part[PATH_MAX],
+      ck[PATH_MAX];
+  snprintf(charlm, sizeof charlm, "%s/examples/charlm", build_dir);
+  if (access(charlm, X_OK) != 0) skip(); /* make tests without make examples */
+  snprintf(full, sizeof full, "%s/%s-full.csv", tmp, tag);
+  snprintf(part, sizeof part, "%s/%s-resumed.csv", tmp, tag);
+  snprintf(ck, sizeof ck, "%s/%s-ckpt", tmp, tag);
+  snprintf(cmd, sizeof cmd, "%s --steps %d --every %d --csv %s %s --swap-path %s >/dev/null",
+           charlm, STEPS, STEPS, full, flags, tmp);
+  run(cmd);
+  snprintf(cmd, sizeof cmd, "%s --steps %d --every %d --save %s %s --swap-path %s >/dev/null",
+           charlm, STEPS / 2, STEPS, ck, flags, tmp);
+  run(cmd);
+  snprintf(cmd, sizeof cmd, "%s/ztier ckpt info %s >/dev/null", build_dir, ck);
+  run(cmd);
+  snprintf(cmd, sizeof cmd,
+           "%s --steps %d --every %d --resume %s --csv %s %s --swap-path %s >/dev/null",
+           charlm, STEPS, STEPS, ck, part, flags, tmp);
+  run(cmd);
+  char *want = tail_lines(full, STEPS / 2), *got = tail_lines(part, STEPS / 2);
+  printf("# %s: steps 21..40 uninterrupted:\n%.60s...\n", tag, want);
+  /* The resumed run's file holds its header and steps 21..40 only. */
+  if (strcmp(want, got) != 0) fail_msg("%s: the resumed losses differ:\n%s\nvs\n%s", tag,
+                                       want, got);
+  assert_true(strncmp(want, "21,", 3) == 0);
+  free(want);
+  free(got);
+  snprintf(cmd, sizeof cmd, "rm -rf %s %s %s", ck, full, part);
+  run(cmd);
+}
+
+static void test_resume_stage0_host(void **state) {
+  check_resume("--stage 0 --optimizer-tier host", "s0host");
+}
+
+static void test_resume_stage3_nvme(void **state) {
+  check_resume("--stage 3 --optimizer-tier nvme --param-tier nvme --pinned-budget 16MiB",
+               "s3nvme");
+}
+
+int main(void) {
+  find_build_dir();
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_resume_stage0_host),
+      cmocka_unit_test(test_resume_stage3_nvme),
+  };
+  return T_RUN(tests);
+}
