@@ -71,6 +71,11 @@ struct zt__manifest;
 ZT_INTERNAL int zt__ckpt_read_manifest(const char *dir, struct zt__manifest *m,
                                        zt__err_t *e);
 
+/* zt__ckpt_verify of every file of `m` in `dir` holding part of states
+ * [lo, hi): the first bad one's error. */
+ZT_INTERNAL int zt__ckpt_verify_range(const char *dir, const struct zt__manifest *m,
+                                      uint64_t lo, uint64_t hi, zt__err_t *e);
+
 typedef struct zt__ckpt_src zt__ckpt_src_t;
 /* Reads from the files of `m` in `dir` (m stays the caller's). */
 ZT_INTERNAL int zt__ckpt_src_open(const char *dir, const struct zt__manifest *m,

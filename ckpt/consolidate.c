@@ -49,18 +49,6 @@ static int export_units(const zt__manifest_t *m, zt__ckpt_src_t *src, zt__st_wri
   return rc;
 }
 
-/* Every file of the manifest, verified: a bad one is found before anything
- * is written. */
-static int verify_files(const char *dir, const zt__manifest_t *m, zt__err_t *e) {
-  for (size_t i = 0; i < m->n_files; i++) {
-    const zt__ckpt_file_t *f = &m->files[i];
-    char path[8192];
-    snprintf(path, sizeof path, "%s/%s", dir, f->name);
-    ZT_TRY(zt__ckpt_verify(path, m->param_dtype, f->end - f->begin, f->bytes, f->xxh64, e));
-  }
-  return 0;
-}
-
 int zt__ckpt_consolidate(const char *dir, const char *out, zt_dtype_t out_dt, FILE *progress,
                          uint64_t *size, zt__err_t *e) {
   *size = 0;
@@ -79,7 +67,8 @@ int zt__ckpt_consolidate(const char *dir, const char *out, zt_dtype_t out_dt, FI
   int rc = specs ? 0 : zt__errf(e, -ENOMEM, "out of memory");
   for (size_t i = 0; rc == 0 && i < m.n_units; i++)
     specs[i] = (zt__st_spec_t){m.units[i].name, out_dt, 1, {m.units[i].numel}};
-  if (rc == 0) rc = verify_files(dir, &m, e);
+  /* A bad file is found before anything is written. */
+  if (rc == 0) rc = zt__ckpt_verify_range(dir, &m, 0, m.state_numel, e);
   zt__ckpt_src_t *src = NULL;
   if (rc == 0) rc = zt__ckpt_src_open(dir, &m, e, &src);
   int fd = -1;

@@ -54,20 +54,6 @@ static int check_model(zt_engine_t *eng, const zt__manifest_t *m, const char *di
   return 0;
 }
 
-/* Verifies every file holding part of [lo, hi). */
-static int verify_files(zt_engine_t *eng, const zt__manifest_t *m, const char *dir,
-                        size_t lo, size_t hi) {
-  for (size_t i = 0; i < m->n_files; i++) {
-    const zt__ckpt_file_t *f = &m->files[i];
-    if (f->end <= lo || f->begin >= hi) continue;
-    char path[4096 + ZT_CKPT_NAME_MAX + 2];
-    snprintf(path, sizeof path, "%s/%s", dir, f->name);
-    ZT_TRY(zt__ckpt_verify(path, m->param_dtype, f->end - f->begin, f->bytes, f->xxh64,
-                           &eng->err));
-  }
-  return 0;
-}
-
 typedef struct get_ctx {
   zt__ckpt_src_t *src;
 } get_ctx_t;
@@ -154,7 +140,9 @@ int zt_load(zt_engine_t *eng, const char *dir) {
   size_t plo = eng->cfg.stage < 3 ? 0 : lo, phi = eng->cfg.stage < 3 ? eng->state_numel : hi;
   int local = zt__ckpt_read_manifest(dir, &m, &eng->err);
   if (local == 0) local = check_model(eng, &m, dir);
-  if (local == 0) local = verify_files(eng, &m, dir, plo < lo ? plo : lo, phi > hi ? phi : hi);
+  if (local == 0)
+    local = zt__ckpt_verify_range(dir, &m, plo < lo ? plo : lo, phi > hi ? phi : hi,
+                                  &eng->err);
   int rc = agree_status(eng, local, &bad);
   if (rc < 0) {
     if (local == 0)

@@ -42,6 +42,18 @@ int zt__ckpt_read_manifest(const char *dir, zt__manifest_t *m, zt__err_t *e) {
   return rc;
 }
 
+int zt__ckpt_verify_range(const char *dir, const zt__manifest_t *m, uint64_t lo, uint64_t hi,
+                          zt__err_t *e) {
+  for (size_t i = 0; i < m->n_files; i++) {
+    const zt__ckpt_file_t *f = &m->files[i];
+    if (f->end <= lo || f->begin >= hi) continue;
+    char path[4096 + ZT_CKPT_NAME_MAX + 2];
+    snprintf(path, sizeof path, "%s/%s", dir, f->name);
+    ZT_TRY(zt__ckpt_verify(path, m->param_dtype, f->end - f->begin, f->bytes, f->xxh64, e));
+  }
+  return 0;
+}
+
 struct zt__ckpt_src {
   const zt__manifest_t *m;
   char *dir;
