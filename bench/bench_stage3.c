@@ -290,6 +290,7 @@ int zt_bench_stage3_main(int argc, char **argv) {
     zt_bench_json_int(&j, "fetches", (long long)st1.fetches);
     zt_bench_json_int(&j, "fetch_gathers", (long long)st1.fetch_gathers);
     zt_bench_json_int(&j, "fetch_read_ahead", (long long)st1.fetch_read_ahead);
+    zt_bench_json_int(&j, "fetch_staged", (long long)st1.fetch_staged);
     zt_bench_json_int(&j, "fetch_kept", (long long)st1.fetch_kept);
     zt_bench_json_int(&j, "peak_live_bytes", (long long)st1.peak_live_bytes);
     zt_bench_json_nums(&j, "stall_fractions", frac, iters);
@@ -311,8 +312,9 @@ int zt_bench_stage3_main(int argc, char **argv) {
            disk_r, layer_read_ms, layer_read_ms <= compute_ms ? "within" : "beyond",
            compute_ms);
   printf("  zt_step              %8.3f s\n", m_step);
-  printf("  fetches %llu: %llu gathered (%llu read ahead), %llu kept\n",
+  printf("  fetches %llu: %llu gathered (%llu read ahead, %llu staged ahead), %llu kept\n",
          (unsigned long long)st1.fetches, (unsigned long long)st1.fetch_gathers,
-         (unsigned long long)st1.fetch_read_ahead, (unsigned long long)st1.fetch_kept);
+         (unsigned long long)st1.fetch_read_ahead, (unsigned long long)st1.fetch_staged,
+         (unsigned long long)st1.fetch_kept);
   return 0;
 }

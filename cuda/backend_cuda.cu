@@ -4,7 +4,8 @@
  * launches of kernels.cu.
  *
  * Streams. ZT_STREAM_COMPUTE is the user's stream, the legacy default stream
- * (0) for now. ZT_STREAM_H2D and ZT_STREAM_D2H are ztier's own, created
+ * (0) for now. ZT_STREAM_H2D, ZT_STREAM_D2H and ZT_STREAM_PREFETCH (the
+ * stage-3 staging of a group ahead of its fetch) are ztier's own, created
  * cudaStreamNonBlocking so that nothing the user does on stream 0 blocks them
  * implicitly. Ordering rule: every operation this backend enqueues on one of
  * its own streams (copy or kernel) is first ordered after all the work the
@@ -154,8 +155,8 @@ class device_scope {
 static int check_stream(zt__backend_t *be, const char *fn, zt__stream_t stream) {
   if ((int)stream < 0 || (int)stream >= ZT_STREAM_COUNT)
     return zt__errf(be->err, -EINVAL,
-                    "%s: stream is %d; expected ZT_STREAM_COMPUTE (0), ZT_STREAM_H2D (1) "
-                    "or ZT_STREAM_D2H (2)",
+                    "%s: stream is %d; expected ZT_STREAM_COMPUTE (0), ZT_STREAM_H2D (1), "
+                    "ZT_STREAM_D2H (2) or ZT_STREAM_PREFETCH (3)",
                     fn, (int)stream);
   return 0;
 }
@@ -353,6 +354,7 @@ static int cuda_create(const zt_config_t *cfg, zt__cpu_t *cpu, zt__err_t *err,
     const unsigned nb = cudaStreamNonBlocking;
     CREATE_TRY(cudaStreamCreateWithFlags(&be->streams[ZT_STREAM_H2D], nb));
     CREATE_TRY(cudaStreamCreateWithFlags(&be->streams[ZT_STREAM_D2H], nb));
+    CREATE_TRY(cudaStreamCreateWithFlags(&be->streams[ZT_STREAM_PREFETCH], nb));
     CREATE_TRY(cudaEventCreateWithFlags(&be->compute_mark, cudaEventDisableTiming));
 #undef CREATE_TRY
   }

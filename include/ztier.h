@@ -558,11 +558,13 @@ typedef struct zt_stats_data {
   uint64_t read_ahead_bytes; /* pinned memory of parameter reads ahead
                                 now, with the buffers kept for reuse (in
                                 host_bytes)                               */
+  uint64_t fetch_staged;     /* gathers whose own part was staged ahead
+                                (copied beside the loop, prefetch.h)      */
 } zt_stats_t;
 
 #define ZT_STATS_INIT                                                        \
   { sizeof(zt_stats_t), 0, 0, 0, 0, 0, 0, 0, 0, 0.0, 0.0, 0.0, 0.0, 0, 0, NULL, \
-    0, 1, 0, 0, 0, -1, NULL, 0, 0, 0.0, 0, 0, 0, 0, 0, 0, 0, 0.0, 0, 0, 0 }
+    0, 1, 0, 0, 0, -1, NULL, 0, 0, 0.0, 0, 0, 0, 0, 0, 0, 0, 0.0, 0, 0, 0, 0 }
 
 /* Fills *out (out->size must be sizeof(zt_stats_t): use ZT_STATS_INIT).
  * Synchronous. */

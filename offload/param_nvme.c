@@ -296,6 +296,18 @@ int zt__param_nvme_wait(zt__param_nvme_t *pn, zt__param_read_t *r) {
   return r->error;
 }
 
+int zt__param_nvme_landed(zt__param_nvme_t *pn, zt__param_read_t *r) {
+  unsigned before;
+  do {
+    before = r->pending;
+    if (before && reap(pn, 0) < 0) {
+      zt__err_clear(&pn->eng->err); /* the wait reports it */
+      return 0;
+    }
+  } while (r->pending && r->pending < before);
+  return r->pending == 0 && r->error == 0;
+}
+
 void zt__param_nvme_read_free(zt__param_nvme_t *pn, zt__param_read_t *r) {
   if (r == NULL) return;
   /* A ring whose submission keeps failing cannot complete it: drained, its

@@ -77,6 +77,9 @@ ZT_INTERNAL int zt__param_nvme_read(zt__param_nvme_t *pn, const struct zt__group
 /* Blocks until r has landed; its error, if any (a sentence names the file,
  * offset and errno, or the checksum). */
 ZT_INTERNAL int zt__param_nvme_wait(zt__param_nvme_t *pn, zt__param_read_t *r);
+/* Picks up the completions that are there, without blocking: 1 when r has
+ * landed whole and well, else 0 (in flight, or failed: the wait says how). */
+ZT_INTERNAL int zt__param_nvme_landed(zt__param_nvme_t *pn, zt__param_read_t *r);
 /* Waits for r if it is still in flight, then frees it. NULL: nothing. */
 ZT_INTERNAL void zt__param_nvme_read_free(zt__param_nvme_t *pn, zt__param_read_t *r);
 

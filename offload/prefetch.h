@@ -8,6 +8,15 @@
  *     NVMe → pinned) as far as prefetch_bytes of reads in flight or landed
  *     allows (at least the next group), so zt_fetch finds them landed and
  *     only all-gathers (prefetch_bytes 0: no reads ahead, nothing kept);
+ *   - the next ZT_STAGE_AHEAD groups of the trace whose reads have landed
+ *     (or, with param_tier host, at once) are staged: a gathered buffer is
+ *     taken for each and this rank's part of it copied in on
+ *     ZT_STREAM_PREFETCH, which runs beside the loop (a GPU's copy engine;
+ *     the host backend's copy thread), so that zt_fetch only waits for that
+ *     copy and all-gathers the other ranks' parts into place. Staged
+ *     buffers count in live_bytes and are taken only within max_live_bytes;
+ *     staging needs gathers into place (not with optimizer_tier host, whose
+ *     gathers land in pinned buckets first);
  *   - a group released while the trace uses it again within prefetch_bytes
  *     of fetches is kept gathered rather than dropped and fetched again, as
  *     long as the gathered groups held stay within max_live_bytes (kept
@@ -19,13 +28,14 @@
  * freed at each step (the step's own memory does not share with them).
  * A fetch that differs from the trace (a branch, generation, another number
  * of layers), or an iteration that ends early, is an order change: the
- * reads in flight are drained and dropped, nothing more is read ahead or
- * kept, and the iteration's own order becomes the trace at the next step.
+ * reads in flight are drained and dropped with the staged groups, nothing
+ * more is read ahead, staged or kept, and the iteration's own order becomes the trace at the next step.
  *
  * The decisions depend only on the trace, the sizes and the two budgets,
  * which every rank shares (fetches are agreed on, partition.c), so every
  * rank keeps and gathers alike: whether a fetch gathers is part of the
- * collective.
+ * collective. Staging is not: a rank stages when its own reads land, and a
+ * staged fetch gathers as any other does, only with its part in place.
  *
  * Threading: the engine's calls only, one at a time.
  */
@@ -39,8 +49,20 @@
 
 struct zt__group;
 struct zt__param_read;
+struct zt__event;
 
 #define ZT_SPARE_BUFS 4
+#define ZT_STAGE_AHEAD 2
+
+/* A group staged ahead: its gathered buffer, with this rank's part copied
+ * in on ZT_STREAM_PREFETCH until `done`, from `read` (param_tier nvme) or
+ * the shard's parameters. */
+typedef struct zt__stage {
+  struct zt__group *g; /* NULL: the slot is free */
+  void *buf;
+  struct zt__param_read *read;
+  struct zt__event *done;
+} zt__stage_t;
 
 typedef struct zt__prefetch {
   int *trace;          /* group ids of the recorded iteration            */
@@ -56,11 +78,13 @@ typedef struct zt__prefetch {
   void *spare[ZT_SPARE_BUFS]; /* buffers of dropped groups, for reuse    */
   size_t spare_size[ZT_SPARE_BUFS];
   int n_spares;
+  zt__stage_t stage[ZT_STAGE_AHEAD];
 
   /* zt_stats */
   uint64_t fetches;       /* zt_fetch calls at stage 3                   */
   uint64_t gathers;       /* of them, those that gathered                */
   uint64_t read_ahead;    /* of those, with their read issued ahead      */
+  uint64_t staged;        /* of those, with their own part staged ahead  */
   uint64_t kept_hits;     /* fetches of a group kept since its release   */
   uint64_t trace_changes; /* order changes seen                          */
   double stall_seconds;   /* time the caller spent inside zt_fetch       */
@@ -81,6 +105,11 @@ ZT_INTERNAL void zt__prefetch_make_room(zt_engine_t *eng, const struct zt__group
 ZT_INTERNAL int zt__prefetch_take(zt_engine_t *eng, struct zt__group *g,
                                   struct zt__param_read **out);
 
+/* g's gathered buffer when it was staged (*out, with this rank's part in
+ * place once its copy is waited for here), else *out NULL. */
+ZT_INTERNAL int zt__prefetch_take_staged(zt_engine_t *eng, const struct zt__group *g,
+                                         void **out);
+
 /* A buffer for gathered parameters of `bytes` bytes: a spare of that size,
  * else the backend's memory; counted in live_bytes until given back. */
 ZT_INTERNAL int zt__prefetch_buf_get(zt_engine_t *eng, size_t bytes, void **out);
@@ -89,14 +118,16 @@ ZT_INTERNAL int zt__prefetch_buf_get(zt_engine_t *eng, size_t bytes, void **out)
  * is a free slot and live_bytes is within max_live_bytes, else freed. */
 ZT_INTERNAL void zt__prefetch_buf_put(zt_engine_t *eng, void *buf, size_t bytes);
 
-/* Starts the reads of the groups coming next (see above). */
+/* Starts the reads of the groups coming next, and stages those it can
+ * (see above). */
 ZT_INTERNAL int zt__prefetch_ahead(zt_engine_t *eng);
 
 /* g's last release: 1 when it is kept gathered (see above). */
 ZT_INTERNAL int zt__prefetch_keep(zt_engine_t *eng, const struct zt__group *g);
 
-/* zt_step: before the update, every read ahead is dropped, every kept
- * group too (their parameters are about to change) and the spares freed; after it, the
+/* zt_step: before the update, every read ahead and staged group is
+ * dropped, every kept group too (their parameters are about to change) and
+ * the spares freed; after it, the
  * iteration ends (its order becomes the trace when it changed) and the
  * first groups of the next are read ahead. */
 ZT_INTERNAL void zt__prefetch_step_begin(zt_engine_t *eng);

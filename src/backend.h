@@ -2,8 +2,9 @@
  * backend.h — the device backend interface: memory, copies, streams, events
  * and the few kernels a step needs. Two implementations:
  *   host (src/backend_host.c): "device memory" is host memory, kernels run on
- *        the CPU optimizer's threads, copies are memcpy done at once (so every
- *        stream is always idle and every event complete);
+ *        the CPU optimizer's threads, copies are memcpy done at once (so those
+ *        streams are always idle and their events complete), except on
+ *        ZT_STREAM_PREFETCH, whose copies a thread of its own runs in order;
  *   cuda (cuda/backend_cuda.cu): cudaMalloc with budget accounting, ztier's own
  *        streams for H2D and D2H ordered after the compute stream by events,
  *        kernels from cuda/kernels.cu, host pinning by cudaHostRegister.
@@ -29,7 +30,9 @@ typedef enum zt__stream {
   ZT_STREAM_COMPUTE = 0, /* the user's stream (the default stream on CUDA) */
   ZT_STREAM_H2D = 1,     /* ztier's host-to-device copies                   */
   ZT_STREAM_D2H = 2,     /* ztier's device-to-host copies                   */
-  ZT_STREAM_COUNT = 3
+  ZT_STREAM_PREFETCH = 3, /* stage 3: a group's own shard part staged into
+                             its gathered buffer ahead of its fetch        */
+  ZT_STREAM_COUNT = 4
 } zt__stream_t;
 
 typedef enum zt__copy_kind {

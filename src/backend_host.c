@@ -3,9 +3,14 @@
  * kernels run on the engine's CPU optimizer threads. It is first-class (ZeRO
  * for CPU training) and it is what every machine without a GPU tests.
  *
- * Copies are done at once by memcpy, so every stream is always idle and every
- * event is complete when recorded; the step's tier logic still goes through
- * copy/event calls exactly as on CUDA, which is what lets CI exercise it.
+ * Copies are done at once by memcpy, so the streams are always idle and
+ * their events complete when recorded; the step's tier logic still goes
+ * through copy/event calls exactly as on CUDA, which is what lets CI
+ * exercise it. ZT_STREAM_PREFETCH is the exception: its copies are queued
+ * to a thread of their own (copy_queue.h), as a GPU's copy engine would run
+ * them, so that the stage-3 prefetch overlaps the loop's compute here too;
+ * an event recorded on it completes when its copies have, and anything
+ * else enqueued on it waits for them first.
  * Memory comes from mmap with huge pages advised, so large optimizer states
  * stream at full memory bandwidth.
  */
@@ -15,16 +20,18 @@
 #include <sys/mman.h>
 
 #include "backend.h"
+#include "copy_queue.h" // defines: zt__copy_queue_t
 
 struct zt__backend {
   zt__cpu_t *cpu;
   zt__err_t *err;
   size_t budget;
   size_t held;
+  zt__copy_queue_t prefetch; /* ZT_STREAM_PREFETCH */
 };
 
 struct zt__event {
-  int recorded;
+  uint64_t ticket; /* the prefetch copies it waits for (0: none) */
 };
 
 /* Large regions get transparent huge pages: the optimizer streams through
@@ -39,11 +46,27 @@ static int host_create(const zt_config_t *cfg, zt__cpu_t *cpu, zt__err_t *err,
   be->cpu = cpu;
   be->err = err;
   be->budget = cfg->device_budget_bytes;
+  int rc = zt__copy_queue_init(&be->prefetch, err);
+  if (rc < 0) {
+    free(be);
+    return rc;
+  }
   *out = be;
   return 0;
 }
 
-static void host_destroy(zt__backend_t *be) { free(be); }
+static void host_destroy(zt__backend_t *be) {
+  if (be == NULL) return;
+  zt__copy_queue_destroy(&be->prefetch);
+  free(be);
+}
+
+/* Work other than a copy, enqueued on the prefetch stream: after its
+ * copies, so it runs at once once they are done. */
+static void after_queued(zt__backend_t *be, zt__stream_t stream) {
+  if (stream == ZT_STREAM_PREFETCH)
+    zt__copy_queue_wait(&be->prefetch, zt__copy_queue_ticket(&be->prefetch));
+}
 
 static size_t page_round(size_t bytes) {
   size_t page = 4096;
@@ -84,12 +107,15 @@ static int host_is_device_ptr(zt__backend_t *be, const void *p) { return 1; }
 
 static int host_copy(zt__backend_t *be, void *dst, const void *src, size_t bytes,
                      zt__copy_kind_t kind, zt__stream_t stream) {
+  if (stream == ZT_STREAM_PREFETCH)
+    return bytes ? zt__copy_queue_push(&be->prefetch, dst, src, bytes, be->err) : 0;
   memcpy(dst, src, bytes);
   return 0;
 }
 
 static int host_memset_zero(zt__backend_t *be, void *p, size_t bytes,
                             zt__stream_t stream) {
+  after_queued(be, stream);
   memset(p, 0, bytes);
   return 0;
 }
@@ -102,17 +128,29 @@ static int host_event_create(zt__backend_t *be, zt__event_t **out) {
 static void host_event_destroy(zt__backend_t *be, zt__event_t *ev) { free(ev); }
 
 static int host_event_record(zt__backend_t *be, zt__event_t *ev, zt__stream_t stream) {
-  ev->recorded = 1;
+  ev->ticket = stream == ZT_STREAM_PREFETCH ? zt__copy_queue_ticket(&be->prefetch) : 0;
   return 0;
 }
 
-static int host_stream_wait(zt__backend_t *be, zt__stream_t stream, zt__event_t *ev) {
+static int host_event_sync(zt__backend_t *be, zt__event_t *ev) {
+  zt__copy_queue_wait(&be->prefetch, ev->ticket);
   return 0;
 }
-static int host_event_sync(zt__backend_t *be, zt__event_t *ev) { return 0; }
-static int host_stream_sync(zt__backend_t *be, zt__stream_t stream) { return 0; }
+
+/* The other streams run what they are given at once: for them to wait on
+ * the device is for the host to wait. The prefetch stream runs in order,
+ * and no other stream has anything pending: it waits for nothing. */
+static int host_stream_wait(zt__backend_t *be, zt__stream_t stream, zt__event_t *ev) {
+  return stream == ZT_STREAM_PREFETCH ? 0 : host_event_sync(be, ev);
+}
+
+static int host_stream_sync(zt__backend_t *be, zt__stream_t stream) {
+  after_queued(be, stream);
+  return 0;
+}
 
 static int host_adam(zt__backend_t *be, const zt__adam_launch_t *l, zt__stream_t stream) {
+  after_queued(be, stream);
   zt__cpu_adam(be->cpu, l);
   return 0;
 }
@@ -120,12 +158,14 @@ static int host_adam(zt__backend_t *be, const zt__adam_launch_t *l, zt__stream_t
 static int host_sumsq(zt__backend_t *be, const void *grads, zt_dtype_t dtype,
                       const zt__seg_t *segs, size_t n_segs, zt__stream_t stream,
                       double *out) {
+  after_queued(be, stream);
   *out = zt__cpu_sumsq(be->cpu, grads, 0, dtype, segs, n_segs);
   return 0;
 }
 
 static int host_cast(zt__backend_t *be, void *dst, zt_dtype_t dst_dtype, const void *src,
                      zt_dtype_t src_dtype, size_t n, zt__stream_t stream) {
+  after_queued(be, stream);
   zt__cpu_cast(be->cpu, dst, dst_dtype, src, src_dtype, n);
   return 0;
 }

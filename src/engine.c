@@ -287,6 +287,7 @@ int zt_stats(const zt_engine_t *eng, zt_stats_t *out) {
   out->fetches = pf->fetches;
   out->fetch_gathers = pf->gathers;
   out->fetch_read_ahead = pf->read_ahead;
+  out->fetch_staged = pf->staged;
   out->fetch_kept = pf->kept_hits;
   out->trace_changes = pf->trace_changes;
   out->fetch_stall_seconds = pf->stall_seconds;

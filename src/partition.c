@@ -780,20 +780,29 @@ int zt__part_fetch(zt_engine_t *eng, zt__group_t *g) {
     g->kept = 0;
     return zt__prefetch_ahead(eng);
   }
-  zt__prefetch_make_room(eng, g);
+  /* Staged ahead: this rank's part is in place once its copy is waited
+   * for (prefetch.h), and the gather sends it from there. */
+  void *staged;
+  ZT_TRY(zt__prefetch_take_staged(eng, g, &staged));
   zt__param_read_t *r = NULL;
-  if (eng->param_nvme) ZT_TRY(zt__prefetch_take(eng, g, &r));
+  if (staged == NULL) {
+    zt__prefetch_make_room(eng, g);
+    if (eng->param_nvme) ZT_TRY(zt__prefetch_take(eng, g, &r));
+  }
   zt__span_t *dst = malloc(g->n_spans * sizeof *dst);
   const char **src = malloc(g->n_spans * sizeof *src);
-  int rc = dst && src ? zt__prefetch_buf_get(eng, g->numel * psz, &g->params)
-                      : zt__errf(&eng->err, -ENOMEM, "out of memory");
+  int rc = dst && src ? 0 : zt__errf(&eng->err, -ENOMEM, "out of memory");
+  if (rc == 0 && staged) g->params = staged;
+  else if (rc == 0) rc = zt__prefetch_buf_get(eng, g->numel * psz, &g->params);
+  else if (staged) zt__prefetch_buf_put(eng, staged, g->numel * psz);
   if (rc == 0) {
     for (size_t k = 0; k < g->n_spans; k++) {
       dst[k] = (zt__span_t){g->spans[k].a, g->spans[k].b, (char *)g->params + g->pos[k] * psz};
       size_t a = max_sz(g->spans[k].a, p->begin);
       src[k] = a >= min_sz(g->spans[k].b, p->end) ? NULL
-               : r ? (const char *)r->buf + r->at[k]
-                   : (const char *)p->params + (a - p->begin) * psz;
+               : staged ? dst[k].at + (a - g->spans[k].a) * psz
+               : r      ? (const char *)r->buf + r->at[k]
+                        : (const char *)p->params + (a - p->begin) * psz;
     }
     rc = gather_spans(eng, dst, src, g->n_spans);
   }
