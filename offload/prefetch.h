@@ -29,7 +29,8 @@
  * A fetch that differs from the trace (a branch, generation, another number
  * of layers), or an iteration that ends early, is an order change: the
  * reads in flight are drained and dropped with the staged groups, nothing
- * more is read ahead, staged or kept, and the iteration's own order becomes the trace at the next step.
+ * more is read ahead, staged or kept, and the iteration's own order
+ * becomes the trace at the next step.
  *
  * The decisions depend only on the trace, the sizes and the two budgets,
  * which every rank shares (fetches are agreed on, partition.c), so every
