@@ -7,7 +7,7 @@
  * their events complete when recorded; the step's tier logic still goes
  * through copy/event calls exactly as on CUDA, which is what lets CI
  * exercise it. ZT_STREAM_PREFETCH is the exception: its copies are queued
- * to a thread of their own (copy_queue.h), as a GPU's copy engine would run
+ * to a thread of their own (work_queue.h), as a GPU's copy engine would run
  * them, so that the stage-3 prefetch overlaps the loop's compute here too;
  * an event recorded on it completes when its copies have, and anything
  * else enqueued on it waits for them first.
@@ -20,14 +20,14 @@
 #include <sys/mman.h>
 
 #include "backend.h"
-#include "copy_queue.h" // defines: zt__copy_queue_t
+#include "work_queue.h" // defines: zt__work_queue_t
 
 struct zt__backend {
   zt__cpu_t *cpu;
   zt__err_t *err;
   size_t budget;
   size_t held;
-  zt__copy_queue_t prefetch; /* ZT_STREAM_PREFETCH */
+  zt__work_queue_t prefetch; /* ZT_STREAM_PREFETCH */
 };
 
 struct zt__event {
@@ -46,7 +46,7 @@ static int host_create(const zt_config_t *cfg, zt__cpu_t *cpu, zt__err_t *err,
   be->cpu = cpu;
   be->err = err;
   be->budget = cfg->device_budget_bytes;
-  int rc = zt__copy_queue_init(&be->prefetch, err);
+  int rc = zt__work_queue_init(&be->prefetch, err);
   if (rc < 0) {
     free(be);
     return rc;
@@ -57,7 +57,7 @@ static int host_create(const zt_config_t *cfg, zt__cpu_t *cpu, zt__err_t *err,
 
 static void host_destroy(zt__backend_t *be) {
   if (be == NULL) return;
-  zt__copy_queue_destroy(&be->prefetch);
+  zt__work_queue_destroy(&be->prefetch);
   free(be);
 }
 
@@ -65,7 +65,7 @@ static void host_destroy(zt__backend_t *be) {
  * copies, so it runs at once once they are done. */
 static void after_queued(zt__backend_t *be, zt__stream_t stream) {
   if (stream == ZT_STREAM_PREFETCH)
-    zt__copy_queue_wait(&be->prefetch, zt__copy_queue_ticket(&be->prefetch));
+    zt__work_queue_wait(&be->prefetch, zt__work_queue_ticket(&be->prefetch));
 }
 
 static size_t page_round(size_t bytes) {
@@ -108,7 +108,7 @@ static int host_is_device_ptr(zt__backend_t *be, const void *p) { return 1; }
 static int host_copy(zt__backend_t *be, void *dst, const void *src, size_t bytes,
                      zt__copy_kind_t kind, zt__stream_t stream) {
   if (stream == ZT_STREAM_PREFETCH)
-    return bytes ? zt__copy_queue_push(&be->prefetch, dst, src, bytes, be->err) : 0;
+    return bytes ? zt__work_queue_push(&be->prefetch, dst, src, bytes, be->err) : 0;
   memcpy(dst, src, bytes);
   return 0;
 }
@@ -128,12 +128,12 @@ static int host_event_create(zt__backend_t *be, zt__event_t **out) {
 static void host_event_destroy(zt__backend_t *be, zt__event_t *ev) { free(ev); }
 
 static int host_event_record(zt__backend_t *be, zt__event_t *ev, zt__stream_t stream) {
-  ev->ticket = stream == ZT_STREAM_PREFETCH ? zt__copy_queue_ticket(&be->prefetch) : 0;
+  ev->ticket = stream == ZT_STREAM_PREFETCH ? zt__work_queue_ticket(&be->prefetch) : 0;
   return 0;
 }
 
 static int host_event_sync(zt__backend_t *be, zt__event_t *ev) {
-  zt__copy_queue_wait(&be->prefetch, ev->ticket);
+  zt__work_queue_wait(&be->prefetch, ev->ticket);
   return 0;
 }
 

@@ -16,7 +16,6 @@
 
 #include "engine.h"
 #include "cpu_kernels.h" // defines: zt__cast_run
-#include "threadpool.h"  // defines: zt__pool_run
 #include "partition.h"
 #include "param_nvme.h" // defines: zt__param_read_t, zt__param_nvme_read_free
 #include "pinned.h"     // defines: zt__pinned_alloc, zt__pinned_free
@@ -218,8 +217,20 @@ int zt__part_init(zt_engine_t *eng) {
   for (size_t g = 0; g < p->n_groups; g++) max_spans += p->groups[g].n_spans;
   size_t bucket = min_sz(p->bucket_elems, p->total);
   size_t own = min_sz(bucket, p->shard);
+  ZT_TRY(zt__work_queue_init(&p->sums, &eng->err));
+  p->sums_ready = 1;
+  for (int s = 0; s < ZT_XFER_SLOTS; s++) {
+    zt__xfer_t *x = &p->gx[s];
+    x->cap_spans = 1;
+    x->spans = malloc(sizeof *x->spans);
+    x->counts = calloc(2 * (size_t)p->world, sizeof(size_t));
+    if (x->spans == NULL || x->counts == NULL)
+      return zt__errf(&eng->err, -ENOMEM, "out of memory");
+    x->displs = x->counts + p->world;
+  }
   for (int s = 0; s < ZT_XFER_SLOTS; s++) {
     zt__xfer_t *x = &p->xfer[s];
+    x->eng = eng;
     x->cap_spans = max_spans;
     x->spans = malloc(max_spans * sizeof *x->spans);
     x->counts = calloc(4 * (size_t)p->world, sizeof(size_t));
@@ -286,6 +297,11 @@ void zt__part_free(zt_engine_t *eng) {
     zt__keep_abandoned(x->recv);
     x->send = x->recv = NULL; /* zt__part_release skips NULL */
   }
+  /* A gather into place still in flight writes into a group's buffer that
+   * the failed fetch left abandoned (zt__part_fetch): nothing to keep. */
+  for (int s = 0; s < ZT_XFER_SLOTS; s++) p->gx[s].busy = 0;
+  /* The sums read the buckets and write the shard's gradients. */
+  if (p->sums_ready) zt__work_queue_destroy(&p->sums);
   /* The groups' buffers go to the prefetch scheduler's spares, which it
    * frees with its reads and its trace. */
   for (size_t g = 0; g < p->n_groups; g++) zt__part_drop(eng, &p->groups[g], 0);
@@ -299,6 +315,8 @@ void zt__part_free(zt_engine_t *eng) {
     zt__part_release(eng, x->recv, x->recv_bytes);
     free(x->spans);
     free(x->counts);
+    free(p->gx[s].spans);
+    free(p->gx[s].counts);
   }
   for (size_t g = 0; g < p->n_groups; g++) {
     zt__part_drop(eng, &p->groups[g], 1);
@@ -415,49 +433,54 @@ static void add_rank_sums(const zt__cpu_t *cpu, float *grads, const char *recv,
   }
 }
 
-/* One span's sums, cut into tasks for the CPU optimizer's threads (the
- * loop waits for them: a fetch lands the buckets in flight first). */
-#define SUM_TASK_ELEMS ((size_t)1 << 16)
-typedef struct sum_task_ctx {
-  const zt__cpu_t *cpu;
-  float *grads;
-  const char *recv;
-  size_t stride, n;
-  zt_dtype_t dt;
-  int world;
-} sum_task_ctx_t;
-
-static void sum_task(void *arg, size_t task, int worker) {
-  const sum_task_ctx_t *c = arg;
-  size_t j = task * SUM_TASK_ELEMS, m = min_sz(SUM_TASK_ELEMS, c->n - j);
-  add_rank_sums(c->cpu, c->grads + j, c->recv + j * zt__dtype_size(c->dt), c->stride, c->dt,
-                c->world, m);
-}
-
-/* The bucket has landed: sum its W runs in rank order into the shard. */
-static void finish(zt_engine_t *eng, zt__xfer_t *x) {
+/* On the sums thread: the landed bucket's W runs, summed in rank order into
+ * the shard's gradients. */
+static void sum_bucket(void *arg) {
+  zt__xfer_t *x = arg;
+  zt_engine_t *eng = x->eng;
   zt__part_t *p = &eng->part;
   size_t mine = x->mine, i = 0;
   size_t gsz = zt__dtype_size(eng->grad_dtype);
   for (size_t k = 0; k < x->n_spans && mine; k++) {
     size_t a = max_sz(x->spans[k].a, p->begin), b = min_sz(x->spans[k].b, p->end);
     if (a >= b) continue;
-    sum_task_ctx_t c = {eng->cpu, p->grads + (a - p->begin), (const char *)x->recv + i * gsz,
-                        mine, b - a, eng->grad_dtype, p->world};
-    zt__pool_run(eng->cpu->pool, (c.n + SUM_TASK_ELEMS - 1) / SUM_TASK_ELEMS, sum_task, &c);
+    add_rank_sums(eng->cpu, p->grads + (a - p->begin), (const char *)x->recv + i * gsz, mine,
+                  eng->grad_dtype, p->world, b - a);
     i += b - a;
   }
+}
+
+/* The bucket has landed: its sums go to the sums thread. Where that thread
+ * cannot start, they are done here: a gradient is never lost. */
+static void finish(zt_engine_t *eng, zt__xfer_t *x) {
   x->busy = 0;
+  zt__err_t keep = eng->err;
+  if (zt__work_queue_call(&eng->part.sums, sum_bucket, x, &eng->err) == 0) {
+    x->sums = zt__work_queue_ticket(&eng->part.sums);
+    return;
+  }
+  eng->err = keep;
+  sum_bucket(x);
+}
+
+/* The slot's sums are done: its buffers may be reused, and the shard's
+ * gradients hold them. */
+static void wait_sums(zt_engine_t *eng, zt__xfer_t *x) {
+  if (x->sums == 0) return;
+  zt__work_queue_wait(&eng->part.sums, x->sums);
+  x->sums = 0;
 }
 
 static int wait_slot(zt_engine_t *eng, zt__xfer_t *x) {
-  if (!x->busy) return 0;
-  int rc = eng->comm->ops->wait(eng->comm, &x->req);
-  if (rc < 0) {
-    x->busy = 0;
-    return rc;
+  if (x->busy) {
+    int rc = eng->comm->ops->wait(eng->comm, &x->req);
+    if (rc < 0) {
+      x->busy = 0;
+      return rc;
+    }
+    finish(eng, x);
   }
-  finish(eng, x);
+  wait_sums(eng, x);
   return 0;
 }
 
@@ -649,6 +672,7 @@ int zt__part_drop_buckets(zt_engine_t *eng) {
   int rc = 0;
   for (int s = 0; s < ZT_XFER_SLOTS; s++) {
     zt__xfer_t *x = &eng->part.xfer[s];
+    wait_sums(eng, x); /* they write the shard's gradients */
     if (!x->busy) continue;
     int w = eng->comm->ops->wait(eng->comm, &x->req);
     x->busy = 0;
@@ -660,6 +684,7 @@ int zt__part_drop_buckets(zt_engine_t *eng) {
 int zt__part_reset(zt_engine_t *eng) {
   zt__part_t *p = &eng->part;
   for (size_t g = 0; g < p->n_groups; g++) p->groups[g].reduced = 0;
+  for (int s = 0; s < ZT_XFER_SLOTS; s++) wait_sums(eng, &p->xfer[s]);
   memset(p->grads, 0, (p->end - p->begin) * sizeof(float));
   return 0;
 }
@@ -680,8 +705,9 @@ static int gathers_in_place(const zt__part_t *p, const zt__span_t *sp) {
 static int start_gather(zt_engine_t *eng, zt__xfer_t *x, const zt__span_t *sp,
                         const void *send) {
   zt__part_t *p = &eng->part;
-  /* A rank with none of it sends 0 elements, from a buffer of its own. */
-  if (send == NULL) send = x->send;
+  /* A rank with none of it sends 0 elements, from a buffer of its own (a
+   * slot of gathers into place has none: the place itself, then). */
+  if (send == NULL) send = x->send ? x->send : sp->at;
   for (int r = 0; r < p->world; r++) {
     size_t lo, hi;
     shard_of(p, r, &lo, &hi);
@@ -728,10 +754,17 @@ static int gather_spans(zt_engine_t *eng, const zt__span_t *spans, const char *c
                         size_t n) {
   zt__part_t *p = &eng->part;
   size_t psz = zt__dtype_size(eng->param_dtype), k = 0;
-  /* The slots may hold gradient buckets still in flight (a stage-3
-   * backward fetches the next group while the last one's gradients
-   * travel): they land first. */
-  for (int s = 0; s < ZT_XFER_SLOTS; s++) ZT_TRY(wait_slot(eng, &p->xfer[s]));
+  int in_place = 1;
+  for (size_t i = 0; i < n; i++) in_place &= gathers_in_place(p, &spans[i]);
+  /* Gathers into place have slots of their own: the gradient buckets still
+   * in flight (a stage-3 backward fetches the next group while the last
+   * one's gradients travel) go on, and are only moved along. Else the
+   * gathers need the buckets' buffers, and those land first. */
+  zt__xfer_t *slots = in_place ? p->gx : p->xfer;
+  if (in_place)
+    ZT_TRY(progress(eng));
+  else
+    for (int s = 0; s < ZT_XFER_SLOTS; s++) ZT_TRY(wait_slot(eng, &p->xfer[s]));
   for (size_t i = 0; i < n; i++)
     for (size_t a = spans[i].a; a < spans[i].b; k++) {
       size_t b = min_sz(spans[i].b, a + p->bucket_elems);
@@ -745,16 +778,16 @@ static int gather_spans(zt_engine_t *eng, const zt__span_t *spans, const char *c
                                       ? mine - max_sz(spans[i].a, p->begin)
                                       : 0) * psz
                       : NULL;
-      zt__xfer_t *x = &p->xfer[k % ZT_XFER_SLOTS];
+      zt__xfer_t *x = &slots[k % ZT_XFER_SLOTS];
       if (x->busy) ZT_TRY(land_gather(eng, x));
       ZT_TRY(start_gather(eng, x, &piece, send));
       a = b;
     }
   for (size_t j = k; j < k + ZT_XFER_SLOTS; j++) {
-    zt__xfer_t *x = &p->xfer[j % ZT_XFER_SLOTS];
+    zt__xfer_t *x = &slots[j % ZT_XFER_SLOTS];
     if (x->busy) ZT_TRY(land_gather(eng, x));
   }
-  p->next_slot = 0;
+  if (!in_place) p->next_slot = 0;
   return 0;
 }
 
@@ -811,7 +844,7 @@ int zt__part_fetch(zt_engine_t *eng, zt__group_t *g) {
   zt__param_nvme_read_free(eng->param_nvme, r);
   if (rc < 0) {
     for (int s = 0; s < ZT_XFER_SLOTS; s++)
-      if (p->xfer[s].busy && g->params) {
+      if ((p->xfer[s].busy || p->gx[s].busy) && g->params) {
         /* A gather may still write into it (see zt__part_free). */
         zt__keep_abandoned(g->params);
         pf->live_bytes -= g->numel * psz;

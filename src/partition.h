@@ -34,6 +34,7 @@
 #include "comm.h"      // defines: zt__comm_req_t
 #include "cpu_optim.h" // defines: zt__seg_t
 #include "internal.h"  // defines: ZT_INTERNAL
+#include "work_queue.h" // defines: zt__work_queue_t
 
 /* Shards start on 64-element boundaries (256 bytes of fp32). */
 #define ZT_SHARD_ALIGN 64
@@ -68,9 +69,13 @@ typedef struct zt__group {
   struct zt__param_read *read; /* param_tier nvme: its shard part, read ahead  */
 } zt__group_t;
 
-/* One bucket of a collective, with its buffers. */
+/* One bucket of a collective, with its buffers (none for the slots of
+ * gathers into place). */
 typedef struct zt__xfer {
-  int busy;                 /* a reduction is in flight in this slot        */
+  struct zt_engine *eng;    /* for its sums, which run on the sums thread   */
+  int busy;                 /* a collective is in flight in this slot       */
+  uint64_t sums;            /* ticket of its sums on the sums thread, not
+                               waited for yet (0: none)                     */
   zt__span_t *spans;        /* the bucket's state spans (at most n_groups+1) */
   size_t n_spans, cap_spans;
   void *send, *recv;        /* CPU memory (see the header comment)          */
@@ -94,6 +99,14 @@ typedef struct zt__part {
 
   zt__xfer_t xfer[ZT_XFER_SLOTS];
   unsigned next_slot;
+  /* The gathers into place (stage 3) need no buffers: slots of their own,
+   * so that they do not wait for the gradient buckets' sums. */
+  zt__xfer_t gx[ZT_XFER_SLOTS];
+  /* A landed gradient bucket is summed into `grads` on this thread, beside
+   * the loop, in the order the loop sees the buckets land (as it summed
+   * them itself before: an element's sum is the same). */
+  zt__work_queue_t sums;
+  int sums_ready; /* initialised */
 
   /* The shard's segments for the kernels: index = the state index (global:
    * stochastic rounding and norm blocks key on it, so they do not depend on

@@ -1,6 +1,6 @@
 /*
  * test_host_streams.c — the host backend's ZT_STREAM_PREFETCH, whose copies
- * a thread of its own runs (copy_queue.h): an event waits for exactly the
+ * a thread of its own runs (work_queue.h): an event waits for exactly the
  * copies before it; copies run in order (a chain through buffers ends where
  * it began); a full queue takes more; work other than copies and waits from
  * other streams come after the queued copies; destroy lets pending copies

@@ -1,20 +1,23 @@
 /*
- * copy_queue.c — memcpys run in order by one thread; see copy_queue.h.
- * The ring holds tickets done+1 .. pushed at op[ticket % ZT_COPY_QUEUE].
+ * work_queue.c — work run in order by one thread; see work_queue.h.
+ * The ring holds tickets done+1 .. pushed at op[ticket % ZT_WORK_QUEUE].
  */
 #include <string.h>
 
-#include "copy_queue.h"
+#include "work_queue.h"
 
 static void *worker(void *arg) {
-  zt__copy_queue_t *q = arg;
+  zt__work_queue_t *q = arg;
   pthread_mutex_lock(&q->mu);
   for (;;) {
     while (q->done == q->pushed && !q->stop) pthread_cond_wait(&q->work, &q->mu);
     if (q->done == q->pushed) break; /* stop, and nothing left */
-    zt__copy_op_t op = q->op[(q->done + 1) % ZT_COPY_QUEUE];
+    zt__work_op_t op = q->op[(q->done + 1) % ZT_WORK_QUEUE];
     pthread_mutex_unlock(&q->mu);
-    memcpy(op.dst, op.src, op.bytes);
+    if (op.fn)
+      op.fn(op.arg);
+    else
+      memcpy(op.dst, op.src, op.bytes);
     pthread_mutex_lock(&q->mu);
     q->done++;
     pthread_cond_broadcast(&q->done_cv);
@@ -23,7 +26,7 @@ static void *worker(void *arg) {
   return NULL;
 }
 
-int zt__copy_queue_init(zt__copy_queue_t *q, zt__err_t *e) {
+int zt__work_queue_init(zt__work_queue_t *q, zt__err_t *e) {
   memset(q, 0, sizeof *q);
   int rc = pthread_mutex_init(&q->mu, NULL);
   if (rc == 0 && (rc = pthread_cond_init(&q->work, NULL)) != 0)
@@ -32,10 +35,10 @@ int zt__copy_queue_init(zt__copy_queue_t *q, zt__err_t *e) {
     pthread_cond_destroy(&q->work);
     pthread_mutex_destroy(&q->mu);
   }
-  return rc ? zt__errf(e, -rc, "copy queue: %s", strerror(rc)) : 0;
+  return rc ? zt__errf(e, -rc, "work queue: %s", strerror(rc)) : 0;
 }
 
-void zt__copy_queue_destroy(zt__copy_queue_t *q) {
+void zt__work_queue_destroy(zt__work_queue_t *q) {
   if (q->started) {
     pthread_mutex_lock(&q->mu);
     q->stop = 1;
@@ -48,30 +51,38 @@ void zt__copy_queue_destroy(zt__copy_queue_t *q) {
   pthread_mutex_destroy(&q->mu);
 }
 
-int zt__copy_queue_push(zt__copy_queue_t *q, void *dst, const void *src, size_t bytes,
-                        zt__err_t *e) {
+static int push(zt__work_queue_t *q, zt__work_op_t op, zt__err_t *e) {
   if (!q->started) {
     int rc = pthread_create(&q->thread, NULL, worker, q);
-    if (rc) return zt__errf(e, -rc, "copy queue: cannot start its thread: %s", strerror(rc));
+    if (rc) return zt__errf(e, -rc, "work queue: cannot start its thread: %s", strerror(rc));
     q->started = 1;
   }
   pthread_mutex_lock(&q->mu);
-  while (q->pushed - q->done == ZT_COPY_QUEUE) pthread_cond_wait(&q->done_cv, &q->mu);
+  while (q->pushed - q->done == ZT_WORK_QUEUE) pthread_cond_wait(&q->done_cv, &q->mu);
   q->pushed++;
-  q->op[q->pushed % ZT_COPY_QUEUE] = (zt__copy_op_t){dst, src, bytes};
+  q->op[q->pushed % ZT_WORK_QUEUE] = op;
   pthread_cond_signal(&q->work);
   pthread_mutex_unlock(&q->mu);
   return 0;
 }
 
-uint64_t zt__copy_queue_ticket(zt__copy_queue_t *q) {
+int zt__work_queue_push(zt__work_queue_t *q, void *dst, const void *src, size_t bytes,
+                        zt__err_t *e) {
+  return push(q, (zt__work_op_t){NULL, NULL, dst, src, bytes}, e);
+}
+
+int zt__work_queue_call(zt__work_queue_t *q, void (*fn)(void *arg), void *arg, zt__err_t *e) {
+  return push(q, (zt__work_op_t){fn, arg, NULL, NULL, 0}, e);
+}
+
+uint64_t zt__work_queue_ticket(zt__work_queue_t *q) {
   pthread_mutex_lock(&q->mu);
   uint64_t t = q->pushed;
   pthread_mutex_unlock(&q->mu);
   return t;
 }
 
-void zt__copy_queue_wait(zt__copy_queue_t *q, uint64_t ticket) {
+void zt__work_queue_wait(zt__work_queue_t *q, uint64_t ticket) {
   pthread_mutex_lock(&q->mu);
   while (q->done < ticket) pthread_cond_wait(&q->done_cv, &q->mu);
   pthread_mutex_unlock(&q->mu);
