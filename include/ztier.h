@@ -216,6 +216,7 @@ typedef struct zt_config {
   /* Stage 3's prefetch scheduler (docs/offload.md). */
   size_t prefetch_bytes; /* reads ahead in flight or landed, at most        */
   size_t max_live_bytes; /* gathered parameters ztier keeps, at most        */
+  size_t stage_min_bytes; /* smallest part of a group staged ahead          */
 } zt_config_t;
 
 /* The defaults. Every engine field has a working default. */
@@ -226,7 +227,7 @@ typedef struct zt_config {
         ZT_ROUND_NEAREST, 0x5eed, 0, 0.0, ZT_LOSS_SCALE_AUTO, 65536.0, 2.0,  \
         0.5, 2000, 1.0, (size_t)16 << 20, 0, 0, ZT_LOG_WARN, NULL, NULL,     \
         (size_t)16 << 20, "", (size_t)8 << 20, 32, 1, 0, -1, "", -1, 0,      \
-        300.0, (size_t)64 << 20, (size_t)1 << 30                             \
+        300.0, (size_t)64 << 20, (size_t)1 << 30, (size_t)1 << 20            \
   }
 
 /*

@@ -233,13 +233,15 @@ static int start_stage(zt_engine_t *eng, zt__stage_t *st, zt__group_t *g) {
 
 /* Stages the next groups of the trace, in order, while their reads have
  * landed and max_live_bytes has room (a spare of the size is counted
- * already). */
+ * already); groups with less than stage_min_bytes of this rank's part are
+ * left to their fetch. */
 static int stage_ahead(zt_engine_t *eng) {
   zt__prefetch_t *pf = &eng->prefetch;
   if (eng->part.on_pinned) return 0; /* the gathers land in buckets first */
   for (size_t j = pf->pos; j < pf->n_trace && j < pf->pos + ZT_STAGE_AHEAD; j++) {
     zt__group_t *g = &eng->part.groups[pf->trace[j]];
     if (g->params || stage_of(pf, g)) continue;
+    if (shard_bytes(eng, g) < eng->cfg.stage_min_bytes) continue; /* copied in the fetch */
     zt__stage_t *st = stage_of(pf, NULL);
     if (st == NULL) break;
     if (eng->param_nvme && (g->read == NULL || !zt__param_nvme_landed(eng->param_nvme, g->read)))

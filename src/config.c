@@ -171,6 +171,12 @@ static const keydef_t keys[] = {
      .doc = "stage 3: gathered parameters that the prefetch scheduler keeps after their "
             "release, at most, counting the fetched groups; the loop's own fetches are "
             "never refused"},
+    {FIELD(stage_min_bytes), .type = T_SIZE, .lo = 0, .hi = 18446744073709551615.0,
+     .align = 1,
+     .doc = "stage 3: the smallest part of a group (this rank's bytes of it) that is "
+            "staged ahead of its zt_fetch() on the prefetch stream; a smaller part is "
+            "copied inside the fetch, where a hand-over to another thread costs more "
+            "than the copy. 0: every group that can be"},
     {FIELD(rounding), .type = T_ENUM, NAMES(rounding_names), .supported = 0x3,
      .doc = "how the fp32 master weights are rounded to bf16 parameters: `nearest` "
             "(ties to even) or `stochastic` (unbiased; from `seed` and the step)"},
@@ -369,6 +375,17 @@ static void fmt_human(uint64_t v, char *b, size_t n) {
     }
 }
 
+/* A bound of a size key: "64MiB" where it is a whole number of them, else
+ * in digits; the top of the range (2^64 - 1, as a double) by name. */
+static void fmt_bound(double v, char *b, size_t n) {
+  if (v >= 18446744073709551615.0) {
+    snprintf(b, n, "2^64 - 1");
+    return;
+  }
+  fmt_human((uint64_t)v, b, n);
+  if (b[0] == '\0') snprintf(b, n, "%llu", (unsigned long long)v);
+}
+
 /* A string as a quoted, escaped, shortened literal for a message. */
 static void quote(const char *s, char *b, size_t n) {
   size_t o = 0;
@@ -444,11 +461,13 @@ static void range_text(const keydef_t *k, char *b, size_t n) {
       PUT("0 (no limit) or a byte count >= chunk_bytes");
     } else {
       char lo[32], hi[32], al[32];
-      fmt_human((uint64_t)k->lo, lo, sizeof lo);
-      fmt_human((uint64_t)k->hi, hi, sizeof hi);
-      fmt_human(k->align, al, sizeof al);
+      fmt_bound(k->lo, lo, sizeof lo);
+      fmt_bound(k->hi, hi, sizeof hi);
+      fmt_bound((double)k->align, al, sizeof al);
       if (k->pow2)
         PUT("a power of two in [%s, %s]", lo, hi);
+      else if (k->align <= 1)
+        PUT("a byte count in [%s, %s]", lo, hi);
       else
         PUT("a byte count in [%s, %s], a multiple of %s", lo, hi, al);
     }

@@ -73,7 +73,8 @@ uint64_t t_hash(const void *p, size_t n);
 /* The backend this run tests: ZT_TEST_BACKEND, default host. */
 zt_backend_t t_backend(void);
 
-/* A config with defaults and the run's backend. */
+/* A config with defaults and the run's backend, but stage_min_bytes 0: the
+ * tests' small stage-3 groups are staged ahead as big ones would be. */
 zt_config_t t_config(void);
 
 /* A directory for swap files, made once per process under /tmp and removed

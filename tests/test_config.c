@@ -96,6 +96,7 @@ static const tkey_t tkeys[] = {
     {AT(swap_sqpoll), K_INT, {0}, 0},
     {AT(prefetch_bytes), K_SIZE, {0}, 0},
     {AT(max_live_bytes), K_SIZE, {0}, 0},
+    {AT(stage_min_bytes), K_SIZE, {0}, 0},
 };
 #define N_TKEYS (sizeof tkeys / sizeof tkeys[0])
 

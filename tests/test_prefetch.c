@@ -35,8 +35,12 @@ static void make_units(void) {
   }
 }
 
+/* The config's stage_min_bytes (t_config's 0 unless a test sets it). */
+static size_t stage_min_bytes;
+
 static zt_config_t config(zt_tier_t ptier) {
   zt_config_t cfg = t_config();
+  cfg.stage_min_bytes = stage_min_bytes;
   cfg.stage = 3;
   cfg.param_tier = ptier;
   cfg.chunk_bytes = 8192;
@@ -258,6 +262,37 @@ static void test_io_error_in_fetch(void **state) {
   failing = 0;
 }
 
+/* stage_min_bytes: a layer whose part on this rank is one byte short of it
+ * is not staged (its fetch copies it), one that has it exactly is; the bits
+ * are the device tier's either way. Layer l's part is its WN + BN bf16
+ * elements here (one rank). */
+static void test_stage_min_bytes(void **state) {
+  enum { STEPS = 3 };
+  step_plan_t plan[STEPS];
+  for (int t = 0; t < STEPS; t++) plan[t] = (step_plan_t){forward, L};
+  uint16_t *want = malloc(NUMEL * 2), *got = malloc(NUMEL * 2);
+  zt_stats_t dev, st;
+  stage_min_bytes = 0;
+  run_plan(ZT_TIER_DEVICE, plan, STEPS, want, &dev);
+  const zt_tier_t tiers[] = {ZT_TIER_HOST, ZT_TIER_NVME};
+  for (int i = 0; i < 2; i++) {
+    stage_min_bytes = LAYER_BYTES + 1;
+    run_plan(tiers[i], plan, STEPS, got, &st);
+    t_expect_same("one byte short: not staged", got, want, 2, NUMEL);
+    assert_int_equal(st.fetch_staged, 0);
+    stage_min_bytes = LAYER_BYTES;
+    run_plan(tiers[i], plan, STEPS, got, &st);
+    t_expect_same("exactly: staged", got, want, 2, NUMEL);
+    printf("# %s: %llu of %llu gathers staged at stage_min_bytes %d\n",
+           i ? "nvme" : "host", (unsigned long long)st.fetch_staged,
+           (unsigned long long)st.fetch_gathers, LAYER_BYTES);
+    assert_true(st.fetch_staged > 0);
+  }
+  stage_min_bytes = 0;
+  free(want);
+  free(got);
+}
+
 /* Configs that cannot work are refused at once, naming both keys. */
 static void test_bad_config(void **state) {
   zt_config_t cfg = config(ZT_TIER_HOST);
@@ -283,6 +318,7 @@ int main(void) {
       cmocka_unit_test(test_read_ahead_and_keep),
       cmocka_unit_test(test_order_change),
       cmocka_unit_test(test_io_error_in_fetch),
+      cmocka_unit_test(test_stage_min_bytes),
       cmocka_unit_test(test_bad_config),
   };
   return T_RUN(tests);
