@@ -219,10 +219,12 @@ static int start_stage(zt_engine_t *eng, zt__stage_t *st, zt__group_t *g) {
   if (rc < 0) {
     /* Copies queued before the failure still read and write: they land. */
     zt__err_t keep = eng->err;
-    if (be->stream_sync(eng->be, ZT_STREAM_PREFETCH) == 0)
+    if (be->stream_sync(eng->be, ZT_STREAM_PREFETCH) == 0) {
       zt__prefetch_buf_put(eng, buf, bytes);
-    else
-      zt__keep_abandoned(buf), eng->prefetch.live_bytes -= bytes;
+    } else {
+      zt__keep_abandoned(buf);
+      eng->prefetch.live_bytes -= bytes;
+    }
     eng->err = keep;
     return rc;
   }
@@ -242,7 +244,7 @@ static int stage_ahead(zt_engine_t *eng) {
     zt__group_t *g = &eng->part.groups[pf->trace[j]];
     if (g->params || stage_of(pf, g)) continue;
     if (shard_bytes(eng, g) < eng->cfg.stage_min_bytes) continue; /* copied in the fetch */
-    zt__stage_t *st = stage_of(pf, NULL);
+    zt__stage_t *st = stage_of(pf, NULL); /* a free slot */
     if (st == NULL) break;
     if (eng->param_nvme && (g->read == NULL || !zt__param_nvme_landed(eng->param_nvme, g->read)))
       break;
