@@ -18,7 +18,7 @@
 #include "ckpt.h"
 #include "engine.h"   // defines: struct zt_engine
 #include "manifest.h" // defines: zt__manifest_t
-#include "prefetch.h" // defines: zt__prefetch_step_begin
+#include "prefetch.h" // defines: zt__prefetch_step_begin, zt__prefetch_resume
 
 /* The checkpoint is of this model: the same buffer, units and dtype. */
 static int check_model(zt_engine_t *eng, const zt__manifest_t *m, const char *dir) {
@@ -167,6 +167,7 @@ int zt_load(zt_engine_t *eng, const char *dir) {
     /* Gradients handed over before the load belong to the old run. */
     if (eng->partitioned) zt__part_reset(eng);
     eng->broken = 0;
+    if (eng->cfg.stage >= 3) zt__prefetch_resume(eng);
   } else {
     eng->broken = rc;
     if (local == 0)

@@ -24,7 +24,7 @@
 #include "ckpt.h"
 #include "engine.h"   // defines: struct zt_engine
 #include "manifest.h" // defines: zt__manifest_t, zt__manifest_to_json
-#include "prefetch.h" // defines: zt__prefetch_step_begin
+#include "prefetch.h" // defines: zt__prefetch_step_begin, zt__prefetch_resume
 
 int zt__ckpt_name(char *buf, size_t n, const char *dir, uint64_t gen, int rank,
                   const char *suffix) {
@@ -306,5 +306,6 @@ int zt_save(zt_engine_t *eng, const char *dir) {
   }
 done:
   free(recs);
+  if (eng->cfg.stage >= 3) zt__prefetch_resume(eng);
   return rc;
 }

@@ -35,8 +35,11 @@ static void drop_read(zt_engine_t *eng, zt__group_t *g) {
   g->read = NULL;
 }
 
+/* Also walks the trace again from the next fetch: what is left of it is
+ * read ahead anew. */
 static void drop_reads(zt_engine_t *eng) {
   for (size_t i = 0; i < eng->part.n_groups; i++) drop_read(eng, &eng->part.groups[i]);
+  eng->prefetch.considered = eng->prefetch.pos;
 }
 
 static int spare_of_size(const zt__prefetch_t *pf, size_t bytes) {
@@ -155,29 +158,64 @@ int zt__prefetch_note(zt_engine_t *eng, zt__group_t *g) {
   return 0;
 }
 
+/* Bytes of the groups held gathered (fetched or kept): the same on every
+ * rank, unlike live_bytes, whose spares and staged groups are the rank's
+ * own (a rank stages as its reads land). */
+static size_t held_bytes(const zt_engine_t *eng) {
+  size_t n = 0;
+  for (size_t i = 0; i < eng->part.n_groups; i++)
+    if (eng->part.groups[i].params) n += gathered_bytes(eng, &eng->part.groups[i]);
+  return n;
+}
+
+/* Whether live_bytes leaves no room for a gather of `need` bytes (none
+ * needed when a spare of that size is there: it is counted already). */
+static int no_room(const zt__prefetch_t *pf, size_t need, size_t cap) {
+  return pf->live_bytes + (spare_of_size(pf, need) >= 0 ? 0 : need) > cap;
+}
+
+/* Frees spares, but one of `need` bytes, while there is no room. */
+static void free_spares_for(zt_engine_t *eng, size_t need, size_t cap) {
+  zt__prefetch_t *pf = &eng->prefetch;
+  int reuse = spare_of_size(pf, need);
+  void *keep = reuse >= 0 ? pf->spare[reuse] : NULL;
+  /* Downwards: what free_spare moves into slot i was looked at already. */
+  for (int i = pf->n_spares - 1; i >= 0 && no_room(pf, need, cap); i--)
+    if (pf->spare[i] != keep) free_spare(eng, i);
+}
+
 void zt__prefetch_make_room(zt_engine_t *eng, const zt__group_t *g) {
   zt__prefetch_t *pf = &eng->prefetch;
   size_t need = gathered_bytes(eng, g), cap = eng->cfg.max_live_bytes;
-  int reuse = spare_of_size(pf, need);
-  void *keep = reuse >= 0 ? pf->spare[reuse] : NULL;
-  if (keep) need = 0; /* the spare is counted already */
-  /* Downwards: what free_spare moves into slot i was looked at already. */
-  for (int i = pf->n_spares - 1; i >= 0 && pf->live_bytes + need > cap; i--)
-    if (pf->spare[i] != keep) free_spare(eng, i);
-  for (size_t i = 0; i < eng->part.n_groups && pf->live_bytes + need > cap; i++) {
+  /* Kept groups go while the groups held leave no room: a decision every
+   * rank makes alike, since whether a fetch gathers is part of the
+   * collective. Their buffers become spares, freed below as needed. */
+  size_t held = held_bytes(eng);
+  for (size_t i = 0; i < eng->part.n_groups && held + need > cap; i++) {
     zt__group_t *k = &eng->part.groups[i];
-    if (k->kept) zt__part_drop(eng, k, 0);
+    if (!k->kept) continue;
+    held -= gathered_bytes(eng, k);
+    zt__part_drop(eng, k, 0);
   }
-  for (int i = ZT_STAGE_AHEAD - 1; i >= 0 && pf->live_bytes + need > cap; i--)
-    if (pf->stage[i].g) drop_stage(eng, &pf->stage[i]);
+  /* Then this rank's own: spares, and staged groups last (their buffers
+   * become spares too). */
+  free_spares_for(eng, need, cap);
+  for (int i = ZT_STAGE_AHEAD - 1; i >= 0 && no_room(pf, need, cap); i--)
+    if (pf->stage[i].g) {
+      drop_stage(eng, &pf->stage[i]);
+      free_spares_for(eng, need, cap);
+    }
 }
 
 int zt__prefetch_take(zt_engine_t *eng, zt__group_t *g, zt__param_read_t **out) {
   zt__prefetch_t *pf = &eng->prefetch;
   *out = NULL;
   if (g->read == NULL) {
-    ZT_TRY(zt__param_nvme_read(eng->param_nvme, g, eng->part.begin, &g->read));
-    pf->staged_bytes += g->read->bytes;
+    /* A failed read may still have requests in flight into g->read: it is
+     * counted until dropped, as any other. */
+    int rc = zt__param_nvme_read(eng->param_nvme, g, eng->part.begin, &g->read);
+    if (g->read) pf->staged_bytes += g->read->bytes;
+    ZT_TRY(rc);
   } else {
     pf->read_ahead++;
   }
@@ -300,7 +338,7 @@ int zt__prefetch_ahead(zt_engine_t *eng) {
 int zt__prefetch_keep(zt_engine_t *eng, const zt__group_t *g) {
   zt__prefetch_t *pf = &eng->prefetch;
   if (!pf->following || eng->cfg.prefetch_bytes == 0 ||
-      pf->live_bytes > eng->cfg.max_live_bytes)
+      held_bytes(eng) > eng->cfg.max_live_bytes)
     return 0;
   size_t gi = (size_t)(g - eng->part.groups), between = 0;
   for (size_t j = pf->pos; j < pf->n_trace; j++) {
@@ -338,6 +376,11 @@ int zt__prefetch_step_end(zt_engine_t *eng) {
   pf->pos = pf->considered = 0;
   pf->following = pf->n_trace > 0;
   return zt__prefetch_ahead(eng);
+}
+
+void zt__prefetch_resume(zt_engine_t *eng) {
+  zt__err_t keep = eng->err;
+  if (zt__prefetch_ahead(eng) < 0) eng->err = keep;
 }
 
 void zt__prefetch_free(zt_engine_t *eng) {

@@ -19,23 +19,26 @@
  *     gathers land in pinned buckets first);
  *   - a group released while the trace uses it again within prefetch_bytes
  *     of fetches is kept gathered rather than dropped and fetched again, as
- *     long as the gathered groups held stay within max_live_bytes (kept
- *     groups are dropped first when a fetch needs the room).
+ *     long as the groups held gathered (fetched or kept) stay within
+ *     max_live_bytes; a fetch drops kept groups while the groups held
+ *     leave it no room.
  * The buffers of dropped groups are kept too, up to ZT_SPARE_BUFS, for the
  * next gather of the same size: a fresh buffer costs its page faults and
  * zeroing on every fetch, about as much as the gather itself. They count
- * in live_bytes, are the first to go when a fetch needs the room, and are
- * freed at each step (the step's own memory does not share with them).
+ * in live_bytes with the staged groups; when live_bytes leaves a fetch no
+ * room, spares go first, then staged groups. Spares are freed at each step
+ * (the step's own memory does not share with them).
  * A fetch that differs from the trace (a branch, generation, another number
  * of layers), or an iteration that ends early, is an order change: the
  * reads in flight are drained and dropped with the staged groups, nothing
  * more is read ahead, staged or kept, and the iteration's own order
  * becomes the trace at the next step.
  *
- * The decisions depend only on the trace, the sizes and the two budgets,
- * which every rank shares (fetches are agreed on, partition.c), so every
- * rank keeps and gathers alike: whether a fetch gathers is part of the
- * collective. Staging is not: a rank stages when its own reads land, and a
+ * Keeping and dropping depend only on the trace, the sizes, the two budgets
+ * and the groups held, which every rank shares (fetches are agreed on,
+ * partition.c), so every rank keeps and gathers alike: whether a fetch
+ * gathers is part of the collective. Staging and spares are not (a rank
+ * stages when its own reads land), so they never enter those decisions; a
  * staged fetch gathers as any other does, only with its part in place.
  *
  * Threading: the engine's calls only, one at a time.
@@ -96,9 +99,10 @@ typedef struct zt__prefetch {
  * (an order change drains the reads ahead). */
 ZT_INTERNAL int zt__prefetch_note(zt_engine_t *eng, struct zt__group *g);
 
-/* Before g is gathered: frees spare buffers, then drops kept groups (not
- * fetched ones), until g's gathered bytes fit max_live_bytes or nothing is
- * left to drop. A spare of g's size is kept: the gather takes it. */
+/* Before g is gathered: drops kept groups (not fetched ones) while the
+ * groups held and g's gathered bytes pass max_live_bytes; then frees spare
+ * buffers and drops staged groups while live_bytes does, or until nothing
+ * is left to drop. A spare of g's size is kept: the gather takes it. */
 ZT_INTERNAL void zt__prefetch_make_room(zt_engine_t *eng, const struct zt__group *g);
 
 /* The parameter tier nvme: g's part of the shard, landed; read now when it
@@ -133,6 +137,11 @@ ZT_INTERNAL int zt__prefetch_keep(zt_engine_t *eng, const struct zt__group *g);
  * first groups of the next are read ahead. */
 ZT_INTERNAL void zt__prefetch_step_begin(zt_engine_t *eng);
 ZT_INTERNAL int zt__prefetch_step_end(zt_engine_t *eng);
+
+/* After a save or load, which drop the reads ahead as a step does: the
+ * next groups of the trace are read ahead again. A failure is left for
+ * their fetch to report (it reads them again). */
+ZT_INTERNAL void zt__prefetch_resume(zt_engine_t *eng);
 
 /* Engine destroy: reads drained and freed, the spares and the trace freed. */
 ZT_INTERNAL void zt__prefetch_free(zt_engine_t *eng);

@@ -844,7 +844,7 @@ int zt__part_fetch(zt_engine_t *eng, zt__group_t *g) {
   zt__param_nvme_read_free(eng->param_nvme, r);
   if (rc < 0) {
     for (int s = 0; s < ZT_XFER_SLOTS; s++)
-      if ((p->xfer[s].busy || p->gx[s].busy) && g->params) {
+      if (p->gx[s].busy && g->params) {
         /* A gather may still write into it (see zt__part_free). */
         zt__keep_abandoned(g->params);
         pf->live_bytes -= g->numel * psz;

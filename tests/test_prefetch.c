@@ -13,6 +13,7 @@
  * It reaches into the engine (engine.h, param_nvme.h, swap.h) to install a
  * fault hook.
  */
+#include <stdlib.h>
 #include <string.h>
 
 #include "engine.h"
@@ -293,6 +294,76 @@ static void test_stage_min_bytes(void **state) {
   free(got);
 }
 
+/* A save between steps drops the reads ahead (prefetch.h): the next
+ * iteration reads them ahead again, so its every gather was read ahead. */
+static void test_read_ahead_after_save(void **state) {
+  zt_config_t cfg = config(ZT_TIER_NVME);
+  zt_engine_t *eng = make_engine(&cfg);
+  for (int t = 1; t <= 2; t++) T_OK(iteration(eng, forward, L, t), eng);
+  char dir[] = "/tmp/zt-test-prefetch-ckpt-XXXXXX";
+  assert_non_null(mkdtemp(dir));
+  T_OK(zt_save(eng, dir), eng);
+  zt_stats_t a = ZT_STATS_INIT, b = ZT_STATS_INIT;
+  T_OK(zt_stats(eng, &a), eng);
+  T_OK(iteration(eng, forward, L, 3), eng);
+  T_OK(zt_stats(eng, &b), eng);
+  printf("# after the save: %llu of %llu gathers read ahead\n",
+         (unsigned long long)(b.fetch_read_ahead - a.fetch_read_ahead),
+         (unsigned long long)(b.fetch_gathers - a.fetch_gathers));
+  assert_true(b.fetch_gathers > a.fetch_gathers);
+  assert_int_equal(b.fetch_read_ahead - a.fetch_read_ahead, b.fetch_gathers - a.fetch_gathers);
+  zt_engine_destroy(eng);
+  char cmd[128];
+  snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+  assert_int_equal(system(cmd), 0);
+}
+
+/* Groups of two sizes (2, 2 and 3 KiB) within a max_live_bytes of 5200:
+ * room for a fetch is made by dropping kept groups and then freeing their
+ * buffers, so what is held never passes the budget, and groups are still
+ * kept where they fit. */
+static void test_room_across_sizes(void **state) {
+  static const size_t sz[3] = {1024, 1024, 1536};
+  static const int order[6] = {0, 1, 2, 2, 1, 0};
+  enum { N = 3584 };
+  zt_config_t cfg = t_config();
+  cfg.stage = 3;
+  cfg.param_tier = ZT_TIER_HOST;
+  cfg.prefetch_bytes = 1 << 20;
+  cfg.max_live_bytes = 5200;
+  zt_engine_t *eng = t_engine(&cfg);
+  zt_unit_t u[3];
+  for (size_t g = 0, off = 0; g < 3; off += sz[g], g++)
+    u[g] = (zt_unit_t){NULL, off, sz[g], (int)g, 1, ZT_BF16};
+  uint16_t *host = malloc(N * 2);
+  t_rng_t rng;
+  t_rng_init(&rng, t_seed() ^ 0x91);
+  t_fill_normal(host, ZT_BF16, N, 0.5, &rng);
+  void *dp = t_buf_alloc(eng, N * 2);
+  t_buf_upload(eng, dp, host, N * 2);
+  T_OK(zt_register_units(eng, dp, NULL, N, ZT_BF16, ZT_FP32, u, 3), eng);
+  t_buf_free(eng, dp, N * 2);
+  for (int t = 1; t <= 3; t++) {
+    for (int k = 0; k < 6; k++) {
+      void *q;
+      assert_int_equal(zt_fetch(eng, order[k], &q, 1), 1);
+      T_OK(zt_release(eng, order[k]), eng);
+    }
+    zt_step_args_t a = ZT_STEP_ARGS_INIT;
+    a.t = (uint64_t)t;
+    T_OK(zt_step(eng, &a, NULL), eng);
+  }
+  zt_stats_t st = ZT_STATS_INIT;
+  T_OK(zt_stats(eng, &st), eng);
+  printf("# peak live %llu of 5200, %llu kept, %llu gathers\n",
+         (unsigned long long)st.peak_live_bytes, (unsigned long long)st.fetch_kept,
+         (unsigned long long)st.fetch_gathers);
+  assert_true(st.peak_live_bytes <= 5200);
+  assert_true(st.fetch_kept > 0);
+  zt_engine_destroy(eng);
+  free(host);
+}
+
 /* Configs that cannot work are refused at once, naming both keys. */
 static void test_bad_config(void **state) {
   zt_config_t cfg = config(ZT_TIER_HOST);
@@ -319,6 +390,8 @@ int main(void) {
       cmocka_unit_test(test_order_change),
       cmocka_unit_test(test_io_error_in_fetch),
       cmocka_unit_test(test_stage_min_bytes),
+      cmocka_unit_test(test_room_across_sizes),
+      cmocka_unit_test(test_read_ahead_after_save),
       cmocka_unit_test(test_bad_config),
   };
   return T_RUN(tests);
