@@ -188,7 +188,17 @@ static int build_manifest(zt_engine_t *eng, uint64_t gen, const rank_rec_t *recs
 static int write_manifest(zt_engine_t *eng, const char *dir, const zt__manifest_t *m,
                           int64_t *renamed) {
   char *json = NULL, tmp[4096], final[4096];
-  ZT_TRY(zt__manifest_to_json(m, &json));
+  if (zt__manifest_to_json(m, &json) < 0)
+    return zt__errf(&eng->err, -ENOMEM, "zt_save: out of memory writing the manifest");
+  /* Read back as zt_load will read it: a manifest the loader would refuse
+   * is never committed, so the checkpoint already there stays. */
+  zt__manifest_t back;
+  int ok = zt__manifest_parse(&back, json, strlen(json), ZT_CKPT_MANIFEST, &eng->err);
+  zt__manifest_free(&back);
+  if (ok < 0) {
+    free(json);
+    return ok;
+  }
   snprintf(tmp, sizeof tmp, "%s/%s.tmp", dir, ZT_CKPT_MANIFEST);
   snprintf(final, sizeof final, "%s/%s", dir, ZT_CKPT_MANIFEST);
   FILE *f = fopen(tmp, "we");

@@ -306,7 +306,7 @@ ZT_API const char *zt_last_error(const zt_engine_t *eng);
  * (frozen).
  */
 typedef struct zt_unit {
-  const char *name;  /* copied; may be NULL ("unit<i>")            */
+  const char *name;  /* copied; unique, not ""; NULL: "unit<i>"    */
   size_t offset;     /* first element                              */
   size_t numel;      /* > 0                                        */
   int group;         /* >= 0                                       */

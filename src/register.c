@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "ckjson.h" // defines: zt__ckjson_dup
 #include "engine.h"
 #include "opt_nvme.h" // defines: zt__opt_nvme_create, zt__opt_nvme_destroy
 #include "param_nvme.h" // defines: zt__param_nvme_create, _put, _flush, _destroy
@@ -25,6 +26,24 @@
  * enough that every byte count below fits in size_t without overflow. */
 #define ZT_MAX_NUMEL ((size_t)1 << 40)
 #define ZT_MAX_NAME 256
+
+/* Names identify units in checkpoints and in the safetensors a checkpoint
+ * is consolidated into: two units of one name could not be told apart
+ * there (an unnamed unit i is "unit<i>", which a given name may take). */
+static int check_unique_names(zt_engine_t *eng) {
+  const char **names = malloc(eng->n_units * sizeof *names);
+  if (names == NULL) return zt__errf(&eng->err, -ENOMEM, "out of memory");
+  for (size_t i = 0; i < eng->n_units; i++) names[i] = eng->units[i].name;
+  size_t a = 0, b = 0;
+  int dup = zt__ckjson_dup(names, eng->n_units, &a, &b);
+  free(names);
+  if (dup < 0) return zt__errf(&eng->err, -ENOMEM, "out of memory");
+  if (dup == 0) return 0;
+  return zt__errf(&eng->err, -EINVAL,
+                  "units[%zu] and units[%zu] are both named \"%s\"; expected a name of its "
+                  "own for every unit (checkpoints and their safetensors name the units)",
+                  a < b ? a : b, a < b ? b : a, eng->units[a].name);
+}
 
 static int valid_dtype(zt_dtype_t dt) {
   return dt == ZT_FP32 || dt == ZT_BF16 || dt == ZT_FP16;
@@ -123,6 +142,11 @@ static int check_units(zt_engine_t *eng, const zt_unit_t *units, size_t n, size_
     if (u->name && strnlen(u->name, ZT_MAX_NAME) == ZT_MAX_NAME)
       return zt__errf(e, -EINVAL, "units[%zu] has a name of %d or more characters", i,
                       ZT_MAX_NAME);
+    if (u->name && u->name[0] == '\0')
+      return zt__errf(e, -EINVAL,
+                      "units[%zu] has the name \"\"; expected NULL (named \"unit%zu\") or "
+                      "a name of 1 to %d characters",
+                      i, i, ZT_MAX_NAME - 1);
     keys[i] = (unit_key_t){u->offset, i};
   }
   qsort(keys, n, sizeof *keys, by_offset);
@@ -507,6 +531,7 @@ int zt_register_units(zt_engine_t *eng, void *params, void *grads, size_t numel,
     eng->n_units = i + 1; /* what zt__engine_unregister frees */
     if (eng->units[i].name == NULL) rc = zt__errf(&eng->err, -ENOMEM, "out of memory");
   }
+  if (rc == 0) rc = check_unique_names(eng);
   if (rc == 0) rc = build_segments(eng, order);
   if (rc == 0)
     rc = eng->cfg.stage >= 1                         ? alloc_shard_states(eng)

@@ -141,6 +141,29 @@ static void test_units_outside_or_overlapping(void **state) {
   assert_untouched(f);
 }
 
+/* Names tell units apart in checkpoints: "" and a name twice are refused,
+ * also a given name that an unnamed unit would take ("unit<i>"); after all
+ * of them the same units register once the names are mended. */
+static void test_unit_names(void **state) {
+  fixture_t *f = *state;
+  zt_engine_t *e = f->eng;
+  zt_unit_t u[3] = {{"wte", 0, 100, 0, 1, ZT_FP32},
+                    {"", 100, 50, 0, 1, ZT_FP32},
+                    {"ln", 150, 10, 1, 0, ZT_FP32}};
+  T_EXPECT_ERR(zt_register_units(e, f->params, f->grads, N, ZT_FP32, ZT_FP32, u, 3), e,
+               -EINVAL, "units[1] has the name \"\"");
+  u[1].name = "ln";
+  T_EXPECT_ERR(zt_register_units(e, f->params, f->grads, N, ZT_FP32, ZT_FP32, u, 3), e,
+               -EINVAL, "units[1] and units[2] are both named \"ln\"");
+  u[1].name = NULL;  /* "unit1" */
+  u[2].name = "unit1";
+  T_EXPECT_ERR(zt_register_units(e, f->params, f->grads, N, ZT_FP32, ZT_FP32, u, 3), e,
+               -EINVAL, "both named \"unit1\"");
+  assert_untouched(f);
+  u[2].name = "ln";
+  T_OK(zt_register_units(e, f->params, f->grads, N, ZT_FP32, ZT_FP32, u, 3), e);
+}
+
 static void test_alignment_and_dtypes(void **state) {
   fixture_t *f = *state;
   zt_engine_t *e = f->eng;
@@ -274,6 +297,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_step_before_registration, setup, teardown),
       cmocka_unit_test_setup_teardown(test_sizes, setup, teardown),
       cmocka_unit_test_setup_teardown(test_units_outside_or_overlapping, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_unit_names, setup, teardown),
       cmocka_unit_test_setup_teardown(test_alignment_and_dtypes, setup, teardown),
       cmocka_unit_test_setup_teardown(test_bad_step_args, setup, teardown),
       cmocka_unit_test_setup_teardown(test_budget_exceeded_unwinds, setup, teardown),
