@@ -13,9 +13,17 @@
 /* ---- reading ------------------------------------------------------------- */
 
 /* cJSON stores the position of its last error in a global on every parse,
- * failed or not; the position is read from return_parse_end instead, and the
- * parses are serialised so that no two threads write that global at once. */
+ * failed or not; the position is read from return_parse_end instead, and
+ * every parse of ztier's (configs too) is serialised by this lock so that
+ * no two threads write that global at once. */
 static pthread_mutex_t parse_lock = PTHREAD_MUTEX_INITIALIZER;
+
+cJSON *zt__ckjson_parse_text(const char *text, const char **end) {
+  pthread_mutex_lock(&parse_lock);
+  cJSON *root = cJSON_ParseWithOpts(text, end, 1);
+  pthread_mutex_unlock(&parse_lock);
+  return root;
+}
 
 /* Up to 24 bytes of s[0..n) for a message, non-printable bytes as \xNN. */
 static void snippet(const char *s, size_t n, char *buf, size_t cap) {
@@ -63,9 +71,7 @@ int zt__ckjson_parse(const char *text, size_t len, const char *where, const char
   copy[len] = '\0';
 
   const char *end = NULL;
-  pthread_mutex_lock(&parse_lock);
-  cJSON *root = cJSON_ParseWithOpts(copy, &end, 1);
-  pthread_mutex_unlock(&parse_lock);
+  cJSON *root = zt__ckjson_parse_text(copy, &end);
   int rc = 0;
   if (root == NULL) {
     size_t pos = end && end >= copy ? (size_t)(end - copy) : 0;
@@ -112,7 +118,7 @@ int zt__ckjson_u53(const cJSON *v, uint64_t *out) {
 /* The fewest digits (15 to 17; %g drops trailing zeros, so 1000 stays 1000
  * and 0.1 stays 0.1) that read back to the same double, with '.'
  * as the decimal point whatever LC_NUMERIC says (JSON has only '.'). */
-static void fmt_num(double v, char *buf, size_t n) {
+void zt__ckjson_fmt_num(double v, char *buf, size_t n) {
   if (!isfinite(v)) {
     snprintf(buf, n, "%s", isnan(v) ? "nan" : v > 0 ? "inf" : "-inf");
     return;
@@ -157,7 +163,7 @@ const char *zt__ckjson_show(const cJSON *v, char *buf, size_t n) {
   if (v == NULL) {
     snprintf(buf, n, "missing");
   } else if (cJSON_IsNumber(v)) {
-    fmt_num(v->valuedouble, buf, n);
+    zt__ckjson_fmt_num(v->valuedouble, buf, n);
   } else if (cJSON_IsString(v) && v->valuestring) {
     zt__ckjson_show_str(v->valuestring, buf, n);
   } else if (cJSON_IsBool(v)) {
@@ -333,6 +339,6 @@ void zt__ckjson_put_str(zt__ckjson_buf_t *b, const char *s) {
 
 void zt__ckjson_put_num(zt__ckjson_buf_t *b, double v) {
   char num[64];
-  fmt_num(v, num, sizeof num);
+  zt__ckjson_fmt_num(v, num, sizeof num);
   zt__ckjson_putf(b, "%s", num);
 }

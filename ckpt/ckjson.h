@@ -43,6 +43,15 @@ ZT_INTERNAL int zt__ckjson_parse(const char *text, size_t len, const char *where
 
 /* 0 with *out set when v is a number holding an integer from 0 to 2^53 - 1
  * (1.0 counts, 1.5, -1, -0 and 1e300 do not); -1 otherwise. */
+/* cJSON_ParseWithOpts(text, end, 1) under the lock every parse of ztier's
+ * takes (cJSON writes its last error's position in a global on each). */
+ZT_INTERNAL cJSON *zt__ckjson_parse_text(const char *text, const char **end);
+
+/* v in the fewest digits (15 to 17) that read back to the same double, with
+ * '.' as the decimal point whatever LC_NUMERIC says; "nan", "inf", "-inf"
+ * for those (messages only: JSON has none). */
+ZT_INTERNAL void zt__ckjson_fmt_num(double v, char *buf, size_t n);
+
 ZT_INTERNAL int zt__ckjson_u53(const cJSON *v, uint64_t *out);
 
 /* v for a message, at most `n` - 1 bytes: 1.5, "text" (non-printable bytes as

@@ -34,8 +34,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include <cjson/cJSON.h> // defines: cJSON, cJSON_ParseWithOpts
+#include <cjson/cJSON.h> // defines: cJSON
 
+#include "ckjson.h"   // defines: zt__ckjson_parse_text, zt__ckjson_fmt_num
 #include "config.h"   // defines: zt__config_doc
 #include "engine.h"   // defines: ZT_STAGING_SLOTS (the host tier's staging ring)
 #include "internal.h" // defines: zt__errf, zt__err_thread, ZT_INTERNAL
@@ -343,23 +344,6 @@ static char locale_point(void) {
   return (dp && dp[0] && dp[0] != '.' && dp[1] == '\0') ? dp[0] : '.';
 }
 
-/* The fewest digits (15 to 17) that read back to the same double, written
- * with '.' whatever the locale, so the text is JSON. */
-static void fmt_num(double v, char *b, size_t n) {
-  if (!isfinite(v)) {
-    snprintf(b, n, "%s", isnan(v) ? "nan" : v > 0 ? "inf" : "-inf");
-    return;
-  }
-  for (int prec = 15; prec <= 17; prec++) {
-    snprintf(b, n, "%.*g", prec, v);
-    if (strtod(b, NULL) == v) break;
-  }
-  char p = locale_point();
-  if (p != '.')
-    for (char *s = b; *s; s++)
-      if (*s == p) *s = '.';
-}
-
 /* "16MiB" for an exact power-of-1024 multiple, else "". */
 static void fmt_human(uint64_t v, char *b, size_t n) {
   static const struct {
@@ -447,8 +431,8 @@ static void range_text(const keydef_t *k, char *b, size_t n) {
     break;
   case T_NUM: {
     char lo[32], hi[32];
-    fmt_num(k->lo, lo, sizeof lo);
-    fmt_num(k->hi, hi, sizeof hi);
+    zt__ckjson_fmt_num(k->lo, lo, sizeof lo);
+    zt__ckjson_fmt_num(k->hi, hi, sizeof hi);
     if (isinf(k->hi))
       PUT("a finite number %s %s", k->lo_open ? ">" : ">=", lo);
     else
@@ -504,7 +488,7 @@ static void value_text(const zt_config_t *c, const keydef_t *k, char *b, size_t 
     snprintf(b, n, "%d", get_int(c, k));
     break;
   case T_NUM:
-    fmt_num(get_num(c, k), b, n);
+    zt__ckjson_fmt_num(get_num(c, k), b, n);
     break;
   case T_SIZE: {
     char h[32];
@@ -594,7 +578,7 @@ static void json_text(const zt_config_t *c, const keydef_t *k, char *b, size_t n
   case T_NUM: {
     double v = get_num(c, k);
     if (isfinite(v))
-      fmt_num(v, b, n);
+      zt__ckjson_fmt_num(v, b, n);
     else
       snprintf(b, n, "null");
     break;
@@ -831,7 +815,7 @@ static int set_enum(const ctx_t *c, const keydef_t *k, const char *s, const char
 /* A JSON value in a few words, for a message. */
 static void json_given(const cJSON *v, char *b, size_t n) {
   if (cJSON_IsNumber(v))
-    fmt_num(v->valuedouble, b, n);
+    zt__ckjson_fmt_num(v->valuedouble, b, n);
   else if (cJSON_IsString(v))
     quote(v->valuestring ? v->valuestring : "", b, n);
   else if (cJSON_IsBool(v))
@@ -1211,8 +1195,8 @@ static int check_combos(const ctx_t *c, const zt_config_t *cfg) {
    * mode now ("auto" turns dynamic for fp16 parameters). */
   if (cfg->min_loss_scale > cfg->initial_loss_scale) {
     char mn[32], in[32];
-    fmt_num(cfg->min_loss_scale, mn, sizeof mn);
-    fmt_num(cfg->initial_loss_scale, in, sizeof in);
+    zt__ckjson_fmt_num(cfg->min_loss_scale, mn, sizeof mn);
+    zt__ckjson_fmt_num(cfg->initial_loss_scale, in, sizeof in);
     return kfail(c, find_key("min_loss_scale"), find_key("initial_loss_scale"),
                  ZT_ECONFIG,
                  "key 'min_loss_scale' is %s, above initial_loss_scale (%s), with "
@@ -1251,10 +1235,6 @@ static int check(const ctx_t *c, const zt_config_t *cfg) {
 }
 
 /* ---- JSON text ----------------------------------------------------------------- */
-
-/* cJSON records its last error in a global; parses are serialised so that
- * concurrent loads of ztier configs do not race on it. */
-static pthread_mutex_t cjson_lock = PTHREAD_MUTEX_INITIALIZER;
 
 static void line_col(const char *text, size_t off, int *line, int *col) {
   *line = 1;
@@ -1411,9 +1391,7 @@ static int member_nul(const char *text, int nth) {
 /* Reads the JSON object in `text` over *cfg, all or nothing. */
 static int parse_text(const ctx_t *c, zt_config_t *cfg, const char *text) {
   const char *end = NULL;
-  pthread_mutex_lock(&cjson_lock);
-  cJSON *root = cJSON_ParseWithOpts(text, &end, 1);
-  pthread_mutex_unlock(&cjson_lock);
+  cJSON *root = zt__ckjson_parse_text(text, &end);
   if (root == NULL) return syntax_error(c, text, end ? (size_t)(end - text) : 0);
 
   int rc = 0;
