@@ -18,6 +18,17 @@
 
 #define PIECE ((size_t)1 << 20) /* elements read and written at once */
 
+/* The directory that holds `path`, fsynced: a rename is durable then. */
+static int fsync_parent(const char *path, zt__err_t *e) {
+  char dir[4096];
+  snprintf(dir, sizeof dir, "%s", path);
+  char *slash = strrchr(dir, '/');
+  if (slash == NULL) snprintf(dir, sizeof dir, ".");
+  else if (slash == dir) slash[1] = '\0';
+  else *slash = '\0';
+  return zt__ckpt_fsync_dir(dir, e);
+}
+
 static int export_units(const zt__manifest_t *m, zt__ckpt_src_t *src, zt__st_writer_t *w,
                         zt_dtype_t out_dt, FILE *progress, zt__err_t *e) {
   float *f32 = malloc(PIECE * sizeof(float));
@@ -88,6 +99,7 @@ int zt__ckpt_consolidate(const char *dir, const char *out, zt_dtype_t out_dt, FI
   if (rc == 0 && rename(tmp, out) != 0)
     rc = zt__errf(e, -errno, "consolidate: renaming %s: %s", tmp, strerror(errno));
   if (rc < 0 && fd >= 0) unlink(tmp);
+  if (rc == 0) rc = fsync_parent(out, e); /* and the name is durable */
   zt__ckpt_src_close(src);
   free(specs);
   zt__manifest_free(&m);

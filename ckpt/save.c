@@ -188,6 +188,9 @@ static int build_manifest(zt_engine_t *eng, uint64_t gen, const rank_rec_t *recs
 static int write_manifest(zt_engine_t *eng, const char *dir, const zt__manifest_t *m,
                           int64_t *renamed) {
   char *json = NULL, tmp[4096], final[4096];
+  /* The rank files' renames (every rank's, done before the exchange that
+   * led here) are durable before the manifest naming them is. */
+  ZT_TRY(zt__ckpt_fsync_dir(dir, &eng->err));
   if (zt__manifest_to_json(m, &json) < 0)
     return zt__errf(&eng->err, -ENOMEM, "zt_save: out of memory writing the manifest");
   /* Read back as zt_load will read it: a manifest the loader would refuse

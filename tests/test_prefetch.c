@@ -233,8 +233,8 @@ static int64_t fail_reads(void *arg, const zt__swap_hook_io_t *io, int64_t res) 
 /* An I/O error under a fetch whose read was issued ahead: layers the step
  * staged ahead (read before the fault) are fetched fine; the first whose
  * read fails makes its fetch fail naming the file and errno, and the
- * engine refuses every later call until it is re-created (the ranks may
- * disagree on what is gathered); destroy leaves nothing behind. */
+ * engine refuses fetches and steps until it is loaded or re-created (the
+ * ranks may disagree on what is gathered); destroy leaves nothing behind. */
 static void test_io_error_in_fetch(void **state) {
   zt_config_t cfg = config(ZT_TIER_NVME);
   zt_engine_t *eng = make_engine(&cfg);
