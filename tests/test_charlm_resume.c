@@ -85,6 +85,19 @@ static void check_resume(const char *flags, const char *tag) {
   run(cmd);
 }
 
+/* `--help` of each ckpt command prints its usage and succeeds (it is not
+ * taken for a directory). */
+static void test_ckpt_tool_help(void **state) {
+  char cmd[PATH_MAX + 128];
+  snprintf(cmd, sizeof cmd, "%s/ztier ckpt info --help | grep -q '^usage: ztier ckpt info'",
+           build_dir);
+  run(cmd);
+  snprintf(cmd, sizeof cmd,
+           "%s/ztier ckpt consolidate --help | grep -q '^usage: ztier ckpt consolidate'",
+           build_dir);
+  run(cmd);
+}
+
 static void test_resume_stage0_host(void **state) {
   check_resume("--stage 0 --optimizer-tier host", "s0host");
 }
@@ -97,6 +110,7 @@ static void test_resume_stage3_nvme(void **state) {
 int main(void) {
   find_build_dir();
   const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_ckpt_tool_help),
       cmocka_unit_test(test_resume_stage0_host),
       cmocka_unit_test(test_resume_stage3_nvme),
   };

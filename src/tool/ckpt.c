@@ -23,6 +23,8 @@ int zt_ckpt_main(int argc, char **argv);
 
 static const char *err(void) { return zt_last_error(NULL); }
 
+static int is_help(const char *arg) { return strcmp(arg, "--help") == 0 || strcmp(arg, "-h") == 0; }
+
 static double peak_rss_mib(void) {
   struct rusage ru;
   getrusage(RUSAGE_SELF, &ru);
@@ -92,9 +94,9 @@ static int info_safetensors(const char *path) {
 }
 
 static int cmd_info(int argc, char **argv) {
-  if (argc != 2) {
-    fprintf(stderr, "usage: ztier ckpt info DIR | FILE.safetensors\n");
-    return 2;
+  if (argc != 2 || is_help(argv[1])) {
+    fprintf(argc == 2 ? stdout : stderr, "usage: ztier ckpt info DIR | FILE.safetensors\n");
+    return argc == 2 ? 0 : 2;
   }
   const char *dir = argv[1];
   struct stat st;
@@ -132,6 +134,10 @@ static int cmd_consolidate(int argc, char **argv) {
   const char *pos[2] = {NULL, NULL}, *dtype = "fp32";
   int n_pos = 0;
   for (int i = 1; i < argc; i++) {
+    if (is_help(argv[i])) {
+      printf("usage: ztier ckpt consolidate DIR OUT.safetensors [--dtype fp32|bf16]\n");
+      return 0;
+    }
     if (strcmp(argv[i], "--dtype") == 0 && i + 1 < argc) dtype = argv[++i];
     else if (strncmp(argv[i], "--dtype=", 8) == 0) dtype = argv[i] + 8;
     else if (argv[i][0] != '-' && n_pos < 2) pos[n_pos++] = argv[i];
@@ -169,7 +175,7 @@ int zt_ckpt_main(int argc, char **argv) {
       "consolidate: the full fp32 master weights, one tensor per unit named by the\n"
       "unit table, as safetensors (bf16: rounded to nearest even), streamed.\n"
       "See docs/checkpoints.md.\n";
-  if (argc < 2 || strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0) {
+  if (argc < 2 || is_help(argv[1])) {
     fputs(usage, argc < 2 ? stderr : stdout);
     return argc < 2 ? 2 : 0;
   }
