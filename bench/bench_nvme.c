@@ -104,16 +104,6 @@ static int parse_list(const char *s, size_t *out, int max, int sizes) {
   return n;
 }
 
-static void fill(void *p, size_t n, uint64_t seed) {
-  uint64_t *q = p, x = seed | 1;
-  for (size_t i = 0; i < n / 8; i++) {
-    x ^= x << 13;
-    x ^= x >> 7;
-    x ^= x << 17;
-    q[i] = x;
-  }
-}
-
 /* ---- our passes ---------------------------------------------------------------- */
 
 /* ---- fio ------------------------------------------------------------------------- */
@@ -289,7 +279,7 @@ static int space_open(space_t *sp, const char *prog, const zt__swap_config_t *cf
   /* The check, which also writes the whole space once. */
   progress("%u ring%s: writing and checking %.2f GB in %s", cfg->rings,
            cfg->rings > 1 ? "s" : "", (double)space / 1e9, cfg->paths[0]);
-  fill(region, region_bytes, 0x5eed);
+  zt_bench_fill_bytes(region, region_bytes, 0x5eed);
   if (zt_bench_swap_pass(sp->sw, 1, space, block, inflight, region, region_bytes) < 0) {
     progress_end();
     fprintf(stderr, "%s: the check write failed: %s\n", prog, err->msg);

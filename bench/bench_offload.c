@@ -34,7 +34,6 @@
 #include "common.h"
 #include "disk.h"     // defines: zt_bench_disk_rates
 #include "internal.h"   // defines: zt__now, zt__dtype_size
-#include "optim_math.h" // defines: zt_f32_to_bf16_rne, zt_f32_to_f16_rne
 #include "ztier.h"
 
 static const char *const dtype_names[] = {"fp32", "bf16", "fp16", NULL};
@@ -55,19 +54,6 @@ static long vm_kib(const char *key) {
   return v;
 }
 
-/* Deterministic values, never all zeros: parameters around 0, spread
- * `scale`; converted as the library converts (optim_math.h). */
-static void fill(void *buf, zt_dtype_t dt, size_t n, double scale, uint64_t seed) {
-  uint64_t x = seed;
-  for (size_t i = 0; i < n; i++) {
-    x ^= x << 13, x ^= x >> 7, x ^= x << 17;
-    float v = (float)(scale * ((double)(x >> 11) / 9007199254740992.0 - 0.5));
-    if (dt == ZT_FP32) ((float *)buf)[i] = v;
-    else if (dt == ZT_BF16) ((uint16_t *)buf)[i] = zt_f32_to_bf16_rne(v);
-    else ((uint16_t *)buf)[i] = zt_f32_to_f16_rne(v);
-  }
-}
-
 typedef struct model {
   zt_engine_t *eng;
   void *params, *grads;
@@ -86,8 +72,8 @@ static int model_open(model_t *md, const zt_config_t *cfg, size_t n, zt_dtype_t 
             md->pbytes + md->gbytes);
     return 1;
   }
-  fill(md->params, dt, n, 2.0, 0x9e3779b97f4a7c15ull);
-  fill(md->grads, dt, n, 0.02, 0xd1b54a32d192ed03ull);
+  zt_bench_fill_values(md->params, dt, n, 2.0, 0x9e3779b97f4a7c15ull);
+  zt_bench_fill_values(md->grads, dt, n, 0.02, 0xd1b54a32d192ed03ull);
   double t0 = zt__now();
   if (zt_engine_create(cfg, &md->eng) < 0 ||
       zt_register_flat(md->eng, md->params, md->grads, n, dt, dt) < 0) {

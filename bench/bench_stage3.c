@@ -26,7 +26,6 @@
 #include "common.h"
 #include "disk.h"       // defines: zt_bench_disk_rates
 #include "internal.h"   // defines: zt__now
-#include "optim_math.h" // defines: zt_f32_to_bf16_rne
 #include "ztier.h"
 
 static const char *prog = "ztier bench stage3";
@@ -41,14 +40,6 @@ typedef struct loop {
   size_t layer_params;
   double compute_s;
 } loop_t;
-
-static void fill_bf16(uint16_t *p, size_t n, uint64_t seed, double scale) {
-  uint64_t x = seed | 1;
-  for (size_t i = 0; i < n; i++) {
-    x ^= x << 13, x ^= x >> 7, x ^= x << 17;
-    p[i] = zt_f32_to_bf16_rne((float)(scale * ((double)(x >> 11) / 9007199254740992.0 - 0.5)));
-  }
-}
 
 static void compute(double s) {
   if (s <= 0) return;
@@ -70,7 +61,7 @@ static int loop_open(loop_t *lp, const zt_config_t *cfg, int layers, size_t laye
   if (rc == 0) {
     for (int l = 0; l < layers; l++)
       units[l] = (zt_unit_t){NULL, (size_t)l * layer_params, layer_params, l, 1, ZT_BF16};
-    fill_bf16(params, n, 0x9e3779b97f4a7c15ull, 2.0);
+    zt_bench_fill_values(params, ZT_BF16, n, 2.0, 0x9e3779b97f4a7c15ull);
     rc = zt_engine_create(cfg, &lp->eng);
   }
   if (rc == 0)
@@ -107,7 +98,8 @@ static int iteration(loop_t *lp, uint64_t t, uint16_t *grad_host, double *loop_s
     compute(lp->compute_s);
     void *g[1];
     if (zt_grads(lp->eng, l, g, 1) < 0) return fail(lp, "zt_grads");
-    fill_bf16(grad_host, lp->layer_params, t * 1000003u + (uint64_t)l, 0.02);
+    zt_bench_fill_values(grad_host, ZT_BF16, lp->layer_params, 0.02,
+                         t * 1000003u + (uint64_t)l);
     memcpy(g[0], grad_host, lp->layer_params * 2); /* host backend */
     if (zt_grads_ready(lp->eng, l) < 0) return fail(lp, "zt_grads_ready");
     if (zt_release(lp->eng, l) < 0) return fail(lp, "zt_release");

@@ -13,6 +13,8 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include "optim_math.h" // defines: zt_f32_to_bf16_rne, zt_f32_to_f16_rne
+
 /* ---- flags ------------------------------------------------------------------ */
 
 static void print_help(const char *prog, const char *synopsis,
@@ -295,3 +297,28 @@ void zt_bench_json_nums(zt_bench_json_t *j, const char *key, const double *v, in
 }
 
 void zt_bench_json_end(zt_bench_json_t *j) { fputs("}\n", j->f); }
+
+/* ---- data ------------------------------------------------------------------------ */
+
+static uint64_t xorshift(uint64_t x) {
+  x ^= x << 13;
+  x ^= x >> 7;
+  x ^= x << 17;
+  return x;
+}
+
+void zt_bench_fill_values(void *buf, zt_dtype_t dt, size_t n, double scale, uint64_t seed) {
+  uint64_t x = seed | 1;
+  for (size_t i = 0; i < n; i++) {
+    x = xorshift(x);
+    float v = (float)(scale * ((double)(x >> 11) / 9007199254740992.0 - 0.5));
+    if (dt == ZT_FP32) ((float *)buf)[i] = v;
+    else if (dt == ZT_BF16) ((uint16_t *)buf)[i] = zt_f32_to_bf16_rne(v);
+    else ((uint16_t *)buf)[i] = zt_f32_to_f16_rne(v);
+  }
+}
+
+void zt_bench_fill_bytes(void *buf, size_t bytes, uint64_t seed) {
+  uint64_t *q = buf, x = seed | 1;
+  for (size_t i = 0; i < bytes / 8; i++) q[i] = x = xorshift(x);
+}

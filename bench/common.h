@@ -23,6 +23,8 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "ztier.h" // defines: zt_dtype_t
+
 /* ---- the benchmarks ------------------------------------------------------- */
 
 int zt_bench_adam_main(int argc, char **argv);
@@ -67,6 +69,15 @@ double zt_bench_median(const double *x, int n);
  * a terminal. zt_bench_progress_end() clears it. */
 void zt_bench_progress(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 void zt_bench_progress_end(void);
+
+/* ---- data ------------------------------------------------------------------------ */
+
+/* n values of dt, uniform in [-scale/2, scale/2), deterministic from seed
+ * (xorshift; never all zeros), converted as the library converts. */
+void zt_bench_fill_values(void *buf, zt_dtype_t dt, size_t n, double scale, uint64_t seed);
+/* The first bytes / 8 words of buf, deterministic from seed and never zero:
+ * a disk or file system that elides zero pages would flatter the figures. */
+void zt_bench_fill_bytes(void *buf, size_t bytes, uint64_t seed);
 
 /* ---- memory ---------------------------------------------------------------------- */
 

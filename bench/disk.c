@@ -7,6 +7,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "common.h" // defines: zt_bench_fill_bytes
 #include "disk.h"
 #include "internal.h" // defines: zt__now
 
@@ -93,13 +94,7 @@ int zt_bench_disk_rates(const char *prog, const zt_config_t *cfg, const char *pa
     zt__swap_destroy(sw);
     return 1;
   }
-  /* Not zeros: a file system or device that elides zero pages would flatter
-   * the figures. */
-  uint64_t x = 0x9e3779b97f4a7c15ull;
-  for (size_t i = 0; i < region_bytes / 8; i++) {
-    x ^= x << 13, x ^= x >> 7, x ^= x << 17;
-    ((uint64_t *)region)[i] = x;
-  }
+  zt_bench_fill_bytes(region, region_bytes, 0x9e3779b97f4a7c15ull);
   unsigned qd = (unsigned)cfg->swap_queue_depth;
   double tw = zt_bench_swap_pass(sw, 1, space, block, qd, region, region_bytes);
   double tr = tw < 0 ? -1 : zt_bench_swap_pass(sw, 0, space, block, qd, region, region_bytes);
