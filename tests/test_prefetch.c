@@ -51,18 +51,25 @@ static zt_config_t config(zt_tier_t ptier) {
   return cfg;
 }
 
+/* Registers numel random bf16 parameters cut into `u`, no gradient buffer
+ * (stage 3 owns the parameters from then on). */
+static void register_random(zt_engine_t *eng, const zt_unit_t *u, size_t n_units,
+                            size_t numel, uint64_t salt) {
+  uint16_t *p = malloc(numel * 2);
+  t_rng_t rng;
+  t_rng_init(&rng, t_seed() ^ salt);
+  t_fill_normal(p, ZT_BF16, numel, 0.5, &rng);
+  void *dp = t_buf_alloc(eng, numel * 2);
+  t_buf_upload(eng, dp, p, numel * 2);
+  T_OK(zt_register_units(eng, dp, NULL, numel, ZT_BF16, ZT_FP32, u, n_units), eng);
+  t_buf_free(eng, dp, numel * 2);
+  free(p);
+}
+
 static zt_engine_t *make_engine(const zt_config_t *cfg) {
   make_units();
   zt_engine_t *eng = t_engine(cfg);
-  uint16_t *p = malloc(NUMEL * 2);
-  t_rng_t rng;
-  t_rng_init(&rng, t_seed() ^ 0x77);
-  t_fill_normal(p, ZT_BF16, NUMEL, 0.5, &rng);
-  void *dp = t_buf_alloc(eng, NUMEL * 2);
-  t_buf_upload(eng, dp, p, NUMEL * 2);
-  T_OK(zt_register_units(eng, dp, NULL, NUMEL, ZT_BF16, ZT_FP32, units, 2 * L), eng);
-  t_buf_free(eng, dp, NUMEL * 2); /* stage 3 owns them now */
-  free(p);
+  register_random(eng, units, 2 * L, NUMEL, 0x77);
   return eng;
 }
 
@@ -335,14 +342,7 @@ static void test_room_across_sizes(void **state) {
   zt_unit_t u[3];
   for (size_t g = 0, off = 0; g < 3; off += sz[g], g++)
     u[g] = (zt_unit_t){NULL, off, sz[g], (int)g, 1, ZT_BF16};
-  uint16_t *host = malloc(N * 2);
-  t_rng_t rng;
-  t_rng_init(&rng, t_seed() ^ 0x91);
-  t_fill_normal(host, ZT_BF16, N, 0.5, &rng);
-  void *dp = t_buf_alloc(eng, N * 2);
-  t_buf_upload(eng, dp, host, N * 2);
-  T_OK(zt_register_units(eng, dp, NULL, N, ZT_BF16, ZT_FP32, u, 3), eng);
-  t_buf_free(eng, dp, N * 2);
+  register_random(eng, u, 3, N, 0x91);
   for (int t = 1; t <= 3; t++) {
     for (int k = 0; k < 6; k++) {
       void *q;
@@ -361,7 +361,6 @@ static void test_room_across_sizes(void **state) {
   assert_true(st.peak_live_bytes <= 5200);
   assert_true(st.fetch_kept > 0);
   zt_engine_destroy(eng);
-  free(host);
 }
 
 /* Configs that cannot work are refused at once, naming both keys. */
