@@ -311,7 +311,8 @@ int zt__prefetch_take_staged(zt_engine_t *eng, const zt__group_t *g, void **out)
   return 0;
 }
 
-int zt__prefetch_ahead(zt_engine_t *eng) {
+/* Starts the reads of the groups coming next, within prefetch_bytes. */
+static int read_ahead(zt_engine_t *eng) {
   zt__prefetch_t *pf = &eng->prefetch;
   size_t budget = eng->cfg.prefetch_bytes;
   if (!pf->following || budget == 0) return 0;
@@ -332,6 +333,13 @@ int zt__prefetch_ahead(zt_engine_t *eng) {
     }
     pf->considered++;
   }
+  return 0;
+}
+
+int zt__prefetch_ahead(zt_engine_t *eng) {
+  ZT_TRY(read_ahead(eng));
+  zt__prefetch_t *pf = &eng->prefetch;
+  if (!pf->following || eng->cfg.prefetch_bytes == 0) return 0;
   return stage_ahead(eng);
 }
 
@@ -380,7 +388,7 @@ int zt__prefetch_step_end(zt_engine_t *eng) {
 
 void zt__prefetch_resume(zt_engine_t *eng) {
   zt__err_t keep = eng->err;
-  if (zt__prefetch_ahead(eng) < 0) eng->err = keep;
+  if (read_ahead(eng) < 0) eng->err = keep;
 }
 
 void zt__prefetch_free(zt_engine_t *eng) {

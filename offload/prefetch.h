@@ -139,8 +139,9 @@ ZT_INTERNAL void zt__prefetch_step_begin(zt_engine_t *eng);
 ZT_INTERNAL int zt__prefetch_step_end(zt_engine_t *eng);
 
 /* After a save or load, which drop the reads ahead as a step does: the
- * next groups of the trace are read ahead again. A failure is left for
- * their fetch to report (it reads them again). */
+ * next groups of the trace are read ahead again (only started: their
+ * completions are taken, and the groups staged, by the next calls). A
+ * failure is left for their fetch to report (it reads them again). */
 ZT_INTERNAL void zt__prefetch_resume(zt_engine_t *eng);
 
 /* Engine destroy: reads drained and freed, the spares and the trace freed. */
