@@ -150,6 +150,8 @@ int zt_bench_offload_main(int argc, char **argv) {
   const char *path = NULL;
   size_t n = 0, budget = (size_t)4 << 30, chunk = (size_t)16 << 20, disk = (size_t)4 << 30;
   int steps = 3, dtype_i = 1, json = 0, threads = 0;
+  zt_config_t cfg = ZT_CONFIG_INIT;
+  int rings = cfg.swap_rings;
   const zt_bench_flag_t flags[] = {
       {"params", ZT_BENCH_FLAG_COUNT, &n, "N", "parameters (2G, 500M, ... ; required)", 1,
        1e12, NULL},
@@ -167,6 +169,9 @@ int zt_bench_offload_main(int argc, char **argv) {
        NULL},
       {"threads", ZT_BENCH_FLAG_INT, &threads, "T", "CPU optimizer threads (default: all)",
        0, 4096, NULL},
+      {"rings", ZT_BENCH_FLAG_INT, &rings, "N",
+       "swap_rings: 1 hashes on the step's thread, more on ring threads (default: the "
+       "config's)", 1, 64, NULL},
       {"path", ZT_BENCH_FLAG_STRING, &path, "DIR", "directory of the swap files (required)",
        0, 0, NULL},
       {"json", ZT_BENCH_FLAG_BOOL, &json, NULL, "print one JSON object instead of a table",
@@ -183,9 +188,9 @@ int zt_bench_offload_main(int argc, char **argv) {
     return 2;
   }
   zt_dtype_t dt = dtype_of[dtype_i];
-  zt_config_t cfg = ZT_CONFIG_INIT;
   cfg.optimizer_tier = ZT_TIER_NVME;
   cfg.pinned_budget_bytes = budget;
+  cfg.swap_rings = rings;
   cfg.chunk_bytes = chunk;
   cfg.threads = threads;
   if (zt_config_set(&cfg, "swap_path", path) < 0 || zt_config_validate(&cfg) < 0) {

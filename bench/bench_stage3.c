@@ -161,7 +161,8 @@ static int check_tier(const zt_config_t *cfg) {
 
 int zt_bench_stage3_main(int argc, char **argv) {
   const char *path = NULL;
-  int layers = 24, iters = 4, tier_i = 1, json = 0, rings = 1;
+  zt_config_t cfg = ZT_CONFIG_INIT;
+  int layers = 24, iters = 4, tier_i = 1, json = 0, rings = cfg.swap_rings;
   size_t layer_params = (size_t)4 << 20, prefetch = 0, live = 0;
   int compute_ms = 20;
   const zt_bench_flag_t flags[] = {
@@ -185,7 +186,7 @@ int zt_bench_stage3_main(int argc, char **argv) {
        "directory of the swap file (required for nvme)", 0, 0, NULL},
       {"rings", ZT_BENCH_FLAG_INT, &rings, "N",
        "swap_rings: 1 reaps and checks reads on the loop's thread, more on ring threads "
-       "(default 1)", 1, 64, NULL},
+       "(default: the config's)", 1, 64, NULL},
       {"json", ZT_BENCH_FLAG_BOOL, &json, NULL, "print one JSON object instead of a table",
        0, 0, NULL},
   };
@@ -201,7 +202,6 @@ int zt_bench_stage3_main(int argc, char **argv) {
     return 2;
   }
   size_t layer_bytes = layer_params * 2;
-  zt_config_t cfg = ZT_CONFIG_INIT;
   cfg.comm = ZT_COMM_SINGLE;
   cfg.stage = 3;
   cfg.param_tier = tier;

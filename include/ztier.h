@@ -200,7 +200,7 @@ typedef struct zt_config {
   char swap_path[1024];    /* directories, ':'-separated; one file in each  */
   size_t swap_block_bytes; /* bytes per swap I/O request                    */
   int swap_queue_depth;    /* requests in flight per ring                   */
-  int swap_rings;          /* io_uring rings, each with its own thread      */
+  int swap_rings;          /* io_uring rings; above 1, a thread each        */
   int swap_sqpoll;         /* 1: kernel submission threads (SQPOLL)         */
 
   int numa_node; /* pinned memory's NUMA node; -1: the GPU's, or none   */
@@ -226,7 +226,7 @@ typedef struct zt_config {
         ZT_COMM_AUTO, ZT_ADAMW, ZT_TIER_DEVICE, ZT_TIER_DEVICE,            \
         ZT_ROUND_NEAREST, 0x5eed, 0, 0.0, ZT_LOSS_SCALE_AUTO, 65536.0, 2.0,  \
         0.5, 2000, 1.0, (size_t)16 << 20, 0, 0, ZT_LOG_WARN, NULL, NULL,     \
-        (size_t)16 << 20, "", (size_t)8 << 20, 32, 1, 0, -1, "", -1, 0,      \
+        (size_t)16 << 20, "", (size_t)8 << 20, 32, 2, 0, -1, "", -1, 0,      \
         300.0, (size_t)64 << 20, (size_t)1 << 30, (size_t)1 << 20            \
   }
 

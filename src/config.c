@@ -237,7 +237,9 @@ static const keydef_t keys[] = {
      .doc = "swap requests in flight per ring"},
     {FIELD(swap_rings), .type = T_INT, .lo = 1, .hi = ZT__SWAP_MAX_RINGS,
      .sup = ZT__SWAP_MAX_RINGS,
-     .doc = "io_uring rings of the swap engine, each driven by its own thread"},
+     .doc = "io_uring rings of the swap engine. 1: reaped and checksummed on the "
+            "loop's thread, inside ztier's calls; 2 or more: a thread each, so that "
+            "the checksums of reads ahead are checked beside the loop"},
     {FIELD(swap_sqpoll), .type = T_INT, .lo = 0, .hi = 1, .sup = 1, .boolean = 1,
      .doc = "1: kernel-side submission threads (IORING_SETUP_SQPOLL); when the kernel "
             "refuses them, plain submission, and the stats say so"},

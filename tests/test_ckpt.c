@@ -125,6 +125,7 @@ typedef struct setup {
   zt_dtype_t pdt, gdt;
   int stochastic; /* bf16 stochastic rounding                              */
   int dynamic;    /* dynamic loss scaling, an overflow at OVERFLOW_T       */
+  int one_ring;   /* swap_rings 1: the fault hook runs inside the calls    */
 } setup_t;
 
 typedef struct run {
@@ -159,6 +160,7 @@ static void open_run(run_t *r, const setup_t *s, uint64_t seed, zt_comm_kind_t c
   cfg.loss_scaling = s->dynamic ? ZT_LOSS_SCALE_DYNAMIC : ZT_LOSS_SCALE_NONE;
   cfg.initial_loss_scale = SCALE0;
   cfg.loss_scale_window = 2;
+  if (s->one_ring) cfg.swap_rings = 1;
   if (s->otier == ZT_TIER_NVME || s->ptier == ZT_TIER_NVME) {
     /* Windows and parameter pages of 1024 elements: several per shard, so
      * a checkpoint streams them record by record. */
@@ -339,8 +341,9 @@ static void reference(zt_dtype_t pdt, zt_dtype_t gdt, int steps, void *out) {
 
 /* The fault hook: while `failing_reads` (`failing_writes`) is set, every
  * read (write) of the swap files it is installed on fails with EIO. It goes
- * in while nothing is in flight and runs as completions are reaped (one
- * ring: inside the engine's calls). */
+ * in while nothing is in flight and runs as completions are reaped: inside
+ * the engine's calls, since the runs it goes into have one ring (with ring
+ * threads, reads ahead could land before or after the flag is set). */
 static int failing_reads, failing_writes;
 static int64_t fail_reads(void *arg, const zt__swap_hook_io_t *io, int64_t res) {
   (void)arg;
@@ -775,7 +778,7 @@ static void w_files(void **state) {
  * checkpoint stays, with nothing of the failed one left, and the ranks step
  * and save on as the uninterrupted run. */
 static void w_save_fails(void **state) {
-  setup_t s = {2, ZT_TIER_NVME, ZT_TIER_DEVICE, ZT_FP32, ZT_FP32, 0, 0};
+  setup_t s = {2, ZT_TIER_NVME, ZT_TIER_DEVICE, ZT_FP32, ZT_FP32, 0, 0, 1};
   char dir[4096], needle[64];
   snprintf(dir, sizeof dir, "%s/fails", ckpt_root());
   size_t bytes = NUMEL * 4;
@@ -1218,8 +1221,10 @@ static void check_save_io_error(const setup_t *s) {
   scratch(dir, sizeof dir, "ioerr");
   size_t psz = t_dtype_size(s->pdt);
   void *want = malloc(NUMEL * psz), *got = malloc(NUMEL * psz);
+  setup_t one = *s;
+  one.one_ring = 1;
   run_t a;
-  open_run(&a, s, 0x5eed, ZT_COMM_AUTO);
+  open_run(&a, &one, 0x5eed, ZT_COMM_AUTO);
   zt__swap_t *sw = save_swap(&a);
   failing_reads = 0;
   zt__swap_set_hook(sw, fail_reads, NULL);
@@ -1265,8 +1270,10 @@ static void check_mended(const setup_t *s, int in_fetch) {
   scratch(dir, sizeof dir, "broken");
   size_t psz = t_dtype_size(s->pdt);
   void *want = malloc(NUMEL * psz), *got = malloc(NUMEL * psz);
+  setup_t one = *s;
+  one.one_ring = 1;
   run_t a;
-  open_run(&a, s, 0x5eed, ZT_COMM_AUTO);
+  open_run(&a, &one, 0x5eed, ZT_COMM_AUTO);
   zt__swap_t *sw = save_swap(&a);
   failing_reads = failing_writes = 0;
   zt__swap_set_hook(sw, fail_reads, NULL);
@@ -1320,8 +1327,10 @@ static void check_load_fails_part_way(const setup_t *s) {
   scratch(dir, sizeof dir, "partway");
   size_t psz = t_dtype_size(s->pdt);
   void *want = malloc(NUMEL * psz), *got = malloc(NUMEL * psz);
+  setup_t one = *s;
+  one.one_ring = 1;
   run_t a;
-  open_run(&a, s, 0x5eed, ZT_COMM_AUTO);
+  open_run(&a, &one, 0x5eed, ZT_COMM_AUTO);
   zt__swap_t *sw = save_swap(&a);
   failing_reads = failing_writes = 0;
   zt__swap_set_hook(sw, fail_reads, NULL);

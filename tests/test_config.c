@@ -437,7 +437,7 @@ static void test_defaults_validate(void **state) {
   assert_string_equal(c.swap_path, ""); /* no swap space */
   assert_int_equal(c.swap_block_bytes, 8 * MiB);
   assert_int_equal(c.swap_queue_depth, 32);
-  assert_int_equal(c.swap_rings, 1);
+  assert_int_equal(c.swap_rings, 2);
   assert_int_equal(c.swap_sqpoll, 0);
   /* An empty object changes nothing, and validates. */
   zt_config_t d = c;
@@ -1591,7 +1591,7 @@ static void test_new_key_defaults(void **state) {
       {"| `swap_block_bytes` | size | `8388608` (8MiB) | a power of two in [4KiB, "
        "64MiB] |"},
       {"| `swap_queue_depth` | integer | `32` | an integer in 1..4096 |"},
-      {"| `swap_rings` | integer | `1` | an integer in 1..64 |"},
+      {"| `swap_rings` | integer | `2` | an integer in 1..64 |"},
       {"| `swap_sqpoll` | integer | `0` | 0 or 1, or false / true |"},
   };
   static char doc[1 << 15];

@@ -229,8 +229,8 @@ static void test_order_change(void **state) {
 }
 
 /* The hook: once failing is set, every parameter read fails with EIO. It
- * goes in while nothing is in flight and runs as completions are reaped
- * (one ring: inside the engine's calls). */
+ * goes in while nothing is in flight and runs as completions are reaped:
+ * inside the engine's calls, with the one ring the test asks for. */
 static int failing;
 static int64_t fail_reads(void *arg, const zt__swap_hook_io_t *io, int64_t res) {
   (void)arg;
@@ -244,6 +244,7 @@ static int64_t fail_reads(void *arg, const zt__swap_hook_io_t *io, int64_t res) 
  * ranks may disagree on what is gathered); destroy leaves nothing behind. */
 static void test_io_error_in_fetch(void **state) {
   zt_config_t cfg = config(ZT_TIER_NVME);
+  cfg.swap_rings = 1;
   zt_engine_t *eng = make_engine(&cfg);
   zt__swap_t *sw = zt__param_nvme_swap(eng->param_nvme);
   assert_int_equal(zt__swap_outstanding(sw), 0);
