@@ -34,8 +34,9 @@
 
 typedef struct slot {
   float *states;           /* master | m | v, stride bytes, pinned */
-  void *grads;             /* chunk elements of grad_dtype, pinned  */
-  void *params;            /* chunk elements of param_dtype, pinned */
+  void *grads;             /* chunk elements of grad_dtype, pinned; NULL in_host */
+  void *params;            /* chunk elements of param_dtype, pinned; NULL in_host
+                              without a sink */
   zt__event_t *grads_ready; /* D2H of the window's gradients done   */
   zt__event_t *params_sent; /* H2D of the window's parameters done  */
   int reading, writing;     /* a request of this slot is in flight  */
@@ -58,6 +59,15 @@ struct zt__opt_nvme {
 };
 
 static size_t round_up(size_t x, size_t a) { return (x + a - 1) / a * a; }
+
+/* The element sizes of a slot's gradients and parameters: 0 for those the
+ * update reads or writes where they are (in_host). */
+static size_t slot_gsz(const zt__opt_nvme_view_t *v) {
+  return v->in_host ? 0 : zt__dtype_size(v->grad_dtype);
+}
+static size_t slot_psz(const zt__opt_nvme_view_t *v) {
+  return v->in_host && v->params_sink == NULL ? 0 : zt__dtype_size(v->param_dtype);
+}
 
 /* ---- sizing ------------------------------------------------------------------------ */
 
@@ -91,7 +101,7 @@ size_t zt__opt_nvme_chunk(size_t extent, size_t chunk_bytes, size_t room, size_t
 static int size_chunk(zt_engine_t *eng, const zt__opt_nvme_view_t *v, size_t *out) {
   const zt__seg_t *first = &v->segs[0], *last = &v->segs[v->n_segs - 1];
   size_t extent = last->index + last->n - first->index;
-  size_t gsz = zt__dtype_size(v->grad_dtype), psz = zt__dtype_size(v->param_dtype);
+  size_t gsz = slot_gsz(v), psz = slot_psz(v);
   size_t budget = eng->cfg.pinned_budget_bytes, room = 0;
   if (budget != 0) {
     room = budget > eng->host_bytes ? budget - eng->host_bytes : 0;
@@ -167,7 +177,7 @@ static int write_record(zt__opt_nvme_t *o, size_t w) {
 }
 
 /* D2H of window w's gradients (the whole extent: gaps between units are
- * read, never used), then the read of its record. */
+ * read, never used; in_host: none), then the read of its record. */
 static int issue(zt__opt_nvme_t *o, size_t w) {
   zt_engine_t *eng = o->eng;
   const zt__backend_ops_t *be = eng->be_ops;
@@ -175,12 +185,14 @@ static int issue(zt__opt_nvme_t *o, size_t w) {
   const zt__window_t *win = &o->windows[w];
   size_t gsz = zt__dtype_size(o->view.grad_dtype);
   ZT_TRY(settle(o, s));
-  ZT_TRY(be->stream_wait(eng->be, ZT_STREAM_D2H, o->compute_mark));
-  ZT_TRY(be->copy(eng->be, s->grads,
-                  (const char *)o->view.grads + (win->first - o->view.grads_first) * gsz,
-                  win->n * gsz, ZT_COPY_D2H, ZT_STREAM_D2H));
-  ZT_TRY(be->event_record(eng->be, s->grads_ready, ZT_STREAM_D2H));
-  eng->d2h_bytes += win->n * gsz;
+  if (!o->view.in_host) {
+    ZT_TRY(be->stream_wait(eng->be, ZT_STREAM_D2H, o->compute_mark));
+    ZT_TRY(be->copy(eng->be, s->grads,
+                    (const char *)o->view.grads + (win->first - o->view.grads_first) * gsz,
+                    win->n * gsz, ZT_COPY_D2H, ZT_STREAM_D2H));
+    ZT_TRY(be->event_record(eng->be, s->grads_ready, ZT_STREAM_D2H));
+    eng->d2h_bytes += win->n * gsz;
+  }
   ZT_TRY(zt__swap_prep_read(o->sw, s->states, o->rec_len, (uint64_t)w * o->stride,
                             tag_of(w, 0)));
   s->reading = 1;
@@ -190,10 +202,12 @@ static int issue(zt__opt_nvme_t *o, size_t w) {
 
 /* H2D of the updated parameters of window w: one copy per contiguous run
  * of pieces, so elements between units stay as the user left them; or, with
- * a sink, the runs into it, from the slot (host memory). */
+ * a sink, the runs into it, from the slot (host memory). In_host without a
+ * sink the update wrote them in place: nothing to send. */
 static int send_params(zt__opt_nvme_t *o, size_t w, size_t n_pieces) {
   zt_engine_t *eng = o->eng;
   const zt__backend_ops_t *be = eng->be_ops;
+  if (o->view.in_host && o->view.params_sink == NULL) return 0;
   slot_t *s = &o->slot[w % ZT_NVME_SLOTS];
   const zt__window_t *win = &o->windows[w];
   size_t psz = zt__dtype_size(o->view.param_dtype);
@@ -210,7 +224,7 @@ static int send_params(zt__opt_nvme_t *o, size_t w, size_t n_pieces) {
                     ZT_COPY_H2D, ZT_STREAM_H2D));
     eng->h2d_bytes += (b - a) * psz;
   }
-  return be->event_record(eng->be, s->params_sent, ZT_STREAM_H2D);
+  return o->view.in_host ? 0 : be->event_record(eng->be, s->params_sent, ZT_STREAM_H2D);
 }
 
 /* ---- create: every record written once ---------------------------------------------- */
@@ -224,18 +238,20 @@ static int init_records(zt__opt_nvme_t *o) {
     slot_t *s = &o->slot[w % ZT_NVME_SLOTS];
     const zt__window_t *win = &o->windows[w];
     ZT_TRY(settle(o, s));
-    ZT_TRY(be->copy(eng->be, s->params,
-                    (const char *)o->view.params + (win->first - o->view.params_first) * psz,
-                    win->n * psz, ZT_COPY_D2H, ZT_STREAM_D2H));
-    ZT_TRY(be->stream_sync(eng->be, ZT_STREAM_D2H));
-    eng->d2h_bytes += win->n * psz;
+    const char *at = (const char *)o->view.params + (win->first - o->view.params_first) * psz;
+    if (!o->view.in_host) {
+      ZT_TRY(be->copy(eng->be, s->params, at, win->n * psz, ZT_COPY_D2H, ZT_STREAM_D2H));
+      ZT_TRY(be->stream_sync(eng->be, ZT_STREAM_D2H));
+      eng->d2h_bytes += win->n * psz;
+      at = s->params;
+    }
     memset(s->states, 0, o->stride);
     size_t n = zt__window_pieces(o->view.segs, o->view.n_segs, win, win->state_first,
                                  o->pieces);
     for (size_t k = 0; k < n; k++)
       zt__cpu_cast(eng->cpu, s->states + o->pieces[k].state_off, ZT_FP32,
-                   (const char *)s->params + (o->pieces[k].index - win->first) * psz,
-                   o->view.param_dtype, o->pieces[k].n);
+                   at + (o->pieces[k].index - win->first) * psz, o->view.param_dtype,
+                   o->pieces[k].n);
     ZT_TRY(write_record(o, w));
   }
   for (int k = 0; k < ZT_NVME_SLOTS; k++) ZT_TRY(settle(o, &o->slot[k]));
@@ -285,13 +301,13 @@ int zt__opt_nvme_create(zt_engine_t *eng, const zt__opt_nvme_view_t *view,
     zt__window_next(view->segs, view->n_segs, o->chunk, &j, pos, &o->windows[w]);
     pos = o->windows[w].first + o->windows[w].n;
   }
-  size_t gsz = zt__dtype_size(view->grad_dtype), psz = zt__dtype_size(view->param_dtype);
+  size_t gsz = slot_gsz(view), psz = slot_psz(view);
   const zt__backend_ops_t *be = eng->be_ops;
   for (int k = 0; k < ZT_NVME_SLOTS && rc == 0; k++) {
     slot_t *s = &o->slot[k];
     rc = zt__pinned_alloc(eng, o->stride, (void **)&s->states);
-    if (rc == 0) rc = zt__pinned_alloc(eng, o->chunk * gsz, &s->grads);
-    if (rc == 0) rc = zt__pinned_alloc(eng, o->chunk * psz, &s->params);
+    if (rc == 0 && gsz) rc = zt__pinned_alloc(eng, o->chunk * gsz, &s->grads);
+    if (rc == 0 && psz) rc = zt__pinned_alloc(eng, o->chunk * psz, &s->params);
     if (rc == 0) rc = be->event_create(eng->be, &s->grads_ready);
     if (rc == 0) rc = be->event_create(eng->be, &s->params_sent);
   }
@@ -318,7 +334,7 @@ void zt__opt_nvme_destroy(zt__opt_nvme_t *o) {
     zt__swap_drain(o->sw);
     zt__swap_destroy(o->sw);
   }
-  size_t gsz = zt__dtype_size(o->view.grad_dtype), psz = zt__dtype_size(o->view.param_dtype);
+  size_t gsz = slot_gsz(&o->view), psz = slot_psz(&o->view);
   for (int k = 0; k < ZT_NVME_SLOTS; k++) {
     slot_t *s = &o->slot[k];
     zt__pinned_free(eng, s->states, o->stride);
@@ -348,26 +364,30 @@ static int step(zt__opt_nvme_t *o, const zt__adam_hp_t *hp) {
     while (s->reading) ZT_TRY(reap(o, 1));
     ZT_TRY(o->io_error);
     /* The update writes the slot's parameters: their last H2D (window
-     * w - SLOTS) must be done, and this window's gradients here. */
+     * w - SLOTS) must be done, and this window's gradients here. In_host
+     * there are no copies: it reads and writes the view where it is. */
     double t0 = zt__now();
-    ZT_TRY(be->event_sync(eng->be, s->params_sent));
-    ZT_TRY(be->event_sync(eng->be, s->grads_ready));
+    if (!o->view.in_host) {
+      ZT_TRY(be->event_sync(eng->be, s->params_sent));
+      ZT_TRY(be->event_sync(eng->be, s->grads_ready));
+    }
     double t1 = zt__now();
     eng->copy_seconds += t1 - t0;
 
     const zt__window_t *win = &o->windows[w];
     size_t n = zt__window_pieces(o->view.segs, o->view.n_segs, win, win->state_first,
                                  o->pieces);
+    int in_place = o->view.in_host && o->view.params_sink == NULL;
     zt__adam_launch_t l = {
         .hp = hp,
         .master = s->states,
         .m = s->states + o->chunk,
         .v = s->states + 2 * o->chunk,
-        .grads = s->grads,
-        .grads_first = win->first,
+        .grads = o->view.in_host ? o->view.grads : s->grads,
+        .grads_first = o->view.in_host ? o->view.grads_first : win->first,
         .grad_dtype = o->view.grad_dtype,
-        .params = s->params,
-        .params_first = win->first,
+        .params = in_place ? o->view.params : s->params,
+        .params_first = in_place ? o->view.params_first : win->first,
         .param_dtype = o->view.param_dtype,
         .segs = o->pieces,
         .n_segs = n,

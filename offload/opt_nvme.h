@@ -35,11 +35,15 @@ struct zt__param_nvme;
 
 /* What the states belong to: the segments (index = element of the buffers
  * below, state_off = where the states are in the state space) and the
- * buffers in backend memory that gradients come from and parameters go to,
- * addressed as grads[index - grads_first], params[index - params_first].
+ * buffers that gradients come from and parameters go to, addressed as
+ * grads[index - grads_first], params[index - params_first]: backend memory,
+ * copied through the slots; or, with in_host, host memory the CPU update
+ * reads and writes where it is (a shard the partition keeps pinned), and
+ * the slots have no gradients or parameters of their own.
  * With params_sink, params is read once, by create (the initial master),
  * and each step's parameters go to the sink instead, in order, as elements
- * index - params_first of it (segments without gaps: a shard). */
+ * index - params_first of it (segments without gaps: a shard), from the
+ * slots. */
 typedef struct zt__opt_nvme_view {
   const zt__seg_t *segs;
   size_t n_segs;
@@ -50,6 +54,7 @@ typedef struct zt__opt_nvme_view {
   size_t params_first;
   zt_dtype_t param_dtype;
   struct zt__param_nvme *params_sink; /* NULL: the parameters go to params */
+  int in_host;                        /* grads and params are host memory   */
 } zt__opt_nvme_view_t;
 
 /* What zt_stats reports of the tier. */
@@ -68,7 +73,9 @@ typedef struct zt__opt_nvme_stats {
  * `room` bytes of pinned budget (0: no limit); 0 when even 1024 do not. */
 ZT_INTERNAL size_t zt__opt_nvme_chunk(size_t extent, size_t chunk_bytes, size_t room,
                                       size_t gsz, size_t psz);
-/* Bytes of one record on disk, and of one pinned slot. */
+/* Bytes of one record on disk, and of one pinned slot. `gsz`, `psz`: the
+ * slot's gradient and parameter element sizes, 0 where it has none (see
+ * in_host). */
 ZT_INTERNAL size_t zt__opt_nvme_stride(size_t chunk);
 ZT_INTERNAL size_t zt__opt_nvme_slot_bytes(size_t chunk, size_t gsz, size_t psz);
 

@@ -129,14 +129,14 @@ static int check_world(zt_engine_t *eng) {
                     "parameters and gradients, 1/%d of the optimizer states)",
                     world, world);
   /* The shard's reduction and norm run on the CPU: on cuda its buffers must
-   * be pinned host memory, which the host tier's are and the nvme tier's
-   * (backend memory) are not. */
-  if (c->stage >= 1 && c->backend == ZT_BACKEND_CUDA && c->optimizer_tier != ZT_TIER_HOST)
+   * be pinned host memory, which the host and nvme tiers' are and the
+   * device tier's are not. */
+  if (c->stage >= 1 && c->backend == ZT_BACKEND_CUDA && c->optimizer_tier == ZT_TIER_DEVICE)
     return zt__errf(&eng->err, ZT_ECONFIG,
-                    "stage %d on the cuda backend needs optimizer_tier \"host\" in this "
-                    "version (optimizer_tier is \"%s\"; device-resident shards, and the "
-                    "nvme tier's shards on a GPU, are not in this version)",
-                    c->stage, c->optimizer_tier == ZT_TIER_NVME ? "nvme" : "device");
+                    "stage %d on the cuda backend needs optimizer_tier \"host\" or \"nvme\" "
+                    "in this version (optimizer_tier is \"device\": shards of the optimizer "
+                    "states in device memory are not in this version)",
+                    c->stage);
   return 0;
 }
 

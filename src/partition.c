@@ -200,7 +200,10 @@ int zt__part_init(zt_engine_t *eng) {
    * while the others wait in the collective. plan.c mirrors this cap. */
   if (p->bucket_elems > ZT_COMM_MAX_COUNT / (size_t)p->world)
     p->bucket_elems = ZT_COMM_MAX_COUNT / (size_t)p->world;
-  p->on_pinned = eng->cfg.optimizer_tier == ZT_TIER_HOST;
+  /* The host and nvme tiers update the shard on the CPU: its gradient sums
+   * and parameters, and the buckets they come through, are pinned host
+   * memory (on cuda the CPU cannot touch device memory). */
+  p->on_pinned = eng->cfg.optimizer_tier != ZT_TIER_DEVICE;
   p->params_pinned = p->on_pinned || eng->cfg.param_tier == ZT_TIER_HOST;
   ZT_TRY(build_groups(eng));
   ZT_TRY(build_shard_segs(eng));

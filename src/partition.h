@@ -117,7 +117,7 @@ typedef struct zt__part {
   float *grads;  /* the shard's reduced gradient sums, fp32, zero between steps */
   void *params;  /* the shard's updated parameters, param dtype; with param_tier
                     "nvme" only inside the step (between steps: on disk)       */
-  int on_pinned; /* grads/buckets (and params) are pinned host memory (host tier) */
+  int on_pinned; /* grads/buckets (and params) are pinned host memory (host, nvme) */
   int params_pinned; /* params are pinned host memory (or param_tier "host")   */
 
   /* Collectives agreed on so far (partition.c, agree): the ranks compare it,

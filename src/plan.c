@@ -17,20 +17,23 @@ static uint64_t max_u(uint64_t a, uint64_t b) { return a > b ? a : b; }
 /* zt__part_alloc gives an empty buffer 64 bytes. */
 static uint64_t part_bytes(uint64_t b) { return b ? b : 64; }
 
-/* The nvme tier over `n` states (opt_nvme.c): its pinned slots and its
- * records on disk. `gsz`: the gradients it reads (the loop's dtype, or
- * the fp32 sums of a shard). */
-static void nvme_tier(const zt__plan_in_t *in, uint64_t n, size_t gsz, uint64_t *host,
-                      uint64_t *nvme, zt__plan_t *out) {
-  size_t psz = zt__dtype_size(in->param_dtype);
-  size_t chunk = zt__opt_nvme_chunk(n, in->chunk_bytes, in->pinned_budget_bytes, gsz, psz);
+/* The nvme tier over `n` states (opt_nvme.c): its pinned slots, added to
+ * `host`, and its records on disk. The slots get the room the budget leaves
+ * after `host`, what is pinned before them. `gsz`, `psz`: the slots'
+ * gradient and parameter elements (0: the slot has none, see opt_nvme.h's
+ * in_host). */
+static void nvme_tier(const zt__plan_in_t *in, uint64_t n, size_t gsz, size_t psz,
+                      uint64_t *host, uint64_t *nvme, zt__plan_t *out) {
+  uint64_t budget = in->pinned_budget_bytes, room = 0;
+  if (budget) room = budget > *host ? budget - *host : 1; /* 0 would mean no limit */
+  size_t chunk = zt__opt_nvme_chunk(n, in->chunk_bytes, room, gsz, psz);
   if (chunk == 0) {
     out->supported = 0;
     out->note = "pinned_budget_bytes cannot hold the nvme tier's slots";
     return;
   }
-  *host = ZT_NVME_SLOTS * (uint64_t)zt__opt_nvme_slot_bytes(chunk, gsz, psz);
-  *nvme = (n + chunk - 1) / chunk * (uint64_t)zt__opt_nvme_stride(chunk);
+  *host += ZT_NVME_SLOTS * (uint64_t)zt__opt_nvme_slot_bytes(chunk, gsz, psz);
+  *nvme += (n + chunk - 1) / chunk * (uint64_t)zt__opt_nvme_stride(chunk);
 }
 
 int zt__plan(const zt__plan_in_t *in, zt__plan_t *out) {
@@ -53,11 +56,12 @@ int zt__plan(const zt__plan_in_t *in, zt__plan_t *out) {
     if (in->optimizer_tier == ZT_TIER_DEVICE) {
       /* fp32 params are their own master. */
       device = n * 4 * (in->param_dtype == ZT_FP32 ? 2 : 3);
-    } else {
+    } else if (in->optimizer_tier == ZT_TIER_HOST) {
       uint64_t chunk = min_u(max_u(in->chunk_bytes / 4, 1), n);
       host = 3 * n * 4 + STAGING_SLOTS * chunk * (psz + gsz);
-      if (in->optimizer_tier == ZT_TIER_NVME)
-        nvme_tier(in, n, gsz, &host, &nvme, out);
+    } else {
+      /* The slots copy the loop's gradients in and parameters out. */
+      nvme_tier(in, n, gsz, psz, &host, &nvme, out);
     }
   } else {
     uint64_t per = (n + (uint64_t)in->ranks - 1) / (uint64_t)in->ranks;
@@ -78,37 +82,42 @@ int zt__plan(const zt__plan_in_t *in, zt__plan_t *out) {
     uint64_t send = part_bytes(bucket * max_u(gsz, psz));
     uint64_t recv = part_bytes(max_u((uint64_t)in->ranks * own * gsz, bucket * psz));
     uint64_t buckets = ZT_XFER_SLOTS * (send + recv);
-    uint64_t ours = states + shard_bufs + buckets;
-    if (in->optimizer_tier == ZT_TIER_DEVICE) device = ours;
-    if (in->optimizer_tier == ZT_TIER_HOST) host = ours;
-    if (in->optimizer_tier == ZT_TIER_NVME) {
-      /* The shard's gradient sums, parameters and the buckets stay in
-       * backend memory; the states are on disk, streamed through slots. */
-      device = shard_bufs + buckets;
-      if (mine) nvme_tier(in, mine, 4, &host, &nvme, out);
-    }
-    if (in->stage == 3) {
-      /* The loop holds no model buffer: ztier's shards (above) are the
-       * parameters, and a fetched group's gathered copy lives in backend
-       * memory from zt_fetch() to zt_release(), or longer when the prefetch
-       * scheduler keeps it (zt_stats' live_bytes, not counted here). */
-      out->loop_device = 0;
-      uint64_t params = part_bytes(mine * psz);
-      uint64_t *held = in->optimizer_tier == ZT_TIER_HOST ? &host : &device;
-      if (in->param_tier == ZT_TIER_HOST && held != &host) {
+    /* In allocation order (register.c): the partition's buffers, the
+     * states, the parameter tier's pages, the nvme tier's slots. The host
+     * and nvme tiers update on the CPU, so the partition's buffers are
+     * pinned (partition.c); the nvme tier's states are on disk. */
+    uint64_t params = part_bytes(mine * psz);
+    int params_on_disk = in->stage == 3 && in->param_tier == ZT_TIER_NVME;
+    if (in->optimizer_tier == ZT_TIER_DEVICE) {
+      device = states + shard_bufs + buckets;
+      if (in->stage == 3 && in->param_tier == ZT_TIER_HOST) {
         /* The shard's parameters in pinned memory (partition.c). */
         device -= params;
         host += params;
       }
-      if (in->param_tier == ZT_TIER_NVME) {
-        /* On disk between steps, written through two pinned pages
-         * (param_nvme.c); reads ahead are zt_stats' read_ahead_bytes. */
-        uint64_t file = (max_u(mine * psz, 1) + 4095) / 4096 * 4096;
-        uint64_t page = min_u((in->chunk_bytes + 4095) / 4096 * 4096, file);
-        *held -= params;
-        host += 2 * page;
-        nvme += file;
-      }
+    } else {
+      host = shard_bufs + buckets + (in->optimizer_tier == ZT_TIER_HOST ? states : 0);
+    }
+    if (params_on_disk) {
+      /* On disk between steps, written through two pinned pages
+       * (param_nvme.c); reads ahead are zt_stats' read_ahead_bytes. */
+      uint64_t file = (max_u(mine * psz, 1) + 4095) / 4096 * 4096;
+      uint64_t page = min_u((in->chunk_bytes + 4095) / 4096 * 4096, file);
+      host += 2 * page;
+      nvme += file;
+    }
+    /* The slots read the gradient sums and write the parameters where
+     * they are, or send the parameters to the parameter tier's file. */
+    if (in->optimizer_tier == ZT_TIER_NVME && mine)
+      nvme_tier(in, mine, 0, params_on_disk ? psz : 0, &host, &nvme, out);
+    if (in->stage == 3) {
+      /* The loop holds no model buffer: ztier's shards (above) are the
+       * parameters, and a fetched group's gathered copy lives in backend
+       * memory from zt_fetch() to zt_release(), or longer when the prefetch
+       * scheduler keeps it (zt_stats' live_bytes, not counted here). With
+       * param_tier nvme the shard's parameters are freed once written. */
+      out->loop_device = 0;
+      if (params_on_disk) *(in->optimizer_tier == ZT_TIER_DEVICE ? &device : &host) -= params;
     } else {
       /* Stage 2 counts the loop without a gradient buffer of its own (it
        * takes each group's from zt_grads()); registering one adds n * gsz. */

@@ -388,8 +388,8 @@ static int alloc_host_states(zt_engine_t *eng) {
 /* NVMe tier, unpartitioned: the states go straight to swap files, streamed
  * from the user's buffers through the tier's pinned slots. */
 static int alloc_nvme_states(zt_engine_t *eng) {
-  zt__opt_nvme_view_t v = {eng->segs,  eng->n_segs, eng->grads,      0,
-                           eng->grad_dtype, eng->params, 0, eng->param_dtype, NULL};
+  zt__opt_nvme_view_t v = {eng->segs,       eng->n_segs, eng->grads,       0,
+                           eng->grad_dtype, eng->params, 0, eng->param_dtype, NULL, 0};
   ZT_TRY(zt__opt_nvme_create(eng, &v, &eng->opt_nvme));
   eng->state_bytes = 0; /* on disk, not in memory */
   return 0;
@@ -420,13 +420,13 @@ static int alloc_shard_states(zt_engine_t *eng) {
   if (eng->cfg.param_tier == ZT_TIER_NVME)
     ZT_TRY(zt__param_nvme_create(eng, mine, eng->param_dtype, &eng->param_nvme));
   if (nvme) {
-    /* The swapper casts its master window by window into its records; the
-     * gradient shard stays in backend memory and goes down a window at a
-     * time. Its steps' parameters go to the parameter tier's file when
-     * there is one. */
+    /* The swapper casts its master window by window into its records; it
+     * reads the gradient shard and writes the parameter shard where they
+     * are, in pinned memory (partition.c), or its steps' parameters go to
+     * the parameter tier's file when there is one. */
     zt__opt_nvme_view_t v = {p->segs,  p->n_segs, p->grads, p->begin,
                              ZT_FP32,  p->params, p->begin, eng->param_dtype,
-                             eng->param_nvme};
+                             eng->param_nvme, p->on_pinned};
     ZT_TRY(zt__opt_nvme_create(eng, &v, &eng->opt_nvme));
   } else {
     zt__cpu_cast(eng->cpu, eng->master, ZT_FP32, p->params, eng->param_dtype, mine);
@@ -551,7 +551,9 @@ int zt_register_units(zt_engine_t *eng, void *params, void *grads, size_t numel,
           "registered %zu units (%zu elements with optimizer states, %s params, %s grads) "
           "in the %s tier",
           n_units, eng->state_numel, zt__dtype_name(param_dtype), zt__dtype_name(grad_dtype),
-          eng->cfg.optimizer_tier == ZT_TIER_HOST ? "host" : "device");
+          eng->cfg.optimizer_tier == ZT_TIER_NVME   ? "nvme"
+          : eng->cfg.optimizer_tier == ZT_TIER_HOST ? "host"
+                                                    : "device");
   goto done;
 
 fail:

@@ -7,6 +7,8 @@
  * within the budget plus a stated slack whatever the states' size); and its
  * faults: an I/O error in the middle of a step, a flipped byte in a swap
  * file, a budget too small, a swap_path that is not there, no swap_path.
+ * At stage 1, what the tier adds to the partition: the shard updated where
+ * it is pinned, its slots in the room the budget leaves.
  *
  * The swap engine underneath is reached through the engine's internals
  * (engine.h, opt_nvme.h, swap.h) to install fault hooks.
@@ -19,6 +21,7 @@
 #include "engine.h"
 #include "harness.h"
 #include "opt_nvme.h"
+#include "plan.h" // defines: zt__plan
 #include "swap.h"
 
 static const zt_dtype_t dtypes[] = {ZT_FP32, ZT_BF16, ZT_FP16};
@@ -229,6 +232,62 @@ static void test_rss_within_budget(void **state) {
   flat_destroy(&f);
 }
 
+/* Stage 1: the nvme tier updates the shard where the partition keeps it
+ * pinned, as the host tier does, so it moves the host tier's bytes between
+ * device and host (no window of gradients or parameters copied through its
+ * slots on top), and gives the host tier's bits. Under a pinned budget that
+ * binds, its slots take the room the partition's buffers leave: host and
+ * nvme bytes are `ztier plan`'s, within the budget, below the same plan
+ * without one. */
+static void test_stage1_shard_in_place(void **state) {
+  const size_t numel = 40000, budget = 640u << 10;
+  float *want = malloc(numel * 4), *got = malloc(numel * 4);
+  zt_stats_t st[2];
+  for (int k = 0; k < 2; k++) {
+    zt_tier_t tier = k ? ZT_TIER_NVME : ZT_TIER_HOST;
+    zt_config_t cfg = nvme_config(tier);
+    cfg.comm = ZT_COMM_SINGLE;
+    cfg.stage = 1;
+    cfg.bucket_bytes = 4096;
+    cfg.chunk_bytes = 64u << 10; /* 4 slots of 16 Ki elements: more than the budget leaves */
+    cfg.pinned_budget_bytes = k ? budget : 0; /* the host tier's states would not fit */
+    flat_t f;
+    int rc = flat_create(&f, &cfg, numel);
+    T_OK(rc, f.eng);
+    T_OK(one_step(&f, 1), f.eng);
+    T_OK(one_step(&f, 2), f.eng);
+    t_buf_download(f.eng, k ? got : want, f.dp, numel * 4);
+    st[k] = (zt_stats_t)ZT_STATS_INIT;
+    T_OK(zt_stats(f.eng, &st[k]), f.eng);
+    flat_destroy(&f);
+  }
+  t_expect_same("nvme tier against host tier, stage 1", got, want, 4, numel);
+  printf("# d2h %llu / %llu, h2d %llu / %llu (host / nvme tier)\n",
+         (unsigned long long)st[0].d2h_bytes, (unsigned long long)st[1].d2h_bytes,
+         (unsigned long long)st[0].h2d_bytes, (unsigned long long)st[1].h2d_bytes);
+  assert_int_equal(st[1].d2h_bytes, st[0].d2h_bytes);
+  assert_int_equal(st[1].h2d_bytes, st[0].h2d_bytes);
+
+  zt__plan_in_t in = {numel, 1, 0, 1, ZT_FP32, ZT_FP32, ZT_TIER_NVME, ZT_TIER_DEVICE,
+                      4096, 64u << 10, budget};
+  zt__plan_t p, unbounded;
+  assert_int_equal(zt__plan(&in, &p), 0);
+  in.pinned_budget_bytes = 0;
+  assert_int_equal(zt__plan(&in, &unbounded), 0);
+  printf("# pinned %llu (plan %llu, %llu without a budget of %zu), nvme %llu (plan %llu)\n",
+         (unsigned long long)st[1].host_bytes, (unsigned long long)p.ztier_host,
+         (unsigned long long)unbounded.ztier_host, budget,
+         (unsigned long long)st[1].nvme_bytes, (unsigned long long)p.ztier_nvme);
+  assert_true(p.supported);
+  assert_int_equal(st[1].host_bytes, p.ztier_host);
+  assert_int_equal(st[1].nvme_bytes, p.ztier_nvme);
+  assert_int_equal(st[1].device_bytes, st[0].device_bytes); /* the loop's buffers alone */
+  assert_true(st[1].host_bytes <= budget);
+  assert_true(unbounded.ztier_host > budget);
+  free(want);
+  free(got);
+}
+
 /* A budget that cannot hold four slots of the smallest window is refused at
  * registration, naming the key, with the user's buffers untouched. */
 static void test_budget_too_small(void **state) {
@@ -328,6 +387,7 @@ int main(void) {
       cmocka_unit_test(test_tiers_bit_identical),
       cmocka_unit_test(test_bytes_per_step),
       cmocka_unit_test(test_rss_within_budget),
+      cmocka_unit_test(test_stage1_shard_in_place),
       cmocka_unit_test(test_budget_too_small),
       cmocka_unit_test(test_config_needs_swap_path),
       cmocka_unit_test(test_swap_path_missing),
