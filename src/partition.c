@@ -230,6 +230,10 @@ int zt__part_init(zt_engine_t *eng) {
     if (x->spans == NULL || x->counts == NULL)
       return zt__errf(&eng->err, -ENOMEM, "out of memory");
     x->displs = x->counts + p->world;
+    if (eng->cfg.stage >= 3 && p->on_pinned) {
+      x->recv_bytes = bucket * psz;
+      ZT_TRY(zt__part_alloc(eng, x->recv_bytes, &x->recv));
+    }
   }
   for (int s = 0; s < ZT_XFER_SLOTS; s++) {
     zt__xfer_t *x = &p->xfer[s];
@@ -301,8 +305,12 @@ void zt__part_free(zt_engine_t *eng) {
     x->send = x->recv = NULL; /* zt__part_release skips NULL */
   }
   /* A gather into place still in flight writes into a group's buffer that
-   * the failed fetch left abandoned (zt__part_fetch): nothing to keep. */
-  for (int s = 0; s < ZT_XFER_SLOTS; s++) p->gx[s].busy = 0;
+   * the failed fetch left abandoned (zt__part_fetch): nothing to keep. One
+   * into a gather slot's pinned bucket is waited for, as above. */
+  for (int s = 0; s < ZT_XFER_SLOTS; s++) {
+    if (p->gx[s].busy && p->gx[s].recv) eng->comm->ops->wait(eng->comm, &p->gx[s].req);
+    p->gx[s].busy = 0;
+  }
   /* The sums read the buckets and write the shard's gradients. */
   if (p->sums_ready) zt__work_queue_destroy(&p->sums);
   /* The groups' buffers go to the prefetch scheduler's spares, which it
@@ -318,6 +326,7 @@ void zt__part_free(zt_engine_t *eng) {
     zt__part_release(eng, x->recv, x->recv_bytes);
     free(x->spans);
     free(x->counts);
+    zt__part_release(eng, p->gx[s].recv, p->gx[s].recv_bytes);
     free(p->gx[s].spans);
     free(p->gx[s].counts);
   }
@@ -709,8 +718,9 @@ static int start_gather(zt_engine_t *eng, zt__xfer_t *x, const zt__span_t *sp,
                         const void *send) {
   zt__part_t *p = &eng->part;
   /* A rank with none of it sends 0 elements, from a buffer of its own (a
-   * slot of gathers into place has none: the place itself, then). */
-  if (send == NULL) send = x->send ? x->send : sp->at;
+   * stage-3 gather slot has no send buffer: its recv bucket, or for a
+   * gather into place the place itself, then). */
+  if (send == NULL) send = x->send ? x->send : x->recv ? x->recv : sp->at;
   for (int r = 0; r < p->world; r++) {
     size_t lo, hi;
     shard_of(p, r, &lo, &hi);
@@ -759,12 +769,14 @@ static int gather_spans(zt_engine_t *eng, const zt__span_t *spans, const char *c
   size_t psz = zt__dtype_size(eng->param_dtype), k = 0;
   int in_place = 1;
   for (size_t i = 0; i < n; i++) in_place &= gathers_in_place(p, &spans[i]);
-  /* Gathers into place have slots of their own: the gradient buckets still
-   * in flight (a stage-3 backward fetches the next group while the last
-   * one's gradients travel) go on, and are only moved along. Else the
-   * gathers need the buckets' buffers, and those land first. */
-  zt__xfer_t *slots = in_place ? p->gx : p->xfer;
-  if (in_place)
+  /* Gathers into place, and stage 3's through pinned buckets, have slots
+   * of their own: the gradient buckets still in flight (a stage-3 backward
+   * fetches the next group while the last one's gradients travel) go on,
+   * and are only moved along. Else the gathers need the buckets' buffers,
+   * and those land first. */
+  int own_slots = in_place || p->gx[0].recv != NULL;
+  zt__xfer_t *slots = own_slots ? p->gx : p->xfer;
+  if (own_slots)
     ZT_TRY(progress(eng));
   else
     for (int s = 0; s < ZT_XFER_SLOTS; s++) ZT_TRY(wait_slot(eng, &p->xfer[s]));
@@ -790,7 +802,7 @@ static int gather_spans(zt_engine_t *eng, const zt__span_t *spans, const char *c
     zt__xfer_t *x = &slots[j % ZT_XFER_SLOTS];
     if (x->busy) ZT_TRY(land_gather(eng, x));
   }
-  if (!in_place) p->next_slot = 0;
+  if (!own_slots) p->next_slot = 0;
   return 0;
 }
 
@@ -847,8 +859,8 @@ int zt__part_fetch(zt_engine_t *eng, zt__group_t *g) {
   zt__param_nvme_read_free(eng->param_nvme, r);
   if (rc < 0) {
     for (int s = 0; s < ZT_XFER_SLOTS; s++)
-      if (p->gx[s].busy && g->params) {
-        /* A gather may still write into it (see zt__part_free). */
+      if (p->gx[s].busy && p->gx[s].recv == NULL && g->params) {
+        /* A gather into place may still write into it (see zt__part_free). */
         zt__keep_abandoned(g->params);
         pf->live_bytes -= g->numel * psz;
         g->params = NULL;

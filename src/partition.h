@@ -99,8 +99,10 @@ typedef struct zt__part {
 
   zt__xfer_t xfer[ZT_XFER_SLOTS];
   unsigned next_slot;
-  /* The gathers into place (stage 3) need no buffers: slots of their own,
-   * so that they do not wait for the gradient buckets' sums. */
+  /* Stage 3's gathers have slots of their own, so that a fetch does not
+   * wait for the gradient buckets and their sums: a gather into place needs
+   * no buffer; with pinned buckets (on_pinned) each slot has a recv bucket
+   * of its own (bucket_elems parameters), pinned. */
   zt__xfer_t gx[ZT_XFER_SLOTS];
   /* A landed gradient bucket is summed into `grads` on this thread, beside
    * the loop, in the order the loop sees the buckets land (as it summed

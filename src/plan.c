@@ -82,6 +82,9 @@ int zt__plan(const zt__plan_in_t *in, zt__plan_t *out) {
     uint64_t send = part_bytes(bucket * max_u(gsz, psz));
     uint64_t recv = part_bytes(max_u((uint64_t)in->ranks * own * gsz, bucket * psz));
     uint64_t buckets = ZT_XFER_SLOTS * (send + recv);
+    /* Stage 3's gathers through pinned buckets have buckets of their own. */
+    if (in->stage == 3 && in->optimizer_tier != ZT_TIER_DEVICE)
+      buckets += ZT_XFER_SLOTS * part_bytes(bucket * psz);
     /* In allocation order (register.c): the partition's buffers, the
      * states, the parameter tier's pages, the nvme tier's slots. The host
      * and nvme tiers update on the CPU, so the partition's buffers are
