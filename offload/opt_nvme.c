@@ -86,30 +86,36 @@ size_t zt__opt_nvme_slot_bytes(size_t chunk, size_t gsz, size_t psz) {
   return zt__opt_nvme_stride(chunk) + chunk * gsz + chunk * psz;
 }
 
+/* A slot's pinned pages: each of its regions is rounded up to 4 KiB. */
+static size_t slot_pages(size_t chunk, size_t gsz, size_t psz) {
+  return round_up(zt__opt_nvme_stride(chunk), 4096) + round_up(chunk * gsz, 4096) +
+         round_up(chunk * psz, 4096);
+}
+
 size_t zt__opt_nvme_chunk(size_t extent, size_t chunk_bytes, size_t room, size_t gsz,
                           size_t psz) {
   size_t chunk = chunk_bytes / sizeof(float);
   if (chunk > round_up(extent, CHUNK_ALIGN)) chunk = round_up(extent, CHUNK_ALIGN);
   if (room == 0) return chunk;
-  while (chunk > CHUNK_ALIGN && ZT_NVME_SLOTS * zt__opt_nvme_slot_bytes(chunk, gsz, psz) > room)
+  while (chunk > CHUNK_ALIGN && ZT_NVME_SLOTS * slot_pages(chunk, gsz, psz) > room)
     chunk = (chunk / 2 + CHUNK_ALIGN - 1) / CHUNK_ALIGN * CHUNK_ALIGN;
-  return ZT_NVME_SLOTS * zt__opt_nvme_slot_bytes(chunk, gsz, psz) > room ? 0 : chunk;
+  return ZT_NVME_SLOTS * slot_pages(chunk, gsz, psz) > room ? 0 : chunk;
 }
 
 /* Elements per window (zt__opt_nvme_chunk), with the room the pinned budget
- * leaves after what is pinned already. */
+ * leaves after the pages pinned already. */
 static int size_chunk(zt_engine_t *eng, const zt__opt_nvme_view_t *v, size_t *out) {
   const zt__seg_t *first = &v->segs[0], *last = &v->segs[v->n_segs - 1];
   size_t extent = last->index + last->n - first->index;
   size_t gsz = slot_gsz(v), psz = slot_psz(v);
   size_t budget = eng->cfg.pinned_budget_bytes, room = 0;
   if (budget != 0) {
-    room = budget > eng->host_bytes ? budget - eng->host_bytes : 0;
+    room = budget > eng->host_pages ? budget - eng->host_pages : 0;
     if (room == 0) room = 1; /* 0 would mean "no limit" */
   }
   *out = zt__opt_nvme_chunk(extent, eng->cfg.chunk_bytes, room, gsz, psz);
   if (*out == 0) {
-    size_t least = ZT_NVME_SLOTS * zt__opt_nvme_slot_bytes(CHUNK_ALIGN, gsz, psz);
+    size_t least = ZT_NVME_SLOTS * slot_pages(CHUNK_ALIGN, gsz, psz);
     return zt__errf(&eng->err, -ENOMEM,
                     "optimizer_tier \"nvme\" needs %d pinned slots of at least %zu bytes "
                     "(%zu in all), but pinned_budget_bytes leaves %zu; raise "

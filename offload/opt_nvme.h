@@ -69,8 +69,9 @@ typedef struct zt__opt_nvme_stats {
 
 /* The sizes `ztier plan` predicts, as create picks them. Elements per
  * window for segments spanning `extent` elements: chunk_bytes of fp32 per
- * array, at most the extent (rounded up to 1024), halved until the slots fit
- * `room` bytes of pinned budget (0: no limit); 0 when even 1024 do not. */
+ * array, at most the extent (rounded up to 1024), halved until the slots'
+ * pages fit `room` bytes of pinned budget (0: no limit); 0 when even 1024
+ * do not. */
 ZT_INTERNAL size_t zt__opt_nvme_chunk(size_t extent, size_t chunk_bytes, size_t room,
                                       size_t gsz, size_t psz);
 /* Bytes of one record on disk, and of one pinned slot. `gsz`, `psz`: the

@@ -11,7 +11,9 @@
  * there is nothing to size a pool by, so each region is mapped, locked and
  * registered on its own.
  *
- * Invariant: eng->host_bytes is the sum of the live regions' sizes;
+ * Invariant: eng->host_bytes is the sum of the live regions' sizes, and
+ * eng->host_pages the sum of their 4 KiB pages (the pool hands out whole
+ * pages: the budget bounds those);
  * eng->host_locked is 0 once any region could not be locked, and
  * eng->host_note says why.
  */
@@ -65,12 +67,13 @@ static int pool_open(zt_engine_t *eng) {
 int zt__pinned_alloc(zt_engine_t *eng, size_t bytes, void **out) {
   *out = NULL;
   size_t budget = eng->cfg.pinned_budget_bytes;
-  if (budget && (bytes > budget || eng->host_bytes > budget - bytes))
+  size_t pages = page_round(bytes);
+  if (budget && (pages > budget || eng->host_pages > budget - pages))
     return zt__errf(&eng->err, -ENOMEM,
-                    "pinned_budget_bytes is %zu but the host tier needs %zu more bytes "
-                    "with %zu held; raise pinned_budget_bytes or keep the optimizer "
-                    "states on the device",
-                    budget, bytes, eng->host_bytes);
+                    "pinned_budget_bytes is %zu but ztier needs %zu more bytes of pinned "
+                    "memory (%zu in 4 KiB pages) with %zu held; raise pinned_budget_bytes "
+                    "(`ztier plan` gives what a model needs)",
+                    budget, bytes, pages, eng->host_pages);
   if (budget) {
     if (eng->pinned_pool == NULL) ZT_TRY(pool_open(eng));
     void *p;
@@ -79,6 +82,7 @@ int zt__pinned_alloc(zt_engine_t *eng, size_t bytes, void **out) {
      * block may have been used before. */
     memset(p, 0, bytes);
     eng->host_bytes += bytes;
+    eng->host_pages += pages;
     *out = p;
     return 0;
   }
@@ -104,6 +108,7 @@ int zt__pinned_alloc(zt_engine_t *eng, size_t bytes, void **out) {
     return rc;
   }
   eng->host_bytes += bytes;
+  eng->host_pages += len;
   *out = p;
   return 0;
 }
@@ -124,6 +129,7 @@ void zt__pinned_free(zt_engine_t *eng, void *p, size_t bytes) {
     munmap(p, page_round(bytes)); /* also unlocks */
   }
   eng->host_bytes -= bytes;
+  eng->host_pages -= page_round(bytes);
 }
 
 void zt__pinned_fini(zt_engine_t *eng) {

@@ -213,9 +213,10 @@ static const keydef_t keys[] = {
             "0 = no limit"},
     {FIELD(pinned_budget_bytes), .type = T_SIZE, .at_least_chunk = 1,
      .also = "with optimizer_tier \"host\": >= 6 * chunk_bytes (the staging ring)",
-     .doc = "most pinned host memory the engine may hold (host-tier states and "
-            "the staging ring; the nvme tier's slots, whose chunk shrinks to fit); "
-            "0 = no limit"},
+     .doc = "most pinned host memory the engine may hold, in 4 KiB pages (host-tier "
+            "states and the staging ring; the nvme tier's slots, whose chunk shrinks "
+            "to fit; at stages 1-3 with either, the shard's gradient sums, parameters "
+            "and buckets); 0 = no limit"},
     {FIELD(numa_node), .type = T_INT, .lo = -1, .hi = 1023, .sup = 1023,
      .doc = "NUMA node of the pinned host memory (with pinned_budget_bytes set): -1 "
             "places it on the node hwloc reports next to the GPU (cuda backend), or "

@@ -91,6 +91,8 @@ struct zt_engine {
   size_t staging_bytes;
   zt__seg_t *window_segs[ZT_STAGING_SLOTS]; /* host tier: a window's pieces */
   size_t host_bytes;      /* pinned host memory held                      */
+  size_t host_pages;      /* the same, each region rounded up to its pages:
+                             what pinned_budget_bytes bounds              */
   int host_locked;        /* every pinned region is mlock'ed              */
   int host_lock_warned;   /* the mlock warning was logged                 */
   char host_note[256];    /* why pinned memory is not locked / not placed */

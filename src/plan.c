@@ -17,15 +17,18 @@ static uint64_t max_u(uint64_t a, uint64_t b) { return a > b ? a : b; }
 /* zt__part_alloc gives an empty buffer 64 bytes. */
 static uint64_t part_bytes(uint64_t b) { return b ? b : 64; }
 
+/* Pinned memory comes in 4 KiB pages: what the budget bounds (pinned.c). */
+static uint64_t pages(uint64_t b) { return (b + 4095) / 4096 * 4096; }
+
 /* The nvme tier over `n` states (opt_nvme.c): its pinned slots, added to
  * `host`, and its records on disk. The slots get the room the budget leaves
- * after `host`, what is pinned before them. `gsz`, `psz`: the slots'
+ * after `pinned`, the pages pinned before them. `gsz`, `psz`: the slots'
  * gradient and parameter elements (0: the slot has none, see opt_nvme.h's
  * in_host). */
 static void nvme_tier(const zt__plan_in_t *in, uint64_t n, size_t gsz, size_t psz,
-                      uint64_t *host, uint64_t *nvme, zt__plan_t *out) {
+                      uint64_t pinned, uint64_t *host, uint64_t *nvme, zt__plan_t *out) {
   uint64_t budget = in->pinned_budget_bytes, room = 0;
-  if (budget) room = budget > *host ? budget - *host : 1; /* 0 would mean no limit */
+  if (budget) room = budget > pinned ? budget - pinned : 1; /* 0 would mean no limit */
   size_t chunk = zt__opt_nvme_chunk(n, in->chunk_bytes, room, gsz, psz);
   if (chunk == 0) {
     out->supported = 0;
@@ -61,7 +64,7 @@ int zt__plan(const zt__plan_in_t *in, zt__plan_t *out) {
       host = 3 * n * 4 + STAGING_SLOTS * chunk * (psz + gsz);
     } else {
       /* The slots copy the loop's gradients in and parameters out. */
-      nvme_tier(in, n, gsz, psz, &host, &nvme, out);
+      nvme_tier(in, n, gsz, psz, 0, &host, &nvme, out);
     }
   } else {
     uint64_t per = (n + (uint64_t)in->ranks - 1) / (uint64_t)in->ranks;
@@ -82,9 +85,12 @@ int zt__plan(const zt__plan_in_t *in, zt__plan_t *out) {
     uint64_t send = part_bytes(bucket * max_u(gsz, psz));
     uint64_t recv = part_bytes(max_u((uint64_t)in->ranks * own * gsz, bucket * psz));
     uint64_t buckets = ZT_XFER_SLOTS * (send + recv);
+    uint64_t bucket_pages = ZT_XFER_SLOTS * (pages(send) + pages(recv));
     /* Stage 3's gathers through pinned buckets have buckets of their own. */
-    if (in->stage == 3 && in->optimizer_tier != ZT_TIER_DEVICE)
+    if (in->stage == 3 && in->optimizer_tier != ZT_TIER_DEVICE) {
       buckets += ZT_XFER_SLOTS * part_bytes(bucket * psz);
+      bucket_pages += ZT_XFER_SLOTS * pages(part_bytes(bucket * psz));
+    }
     /* In allocation order (register.c): the partition's buffers, the
      * states, the parameter tier's pages, the nvme tier's slots. The host
      * and nvme tiers update on the CPU, so the partition's buffers are
@@ -101,18 +107,21 @@ int zt__plan(const zt__plan_in_t *in, zt__plan_t *out) {
     } else {
       host = shard_bufs + buckets + (in->optimizer_tier == ZT_TIER_HOST ? states : 0);
     }
+    uint64_t param_pages = 0;
     if (params_on_disk) {
       /* On disk between steps, written through two pinned pages
        * (param_nvme.c); reads ahead are zt_stats' read_ahead_bytes. */
-      uint64_t file = (max_u(mine * psz, 1) + 4095) / 4096 * 4096;
-      uint64_t page = min_u((in->chunk_bytes + 4095) / 4096 * 4096, file);
-      host += 2 * page;
+      uint64_t file = pages(max_u(mine * psz, 1));
+      param_pages = 2 * min_u(pages(in->chunk_bytes), file);
+      host += param_pages;
       nvme += file;
     }
     /* The slots read the gradient sums and write the parameters where
      * they are, or send the parameters to the parameter tier's file. */
-    if (in->optimizer_tier == ZT_TIER_NVME && mine)
-      nvme_tier(in, mine, 0, params_on_disk ? psz : 0, &host, &nvme, out);
+    if (in->optimizer_tier == ZT_TIER_NVME && mine) {
+      uint64_t pinned = pages(part_bytes(mine * 4)) + pages(params) + bucket_pages + param_pages;
+      nvme_tier(in, mine, 0, params_on_disk ? psz : 0, pinned, &host, &nvme, out);
+    }
     if (in->stage == 3) {
       /* The loop holds no model buffer: ztier's shards (above) are the
        * parameters, and a fetched group's gathered copy lives in backend

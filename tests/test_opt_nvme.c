@@ -232,58 +232,84 @@ static void test_rss_within_budget(void **state) {
   flat_destroy(&f);
 }
 
+/* Stage 1, one rank, 40000 fp32 parameters, two steps: the parameters after
+ * them and the stats, or a negative code from the registration. */
+static int stage1_run(zt_tier_t tier, size_t budget, float *params, zt_stats_t *st) {
+  const size_t numel = 40000;
+  zt_config_t cfg = nvme_config(tier);
+  cfg.comm = ZT_COMM_SINGLE;
+  cfg.stage = 1;
+  cfg.bucket_bytes = 4096;
+  cfg.chunk_bytes = 64u << 10; /* 4 slots of 16 Ki elements: more than small budgets leave */
+  cfg.pinned_budget_bytes = budget;
+  flat_t f;
+  int rc = flat_create(&f, &cfg, numel);
+  if (rc < 0) {
+    printf("# budget %zu: %s\n", budget, zt_last_error(f.eng));
+    flat_destroy(&f);
+    return rc;
+  }
+  T_OK(one_step(&f, 1), f.eng);
+  T_OK(one_step(&f, 2), f.eng);
+  t_buf_download(f.eng, params, f.dp, numel * 4);
+  *st = (zt_stats_t)ZT_STATS_INIT;
+  T_OK(zt_stats(f.eng, st), f.eng);
+  flat_destroy(&f);
+  return 0;
+}
+
 /* Stage 1: the nvme tier updates the shard where the partition keeps it
  * pinned, as the host tier does, so it moves the host tier's bytes between
  * device and host (no window of gradients or parameters copied through its
  * slots on top), and gives the host tier's bits. Under a pinned budget that
- * binds, its slots take the room the partition's buffers leave: host and
- * nvme bytes are `ztier plan`'s, within the budget, below the same plan
- * without one. */
+ * binds, its slots take the room the partition's buffers leave, counted in
+ * the 4 KiB pages the pool hands out: every budget `ztier plan` accepts
+ * registers, with host and nvme bytes the plan's, within the budget (among
+ * them the plan's own figure without a budget), and the one a byte short
+ * of the least, which the plan refuses, is refused with -ENOMEM. */
 static void test_stage1_shard_in_place(void **state) {
-  const size_t numel = 40000, budget = 640u << 10;
+  const size_t numel = 40000;
   float *want = malloc(numel * 4), *got = malloc(numel * 4);
-  zt_stats_t st[2];
-  for (int k = 0; k < 2; k++) {
-    zt_tier_t tier = k ? ZT_TIER_NVME : ZT_TIER_HOST;
-    zt_config_t cfg = nvme_config(tier);
-    cfg.comm = ZT_COMM_SINGLE;
-    cfg.stage = 1;
-    cfg.bucket_bytes = 4096;
-    cfg.chunk_bytes = 64u << 10; /* 4 slots of 16 Ki elements: more than the budget leaves */
-    cfg.pinned_budget_bytes = k ? budget : 0; /* the host tier's states would not fit */
-    flat_t f;
-    int rc = flat_create(&f, &cfg, numel);
-    T_OK(rc, f.eng);
-    T_OK(one_step(&f, 1), f.eng);
-    T_OK(one_step(&f, 2), f.eng);
-    t_buf_download(f.eng, k ? got : want, f.dp, numel * 4);
-    st[k] = (zt_stats_t)ZT_STATS_INIT;
-    T_OK(zt_stats(f.eng, &st[k]), f.eng);
-    flat_destroy(&f);
-  }
-  t_expect_same("nvme tier against host tier, stage 1", got, want, 4, numel);
-  printf("# d2h %llu / %llu, h2d %llu / %llu (host / nvme tier)\n",
-         (unsigned long long)st[0].d2h_bytes, (unsigned long long)st[1].d2h_bytes,
-         (unsigned long long)st[0].h2d_bytes, (unsigned long long)st[1].h2d_bytes);
-  assert_int_equal(st[1].d2h_bytes, st[0].d2h_bytes);
-  assert_int_equal(st[1].h2d_bytes, st[0].h2d_bytes);
+  zt_stats_t host, st;
+  assert_int_equal(stage1_run(ZT_TIER_HOST, 0, want, &host), 0);
 
   zt__plan_in_t in = {numel, 1, 0, 1, ZT_FP32, ZT_FP32, ZT_TIER_NVME, ZT_TIER_DEVICE,
-                      4096, 64u << 10, budget};
-  zt__plan_t p, unbounded;
-  assert_int_equal(zt__plan(&in, &p), 0);
-  in.pinned_budget_bytes = 0;
+                      4096, 64u << 10, 0};
+  zt__plan_t unbounded;
   assert_int_equal(zt__plan(&in, &unbounded), 0);
-  printf("# pinned %llu (plan %llu, %llu without a budget of %zu), nvme %llu (plan %llu)\n",
-         (unsigned long long)st[1].host_bytes, (unsigned long long)p.ztier_host,
-         (unsigned long long)unbounded.ztier_host, budget,
-         (unsigned long long)st[1].nvme_bytes, (unsigned long long)p.ztier_nvme);
-  assert_true(p.supported);
-  assert_int_equal(st[1].host_bytes, p.ztier_host);
-  assert_int_equal(st[1].nvme_bytes, p.ztier_nvme);
-  assert_int_equal(st[1].device_bytes, st[0].device_bytes); /* the loop's buffers alone */
-  assert_true(st[1].host_bytes <= budget);
-  assert_true(unbounded.ztier_host > budget);
+  /* The least: the shard's sums and parameters (160000 bytes each) and two
+   * bucket pairs (4096 bytes each), in pages, then 4 slots of a 1024-element
+   * record (12288 bytes). */
+  const size_t least = 2 * (40u << 12) + 4 * 4096 + 4 * 12288;
+  const size_t budgets[] = {0, unbounded.ztier_host, 640u << 10, (560u << 10) + 4095, least,
+                            least - 1};
+  for (size_t i = 0; i < sizeof budgets / sizeof budgets[0]; i++) {
+    size_t budget = budgets[i];
+    in.pinned_budget_bytes = budget;
+    zt__plan_t p;
+    assert_int_equal(zt__plan(&in, &p), 0);
+    int rc = stage1_run(ZT_TIER_NVME, budget, got, &st);
+    printf("# budget %zu: plan %s (host %llu); registration %d; pinned %llu, nvme %llu "
+           "(plan %llu); d2h %llu, h2d %llu (host tier %llu, %llu)\n",
+           budget, p.supported ? "fits" : p.note, (unsigned long long)p.ztier_host, rc,
+           (unsigned long long)st.host_bytes, (unsigned long long)st.nvme_bytes,
+           (unsigned long long)p.ztier_nvme, (unsigned long long)st.d2h_bytes,
+           (unsigned long long)st.h2d_bytes, (unsigned long long)host.d2h_bytes,
+           (unsigned long long)host.h2d_bytes);
+    assert_int_equal(rc == 0, p.supported);
+    assert_int_equal(rc == 0, budget != least - 1);
+    if (rc < 0) {
+      assert_int_equal(rc, -ENOMEM);
+      continue;
+    }
+    t_expect_same("nvme tier against host tier, stage 1", got, want, 4, numel);
+    assert_int_equal(st.d2h_bytes, host.d2h_bytes);
+    assert_int_equal(st.h2d_bytes, host.h2d_bytes);
+    assert_int_equal(st.device_bytes, host.device_bytes); /* the loop's buffers alone */
+    assert_int_equal(st.host_bytes, p.ztier_host);
+    assert_int_equal(st.nvme_bytes, p.ztier_nvme);
+    if (budget) assert_true(st.host_bytes <= budget);
+  }
   free(want);
   free(got);
 }
