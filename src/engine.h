@@ -103,6 +103,10 @@ struct zt_engine {
 
   zt__scaler_t scaler;
   int broken; /* an error left states half-updated: refuse further steps */
+  /* Stage 3: zt_fetch calls since registration or the last step. None means
+   * the loop computed on its own copy of the parameters, which stage 3 never
+   * updates: zt_step refuses rather than train frozen weights. */
+  uint64_t fetches_since_step;
 
   /* Statistics. */
   uint64_t d2h_bytes, h2d_bytes;

@@ -85,6 +85,7 @@ int zt_fetch(zt_engine_t *eng, int group, void **params, size_t n_units) {
     return rc;
   }
   g->fetched++;
+  eng->fetches_since_step++;
   return unit_pointers(eng, "zt_fetch", group, g, g->params, psz, 1, params, n_units);
 }
 

@@ -341,6 +341,15 @@ int zt_step(zt_engine_t *eng, const zt_step_args_t *args, zt_step_info_t *info) 
                          eng->part.groups[g].id);
         break;
       }
+  if (local == 0 && eng->partitioned && eng->cfg.stage >= 3 && eng->fetches_since_step == 0)
+    local = zt__errf(&eng->err, -EINVAL,
+                     "zt_step: stage 3 and no group was fetched since %s; at stage 3 the "
+                     "engine holds the parameters and updates only its shards, so a loop "
+                     "that reads its own buffer trains weights that never change. Bracket "
+                     "each group's use with zt_fetch()/zt_release() and call "
+                     "zt_grads_ready() as its gradients finish (docs/stages.md), or set "
+                     "\"stage\" to 0, 1 or 2, which update the registered buffer in place",
+                     eng->steps + eng->skipped_steps ? "the last step" : "registration");
   double t0 = zt__now();
 
   double sumsq = 0.0, avg = 1.0;
@@ -394,6 +403,7 @@ int zt_step(zt_engine_t *eng, const zt_step_args_t *args, zt_step_info_t *info) 
     eng->steps++;
   }
   if (eng->partitioned) zt__part_reset(eng);
+  eng->fetches_since_step = 0;
   /* The iteration ends here, skipped or not: the next one is read ahead. */
   if (eng->partitioned && eng->cfg.stage >= 3) {
     rc = zt__prefetch_step_end(eng);

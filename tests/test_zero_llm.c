@@ -640,7 +640,70 @@ static void llm_stage1(void **state) {
   check_run(&run);
 }
 
+/* The loop of an llm.c user who set "stage": 3 and changed nothing else: it
+ * computes on its own flat buffer and steps, never fetching. Stage 3 updates
+ * only its shards, so that loop would train frozen weights; the step refuses
+ * on every rank, naming the cause and both ways out, and trains nothing. The
+ * engine stays usable: the same step with fetches goes through, and a later
+ * step without one is refused again. */
+static void llm_stage3_unfetched(void **state) {
+  zt_config_t cfg = t_config();
+  cfg.stage = 3;
+  cfg.bucket_bytes = 4096;
+  loop_t lp = {t_engine(&cfg), 1, 0, malloc(NUMEL * sizeof(float)),
+               malloc(NUMEL * sizeof(float)), {NULL}};
+  assert_non_null(lp.work);
+  assert_non_null(lp.gwork);
+  zt_stats_t st = ZT_STATS_INIT;
+  T_OK(zt_stats(lp.eng, &st), lp.eng);
+  lp.world = st.world;
+  lp.rank = st.rank;
+  size_t bytes = NUMEL * sizeof(float);
+  float *host = malloc(bytes);
+  assert_non_null(host);
+  void *params = t_buf_alloc(lp.eng, bytes);
+  void *grads = t_buf_alloc(lp.eng, bytes);
+  init_params(host);
+  t_buf_upload(lp.eng, params, host, bytes);
+  T_OK(zt_register_units(lp.eng, params, grads, NUMEL, ZT_FP32, ZT_FP32, units, N_UNITS),
+       lp.eng);
+
+  /* Fresh gradients in the registered buffer, as the user's backward
+   * writes them. */
+  t_rng_t rng;
+  t_rng_init(&rng, t_seed() + (uint64_t)lp.rank);
+  t_fill_normal(host, ZT_FP32, NUMEL, 1.0, &rng);
+  t_buf_upload(lp.eng, grads, host, bytes);
+  zt_step_args_t args = step_args(1);
+  T_EXPECT_ERR(zt_step(lp.eng, &args, NULL), lp.eng, -EINVAL,
+               "no group was fetched since registration");
+  assert_non_null(strstr(zt_last_error(lp.eng), "zt_fetch()/zt_release()"));
+  assert_non_null(strstr(zt_last_error(lp.eng), "\"stage\" to 0, 1 or 2"));
+  T_OK(zt_stats(lp.eng, &st), lp.eng);
+  assert_int_equal(st.steps, 0);
+
+  acts_t *acts = malloc((size_t)lp.world * sizeof *acts);
+  assert_non_null(acts);
+  float loss[W_MAX + 1];
+  for (size_t i = 0; i < NUMEL; i++) lp.work[i] = lp.gwork[i] = NAN;
+  train_step(&lp, 1, acts, loss, grads);
+  T_OK(zt_stats(lp.eng, &st), lp.eng);
+  assert_int_equal(st.steps, 1);
+
+  args = step_args(2);
+  T_EXPECT_ERR(zt_step(lp.eng, &args, NULL), lp.eng, -EINVAL,
+               "no group was fetched since the last step");
+  t_buf_free(lp.eng, grads, bytes);
+  t_buf_free(lp.eng, params, bytes);
+  zt_engine_destroy(lp.eng);
+  free(host);
+  free(acts);
+  free(lp.work);
+  free(lp.gwork);
+}
+
 static const struct CMUnitTest scenarios[] = {
+    cmocka_unit_test(llm_stage3_unfetched),
     cmocka_unit_test(llm_stage1),
     cmocka_unit_test(llm_stage2),
     cmocka_unit_test(llm_stage3),
