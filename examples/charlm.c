@@ -469,6 +469,7 @@ typedef struct {
   const char *swap_path;  // NULL: the config's
   const char *pinned_budget; // NULL: the config's
   const char *save;   // NULL: no checkpoint at the end
+  int save_every;     // 0: --save only after the last step
   const char *resume; // NULL: train from the initialisation
 } Options;
 
@@ -498,6 +499,10 @@ static void usage(FILE *f) {
           "  --plot FILE.png         draw the loss curve (needs gnuplot)\n"
           "  --save DIR              checkpoint ztier's states into DIR after the last "
           "step\n"
+          "  --save-every N          also checkpoint into --save DIR every N steps, so a "
+          "killed run\n"
+          "                          resumes from its last save (default 0: at the end "
+          "only)\n"
           "  --resume DIR            load the checkpoint in DIR and go on from its step "
           "to --steps\n"
           "  -h, --help              this text\n");
@@ -538,7 +543,7 @@ static int parse_float(const char *flag, const char *s, float lo, float hi, floa
 // Returns 0, 1 for --help, or -1 on a bad command line (already reported).
 static int parse_args(int argc, char **argv, Options *o) {
   *o = (Options){"/usr/share/common-licenses/GPL-3", 300, NULL, "fp32", 3e-3f, 0.1f,
-                 64, 1337, NULL, 25, -1, NULL, NULL, -1, NULL, NULL, NULL, NULL, NULL};
+                 64, 1337, NULL, 25, -1, NULL, NULL, -1, NULL, NULL, NULL, NULL, 0, NULL};
   for (int i = 1; i < argc; i++) {
     const char *f = argv[i];
     if (!strcmp(f, "-h") || !strcmp(f, "--help")) return 1;
@@ -550,7 +555,8 @@ static int parse_args(int argc, char **argv, Options *o) {
                                   "--lr", "--weight-decay", "--batch", "--seed",
                                   "--config", "--every", "--threads", "--csv",
                                   "--plot", "--stage", "--param-tier", "--swap-path",
-                                  "--pinned-budget", "--save", "--resume"};
+                                  "--pinned-budget", "--save", "--resume",
+                                  "--save-every"};
     int k = -1;
     for (int j = 0; j < (int)(sizeof known / sizeof known[0]); j++)
       if (!strcmp(f, known[j])) k = j;
@@ -622,7 +628,16 @@ static int parse_args(int argc, char **argv, Options *o) {
     case 16: o->pinned_budget = v; break;
     case 17: o->save = v; break;
     case 18: o->resume = v; break;
+    case 19:
+      if (parse_long(f, v, 0, 100000000, &n)) return -1;
+      o->save_every = (int)n;
+      break;
     }
+  }
+  if (o->save_every > 0 && o->save == NULL) {
+    fprintf(stderr, "charlm: --save-every %d needs --save DIR (where to save)\n",
+            o->save_every);
+    return -1;
   }
   return 0;
 }
@@ -782,6 +797,9 @@ static size_t batch_position(const Text *tx, uint64_t *rng) {
 // The training loop, llm.c's shape, from step `start` (0, or where a
 // checkpoint left off). Fills losses[start, steps). Returns 0 or the
 // failing call's code.
+// Runs shorter than this are not failed for a loss that did not go down.
+#define MIN_JUDGED_STEPS 50
+
 static int train(CharLM *model, const Text *tx, const Options *opt, uint64_t *rng,
                  int *ctx, int *tgt, float *losses, FILE *csv, int start) {
   int B = opt->batch, period = 0;
@@ -816,6 +834,44 @@ static int train(CharLM *model, const Text *tx, const Options *opt, uint64_t *rn
       period = 0;
       t0 = now_s();
     }
+    // The last step's checkpoint is main's, after the run's summary.
+    if (opt->save_every > 0 && (step + 1) % opt->save_every == 0 && step + 1 < opt->steps) {
+      rc = zt_save(model->engine, opt->save);
+      if (rc < 0) {
+        fprintf(stderr, "charlm: --save %s at step %d: %s (%s)\n", opt->save, step + 1,
+                zt_strerror(rc), zt_last_error(model->engine));
+        return rc;
+      }
+      printf("checkpoint: %s (step %d)\n", opt->save, step + 1);
+      fflush(stdout);
+    }
+  }
+  return 0;
+}
+
+// The config flags into cfg. The swap path and the stage first: the tiers
+// are checked against them, and the budget against the tier. `early`: before
+// the config file, where a flag the file's keys will make valid (a budget
+// the file's tier allows) is left for the second pass.
+static int apply_flags(const Options *opt, zt_config_t *cfg, int early) {
+  const char *keys[] = {"swap_path", "stage", "optimizer_tier", "param_tier",
+                        "pinned_budget_bytes"};
+  const char *flags[] = {"--swap-path", "--stage", "--optimizer-tier", "--param-tier",
+                         "--pinned-budget"};
+  char stage[8];
+  snprintf(stage, sizeof stage, "%d", opt->stage);
+  const char *values[] = {opt->swap_path, opt->stage >= 0 ? stage : NULL, opt->tier,
+                          opt->param_tier, opt->pinned_budget};
+  for (int k = 0; k < 5; k++) {
+    if (values[k] == NULL) continue;
+    zt_config_t before = *cfg;
+    if (zt_config_set(cfg, keys[k], values[k]) == 0) continue;
+    if (early && opt->config) {
+      *cfg = before; // the file may make it valid; the second pass decides
+      continue;
+    }
+    fprintf(stderr, "charlm: %s %s: %s\n", flags[k], values[k], zt_last_error(NULL));
+    return -1;
   }
   return 0;
 }
@@ -830,27 +886,18 @@ int main(int argc, char **argv) {
   if (pr < 0) return 2;
 
   // ztier's config: its defaults, charlm's default tier, the file, the flags.
+  // zt_config_load checks each key of the file against the config it is
+  // loaded into (a budget against the tier, a tier against the swap path),
+  // so the flags are set before the file as well as after it: the file is
+  // checked against the configuration the run will have, and the flags win.
   zt_config_t cfg = ZT_CONFIG_INIT;
   cfg.optimizer_tier = ZT_TIER_HOST;
+  if (apply_flags(&opt, &cfg, 1) < 0) return 2;
   if (opt.config && zt_config_load(&cfg, opt.config) < 0) {
     fprintf(stderr, "charlm: --config %s: %s\n", opt.config, zt_last_error(NULL));
     return 2;
   }
-  // The swap path and the stage first: the tiers are checked against them,
-  // and the budget against the tier.
-  const char *keys[] = {"swap_path", "stage", "optimizer_tier", "param_tier",
-                        "pinned_budget_bytes"};
-  const char *flags[] = {"--swap-path", "--stage", "--optimizer-tier", "--param-tier",
-                         "--pinned-budget"};
-  char stage[8];
-  snprintf(stage, sizeof stage, "%d", opt.stage);
-  const char *values[] = {opt.swap_path, opt.stage >= 0 ? stage : NULL, opt.tier,
-                          opt.param_tier, opt.pinned_budget};
-  for (int k = 0; k < 5; k++)
-    if (values[k] && zt_config_set(&cfg, keys[k], values[k]) < 0) {
-      fprintf(stderr, "charlm: %s %s: %s\n", flags[k], values[k], zt_last_error(NULL));
-      return 2;
-    }
+  if (apply_flags(&opt, &cfg, 0) < 0) return 2;
   if (opt.threads >= 0) {
     char v[16];
     snprintf(v, sizeof v, "%d", opt.threads);
@@ -995,7 +1042,9 @@ int main(int argc, char **argv) {
              opt.save);
     }
   }
-  if (!(last < first)) {
+  // A few steps' losses are noise (a resumed run may take only two), so the
+  // run is judged only when it trained long enough for the trend to show.
+  if (trained >= MIN_JUDGED_STEPS && !(last < first)) {
     fprintf(stderr, "charlm: the loss did not go down (%.4f -> %.4f)\n", first, last);
     failed = 1;
   }
