@@ -5,11 +5,13 @@
  * device run asynchronously at full speed, and counted against the engine's
  * pinned_budget_bytes.
  *
- * With a budget (pinned_budget_bytes > 0) the whole budget is one pinned
- * pool (pool.c), mapped, NUMA-placed, locked and registered once, at the
- * first allocation: later allocations make no system call. Without one
- * there is nothing to size a pool by, so each region is mapped, locked and
- * registered on its own.
+ * With a budget (pinned_budget_bytes > 0) the budget is one pinned pool
+ * (pool.c), its address space reserved and NUMA-placed at the first
+ * allocation; the pool commits and locks memory as it hands it out, so a
+ * budget larger than the model costs no RAM. Engine create refuses a budget
+ * larger than the memory the machine (or the cgroup) has left, before
+ * anything is allocated. Without a budget there is nothing to size a pool
+ * by, so each region is mapped, locked and registered on its own.
  *
  * Invariant: eng->host_bytes is the sum of the live regions' sizes, and
  * eng->host_pages the sum of their 4 KiB pages (the pool hands out whole
@@ -21,6 +23,8 @@
 #include <stdio.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
+#include <unistd.h>
 
 #include "engine.h" // defines: struct zt_engine (budget, counters, backend)
 #include "pinned.h"
@@ -58,10 +62,31 @@ static int pool_open(zt_engine_t *eng) {
   zt__hostpool_info_t info;
   zt__hostpool_info(eng->pinned_pool, &info);
   eng->host_numa_node = info.numa_node;
-  if (!info.locked) not_locked(eng, info.note);
-  else if (info.note[0])
-    snprintf(eng->host_note, sizeof eng->host_note, "%s", info.note);
+  if (info.note[0]) snprintf(eng->host_note, sizeof eng->host_note, "%s", info.note);
   return 0;
+}
+
+int zt__pinned_check_budget(zt_engine_t *eng) {
+  uint64_t budget = eng->cfg.pinned_budget_bytes, avail;
+  if (budget == 0) return 0;
+  char where[512];
+  if (zt__hostpool_mem_available(&avail, where, sizeof where) < 0) return 0;
+  if (budget <= avail) return 0;
+  /* mlock needs the rlimit too; a budget past it works, unlocked, but a
+   * user raising the budget's memory should hear of both at once. */
+  char lock[200] = "";
+  struct rlimit rl;
+  if (getrlimit(RLIMIT_MEMLOCK, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY &&
+      budget > rl.rlim_cur && geteuid() != 0)
+    snprintf(lock, sizeof lock,
+             "; it is also above RLIMIT_MEMLOCK (%llu bytes), so mlock would fail and the "
+             "memory would not be locked (ulimit -l)",
+             (unsigned long long)rl.rlim_cur);
+  return zt__errf(&eng->err, -ENOMEM,
+                  "pinned_budget_bytes is %llu but this machine has %llu bytes of memory "
+                  "available (%s)%s; lower pinned_budget_bytes to what the model needs "
+                  "(`ztier plan` gives it) or free memory",
+                  (unsigned long long)budget, (unsigned long long)avail, where, lock);
 }
 
 int zt__pinned_alloc(zt_engine_t *eng, size_t bytes, void **out) {
@@ -78,6 +103,10 @@ int zt__pinned_alloc(zt_engine_t *eng, size_t bytes, void **out) {
     if (eng->pinned_pool == NULL) ZT_TRY(pool_open(eng));
     void *p;
     ZT_TRY(zt__hostpool_alloc(eng->pinned_pool, bytes, 0, &p, &eng->err));
+    if (!eng->host_lock_warned) {
+      char why[256];
+      if (!zt__hostpool_locked(eng->pinned_pool, why, sizeof why)) not_locked(eng, why);
+    }
     /* Callers count on zeroed memory (Adam's moments start at 0), and a
      * block may have been used before. */
     memset(p, 0, bytes);

@@ -1,21 +1,26 @@
 /*
- * pool.h — the pinned host pool (offload/pool.c): the whole pinned budget is
- * mapped, advised for huge pages, placed on a NUMA node, locked and registered
- * once at create; allocations then come out of that region with no system
- * call. Thread rule: every call takes the pool's mutex, so a pool may be used
- * from several threads at once (create and destroy excepted).
+ * pool.h — the pinned host pool (offload/pool.c): the pinned budget's address
+ * space is reserved, advised for huge pages and placed on a NUMA node at
+ * create, without memory behind it; blocks are carved out of it first-fit, and
+ * the 2 MiB chunks under a block are committed and locked the first time one
+ * is handed out (later blocks in them make no system call). The pool holds
+ * what it has handed out, never the whole budget up front. Thread rule:
+ * every call takes the pool's mutex, so a pool may be used from several
+ * threads at once (create and destroy excepted).
  */
 #ifndef ZT_POOL_H
 #define ZT_POOL_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 #include "internal.h" // defines: ZT_INTERNAL, zt__err_t
 
 typedef struct zt__hostpool zt__hostpool_t;
 
-/* Called once with the whole region after it is mapped (register) and once
- * before it is unmapped (unregister); a negative register fails create. */
+/* Called with each block as it is handed out (register) and before it is
+ * freed or the pool destroyed (unregister); a negative register fails that
+ * alloc, which hands nothing out. Runs under the pool's mutex. */
 typedef int (*zt__hostpool_reg_fn)(void *arg, void *p, size_t bytes);
 typedef void (*zt__hostpool_unreg_fn)(void *arg, void *p);
 
@@ -31,8 +36,9 @@ typedef struct zt__hostpool_opts {
 typedef struct zt__hostpool_info {
   void *base;
   size_t budget, in_use, peak, largest_free;
+  size_t committed;  /* bytes made real so far (whole 2 MiB chunks, <= budget) */
   size_t huge_bytes; /* AnonHugePages of the region (smaps), 0 if unknown */
-  int locked;        /* 1: mlock succeeded */
+  int locked;        /* 1: every committed chunk is locked (1 before any) */
   int numa_node;     /* node the region was placed on, -1: none */
   char note[256];    /* why not locked / not placed; "" when all went well */
 } zt__hostpool_info_t;
@@ -48,5 +54,15 @@ ZT_INTERNAL int zt__hostpool_alloc(zt__hostpool_t *pool, size_t bytes, size_t al
 /* NULL: nothing; -EINVAL when p is not a live block of this pool. */
 ZT_INTERNAL int zt__hostpool_free(zt__hostpool_t *pool, void *p, zt__err_t *err);
 ZT_INTERNAL void zt__hostpool_info(zt__hostpool_t *pool, zt__hostpool_info_t *info);
+/* info.locked without the smaps read: 1 while every committed chunk is
+ * locked; the note (why not) is copied to `note` unless it is NULL. */
+ZT_INTERNAL int zt__hostpool_locked(zt__hostpool_t *pool, char *note, size_t note_len);
+
+/* The bytes of memory this process can still be given: MemAvailable, or
+ * less where a cgroup (v2 memory.max, v1 memory.limit_in_bytes, of the
+ * process's cgroup or an ancestor) leaves less, counting its inactive page
+ * cache as free as MemAvailable does. `where` (may be NULL) names the
+ * source. -ENOENT with *bytes UINT64_MAX when neither can be read. */
+ZT_INTERNAL int zt__hostpool_mem_available(uint64_t *bytes, char *where, size_t where_len);
 
 #endif /* ZT_POOL_H */

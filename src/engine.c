@@ -9,7 +9,7 @@
 #include "engine.h"
 #include "opt_nvme.h" // defines: zt__opt_nvme_stats
 #include "param_nvme.h" // defines: zt__param_nvme_stats
-#include "pinned.h" // defines: zt__pinned_fini
+#include "pinned.h" // defines: zt__pinned_fini, zt__pinned_check_budget
 
 int zt__engine_valid(const zt_engine_t *eng) {
   return eng != NULL && eng->magic == ZT_ENGINE_MAGIC;
@@ -221,6 +221,10 @@ int zt_engine_create(const zt_config_t *cfg, zt_engine_t **out) {
   eng->scaler.scale = eng->scaler.handed = 1.0;
 
   int rc = 0;
+  /* A pinned budget past the machine's memory is refused before anything is
+   * allocated (locking it would end in the OOM killer), on this rank, and
+   * through the agreement below on every rank. */
+  if (local == 0) local = zt__pinned_check_budget(eng);
   if (local == 0) local = zt__cpu_create(eng->cfg.threads, &eng->err, &eng->cpu);
   if (local == 0) local = eng->be_ops->create(&eng->cfg, eng->cpu, &eng->err, &eng->be);
   ZT_TRY_GOTO(zt__comm_create(&eng->cfg, &eng->err, &eng->comm), rc, fail);

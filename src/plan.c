@@ -33,9 +33,13 @@ static void nvme_tier(const zt__plan_in_t *in, uint64_t n, size_t gsz, size_t ps
   if (chunk == 0) {
     out->supported = 0;
     out->note = "pinned_budget_bytes cannot hold the nvme tier's slots";
-    return;
+    /* The states still go to disk: the figures are those of the slots
+     * without a budget, so the nvme row counts them. */
+    chunk = zt__opt_nvme_chunk(n, in->chunk_bytes, 0, gsz, psz);
   }
   *host += ZT_NVME_SLOTS * (uint64_t)zt__opt_nvme_slot_bytes(chunk, gsz, psz);
+  out->pinned_bytes += ZT_NVME_SLOTS * (pages(zt__opt_nvme_stride(chunk)) +
+                                        pages(chunk * gsz) + pages(chunk * psz));
   *nvme += (n + chunk - 1) / chunk * (uint64_t)zt__opt_nvme_stride(chunk);
 }
 
@@ -62,6 +66,8 @@ int zt__plan(const zt__plan_in_t *in, zt__plan_t *out) {
     } else if (in->optimizer_tier == ZT_TIER_HOST) {
       uint64_t chunk = min_u(max_u(in->chunk_bytes / 4, 1), n);
       host = 3 * n * 4 + STAGING_SLOTS * chunk * (psz + gsz);
+      out->pinned_bytes = 3 * pages(n * 4) + STAGING_SLOTS * (pages(chunk * psz) +
+                                                              pages(chunk * gsz));
     } else {
       /* The slots copy the loop's gradients in and parameters out. */
       nvme_tier(in, n, gsz, psz, 0, &host, &nvme, out);
@@ -103,9 +109,13 @@ int zt__plan(const zt__plan_in_t *in, zt__plan_t *out) {
         /* The shard's parameters in pinned memory (partition.c). */
         device -= params;
         host += params;
+        out->pinned_bytes += pages(params);
       }
     } else {
       host = shard_bufs + buckets + (in->optimizer_tier == ZT_TIER_HOST ? states : 0);
+      out->pinned_bytes += pages(part_bytes(mine * 4)) + pages(params) + bucket_pages +
+                           (in->optimizer_tier == ZT_TIER_HOST ? 3 * pages(part_bytes(mine * 4))
+                                                               : 0);
     }
     uint64_t param_pages = 0;
     if (params_on_disk) {
@@ -114,6 +124,7 @@ int zt__plan(const zt__plan_in_t *in, zt__plan_t *out) {
       uint64_t file = pages(max_u(mine * psz, 1));
       param_pages = 2 * min_u(pages(in->chunk_bytes), file);
       host += param_pages;
+      out->pinned_bytes += param_pages;
       nvme += file;
     }
     /* The slots read the gradient sums and write the parameters where
@@ -140,8 +151,50 @@ int zt__plan(const zt__plan_in_t *in, zt__plan_t *out) {
       }
     }
   }
+  /* The engine refuses an allocation that would take the pinned pages past
+   * the budget (pinned.c), so a budget below the peak cannot run. */
+  size_t budget = in->pinned_budget_bytes;
+  if (budget && out->supported) {
+    /* The config's own rules on a budget (config.c) come first: such a
+     * config never makes an engine. */
+    if (budget < in->chunk_bytes) {
+      out->supported = 0;
+      out->note = "pinned_budget_bytes is below chunk_bytes, which the config refuses";
+    } else if (in->optimizer_tier == ZT_TIER_HOST &&
+               budget / (2 * STAGING_SLOTS) < in->chunk_bytes) {
+      out->supported = 0;
+      out->note = "pinned_budget_bytes is below 6 * chunk_bytes, the host tier's staging "
+                  "ring, which the config refuses";
+    } else if (out->pinned_bytes > budget) {
+      out->supported = 0;
+      out->note = "pinned_budget_bytes is below the pinned memory this configuration needs";
+    }
+  }
   out->ztier_device = device;
   out->ztier_host = host;
   out->ztier_nvme = nvme;
+  return 0;
+}
+
+int zt__plan_least_budget(const zt__plan_in_t *in, uint64_t *least) {
+  *least = 0;
+  zt__plan_in_t q = *in;
+  q.pinned_budget_bytes = 0;
+  zt__plan_t p;
+  ZT_TRY(zt__plan(&q, &p));
+  if (!p.supported) return -EINVAL;
+  if (p.pinned_bytes == 0) return 0;
+  /* Without a budget the pinned peak runs; a budget fits or not the more
+   * room it leaves (the nvme tier's slots shrink to fit), so the least is
+   * found by halving. */
+  uint64_t lo = 1, hi = p.pinned_bytes;
+  while (lo < hi) {
+    uint64_t mid = lo + (hi - lo) / 2;
+    q.pinned_budget_bytes = mid;
+    ZT_TRY(zt__plan(&q, &p));
+    if (p.supported) hi = mid;
+    else lo = mid + 1;
+  }
+  *least = lo;
   return 0;
 }

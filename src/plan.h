@@ -32,11 +32,19 @@ typedef struct zt__plan {
    * buffer (stages 0, 1; at stage 2 zt_grads() replaces it). */
   uint64_t loop_device;
   uint64_t shard_params; /* elements whose states this rank owns */
+  /* Of ztier_host, the pinned memory at its peak, in the 4 KiB pages the
+   * budget counts (pinned.c): more than pinned_budget_bytes cannot run. */
+  uint64_t pinned_bytes;
   int supported;         /* 0: this version's engine refuses the combination */
   const char *note;      /* why not, or NULL */
 } zt__plan_t;
 
 /* Fills *out; returns 0, or -EINVAL for inputs out of range. */
 ZT_INTERNAL int zt__plan(const zt__plan_in_t *in, zt__plan_t *out);
+
+/* The least pinned_budget_bytes with which `in` runs (its own budget
+ * ignored): 0 when nothing is pinned. -EINVAL when no budget makes it run
+ * (the combination itself is refused), or for inputs out of range. */
+ZT_INTERNAL int zt__plan_least_budget(const zt__plan_in_t *in, uint64_t *least);
 
 #endif /* ZT_PLAN_H */

@@ -7,12 +7,15 @@
  * threads at once (build with SAN=thread to check the mutex); the engine's
  * host tier holds its states in the pool, and a pool too small for the
  * page-rounded regions refuses with its own sentence; a free the pool
- * refuses leaves the engine's accounting alone.
+ * refuses leaves the engine's accounting alone; a budget far above what is
+ * handed out commits and locks only what is handed out (the pool alone, and
+ * the engine's host tier).
  */
 #define _GNU_SOURCE
 #include <numa.h>
 #include <numaif.h>
 #include <pthread.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
 #include <unistd.h>
@@ -142,7 +145,11 @@ static void test_locked_matches_rlimit(void **state) {
   size_t small = 8 * KB, big = 0;
   zt__hostpool_t *p = mk(small);
   zt__hostpool_info_t in;
+  void *q;
+  /* Memory is locked as it is handed out: hand out all of it. */
+  assert_int_equal(zt__hostpool_alloc(p, small, 0, &q, NULL), 0);
   zt__hostpool_info(p, &in);
+  assert_int_equal(in.committed, small);
   print_message("  RLIMIT_MEMLOCK %llu, locked %d, note '%s'\n",
                 (unsigned long long)rl.rlim_cur, in.locked, in.note);
   if (rl.rlim_cur == RLIM_INFINITY || rl.rlim_cur >= 16 * small) assert_int_equal(in.locked, 1);
@@ -151,6 +158,9 @@ static void test_locked_matches_rlimit(void **state) {
   if (rl.rlim_cur != RLIM_INFINITY && rl.rlim_cur < ((rlim_t)1 << 30)) {
     big = (size_t)rl.rlim_cur + 64 * KB; /* more than the rlimit: cannot lock */
     p = mk(big);
+    zt__hostpool_info(p, &in);
+    assert_int_equal(in.locked, 1); /* nothing committed yet */
+    assert_int_equal(zt__hostpool_alloc(p, big, 0, &q, NULL), 0);
     zt__hostpool_info(p, &in);
     /* root (CAP_IPC_LOCK) locks past the rlimit; everyone else cannot. */
     print_message("  %zu bytes over the rlimit: locked %d (euid %d)\n", big, in.locked,
@@ -183,31 +193,97 @@ static int bad_reg(void *arg, void *p, size_t n) {
   return -EIO;
 }
 
+/* Each block is registered as it is handed out, with its own page-rounded
+ * length (a registration never spans two blocks, which the cuda backend's
+ * cudaHostRegister needs), and unregistered when it is freed or the pool is
+ * destroyed; a refused registration fails that alloc and leaves the pool as
+ * it was. */
 static void test_register_callback(void **state) {
   (void)state;
   t_rng_t r;
   t_rng_init(&r, t_seed());
   regs_t rg = {0};
-  zt__hostpool_opts_t o = {.budget = (1 + t_rng_next(&r) % 32) * KB, .numa_node = -1,
+  zt__hostpool_opts_t o = {.budget = (2 + t_rng_next(&r) % 32) * KB, .numa_node = -1,
                            .reg = on_reg, .unreg = on_unreg, .reg_arg = &rg};
   zt__hostpool_t *p;
   assert_int_equal(zt__hostpool_create(&o, &p, NULL), 0);
   zt__hostpool_info_t in;
   zt__hostpool_info(p, &in);
-  assert_int_equal(rg.reg, 1);
-  assert_ptr_equal(rg.p, in.base);
-  assert_int_equal(rg.n, in.budget);
-  void *q;
+  assert_int_equal(rg.reg, 0);
+  void *q, *q2;
   assert_int_equal(zt__hostpool_alloc(p, 100, 0, &q, NULL), 0);
   assert_int_equal(rg.reg, 1);
+  assert_ptr_equal(rg.p, q);
+  assert_int_equal(rg.n, KB);
   assert_int_equal(rg.unreg, 0);
-  zt__hostpool_destroy(p);
+  assert_int_equal(zt__hostpool_free(p, q, NULL), 0);
   assert_int_equal(rg.unreg, 1);
+  assert_int_equal(zt__hostpool_alloc(p, KB + 1, 0, &q, NULL), 0);
+  assert_int_equal(rg.reg, 2);
+  assert_int_equal(rg.n, 2 * KB);
+  zt__hostpool_destroy(p); /* the live block is unregistered */
+  assert_int_equal(rg.unreg, 2);
   o.reg = bad_reg;
   zt__err_t e = {{0}};
-  assert_int_equal(zt__hostpool_create(&o, &p, &e), -EIO);
-  assert_null(p);
+  assert_int_equal(zt__hostpool_create(&o, &p, &e), 0);
+  assert_int_equal(zt__hostpool_alloc(p, KB, 0, &q2, &e), -EIO);
+  assert_null(q2);
   assert_non_null(strstr(e.msg, "regist"));
+  zt__hostpool_info(p, &in);
+  assert_int_equal(in.in_use, 0);
+  zt__hostpool_destroy(p);
+}
+
+/* A kernel status line of this process, in bytes ("VmLck", "VmRSS"). */
+static size_t status_bytes(const char *key) {
+  FILE *f = fopen("/proc/self/status", "r");
+  assert_non_null(f);
+  char line[256];
+  size_t kb = 0, kl = strlen(key);
+  while (fgets(line, sizeof line, f))
+    if (strncmp(line, key, kl) == 0 && line[kl] == ':') {
+      kb = strtoull(line + kl + 1, NULL, 10);
+      break;
+    }
+  fclose(f);
+  return kb * 1024;
+}
+
+/* A budget far larger than what is handed out: the pool commits and locks
+ * what it hands out (in 2 MiB chunks), not the budget. An 8 GiB budget with
+ * about 6 MiB in use keeps the process's locked and resident memory within a
+ * few MiB of those 6 MiB (the whole budget locked up front took 8 GiB, and on
+ * a smaller machine the OOM killer). */
+static void test_big_budget_small_use(void **state) {
+  (void)state;
+  const size_t budget = (size_t)8 << 30;
+  size_t lck0 = status_bytes("VmLck"), rss0 = status_bytes("VmRSS");
+  zt__hostpool_t *p = mk(budget);
+  void *q[3];
+  const size_t sizes[3] = {3000000, 2000000, 1230000}; /* ~5.94 MiB in all */
+  for (int i = 0; i < 3; i++) {
+    assert_int_equal(zt__hostpool_alloc(p, sizes[i], 0, &q[i], NULL), 0);
+    memset(q[i], 0x5a, sizes[i]);
+  }
+  zt__hostpool_info_t in;
+  zt__hostpool_info(p, &in);
+  size_t lck = status_bytes("VmLck") - lck0, rss = status_bytes("VmRSS") - rss0;
+  print_message("  budget %zu: in use %zu, committed %zu, locked %d; VmLck +%zu, VmRSS "
+                "+%zu\n", in.budget, in.in_use, in.committed, in.locked, lck, rss);
+  assert_int_equal(in.budget, budget);
+  assert_true(in.committed >= in.in_use);
+  assert_true(in.committed <= in.in_use + 2 * (2u << 20));
+  assert_true(lck <= in.committed);
+  if (in.locked) assert_true(lck >= in.in_use);
+  assert_true(rss <= in.committed + (16u << 20));
+  /* Freed and handed out again: nothing more is committed. */
+  size_t before = in.committed;
+  assert_int_equal(zt__hostpool_free(p, q[1], NULL), 0);
+  assert_int_equal(zt__hostpool_alloc(p, sizes[1], 0, &q[1], NULL), 0);
+  zt__hostpool_info(p, &in);
+  assert_int_equal(in.committed, before);
+  zt__hostpool_destroy(p);
+  assert_true(status_bytes("VmLck") <= lck0);
 }
 
 static void test_numa_node0(void **state) {
@@ -428,12 +504,49 @@ static void test_threads(void **state) {
   zt__hostpool_destroy(p);
 }
 
+/* The engine with a pinned budget far above what a small model needs (the
+ * defect: a 96 MiB budget held 5.94 MiB and locked all 96): the pool holds
+ * what the host tier asked for, to the 2 MiB chunk, and the process's locked
+ * memory grows by no more than that. The budget stays under what the
+ * machine has available, which engine create requires. */
+static void test_engine_big_budget(void **state) {
+  (void)state;
+  enum { N = 100003 };
+  uint64_t avail;
+  char where[512];
+  size_t budget = (size_t)8 << 30;
+  if (zt__hostpool_mem_available(&avail, where, sizeof where) == 0 && budget > avail / 2)
+    budget = (size_t)(avail / 2);
+  size_t lck0 = status_bytes("VmLck");
+  zt_config_t cfg = t_config();
+  cfg.optimizer_tier = ZT_TIER_HOST;
+  cfg.chunk_bytes = 65536;
+  cfg.pinned_budget_bytes = budget;
+  zt_engine_t *eng = t_engine(&cfg);
+  float *p = t_buf_alloc(eng, N * 4), *g = t_buf_alloc(eng, N * 4);
+  T_OK(zt_register_flat(eng, p, g, N, ZT_FP32, ZT_FP32), eng);
+  zt__hostpool_info_t pi;
+  zt__hostpool_info(eng->pinned_pool, &pi);
+  size_t lck = status_bytes("VmLck") - lck0;
+  print_message("  budget %zu: host_bytes %zu, pool in use %zu, committed %zu, locked %d; "
+                "VmLck +%zu\n", budget, eng->host_bytes, pi.in_use, pi.committed, pi.locked,
+                lck);
+  assert_non_null(eng->pinned_pool);
+  assert_true(pi.in_use >= eng->host_bytes);
+  assert_true(pi.committed <= pi.in_use + 2 * (2u << 20));
+  assert_true(lck <= pi.committed);
+  t_buf_free(eng, p, N * 4);
+  t_buf_free(eng, g, N * 4);
+  zt_engine_destroy(eng);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_random_patterns),    cmocka_unit_test(test_enomem_and_bad_sizes),
       cmocka_unit_test(test_locked_matches_rlimit), cmocka_unit_test(test_register_callback),
       cmocka_unit_test(test_numa_node0),         cmocka_unit_test(test_threads),
       cmocka_unit_test(test_engine_pool),       cmocka_unit_test(test_pinned_free_unknown),
+      cmocka_unit_test(test_big_budget_small_use), cmocka_unit_test(test_engine_big_budget),
   };
   return T_RUN(tests);
 }

@@ -56,11 +56,16 @@ int zt_plan_main(int argc, char **argv) {
                           "usage: ztier plan --params N [--ranks R] [--stage S] "
                           "[--dtype fp32|bf16|fp16]\n"
                           "                  [--offload-optimizer none|host|nvme] "
-                          "[--offload-params none|host|nvme] [--json]\n\n"
+                          "[--offload-params none|host|nvme]\n"
+                          "                  [--pinned-budget BYTES] [--json]\n\n"
                           "Bytes per rank in each tier (device, host, nvme): what the "
                           "training loop\nholds (its parameter and gradient buffers) and "
                           "what ztier allocates (optimizer\nstates, shards, buckets). "
-                          "docs/stages.md explains the figures.\n",
+                          "docs/stages.md explains the figures.\n\n"
+                          "Exit status: 0 when the configuration can run, 1 when it cannot "
+                          "(the reason\non stderr; e.g. a --pinned-budget below the pinned "
+                          "memory it needs, whose\nleast is printed), 2 for bad flags. The "
+                          "figures are printed either way.\n",
                           argc, argv, flags, sizeof flags / sizeof flags[0]);
   if (rc == -1) return 0;
   if (rc) return rc;
@@ -86,6 +91,18 @@ int zt_plan_main(int argc, char **argv) {
     return 2;
   }
   uint64_t dev = p.loop_device + p.ztier_device;
+  /* Why this configuration cannot run, as one sentence; "" when it can. */
+  char why[512] = "";
+  uint64_t least = 0;
+  int least_rc = zt__plan_least_budget(&in, &least);
+  if (!p.supported && pinned && least_rc == 0 && least > pinned)
+    snprintf(why, sizeof why,
+             "--pinned-budget (pinned_budget_bytes) is %zu bytes but this configuration "
+             "pins %llu bytes (in 4 KiB pages) without a budget and needs a budget of at "
+             "least %llu bytes",
+             pinned, (unsigned long long)p.pinned_bytes, (unsigned long long)least);
+  else if (!p.supported)
+    snprintf(why, sizeof why, "%s", p.note);
   if (json) {
     zt_bench_json_t j;
     zt_bench_json_begin(&j, stdout);
@@ -95,6 +112,9 @@ int zt_plan_main(int argc, char **argv) {
     zt_bench_json_int(&j, "loop_device_bytes", (long long)p.loop_device);
     zt_bench_json_int(&j, "ztier_device_bytes", (long long)p.ztier_device);
     zt_bench_json_int(&j, "shard_params", (long long)p.shard_params);
+    zt_bench_json_int(&j, "pinned_bytes", (long long)p.pinned_bytes);
+    zt_bench_json_int(&j, "pinned_budget_bytes", (long long)pinned);
+    zt_bench_json_int(&j, "least_pinned_budget_bytes", least_rc == 0 ? (long long)least : -1);
     zt_bench_json_num(&j, "device_bytes_per_param", (double)dev / (double)params);
     zt_bench_json_int(&j, "params", (long long)params);
     zt_bench_json_int(&j, "ranks", ranks);
@@ -104,9 +124,10 @@ int zt_plan_main(int argc, char **argv) {
     zt_bench_json_str(&j, "offload_optimizer", offload_names[opt]);
     zt_bench_json_str(&j, "offload_params", offload_names[par]);
     zt_bench_json_bool(&j, "supported", p.supported);
-    zt_bench_json_str(&j, "note", p.note ? p.note : "");
+    zt_bench_json_str(&j, "note", why);
     zt_bench_json_end(&j);
-    return 0;
+    if (why[0]) fprintf(stderr, "ztier plan: this configuration cannot run: %s\n", why);
+    return why[0] ? 1 : 0;
   }
   printf("ztier plan: %zu parameters (%s), %d rank%s, stage %d, optimizer on %s, "
          "params on %s; rank %d\n\n",
@@ -120,8 +141,17 @@ int zt_plan_main(int argc, char **argv) {
   row("nvme", 0, p.ztier_nvme, params);
   printf("\nThis rank owns the optimizer states of %llu parameters.\n",
          (unsigned long long)p.shard_params);
-  /* The note says what the figures assume (plan.c): they are this version's
-   * allocations, not a design's, so no claim about a design is added. */
-  if (!p.supported) printf("Note: %s.\n", p.note);
+  if (p.pinned_bytes)
+    printf("Of the host bytes, %llu are pinned (4 KiB pages); the least pinned_budget_bytes "
+           "that runs is %llu.\n",
+           (unsigned long long)p.pinned_bytes, (unsigned long long)least);
+  /* The reason says what the figures assume (plan.c): they are this
+   * version's allocations, not a design's, so no claim about a design is
+   * added. */
+  if (why[0]) {
+    fflush(stdout);
+    fprintf(stderr, "ztier plan: this configuration cannot run: %s\n", why);
+    return 1;
+  }
   return 0;
 }
