@@ -7,10 +7,13 @@
  * A rank file holds the states [begin, end) of the state space, n = end -
  * begin of them, section after section: fp32 master, fp32 m, fp32 v, and
  * the parameters in the param dtype when that is not fp32 (fp32 parameters
- * are the master). Its checksum is XXH3-64 over four little-endian u64s:
- * the sections' own XXH3-64 digests in section order, 0 for an absent
- * section. Each section is hashed as it is written, in order, and read back
- * in order when verified.
+ * are the master). Since format version 2 a trailer of ZT_CKPT_TRAILER
+ * bytes follows: what the saving engine's scalars were, for the manifest to
+ * be checked against (the sections keep the offsets of version 1). Its
+ * checksum is XXH3-64 over little-endian u64s: the sections' own XXH3-64
+ * digests in section order, 0 for an absent section (four), then, in
+ * version 2, the XXH3-64 of the trailer's bytes (five). Each section is
+ * hashed as it is written, in order, and read back in order when verified.
  */
 #ifndef ZT_CKPT_H
 #define ZT_CKPT_H
@@ -30,6 +33,29 @@ ZT_INTERNAL int zt__ckpt_sections(zt_dtype_t param_dtype);
 ZT_INTERNAL uint64_t zt__ckpt_section_off(zt_dtype_t param_dtype, uint64_t n, int s);
 ZT_INTERNAL size_t zt__ckpt_section_esz(zt_dtype_t param_dtype, int s);
 
+/* ---- the trailer (rankfile.c) ---------------------------------------------- */
+
+/* A rank file's trailer (version 2), decoded. On disk, ZT_CKPT_TRAILER
+ * bytes, every integer little-endian: "ZTRANK02", then u64 nonce,
+ * generation, begin, end, steps, skipped_steps, seed; the IEEE bits of
+ * loss_scale and loss_scale_handed as u64; u32 rank, world, stage,
+ * param_dtype, rounding, loss_scale_dynamic, good_steps; zeros to the end. */
+typedef struct zt__ckpt_trailer {
+  uint64_t nonce; /* the save's, also in the lock file while it runs */
+  uint64_t generation, begin, end, steps, skipped_steps, seed;
+  double loss_scale, loss_scale_handed;
+  int rank, world, stage, param_dtype, rounding, loss_scale_dynamic, good_steps;
+} zt__ckpt_trailer_t;
+
+struct zt__manifest;
+
+/* The trailer of files[i] of `m` against the manifest: ZT_ECKPT with a
+ * sentence naming `where` (the manifest's path), the field, both values
+ * and the file when one differs (the manifest changed after the save). */
+ZT_INTERNAL int zt__ckpt_check_trailer(const struct zt__manifest *m, size_t i,
+                                       const zt__ckpt_trailer_t *t, const char *where,
+                                       zt__err_t *e);
+
 /* ---- writing a rank file (rankfile.c) ---------------------------------------- */
 
 typedef struct zt__ckpt_writer zt__ckpt_writer_t;
@@ -42,17 +68,21 @@ ZT_INTERNAL int zt__ckpt_writer_open(const char *path, zt_dtype_t param_dtype, u
  * come in order, the sections in any interleaving. */
 ZT_INTERNAL int zt__ckpt_writer_put(zt__ckpt_writer_t *w, int s, uint64_t i, uint64_t count,
                                     const void *data);
-/* Checks every section is complete, fsyncs, closes: *digest is the file's
- * checksum. Frees w whatever the outcome. */
-ZT_INTERNAL int zt__ckpt_writer_finish(zt__ckpt_writer_t *w, uint64_t *digest);
+/* Checks every section is complete, writes the trailer `t`, fsyncs,
+ * closes: *digest is the file's checksum. Frees w whatever the outcome. */
+ZT_INTERNAL int zt__ckpt_writer_finish(zt__ckpt_writer_t *w, const zt__ckpt_trailer_t *t,
+                                       uint64_t *digest);
 /* Closes (after a failure: the caller removes the file). NULL: nothing. */
 ZT_INTERNAL void zt__ckpt_writer_abort(zt__ckpt_writer_t *w);
 
 /* Reads `path` whole and checks its size and checksum against the
  * manifest's: ZT_ECKPT for a missing or truncated file, ZT_ECHECKSUM for a
- * changed byte, with a sentence naming the file. */
-ZT_INTERNAL int zt__ckpt_verify(const char *path, zt_dtype_t param_dtype, uint64_t n,
-                                uint64_t bytes, uint64_t digest, zt__err_t *e);
+ * changed byte, with a sentence naming the file. A file of format version 2
+ * or later has a trailer: decoded into *t (NULL: not returned); version 1
+ * files have none, and *t is zeroed. */
+ZT_INTERNAL int zt__ckpt_verify(const char *path, int version, zt_dtype_t param_dtype,
+                                uint64_t n, uint64_t bytes, uint64_t digest,
+                                zt__ckpt_trailer_t *t, zt__err_t *e);
 
 /* pread of exactly `len` bytes, or a sentence naming the file (short: the
  * file was truncated after it was verified). */
@@ -64,15 +94,14 @@ ZT_INTERNAL int zt__ckpt_fsync_dir(const char *dir, zt__err_t *e);
 
 /* ---- a saved checkpoint, read (source.c) ---------------------------------------- */
 
-struct zt__manifest;
-
-/* dir/manifest.json, parsed and checked: ZT_ECKPT naming it when it is
- * missing or malformed. */
+/* dir/manifest.json, parsed and checked, its own checksum included:
+ * ZT_ECKPT naming it when it is missing, malformed or changed. */
 ZT_INTERNAL int zt__ckpt_read_manifest(const char *dir, struct zt__manifest *m,
                                        zt__err_t *e);
 
 /* zt__ckpt_verify of every file of `m` in `dir` holding part of states
- * [lo, hi): the first bad one's error. */
+ * [lo, hi), and each trailer against the manifest: the first bad one's
+ * error. */
 ZT_INTERNAL int zt__ckpt_verify_range(const char *dir, const struct zt__manifest *m,
                                       uint64_t lo, uint64_t hi, zt__err_t *e);
 
@@ -91,11 +120,15 @@ ZT_INTERNAL void zt__ckpt_src_close(zt__ckpt_src_t *s); /* NULL: nothing */
 /* Writes the checkpoint in `dir` as safetensors file `out`: one tensor per
  * unit (shape [numel], the fp32 master, or rounded to nearest-even bf16),
  * in state order, with metadata format, producer, ztier_generation and
- * ztier_steps. Every rank file is verified first; the data goes to
- * out.tmp, fsynced, renamed. `progress` (NULL: none) gets a line every
+ * ztier_steps. Every rank file is verified first; the data goes to a
+ * temporary name of its own (out.tmp-XXXXXX), fsynced, renamed. An `out`
+ * inside `dir` or one that exists is refused (-EEXIST) unless `force`; a
+ * file the checkpoint uses (its manifest, a rank file, the lock, by any
+ * name) is refused always. `progress` (NULL: none) gets a line every
  * 10 %. *size: the file's bytes. 0, or a negative code with a sentence. */
 ZT_INTERNAL int zt__ckpt_consolidate(const char *dir, const char *out, zt_dtype_t out_dt,
-                                     FILE *progress, uint64_t *size, zt__err_t *e);
+                                     int force, FILE *progress, uint64_t *size,
+                                     zt__err_t *e);
 
 /* ---- names (save.c) -------------------------------------------------- */
 

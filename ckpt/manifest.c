@@ -13,8 +13,14 @@
  * manifest is written by ztier only, so anything else is damage.
  *
  * Integers are JSON numbers below 2^53 (ZT__CKJSON_EXACT), which every JSON
- * reader holds exactly; the two 64-bit values that use every bit (the seed
- * and the checksums) are hex strings.
+ * reader holds exactly; the 64-bit values that use every bit (the seed and
+ * the checksums) are hex strings.
+ *
+ * Version 2 ends with "checksum": XXH3-64 of the text as written, with the
+ * 16 hex digits of that value read as sixteen '0' characters. It covers the
+ * bytes, not the meaning: a manifest reformatted by another tool fails it,
+ * as a changed value does. Version 1 (no checksum; rank files without a
+ * trailer) is still read.
  */
 #define _GNU_SOURCE // defines: qsort_r
 #include <limits.h>
@@ -23,8 +29,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h> // defines: strncasecmp
 
 #include <cjson/cJSON.h> // defines: cJSON
+#define XXH_INLINE_ALL
+#include <xxhash.h> // defines: XXH3_64bits_*
 
 #include "ckjson.h"   // defines: zt__ckjson_parse, zt__ckjson_u53, zt__ckjson_buf_t
 #include "manifest.h"
@@ -33,9 +42,17 @@ static const char *const rounding_names[] = {"nearest", "stochastic"};
 static const zt_dtype_t dtypes[] = {ZT_FP32, ZT_BF16, ZT_FP16};
 
 /* The members each object may have, in the order to_json writes them. */
-static const char *const top_keys[] = {
+static const char *const top_keys_v1[] = {
     "format", "version", "generation", "world", "stage", "param_dtype", "numel",
     "state_numel", "optimizer", "units", "files", NULL};
+static const char *const top_keys[] = {
+    "format", "version", "generation", "world", "stage", "param_dtype", "numel",
+    "state_numel", "optimizer", "units", "files", "checksum", NULL};
+
+/* How the checksum member is written: the key, then 16 hex digits in
+ * quotes; the digits are what the hash reads as zeros. */
+#define SUM_KEY "\"checksum\": \""
+#define SUM_DIGITS 16
 static const char *const opt_keys[] = {
     "steps", "skipped_steps", "loss_scale", "loss_scale_handed", "loss_scale_dynamic",
     "good_steps", "seed", "rounding", NULL};
@@ -99,12 +116,57 @@ int zt__manifest_to_json(const zt__manifest_t *m, char **out) {
                     f->rank, (unsigned long long)f->begin, (unsigned long long)f->end,
                     (unsigned long long)f->bytes, (unsigned long long)f->xxh64);
   }
-  zt__ckjson_putf(&b, "\n  ]\n}\n");
+  if (m->version >= 2) {
+    /* Written as zeros, hashed, then filled in: the definition itself. */
+    zt__ckjson_putf(&b, "\n  ],\n  " SUM_KEY "%0*d\"\n}\n", SUM_DIGITS, 0);
+  } else {
+    zt__ckjson_putf(&b, "\n  ]\n}\n");
+  }
   if (b.oom) {
     free(b.p);
     return -ENOMEM;
   }
+  if (m->version >= 2) {
+    size_t len = strlen(b.p);
+    char *digits = b.p + len - strlen("\"\n}\n") - SUM_DIGITS;
+    char hex[SUM_DIGITS + 1];
+    snprintf(hex, sizeof hex, "%016llx", (unsigned long long)XXH3_64bits(b.p, len));
+    memcpy(digits, hex, SUM_DIGITS);
+  }
   *out = b.p;
+  return 0;
+}
+
+int zt__manifest_check_sum(const char *json, size_t len, const zt__manifest_t *m,
+                           const char *where, zt__err_t *e) {
+  if (m->version < 2) return 0;
+  where = where ? where : ZT_CKPT_MANIFEST;
+  /* The member is last: its key's last occurrence (a key inside a string
+   * would have its quotes escaped, so it cannot be taken for it). */
+  const char *at = NULL;
+  size_t klen = strlen(SUM_KEY);
+  for (size_t i = 0; i + klen + SUM_DIGITS < len; i++)
+    if (memcmp(json + i, SUM_KEY, klen) == 0) at = json + i + klen;
+  char hex[SUM_DIGITS + 1];
+  snprintf(hex, sizeof hex, "%016llx", (unsigned long long)m->checksum);
+  if (at == NULL || strncasecmp(at, hex, SUM_DIGITS) != 0 || at[SUM_DIGITS] != '"')
+    return zt__errf(e, ZT_ECKPT,
+                    "%s: checksum is not written as ztier writes it (%s followed by 16 hex "
+                    "digits); the manifest was rewritten after the save",
+                    where, SUM_KEY);
+  XXH3_state_t st;
+  XXH3_64bits_reset(&st);
+  size_t head = (size_t)(at - json);
+  XXH3_64bits_update(&st, json, head);
+  XXH3_64bits_update(&st, "0000000000000000", SUM_DIGITS);
+  XXH3_64bits_update(&st, at + SUM_DIGITS, len - head - SUM_DIGITS);
+  uint64_t got = XXH3_64bits_digest(&st);
+  if (got != m->checksum)
+    return zt__errf(e, ZT_ECKPT,
+                    "%s fails its checksum (XXH3-64 %016llx; the manifest says %016llx): it "
+                    "was changed after the save; restore it from where it was copied, or "
+                    "save again",
+                    where, (unsigned long long)got, (unsigned long long)m->checksum);
   return 0;
 }
 
@@ -421,13 +483,15 @@ static int read_files(const rd_t *r, const cJSON *arr, zt__manifest_t *m) {
                   (unsigned long long)m->state_numel);
     next = f->end;
     ZT_TRY(get_u53(r, it, pfx, "bytes", &f->bytes));
-    uint64_t want = zt__manifest_file_bytes(m->param_dtype, f->end - f->begin);
+    uint64_t want = zt__manifest_file_bytes(m->param_dtype, f->end - f->begin) +
+                    (m->version >= 2 ? ZT_CKPT_TRAILER : 0);
     if (f->bytes != want)
       return fail(r,
                   "files[%zu].bytes is %llu; expected %llu for %llu elements with %s "
-                  "parameters",
+                  "parameters%s",
                   i, (unsigned long long)f->bytes, (unsigned long long)want,
-                  (unsigned long long)(f->end - f->begin), zt__dtype_name(m->param_dtype));
+                  (unsigned long long)(f->end - f->begin), zt__dtype_name(m->param_dtype),
+                  m->version >= 2 ? " and the trailer" : "");
     ZT_TRY(get_hex(r, it, pfx, "xxh64", 0, &f->xxh64));
   }
   if (next != m->state_numel)
@@ -465,13 +529,13 @@ static int read_manifest(const rd_t *r, const cJSON *root, zt__manifest_t *m) {
   if (zt__ckjson_u53(v, &version) != 0)
     return fail(r, "version is %s; expected a format version number such as %d", SHOW(v),
                 ZT_CKPT_VERSION);
-  if (version != ZT_CKPT_VERSION)
+  if (version < ZT_CKPT_VERSION_MIN || version > ZT_CKPT_VERSION)
     return fail(r,
-                "the checkpoint is of format version %llu; this ztier reads format version "
-                "%d only",
-                (unsigned long long)version, ZT_CKPT_VERSION);
-  m->version = ZT_CKPT_VERSION;
-  ZT_TRY(check_members(r, root, "the manifest", top_keys));
+                "the checkpoint is of format version %llu; this ztier reads format versions "
+                "%d to %d",
+                (unsigned long long)version, ZT_CKPT_VERSION_MIN, ZT_CKPT_VERSION);
+  m->version = (int)version;
+  ZT_TRY(check_members(r, root, "the manifest", version >= 2 ? top_keys : top_keys_v1));
 
   ZT_TRY(get_u53(r, root, "", "generation", &m->generation));
   if (m->generation == 0) return fail(r, "generation is 0; expected 1 or more");
@@ -503,6 +567,7 @@ static int read_manifest(const rd_t *r, const cJSON *root, zt__manifest_t *m) {
   ZT_TRY(read_units(r, arr, m));
   ZT_TRY(get_container(r, root, "files", 1, "an array of files", &arr));
   ZT_TRY(read_files(r, arr, m));
+  if (m->version >= 2) ZT_TRY(get_hex(r, root, "", "checksum", 0, &m->checksum));
   return 0;
 }
 

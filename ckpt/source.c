@@ -38,6 +38,10 @@ int zt__ckpt_read_manifest(const char *dir, zt__manifest_t *m, zt__err_t *e) {
   if (rc == 0) rc = zt__ckpt_pread(fd, path, json, (size_t)st.st_size, 0, e);
   close(fd);
   if (rc == 0) rc = zt__manifest_parse(m, json, (size_t)st.st_size, path, e);
+  if (rc == 0) {
+    rc = zt__manifest_check_sum(json, (size_t)st.st_size, m, path, e);
+    if (rc < 0) zt__manifest_free(m);
+  }
   free(json);
   return rc;
 }
@@ -47,9 +51,13 @@ int zt__ckpt_verify_range(const char *dir, const zt__manifest_t *m, uint64_t lo,
   for (size_t i = 0; i < m->n_files; i++) {
     const zt__ckpt_file_t *f = &m->files[i];
     if (f->end <= lo || f->begin >= hi) continue;
-    char path[4096 + ZT_CKPT_NAME_MAX + 2];
+    char path[4096 + ZT_CKPT_NAME_MAX + 2], where[4096 + 32];
     snprintf(path, sizeof path, "%s/%s", dir, f->name);
-    ZT_TRY(zt__ckpt_verify(path, m->param_dtype, f->end - f->begin, f->bytes, f->xxh64, e));
+    snprintf(where, sizeof where, "%s/%s", dir, ZT_CKPT_MANIFEST);
+    zt__ckpt_trailer_t t;
+    ZT_TRY(zt__ckpt_verify(path, m->version, m->param_dtype, f->end - f->begin, f->bytes,
+                           f->xxh64, &t, e));
+    if (m->version >= 2) ZT_TRY(zt__ckpt_check_trailer(m, i, &t, where, e));
   }
   return 0;
 }

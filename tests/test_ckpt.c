@@ -477,7 +477,8 @@ static void manifest_file(const char *dir, int i, char *name, size_t n) {
 /* Checks dir after a save of generation `gen` by `world` ranks of the model
  * with `pdt` parameters: the manifest's files tile the state space, each is
  * on disk with the size the manifest gives (and the format's size for its
- * elements), and nothing else is in dir: older generations are gone. */
+ * elements and trailer), and nothing else is in dir but the save lock:
+ * older generations are gone. */
 static void check_files(const char *dir, int gen, int world, zt_dtype_t pdt) {
   cJSON *m = manifest_of(dir);
   assert_int_equal((int)json_num(m, "generation"), gen);
@@ -493,7 +494,8 @@ static void check_files(const char *dir, int gen, int world, zt_dtype_t pdt) {
     assert_true(begin == next);
     next = end;
     /* fp32 master, m and v, then the parameters when they are not fp32. */
-    double want = (end - begin) * (12.0 + (pdt == ZT_FP32 ? 0 : (double)t_dtype_size(pdt)));
+    double want = (end - begin) * (12.0 + (pdt == ZT_FP32 ? 0 : (double)t_dtype_size(pdt))) +
+                  128; /* the trailer */
     assert_true(bytes == want);
     char path[4096];
     snprintf(path, sizeof path, "%s/%s", dir, name);
@@ -509,7 +511,7 @@ static void check_files(const char *dir, int gen, int world, zt_dtype_t pdt) {
   for (struct dirent *e; (e = readdir(d)) != NULL;) {
     if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0) continue;
     entries++;
-    int listed = strcmp(e->d_name, "manifest.json") == 0;
+    int listed = strcmp(e->d_name, "manifest.json") == 0 || strcmp(e->d_name, "save.lock") == 0;
     for (int i = 0; i < n && !listed; i++) {
       const cJSON *f = cJSON_GetArrayItem(files, i);
       listed = strcmp(cJSON_GetObjectItemCaseSensitive(f, "name")->valuestring, e->d_name) == 0;
@@ -518,7 +520,7 @@ static void check_files(const char *dir, int gen, int world, zt_dtype_t pdt) {
                           gen);
   }
   closedir(d);
-  assert_int_equal(entries, n + 1);
+  assert_int_equal(entries, n + 2);
   cJSON_Delete(m);
 }
 
@@ -1169,7 +1171,7 @@ static void test_crash_safety(void **state) {
   int entries = 0;
   for (struct dirent *e; (e = readdir(d)) != NULL;) entries += e->d_name[0] != '.';
   closedir(d);
-  assert_int_equal(entries, 2); /* manifest.json and one rank file */
+  assert_int_equal(entries, 3); /* manifest.json, one rank file and save.lock */
   rm_tree(dir);
 }
 
@@ -1410,11 +1412,11 @@ static int damage(const char *dir, enum damage d, t_rng_t *rng, char *needle, si
   case VERSION: {
     snprintf(path, sizeof path, "%s/manifest.json", dir);
     char *s = read_text(path);
-    char *v = strstr(s, "\"version\": 1,");
+    char *v = strstr(s, "\"version\": 2,");
     assert_non_null(v);
     char *edited = malloc(strlen(s) + 2);
     snprintf(edited, strlen(s) + 2, "%.*s\"version\": 99,%s", (int)(v - s), s,
-             v + strlen("\"version\": 1,"));
+             v + strlen("\"version\": 2,"));
     write_text(path, edited);
     free(s);
     free(edited);

@@ -104,7 +104,8 @@ static double random_positive(t_rng_t *r) {
 static void random_manifest(t_rng_t *r, zt__manifest_t *m) {
   static const zt_dtype_t dts[] = {ZT_FP32, ZT_BF16, ZT_FP16};
   memset(m, 0, sizeof *m);
-  m->version = ZT_CKPT_VERSION;
+  /* Both versions read: 1 (no checksum, no trailer) and the current one. */
+  m->version = t_rng_next(r) % 4 ? ZT_CKPT_VERSION : 1;
   m->generation = 1 + t_rng_next(r) % (EXACT - 1);
   m->world = 1 + (int)(t_rng_next(r) % 64);
   m->stage = (int)(t_rng_next(r) % 4);
@@ -169,7 +170,8 @@ static void random_manifest(t_rng_t *r, zt__manifest_t *m) {
              i);
     f->begin = cut[i];
     f->end = cut[i + 1];
-    f->bytes = file_bytes(m->param_dtype, f->end - f->begin);
+    f->bytes = file_bytes(m->param_dtype, f->end - f->begin) +
+               (m->version >= 2 ? ZT_CKPT_TRAILER : 0);
     f->xxh64 = t_rng_next(r);
   }
   free(cut);
@@ -221,6 +223,12 @@ static void test_manifest_roundtrip(void **state) {
     int rc = zt__manifest_parse(&back, json, strlen(json), "rt", &e);
     if (rc != 0) fail_msg("parse of to_json's text: %s\n%s", e.msg, json);
     expect_same_manifest(&m, &back);
+    assert_int_equal(back.version, m.version);
+    /* The text's own checksum holds (version 1 has none). */
+    if (zt__manifest_check_sum(json, strlen(json), &back, "rt", &e) != 0)
+      fail_msg("checksum of to_json's text: %s", e.msg);
+    assert_true(m.version >= 2 ? strstr(json, "\"checksum\": \"") != NULL
+                               : strstr(json, "checksum") == NULL);
     assert_int_equal(zt__manifest_to_json(&back, &again), 0);
     assert_string_equal(json, again);
 
@@ -280,7 +288,7 @@ static char *base_json(void) {
   for (int i = 0; i < 4; i++) {
     snprintf(names[i], sizeof names[i], "g3-rank%05d.zts", i);
     files[i] = (zt__ckpt_file_t){names[i], i, cuts[i], cuts[i + 1],
-                                 file_bytes(ZT_BF16, cuts[i + 1] - cuts[i]),
+                                 file_bytes(ZT_BF16, cuts[i + 1] - cuts[i]) + ZT_CKPT_TRAILER,
                                  0x0123456789abcdefull + (uint64_t)i};
   }
   m.units = units;
@@ -434,7 +442,10 @@ static const edit_t edits[] = {
     {"files/3/end", "451", "files[3].end is 451"},
     {"files/2/end", "200", "files[2].end is 200"},
     {"files/3", NULL, "files end at element 360"},
-    {"files/0/bytes", "1681", "files[0].bytes is 1681; expected 1680"},
+    {"files/0/bytes", "1681", "files[0].bytes is 1681; expected 1808"},
+    {"files/0/bytes", "1680", "files[0].bytes is 1680; expected 1808"},
+    {"checksum", NULL, "checksum is missing"},
+    {"checksum", "\"12345\"", "checksum is \"12345\"; expected 16 hex digits"},
     {"files/2/rank", "4", "files[2].rank is 4; expected an integer from 0 to 3"},
     {"files/2/rank", "-1", "files[2].rank is -1"},
     {"files/0/xxh64", "\"0123456789abcdeg\"", "files[0].xxh64 is \"0123456789abcdeg\""},
@@ -535,11 +546,11 @@ static void test_manifest_text(void **state) {
 static void test_manifest_version(void **state) {
   /* A later version with fields this one does not know: the version is what
    * is reported. */
-  const char *v2 = "{\"format\": \"ztier-checkpoint\", \"version\": 2, \"shards\": []}";
-  expect_refused(v2, strlen(v2), "format version 2; this ztier reads format version 1 only",
-                 "version 2");
+  const char *v3 = "{\"format\": \"ztier-checkpoint\", \"version\": 3, \"shards\": []}";
+  expect_refused(v3, strlen(v3), "format version 3; this ztier reads format versions 1 to 2",
+                 "version 3");
   const char *v0 = "{\"version\": 0, \"format\": \"ztier-checkpoint\"}";
-  expect_refused(v0, strlen(v0), "format version 0; this ztier reads format version 1",
+  expect_refused(v0, strlen(v0), "format version 0; this ztier reads format versions 1 to 2",
                  "version 0");
   /* Not ours at all: the format is reported first. */
   const char *other = "{\"format\": \"safetensors\", \"version\": 1}";
@@ -1163,7 +1174,7 @@ static void test_consolidate(void **state) {
      * master rounded: each export of the same dtype is the parameters. */
     uint64_t size;
     zt__err_t e = {{0}};
-    assert_int_equal(zt__ckpt_consolidate(dir, out, runs[k].pdt, NULL, &size, &e), 0);
+    assert_int_equal(zt__ckpt_consolidate(dir, out, runs[k].pdt, 1, NULL, &size, &e), 0);
     ref_tensor_t t[CN_UNITS];
     for (int i = 0; i < CN_UNITS; i++) {
       int u = CN_UNITS - 1 - i; /* state order is buffer order here */
@@ -1181,7 +1192,7 @@ static void test_consolidate(void **state) {
     free(file);
     /* Rounded the other way: fp32 to bf16 (nearest even) by this test. */
     if (runs[k].pdt == ZT_FP32) {
-      assert_int_equal(zt__ckpt_consolidate(dir, out, ZT_BF16, NULL, &size, &e), 0);
+      assert_int_equal(zt__ckpt_consolidate(dir, out, ZT_BF16, 1, NULL, &size, &e), 0);
       uint16_t *b16 = malloc(numel * 2);
       for (size_t i = 0; i < numel; i++) t_store(b16, ZT_BF16, i, ((float *)params)[i]);
       for (int i = 0; i < CN_UNITS; i++) {
@@ -1211,7 +1222,7 @@ static void test_consolidate(void **state) {
   unsigned char *before = read_file(out, &before_len);
   uint64_t size;
   zt__err_t e = {{0}};
-  EXPECT_ERR(zt__ckpt_consolidate(dir, out, ZT_FP32, NULL, &size, &e), ZT_ECHECKSUM, &e,
+  EXPECT_ERR(zt__ckpt_consolidate(dir, out, ZT_FP32, 1, NULL, &size, &e), ZT_ECHECKSUM, &e,
              "g2-r00000.zts");
   size_t after_len;
   unsigned char *after = read_file(out, &after_len);

@@ -38,8 +38,13 @@ static int verify_all(const char *dir, const zt__manifest_t *m) {
     const zt__ckpt_file_t *f = &m->files[i];
     char path[8192];
     snprintf(path, sizeof path, "%s/%s", dir, f->name);
-    int rc = zt__ckpt_verify(path, m->param_dtype, f->end - f->begin, f->bytes, f->xxh64,
-                             zt__err_thread());
+    zt__ckpt_trailer_t t;
+    int rc = zt__ckpt_verify(path, m->version, m->param_dtype, f->end - f->begin, f->bytes,
+                             f->xxh64, &t, zt__err_thread());
+    /* The trailer written with the file against the manifest's fields. */
+    char where[8192];
+    snprintf(where, sizeof where, "%s/%s", dir, ZT_CKPT_MANIFEST);
+    if (rc == 0 && m->version >= 2) rc = zt__ckpt_check_trailer(m, i, &t, where, zt__err_thread());
     printf("  %-22s rank %-4d states [%llu, %llu)  %llu bytes  xxh64 %016llx  %s\n",
            f->name, f->rank, (unsigned long long)f->begin, (unsigned long long)f->end,
            (unsigned long long)f->bytes, (unsigned long long)f->xxh64, rc == 0 ? "ok" : "BAD");
@@ -132,13 +137,15 @@ static int cmd_info(int argc, char **argv) {
 
 static int cmd_consolidate(int argc, char **argv) {
   const char *pos[2] = {NULL, NULL}, *dtype = "fp32";
-  int n_pos = 0;
+  int n_pos = 0, force = 0;
   for (int i = 1; i < argc; i++) {
     if (is_help(argv[i])) {
-      printf("usage: ztier ckpt consolidate DIR OUT.safetensors [--dtype fp32|bf16]\n");
+      printf("usage: ztier ckpt consolidate DIR OUT.safetensors [--dtype fp32|bf16] "
+             "[--force]\n");
       return 0;
     }
-    if (strcmp(argv[i], "--dtype") == 0 && i + 1 < argc) dtype = argv[++i];
+    if (strcmp(argv[i], "--force") == 0) force = 1;
+    else if (strcmp(argv[i], "--dtype") == 0 && i + 1 < argc) dtype = argv[++i];
     else if (strncmp(argv[i], "--dtype=", 8) == 0) dtype = argv[i] + 8;
     else if (argv[i][0] != '-' && n_pos < 2) pos[n_pos++] = argv[i];
     else {
@@ -152,12 +159,13 @@ static int cmd_consolidate(int argc, char **argv) {
     if (n_pos == 2)
       fprintf(stderr, "ztier ckpt consolidate: --dtype is '%s'; expected fp32 or bf16\n",
               dtype);
-    fprintf(stderr, "usage: ztier ckpt consolidate DIR OUT.safetensors [--dtype fp32|bf16]\n");
+    fprintf(stderr, "usage: ztier ckpt consolidate DIR OUT.safetensors [--dtype fp32|bf16] "
+                    "[--force]\n");
     return 2;
   }
   uint64_t size = 0;
   zt_dtype_t dt = b16 ? ZT_BF16 : ZT_FP32;
-  if (zt__ckpt_consolidate(pos[0], pos[1], dt, stderr, &size, zt__err_thread()) < 0) {
+  if (zt__ckpt_consolidate(pos[0], pos[1], dt, force, stderr, &size, zt__err_thread()) < 0) {
     fprintf(stderr, "ztier ckpt consolidate: %s\n", err());
     return 1;
   }
@@ -169,11 +177,13 @@ static int cmd_consolidate(int argc, char **argv) {
 int zt_ckpt_main(int argc, char **argv) {
   const char *usage =
       "usage: ztier ckpt info DIR | FILE.safetensors\n"
-      "       ztier ckpt consolidate DIR OUT.safetensors [--dtype fp32|bf16]\n\n"
+      "       ztier ckpt consolidate DIR OUT.safetensors [--dtype fp32|bf16] [--force]\n\n"
       "info: what a checkpoint directory (zt_save) holds, every file's checksum\n"
       "verified; or the tensors of a safetensors file.\n"
       "consolidate: the full fp32 master weights, one tensor per unit named by the\n"
-      "unit table, as safetensors (bf16: rounded to nearest even), streamed.\n"
+      "unit table, as safetensors (bf16: rounded to nearest even), streamed. OUT may\n"
+      "not exist nor lie in DIR unless --force, and is never a file DIR's checkpoint\n"
+      "uses.\n"
       "See docs/checkpoints.md.\n";
   if (argc < 2 || is_help(argv[1])) {
     fputs(usage, argc < 2 ? stderr : stdout);
