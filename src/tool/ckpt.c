@@ -113,8 +113,9 @@ static int cmd_info(int argc, char **argv) {
   }
   uint64_t bytes = 0;
   for (size_t i = 0; i < m.n_files; i++) bytes += m.files[i].bytes;
-  printf("%s: ztier checkpoint, format version %d, generation %llu\n", dir, m.version,
-         (unsigned long long)m.generation);
+  printf("%s: ztier checkpoint, format version %d, generation %llu; %s\n", dir, m.version,
+         (unsigned long long)m.generation,
+         m.version >= 2 ? "manifest checksum verified" : "no manifest checksum (version 1)");
   printf("  saved by %d ranks at stage %d; %s parameters; %llu elements, %llu with states\n",
          m.world, m.stage, zt__dtype_name(m.param_dtype), (unsigned long long)m.numel,
          (unsigned long long)m.state_numel);
