@@ -474,6 +474,9 @@ ZT_API double zt_loss_scale(zt_engine_t *eng);
  * seed. Crash-safe: files go to temporary names, are fsynced and renamed,
  * and the manifest's rename is the commit, so a crash at any point leaves
  * the previous checkpoint in `dir` loadable; older files are removed after.
+ * `dir` must be one directory shared by all ranks (checked: -EXDEV on every
+ * rank otherwise, nothing committed); one save at a time into it (a lock
+ * file: -EBUSY naming the holder's pid and host).
  * Collective: every rank calls it, between a zt_step() and the next
  * forward (no group fetched). Gradients are not saved. Synchronous; the
  * same result on every rank.
