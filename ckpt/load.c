@@ -145,7 +145,8 @@ int zt_load(zt_engine_t *eng, const char *dir) {
                                   &eng->err);
   int rc = agree_status(eng, local, &bad);
   if (rc < 0) {
-    if (local == 0)
+    /* bad < 0: the exchange itself failed, and its sentence stands. */
+    if (local == 0 && bad >= 0)
       zt__errf(&eng->err, rc, "zt_load: rank %d found %s unusable (%s); nothing was loaded",
                bad, dir, zt_strerror(rc));
     zt__manifest_free(&m);
@@ -170,7 +171,7 @@ int zt_load(zt_engine_t *eng, const char *dir) {
     if (eng->cfg.stage >= 3) zt__prefetch_resume(eng);
   } else {
     eng->broken = rc;
-    if (local == 0)
+    if (local == 0 && bad >= 0)
       zt__errf(&eng->err, rc, "zt_load: rank %d failed part-way through loading %s (%s)",
                bad, dir, zt_strerror(rc));
   }

@@ -93,6 +93,11 @@ typedef struct zt__comm_ops {
   /* Never blocks: 1 when req is done (req->status holds its result), 0 when
    * not yet, negative on error. Also drives progress of the backend. */
   int (*test)(zt__comm_t *c, zt__comm_req_t *req);
+  /* Optional (NULL: nobody to tell, as at world size 1): see
+   * zt__comm_abort. Never blocks. */
+  void (*abort)(zt__comm_t *c, int code, const char *sentence);
+  /* Optional: 0, or the code every call of a failed comm returns. */
+  int (*failed)(const zt__comm_t *c);
 } zt__comm_ops_t;
 
 struct zt__comm {
@@ -100,6 +105,9 @@ struct zt__comm {
   zt__err_t *err;
   size_t bytes_sent;
   size_t bytes_received;
+  /* For tests (zt__comm_fault_next): the collective whose next issue on
+   * this rank fails as an MPI error would; NULL for none. */
+  const char *fault_fn;
 };
 
 ZT_INTERNAL extern const zt__comm_ops_t zt__comm_single_ops;
@@ -139,6 +147,26 @@ ZT_INTERNAL int zt__comm_check_alltoallv(zt__comm_t *c, int world, int rank,
  * `ztier plan` and zt_stats hold to ZeRO's volume. comm_single.c. */
 ZT_INTERNAL int zt__comm_control_all_gather(zt__comm_t *c, const void *mine, void *all,
                                             size_t bytes);
+
+/* Failures (docs/stages.md, "When a rank fails"). A collective that waits
+ * for its peers longer than comm_timeout_s fails with -ETIMEDOUT naming the
+ * ranks that did not come; a failure one rank tells the others about fails
+ * their waits with ZT_EPEER naming that rank and its sentence. Either way
+ * the comm is then failed: every later call returns the same code at once,
+ * and only destroying it is left.
+ *
+ * zt__comm_abort: this rank failed in a way its peers did not see through a
+ * vote (an error after the ranks agreed on a call, so that they go on into
+ * a collective this rank will not make). The comm fails with `code` and
+ * `sentence`, and every peer is told, without waiting for any of them. A
+ * comm that failed already is left as it is. Never blocks. */
+ZT_INTERNAL void zt__comm_abort(zt__comm_t *c, int code, const char *sentence);
+/* 0, or the code of a failed comm. */
+ZT_INTERNAL int zt__comm_failed(const zt__comm_t *c);
+/* For tests: the next `fn` ("all_gather", "alltoallv", ...; a string that
+ * outlives the call) issued on this rank fails as an MPI error would, before
+ * anything is sent: the comm fails and tells its peers. NULL disarms. */
+ZT_INTERNAL void zt__comm_fault_next(zt__comm_t *c, const char *fn);
 
 /* comm_mpi.c: 1 when MPI is initialised and not yet finalised in this
  * process (MPI_Initialized may be called before MPI_Init). */

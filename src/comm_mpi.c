@@ -8,7 +8,8 @@
  * initialises it (MPI_THREAD_SERIALIZED) and registers one atexit handler
  * that finalises it; destroying a comm never finalises. When the caller
  * initialised MPI, ztier uses it and leaves finalising to the caller (a comm
- * destroyed after the caller's MPI_Finalize only frees its memory).
+ * destroyed after the caller's MPI_Finalize only frees its memory). See
+ * "Exit" below for when the handler does not finalise.
  *
  * Isolation. Each comm is an MPI_Comm_dup of MPI_COMM_WORLD, so ztier's
  * messages never match the caller's, with MPI_ERRORS_RETURN, so an MPI error
@@ -25,6 +26,35 @@
  * (never from its worker threads), one call at a time per process: that is
  * what MPI_THREAD_SERIALIZED promises MPI. Driving two engines from two
  * threads at once needs MPI_THREAD_MULTIPLE, initialised by the caller.
+ *
+ * Failures (comm.h, docs/stages.md). No call waits without a bound, and no
+ * wait spins: a wait polls MPI_Test, yielding for its first 100 us, then
+ * with naps that grow from 50 us to 1 ms, and gives up after
+ * cfg->comm_timeout_s with -ETIMEDOUT. Each comm has a
+ * second duplicate of the world, `ctl`, for notices between ranks, on which
+ * a receive from any rank is always posted and taken while waiting:
+ *   - "rank r failed: <its sentence>": a rank whose comm failed (an MPI
+ *     error, a timeout, zt__comm_abort, or its exit with the engine alive)
+ *     sends it to every peer with MPI_Issend, never waited for. A peer that
+ *     takes it fails with ZT_EPEER naming r at the first collective r had
+ *     not completed (the notice says which it completed last: the ones
+ *     before it have r's part, and complete everywhere, so that the peers
+ *     of a rank that failed right after a vote see the vote's result);
+ *   - "waiting, having issued n collectives": a wait that has lasted a
+ *     quarter of the timeout (at most 1 s) says so to every peer once, so
+ *     that at a timeout the ranks that never said they reached the
+ *     collective are named (a stopped or dead rank says nothing).
+ * A failed comm keeps its code and sentence and refuses every later call
+ * with them at once, as an aborted NCCL comm does; collectives left in
+ * flight are abandoned by destroy.
+ *
+ * Exit. The exit handler (registered once, at the first comm) tells the
+ * peers of every comm still alive that this rank exited with its engine
+ * alive, gives the failure notices up to a second (at most
+ * comm_timeout_s) to be taken, and finalises MPI only when ztier started it,
+ * no comm is alive and none failed in this process: MPI_Finalize waits for
+ * every rank, and a rank that failed cannot count on its peers coming.
+ * Such a rank exits without it; mpirun then ends the job.
  *
  * Requests. Every collective is nonblocking MPI (MPI_Iallreduce, ...). Its
  * MPI_Request lives in a small record that req->impl points to, next to the
@@ -59,9 +89,13 @@
  */
 #include <mpi.h>
 #include <pthread.h>
+#include <sched.h>
+#include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
+#include <time.h>
 
 #include "comm.h"
 
@@ -69,16 +103,53 @@
 typedef struct op {
   MPI_Request mreq;
   const char *fn; /* the collective, for the sentence of a failed completion */
+  unsigned long long seq; /* its number among the comm's collectives, from 1 */
   struct op *prev, *next;
   int ints[]; /* counts and displacements of the v-variants, as MPI's ints */
 } op_t;
 
+/* A notice between ranks (see "Failures"). */
+enum { TAG_NOTE = 7 };
+enum { NOTE_FAILED = 1, NOTE_WAITING = 2 };
+#define NOTE_TEXT ZT_ERRMSG_LEN
+typedef struct note {
+  int kind;
+  int code; /* NOTE_FAILED: the sender's code */
+  /* NOTE_WAITING: how many collectives the sender has issued; NOTE_FAILED:
+   * the last one it completed, which the others can still complete. */
+  unsigned long long seq;
+  char text[NOTE_TEXT]; /* NOTE_FAILED: the sender's sentence */
+} note_t;
+
+/* A notice on its way. Its buffer is MPI's until the send completes. */
+typedef struct sent {
+  MPI_Request req;
+  int failure; /* a failure notice: the exit handler gives it time */
+  struct sent *next;
+  note_t note;
+} sent_t;
+
 typedef struct mpi_comm {
   zt__comm_t base; /* first: the engine holds a zt__comm_t * */
   MPI_Comm comm;
+  MPI_Comm ctl; /* notices only */
   int rank, world;
   const zt_config_t *cfg; /* the engine's, for the log */
   op_t *inflight;
+  double timeout_s;
+  unsigned long long issued;   /* collectives issued on comm */
+  unsigned long long done;     /* the last one completed here */
+  unsigned long long *reached; /* [world]: what each peer said it had issued */
+  /* A peer's failure notice, taken: it fails the first collective after
+   * `peer_done`, the last the peer completed (earlier ones have its part). */
+  int peer_failed;
+  unsigned long long peer_done;
+  char peer_why[ZT_ERRMSG_LEN];
+  MPI_Request note_req;        /* the receive of the next notice */
+  note_t *note_in;             /* its buffer */
+  int failed;                  /* 0, or the code every call returns */
+  char why[ZT_ERRMSG_LEN];     /* and its sentence */
+  struct mpi_comm *live_prev, *live_next;
 } mpi_comm_t;
 
 static mpi_comm_t *M(zt__comm_t *c) { return (mpi_comm_t *)c; }
@@ -86,7 +157,12 @@ static mpi_comm_t *M(zt__comm_t *c) { return (mpi_comm_t *)c; }
 /* ---- MPI's process-wide state ----------------------------------------------------- */
 
 static pthread_mutex_t start_lock = PTHREAD_MUTEX_INITIALIZER;
-static int finalize_registered; /* under start_lock */
+/* Under start_lock: */
+static int exit_registered;  /* at_exit is registered */
+static int started_by_ztier; /* ztier called MPI_Init_thread */
+static int any_failed;       /* a comm of this process failed */
+static mpi_comm_t *live;     /* the comms not destroyed */
+static sent_t *sends;        /* notices on their way */
 
 int zt__comm_mpi_active(void) {
   int init = 0, fin = 0;
@@ -96,11 +172,7 @@ int zt__comm_mpi_active(void) {
   return init && !fin;
 }
 
-static void finalize_at_exit(void) {
-  int fin = 1;
-  MPI_Finalized(&fin);
-  if (!fin) MPI_Finalize();
-}
+static void at_exit(void);
 
 static int mpi_sentence(int mrc, char *s, size_t n) {
   int len = 0;
@@ -132,7 +204,7 @@ static int start_mpi(const zt_config_t *cfg, zt__err_t *err) {
       MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
       /* ztier started MPI, so ztier finalises it, once, at exit: an engine
        * destroyed now may be followed by another one later. */
-      if (!finalize_registered && atexit(finalize_at_exit) == 0) finalize_registered = 1;
+      started_by_ztier = 1;
       zt__log(cfg, ZT_LOG_INFO,
               "comm \"mpi\": MPI initialised by ztier (thread level %d of %d asked); "
               "finalised at exit",
@@ -144,8 +216,234 @@ static int start_mpi(const zt_config_t *cfg, zt__err_t *err) {
                 provided);
     }
   }
+  /* The exit handler also tells peers about comms left alive, under the
+   * caller's MPI too (when it is still up at exit). */
+  if (rc == 0 && !exit_registered && atexit(at_exit) == 0) exit_registered = 1;
   pthread_mutex_unlock(&start_lock);
   return rc;
+}
+
+/* ---- failures and notices --------------------------------------------------------- */
+
+static void nap(double s) {
+  struct timespec t = {(time_t)s, (long)((s - (double)(time_t)s) * 1e9)};
+  nanosleep(&t, NULL);
+}
+
+/* Sends n (of `bytes`) to every peer on ctl, never waiting: a failure
+ * notice with MPI_Issend, which completes once the peer's receive has taken
+ * it (what the exit handler waits for, a while). A send MPI refuses is
+ * dropped: that peer times out instead. */
+static void tell_peers(mpi_comm_t *m, const note_t *n, size_t bytes) {
+  if (m->ctl == MPI_COMM_NULL) return;
+  int failure = n->kind == NOTE_FAILED;
+  pthread_mutex_lock(&start_lock);
+  for (int r = 0; r < m->world; r++) {
+    if (r == m->rank) continue;
+    sent_t *s = calloc(1, sizeof *s);
+    if (s == NULL) break;
+    s->note = *n;
+    s->failure = failure;
+    int mrc = failure ? MPI_Issend(&s->note, (int)bytes, MPI_BYTE, r, TAG_NOTE, m->ctl, &s->req)
+                      : MPI_Isend(&s->note, (int)bytes, MPI_BYTE, r, TAG_NOTE, m->ctl, &s->req);
+    if (mrc != MPI_SUCCESS) {
+      free(s);
+      continue;
+    }
+    s->next = sends;
+    sends = s;
+  }
+  pthread_mutex_unlock(&start_lock);
+}
+
+/* Frees the notices that have gone; returns how many failure notices are
+ * still on their way. Under start_lock. */
+static int reap_sends(void) {
+  int left = 0;
+  for (sent_t **p = &sends; *p;) {
+    sent_t *s = *p;
+    int flag = 0, mrc = MPI_Test(&s->req, &flag, MPI_STATUS_IGNORE);
+    if (mrc == MPI_SUCCESS && !flag) {
+      left += s->failure;
+      p = &s->next;
+      continue;
+    }
+    *p = s->next;
+    /* After an error MPI may still hold the buffer: it is kept. */
+    if (mrc == MPI_SUCCESS)
+      free(s);
+    else
+      zt__keep_abandoned(s);
+  }
+  return left;
+}
+
+/* The comm fails with `code` and the sentence, once (a comm that failed
+ * already keeps its first failure); with `tell`, every peer gets a failure
+ * notice. Writes the sentence to the engine's buffer; returns the code. */
+static int fail_comm(mpi_comm_t *m, int code, int tell, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+static int fail_comm(mpi_comm_t *m, int code, int tell, const char *fmt, ...) {
+  if (!m->failed) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(m->why, sizeof m->why, fmt, ap);
+    va_end(ap);
+    m->failed = code;
+    pthread_mutex_lock(&start_lock);
+    any_failed = 1;
+    pthread_mutex_unlock(&start_lock);
+    zt__log(m->cfg, ZT_LOG_ERROR, "comm \"mpi\": rank %d: %s", m->rank, m->why);
+    if (tell) {
+      note_t n = {NOTE_FAILED, code, m->done, ""};
+      snprintf(n.text, sizeof n.text, "%s", m->why);
+      tell_peers(m, &n, offsetof(note_t, text) + strlen(n.text) + 1);
+    }
+  }
+  return zt__errf(m->base.err, m->failed, "%s", m->why);
+}
+
+/* Posts the receive of the next notice (a failure leaves none posted: the
+ * peers' notices then go untaken, and this rank times out instead). */
+static void post_note_recv(mpi_comm_t *m) {
+  memset(m->note_in, 0, sizeof *m->note_in);
+  if (MPI_Irecv(m->note_in, (int)sizeof *m->note_in, MPI_BYTE, MPI_ANY_SOURCE, TAG_NOTE,
+                m->ctl, &m->note_req) != MPI_SUCCESS)
+    m->note_req = MPI_REQUEST_NULL;
+}
+
+/* Takes the notices that have arrived: a peer's "waiting" moves what it
+ * reached; a failure notice is kept for the collectives it fails (see
+ * peer_fails). Returns 0, or the code of a failed comm. */
+static int take_notes(mpi_comm_t *m) {
+  while (m->note_req != MPI_REQUEST_NULL) {
+    int flag = 0;
+    MPI_Status st;
+    if (MPI_Test(&m->note_req, &flag, &st) != MPI_SUCCESS) {
+      m->note_req = MPI_REQUEST_NULL;
+      break;
+    }
+    if (!flag) break;
+    note_t n = *m->note_in;
+    int from = st.MPI_SOURCE;
+    post_note_recv(m);
+    if (from < 0 || from >= m->world) continue;
+    n.text[NOTE_TEXT - 1] = '\0';
+    if (n.kind == NOTE_WAITING && n.seq > m->reached[from]) m->reached[from] = n.seq;
+    if (n.kind == NOTE_FAILED && !m->peer_failed) {
+      m->peer_failed = 1;
+      m->peer_done = n.seq;
+      snprintf(m->peer_why, sizeof m->peer_why, "rank %d failed: %.480s", from, n.text);
+    }
+  }
+  return m->failed;
+}
+
+/* Whether a peer's failure fails collective #seq: a collective the peer
+ * completed had every part from it and completes here too (the peers of a
+ * rank that failed after a vote finish the vote), a later one never will.
+ * Returns 0, or the code of the comm, failed now (ZT_EPEER). */
+static int peer_fails(mpi_comm_t *m, unsigned long long seq) {
+  if (m->failed || !m->peer_failed || seq <= m->peer_done) return m->failed;
+  return fail_comm(m, ZT_EPEER, 0, "%s", m->peer_why);
+}
+
+/* A wait ran out of time: the comm fails, naming the ranks that never said
+ * they had issued collective #seq. */
+static int timed_out(mpi_comm_t *m, const char *fn, unsigned long long seq) {
+  char who[160] = "";
+  size_t len = 0;
+  int n = 0;
+  for (int r = 0; r < m->world; r++) {
+    if (r == m->rank || m->reached[r] >= seq) continue;
+    int k = len < sizeof who ? snprintf(who + len, sizeof who - len, "%s%d", n ? ", " : "", r)
+                             : 0;
+    if (k > 0) len += (size_t)k;
+    n++;
+  }
+  if (n == 0)
+    return fail_comm(m, -ETIMEDOUT, 1,
+                     "%s: collective #%llu of this comm did not complete within "
+                     "comm_timeout_s = %g s on rank %d, although every other rank said it "
+                     "reached it (are the ranks in different calls?); the comm is "
+                     "unusable: destroy the engine",
+                     fn, seq, m->timeout_s, m->rank);
+  return fail_comm(m, -ETIMEDOUT, 1,
+                   "%s: collective #%llu of this comm did not complete within comm_timeout_s "
+                   "= %g s on rank %d: rank%s %s did not reach it (stopped, dead, or busy "
+                   "elsewhere); the comm is unusable: destroy the engine",
+                   fn, seq, m->timeout_s, m->rank, n > 1 ? "s" : "", who);
+}
+
+/* Waits for r without spinning: MPI_Test, then naps growing from 50 us to
+ * 1 ms, taking notices meanwhile. Returns 1 when r completed (*mrc holds
+ * MPI's result), or the code of the comm, failed by a peer's notice or by
+ * the timeout. */
+static int await(mpi_comm_t *m, MPI_Request *r, const char *fn, unsigned long long seq,
+                 int *mrc) {
+  /* Notices are taken at every wait, so that a rank that never waits
+   * long does not pile up its peers' "waiting". A collective that
+   * completes has all it needs, whatever a peer did after its part. */
+  int flag = 0, rc = take_notes(m);
+  if (rc < 0) return rc;
+  *mrc = MPI_Test(r, &flag, MPI_STATUS_IGNORE);
+  if (*mrc != MPI_SUCCESS || flag) return 1;
+  double t0 = zt__now(), step = 50e-6;
+  double say_after = m->timeout_s / 4 < 1.0 ? m->timeout_s / 4 : 1.0;
+  int said = 0;
+  for (;;) {
+    rc = take_notes(m);
+    if (rc == 0) rc = peer_fails(m, seq);
+    if (rc < 0) return rc;
+    *mrc = MPI_Test(r, &flag, MPI_STATUS_IGNORE);
+    if (*mrc != MPI_SUCCESS || flag) return 1;
+    double waited = zt__now() - t0;
+    if (!said && waited >= say_after) {
+      note_t n = {NOTE_WAITING, 0, m->issued, ""};
+      tell_peers(m, &n, offsetof(note_t, text));
+      said = 1;
+    }
+    if (waited >= m->timeout_s) return timed_out(m, fn, seq);
+    pthread_mutex_lock(&start_lock);
+    reap_sends();
+    pthread_mutex_unlock(&start_lock);
+    /* The first 100 us only yield: a collective of several rounds moves on
+     * only when MPI is called, and most complete within that. */
+    if (waited < 100e-6) {
+      sched_yield();
+      continue;
+    }
+    nap(step);
+    step = step * 2 < 1e-3 ? step * 2 : 1e-3;
+  }
+}
+
+/* At exit (see "Exit" above). */
+static void at_exit(void) {
+  if (!zt__comm_mpi_active()) return;
+  int alive = 0;
+  double linger = 1.0;
+  for (mpi_comm_t *m = live; m; m = m->live_next) {
+    alive++;
+    if (m->timeout_s < linger) linger = m->timeout_s;
+    if (m->world == 1 || m->failed) continue;
+    const char *last = m->base.err ? m->base.err->msg : "";
+    fail_comm(m, ZT_EPEER, 1,
+              "rank %d exited with its engine alive (zt_engine_destroy was not called)%s%s",
+              m->rank, last[0] ? "; its last error: " : "", last);
+  }
+  /* A peer waiting in a collective takes its notice within a few ms, and
+   * the peers exiting now take each other's here. */
+  double t0 = zt__now();
+  for (;;) {
+    for (mpi_comm_t *m = live; m; m = m->live_next) take_notes(m);
+    pthread_mutex_lock(&start_lock);
+    int left = reap_sends();
+    pthread_mutex_unlock(&start_lock);
+    if (left == 0 || zt__now() - t0 >= linger) break;
+    nap(1e-3);
+  }
+  if (started_by_ztier && alive == 0 && !any_failed) MPI_Finalize();
 }
 
 /* ---- errors and requests ---------------------------------------------------------- */
@@ -155,6 +453,15 @@ static int mpi_fail(mpi_comm_t *m, const char *fn, const char *call, int mrc) {
   mpi_sentence(mrc, s, sizeof s);
   return zt__errf(m->base.err, -EIO, "%s: %s failed on rank %d of %d: %s", fn, call,
                   m->rank, m->world, s);
+}
+
+/* An MPI error in a collective: the comm fails and tells its peers, who
+ * would otherwise wait for this rank's half. */
+static int broke(mpi_comm_t *m, const char *fn, const char *call, int mrc) {
+  char s[MPI_MAX_ERROR_STRING];
+  mpi_sentence(mrc, s, sizeof s);
+  return fail_comm(m, -EIO, 1, "%s: %s failed on rank %d of %d: %s", fn, call, m->rank,
+                   m->world, s);
 }
 
 static void complete(zt__comm_req_t *req, int status) {
@@ -208,13 +515,28 @@ static int oom(mpi_comm_t *m, const char *fn, zt__comm_req_t *req) {
   return refuse(req, zt__errf(m->base.err, -ENOMEM, "%s: out of memory", fn));
 }
 
+/* Before a collective is issued: a failed comm refuses it with its code,
+ * and the tests' fault (zt__comm_fault_next) fails it as MPI would. */
+static int start(mpi_comm_t *m, const char *fn, zt__comm_req_t *req) {
+  if (m->failed || peer_fails(m, m->issued + 1) < 0) return refuse(req, zt__errf(m->base.err, m->failed, "%s", m->why));
+  if (m->base.fault_fn && strcmp(m->base.fault_fn, fn) == 0) {
+    m->base.fault_fn = NULL;
+    return refuse(req, fail_comm(m, -EIO, 1,
+                                 "%s: failed on rank %d of %d before it was issued (a fault "
+                                 "injected with zt__comm_fault_next)",
+                                 fn, m->rank, m->world));
+  }
+  return 0;
+}
+
 /* After MPI_I<collective>: hands the request to the caller, or reports. */
 static int post(mpi_comm_t *m, const char *fn, const char *call, int mrc, op_t *o,
                 zt__comm_req_t *req) {
   if (mrc != MPI_SUCCESS) {
     op_free(m, o);
-    return refuse(req, mpi_fail(m, fn, call, mrc));
+    return refuse(req, broke(m, fn, call, mrc));
   }
+  o->seq = ++m->issued;
   req->done = 0;
   req->status = 0;
   req->impl = (long long)(intptr_t)o;
@@ -251,19 +573,40 @@ static int mpi_create(const zt_config_t *cfg, zt__err_t *err, zt__comm_t **out) 
    * same ranks. */
   int mrc = MPI_Comm_rank(MPI_COMM_WORLD, &m->rank);
   if (mrc == MPI_SUCCESS) mrc = MPI_Comm_size(MPI_COMM_WORLD, &m->world);
+  m->comm = m->ctl = MPI_COMM_NULL;
+  m->note_req = MPI_REQUEST_NULL;
+  m->timeout_s = cfg->comm_timeout_s > 0 ? cfg->comm_timeout_s : 300.0;
   if (mrc == MPI_SUCCESS) mrc = MPI_Comm_dup(MPI_COMM_WORLD, &m->comm);
   if (mrc != MPI_SUCCESS) {
     int rc = mpi_fail(m, "comm \"mpi\"", "duplicating MPI_COMM_WORLD", mrc);
     free(m);
     return rc;
   }
-  mrc = MPI_Comm_set_errhandler(m->comm, MPI_ERRORS_RETURN);
-  if (mrc != MPI_SUCCESS) {
-    int rc = mpi_fail(m, "comm \"mpi\"", "MPI_Comm_set_errhandler", mrc);
+  /* The notices' own communicator, so that they never match a collective's
+   * messages. */
+  const char *call = "duplicating MPI_COMM_WORLD";
+  mrc = MPI_Comm_dup(MPI_COMM_WORLD, &m->ctl);
+  if (mrc == MPI_SUCCESS) call = "MPI_Comm_set_errhandler";
+  if (mrc == MPI_SUCCESS) mrc = MPI_Comm_set_errhandler(m->comm, MPI_ERRORS_RETURN);
+  if (mrc == MPI_SUCCESS) mrc = MPI_Comm_set_errhandler(m->ctl, MPI_ERRORS_RETURN);
+  m->reached = calloc((size_t)m->world, sizeof *m->reached);
+  m->note_in = calloc(1, sizeof *m->note_in);
+  if (mrc != MPI_SUCCESS || m->reached == NULL || m->note_in == NULL) {
+    int rc = mrc != MPI_SUCCESS ? mpi_fail(m, "comm \"mpi\"", call, mrc)
+                                : zt__errf(err, -ENOMEM, "comm \"mpi\": out of memory");
+    if (m->ctl != MPI_COMM_NULL) MPI_Comm_free(&m->ctl);
     MPI_Comm_free(&m->comm);
+    free(m->reached);
+    free(m->note_in);
     free(m);
     return rc;
   }
+  post_note_recv(m);
+  pthread_mutex_lock(&start_lock);
+  m->live_next = live;
+  if (live) live->live_prev = m;
+  live = m;
+  pthread_mutex_unlock(&start_lock);
   zt__log(cfg, ZT_LOG_INFO, "comm \"mpi\": rank %d of %d", m->rank, m->world);
   *out = &m->base;
   return 0;
@@ -271,11 +614,19 @@ static int mpi_create(const zt_config_t *cfg, zt__err_t *err, zt__comm_t **out) 
 
 static void mpi_destroy(zt__comm_t *c) {
   mpi_comm_t *m = M(c);
+  pthread_mutex_lock(&start_lock);
+  if (m->live_prev)
+    m->live_prev->live_next = m->live_next;
+  else
+    live = m->live_next;
+  if (m->live_next) m->live_next->live_prev = m->live_prev;
+  pthread_mutex_unlock(&start_lock);
   int fin = 1;
   MPI_Finalized(&fin);
   if (fin) {
     /* MPI is gone, and every request with it. */
     while (m->inflight) op_free(m, m->inflight);
+    free(m->note_in);
   } else {
     /* A collective still in flight can neither be cancelled nor freed (MPI
      * forbids both), and waiting could hang on a rank that never issues its
@@ -294,13 +645,28 @@ static void mpi_destroy(zt__comm_t *c) {
         zt__keep_abandoned(o);
       }
     }
-    if (left)
+    if (left && !m->failed)
       zt__log(m->cfg, ZT_LOG_WARN,
               "comm \"mpi\": destroyed with %zu collective(s) still in flight on rank "
               "%d; wait for every request before destroying the engine",
               left, m->rank);
+    /* The notices' receive is cancelled (it completes at once, locally);
+     * one that will not complete keeps its buffer. The failure notices this
+     * rank sent stay on their way (the exit handler waits for them). */
+    int flag = 0;
+    if (m->note_req != MPI_REQUEST_NULL && MPI_Cancel(&m->note_req) == MPI_SUCCESS)
+      for (double t0 = zt__now(); !flag && zt__now() - t0 < 1.0; nap(1e-4))
+        if (MPI_Test(&m->note_req, &flag, MPI_STATUS_IGNORE) != MPI_SUCCESS) break;
+    if (flag || m->note_req == MPI_REQUEST_NULL) {
+      free(m->note_in);
+    } else {
+      MPI_Request_free(&m->note_req);
+      zt__keep_abandoned(m->note_in);
+    }
+    MPI_Comm_free(&m->ctl);
     MPI_Comm_free(&m->comm);
   }
+  free(m->reached);
   free(m);
 }
 
@@ -314,6 +680,7 @@ static int mpi_all_reduce(zt__comm_t *c, void *buf, size_t count, zt__red_dtype_
   mpi_comm_t *m = M(c);
   const char *fn = "all_reduce";
   ZT_TRY(busy(m, fn, req));
+  ZT_TRY(start(m, fn, req));
   int rc = zt__comm_check(c, fn, dt, 1, op, req);
   if (rc == 0) rc = zt__comm_check_count(c, fn, "count", count);
   if (rc < 0) return refuse(req, rc);
@@ -335,6 +702,7 @@ static int mpi_reduce_scatter(zt__comm_t *c, const void *send, void *recv, size_
   const char *fn = "reduce_scatter";
   size_t W = (size_t)m->world, es = zt__red_size(dt);
   ZT_TRY(busy(m, fn, req));
+  ZT_TRY(start(m, fn, req));
   int rc = zt__comm_check(c, fn, dt, 1, op, req);
   if (rc == 0) rc = zt__comm_check_count(c, fn, "count", count);
   /* MPI implementations compute world x count in an int. */
@@ -362,6 +730,7 @@ static int mpi_all_gather(zt__comm_t *c, const void *send, void *recv, size_t co
   const char *fn = "all_gather";
   size_t W = (size_t)m->world, es = zt__red_size(dt);
   ZT_TRY(busy(m, fn, req));
+  ZT_TRY(start(m, fn, req));
   int rc = zt__comm_check(c, fn, dt, 0, ZT_OP_SUM, req);
   if (rc == 0) rc = zt__comm_check_count(c, fn, "count", count);
   if (rc == 0) rc = zt__comm_check_count(c, fn, "count x world", count * W);
@@ -390,6 +759,7 @@ static int mpi_all_gatherv(zt__comm_t *c, const void *send, size_t count, void *
   int W = m->world, me = m->rank, in_place;
   size_t es = zt__red_size(dt), extent;
   ZT_TRY(busy(m, fn, req));
+  ZT_TRY(start(m, fn, req));
   int rc = zt__comm_check_all_gatherv(c, W, me, send, count, recv, counts, displs, dt, req,
                                       &extent, &in_place);
   if (rc < 0) return refuse(req, rc);
@@ -421,6 +791,7 @@ static int mpi_alltoallv(zt__comm_t *c, const void *send, const size_t *send_cou
   int W = m->world, me = m->rank;
   size_t es = zt__red_size(dt), sext, rext;
   ZT_TRY(busy(m, fn, req));
+  ZT_TRY(start(m, fn, req));
   int rc = zt__comm_check_alltoallv(c, W, me, send, send_counts, send_displs, recv,
                                     recv_counts, recv_displs, dt, req, &sext, &rext);
   if (rc < 0) return refuse(req, rc);
@@ -452,6 +823,7 @@ static int mpi_broadcast(zt__comm_t *c, void *buf, size_t count, zt__red_dtype_t
   mpi_comm_t *m = M(c);
   const char *fn = "broadcast";
   ZT_TRY(busy(m, fn, req));
+  ZT_TRY(start(m, fn, req));
   int rc = zt__comm_check(c, fn, dt, 0, ZT_OP_SUM, req);
   if (rc == 0) rc = zt__comm_check_count(c, fn, "count", count);
   if (rc == 0 && (root < 0 || root >= m->world))
@@ -473,8 +845,18 @@ static int mpi_broadcast(zt__comm_t *c, void *buf, size_t count, zt__red_dtype_t
 
 static int mpi_barrier(zt__comm_t *c) {
   mpi_comm_t *m = M(c);
-  int mrc = MPI_Barrier(m->comm);
-  return mrc == MPI_SUCCESS ? 0 : mpi_fail(m, "barrier", "MPI_Barrier", mrc);
+  const char *fn = "barrier";
+  ZT_TRY(start(m, fn, NULL));
+  MPI_Request r = MPI_REQUEST_NULL;
+  int mrc = MPI_Ibarrier(m->comm, &r);
+  if (mrc != MPI_SUCCESS) return broke(m, fn, "MPI_Ibarrier", mrc);
+  unsigned long long seq = ++m->issued;
+  int rc = await(m, &r, fn, seq, &mrc);
+  /* A barrier left in flight holds no buffer of anybody's. */
+  if (rc < 0) return rc;
+  if (mrc != MPI_SUCCESS) return broke(m, fn, "MPI_Ibarrier", mrc);
+  if (seq > m->done) m->done = seq;
+  return 0;
 }
 
 /* ---- completion ------------------------------------------------------------------- */
@@ -502,16 +884,28 @@ static int lookup(mpi_comm_t *m, const char *fn, zt__comm_req_t *req, op_t **out
 
 static void finish(mpi_comm_t *m, const char *call, zt__comm_req_t *req, op_t *o,
                    int mrc) {
-  int rc = mrc == MPI_SUCCESS ? 0 : mpi_fail(m, o->fn, call, mrc);
+  if (mrc == MPI_SUCCESS && o->seq > m->done) m->done = o->seq;
+  int rc = mrc == MPI_SUCCESS ? 0 : broke(m, o->fn, call, mrc);
   op_free(m, o);
   complete(req, rc);
+}
+
+/* A request of a failed comm completes with its code at once. Its
+ * collective may never complete: the record stays in the list, for destroy
+ * to abandon. */
+static int give_up(mpi_comm_t *m, zt__comm_req_t *req) {
+  complete(req, zt__errf(m->base.err, m->failed, "%s", m->why));
+  return req->status;
 }
 
 static int mpi_wait(zt__comm_t *c, zt__comm_req_t *req) {
   mpi_comm_t *m = M(c);
   op_t *o;
   ZT_TRY(lookup(m, "wait", req, &o));
-  if (o) finish(m, "MPI_Wait", req, o, MPI_Wait(&o->mreq, MPI_STATUS_IGNORE));
+  if (o == NULL) return req->status;
+  int mrc = MPI_SUCCESS;
+  if (m->failed || await(m, &o->mreq, o->fn, o->seq, &mrc) < 0) return give_up(m, req);
+  finish(m, "MPI_Wait", req, o, mrc);
   return req->status;
 }
 
@@ -520,12 +914,23 @@ static int mpi_test(zt__comm_t *c, zt__comm_req_t *req) {
   op_t *o;
   ZT_TRY(lookup(m, "test", req, &o));
   if (o) {
+    if (m->failed || peer_fails(m, o->seq) < 0) return give_up(m, req);
     int flag = 0, mrc = MPI_Test(&o->mreq, &flag, MPI_STATUS_IGNORE);
     if (mrc == MPI_SUCCESS && !flag) return 0;
     finish(m, "MPI_Test", req, o, mrc);
   }
   return req->status < 0 ? req->status : 1;
 }
+
+/* World size 1 has nobody to tell, and its comm stays usable (as the
+ * single backend's), so that zt_load can mend the engine. */
+static void mpi_abort(zt__comm_t *c, int code, const char *sentence) {
+  mpi_comm_t *m = M(c);
+  if (m->world == 1 || m->failed) return;
+  fail_comm(m, code, 1, "%s", sentence && sentence[0] ? sentence : zt_strerror(code));
+}
+
+static int mpi_failed(const zt__comm_t *c) { return ((const mpi_comm_t *)c)->failed; }
 
 const zt__comm_ops_t zt__comm_mpi_ops = {
     .name = "mpi",
@@ -542,4 +947,6 @@ const zt__comm_ops_t zt__comm_mpi_ops = {
     .barrier = mpi_barrier,
     .wait = mpi_wait,
     .test = mpi_test,
+    .abort = mpi_abort,
+    .failed = mpi_failed,
 };

@@ -1,6 +1,8 @@
 /*
  * comm_single.c — the comm backend for world size 1, the choice between
- * backends (zt__comm_create), and the argument checks every backend applies.
+ * backends (zt__comm_create), the argument checks every backend applies, and
+ * the front end's failure calls (zt__comm_abort, zt__comm_failed: no-ops
+ * here, where no peer can fail or wait).
  *
  * Single: every collective is the identity (or a copy when the output is
  * another buffer) and completes before it returns; nothing crosses a wire,
@@ -322,4 +324,16 @@ int zt__comm_create(const zt_config_t *cfg, zt__err_t *err, zt__comm_t **out) {
 
 void zt__comm_destroy(zt__comm_t *c) {
   if (c) c->ops->destroy(c);
+}
+
+void zt__comm_abort(zt__comm_t *c, int code, const char *sentence) {
+  if (c && c->ops->abort) c->ops->abort(c, code, sentence);
+}
+
+int zt__comm_failed(const zt__comm_t *c) {
+  return c && c->ops->failed ? c->ops->failed(c) : 0;
+}
+
+void zt__comm_fault_next(zt__comm_t *c, const char *fn) {
+  if (c) c->fault_fn = fn;
 }

@@ -149,6 +149,11 @@ static const keydef_t keys[] = {
      .doc = "how many ranks the file bootstrap of comm `nccl` joins; 0 = unset"},
     {FIELD(nccl_id_timeout_s), .type = T_NUM, .lo = 0, .lo_open = 1, .hi = 86400,
      .doc = "seconds a rank other than 0 waits for nccl_id_file to appear"},
+    {FIELD(comm_timeout_s), .type = T_NUM, .lo = 0, .lo_open = 1, .hi = 86400,
+     .doc = "seconds a rank waits in a collective (comm `mpi`) for the other ranks; "
+            "then the call fails with ETIMEDOUT naming the ranks that did not come. "
+            "It must exceed the longest time one rank works alone between two "
+            "collectives (a checkpoint write, a slow first step)"},
     {FIELD(optimizer), .type = T_ENUM, NAMES(optimizer_names), .supported = 0x3,
      .doc = "`adamw` (torch.optim.AdamW: decay applied to the weight) or `adam` "
             "(torch.optim.Adam: decay added to the gradient)"},

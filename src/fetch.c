@@ -82,7 +82,7 @@ int zt_fetch(zt_engine_t *eng, int group, void **params, size_t n_units) {
   eng->prefetch.stall_seconds += zt__now() - t0;
   if (rc < 0) {
     eng->broken = rc; /* the ranks may now disagree on what is in flight */
-    return rc;
+    return zt__part_fail(eng, rc);
   }
   g->fetched++;
   eng->fetches_since_step++;
@@ -108,7 +108,7 @@ int zt_release(zt_engine_t *eng, int group) {
     zt__part_drop(eng, g, 0);
   int rc = zt__prefetch_ahead(eng);
   if (rc < 0) eng->broken = rc;
-  return rc;
+  return rc < 0 ? zt__part_fail(eng, rc) : rc;
 }
 
 int zt_grads(zt_engine_t *eng, int group, void **grads, size_t n_units) {
@@ -130,5 +130,5 @@ int zt_grads_ready(zt_engine_t *eng, int group) {
   if (g == NULL) return 0;
   int rc = zt__part_grads_ready(eng, g);
   if (rc < 0) eng->broken = rc; /* buckets may be half handed over */
-  return rc;
+  return rc < 0 ? zt__part_fail(eng, rc) : rc;
 }

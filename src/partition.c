@@ -356,11 +356,97 @@ void zt__part_free(zt_engine_t *eng) {
  * Why its own tiny all_gather rather than a few elements piggybacked on the
  * data: the data's counts follow from the group, so they are only known to
  * agree once the groups are known to; a gather of records of a fixed size
- * cannot truncate. One per fetch, hand-over and step reduction, 48 bytes a
- * rank, waited at once. */
+ * cannot truncate. One per fetch, hand-over and step reduction, 96 bytes a
+ * rank, waited at once.
+ *
+ * The step's record also carries zt_step's arguments (words ARGS_AT..):
+ * ranks that step with another lr, betas, eps, weight decay, t, grad_scale
+ * or clipping would each update their own shard differently, and train a
+ * model no rank asked for. They are compared bit for bit, after the rest of
+ * the record agrees, among ranks that all sent them (a rank that refuses its
+ * own arguments says so later, in zt__part_sum_ranks, with its sentence). */
 enum { AGREE_FETCH = 1, AGREE_READY = 2, AGREE_STEP = 3 };
 #define AGREE_MAGIC 0x7a74696572ll /* "ztier" */
-#define AGREE_WORDS 6
+#define AGREE_CORE 6               /* magic, seq, kind, group, gathers, numel */
+#define ARGS_AT AGREE_CORE         /* 1 when the step's arguments follow */
+#define N_ARGS 8
+#define AGREE_WORDS (ARGS_AT + 1 + N_ARGS)
+
+static const char *const arg_names[N_ARGS] = {
+    "lr", "beta1", "beta2", "eps", "weight_decay", "t", "grad_scale", "clip_grad_norm"};
+
+/* The arguments as record words: floats by their bits, t as it is, and the
+ * clipping norm the step uses (a negative one means the config's, which the
+ * ranks agreed on at create) as a double's bits. */
+static void args_words(const zt_engine_t *eng, const zt_step_args_t *a, long long *w) {
+  const float f[5] = {a->lr, a->beta1, a->beta2, a->eps, a->weight_decay};
+  for (int i = 0; i < 5; i++) {
+    uint32_t u;
+    memcpy(&u, &f[i], 4);
+    w[i] = u;
+  }
+  w[5] = (long long)a->t;
+  uint32_t u;
+  memcpy(&u, &a->grad_scale, 4);
+  w[6] = u;
+  double clip = a->clip_grad_norm >= 0 ? (double)a->clip_grad_norm : eng->cfg.clip_grad_norm;
+  memcpy(&w[7], &clip, 8);
+}
+
+/* An argument as the sentence shows it: the fewest digits that read back
+ * to the same value, so that two that differ never print alike. */
+static void arg_text(const long long *w, int i, char *buf, size_t n) {
+  if (i == 5) {
+    snprintf(buf, n, "%llu", (unsigned long long)w[i]);
+  } else if (i == 7) {
+    double d;
+    memcpy(&d, &w[i], 8);
+    for (int prec = 6; prec <= 17; prec++) {
+      snprintf(buf, n, "%.*g", prec, d);
+      if (strtod(buf, NULL) == d) break;
+    }
+  } else {
+    uint32_t u = (uint32_t)w[i];
+    float f;
+    memcpy(&f, &u, 4);
+    for (int prec = 6; prec <= 9; prec++) {
+      snprintf(buf, n, "%.*g", prec, (double)f);
+      if (strtof(buf, NULL) == f) break;
+    }
+  }
+}
+
+/* Every rank sent its step arguments: the first rank whose arguments differ
+ * from rank 0's, and the sentence naming each that differs. */
+static int compare_args(zt_engine_t *eng, const char *fn, const long long *all, int world) {
+  for (int r = 0; r < world; r++)
+    if (all[(size_t)r * AGREE_WORDS + ARGS_AT] != 1) return 0;
+  for (int b = 1; b < world; b++) {
+    const long long *x = all + ARGS_AT + 1, *y = all + (size_t)b * AGREE_WORDS + ARGS_AT + 1;
+    if (memcmp(x, y, N_ARGS * sizeof *x) == 0) continue;
+    char list[320] = "";
+    size_t len = 0;
+    for (int i = 0; i < N_ARGS; i++) {
+      if (x[i] == y[i]) continue;
+      char va[32], vb[32];
+      arg_text(x, i, va, sizeof va);
+      arg_text(y, i, vb, sizeof vb);
+      int k = len < sizeof list ? snprintf(list + len, sizeof list - len, "%sargs->%s is %s "
+                                           "on rank 0 and %s on rank %d",
+                                           len ? "; " : "", arg_names[i], va, vb, b)
+                                : 0;
+      if (k > 0) len += (size_t)k;
+    }
+    eng->part.disagreed = ZT_DISAGREED_ARGS;
+    return zt__errf(&eng->err, -EINVAL,
+                    "%s: the step arguments differ between rank 0 and rank %d (%s); every "
+                    "rank must step with the same arguments, or each would update its "
+                    "shard differently. Nothing was changed: call it again with the same "
+                    "arguments on every rank",
+                    fn, b, list);
+  }
+  return 0;
+}
 
 static const char *agree_what(long long kind, long long group, long long gathers,
                               char *buf, size_t n) {
@@ -377,23 +463,35 @@ static const char *agree_what(long long kind, long long group, long long gathers
 }
 
 static int agree(zt_engine_t *eng, const char *fn, int kind, int group, int gathers,
-                 size_t numel) {
+                 size_t numel, const zt_step_args_t *args) {
   zt__part_t *p = &eng->part;
+  p->disagreed = 0;
   if (p->world == 1) return 0; /* nothing can differ */
   long long mine[AGREE_WORDS] = {AGREE_MAGIC, (long long)p->agree_seq, kind, group, gathers,
                                  (long long)numel};
+  if (args) {
+    mine[ARGS_AT] = 1;
+    args_words(eng, args, mine + ARGS_AT + 1);
+  }
   p->agree_seq++;
-  size_t bytes = sizeof mine;
+  size_t bytes = sizeof mine, core = AGREE_CORE * sizeof *mine;
   long long *all = calloc((size_t)p->world, bytes);
   if (all == NULL) return zt__errf(&eng->err, -ENOMEM, "out of memory");
   int rc = zt__comm_control_all_gather(eng->comm, mine, all, bytes);
+  if (rc < 0) {
+    /* The comm's sentence (a peer failed, or did not come), with the call. */
+    char why[ZT_ERRMSG_LEN];
+    snprintf(why, sizeof why, "%s", eng->err.msg);
+    zt__errf(&eng->err, rc, "%s: %s", fn, why);
+  }
   for (int r = 0; rc == 0 && r < p->world; r++) {
     const long long *o = all + (size_t)r * AGREE_WORDS;
-    if (memcmp(o, mine, bytes) == 0) continue;
+    if (memcmp(o, mine, core) == 0) continue;
+    p->disagreed = 1;
     /* The first rank whose record differs from rank 0's: every rank names
      * the same pair. */
     int a = 0, b = 1;
-    while (b < p->world && memcmp(all + (size_t)b * AGREE_WORDS, all, bytes) == 0) b++;
+    while (b < p->world && memcmp(all + (size_t)b * AGREE_WORDS, all, core) == 0) b++;
     const long long *x = all, *y = all + (size_t)b * AGREE_WORDS;
     char wa[96], wb[96];
     if (x[0] != AGREE_MAGIC || y[0] != AGREE_MAGIC)
@@ -418,7 +516,14 @@ static int agree(zt_engine_t *eng, const char *fn, int kind, int group, int gath
                     fn, x[1], a, agree_what(x[2], x[3], x[4], wa, sizeof wa), b,
                     agree_what(y[2], y[3], y[4], wb, sizeof wb));
   }
+  if (rc == 0 && kind == AGREE_STEP) rc = compare_args(eng, fn, all, p->world);
   free(all);
+  return rc;
+}
+
+int zt__part_fail(zt_engine_t *eng, int rc) {
+  if (rc < 0 && !eng->part.disagreed) zt__comm_abort(eng->comm, rc, eng->err.msg);
+  eng->part.disagreed = 0;
   return rc;
 }
 
@@ -634,7 +739,7 @@ static size_t grad_sources(zt_engine_t *eng, const zt__group_t *g, zt__span_t *o
 
 int zt__part_grads_ready(zt_engine_t *eng, zt__group_t *g) {
   if (eng->cfg.stage < 2) return 0; /* stage 1 reduces at the step */
-  ZT_TRY(agree(eng, "zt_grads_ready", AGREE_READY, g->id, 0, g->numel));
+  ZT_TRY(agree(eng, "zt_grads_ready", AGREE_READY, g->id, 0, g->numel, NULL));
   ZT_TRY(progress(eng));
   zt__span_t *src = malloc(g->n_spans * sizeof *src);
   if (src == NULL) return zt__errf(&eng->err, -ENOMEM, "out of memory");
@@ -652,10 +757,11 @@ static int by_start(const void *x, const void *y) {
   return a < b ? -1 : a > b;
 }
 
-int zt__part_reduce_all(zt_engine_t *eng) {
+int zt__part_reduce_all(zt_engine_t *eng, const zt_step_args_t *args) {
   zt__part_t *p = &eng->part;
-  /* Stage 1 has no other collective to confuse the step's with. */
-  if (eng->cfg.stage >= 2) ZT_TRY(agree(eng, "zt_step", AGREE_STEP, -1, 0, p->total));
+  /* At stage 1 too, for the step's arguments (stage 1 has no other
+   * collective to confuse the step's with). */
+  ZT_TRY(agree(eng, "zt_step", AGREE_STEP, -1, 0, p->total, args));
   /* The groups not handed over yet, as one sorted list so that small groups
    * share buckets. */
   size_t n = 0;
@@ -821,7 +927,7 @@ int zt__part_fetch(zt_engine_t *eng, zt__group_t *g) {
   zt__prefetch_t *pf = &eng->prefetch;
   size_t psz = zt__dtype_size(eng->param_dtype);
   int held = g->params != NULL;
-  ZT_TRY(agree(eng, "zt_fetch", AGREE_FETCH, g->id, !held, g->numel));
+  ZT_TRY(agree(eng, "zt_fetch", AGREE_FETCH, g->id, !held, g->numel, NULL));
   ZT_TRY(zt__prefetch_note(eng, g));
   if (held) {
     if (g->kept) pf->kept_hits++;

@@ -125,7 +125,15 @@ typedef struct zt__part {
   /* Collectives agreed on so far (partition.c, agree): the ranks compare it,
    * which catches a rank that skipped one. */
   uint64_t agree_seq;
+  /* The last agree() found the ranks disagreeing: every rank returns that
+   * error together, so none is left waiting (zt__part_fail). AGREE_ARGS:
+   * only the step's arguments differed, and nothing moved. */
+  int disagreed;
 } zt__part_t;
+
+/* zt__part_t.disagreed: the ranks are in the same call with different
+ * arguments (the step's), which leaves the engine as it was. */
+#define ZT_DISAGREED_ARGS 2
 
 struct zt_engine;
 
@@ -171,8 +179,18 @@ ZT_INTERNAL void zt__part_drop(struct zt_engine *eng, zt__group_t *g, int grads)
 ZT_INTERNAL int zt__part_group_grads(struct zt_engine *eng, zt__group_t *g);
 
 /* The step's reduction: every group not handed over yet, then waits for
- * every bucket in flight. After it, part.grads holds the shard's sums. */
-ZT_INTERNAL int zt__part_reduce_all(struct zt_engine *eng);
+ * every bucket in flight. After it, part.grads holds the shard's sums.
+ * `args`: zt_step's arguments, which the ranks compare before anything
+ * moves (a difference is -EINVAL on every rank naming them, with
+ * part.disagreed = ZT_DISAGREED_ARGS); NULL for zt_grad_norm or a step this
+ * rank refuses itself (nothing to compare). */
+ZT_INTERNAL int zt__part_reduce_all(struct zt_engine *eng, const zt_step_args_t *args);
+
+/* A public call failed with rc after the ranks agreed on it: unless the
+ * failure was the agreement's own (every rank has it), the peers are told
+ * (zt__comm_abort with the engine's sentence), since they go on into
+ * collectives this rank will not make. Returns rc. */
+ZT_INTERNAL int zt__part_fail(struct zt_engine *eng, int rc);
 
 /* After the update (stages 1, 2): every rank's part.params into every
  * rank's registered parameter buffer. */

@@ -72,14 +72,21 @@ static int check_args(zt_engine_t *eng, const zt_step_args_t *a, const zt_step_i
  * *refused gets the code of such a refusal (the reduction stands: a retry
  * finds the gradients handed over, as after zt_grad_norm). The return value
  * is a failure of the exchanges themselves, which leaves buckets half
- * reduced. */
-static int grad_sumsq(zt_engine_t *eng, const char *fn, int local, double *out, double *avg,
-                      int *refused) {
+ * reduced. `args` (zt_step's, NULL otherwise) are compared between the
+ * ranks before anything moves: a difference is a refusal on every rank. */
+static int grad_sumsq(zt_engine_t *eng, const char *fn, int local, const zt_step_args_t *args,
+                      double *out, double *avg, int *refused) {
   double t0 = zt__now();
   *refused = 0;
   if (eng->partitioned) {
     zt__part_t *p = &eng->part;
-    ZT_TRY(zt__part_reduce_all(eng));
+    int rc = zt__part_reduce_all(eng, local ? NULL : args);
+    if (rc < 0 && p->disagreed == ZT_DISAGREED_ARGS) {
+      p->disagreed = 0;
+      *refused = rc; /* every rank's, and nothing moved */
+      return 0;
+    }
+    ZT_TRY(rc);
     *out = p->n_segs ? zt__cpu_sumsq(eng->cpu, p->grads, p->begin, ZT_FP32, p->segs,
                                      p->n_segs)
                      : 0.0;
@@ -130,10 +137,11 @@ int zt_grad_norm(zt_engine_t *eng, float grad_scale, double *norm) {
                      (double)grad_scale);
   double sumsq = 0.0, avg = 1.0;
   int refused;
-  int rc = grad_sumsq(eng, "zt_grad_norm", local, &sumsq, &avg, &refused);
+  int rc = grad_sumsq(eng, "zt_grad_norm", local, NULL, &sumsq, &avg, &refused);
   if (rc < 0) {
-    if (eng->partitioned) eng->broken = rc; /* buckets may be half reduced */
-    return rc;
+    if (!eng->partitioned) return rc;
+    eng->broken = rc; /* buckets may be half reduced */
+    return zt__part_fail(eng, rc);
   }
   if (refused) return refused;
   *norm = sqrt(sumsq) * ((double)grad_scale / eng->scaler.handed) * avg;
@@ -354,10 +362,11 @@ int zt_step(zt_engine_t *eng, const zt_step_args_t *args, zt_step_info_t *info) 
 
   double sumsq = 0.0, avg = 1.0;
   int refused;
-  int rc = grad_sumsq(eng, "zt_step", local, &sumsq, &avg, &refused);
+  int rc = grad_sumsq(eng, "zt_step", local, args, &sumsq, &avg, &refused);
   if (rc < 0) {
-    if (eng->partitioned) eng->broken = rc;
-    return rc;
+    if (!eng->partitioned) return rc;
+    eng->broken = rc;
+    return zt__part_fail(eng, rc);
   }
   if (refused) return refused;
   double inv = (double)args->grad_scale / eng->scaler.handed * avg;
@@ -395,9 +404,10 @@ int zt_step(zt_engine_t *eng, const zt_step_args_t *args, zt_step_info_t *info) 
                                                    : update_device_tier(eng, &hp);
     if (rc < 0) {
       /* Some states may be updated and others not: refuse to go on from a
-       * state that no step produced. */
+       * state that no step produced. The peers, past the same vote, are
+       * told rather than left waiting in the gather. */
       eng->broken = rc;
-      return rc;
+      return zt__part_fail(eng, rc);
     }
     scaler_update(&eng->scaler, &eng->cfg, 0);
     eng->steps++;
@@ -409,7 +419,7 @@ int zt_step(zt_engine_t *eng, const zt_step_args_t *args, zt_step_info_t *info) 
     rc = zt__prefetch_step_end(eng);
     if (rc < 0) {
       eng->broken = rc;
-      return rc;
+      return zt__part_fail(eng, rc);
     }
   }
   if (info) info->loss_scale = eng->scaler.scale;

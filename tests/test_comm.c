@@ -19,6 +19,13 @@
  *     root, overlapping buffers, a request in flight reused) are refused with
  *     a sentence, on every backend alike, and leave the comm usable; ranks
  *     that disagree get -EIO with MPI's sentence, not an aborted job;
+ *   - failures reach every rank (launches of their own, which end without
+ *     MPI_Finalize by design): a rank whose collective fails (an MPI error,
+ *     or the fault hook) tells its peers, whose waits return ZT_EPEER naming
+ *     it; a rank that does not come makes its peers' waits return
+ *     -ETIMEDOUT naming it after comm_timeout_s, without spinning (CPU time
+ *     well below the wall time); a failed comm refuses every later call at
+ *     once with its code;
  *   - MPI's lifetime: ztier initialises MPI when nobody did and finalises it
  *     at exit only (engines come and go); an MPI the caller initialised is
  *     used, never finalised, and its traffic never matches ztier's;
@@ -748,9 +755,34 @@ static void user_mpi(void **state) {
   assert_null(c);
 }
 
-/* Last in a launch: ranks that disagree (rank 0 sends rank 1 more than rank 1
- * expects) get an error with MPI's sentence where MPI finds it, not an
- * abort of the job. */
+/* ---- failures (launches that end without MPI_Finalize) ------------------------ */
+
+/* After a scenario that failed its comm on purpose: this rank says it
+ * checked everything, and waits for the others to say so too before any
+ * exits (mpirun ends the job when the first rank exits unfinalised). */
+static void checked(const char *what, int me) {
+  printf("# rank %d: %s checked\n", me, what);
+  fflush(stdout);
+  MPI_Barrier(MPI_COMM_WORLD);
+}
+
+/* CPU seconds this process has used. */
+static double cpu_seconds(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t);
+  return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+static double wall_seconds(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+/* Ranks that disagree (rank 0 sends rank 1 more than rank 1 expects) get an
+ * error with MPI's sentence where MPI finds it, not an abort of the job; the
+ * comm of the rank that found it fails and tells the others, whose next
+ * collective fails with ZT_EPEER naming rank 1. */
 static void mpi_mismatch(void **state) {
   zt__comm_t *c = open_comm();
   int W = c->ops->world(c), me = c->ops->rank(c);
@@ -770,8 +802,96 @@ static void mpi_mismatch(void **state) {
       assert_int_equal(rcode, -EIO);
       assert_non_null(strstr(err.msg, "alltoallv: MPI_Wait failed on rank 1"));
     }
+    double x = 1.0;
+    zt__comm_req_t r = {0};
+    if (me == 1) {
+      /* Failed: refused at once, with the same code and sentence. */
+      C_ERR(c->ops->all_reduce(c, &x, 1, ZT_RED_F64, ZT_OP_SUM, &r), -EIO,
+            "alltoallv: MPI_Wait failed on rank 1");
+      assert_int_equal(r.done, 1);
+    } else {
+      int got = c->ops->all_reduce(c, &x, 1, ZT_RED_F64, ZT_OP_SUM, &r);
+      if (got == 0) got = c->ops->wait(c, &r);
+      print_message("# rank %d: all_reduce after the mismatch -> %s: %s\n", me,
+                    zt_err_name(got), err.msg);
+      assert_int_equal(got, ZT_EPEER);
+      assert_non_null(strstr(err.msg, "rank 1 failed: alltoallv: MPI_Wait failed on rank 1"));
+    }
+    assert_int_equal(zt__comm_failed(c), me == 1 ? -EIO : ZT_EPEER);
   }
   zt__comm_destroy(c);
+  checked("mpi_mismatch", me);
+}
+
+/* The tests' fault hook: rank 1's all_gather fails before it is issued, and
+ * every other rank's wait returns ZT_EPEER naming rank 1, at once. */
+static void comm_fault(void **state) {
+  zt__comm_t *c = open_comm();
+  int W = c->ops->world(c), me = c->ops->rank(c);
+  double mine = me, all[MAXW];
+  zt__comm_req_t r = {0};
+  if (me == 1) {
+    zt__comm_fault_next(c, "all_gather");
+    C_ERR(c->ops->all_gather(c, &mine, all, 1, ZT_RED_F64, &r), -EIO, "injected");
+  } else {
+    double t0 = wall_seconds();
+    int rc = c->ops->all_gather(c, &mine, all, 1, ZT_RED_F64, &r);
+    if (rc == 0) rc = c->ops->wait(c, &r);
+    double secs = wall_seconds() - t0;
+    print_message("# rank %d of %d: %s after %.3f s: %s\n", me, W, zt_err_name(rc), secs,
+                  err.msg);
+    assert_int_equal(rc, ZT_EPEER);
+    assert_non_null(strstr(err.msg, "rank 1 failed: all_gather: failed on rank 1"));
+    assert_true(secs < 5.0);
+  }
+  /* Every later call of a failed comm: its code at once. */
+  double t0 = wall_seconds();
+  C_ERR(c->ops->barrier(c), me == 1 ? -EIO : ZT_EPEER, "rank 1");
+  assert_true(wall_seconds() - t0 < 0.5);
+  zt__comm_destroy(c);
+  checked("comm_fault", me);
+}
+
+/* The last rank does not come to an all_gather: the others' waits return
+ * -ETIMEDOUT after comm_timeout_s, naming it, having napped rather than
+ * spun (or ZT_EPEER, naming it too, where another waiting rank's timeout
+ * notice came first); their comms tell it, so that its own collectives
+ * fail with ZT_EPEER once it comes (its all_gather may still complete,
+ * with the halves the others left in flight; the barrier after it cannot). */
+static void comm_timeout(void **state) {
+  comm_cfg = t_config();
+  comm_cfg.comm = ZT_COMM_MPI;
+  comm_cfg.comm_timeout_s = 1.5;
+  zt__comm_t *c = NULL;
+  C_OK(zt__comm_create(&comm_cfg, &err, &c));
+  int W = c->ops->world(c), me = c->ops->rank(c);
+  double mine = me, all[MAXW];
+  zt__comm_req_t r = {0};
+  if (me == W - 1) {
+    struct timespec nap = {2, 500000000};
+    nanosleep(&nap, NULL);
+    int rc = c->ops->all_gather(c, &mine, all, 1, ZT_RED_F64, &r);
+    if (rc == 0) rc = c->ops->wait(c, &r);
+    print_message("# rank %d came late: all_gather: %s\n", me, zt_err_name(rc));
+    assert_true(rc == 0 || rc == ZT_EPEER);
+    C_ERR(c->ops->barrier(c), ZT_EPEER, "did not complete within comm_timeout_s");
+  } else {
+    double t0 = wall_seconds(), c0 = cpu_seconds();
+    int rc = c->ops->all_gather(c, &mine, all, 1, ZT_RED_F64, &r);
+    if (rc == 0) rc = c->ops->wait(c, &r);
+    double secs = wall_seconds() - t0, cpu = cpu_seconds() - c0;
+    print_message("# rank %d: %s after %.3f s (%.3f s of CPU): %s\n", me, zt_err_name(rc),
+                  secs, cpu, err.msg);
+    assert_true(rc == -ETIMEDOUT || rc == ZT_EPEER);
+    char who[48];
+    snprintf(who, sizeof who, "rank %d did not reach it", W - 1);
+    assert_non_null(strstr(err.msg, who));
+    assert_true(secs >= (rc == ZT_EPEER ? 1.0 : 1.5) && secs < 2.5);
+    assert_true(cpu < 0.25 * secs); /* no spinning */
+    C_ERR(c->ops->barrier(c), rc, who);
+  }
+  zt__comm_destroy(c);
+  checked("comm_timeout", me);
 }
 
 static const struct CMUnitTest scenarios[] = {
@@ -781,19 +901,60 @@ static const struct CMUnitTest scenarios[] = {
     cmocka_unit_test(alltoallv),     cmocka_unit_test(broadcast),
     cmocka_unit_test(test_progress), cmocka_unit_test(bytes),
     cmocka_unit_test(errors),        cmocka_unit_test(user_mpi),
-    cmocka_unit_test(mpi_mismatch),
+    cmocka_unit_test(mpi_mismatch),  cmocka_unit_test(comm_fault),
+    cmocka_unit_test(comm_timeout),
 };
 
-/* Every scenario but user_mpi, which needs a process of its own. */
+/* Every scenario but user_mpi, which needs a process of its own, and the
+ * failures, whose launches end without MPI_Finalize. */
 #define WORLD_SPEC                                                                       \
   "mpi_lifecycle,mpi_auto,all_reduce,reduce_scatter,all_gather,all_gatherv,"             \
-  "alltoallv,broadcast,test_progress,bytes,errors,mpi_mismatch"
+  "alltoallv,broadcast,test_progress,bytes,errors"
+#define FAIL_SPEC "mpi_mismatch,comm_fault,comm_timeout"
 
 static void mpi_world_1(void **state) { T_MPIRUN(1, WORLD_SPEC); }
 static void mpi_world_2(void **state) { T_MPIRUN(2, WORLD_SPEC); }
 static void mpi_world_3(void **state) { T_MPIRUN(3, WORLD_SPEC); }
 static void mpi_world_4(void **state) { T_MPIRUN(4, WORLD_SPEC); }
 static void mpi_user_initialised(void **state) { T_MPIRUN(3, "user_mpi"); }
+
+/* The failure scenarios: the launch ends as failed (no rank finalises
+ * after a failure), within its time, with every rank having checked every
+ * scenario. */
+static void failures(int np) {
+  static char out[1 << 16];
+  setenv("ZT_TEST_MPI_TIMEOUT", "60", 1);
+  double t0 = wall_seconds();
+  int rc = t_mpirun(np, FAIL_SPEC, out, sizeof out);
+  double secs = wall_seconds() - t0;
+  unsetenv("ZT_TEST_MPI_TIMEOUT");
+  if (rc == T_NO_MPIRUN) {
+    printf("# skipped: no mpirun\n");
+    skip();
+  }
+  printf("# mpirun -np %d '%s': status %d, %.2f s\n", np, FAIL_SPEC, rc, secs);
+  int missing = 0;
+  static const char *names[] = {"mpi_mismatch", "comm_fault", "comm_timeout"};
+  for (int r = 0; r < np; r++)
+    for (int k = 0; k < 3; k++) {
+      char line[96];
+      snprintf(line, sizeof line, "# rank %d: %s checked", r, names[k]);
+      if (strstr(out, line) == NULL) {
+        printf("# missing: %s\n", line);
+        missing++;
+      }
+    }
+  if (missing || rc == 124) {
+    for (const char *p = out; *p;) {
+      size_t n = strcspn(p, "\n");
+      printf("#   %.*s\n", (int)n, p);
+      p += n + (p[n] == '\n');
+    }
+    fail_msg("mpirun -np %d: status %d, %d check(s) missing", np, rc, missing);
+  }
+}
+static void mpi_failures_2(void **state) { failures(2); }
+static void mpi_failures_3(void **state) { failures(3); }
 
 /* ---- the plain suite: no mpirun --------------------------------------------------- */
 
@@ -897,6 +1058,8 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test(mpi_world_3),
     cmocka_unit_test(mpi_world_4),
     cmocka_unit_test(mpi_user_initialised),
+    cmocka_unit_test(mpi_failures_2),
+    cmocka_unit_test(mpi_failures_3),
 };
 
 int main(int argc, char **argv) {

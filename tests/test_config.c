@@ -69,6 +69,7 @@ static const tkey_t tkeys[] = {
     {AT(rank), K_INT, {0}, 0},
     {AT(world_size), K_INT, {0}, 0},
     {AT(nccl_id_timeout_s), K_NUM, {0}, 0},
+    {AT(comm_timeout_s), K_NUM, {0}, 0},
     {AT(optimizer), K_ENUM, {"adamw", "adam"}, 2},
     {AT(optimizer_tier), K_ENUM, {"device", "host"}, 2},
     /* "host" and "nvme" need stage 3 (and nvme swap_path): test_combinations. */
@@ -217,7 +218,7 @@ static tval_t random_value(const tkey_t *k, t_rng_t *r) {
       v.d = 1.0 + rnd_unit(r) * 8;
     else if (!strcmp(n, "loss_scale_backoff"))
       v.d = rnd_unit(r);
-    else if (!strcmp(n, "nccl_id_timeout_s"))
+    else if (!strcmp(n, "nccl_id_timeout_s") || !strcmp(n, "comm_timeout_s"))
       v.d = rnd_unit(r) * 86400.0;
     else /* min_loss_scale, <= initial_loss_scale = 65536 */
       v.d = rnd_unit(r) * 65536.0;
@@ -364,6 +365,7 @@ static zt_config_t random_config(t_rng_t *r) {
              (unsigned long long)rnd(r, 0));
   }
   c.nccl_id_timeout_s = rnd_unit(r) * 86400.0;
+  c.comm_timeout_s = rnd_unit(r) * 86400.0;
   c.bucket_bytes = 4096 * (1 + rnd(r, 1u << 20));
   random_paths(r, c.swap_path);
   c.swap_block_bytes = (size_t)4096 << rnd(r, 15);

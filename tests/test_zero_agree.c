@@ -264,6 +264,59 @@ static void a_step_bad_args(void **state) {
   }
 }
 
+/* Step arguments that differ between ranks (each valid on its own): each
+ * rank would update its shard with its own lr, and the model would be none
+ * any rank asked for. Every rank refuses, naming each argument that differs
+ * with both values; nothing changed, so the retry with equal arguments gives
+ * the parameters of a step that was never refused. Stages 1 and 2; the
+ * last rank differs. */
+static void a_step_args_differ(void **state) {
+  int rank, world;
+  rank_world(&rank, &world);
+  if (world == 1) return; /* nothing can differ */
+  int bad = world - 1;
+  for (int stage = 1; stage <= 2; stage++)
+    for (int k = 0; k < 3; k++) {
+      model_t m = make_model(stage, rank), ref = make_model(stage, rank);
+      zt_step_args_t a = step_args(), mine = step_args();
+      char want[160];
+      if (k == 0) {
+        if (rank == bad) mine.lr = 2e-2f;
+        snprintf(want, sizeof want, "args->lr is 0.01 on rank 0 and 0.02 on rank %d", bad);
+      } else if (k == 1) {
+        if (rank == bad) mine.beta2 = 0.99f, mine.t = 7;
+        snprintf(want, sizeof want, "args->t is 1 on rank 0 and 7 on rank %d", bad);
+      } else {
+        /* Clipping: the config's (none) against 1.0 given here. */
+        if (rank == bad) mine.clip_grad_norm = 1.0f;
+        snprintf(want, sizeof want, "args->clip_grad_norm is 0 on rank 0 and 1 on rank %d",
+                 bad);
+      }
+      int rc = zt_step(m.eng, &mine, NULL);
+      const char *msg = zt_last_error(m.eng);
+      printf("# rank %d, stage %d: rc %d: %s\n", rank, stage, rc, msg);
+      assert_int_equal(rc, -EINVAL);
+      char who[64];
+      snprintf(who, sizeof who, "differ between rank 0 and rank %d", bad);
+      assert_non_null(strstr(msg, who));
+      assert_non_null(strstr(msg, want));
+      if (k == 1) assert_non_null(strstr(msg, "args->beta2 is 0.999 on rank 0 and 0.99 on"));
+      zt_stats_t st = ZT_STATS_INIT;
+      T_OK(zt_stats(m.eng, &st), m.eng);
+      assert_int_equal(st.steps, 0);
+      T_OK(zt_step(m.eng, &a, NULL), m.eng);
+      T_OK(zt_step(ref.eng, &a, NULL), ref.eng);
+      float *got = malloc(NUMEL * 4), *ref_p = malloc(NUMEL * 4);
+      t_buf_download(m.eng, got, m.p, NUMEL * 4);
+      t_buf_download(ref.eng, ref_p, ref.p, NUMEL * 4);
+      t_expect_same("params after a refused step and a good one", got, ref_p, 4, NUMEL);
+      free(got);
+      free(ref_p);
+      free_model(&m);
+      free_model(&ref);
+    }
+}
+
 /* zt_grad_norm with a NULL result on one rank: every rank refuses. */
 static void a_norm_null(void **state) {
   int rank, world;
@@ -317,7 +370,7 @@ static const struct CMUnitTest scenarios[] = {
     cmocka_unit_test(a_reg_alloc_fails),   cmocka_unit_test(a_create_invalid),
     cmocka_unit_test(a_create_scaler_keys), cmocka_unit_test(a_step_fetched),
     cmocka_unit_test(a_step_bad_args),     cmocka_unit_test(a_norm_null),
-    cmocka_unit_test(a_step_handed),
+    cmocka_unit_test(a_step_handed),       cmocka_unit_test(a_step_args_differ),
 };
 
 /* A hang is what these guard against: a short timeout makes one a failure
