@@ -77,7 +77,10 @@ extern "C" {
                     "load a checkpoint into it (zt_load) or re-create it")     \
   X(ECKPT, -4012, "not a checkpoint this engine can load: malformed, of "       \
                   "another model, or of an unknown format version; "           \
-                  "zt_last_error() names the file and what is wrong")
+                  "zt_last_error() names the file and what is wrong")          \
+  X(EPEER, -4013, "another rank failed or exited with its engine alive; "      \
+                  "zt_last_error() names it and its error; destroy the "       \
+                  "engine: its comm is unusable")
 
 enum {
 #define ZT_ERR_ENUM_(name, value, msg) ZT_##name = (value),
@@ -217,6 +220,11 @@ typedef struct zt_config {
   size_t prefetch_bytes; /* reads ahead in flight or landed, at most        */
   size_t max_live_bytes; /* gathered parameters ztier keeps, at most        */
   size_t stage_min_bytes; /* smallest part of a group staged ahead          */
+
+  /* How long a rank waits in a collective for its peers before the call
+   * fails with -ETIMEDOUT naming the ranks that did not come (docs/stages.md,
+   * "When a rank fails"). */
+  double comm_timeout_s; /* seconds; default 300                          */
 } zt_config_t;
 
 /* The defaults. Every engine field has a working default. */
@@ -227,7 +235,7 @@ typedef struct zt_config {
         ZT_ROUND_NEAREST, 0x5eed, 0, 0.0, ZT_LOSS_SCALE_AUTO, 65536.0, 2.0,  \
         0.5, 2000, 1.0, (size_t)16 << 20, 0, 0, ZT_LOG_WARN, NULL, NULL,     \
         (size_t)16 << 20, "", (size_t)8 << 20, 32, 2, 0, -1, "", -1, 0,      \
-        300.0, (size_t)64 << 20, (size_t)1 << 30, (size_t)1 << 20            \
+        300.0, (size_t)64 << 20, (size_t)1 << 30, (size_t)1 << 20, 300.0     \
   }
 
 /*
