@@ -1,7 +1,7 @@
 /*
  * swap.c — the io_uring swap engine (see swap.h for the contract).
  *
- * Owns: the swap files (created, preallocated, headed, removed), one or more
+ * Owns: the swap files (created, locked, preallocated, headed, removed), one or more
  * rings ("lanes"), the per-block checksum table, and the requests.
  *
  * A lane is one ring and everything in flight on it: its pieces (one I/O in
@@ -56,6 +56,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/eventfd.h>
+#include <sys/file.h> // defines: flock
 #include <sys/random.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
@@ -433,6 +434,15 @@ static int file_create(zt__swap_t *sw, unsigned i, const char *dir, const char *
     return zt__errf(sw->err, -e, "cannot create swap file %s (paths[%u] = \"%s\"): %s (%s)",
                     f->path, i, dir, strerror(e), ename(e));
   }
+  // The lock says "its owner runs" for as long as the file is open (through
+  // the rings' fixed files too), and goes with the process however it ends:
+  // another process's scan for leftovers never takes a live file
+  // (swapspace.c). The wait is only for such a scan that looks at it now.
+  if (flock(f->fd, LOCK_EX) != 0) {
+    int e = errno;
+    return zt__errf(sw->err, -e, "cannot lock swap file %s: %s (%s)", f->path, strerror(e),
+                    ename(e));
+  }
   // Setting O_DIRECT after the open tells "filesystem refuses it" (EINVAL)
   // apart from "cannot create": the file is ours either way.
   f->direct = 0;
@@ -476,8 +486,9 @@ static void files_close(zt__swap_t *sw) {
   for (unsigned i = 0; i < sw->n_files; i++) {
     sfile_t *f = &sw->files[i];
     if (f->fd >= 0) {
-      close(f->fd);
+      // Removed while still locked: no scan sees it unlocked and in place.
       unlink(f->path);
+      close(f->fd);
     }
     free(f->path);
   }

@@ -10,6 +10,7 @@
 #include "opt_nvme.h" // defines: zt__opt_nvme_stats
 #include "param_nvme.h" // defines: zt__param_nvme_stats
 #include "pinned.h" // defines: zt__pinned_fini, zt__pinned_check_budget
+#include "swapspace.h" // defines: zt__swapspace_clean
 
 int zt__engine_valid(const zt_engine_t *eng) {
   return eng != NULL && eng->magic == ZT_ENGINE_MAGIC;
@@ -230,6 +231,9 @@ int zt_engine_create(const zt_config_t *cfg, zt_engine_t **out) {
   ZT_TRY_GOTO(zt__comm_create(&eng->cfg, &eng->err, &eng->comm), rc, fail);
   ZT_TRY_GOTO(check_ranks_agree(eng, local), rc, fail);
   ZT_TRY_GOTO(check_world(eng), rc, fail);
+  /* Swap files that killed processes left would take the space this
+   * engine's swap needs; a live process's files are never touched. */
+  if (eng->cfg.swap_path[0]) zt__swapspace_clean(eng);
   zt__log(&eng->cfg, ZT_LOG_INFO, "engine created: backend %s, %d CPU threads (%s)",
           eng->be_ops->name, zt__pool_threads(eng->cpu->pool), zt__isa_name(eng->cpu->isa));
   *out = eng;

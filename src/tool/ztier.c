@@ -23,11 +23,13 @@ static int cmd_bench(int argc, char **argv);
 static int cmd_version(int argc, char **argv);
 int zt_plan_main(int argc, char **argv); /* src/tool/plan.c */
 int zt_ckpt_main(int argc, char **argv); /* src/tool/ckpt.c */
+int zt_swap_main(int argc, char **argv); /* src/tool/swap.c */
 
 static const command_t commands[] = {
     {"bench", cmd_bench, "measure a part of ztier beside its hardware limit"},
     {"ckpt", zt_ckpt_main, "inspect a checkpoint, or export its weights as safetensors"},
     {"plan", zt_plan_main, "memory per rank in each tier, before you run"},
+    {"swap", zt_swap_main, "list or remove the swap files that killed processes left"},
     {"version", cmd_version, "print the version of ztier"},
 };
 
