@@ -92,28 +92,50 @@ static void live_done(live_t *l) {
   zt_engine_destroy(l->eng);
 }
 
-/* A child that makes its swap files in `dir`, says so on the pipe and waits
- * to be killed. */
-static pid_t spawn_owner(const char *dir) {
-  int fds[2];
-  assert_int_equal(pipe(fds), 0);
+/* The owner mode of this executable (a fresh process, exec'ed: forking a
+ * process with threads and starting threads in the child is not what a
+ * ThreadSanitizer build allows): makes its swap files in `dir`, says so on
+ * fd `fd` and waits to be killed. */
+static int owner_main(const char *dir, int fd) {
+  zt_config_t cfg = nvme_cfg(dir);
+  zt_engine_t *eng = NULL;
+  if (zt_engine_create(&cfg, &eng) != 0) return 3;
+  void *dp, *dg;
+  if (eng->be_ops->alloc(eng->be, N * 4, &dp) || eng->be_ops->alloc(eng->be, N * 4, &dg))
+    return 4;
+  if (zt_register_flat(eng, dp, dg, N, ZT_FP32, ZT_FP32) != 0) return 5;
+  if (write(fd, "r", 1) != 1) return 6;
+  for (;;) pause();
+}
+
+/* The create mode: an engine created in `dir` and destroyed; exit 0. */
+static int create_main(const char *dir) {
+  zt_config_t cfg = nvme_cfg(dir);
+  zt_engine_t *eng = NULL;
+  if (zt_engine_create(&cfg, &eng) != 0) return 1;
+  zt_engine_destroy(eng);
+  return 0;
+}
+
+/* This executable in another process, with `mode` and dir; its pid. */
+static pid_t spawn(const char *mode, const char *dir, int fd) {
+  char fdtxt[16];
+  snprintf(fdtxt, sizeof fdtxt, "%d", fd);
   fflush(NULL);
   pid_t pid = fork();
   assert_true(pid >= 0);
   if (pid == 0) {
-    close(fds[0]);
-    zt_config_t cfg = nvme_cfg(dir);
-    zt_engine_t *eng = NULL;
-    if (zt_engine_create(&cfg, &eng) != 0) _exit(3);
-    float *p = calloc(N, 4), *g = calloc(N, 4);
-    void *dp, *dg;
-    if (eng->be_ops->alloc(eng->be, N * 4, &dp) || eng->be_ops->alloc(eng->be, N * 4, &dg))
-      _exit(4);
-    if (zt_register_flat(eng, dp, dg, N, ZT_FP32, ZT_FP32) != 0) _exit(5);
-    (void)p, (void)g;
-    if (write(fds[1], "r", 1) != 1) _exit(6);
-    for (;;) pause();
+    execl("/proc/self/exe", "test_leftovers", mode, dir, fdtxt, (char *)NULL);
+    _exit(127);
   }
+  return pid;
+}
+
+/* A process that makes its swap files in `dir`; returns once they exist. */
+static pid_t spawn_owner(const char *dir) {
+  int fds[2];
+  assert_int_equal(pipe(fds), 0);
+  pid_t pid = spawn("--swap-owner", dir, fds[1]);
   close(fds[1]);
   char c = 0;
   ssize_t got = read(fds[0], &c, 1);
@@ -225,13 +247,7 @@ static void test_live_files_kept(void **state) {
   assert_true(fd >= 0);
   close(fd);
   /* Another process's engine create in the same swap_path. */
-  fflush(NULL);
-  pid_t pid = fork();
-  if (pid == 0) {
-    zt_config_t c2 = nvme_cfg(dir);
-    zt_engine_t *e2 = NULL;
-    _exit(zt_engine_create(&c2, &e2) == 0 ? 0 : 1);
-  }
+  pid_t pid = spawn("--create", dir, -1);
   int st;
   assert_int_equal(waitpid(pid, &st, 0), pid);
   assert_true(WIFEXITED(st) && WEXITSTATUS(st) == 0);
@@ -292,7 +308,9 @@ static void test_enospc_names_leftovers(void **state) {
   assert_true(scan(dir, 1).removed >= 1);
 }
 
-int main(void) {
+int main(int argc, char **argv) {
+  if (argc == 4 && strcmp(argv[1], "--swap-owner") == 0) return owner_main(argv[2], atoi(argv[3]));
+  if (argc == 4 && strcmp(argv[1], "--create") == 0) return create_main(argv[2]);
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_killed_owner_cleaned_at_create),
       cmocka_unit_test(test_live_files_kept),
