@@ -147,6 +147,11 @@ ZT_INTERNAL int zt__comm_check_alltoallv(zt__comm_t *c, int world, int rank,
  * `ztier plan` and zt_stats hold to ZeRO's volume. comm_single.c. */
 ZT_INTERNAL int zt__comm_control_all_gather(zt__comm_t *c, const void *mine, void *all,
                                             size_t bytes);
+/* The same, counted as traffic. Both go through a buffer of their own: when
+ * a failed comm gives up on the collective (see "Failures" below), MPI may
+ * still read and write it, so it is left to MPI and the caller's buffers
+ * may go. */
+ZT_INTERNAL int zt__comm_gather_wait(zt__comm_t *c, const void *mine, void *all, size_t bytes);
 
 /* Failures (docs/stages.md, "When a rank fails"). A collective that waits
  * for its peers longer than comm_timeout_s fails with -ETIMEDOUT naming the

@@ -109,11 +109,27 @@ static int refuse(zt__comm_req_t *req, int rc) {
   return rc;
 }
 
+int zt__comm_gather_wait(zt__comm_t *c, const void *mine, void *all, size_t bytes) {
+  size_t world = (size_t)c->ops->world(c), rank = (size_t)c->ops->rank(c);
+  char *stage = malloc(world * bytes > 0 ? world * bytes : 1);
+  if (stage == NULL) return zt__errf(c->err, -ENOMEM, "out of memory");
+  memcpy(stage + rank * bytes, mine, bytes);
+  zt__comm_req_t req = {0};
+  int rc = c->ops->all_gather(c, stage + rank * bytes, stage, bytes, ZT_RED_U8, &req);
+  if (rc == 0) rc = c->ops->wait(c, &req);
+  if (rc == 0) memcpy(all, stage, world * bytes);
+  /* A failed comm gives up on a collective that may still be in flight, and
+   * MPI may still read and write its buffer: it is left to it. */
+  if (rc < 0 && zt__comm_failed(c))
+    zt__keep_abandoned(stage);
+  else
+    free(stage);
+  return rc;
+}
+
 int zt__comm_control_all_gather(zt__comm_t *c, const void *mine, void *all, size_t bytes) {
   size_t sent = c->bytes_sent, received = c->bytes_received;
-  zt__comm_req_t req = {0};
-  int rc = c->ops->all_gather(c, mine, all, bytes, ZT_RED_U8, &req);
-  if (rc == 0) rc = c->ops->wait(c, &req);
+  int rc = zt__comm_gather_wait(c, mine, all, bytes);
   c->bytes_sent = sent;
   c->bytes_received = received;
   return rc;

@@ -294,7 +294,10 @@ void zt__part_free(zt_engine_t *eng) {
       eng->comm->ops->wait(eng->comm, &x->req);
       continue;
     }
-    if (eng->comm->ops->test(eng->comm, &x->req) != 0) continue; /* landed, or failed */
+    /* Landed, or failed; but a failed comm gives up on a collective MPI may
+     * still complete (comm.h), which is then in flight for all we know. */
+    if (eng->comm->ops->test(eng->comm, &x->req) != 0 && !zt__comm_failed(eng->comm))
+      continue;
     zt__log(&eng->cfg, ZT_LOG_WARN,
             "zt_engine_destroy: a gradient or parameter bucket is still in flight on "
             "rank %d (the ranks did not make the same zt_grads_ready/zt_fetch/zt_step "
@@ -1034,9 +1037,7 @@ int zt__part_sum_ranks(zt_engine_t *eng, double *x, int status, int flag, int *b
   memcpy(&mine, &u, sizeof mine);
   double *all = calloc((size_t)p->world, sizeof *all);
   if (all == NULL) return zt__errf(&eng->err, -ENOMEM, "out of memory");
-  zt__comm_req_t req = {0};
-  int rc = eng->comm->ops->all_gather(eng->comm, &mine, all, 1, ZT_RED_F64, &req);
-  if (rc == 0) rc = eng->comm->ops->wait(eng->comm, &req);
+  int rc = zt__comm_gather_wait(eng->comm, &mine, all, sizeof mine);
   if (rc == 0) {
     double s = 0.0;
     int flag0 = -1;

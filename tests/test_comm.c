@@ -944,13 +944,19 @@ static void failures(int np) {
         missing++;
       }
     }
-  if (missing || rc == 124) {
+  /* The ranks' own reports (the launch fails on purpose, so a sanitizer's
+   * exit status would go unseen). */
+  int sanitizer = strstr(out, "ERROR: AddressSanitizer") != NULL ||
+                  strstr(out, "ERROR: LeakSanitizer") != NULL ||
+                  strstr(out, "runtime error:") != NULL;
+  if (missing || rc == 124 || sanitizer) {
     for (const char *p = out; *p;) {
       size_t n = strcspn(p, "\n");
       printf("#   %.*s\n", (int)n, p);
       p += n + (p[n] == '\n');
     }
-    fail_msg("mpirun -np %d: status %d, %d check(s) missing", np, rc, missing);
+    fail_msg("mpirun -np %d: status %d, %d check(s) missing%s", np, rc, missing,
+             sanitizer ? ", a sanitizer report" : "");
   }
 }
 static void mpi_failures_2(void **state) { failures(2); }
