@@ -86,9 +86,16 @@ static int rank_of(zt_engine_t *eng) {
 /* What a user's loop does with an error: says so and exits, the engine
  * alive. */
 static int me = -1;
+static double now_realtime(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_REALTIME, &t);
+  return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
 static void check(int rc, const char *call, zt_engine_t *eng) {
   if (rc >= 0) return;
-  printf("# rank %d: %s failed (%s): %s\n", me, call, zt_err_name(rc), zt_last_error(eng));
+  printf("# rank %d: %s failed (%s) at %.6f: %s\n", me, call, zt_err_name(rc), now_realtime(),
+         zt_last_error(eng));
   fflush(stdout);
   exit(1);
 }
@@ -134,6 +141,11 @@ static void user_loop(point_t at) {
 
   for (int t = 1; t <= 3; t++) {
     int faulty = t == 2 && me == bad;
+    if (faulty) {
+      /* When the fault starts: the other ranks' errors are timed from it. */
+      printf("# rank %d: fault at %.6f\n", me, now_realtime());
+      fflush(stdout);
+    }
     if (faulty && at == AT_EXIT) {
       printf("# rank %d: leaves its loop with the engine alive\n", me);
       fflush(stdout);
@@ -303,6 +315,8 @@ static void run_case(point_t at, int np, int bad) {
   double t0 = wall();
   int rc = t_mpirun(np, spec[at], out, sizeof out);
   double secs = wall() - t0;
+  const char *fault_at = strstr(out, "fault at ");
+  double fault_time = fault_at ? atof(fault_at + 9) : 0, last = 0;
   unsetenv("ZT_TEST_MPI_TIMEOUT");
   unsetenv("LSAN_OPTIONS");
 
@@ -355,8 +369,11 @@ static void run_case(point_t at, int np, int bad) {
       snprintf(one, sizeof one, "%.*s", (int)(n < sizeof one ? n : sizeof one - 1), p);
       if (strstr(one, " failed (") && strstr(one, needle) &&
           (also == NULL ||
-           (strstr(one, also) && !strstr(one, "exited with its engine alive"))))
+           (strstr(one, also) && !strstr(one, "exited with its engine alive")))) {
         hit = p;
+        const char *at_time = strstr(one, ") at ");
+        if (at_time && atof(at_time + 5) > last) last = atof(at_time + 5);
+      }
       p += n;
     }
     if (hit == NULL) {
@@ -368,8 +385,12 @@ static void run_case(point_t at, int np, int bad) {
   /* Every rank returns within the timeout (plus the peers' linger for
    * their notices and the launch itself). */
   double bound = timeout_s + 10.0;
-  printf("# matrix: %-11s np %d bad rank %d -> mpirun status %d in %.2f s%s\n",
-         point_name(at), np, bad, rc, secs, missing ? ", errors missing" : "");
+  /* From the fault to the last other rank's error; mpirun's own teardown
+   * after that is in whole seconds. */
+  printf("# matrix: %-11s np %d bad rank %d -> the others' errors %.3f s after the fault, "
+         "mpirun status %d in %.2f s%s\n",
+         point_name(at), np, bad, fault_at && last > 0 ? last - fault_time : -1.0, rc, secs,
+         missing ? ", errors missing" : "");
   /* The ranks' own reports (their launch fails on purpose, so a sanitizer's
    * exit status would go unseen). */
   int sanitizer = strstr(out, "ERROR: AddressSanitizer") != NULL ||
