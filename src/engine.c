@@ -80,9 +80,8 @@ static int check_ranks_agree(zt_engine_t *eng, int local) {
   mine.status = local;
   shared_cfg_t *all = calloc((size_t)world, sizeof *all);
   if (all == NULL) return zt__errf(&eng->err, -ENOMEM, "out of memory");
-  zt__comm_req_t req = {0};
-  int rc = c->ops->all_gather(c, &mine, all, sizeof mine, ZT_RED_U8, &req);
-  if (rc == 0) rc = c->ops->wait(c, &req);
+  /* Through the comm's own buffer, which a failed comm leaves to MPI. */
+  int rc = zt__comm_gather_wait(c, &mine, all, sizeof mine);
   if (rc == 0 && local) rc = local; /* this rank's own sentence stands */
   if (rc == 0) {
     char who[128] = "";

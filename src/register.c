@@ -205,9 +205,8 @@ static int check_ranks_agree(zt_engine_t *eng, int local, size_t numel, zt_dtype
   }
   model_sig_t *all = calloc((size_t)world, sizeof *all);
   if (all == NULL) return zt__errf(&eng->err, -ENOMEM, "out of memory");
-  zt__comm_req_t req = {0};
-  int rc = c->ops->all_gather(c, &mine, all, sizeof mine, ZT_RED_U8, &req);
-  if (rc == 0) rc = c->ops->wait(c, &req);
+  /* Through the comm's own buffer, which a failed comm leaves to MPI. */
+  int rc = zt__comm_gather_wait(c, &mine, all, sizeof mine);
   int first_bad = -1;
   for (int r = 0; rc == 0 && r < world; r++)
     if (all[r].status != 0 && first_bad < 0) first_bad = r;
@@ -253,9 +252,8 @@ static int check_ranks_allocated(zt_engine_t *eng, int local) {
   if (world == 1) return local;
   int64_t mine = local, *all = calloc((size_t)world, sizeof *all);
   if (all == NULL) return zt__errf(&eng->err, -ENOMEM, "out of memory");
-  zt__comm_req_t req = {0};
-  int rc = c->ops->all_gather(c, &mine, all, sizeof mine, ZT_RED_U8, &req);
-  if (rc == 0) rc = c->ops->wait(c, &req);
+  /* Through the comm's own buffer, which a failed comm leaves to MPI. */
+  int rc = zt__comm_gather_wait(c, &mine, all, sizeof mine);
   int first_bad = -1;
   for (int r = 0; rc == 0 && r < world; r++)
     if (all[r] != 0 && first_bad < 0) first_bad = r;
