@@ -300,9 +300,12 @@ void zt__part_free(zt_engine_t *eng) {
       continue;
     zt__log(&eng->cfg, ZT_LOG_WARN,
             "zt_engine_destroy: a gradient or parameter bucket is still in flight on "
-            "rank %d (the ranks did not make the same zt_grads_ready/zt_fetch/zt_step "
-            "calls); its %zu + %zu bytes of buffers are leaked rather than waited for",
-            p->rank, x->send_bytes, x->recv_bytes);
+            "rank %d (%s); its %zu + %zu bytes of buffers are leaked rather than waited for",
+            p->rank,
+            zt__comm_failed(eng->comm) ? "a rank failed"
+                                       : "the ranks did not make the same "
+                                         "zt_grads_ready/zt_fetch/zt_step calls",
+            x->send_bytes, x->recv_bytes);
     zt__keep_abandoned(x->send);
     zt__keep_abandoned(x->recv);
     x->send = x->recv = NULL; /* zt__part_release skips NULL */
