@@ -253,14 +253,18 @@ ZT_API int zt_config_parse(zt_config_t *cfg, const char *json);
 
 /*
  * Sets one key from its text form, as on a command line: ("optimizer_tier",
- * "host"), ("threads", "2"). Same validation as the JSON loader, and the
- * whole config is validated after the change; on error `cfg` is unchanged.
+ * "host"), ("threads", "2"). The key's own checks are the JSON loader's
+ * (type, range, names); the rules between keys (param_tier "host" needs
+ * stage 3, a pinned budget against the tier) are not checked here, so keys
+ * can be set in any order: zt_config_validate() and zt_engine_create()
+ * check them on the whole config. On error `cfg` is unchanged.
  */
 ZT_API int zt_config_set(zt_config_t *cfg, const char *key, const char *value);
 
 /*
- * Checks every field and the combinations. Returns 0 or ZT_ECONFIG with
- * zt_last_error(NULL) naming the key, the value and what was expected.
+ * Checks every field and the rules between keys. Returns 0 or ZT_ECONFIG
+ * with zt_last_error(NULL) naming the key (both keys, for a rule between
+ * two), the value and what was expected. zt_engine_create() runs it first.
  */
 ZT_API int zt_config_validate(const zt_config_t *cfg);
 

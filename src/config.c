@@ -10,7 +10,8 @@
  *
  * Invariants:
  *   - a call that fails leaves the caller's zt_config_t byte-identical: every
- *     change is made on a copy, the whole copy is validated, then copied back;
+ *     change is made on a copy, checked (the whole copy for a load or parse,
+ *     the one key for zt_config_set), then copied back;
  *   - what zt_config_to_json writes, zt_config_parse reads back into the
  *     identical struct: doubles with the fewest digits that read back to the
  *     same bits, and integers of 2^53 and above as decimal strings, because
@@ -1108,15 +1109,9 @@ static int check_key(const ctx_t *c, const zt_config_t *cfg, const keydef_t *k) 
   }
   case T_SIZE: {
     uint64_t v = get_u64(cfg, k);
-    if (k->at_least_chunk) {
-      if (v == 0 || v >= cfg->chunk_bytes) return 0;
-      char ch[64];
-      value_text(cfg, find_key("chunk_bytes"), ch, sizeof ch);
-      return kfail(c, k, find_key("chunk_bytes"), ZT_ECONFIG,
-                   "key '%s' is %s; expected 0 (no limit) or at least chunk_bytes, "
-                   "which is %s",
-                   k->name, given, ch);
-    }
+    /* A budget holds any count alone; how it compares with chunk_bytes is
+     * a rule between keys, in check_combos. */
+    if (k->at_least_chunk) return 0;
     if (v >= k->lo && v <= k->hi && v % k->align == 0 && (!k->pow2 || !(v & (v - 1))))
       return 0;
     return bad_value(c, k, given, NULL);
@@ -1160,7 +1155,10 @@ static int check_nccl_boot(const ctx_t *c, const zt_config_t *cfg) {
   return 0;
 }
 
-/* Rules on two keys. Each names both, and what would fix it. */
+/* Rules on two keys. Each names both, and what would fix it. They are
+ * checked on a whole config only (validate, engine create, the end of a load
+ * or parse), never by zt_config_set: a rule between two keys cannot hold
+ * while a caller sets them one at a time, whichever goes first. */
 static int check_combos(const ctx_t *c, const zt_config_t *cfg) {
   const keydef_t *backend = find_key("backend"), *device = find_key("device");
   if (cfg->backend == ZT_BACKEND_HOST && cfg->device != 0)
@@ -1212,6 +1210,20 @@ static int check_combos(const ctx_t *c, const zt_config_t *cfg) {
                  "the scale starts at initial_loss_scale and backs off no lower than "
                  "min_loss_scale",
                  mn, in, scaling_names[cfg->loss_scaling]);
+  }
+
+  /* A budget smaller than one chunk cannot hold anything the engine moves. */
+  for (size_t i = 0; i < N_KEYS; i++) {
+    const keydef_t *k = &keys[i], *chunk = find_key("chunk_bytes");
+    uint64_t v = k->at_least_chunk ? get_u64(cfg, k) : 0;
+    if (v == 0 || v >= cfg->chunk_bytes) continue;
+    char given[96], ch[64];
+    value_text(cfg, k, given, sizeof given);
+    value_text(cfg, chunk, ch, sizeof ch);
+    return kfail(c, k, chunk, ZT_ECONFIG,
+                 "key '%s' is %s; expected 0 (no limit) or at least chunk_bytes, "
+                 "which is %s",
+                 k->name, given, ch);
   }
 
   /* The host tier stages gradients and parameters through a ring of pinned
@@ -1582,7 +1594,9 @@ int zt_config_set(zt_config_t *cfg, const char *key, const char *value) {
   zt_config_t w;
   memcpy(&w, cfg, sizeof w);
   ZT_TRY(from_text(&c, k, value, &w));
-  ZT_TRY(check(&c, &w));
+  /* This key's own type and range only: the rules between keys wait for
+   * the whole config (check_combos). */
+  ZT_TRY(check_key(&c, &w, k));
   memcpy(cfg, &w, sizeof w);
   return 0;
 }

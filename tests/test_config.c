@@ -1038,13 +1038,27 @@ static void test_ranges(void **state) {
       const char *expected = strstr(cases[i].needle, "not supported") ? NULL : "expected";
       EXPECT_FAIL(&a, zt_config_parse(&a, json), ZT_ECONFIG, key, cases[i].needle,
                   expected);
+      /* A rule between keys (a budget against chunk_bytes, the loss scale
+       * floor against its start) waits for validation; the key's own
+       * range is zt_config_set's to refuse. */
+      if (strstr(cases[i].needle, "chunk_bytes") ||
+          strstr(cases[i].needle, "initial_loss_scale") ||
+          strstr(cases[i].needle, "swap_path is empty") ||
+          strstr(cases[i].needle, "expected stage 3")) {
+        T_OK(zt_config_set(&b, cases[i].key, cases[i].text), NULL);
+        EXPECT_FAIL(&b, zt_config_validate(&b), ZT_ECONFIG, key, cases[i].needle,
+                    expected);
+        continue;
+      }
       EXPECT_FAIL(&b, zt_config_set(&b, cases[i].key, cases[i].text), ZT_ECONFIG, key,
                   cases[i].needle, expected);
     }
   }
 }
 
-/* Rules on two keys name both. */
+/* Rules on two keys name both. They are checked on the whole config
+ * (validate, engine create, the end of a load or parse), never by
+ * zt_config_set, which checks only the key it sets. */
 static void test_combinations(void **state) {
   (void)state;
   zt_config_t c = ZT_CONFIG_INIT;
@@ -1053,8 +1067,8 @@ static void test_combinations(void **state) {
   /* Keys are checked together at the end, so their order does not matter. */
   PARSE_OK(&c, "{\"device\": 1, \"backend\": \"cuda\"}");
   assert_int_equal(c.device, 1);
-  EXPECT_FAIL(&c, zt_config_set(&c, "backend", "host"), ZT_ECONFIG, "'device'", "backend",
-              NULL);
+  T_OK(zt_config_set(&c, "backend", "host"), NULL);
+  EXPECT_FAIL(&c, zt_config_validate(&c), ZT_ECONFIG, "'device'", "backend", NULL);
 
   c = (zt_config_t)ZT_CONFIG_INIT;
   EXPECT_FAIL(&c, zt_config_parse(&c, "{\"initial_loss_scale\": 0.5}"), ZT_ECONFIG,
@@ -1064,24 +1078,145 @@ static void test_combinations(void **state) {
                               "{\"loss_scaling\": \"dynamic\", \"min_loss_scale\": 4, "
                               "\"initial_loss_scale\": 2}"),
               ZT_ECONFIG, "min_loss_scale", "initial_loss_scale", "dynamic");
-  EXPECT_FAIL(&c, zt_config_set(&c, "min_loss_scale", "65537"), ZT_ECONFIG,
-              "min_loss_scale", "initial_loss_scale", "65537");
+  T_OK(zt_config_set(&c, "min_loss_scale", "65537"), NULL);
+  EXPECT_FAIL(&c, zt_config_validate(&c), ZT_ECONFIG, "min_loss_scale",
+              "initial_loss_scale", "65537");
 
   /* The host tier's staging ring: 3 slots x (gradient + parameter) chunks. */
   c = (zt_config_t)ZT_CONFIG_INIT;
   PARSE_OK(&c, "{\"optimizer_tier\": \"host\", \"chunk_bytes\": \"1MiB\", "
                "\"pinned_budget_bytes\": \"6MiB\"}");
-  EXPECT_FAIL(&c, zt_config_set(&c, "pinned_budget_bytes", "6287360"), ZT_ECONFIG,
-              "pinned_budget_bytes", "chunk_bytes", "6291456");
-  EXPECT_FAIL(&c, zt_config_set(&c, "chunk_bytes", "2MiB"), ZT_ECONFIG,
-              "pinned_budget_bytes", "chunk_bytes", "optimizer_tier");
+  zt_config_t d = c;
+  T_OK(zt_config_set(&d, "pinned_budget_bytes", "6287360"), NULL);
+  EXPECT_FAIL(&d, zt_config_validate(&d), ZT_ECONFIG, "pinned_budget_bytes", "chunk_bytes",
+              "6291456");
+  d = c;
+  T_OK(zt_config_set(&d, "chunk_bytes", "2MiB"), NULL);
+  EXPECT_FAIL(&d, zt_config_validate(&d), ZT_ECONFIG, "pinned_budget_bytes", "chunk_bytes",
+              "optimizer_tier");
   T_OK(zt_config_set(&c, "pinned_budget_bytes", "0"), NULL); /* no limit */
   T_OK(zt_config_set(&c, "chunk_bytes", "2MiB"), NULL);
+  T_OK(zt_config_validate(&c), NULL);
   /* Without the host tier only >= chunk_bytes is asked. */
   c = (zt_config_t)ZT_CONFIG_INIT;
   PARSE_OK(&c, "{\"chunk_bytes\": \"1MiB\", \"pinned_budget_bytes\": \"1MiB\"}");
-  EXPECT_FAIL(&c, zt_config_set(&c, "optimizer_tier", "host"), ZT_ECONFIG,
-              "pinned_budget_bytes", "chunk_bytes", NULL);
+  T_OK(zt_config_set(&c, "optimizer_tier", "host"), NULL);
+  EXPECT_FAIL(&c, zt_config_validate(&c), ZT_ECONFIG, "pinned_budget_bytes", "chunk_bytes",
+              NULL);
+  c = (zt_config_t)ZT_CONFIG_INIT;
+  T_OK(zt_config_set(&c, "device_budget_bytes", "1MiB"), NULL);
+  EXPECT_FAIL(&c, zt_config_validate(&c), ZT_ECONFIG, "device_budget_bytes",
+              "chunk_bytes", "at least chunk_bytes");
+}
+
+/* Groups of keys that a rule between keys ties together, each with values
+ * that are valid together. Set one at a time, in every order, through
+ * zt_config_set: every order succeeds, and so does the whole. */
+typedef struct kv {
+  const char *key, *value;
+} kv_t;
+#define MAX_GROUP 4
+static const struct {
+  kv_t kv[MAX_GROUP];
+} dependent[] = {
+    {{{"param_tier", "host"}, {"stage", "3"}}},
+    {{{"param_tier", "nvme"}, {"stage", "3"}, {"swap_path", "/tmp/zt_swap"}}},
+    {{{"optimizer_tier", "nvme"}, {"swap_path", "/tmp/zt_swap"}}},
+    {{{"device", "1"}, {"backend", "cuda"}}},
+    {{{"comm", "nccl"}, {"backend", "cuda"}}},
+    {{{"nccl_id_file", "/tmp/zt_id"}, {"rank", "1"}, {"world_size", "2"},
+      {"comm", "nccl"}}},
+    {{{"initial_loss_scale", "0.5"}, {"min_loss_scale", "0.25"}}},
+    {{{"pinned_budget_bytes", "6MiB"}, {"optimizer_tier", "host"},
+      {"chunk_bytes", "1MiB"}}},
+    {{{"device_budget_bytes", "1MiB"}, {"chunk_bytes", "1MiB"}}},
+};
+
+static size_t group_len(size_t g) {
+  size_t n = 0;
+  while (n < MAX_GROUP && dependent[g].kv[n].key) n++;
+  return n;
+}
+
+/* The next permutation of p[0..n) in lexicographic order; 0 after the last. */
+static int next_perm(size_t *p, size_t n) {
+  if (n < 2) return 0;
+  size_t i = n - 1;
+  while (i > 0 && p[i - 1] >= p[i]) i--;
+  if (i == 0) return 0;
+  size_t j = n - 1;
+  while (p[j] <= p[i - 1]) j--;
+  size_t t = p[i - 1];
+  p[i - 1] = p[j];
+  p[j] = t;
+  for (size_t a = i, b = n - 1; a < b; a++, b--) t = p[a], p[a] = p[b], p[b] = t;
+  return 1;
+}
+
+static void test_set_any_order(void **state) {
+  (void)state;
+  for (size_t g = 0; g < sizeof dependent / sizeof dependent[0]; g++) {
+    size_t n = group_len(g), p[MAX_GROUP] = {0, 1, 2, 3};
+    zt_config_t first;
+    int orders = 0;
+    do {
+      zt_config_t c = ZT_CONFIG_INIT;
+      /* The backend comes with comm "nccl" and device 1 only when the group
+       * sets it; nccl's file bootstrap is cuda's alone. */
+      if (!strcmp(dependent[g].kv[0].key, "nccl_id_file")) c.backend = ZT_BACKEND_CUDA;
+      for (size_t i = 0; i < n; i++) {
+        const kv_t *kv = &dependent[g].kv[p[i]];
+        if (zt_config_set(&c, kv->key, kv->value) != 0)
+          fail_msg("group %zu, order %d: set %s = %s: %s", g, orders, kv->key, kv->value,
+                   zt_last_error(NULL));
+      }
+      if (zt_config_validate(&c) != 0)
+        fail_msg("group %zu, order %d: %s", g, orders, zt_last_error(NULL));
+      if (orders++ == 0)
+        first = c;
+      else
+        ASSERT_SAME(&first, &c);
+    } while (next_perm(p, n));
+    printf("# group %zu (%s, ...): %d orders\n", g, dependent[g].kv[0].key, orders);
+  }
+}
+
+/* A combination that breaks a rule, however it was reached, is refused by
+ * zt_config_validate, zt_engine_create and zt_config_load (for a file that
+ * holds it), each naming both keys. */
+static void test_invalid_final(void **state) {
+  (void)state;
+  static const struct {
+    kv_t kv[2];
+    const char *json;
+  } bad[] = {
+      {{{"stage", "2"}, {"param_tier", "host"}}, "{\"param_tier\": \"host\"}"},
+      {{{"swap_path", ""}, {"optimizer_tier", "nvme"}}, "{\"optimizer_tier\": \"nvme\"}"},
+      {{{"pinned_budget_bytes", "32MiB"}, {"optimizer_tier", "host"}},
+       "{\"pinned_budget_bytes\": \"32MiB\", \"optimizer_tier\": \"host\"}"},
+      {{{"initial_loss_scale", "2"}, {"min_loss_scale", "4"}},
+       "{\"min_loss_scale\": 4, \"initial_loss_scale\": 2}"},
+  };
+  make_tmpdir();
+  char path[128];
+  snprintf(path, sizeof path, "%s/bad.json", tmpdir);
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+    const char *k1 = bad[i].kv[0].key, *k2 = bad[i].kv[1].key;
+    for (int order = 0; order < 2; order++) {
+      zt_config_t c = ZT_CONFIG_INIT;
+      T_OK(zt_config_set(&c, bad[i].kv[order].key, bad[i].kv[order].value), NULL);
+      T_OK(zt_config_set(&c, bad[i].kv[!order].key, bad[i].kv[!order].value), NULL);
+      EXPECT_FAIL(&c, zt_config_validate(&c), ZT_ECONFIG, k1, k2, "zt_config_validate");
+      zt_engine_t *eng = (zt_engine_t *)&c; /* must be set to NULL */
+      EXPECT_FAIL(&c, zt_engine_create(&c, &eng), ZT_ECONFIG, k1, k2, "expected");
+      assert_null(eng);
+    }
+    write_file(path, bad[i].json, strlen(bad[i].json));
+    zt_config_t c = ZT_CONFIG_INIT;
+    EXPECT_FAIL(&c, zt_config_load(&c, path), ZT_ECONFIG, k1, k2, "zt_config_load");
+  }
+  unlink(path);
+  rmdir(tmpdir);
 }
 
 /* A struct filled in code is held to the same rules: enums out of range,
@@ -1708,6 +1843,15 @@ static void test_fuzz_set(void **state) {
     int rc = zt_config_set(&c, k->name, buf);
     if (rc != 0 && rc != ZT_ECONFIG)
       fail_msg("set %s = %s returned %d", k->name, buf, rc);
+    if (rc == 0) {
+      /* zt_config_set checks the key alone: what it accepts may break a
+       * rule between keys (a budget below chunk_bytes), which validation
+       * then names, the key set among them. */
+      int v = zt_config_validate(&c);
+      if (v != 0 && (v != ZT_ECONFIG || !strstr(zt_last_error(NULL), k->name)))
+        fail_msg("set %s = %s accepted: %s", k->name, buf, zt_last_error(NULL));
+      continue;
+    }
     expect_sane(rc, &c, &before, "zt_config_set", buf);
   }
 }
@@ -1805,6 +1949,8 @@ int main(void) {
       cmocka_unit_test(test_set_bad_text),
       cmocka_unit_test(test_ranges),
       cmocka_unit_test(test_combinations),
+      cmocka_unit_test(test_set_any_order),
+      cmocka_unit_test(test_invalid_final),
       cmocka_unit_test(test_validate_code_struct),
       cmocka_unit_test(test_null_arguments),
       cmocka_unit_test(test_size_units),
