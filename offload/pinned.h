@@ -28,5 +28,9 @@ ZT_INTERNAL int zt__pinned_check_budget(zt_engine_t *eng);
 
 /* Engine destroy: the pool, if one was opened (every region freed first). */
 ZT_INTERNAL void zt__pinned_fini(zt_engine_t *eng);
+/* Engine destroy after its comm failed: MPI may still complete a collective
+ * the comm gave up on, into a bucket carved from the pool, so the pool is
+ * left mapped for the rest of the process instead of destroyed. */
+ZT_INTERNAL void zt__pinned_abandon(zt_engine_t *eng);
 
 #endif /* ZT_PINNED_H */

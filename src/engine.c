@@ -9,7 +9,7 @@
 #include "engine.h"
 #include "opt_nvme.h" // defines: zt__opt_nvme_stats
 #include "param_nvme.h" // defines: zt__param_nvme_stats
-#include "pinned.h" // defines: zt__pinned_fini, zt__pinned_check_budget
+#include "pinned.h" // defines: zt__pinned_fini, zt__pinned_abandon, zt__pinned_check_budget
 #include "swapspace.h" // defines: zt__swapspace_clean
 
 int zt__engine_valid(const zt_engine_t *eng) {
@@ -255,7 +255,10 @@ void zt_engine_destroy(zt_engine_t *eng) {
   if (!zt__engine_valid(eng)) return;
   for (int s = 0; s < ZT_STREAM_COUNT; s++) eng->be_ops->stream_sync(eng->be, s);
   zt__engine_unregister(eng);
-  zt__pinned_fini(eng);
+  if (zt__comm_failed(eng->comm))
+    zt__pinned_abandon(eng);
+  else
+    zt__pinned_fini(eng);
   zt__comm_destroy(eng->comm);
   eng->be_ops->destroy(eng->be);
   zt__cpu_destroy(eng->cpu);
