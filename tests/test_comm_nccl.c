@@ -264,6 +264,14 @@ static void unique_id_through_file(void **state) {
     assert_non_null(strstr(zt_last_error(NULL), (needle2)));                  \
   } while (0)
 
+/* zt_config_set checks only the key it sets; a rule between keys is
+ * refused when the whole config is validated. Works on a copy of *cfg. */
+static int set_then_validate(const zt_config_t *cfg, const char *key, const char *value) {
+  zt_config_t w = *cfg;
+  int rc = zt_config_set(&w, key, value);
+  return rc < 0 ? rc : zt_config_validate(&w);
+}
+
 static void config_keys(void **state) {
   zt_config_t c = ZT_CONFIG_INIT;
   assert_string_equal(c.nccl_id_file, "");
@@ -271,16 +279,16 @@ static void config_keys(void **state) {
   assert_int_equal(c.world_size, 0);
   assert_true(c.nccl_id_timeout_s == 300.0);
   /* comm "nccl" needs backend "cuda", and says so naming both. */
-  CFG_ERR(zt_config_set(&c, "comm", "nccl"), "'comm'", "backend");
+  CFG_ERR(set_then_validate(&c, "comm", "nccl"), "'comm'", "backend");
   assert_int_equal(c.comm, ZT_COMM_AUTO);
   T_OK(zt_config_parse(&c, "{\"backend\": \"cuda\", \"comm\": \"nccl\"}"), NULL);
   assert_int_equal(c.comm, ZT_COMM_NCCL);
-  CFG_ERR(zt_config_set(&c, "backend", "host"), "\"nccl\"", "\"host\"");
+  CFG_ERR(set_then_validate(&c, "backend", "host"), "\"nccl\"", "\"host\"");
   /* The file bootstrap's three keys come together. */
   zt_config_t k = c;
-  CFG_ERR(zt_config_set(&k, "nccl_id_file", "/x/id"), "'world_size'", "nccl_id_file");
-  CFG_ERR(zt_config_set(&k, "rank", "0"), "'rank'", "nccl_id_file");
-  CFG_ERR(zt_config_set(&k, "world_size", "2"), "'world_size'", "nccl_id_file");
+  CFG_ERR(set_then_validate(&k, "nccl_id_file", "/x/id"), "'world_size'", "nccl_id_file");
+  CFG_ERR(set_then_validate(&k, "rank", "0"), "'rank'", "nccl_id_file");
+  CFG_ERR(set_then_validate(&k, "world_size", "2"), "'world_size'", "nccl_id_file");
   T_OK(zt_config_parse(&k, "{\"nccl_id_file\": \"/shared/run:7/id\", \"rank\": 1, "
                            "\"world_size\": 2, \"nccl_id_timeout_s\": 2.5}"),
        NULL);
@@ -288,10 +296,10 @@ static void config_keys(void **state) {
   assert_int_equal(k.rank, 1);
   assert_int_equal(k.world_size, 2);
   assert_true(k.nccl_id_timeout_s == 2.5);
-  CFG_ERR(zt_config_set(&k, "rank", "2"), "'rank' is 2", "world_size is 2");
-  CFG_ERR(zt_config_set(&k, "rank", "-1"), "'rank' is -1", "nccl_id_file");
+  CFG_ERR(set_then_validate(&k, "rank", "2"), "'rank' is 2", "world_size is 2");
+  CFG_ERR(set_then_validate(&k, "rank", "-1"), "'rank' is -1", "nccl_id_file");
   CFG_ERR(zt_config_set(&k, "nccl_id_timeout_s", "0"), "'nccl_id_timeout_s'", "0");
-  CFG_ERR(zt_config_set(&k, "comm", "mpi"), "'nccl_id_file'", "\"mpi\"");
+  CFG_ERR(set_then_validate(&k, "comm", "mpi"), "'nccl_id_file'", "\"mpi\"");
   CFG_ERR(zt_config_parse(&k, "{\"nccl_id_file\": [\"/a\"]}"), "'nccl_id_file'", "an array");
   zt_config_t before = k;
   CFG_ERR(zt_config_parse(&k, "{\"rank\": 5}"), "'rank' is 5", "world_size is 2");
