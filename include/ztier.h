@@ -158,11 +158,17 @@ typedef void (*zt_log_fn)(void *user, zt_log_level_t level, const char *msg);
 #define ZT_CONFIG_VERSION 1u
 
 /*
- * Everything an engine is created with. Fill it with ZT_CONFIG_INIT (the
- * defaults), then set fields in code, or load a JSON file over it with
- * zt_config_load(). The JSON keys are the field names below; enums are
- * strings ("host", "bf16", "stochastic"). docs/config.md lists every key
- * with its range. `size` and `version` let later versions add fields.
+ * Everything an engine is created with. Fill it with zt_config_init() or
+ * ZT_CONFIG_INIT (the defaults), then set fields in code, or load a JSON
+ * file over it with zt_config_load(). The JSON keys are the field names
+ * below; enums are strings ("host", "bf16", "stochastic"). docs/config.md
+ * lists every key with its range.
+ *
+ * `size` lets later versions add fields at the end (docs/api.md, "ABI and
+ * versions"), as for every struct here that has one: a library reads and
+ * writes only the caller's `size` bytes, gives the fields a smaller
+ * (older) struct lacks their defaults, and accepts a larger (newer) one
+ * only when the bytes it does not know are zero (-E2BIG otherwise).
  */
 typedef struct zt_config {
   size_t size;      /* sizeof(zt_config_t), set by ZT_CONFIG_INIT       */
@@ -227,7 +233,10 @@ typedef struct zt_config {
   double comm_timeout_s; /* seconds; default 300                          */
 } zt_config_t;
 
-/* The defaults. Every engine field has a working default. */
+/* The defaults. Every engine field has a working default. The macro puts
+ * this header's defaults into the program; zt_config_init() takes the
+ * library's, so a program built against an older header gets the defaults
+ * of the library it runs with. */
 #define ZT_CONFIG_INIT                                                       \
   {                                                                          \
     sizeof(zt_config_t), ZT_CONFIG_VERSION, ZT_BACKEND_HOST, 0, 0,           \
@@ -237,6 +246,19 @@ typedef struct zt_config {
         (size_t)16 << 20, "", (size_t)8 << 20, 32, 2, 0, -1, "", -1, 0,      \
         300.0, (size_t)64 << 20, (size_t)1 << 30, (size_t)1 << 20, 300.0     \
   }
+
+/*
+ * Fills the `size` bytes at `cfg` with the library's defaults (what
+ * ZT_CONFIG_INIT gives), cfg->size = size; bytes past the library's own
+ * struct are zeroed. Returns 0, or -EINVAL for a NULL cfg or a size below
+ * ztier 0.1's sizeof(zt_config_t). Synchronous; the caller owns `cfg`.
+ * Call it as zt_config_init(cfg), which passes sizeof(zt_config_t) of the
+ * header the program was built with.
+ */
+ZT_API int zt_config_init_size(zt_config_t *cfg, size_t size);
+static inline int zt_config_init(zt_config_t *cfg) {
+  return zt_config_init_size(cfg, sizeof(zt_config_t));
+}
 
 /*
  * Loads the JSON object in the file at `path` over `cfg`: keys present in the
@@ -355,7 +377,10 @@ ZT_API int zt_register_units(zt_engine_t *eng, void *params, void *grads,
 /* The optimizer step                                                        */
 /* ------------------------------------------------------------------------ */
 
-/* Per-step inputs. Fill with ZT_STEP_ARGS_INIT, then set what changes. */
+/* Per-step inputs. Fill with zt_step_args_init() or ZT_STEP_ARGS_INIT, then
+ * set what changes. `size` as in zt_config_t: an older, smaller struct gets
+ * the defaults for what it lacks; a larger one needs zeros past what the
+ * library knows. */
 typedef struct zt_step_args {
   size_t size;         /* sizeof(zt_step_args_t)                          */
   float lr;            /* >= 0, finite                                    */
@@ -373,7 +398,17 @@ typedef struct zt_step_args {
 #define ZT_STEP_ARGS_INIT                                                    \
   { sizeof(zt_step_args_t), 1e-3f, 0.9f, 0.999f, 1e-8f, 0.0f, 1, 1.0f, -1.0f }
 
-/* What a step did. */
+/* Fills the `size` bytes at `args` with the library's defaults (those of
+ * ZT_STEP_ARGS_INIT), args->size = size, zeros past the library's struct.
+ * 0, or -EINVAL for a NULL args or a size below ztier 0.1's. Synchronous;
+ * the caller owns `args`. Call it as zt_step_args_init(args). */
+ZT_API int zt_step_args_init_size(zt_step_args_t *args, size_t size);
+static inline int zt_step_args_init(zt_step_args_t *args) {
+  return zt_step_args_init_size(args, sizeof(zt_step_args_t));
+}
+
+/* What a step did. The library writes only the caller's `size` bytes (a
+ * larger struct's unknown tail must be zero, and stays so). */
 typedef struct zt_step_info {
   size_t size;       /* sizeof(zt_step_info_t), set by the caller          */
   double grad_norm;  /* global L2 norm of the gradients after unscaling
@@ -393,8 +428,9 @@ typedef struct zt_step_info {
  * backs the loss scale off, and returns 0 with info->skipped = 1), clips,
  * runs AdamW (or Adam with L2) on the fp32 master weights and moments in
  * their tier, and writes the parameters back into the registered buffer in
- * place, cast to its dtype. `info` may be NULL; otherwise info->size must be
- * sizeof(zt_step_info_t) (use ZT_STEP_INFO_INIT).
+ * place, cast to its dtype. `info` may be NULL; otherwise info->size is
+ * sizeof(zt_step_info_t) (use ZT_STEP_INFO_INIT), as the program's header
+ * has it; the library fills info only when the step returns 0.
  * Synchronous: the parameters are updated when it returns (on CUDA: after
  * the work on the device is complete).
  * On a bad argument nothing is read or written.
@@ -582,8 +618,9 @@ typedef struct zt_stats_data {
   { sizeof(zt_stats_t), 0, 0, 0, 0, 0, 0, 0, 0, 0.0, 0.0, 0.0, 0.0, 0, 0, NULL, \
     0, 1, 0, 0, 0, -1, NULL, 0, 0, 0.0, 0, 0, 0, 0, 0, 0, 0, 0.0, 0, 0, 0, 0 }
 
-/* Fills *out (out->size must be sizeof(zt_stats_t): use ZT_STATS_INIT).
- * Synchronous. */
+/* Fills *out: the caller's out->size bytes of it (sizeof(zt_stats_t) as the
+ * program's header has it: use ZT_STATS_INIT; a larger struct's unknown
+ * tail must be zero, and stays so). Synchronous. */
 ZT_API int zt_stats(const zt_engine_t *eng, zt_stats_t *out);
 
 /* The version string, "0.1.0". */

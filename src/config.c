@@ -37,6 +37,7 @@
 
 #include <cjson/cJSON.h> // defines: cJSON
 
+#include "abi.h"      // defines: zt__abi_size, ZT__CONFIG_SIZE_0_1
 #include "ckjson.h"   // defines: zt__ckjson_parse_text, zt__ckjson_fmt_num
 #include "config.h"   // defines: zt__config_doc
 #include "engine.h"   // defines: ZT_STAGING_SLOTS (the host tier's staging ring)
@@ -1024,18 +1025,67 @@ static int from_text(const ctx_t *c, const keydef_t *k, const char *s, zt_config
 
 /* ---- validation --------------------------------------------------------------- */
 
-static int check_header(const ctx_t *c, const zt_config_t *cfg) {
-  if (cfg->size != sizeof(zt_config_t))
-    return fail(c, -EINVAL,
-                "cfg->size is %zu; expected sizeof(zt_config_t) = %zu (fill the config "
-                "with ZT_CONFIG_INIT)",
-                cfg->size, sizeof(zt_config_t));
-  if (cfg->version != ZT_CONFIG_VERSION)
+/* The defaults of this library, for the fields an older caller's struct
+ * lacks and for zt_config_init_size. */
+static const zt_config_t defaults = ZT_CONFIG_INIT;
+
+/* The caller's config as a whole one of this library: its first *have bytes
+ * (the size rule of abi.h) over the defaults, size set to this library's.
+ * With c NULL it writes no sentence (engine create's question whether the
+ * config can be read at all). */
+static int import(const ctx_t *c, const zt_config_t *cfg, zt_config_t *full, size_t *have) {
+  ZT_TRY(zt__abi_size(c ? zt__err_thread() : NULL, c ? c->fn : "", "cfg", "zt_config_t",
+                      cfg, cfg->size, ZT__CONFIG_SIZE_0_1, sizeof(zt_config_t),
+                      "ZT_CONFIG_INIT or zt_config_init()", have));
+  if (cfg->version != ZT_CONFIG_VERSION) {
+    if (c == NULL) return -EINVAL;
     return fail(c, -EINVAL,
                 "cfg->version is %u; expected ZT_CONFIG_VERSION = %u (fill the config "
-                "with ZT_CONFIG_INIT)",
+                "with ZT_CONFIG_INIT or zt_config_init())",
                 cfg->version, ZT_CONFIG_VERSION);
+  }
+  memcpy(full, &defaults, sizeof *full);
+  memcpy(full, cfg, *have);
+  full->size = sizeof *full;
   return 0;
+}
+
+/* Writes a changed config back: only the caller's first `have` bytes, and
+ * never its size. */
+static void export(zt_config_t *cfg, const zt_config_t *full, size_t have) {
+  size_t skip = offsetof(zt_config_t, version);
+  memcpy((char *)cfg + skip, (const char *)full + skip, have - skip);
+}
+
+/* Whether key k's field is inside the caller's first `have` bytes: a
+ * program built against an older ztier.h has no room for a later key. */
+static size_t key_end(const keydef_t *k) {
+  switch (k->type) {
+  case T_ENUM:
+  case T_INT:
+    return k->off + sizeof(int);
+  case T_NUM:
+    return k->off + sizeof(double);
+  case T_SIZE:
+  case T_SEED:
+    return k->off + sizeof(uint64_t);
+  case T_PATHS:
+    return k->off + k->cap;
+  }
+  return k->off;
+}
+
+static int key_missing(const ctx_t *c, const keydef_t *k, size_t have) {
+  return kfail(c, k, NULL, ZT_ECONFIG,
+               "key '%s' is not in this config: cfg->size is %zu, which ends before the "
+               "field (the program was built against an older ztier.h, without it); "
+               "expected a key of that version, or a program built against this one",
+               k->name, have);
+}
+
+int zt__config_import(const zt_config_t *cfg, zt_config_t *full) {
+  size_t have;
+  return cfg ? import(NULL, cfg, full, &have) : -EINVAL;
 }
 
 /* A T_PATHS field: NUL-terminated in its array, and either "" or 1 ..
@@ -1408,8 +1458,9 @@ static int member_nul(const char *text, int nth) {
   }
 }
 
-/* Reads the JSON object in `text` over *cfg, all or nothing. */
-static int parse_text(const ctx_t *c, zt_config_t *cfg, const char *text) {
+/* Reads the JSON object in `text` over *cfg (a whole one, of which the
+ * caller has the first `have` bytes), all or nothing. */
+static int parse_text(const ctx_t *c, zt_config_t *cfg, size_t have, const char *text) {
   const char *end = NULL;
   cJSON *root = zt__ckjson_parse_text(text, &end);
   if (root == NULL) return syntax_error(c, text, end ? (size_t)(end - text) : 0);
@@ -1443,6 +1494,10 @@ static int parse_text(const ctx_t *c, zt_config_t *cfg, const char *text) {
     const keydef_t *k = find_key(name);
     if (k == NULL) {
       rc = unknown_key(c, name, key_line(c, name, 1));
+      goto out;
+    }
+    if (key_end(k) > have) {
+      rc = key_missing(c, k, have);
       goto out;
     }
     size_t i = (size_t)(k - keys);
@@ -1484,9 +1539,13 @@ int zt_config_parse(zt_config_t *cfg, const char *json) {
     return fail(&c, -EINVAL, "cfg is NULL; expected a config filled with ZT_CONFIG_INIT");
   if (json == NULL)
     return fail(&c, -EINVAL, "json is NULL; expected a NUL-terminated JSON object");
-  ZT_TRY(check_header(&c, cfg));
+  zt_config_t full;
+  size_t have;
+  ZT_TRY(import(&c, cfg, &full, &have));
   c.text = json;
-  return parse_text(&c, cfg, json);
+  ZT_TRY(parse_text(&c, &full, have, json));
+  export(cfg, &full, have);
+  return 0;
 }
 
 /* The whole file into a NUL-terminated buffer, up to MAX_FILE_BYTES. */
@@ -1566,13 +1625,16 @@ int zt_config_load(zt_config_t *cfg, const char *path) {
   if (cfg == NULL)
     return fail(&c, -EINVAL, "cfg is NULL; expected a config filled with ZT_CONFIG_INIT");
   if (path == NULL) return fail(&c, -EINVAL, "path is NULL; expected a JSON file's path");
-  ZT_TRY(check_header(&c, cfg));
+  zt_config_t full;
+  size_t have;
+  ZT_TRY(import(&c, cfg, &full, &have));
   c.path = path;
   char *text;
   ZT_TRY(read_file(&c, path, &text));
   c.text = text;
-  int rc = parse_text(&c, cfg, text);
+  int rc = parse_text(&c, &full, have, text);
   free(text);
+  if (rc == 0) export(cfg, &full, have);
   return rc;
 }
 
@@ -1588,16 +1650,17 @@ int zt_config_set(zt_config_t *cfg, const char *key, const char *value) {
     return fail(&c, -EINVAL,
                 "value is NULL for key '%s'; expected its text, such as \"2\"", shown);
   }
-  ZT_TRY(check_header(&c, cfg));
+  zt_config_t w;
+  size_t have;
+  ZT_TRY(import(&c, cfg, &w, &have));
   const keydef_t *k = find_key(key);
   if (k == NULL) return unknown_key(&c, key, 0);
-  zt_config_t w;
-  memcpy(&w, cfg, sizeof w);
+  if (key_end(k) > have) return key_missing(&c, k, have);
   ZT_TRY(from_text(&c, k, value, &w));
   /* This key's own type and range only: the rules between keys wait for
    * the whole config (check_combos). */
   ZT_TRY(check_key(&c, &w, k));
-  memcpy(cfg, &w, sizeof w);
+  export(cfg, &w, have);
   return 0;
 }
 
@@ -1605,8 +1668,10 @@ int zt_config_validate(const zt_config_t *cfg) {
   ctx_t c = {.fn = "zt_config_validate"};
   if (cfg == NULL)
     return fail(&c, -EINVAL, "cfg is NULL; expected a config filled with ZT_CONFIG_INIT");
-  ZT_TRY(check_header(&c, cfg));
-  return check(&c, cfg);
+  zt_config_t full;
+  size_t have;
+  ZT_TRY(import(&c, cfg, &full, &have));
+  return check(&c, &full);
 }
 
 int zt_config_to_json(const zt_config_t *cfg, char *buf, size_t len) {
@@ -1618,17 +1683,40 @@ int zt_config_to_json(const zt_config_t *cfg, char *buf, size_t len) {
                 "buf is NULL with len %zu; expected a buffer of len bytes, or len 0 to "
                 "ask for the length",
                 len);
-  ZT_TRY(check_header(&c, cfg));
+  zt_config_t full;
+  size_t have;
+  ZT_TRY(import(&c, cfg, &full, &have));
   out_t o = {buf, len, 0};
   if (len) buf[0] = '\0';
   put(&o, "{\n");
+  /* Only the keys the caller's struct has: the text reads back into it. */
+  int first = 1;
   for (size_t i = 0; i < N_KEYS; i++) {
-    put(&o, "  \"%s\": ", keys[i].name);
-    put_value(&o, cfg, &keys[i]);
-    put(&o, "%s\n", i + 1 < N_KEYS ? "," : "");
+    if (key_end(&keys[i]) > have) continue;
+    put(&o, "%s  \"%s\": ", first ? "" : ",\n", keys[i].name);
+    put_value(&o, &full, &keys[i]);
+    first = 0;
   }
+  put(&o, "\n");
   put(&o, "}");
   return o.need > INT_MAX ? INT_MAX : (int)o.need;
+}
+
+int zt_config_init_size(zt_config_t *cfg, size_t size) {
+  ctx_t c = {.fn = "zt_config_init_size"};
+  if (cfg == NULL)
+    return fail(&c, -EINVAL, "cfg is NULL; expected a zt_config_t to fill");
+  if (size < ZT__CONFIG_SIZE_0_1 || size > ZT__ABI_MAX_SIZE)
+    return fail(&c, -EINVAL,
+                "size is %zu; expected sizeof(zt_config_t) (at least %zu, at most %zu; use "
+                "zt_config_init())",
+                size, ZT__CONFIG_SIZE_0_1, ZT__ABI_MAX_SIZE);
+  /* Fields past this library's struct are a newer header's, whose zero is
+   * their default. */
+  memset(cfg, 0, size);
+  memcpy(cfg, &defaults, size < sizeof defaults ? size : sizeof defaults);
+  cfg->size = size;
+  return 0;
 }
 
 /* ---- docs/config.md ------------------------------------------------------------- */
@@ -1644,7 +1732,6 @@ int zt__config_doc(char *buf, size_t len) {
   static const char *const type_names[] = {"string", "integer", "number",
                                            "size",   "integer", "path list"};
   _Static_assert(sizeof type_names / sizeof type_names[0] == T_PATHS + 1, "type names");
-  static const zt_config_t defaults = ZT_CONFIG_INIT;
   out_t o = {buf, len, 0};
   if (len) buf[0] = '\0';
   put(&o, "| key | type | default | accepts | meaning |\n");

@@ -6,6 +6,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "abi.h" // defines: zt__abi_size, ZT__STATS_SIZE_0_1
+#include "config.h" // defines: zt__config_import
 #include "engine.h"
 #include "opt_nvme.h" // defines: zt__opt_nvme_stats
 #include "param_nvme.h" // defines: zt__param_nvme_stats
@@ -160,14 +162,13 @@ static const zt__backend_ops_t *backend_ops(zt_backend_t b) {
   return b == ZT_BACKEND_CUDA ? &zt__backend_cuda_ops : &zt__backend_host_ops;
 }
 
-/* Whether a config that failed validation still says which comm to make:
- * its header is right (else not even cfg->comm can be read) and its comm is
+/* Whether a config that failed validation, but whose size and version can
+ * be read (zt__config_import), still says which comm to make: its comm is
  * one this version makes. An NCCL comm also needs a GPU (backend "cuda") and
  * its bootstrap keys, copied with it below; "nccl" with backend "host" is
  * itself the error, and makes no comm. */
 static int comm_readable(const zt_config_t *cfg) {
-  return cfg->size == sizeof *cfg && cfg->version == ZT_CONFIG_VERSION &&
-         (cfg->comm == ZT_COMM_SINGLE || cfg->comm == ZT_COMM_MPI ||
+  return (cfg->comm == ZT_COMM_SINGLE || cfg->comm == ZT_COMM_MPI ||
           cfg->comm == ZT_COMM_AUTO ||
           (cfg->comm == ZT_COMM_NCCL && cfg->backend == ZT_BACKEND_CUDA));
 }
@@ -189,6 +190,11 @@ int zt_engine_create(const zt_config_t *cfg, zt_engine_t **out) {
    * never was one of the ranks, and nothing tells it apart from a lone
    * process. The failing rank keeps its own sentence; the others name it. */
   int local = zt_config_validate(cfg);
+  /* The caller's config as this library's whole one (an older, smaller
+   * struct gets the defaults for what it lacks, abi.h). */
+  zt_config_t full;
+  if (zt__config_import(cfg, &full) < 0) return local;
+  cfg = &full;
   if (local < 0 && !comm_readable(cfg)) return local;
   int invalid = local < 0; /* the sentence is validate's, in terr */
 
@@ -273,13 +279,14 @@ int zt_stats(const zt_engine_t *eng, zt_stats_t *out) {
     return zt__errf(zt__err_thread(), -EINVAL, "zt_stats: eng is not a live engine");
   zt__err_t *err = (zt__err_t *)&eng->err;
   if (out == NULL) return zt__errf(err, -EINVAL, "zt_stats: out is NULL");
-  if (out->size != sizeof *out)
-    return zt__errf(err, -EINVAL,
-                    "zt_stats: out->size is %zu; expected sizeof(zt_stats_t) = %zu "
-                    "(use ZT_STATS_INIT)",
-                    out->size, sizeof *out);
+  /* The caller's first `have` bytes are written, and no others (abi.h). */
+  size_t have;
+  ZT_TRY(zt__abi_size(err, "zt_stats", "out", "zt_stats_t", out, out->size,
+                      ZT__STATS_SIZE_0_1, sizeof(zt_stats_t), "ZT_STATS_INIT", &have));
+  zt_stats_t *user = out, full;
+  out = &full;
   memset(out, 0, sizeof *out);
-  out->size = sizeof *out;
+  out->size = user->size;
   out->device_bytes = eng->be_ops->device_bytes(eng->be);
   out->host_bytes = eng->host_bytes;
   zt__opt_nvme_stats_t nv;
@@ -323,6 +330,7 @@ int zt_stats(const zt_engine_t *eng, zt_stats_t *out) {
   out->shard_params = eng->partitioned ? eng->part.end - eng->part.begin : eng->state_numel;
   out->comm_bytes_sent = eng->comm->bytes_sent;
   out->comm_bytes_received = eng->comm->bytes_received;
+  memcpy(user, out, have);
   return 0;
 }
 

@@ -17,6 +17,7 @@
 #include <math.h>
 #include <string.h>
 
+#include "abi.h" // defines: zt__abi_size, ZT__STEP_ARGS_SIZE_0_1
 #include "engine.h"
 #include "opt_nvme.h" // defines: zt__opt_nvme_step
 #include "param_nvme.h" // defines: zt__param_nvme_put, zt__param_nvme_flush
@@ -27,13 +28,23 @@ static int bad_float(zt__err_t *e, const char *name, float x, const char *expect
   return zt__errf(e, -EINVAL, "args->%s is %g; expected %s", name, (double)x, expected);
 }
 
-static int check_args(zt_engine_t *eng, const zt_step_args_t *a, const zt_step_info_t *info) {
+/* Checks the step's arguments. The caller's args and info may be of an
+ * older or newer ztier.h (abi.h): *full gets the args as this library's
+ * whole struct (the defaults for what an older one lacks), and *info_have
+ * the bytes of info the step may write. */
+static int check_args(zt_engine_t *eng, const zt_step_args_t *user, const zt_step_info_t *info,
+                      zt_step_args_t *full, size_t *info_have) {
   zt__err_t *e = &eng->err;
-  if (a == NULL) return zt__errf(e, -EINVAL, "args is NULL; expected ZT_STEP_ARGS_INIT");
-  if (a->size != sizeof *a)
-    return zt__errf(e, -EINVAL, "args->size is %zu; expected sizeof(zt_step_args_t) = %zu "
-                                "(use ZT_STEP_ARGS_INIT)",
-                    a->size, sizeof *a);
+  if (user == NULL) return zt__errf(e, -EINVAL, "args is NULL; expected ZT_STEP_ARGS_INIT");
+  size_t have;
+  ZT_TRY(zt__abi_size(e, "zt_step", "args", "zt_step_args_t", user, user->size,
+                      ZT__STEP_ARGS_SIZE_0_1, sizeof(zt_step_args_t), "ZT_STEP_ARGS_INIT",
+                      &have));
+  static const zt_step_args_t defaults = ZT_STEP_ARGS_INIT;
+  *full = defaults;
+  memcpy(full, user, have);
+  full->size = sizeof *full;
+  const zt_step_args_t *a = full;
   if (!isfinite(a->lr) || a->lr < 0) return bad_float(e, "lr", a->lr, "a finite value >= 0");
   if (!isfinite(a->beta1) || a->beta1 < 0 || a->beta1 >= 1)
     return bad_float(e, "beta1", a->beta1, "a value in [0, 1)");
@@ -50,10 +61,11 @@ static int check_args(zt_engine_t *eng, const zt_step_args_t *a, const zt_step_i
   if (!isfinite(a->clip_grad_norm))
     return bad_float(e, "clip_grad_norm", a->clip_grad_norm,
                      "a finite value: > 0 to clip, 0 for none, < 0 for the config's");
-  if (info && info->size != sizeof *info)
-    return zt__errf(e, -EINVAL, "info->size is %zu; expected sizeof(zt_step_info_t) = %zu "
-                                "(use ZT_STEP_INFO_INIT)",
-                    info->size, sizeof *info);
+  *info_have = 0;
+  if (info)
+    ZT_TRY(zt__abi_size(e, "zt_step", "info", "zt_step_info_t", info, info->size,
+                        ZT__STEP_INFO_SIZE_0_1, sizeof(zt_step_info_t), "ZT_STEP_INFO_INIT",
+                        info_have));
   return 0;
 }
 
@@ -339,7 +351,14 @@ int zt_step(zt_engine_t *eng, const zt_step_args_t *args, zt_step_info_t *info) 
   ZT_TRY(zt__engine_check(eng, "zt_step"));
   /* A refusal here is this rank's alone; grad_sumsq makes every rank refuse
    * with it (partitioned ranks are in collectives together). */
-  int local = check_args(eng, args, info);
+  zt_step_args_t args_full;
+  zt_step_info_t info_full = {0}, *user_info = info;
+  size_t info_have = 0;
+  int local = check_args(eng, args, info, &args_full, &info_have);
+  if (local == 0) args = &args_full;
+  /* The step fills a whole info of this library's, and hands the caller its
+   * first info_have bytes when it succeeds. */
+  if (info) info = &info_full;
   if (local == 0 && eng->partitioned && eng->cfg.stage >= 3)
     for (size_t g = 0; g < eng->part.n_groups; g++)
       if (eng->part.groups[g].fetched) {
@@ -422,7 +441,11 @@ int zt_step(zt_engine_t *eng, const zt_step_args_t *args, zt_step_info_t *info) 
       return zt__part_fail(eng, rc);
     }
   }
-  if (info) info->loss_scale = eng->scaler.scale;
+  if (info) {
+    info->loss_scale = eng->scaler.scale;
+    info->size = user_info->size;
+    memcpy(user_info, info, info_have);
+  }
   eng->step_seconds += zt__now() - t0;
   return 0;
 }

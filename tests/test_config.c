@@ -1294,7 +1294,8 @@ static void test_validate_code_struct(void **state) {
   /* size and version, from every entry point. */
   char buf[64];
   c = (zt_config_t)ZT_CONFIG_INIT;
-  c.size = sizeof c - 8;
+  /* Below ztier 0.1's struct (older and larger ones: tests/test_abi.c). */
+  c.size = 16;
   EXPECT_FAIL(&c, zt_config_validate(&c), -EINVAL, "cfg->size", "ZT_CONFIG_INIT", NULL);
   EXPECT_FAIL(&c, zt_config_parse(&c, "{}"), -EINVAL, "cfg->size", NULL, NULL);
   EXPECT_FAIL(&c, zt_config_set(&c, "threads", "1"), -EINVAL, "cfg->size", NULL, NULL);
