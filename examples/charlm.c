@@ -849,11 +849,9 @@ static int train(CharLM *model, const Text *tx, const Options *opt, uint64_t *rn
   return 0;
 }
 
-// The config flags into cfg. The swap path and the stage first: the tiers
-// are checked against them, and the budget against the tier. `early`: before
-// the config file, where a flag the file's keys will make valid (a budget
-// the file's tier allows) is left for the second pass.
-static int apply_flags(const Options *opt, zt_config_t *cfg, int early) {
+// The config flags into cfg (each key is checked on its own here; the rules
+// between keys at zt_config_load's end and at engine create).
+static int apply_flags(const Options *opt, zt_config_t *cfg) {
   const char *keys[] = {"swap_path", "stage", "optimizer_tier", "param_tier",
                         "pinned_budget_bytes"};
   const char *flags[] = {"--swap-path", "--stage", "--optimizer-tier", "--param-tier",
@@ -863,13 +861,7 @@ static int apply_flags(const Options *opt, zt_config_t *cfg, int early) {
   const char *values[] = {opt->swap_path, opt->stage >= 0 ? stage : NULL, opt->tier,
                           opt->param_tier, opt->pinned_budget};
   for (int k = 0; k < 5; k++) {
-    if (values[k] == NULL) continue;
-    zt_config_t before = *cfg;
-    if (zt_config_set(cfg, keys[k], values[k]) == 0) continue;
-    if (early && opt->config) {
-      *cfg = before; // the file may make it valid; the second pass decides
-      continue;
-    }
+    if (values[k] == NULL || zt_config_set(cfg, keys[k], values[k]) == 0) continue;
     fprintf(stderr, "charlm: %s %s: %s\n", flags[k], values[k], zt_last_error(NULL));
     return -1;
   }
@@ -886,18 +878,18 @@ int main(int argc, char **argv) {
   if (pr < 0) return 2;
 
   // ztier's config: its defaults, charlm's default tier, the file, the flags.
-  // zt_config_load checks each key of the file against the config it is
-  // loaded into (a budget against the tier, a tier against the swap path),
-  // so the flags are set before the file as well as after it: the file is
-  // checked against the configuration the run will have, and the flags win.
+  // zt_config_load checks the rules between keys once the file is read (a
+  // budget against the tier, a tier against the swap path), so the flags are
+  // set before the file as well as after it: the file is checked against the
+  // configuration the run will have, and the flags win.
   zt_config_t cfg = ZT_CONFIG_INIT;
   cfg.optimizer_tier = ZT_TIER_HOST;
-  if (apply_flags(&opt, &cfg, 1) < 0) return 2;
+  if (apply_flags(&opt, &cfg) < 0) return 2;
   if (opt.config && zt_config_load(&cfg, opt.config) < 0) {
     fprintf(stderr, "charlm: --config %s: %s\n", opt.config, zt_last_error(NULL));
     return 2;
   }
-  if (apply_flags(&opt, &cfg, 0) < 0) return 2;
+  if (apply_flags(&opt, &cfg) < 0) return 2;
   if (opt.threads >= 0) {
     char v[16];
     snprintf(v, sizeof v, "%d", opt.threads);

@@ -153,6 +153,11 @@ void zt__pinned_free(zt_engine_t *eng, void *p, size_t bytes) {
       zt__log(&eng->cfg, ZT_LOG_ERROR, "%s", eng->err.msg);
       return;
     }
+  } else if (zt__comm_failed(eng->comm)) {
+    /* MPI may still complete a collective the failed comm gave up on into
+     * this region (a gradient bucket, a gather): it stays mapped and
+     * registered, kept reachable, as the pool does (zt__pinned_abandon). */
+    zt__keep_abandoned(p);
   } else {
     eng->be_ops->host_unregister(eng->be, p);
     munmap(p, page_round(bytes)); /* also unlocks */

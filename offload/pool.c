@@ -351,8 +351,8 @@ int zt__hostpool_locked(zt__hostpool_t *p, char *note, size_t note_len) {
 
 /* ---- the memory the machine has left ------------------------------------------- */
 
-/* The first number in a file; 0 when it cannot be read. "max" (cgroup v2's
- * no limit) reads as UINT64_MAX. */
+/* The first number in a file into *out; -1 when it cannot be read. "max"
+ * (cgroup v2's no limit) reads as UINT64_MAX. */
 static int read_u64(const char *path, uint64_t *out) {
   FILE *f = fopen(path, "r");
   if (!f) return -1;

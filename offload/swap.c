@@ -438,10 +438,16 @@ static int file_create(zt__swap_t *sw, unsigned i, const char *dir, const char *
   // the rings' fixed files too), and goes with the process however it ends:
   // another process's scan for leftovers never takes a live file
   // (swapspace.c). The wait is only for such a scan that looks at it now.
+  // A file system without flock (some FUSE and cluster mounts) still
+  // serves the file: the scan then tells a live owner by its pid alone.
   if (flock(f->fd, LOCK_EX) != 0) {
     int e = errno;
-    return zt__errf(sw->err, -e, "cannot lock swap file %s: %s (%s)", f->path, strerror(e),
-                    ename(e));
+    if (e == ENOLCK || e == EOPNOTSUPP || e == ENOSYS)
+      note_add(sw, "flock refused on %s (%s): its swap files are told live by pid only",
+               dir, ename(e));
+    else
+      return zt__errf(sw->err, -e, "cannot lock swap file %s (paths[%u] = \"%s\"): %s (%s)",
+                      f->path, i, dir, strerror(e), ename(e));
   }
   // Setting O_DIRECT after the open tells "filesystem refuses it" (EINVAL)
   // apart from "cannot create": the file is ours either way.

@@ -41,7 +41,7 @@
  *     before it have r's part, and complete everywhere, so that the peers
  *     of a rank that failed right after a vote see the vote's result);
  *   - "waiting, having issued n collectives": a wait that has lasted a
- *     quarter of the timeout (at most 1 s) says so to every peer once, so
+ *     quarter of the timeout says so to every peer once, so
  *     that at a timeout the ranks that never said they reached the
  *     collective are named (a stopped or dead rank says nothing).
  * A failed comm keeps its code and sentence and refuses every later call
@@ -98,6 +98,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "comm.h"
 
@@ -161,6 +162,8 @@ static mpi_comm_t *M(zt__comm_t *c) { return (mpi_comm_t *)c; }
 static pthread_mutex_t start_lock = PTHREAD_MUTEX_INITIALIZER;
 /* Under start_lock: */
 static int exit_registered;  /* at_exit is registered */
+static pid_t exit_owner;     /* the process that registered it (a forked child
+                                inherits the handler, not the ranks' comms) */
 static int started_by_ztier; /* ztier called MPI_Init_thread */
 static int any_failed;       /* a comm of this process failed */
 static mpi_comm_t *live;     /* the comms not destroyed */
@@ -220,7 +223,10 @@ static int start_mpi(const zt_config_t *cfg, zt__err_t *err) {
   }
   /* The exit handler also tells peers about comms left alive, under the
    * caller's MPI too (when it is still up at exit). */
-  if (rc == 0 && !exit_registered && atexit(at_exit) == 0) exit_registered = 1;
+  if (rc == 0 && !exit_registered && atexit(at_exit) == 0) {
+    exit_registered = 1;
+    exit_owner = getpid();
+  }
   pthread_mutex_unlock(&start_lock);
   return rc;
 }
@@ -391,7 +397,10 @@ static int await(mpi_comm_t *m, MPI_Request *r, const char *fn, unsigned long lo
   *mrc = MPI_Test(r, &flag, MPI_STATUS_IGNORE);
   if (*mrc != MPI_SUCCESS || flag) return 1;
   double t0 = zt__now(), step = 50e-6;
-  double say_after = m->timeout_s / 4 < 1.0 ? m->timeout_s / 4 : 1.0;
+  /* A quarter of the timeout: an imbalance shorter than that (an eval or
+   * a checkpoint write on one rank) sends nothing, and world - 1 notes per
+   * waiting rank stay rare at any scale. */
+  double say_after = m->timeout_s / 4;
   int said = 0;
   for (;;) {
     rc = take_notes(m);
@@ -424,7 +433,9 @@ static int await(mpi_comm_t *m, MPI_Request *r, const char *fn, unsigned long lo
 
 /* At exit (see "Exit" above). */
 static void at_exit(void) {
-  if (!zt__comm_mpi_active()) return;
+  /* A child forked without exec that calls exit() is no rank: it must
+   * neither tell the peers its parent's engine died nor finalise. */
+  if (getpid() != exit_owner || !zt__comm_mpi_active()) return;
   int alive = 0;
   double linger = 1.0;
   for (mpi_comm_t *m = live; m; m = m->live_next) {

@@ -141,7 +141,7 @@ int zt_plan_main(int argc, char **argv) {
   row("nvme", 0, p.ztier_nvme, params);
   printf("\nThis rank owns the optimizer states of %llu parameters.\n",
          (unsigned long long)p.shard_params);
-  if (p.pinned_bytes)
+  if (p.pinned_bytes && least_rc == 0)
     printf("Of the host bytes, %llu are pinned (4 KiB pages); the least pinned_budget_bytes "
            "that runs is %llu.\n",
            (unsigned long long)p.pinned_bytes, (unsigned long long)least);
