@@ -136,6 +136,21 @@ static int commit_out(const char *tmp, const char *out, int force, zt__err_t *e)
                       "it is left as it was (pass --force to replace it)", out);
     if (errno != EPERM && errno != EOPNOTSUPP)
       return zt__errf(e, -errno, "consolidate: linking %s: %s", tmp, strerror(errno));
+    /* Neither: OUT is claimed first with an empty file of our own, created
+     * only if the name is free, and the rename then replaces only that. */
+    int fd = open(out, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+    if (fd < 0 && errno == EEXIST)
+      return zt__errf(e, -EEXIST, "consolidate: OUT %s appeared while it was being written; "
+                      "it is left as it was (pass --force to replace it)", out);
+    if (fd < 0)
+      return zt__errf(e, -errno, "consolidate: cannot create %s: %s", out, strerror(errno));
+    close(fd);
+    if (rename(tmp, out) != 0) {
+      int err = errno;
+      unlink(out);
+      return zt__errf(e, -err, "consolidate: renaming %s: %s", tmp, strerror(err));
+    }
+    return 0;
   }
   if (rename(tmp, out) != 0)
     return zt__errf(e, -errno, "consolidate: renaming %s: %s", tmp, strerror(errno));
