@@ -84,6 +84,21 @@ ZT_INTERNAL int zt__ckpt_verify(const char *path, int version, zt_dtype_t param_
                                 uint64_t n, uint64_t bytes, uint64_t digest,
                                 zt__ckpt_trailer_t *t, zt__err_t *e);
 
+/* The cheap look at a rank file of n states that should have `bytes`: its
+ * size and its trailer (one read of its last bytes), not its checksum.
+ * Returns 0, -errno (-ENOENT: missing) or ZT_ECKPT for a wrong size or no
+ * trailer, with a sentence naming the file. *t: the trailer where one was
+ * found (a short file's last bytes are tried), else zeroed (nonce 0). */
+ZT_INTERNAL int zt__ckpt_peek(const char *path, zt_dtype_t param_dtype, uint64_t n,
+                              uint64_t bytes, zt__ckpt_trailer_t *t, zt__err_t *e);
+
+/* For tests: called with `path` on every rank right after its file of a
+ * save is renamed into place, before the rank reads it back (when 0), and
+ * on rank 0 for each file before it checks it for the commit (when 1).
+ * NULL: none (the default). */
+typedef void (*zt__ckpt_save_hook_fn)(void *arg, int when, const char *path);
+ZT_INTERNAL void zt__ckpt_set_save_hook(zt__ckpt_save_hook_fn fn, void *arg);
+
 /* pread of exactly `len` bytes, or a sentence naming the file (short: the
  * file was truncated after it was verified). */
 ZT_INTERNAL int zt__ckpt_pread(int fd, const char *path, void *buf, size_t len, uint64_t off,

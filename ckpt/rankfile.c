@@ -1,7 +1,8 @@
 /*
  * rankfile.c — a rank file of a checkpoint written section by section and
  * hashed as it goes, then its trailer; verified whole before anything is
- * loaded from it, its trailer checked against the manifest; and the small
+ * loaded from it, its trailer checked against the manifest, or looked at
+ * cheaply (size and trailer only) before a save commits it; and the small
  * file-system helpers around them. The layout is in ckpt.h.
  */
 #include <errno.h>
@@ -361,6 +362,42 @@ int zt__ckpt_verify(const char *path, int version, zt_dtype_t param_dtype, uint6
   free(buf);
   close(fd);
   return rc;
+}
+
+int zt__ckpt_peek(const char *path, zt_dtype_t param_dtype, uint64_t n, uint64_t bytes,
+                  zt__ckpt_trailer_t *t, zt__err_t *e) {
+  memset(t, 0, sizeof *t);
+  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0)
+    return zt__errf(e, -errno, "checkpoint: %s: %s", path, strerror(errno));
+  struct stat st;
+  if (fstat(fd, &st) != 0) {
+    int err = errno;
+    close(fd);
+    return zt__errf(e, -err, "checkpoint: %s: %s", path, strerror(err));
+  }
+  int k = zt__ckpt_sections(param_dtype);
+  uint64_t at = zt__ckpt_section_off(param_dtype, n, k - 1) +
+                n * zt__ckpt_section_esz(param_dtype, k - 1);
+  uint64_t size = (uint64_t)st.st_size;
+  /* A short file's trailer, if it has one, is its last bytes: whose file
+   * it is shows even when it is not whole. */
+  if (size < bytes) at = size >= ZT_CKPT_TRAILER ? size - ZT_CKPT_TRAILER : UINT64_MAX;
+  unsigned char tr[ZT_CKPT_TRAILER];
+  int found = at != UINT64_MAX &&
+              pread(fd, tr, sizeof tr, (off_t)at) == (ssize_t)sizeof tr &&
+              trailer_decode(tr, t) == 0;
+  close(fd);
+  if (!found) memset(t, 0, sizeof *t);
+  if (size != bytes)
+    return zt__errf(e, ZT_ECKPT, "checkpoint: %s has %llu bytes; %llu were written (%s)", path,
+                    (unsigned long long)size, (unsigned long long)bytes,
+                    size < bytes ? "truncated" : "grown");
+  if (!found)
+    return zt__errf(e, ZT_ECKPT,
+                    "checkpoint: %s has no rank-file trailer in its last %d bytes", path,
+                    ZT_CKPT_TRAILER);
+  return 0;
 }
 
 int zt__ckpt_fsync_dir(const char *dir, zt__err_t *e) {

@@ -10,10 +10,20 @@
  * One directory: every rank reads the nonce back from the lock file before
  * it writes anything, so a rank that sees another directory at that path
  * (node-local scratch, or another path passed) finds no nonce, or another
- * one, and writes nothing. Before the commit rank 0 verifies every file it
- * is about to name, size, checksum and trailer (whose nonce must be this
- * save's), in its own directory. A failure of either is -EXDEV on every
- * rank, with a sentence saying the directory must be shared by all ranks.
+ * one, and writes nothing. Before the commit rank 0 looks at every file it
+ * is about to name, in its own directory: there, of the right size, its
+ * trailer (one read of its last bytes) of this save's nonce and fields. A
+ * rank that does not see the nonce, a file rank 0 does not find, or one
+ * whose trailer carries another save's nonce, is -EXDEV on every rank, with
+ * a sentence saying the directory must be shared by all ranks; a file of
+ * this save's nonce but of the wrong size or without its trailer is a torn
+ * write, ZT_ECKPT naming the file.
+ *
+ * Whole: each rank reads its own file back (size, checksum, trailer) right
+ * after it renamed it, in parallel with the others, before the ranks
+ * exchange their outcome; a file that reads back other than it was written
+ * fails the save on every rank. Rank 0 thus reads only a trailer per file,
+ * not the whole checkpoint, while the other ranks wait in the exchange.
  *
  * Crash safety: files of generation g + 1 never overwrite those of
  * generation g, which the current manifest names; each is written under a
@@ -230,6 +240,14 @@ static int unshared(zt_engine_t *eng, const char *dir, const char *what) {
 
 /* ---- this rank's file ----------------------------------------------------------- */
 
+static zt__ckpt_save_hook_fn save_hook;
+static void *save_hook_arg;
+
+void zt__ckpt_set_save_hook(zt__ckpt_save_hook_fn fn, void *arg) {
+  save_hook = fn;
+  save_hook_arg = arg;
+}
+
 typedef struct put_ctx {
   zt__ckpt_writer_t *w;
   size_t lo;
@@ -274,6 +292,23 @@ static int write_rank_file(zt_engine_t *eng, const char *tmp, const char *final,
     rc = zt__errf(&eng->err, -errno, "zt_save: renaming %s: %s", tmp, strerror(errno));
   if (rc < 0) unlink(tmp);
   return rc;
+}
+
+/* This rank's file, just renamed into place, read back whole: a torn or
+ * changed byte fails the save before rank 0 names the file. */
+static int read_back(zt_engine_t *eng, const char *path, uint64_t n, uint64_t bytes,
+                     uint64_t digest) {
+  if (save_hook) save_hook(save_hook_arg, 0, path);
+  zt__ckpt_trailer_t t;
+  int rc = zt__ckpt_verify(path, ZT_CKPT_VERSION, eng->param_dtype, n, bytes, digest, &t,
+                           &eng->err);
+  if (rc == 0) return 0;
+  char inner[ZT_ERRMSG_LEN];
+  snprintf(inner, sizeof inner, "%s", eng->err.msg);
+  return zt__errf(&eng->err, rc,
+                  "zt_save: %s reads back other than it was written (%s); nothing was "
+                  "committed and the previous checkpoint there is kept",
+                  path, inner);
 }
 
 /* ---- the manifest ----------------------------------------------------------------- */
@@ -401,22 +436,35 @@ static int write_manifest(zt_engine_t *eng, const char *dir, const zt__manifest_
 }
 
 /* Rank 0, before its commit: every file the manifest will name is in its
- * directory, whole, and of this save. *missing: the rank of a file that is
- * missing or not this save's (the directory is not shared), else -1. */
+ * directory, of its size, with this save's trailer (each rank read its own
+ * back whole before the exchange). *missing: the rank of a file that is
+ * missing or of another save (the directory is not shared: -EXDEV), else
+ * -1; *torn: the rank of a file of this save that is not whole (ZT_ECKPT
+ * naming it), else -1. */
 static int verify_files(zt_engine_t *eng, const char *dir, const zt__manifest_t *m,
-                        uint64_t nonce, int64_t *missing) {
-  *missing = -1;
+                        uint64_t nonce, int64_t *missing, int64_t *torn) {
+  *missing = *torn = -1;
   for (size_t i = 0; i < m->n_files; i++) {
     const zt__ckpt_file_t *f = &m->files[i];
     char path[4096 + ZT_CKPT_NAME_MAX + 2];
     snprintf(path, sizeof path, "%s/%s", dir, f->name);
+    if (save_hook) save_hook(save_hook_arg, 1, path);
     zt__ckpt_trailer_t t;
-    int rc = zt__ckpt_verify(path, m->version, m->param_dtype, f->end - f->begin, f->bytes,
-                             f->xxh64, &t, &eng->err);
-    /* Missing, or another file under its name: another directory. */
-    if (rc == ZT_ECKPT || rc == ZT_ECHECKSUM || (rc == 0 && t.nonce != nonce)) {
+    int rc = zt__ckpt_peek(path, (zt_dtype_t)m->param_dtype, f->end - f->begin, f->bytes, &t,
+                           &eng->err);
+    /* Missing, or another save's file under its name: another directory. */
+    if (rc == -ENOENT || (t.nonce != 0 && t.nonce != nonce)) {
       *missing = f->rank;
       return -EXDEV;
+    }
+    if (rc == ZT_ECKPT) {
+      char inner[ZT_ERRMSG_LEN];
+      snprintf(inner, sizeof inner, "%s", eng->err.msg);
+      *torn = f->rank;
+      return zt__errf(&eng->err, ZT_ECKPT,
+                      "zt_save: rank %d's file %s is not whole before the commit (%s): a torn "
+                      "write; nothing was committed and the previous checkpoint there is kept",
+                      f->rank, f->name, inner);
     }
     if (rc == 0) rc = zt__ckpt_check_trailer(m, i, &t, ZT_CKPT_MANIFEST, &eng->err);
     ZT_TRY(rc);
@@ -508,19 +556,20 @@ int zt_save(zt_engine_t *eng, const char *dir) {
     zt__ckpt_trailer_t t = trailer_of(eng, nonce, gen, rank, lo, hi);
     me.status = write_rank_file(eng, tmp, final, lo, hi, &t, &me.digest);
     wrote = me.status == 0;
+    if (wrote) me.status = read_back(eng, final, hi - lo, me.bytes, me.digest);
   }
   rc = zt__comm_control_all_gather(eng->comm, &me, recs, sizeof me);
   if (rc < 0) goto done;
   int bad = 0;
   int64_t fail = first_failure(recs, world, &bad);
-  /* Rank 0 verifies and commits; everyone learns whether it did, whether
+  /* Rank 0 checks and commits; everyone learns whether it did, whether
    * the new manifest is in place (then the new files stay, whatever
-   * failed), and which rank's file it did not find. */
-  int64_t commit[3] = {fail, 0, -1}, *commits = NULL;
+   * failed), which rank's file it did not find and which it found torn. */
+  int64_t commit[4] = {fail, 0, -1, -1}, *commits = NULL;
   if (fail == 0 && rank == 0) {
     zt__manifest_t m;
     commit[0] = build_manifest(eng, gen, recs, &m);
-    if (commit[0] == 0) commit[0] = verify_files(eng, dir, &m, nonce, &commit[2]);
+    if (commit[0] == 0) commit[0] = verify_files(eng, dir, &m, nonce, &commit[2], &commit[3]);
     if (commit[0] == 0) commit[0] = write_manifest(eng, dir, &m, nonce, &commit[1]);
     zt__manifest_free(&m);
     if (commit[0] == 0) remove_older(dir, gen, nonce);
@@ -533,6 +582,7 @@ int zt_save(zt_engine_t *eng, const char *dir) {
       fail = commits[0];
       commit[1] = commits[1];
       commit[2] = commits[2];
+      commit[3] = commits[3];
       bad = 0;
     }
     free(commits);
@@ -555,9 +605,21 @@ int zt_save(zt_engine_t *eng, const char *dir) {
                "rank 0 does not find the file rank %d wrote, or finds another one in its place",
                (int)commit[2]);
       unshared(eng, dir, what);
-    } else if (bad != rank) {
+    } else if (commit[3] >= 0 && rank != 0) {
+      char name[64];
+      zt__ckpt_name(name, sizeof name, NULL, gen, (int)commit[3], "");
       zt__errf(&eng->err, rc,
-               "zt_save: rank %d failed to write its part of %s (%s)%s", bad, dir,
+               "zt_save: rank 0 finds %s/%s, rank %d's file, not whole before the commit "
+               "(%s): a torn write; nothing was committed and the previous checkpoint there "
+               "is kept",
+               dir, name, (int)commit[3], zt_strerror(rc));
+    } else if (bad != rank) {
+      /* A rank's file that read back wrong is named. */
+      char name[64] = "";
+      if (rc == ZT_ECHECKSUM || rc == ZT_ECKPT)
+        snprintf(name, sizeof name, ", its file g%llu-r%05d.zts", (unsigned long long)gen, bad);
+      zt__errf(&eng->err, rc,
+               "zt_save: rank %d failed to write its part of %s%s (%s)%s", bad, dir, name,
                zt_strerror(rc),
                commit[1] ? "" : "; the previous checkpoint there is kept");
     }
