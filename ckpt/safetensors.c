@@ -355,20 +355,6 @@ struct zt__st_writer {
   int failed;
 };
 
-/* All of buf, through short writes and signals; 0 or -errno. */
-static int write_all(int fd, const void *buf, size_t n) {
-  const char *p = buf;
-  while (n > 0) {
-    ssize_t k = write(fd, p, n);
-    if (k < 0 && errno == EINTR) continue;
-    if (k < 0) return -errno;
-    if (k == 0) return -EIO; /* a regular file never does this; do not spin */
-    p += k;
-    n -= (size_t)k;
-  }
-  return 0;
-}
-
 /* The tensor holding data byte `at` (the last one for `at` == total). */
 static size_t tensor_at(const zt__st_writer_t *w, uint64_t at) {
   size_t lo = 0, hi = w->n; /* the first i with ends[i] > at */
@@ -497,7 +483,7 @@ int zt__st_writer_open(int fd, const char *path, const zt__st_spec_t *t, size_t 
   for (int i = 0; i < 8; i++) b.p[i] = (char)(hn >> (8 * i));
   w->header = b.len;
   w->total = at;
-  rc = write_all(fd, b.p, b.len);
+  rc = zt__write_all(fd, b.p, b.len);
   if (rc < 0) {
     rc = zt__errf(e, rc, "%s: writing the %llu-byte header: %s", path,
                   (unsigned long long)b.len, zt_strerror(rc));
@@ -529,7 +515,7 @@ int zt__st_write(zt__st_writer_t *w, const void *buf, size_t bytes) {
                     w->path, bytes, (unsigned long long)(w->total - w->written),
                     SHOW_STR(w->names[w->n - 1]));
   }
-  int rc = write_all(w->fd, buf, bytes);
+  int rc = zt__write_all(w->fd, buf, bytes);
   if (rc < 0) {
     w->failed = 1;
     size_t i = tensor_at(w, w->written);

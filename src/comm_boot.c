@@ -41,17 +41,6 @@
 /* The line's length for an id of n bytes is below this. */
 #define LINE_MAX_BYTES (64 + 2 * ZT_BOOT_ID_MAX)
 
-static int write_all(int fd, const char *p, size_t n) {
-  while (n > 0) {
-    ssize_t w = write(fd, p, n);
-    if (w < 0 && errno == EINTR) continue;
-    if (w <= 0) return w < 0 ? -errno : -EIO;
-    p += w;
-    n -= (size_t)w;
-  }
-  return 0;
-}
-
 static int check_args(const char *fn, const char *path, const void *id, size_t n,
                       int world, zt__err_t *err) {
   if (path == NULL || path[0] == '\0')
@@ -112,7 +101,7 @@ int zt__boot_id_write(const char *path, const void *id, size_t n, int world, int
   if (fd < 0)
     return zt__errf(err, -errno, "%s: cannot create \"%s\": %s", fn, tmp,
                     strerror(errno));
-  int rc = write_all(fd, line, (size_t)len);
+  int rc = zt__write_all(fd, line, (size_t)len);
   /* fsync before the link: on a shared file system a reader that sees the
    * name must also see the bytes. */
   if (rc == 0 && fsync(fd) != 0) rc = -errno;

@@ -106,6 +106,11 @@ ZT_INTERNAL const char *zt__dtype_name(zt_dtype_t dt);
 /* Number of CPUs this process may run on (sched_getaffinity), >= 1. */
 ZT_INTERNAL int zt__cpu_count(void);
 
+/* Writes all `n` bytes of `buf` to `fd`, through short writes and signals
+ * (EINTR is retried). Returns 0, -errno of the failing write, or -EIO when
+ * a write makes no progress (returns 0), so a stuck descriptor cannot spin. */
+ZT_INTERNAL int zt__write_all(int fd, const void *buf, size_t n);
+
 /* Gives up memory that a collective which may never complete still owns (a
  * peer never issued its half): it is never freed, and stays reachable so a
  * leak checker does not report it. NULL: nothing. */

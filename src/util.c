@@ -1,5 +1,5 @@
-/* util.c — small helpers of internal.h: the clock, dtypes, CPU count, memory
- * left to a collective that never completed. */
+/* util.c — small helpers of internal.h: the clock, dtypes, CPU count,
+ * writing a whole buffer, memory left to a collective that never completed. */
 #define _GNU_SOURCE
 #include <sched.h>
 #include <time.h>
@@ -39,6 +39,19 @@ int zt__cpu_count(void) {
   }
   long n = sysconf(_SC_NPROCESSORS_ONLN);
   return n > 0 ? (int)n : 1;
+}
+
+int zt__write_all(int fd, const void *buf, size_t n) {
+  const char *p = buf;
+  while (n > 0) {
+    ssize_t w = write(fd, p, n);
+    if (w < 0 && errno == EINTR) continue;
+    if (w < 0) return -errno;
+    if (w == 0) return -EIO; /* a regular file never does this; do not spin */
+    p += w;
+    n -= (size_t)w;
+  }
+  return 0;
 }
 
 /* Memory MPI may still read or write after its owner gave up on a

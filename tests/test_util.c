@@ -1,0 +1,125 @@
+/*
+ * test_util.c — the small helpers of src/internal.h and src/util.c:
+ * zt__write_all through short writes and signals (a pipe a slow reader
+ * drains while the writer is interrupted), its errors, and zero bytes.
+ */
+#define _GNU_SOURCE
+#include <fcntl.h>
+#include <pthread.h>
+#include <signal.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "harness.h"
+#include "internal.h" // defines: zt__write_all
+
+/* ---- zt__write_all ------------------------------------------------------- */
+
+#define PIPE_TOTAL ((size_t)4 << 20)
+
+typedef struct reader {
+  int fd;
+  unsigned char *got;
+  size_t n;
+} reader_t;
+
+static void *drain(void *arg) {
+  reader_t *r = arg;
+  for (;;) {
+    /* Small reads keep the pipe nearly full, so the writer blocks often. */
+    ssize_t k = read(r->fd, r->got + r->n, r->n + 1000 <= PIPE_TOTAL ? 1000 : PIPE_TOTAL - r->n);
+    if (k < 0 && errno == EINTR) continue;
+    if (k <= 0) break;
+    r->n += (size_t)k;
+    if (r->n == PIPE_TOTAL) break;
+  }
+  return NULL;
+}
+
+static volatile sig_atomic_t n_signals;
+static void on_usr1(int sig) {
+  (void)sig;
+  n_signals++;
+}
+
+typedef struct pester {
+  pthread_t target;
+  volatile int stop;
+} pester_t;
+
+static void *pester(void *arg) {
+  pester_t *p = arg;
+  struct timespec ts = {0, 50 * 1000};
+  while (!p->stop) {
+    pthread_kill(p->target, SIGUSR1);
+    nanosleep(&ts, NULL);
+  }
+  return NULL;
+}
+
+/* A blocking write into a pipe, interrupted by a handler installed without
+ * SA_RESTART, returns the bytes it moved so far (a short write) or fails with
+ * EINTR; zt__write_all must carry on through both and deliver every byte in
+ * order. */
+static void test_write_all_short_writes(void **state) {
+  int fds[2];
+  assert_int_equal(pipe(fds), 0);
+  fcntl(fds[1], F_SETPIPE_SZ, 4096); /* the least a pipe takes: more blocking */
+  unsigned char *src = malloc(PIPE_TOTAL), *got = calloc(1, PIPE_TOTAL);
+  assert_non_null(src);
+  assert_non_null(got);
+  for (size_t i = 0; i < PIPE_TOTAL; i++) src[i] = (unsigned char)(i * 131 + (i >> 12));
+
+  struct sigaction sa = {0}, old;
+  sa.sa_handler = on_usr1; /* no SA_RESTART: the write returns early */
+  sigemptyset(&sa.sa_mask);
+  assert_int_equal(sigaction(SIGUSR1, &sa, &old), 0);
+
+  reader_t r = {fds[0], got, 0};
+  pester_t p = {pthread_self(), 0};
+  pthread_t rt, pt;
+  n_signals = 0;
+  assert_int_equal(pthread_create(&rt, NULL, drain, &r), 0);
+  assert_int_equal(pthread_create(&pt, NULL, pester, &p), 0);
+  int rc = zt__write_all(fds[1], src, PIPE_TOTAL);
+  p.stop = 1;
+  pthread_join(pt, NULL);
+  close(fds[1]);
+  pthread_join(rt, NULL);
+  sigaction(SIGUSR1, &old, NULL);
+
+  print_message("# %d signals during the write\n", (int)n_signals);
+  assert_int_equal(rc, 0);
+  assert_true(n_signals > 0);
+  assert_int_equal(r.n, PIPE_TOTAL);
+  assert_memory_equal(got, src, PIPE_TOTAL);
+  close(fds[0]);
+  free(src);
+  free(got);
+}
+
+static void test_write_all_errors(void **state) {
+  /* Nothing to write: 0, and the descriptor is not even looked at. */
+  assert_int_equal(zt__write_all(-1, "x", 0), 0);
+  assert_int_equal(zt__write_all(-1, "x", 1), -EBADF);
+
+  /* A pipe nobody reads: -EPIPE (with SIGPIPE ignored), not a spin. */
+  int fds[2];
+  assert_int_equal(pipe(fds), 0);
+  close(fds[0]);
+  struct sigaction sa = {0}, old;
+  sa.sa_handler = SIG_IGN;
+  sigaction(SIGPIPE, &sa, &old);
+  assert_int_equal(zt__write_all(fds[1], "abc", 3), -EPIPE);
+  sigaction(SIGPIPE, &old, NULL);
+  close(fds[1]);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_write_all_short_writes),
+      cmocka_unit_test(test_write_all_errors),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
