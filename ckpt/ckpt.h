@@ -145,6 +145,10 @@ ZT_INTERNAL int zt__ckpt_consolidate(const char *dir, const char *out, zt_dtype_
                                      int force, FILE *progress, uint64_t *size,
                                      zt__err_t *e);
 
+/* For tests: 1 makes zt__ckpt_consolidate commit OUT as on a file system
+ * with neither RENAME_NOREPLACE nor hard links; 0 (the default) undoes it. */
+ZT_INTERNAL void zt__ckpt_consolidate_plain_fs(int on);
+
 /* ---- names (save.c) -------------------------------------------------- */
 
 /* "<dir>/g<gen>-r<rank>.zts<suffix>" (dir NULL: the bare name), or

@@ -117,9 +117,13 @@ static int check_out(const char *dir, const char *out, const zt__manifest_t *m, 
   return 0;
 }
 
+static int plain_fs; /* tests: as if neither RENAME_NOREPLACE nor hard links */
+
+void zt__ckpt_consolidate_plain_fs(int on) { plain_fs = on; }
+
 /* tmp becomes out: unforced, never over a file that appeared meanwhile. */
 static int commit_out(const char *tmp, const char *out, int force, zt__err_t *e) {
-  if (!force) {
+  if (!force && !plain_fs) {
     if (renameat2(AT_FDCWD, tmp, AT_FDCWD, out, RENAME_NOREPLACE) == 0) return 0;
     if (errno == EEXIST)
       return zt__errf(e, -EEXIST, "consolidate: OUT %s appeared while it was being written; "
@@ -136,6 +140,8 @@ static int commit_out(const char *tmp, const char *out, int force, zt__err_t *e)
                       "it is left as it was (pass --force to replace it)", out);
     if (errno != EPERM && errno != EOPNOTSUPP)
       return zt__errf(e, -errno, "consolidate: linking %s: %s", tmp, strerror(errno));
+  }
+  if (!force) {
     /* Neither: OUT is claimed first with an empty file of our own, created
      * only if the name is free, and the rename then replaces only that. */
     int fd = open(out, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);

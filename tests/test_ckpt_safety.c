@@ -23,7 +23,10 @@
  *     rank file, a hard or symbolic link to one, is refused even with
  *     force; OUT inside the checkpoint directory or existing is refused
  *     without it; a refusal leaves OUT and the checkpoint as they were and
- *     no temporary file; the same through `ztier ckpt consolidate`;
+ *     no temporary file; the same through `ztier ckpt consolidate`; an OUT
+ *     that appears while consolidate writes is left as it was (-EEXIST),
+ *     with RENAME_NOREPLACE and, as if the file system had neither it nor
+ *     hard links, without;
  *   - the manifest's own checksum: steps, skipped_steps, seed, rounding,
  *     loss_scale, world or stage changed in manifest.json is refused by
  *     zt_load and by `ztier ckpt info`, naming the checksum; changed with
@@ -781,6 +784,68 @@ static void test_consolidate_own_input(void **state) {
   rm_tree(dir);
 }
 
+/* A progress stream whose first line makes OUT appear (another process's
+ * file, created after consolidate checked OUT and before it commits). */
+static ssize_t appear_write(void *cookie, const char *buf, size_t n) {
+  const char *out = cookie;
+  int fd = open(out, O_WRONLY | O_CREAT | O_EXCL, 0644);
+  if (fd >= 0) {
+    if (write(fd, "theirs", 6) != 6) abort();
+    close(fd);
+  }
+  return (ssize_t)n;
+}
+
+/* OUT appearing while consolidate writes is left as it was, whether the
+ * file system has RENAME_NOREPLACE or (as made here) neither it nor hard
+ * links; --force still replaces it, and unforced, a free OUT is written. */
+static void test_consolidate_out_appears(void **state) {
+  char dir[256], outdir[256], out[512];
+  scratch(dir, sizeof dir, "cons-appear");
+  scratch(outdir, sizeof outdir, "cons-appear-out");
+  assert_int_equal(mkdir(outdir, 0755), 0);
+  snprintf(out, sizeof out, "%s/model.safetensors", outdir);
+  saved(dir);
+  zt__err_t e;
+  uint64_t size;
+  for (int plain = 0; plain <= 1; plain++) {
+    zt__ckpt_consolidate_plain_fs(plain);
+    cookie_io_functions_t io = {.write = appear_write};
+    FILE *progress = fopencookie(out, "w", io);
+    assert_non_null(progress);
+    setvbuf(progress, NULL, _IONBF, 0);
+    memset(&e, 0, sizeof e);
+    int rc = zt__ckpt_consolidate(dir, out, ZT_FP32, 0, progress, &size, &e);
+    fclose(progress);
+    EXPECT_REFUSED(rc, -EEXIST, &e, "appeared while it was being written");
+    size_t len;
+    unsigned char *p = read_all(out, &len);
+    assert_true(len == 6 && memcmp(p, "theirs", 6) == 0);
+    free(p);
+    assert_int_equal(entries_with(outdir, "tmp"), 0);
+    /* Forced, it is replaced. */
+    memset(&e, 0, sizeof e);
+    rc = zt__ckpt_consolidate(dir, out, ZT_FP32, 1, NULL, &size, &e);
+    if (rc != 0) fail_msg("plain %d, forced: %s", plain, e.msg);
+    p = read_all(out, &len);
+    assert_true(len == size && size > 6);
+    free(p);
+    /* Unforced, into a free name: written whole, nothing else left. */
+    unlink(out);
+    memset(&e, 0, sizeof e);
+    rc = zt__ckpt_consolidate(dir, out, ZT_FP32, 0, NULL, &size, &e);
+    if (rc != 0) fail_msg("plain %d, unforced: %s", plain, e.msg);
+    p = read_all(out, &len);
+    assert_true(len == size && size > 6);
+    free(p);
+    assert_int_equal(entries_with(outdir, "tmp"), 0);
+    unlink(out);
+  }
+  zt__ckpt_consolidate_plain_fs(0);
+  rm_tree(outdir);
+  rm_tree(dir);
+}
+
 /* ---- the manifest's checksum and the rank files' trailers ------------------------------ */
 
 /* The manifest checksum as docs/checkpoints.md defines it, computed here:
@@ -1025,6 +1090,7 @@ int main(int argc, char **argv) {
       cmocka_unit_test(test_concurrent_saves),
       cmocka_unit_test(test_lock_names_holder),
       cmocka_unit_test(test_consolidate_own_input),
+      cmocka_unit_test(test_consolidate_out_appears),
       cmocka_unit_test(test_manifest_tampered),
       cmocka_unit_test(test_version1_loads),
   };
