@@ -335,7 +335,7 @@ int zt_bench_adam_main(int argc, char **argv) {
        "at most this ISA (default: the best the CPU has)", 0, 0, isa_names},
       {"no-huge-pages", ZT_BENCH_FLAG_BOOL, &no_huge, NULL,
        "4 KiB pages instead of transparent huge pages", 0, 0, NULL},
-      {"stagger", ZT_BENCH_FLAG_COUNT, &stagger, "BYTES",
+      {"stagger", ZT_BENCH_FLAG_BYTES, &stagger, "BYTES",
        "start array k at k*BYTES past its 2 MiB boundary (default 0)", 0, 1 << 20, NULL},
       {"json", ZT_BENCH_FLAG_BOOL, &json, NULL,
        "print one JSON object instead of a table", 0, 0, NULL},

@@ -34,6 +34,7 @@
 #include "common.h"
 #include "disk.h" // defines: zt_bench_swap_pass
 #include "swap.h" // defines: zt__swap_*
+#include "units.h" // defines: zt__parse_bytes
 
 #define MAX_LIST 16
 #define MAX_REGION ((size_t)1 << 30) /* one registered buffer is at most 1 GiB */
@@ -69,37 +70,33 @@ static void progress_end(void) {
   if (!quiet) zt_bench_progress_end();
 }
 
-/* "1MiB,8MiB" or "8,32": sizes take K/M/G (1000s) and Ki/Mi/Gi (1024s), with
- * or without a trailing B. Returns the count, or -1. */
+/* "1MiB,8MiB" or "8,32": sizes are units.c's byte sizes (16M, 16Mi and
+ * 16MiB are 2^24, 16MB is 16 * 10^6), counts plain numbers. Returns the
+ * count, or -1. */
 static int parse_list(const char *s, size_t *out, int max, int sizes) {
   int n = 0;
   const char *p = s;
   while (*p) {
-    char *end;
-    errno = 0;
-    unsigned long long v = strtoull(p, &end, 10);
-    if (end == p || errno || *p == '-') return -1;
+    const char *comma = strchr(p, ',');
+    size_t len = comma ? (size_t)(comma - p) : strlen(p);
+    char tok[64];
+    if (len == 0 || len >= sizeof tok || n == max) return -1;
+    memcpy(tok, p, len);
+    tok[len] = '\0';
+    uint64_t v;
     if (sizes) {
-      unsigned long long m = 1;
-      int k = *end == 'K' || *end == 'k' ? 1 : *end == 'M' ? 2 : *end == 'G' ? 3 : 0;
-      if (k) {
-        end++;
-        int bin = *end == 'i';
-        if (bin) end++;
-        for (int i = 0; i < k; i++) m *= bin ? 1024 : 1000;
-      }
-      if (*end == 'B') end++;
-      v *= m;
+      if (zt__parse_bytes(tok, &v) != 0) return -1;
+    } else {
+      char *end;
+      errno = 0;
+      unsigned long long x = strtoull(tok, &end, 10);
+      if (end == tok || *end || errno || tok[0] == '-') return -1;
+      v = x;
     }
-    if (v == 0 || n == max) return -1;
+    if (v == 0 || v > SIZE_MAX) return -1;
     out[n++] = (size_t)v;
-    if (*end == ',') {
-      end++;
-      if (*end == '\0') return -1;
-    } else if (*end != '\0') {
-      return -1;
-    }
-    p = end;
+    if (comma && comma[1] == '\0') return -1;
+    p = comma ? comma + 1 : p + len;
   }
   return n;
 }

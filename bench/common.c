@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "optim_math.h" // defines: zt_f32_to_bf16_rne, zt_f32_to_f16_rne
+#include "units.h"      // defines: zt__parse_bytes, zt__parse_count
 
 /* ---- flags ------------------------------------------------------------------ */
 
@@ -30,31 +31,6 @@ static void print_help(const char *prog, const char *synopsis,
     printf("  %-26s %s\n", left, flags[i].help);
   }
   printf("  %-26s %s\n", "--help", "print this text and exit");
-}
-
-/* "200M" -> 200000000, "1Gi" -> 2^30, "1.5K" -> 1500. 0 on success. */
-static int parse_count(const char *s, double *out) {
-  char *end;
-  errno = 0;
-  double x = strtod(s, &end);
-  if (end == s || errno || !isfinite(x) || x < 0) return -1;
-  double mul = 1;
-  const char *units = "KMGT";
-  if (*end) {
-    const char *u = strchr(units, end[0] >= 'a' ? end[0] - 32 : end[0]);
-    if (u == NULL || end[0] == '\0') return -1;
-    int pow_i = (int)(u - units) + 1;
-    if (end[1] == 'i' && end[2] == '\0')
-      mul = ldexp(1.0, 10 * pow_i);
-    else if (end[1] == '\0')
-      mul = pow(1000.0, pow_i);
-    else
-      return -1;
-  }
-  x *= mul;
-  if (x != floor(x)) return -1;
-  *out = x;
-  return 0;
 }
 
 static int set_value(const char *prog, const zt_bench_flag_t *f, const char *val) {
@@ -75,16 +51,23 @@ static int set_value(const char *prog, const zt_bench_flag_t *f, const char *val
     *(int *)f->out = (int)x;
     return 0;
   }
-  case ZT_BENCH_FLAG_COUNT: {
-    double x;
-    if (parse_count(val, &x) != 0) {
-      fprintf(stderr,
-              "%s: --%s '%s' is not a count; expected a whole number such as 200000000, "
-              "200M or 1Gi\n",
-              prog, f->name, val);
+  case ZT_BENCH_FLAG_COUNT:
+  case ZT_BENCH_FLAG_BYTES: {
+    /* units.c's reading, the one the config and the other tools use. */
+    int bytes = f->kind == ZT_BENCH_FLAG_BYTES;
+    uint64_t x;
+    int rc = bytes ? zt__parse_bytes(val, &x) : zt__parse_count(val, &x);
+    if (rc == -ERANGE) {
+      fprintf(stderr, "%s: --%s '%s' is too large; expected %s up to %.0f\n", prog, f->name,
+              val, bytes ? "a byte size" : "a count", f->max);
       return 2;
     }
-    if (x < f->min || x > f->max) {
+    if (rc != 0) {
+      fprintf(stderr, "%s: --%s '%s' is not valid; expected %s\n", prog, f->name, val,
+              bytes ? ZT__BYTES_SYNTAX : ZT__COUNT_SYNTAX);
+      return 2;
+    }
+    if ((double)x < f->min || (double)x > f->max) {
       fprintf(stderr, "%s: --%s %s is out of range; expected %.0f to %.0f\n", prog,
               f->name, val, f->min, f->max);
       return 2;

@@ -37,8 +37,10 @@ int zt_bench_stage3_main(int argc, char **argv);
 typedef enum zt_bench_flag_kind {
   ZT_BENCH_FLAG_BOOL,  /* --name: sets *(int *)out = 1                     */
   ZT_BENCH_FLAG_INT,   /* --name N: int in [min, max]                       */
-  ZT_BENCH_FLAG_COUNT, /* --name N: size_t in [min, max]; K/M/G/T suffixes
-                           (powers of 1000) and Ki/Mi/Gi (powers of 1024)     */
+  ZT_BENCH_FLAG_COUNT, /* --name N: size_t in [min, max]; zt__parse_count's
+                           text: 7B, 350M, 1e9 (powers of 1000), 4Mi (1024) */
+  ZT_BENCH_FLAG_BYTES, /* --name BYTES: size_t in [min, max]; zt__parse_bytes'
+                           text: 16M, 16Mi, 16MiB (1024-based), 16MB (1000)  */
   ZT_BENCH_FLAG_CHOICE, /* --name WORD: one of `choices`; *(int *)out = index */
   ZT_BENCH_FLAG_STRING  /* --name TEXT: *(const char **)out = the argument   */
 } zt_bench_flag_kind_t;

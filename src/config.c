@@ -43,6 +43,7 @@
 #include "engine.h"   // defines: ZT_STAGING_SLOTS (the host tier's staging ring)
 #include "internal.h" // defines: zt__errf, zt__err_thread, ZT_INTERNAL
 #include "swap.h"     // defines: ZT__SWAP_MAX_PATHS, ZT__SWAP_MAX_RINGS
+#include "units.h"    // defines: zt__parse_bytes
 
 #define KiB ((uint64_t)1 << 10)
 #define MiB (KiB << 10)
@@ -678,8 +679,8 @@ static int bad_value(const ctx_t *c, const keydef_t *k, const char *given,
 }
 
 static const char size_syntax[] =
-    "a byte count: an integer, or a string such as \"64MiB\" (units B, KB, MB, GB, "
-    "TB count powers of 1000; KiB, MiB, GiB, TiB powers of 1024)";
+    "a byte count: an integer, or a string such as \"64MiB\" (K, M, G, T, Ki .. Ti and "
+    "KiB .. TiB count powers of 1024; KB, MB, GB, TB powers of 1000; B is bytes)";
 static const char seed_syntax[] =
     "an integer in 0..18446744073709551615: a JSON integer below 2^53, or a "
     "decimal string";
@@ -760,49 +761,9 @@ static int parse_u64(const char *s, uint64_t *out) {
   return 0;
 }
 
-/* "4096", "64MiB", "64 MiB", "1.5GiB", "1GB": a whole number of bytes that
- * fits 64 bits. Units are case-insensitive; without one it is bytes. */
-static int parse_size(const char *s, uint64_t *out) {
-  static const struct {
-    const char *unit;
-    uint64_t mult;
-  } units[] = {{"", 1},          {"b", 1},          {"kb", 1000},
-               {"mb", 1000000},  {"gb", 1000000000}, {"tb", 1000000000000ull},
-               {"kib", KiB},     {"mib", MiB},      {"gib", GiB},
-               {"tib", TiB}};
-  const char *p = s;
-  if (!isdigit((unsigned char)*p)) return -1;
-  unsigned __int128 whole = 0, frac = 0, scale = 1;
-  for (; isdigit((unsigned char)*p); p++) {
-    whole = whole * 10 + (unsigned)(*p - '0');
-    if (whole > UINT64_MAX) return -1;
-  }
-  if (*p == '.') {
-    p++;
-    if (!isdigit((unsigned char)*p)) return -1;
-    for (; isdigit((unsigned char)*p); p++) {
-      /* Beyond 18 digits only zeros can still give whole bytes (units go to
-       * 2^40 < 10^13), and they change nothing. */
-      if (scale >= 1000000000000000000ull) {
-        if (*p != '0') return -1;
-        continue;
-      }
-      frac = frac * 10 + (unsigned)(*p - '0');
-      scale *= 10;
-    }
-  }
-  while (*p == ' ') p++;
-  for (size_t i = 0; i < sizeof units / sizeof units[0]; i++) {
-    if (strcasecmp(p, units[i].unit) != 0) continue;
-    unsigned __int128 part = frac * units[i].mult;
-    if (part % scale) return -1; /* not a whole number of bytes */
-    unsigned __int128 total = whole * units[i].mult + part / scale;
-    if (total > UINT64_MAX) return -1;
-    *out = (uint64_t)total;
-    return 0;
-  }
-  return -1;
-}
+/* "4096", "64MiB", "64 MiB", "16M", "1.5GiB", "1GB": units.c's reading, the
+ * one the tool, the benchmarks and the example share. */
+static int parse_size(const char *s, uint64_t *out) { return zt__parse_bytes(s, out); }
 
 /* The enum value named `s`, stored into w. */
 static int set_enum(const ctx_t *c, const keydef_t *k, const char *s, const char *given,

@@ -1370,6 +1370,16 @@ static void test_size_units(void **state) {
       {"swap_block_bytes", "1MiB", MiB},
       {"swap_block_bytes", "4kib", 4 * KiB},
       {"swap_block_bytes", "0.0625MiB", 64 * KiB},
+      /* K, M, G, T and Ki .. Ti are 1024-based too, as the tool's flags read them. */
+      {"chunk_bytes", "64M", 64 * MiB},
+      {"chunk_bytes", "64Mi", 64 * MiB},
+      {"chunk_bytes", "64 m", 64 * MiB},
+      {"bucket_bytes", "512K", 512 * KiB},
+      {"bucket_bytes", "512ki", 512 * KiB},
+      {"device_budget_bytes", "2G", 2 * GiB},
+      {"device_budget_bytes", "2Gi", 2 * GiB},
+      {"device_budget_bytes", "3T", 3 * TiB},
+      {"device_budget_bytes", "3Ti", 3 * TiB},
   };
   for (size_t i = 0; i < sizeof good / sizeof good[0]; i++) {
     zt_config_t a = ZT_CONFIG_INIT, b = ZT_CONFIG_INIT;
@@ -1391,7 +1401,7 @@ static void test_size_units(void **state) {
       }
   }
   const char *bad[] = {"",        "MiB",     "-1MiB",   "1.5B",  "0.1KiB", "1e3",
-                       "0x1000",  "64MiBs",  "64 M",    " 64MiB", "64MiB ", "1.GiB",
+                       "0x1000",  "64MiBs",  "64 Mx",   " 64MiB", "64MiB ", "1.GiB",
                        ".5GiB",   "16EiB",   "18446744073709551616", "16777216TiB",
                        "64  MiB x", "1,5GiB"};
   zt_config_t c = ZT_CONFIG_INIT;

@@ -15,6 +15,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <cjson/cJSON.h> // defines: cJSON (info --json)
+
 #include "ckpt.h"        // defines: zt__ckpt_read_manifest, zt__ckpt_consolidate
 #include "manifest.h"    // defines: zt__manifest_t
 #include "safetensors.h" // defines: zt__st_*
@@ -31,8 +33,9 @@ static double peak_rss_mib(void) {
   return (double)ru.ru_maxrss / 1024.0; /* KiB on Linux */
 }
 
-/* Verifies every file of the manifest, printing one line each. 0: all good. */
-static int verify_all(const char *dir, const zt__manifest_t *m) {
+/* Verifies every file of the manifest, printing one line each, or adding
+ * one object each to `arr` when it is not NULL. 0: all good. */
+static int verify_all(const char *dir, const zt__manifest_t *m, cJSON *arr) {
   int bad = 0;
   for (size_t i = 0; i < m->n_files; i++) {
     const zt__ckpt_file_t *f = &m->files[i];
@@ -45,9 +48,25 @@ static int verify_all(const char *dir, const zt__manifest_t *m) {
     char where[8192];
     snprintf(where, sizeof where, "%s/%s", dir, ZT_CKPT_MANIFEST);
     if (rc == 0 && m->version >= 2) rc = zt__ckpt_check_trailer(m, i, &t, where, zt__err_thread());
-    printf("  %-22s rank %-4d states [%llu, %llu)  %llu bytes  xxh64 %016llx  %s\n",
-           f->name, f->rank, (unsigned long long)f->begin, (unsigned long long)f->end,
-           (unsigned long long)f->bytes, (unsigned long long)f->xxh64, rc == 0 ? "ok" : "BAD");
+    if (arr) {
+      char hex[17];
+      snprintf(hex, sizeof hex, "%016llx", (unsigned long long)f->xxh64);
+      cJSON *o = cJSON_CreateObject();
+      cJSON_AddStringToObject(o, "name", f->name);
+      cJSON_AddNumberToObject(o, "rank", f->rank);
+      cJSON_AddNumberToObject(o, "begin", (double)f->begin);
+      cJSON_AddNumberToObject(o, "end", (double)f->end);
+      cJSON_AddNumberToObject(o, "bytes", (double)f->bytes);
+      cJSON_AddStringToObject(o, "xxh64", hex); /* 64 bits: a JSON number would round */
+      cJSON_AddBoolToObject(o, "ok", rc == 0);
+      if (rc < 0) cJSON_AddStringToObject(o, "error", err());
+      cJSON_AddItemToArray(arr, o);
+    } else {
+      printf("  %-22s rank %-4d states [%llu, %llu)  %llu bytes  xxh64 %016llx  %s\n",
+             f->name, f->rank, (unsigned long long)f->begin, (unsigned long long)f->end,
+             (unsigned long long)f->bytes, (unsigned long long)f->xxh64,
+             rc == 0 ? "ok" : "BAD");
+    }
     if (rc < 0) {
       fprintf(stderr, "ztier ckpt: %s\n", err());
       bad = 1;
@@ -58,7 +77,16 @@ static int verify_all(const char *dir, const zt__manifest_t *m) {
 
 /* ---- info ------------------------------------------------------------------------ */
 
-static int info_safetensors(const char *path) {
+/* Prints `o` as one line of JSON and frees it. */
+static void print_json(cJSON *o) {
+  char *text = cJSON_PrintUnformatted(o);
+  if (text) printf("%s\n", text);
+  else fprintf(stderr, "ztier ckpt info: out of memory\n");
+  free(text);
+  cJSON_Delete(o);
+}
+
+static int info_safetensors(const char *path, int json) {
   int fd = open(path, O_RDONLY | O_CLOEXEC);
   struct stat st;
   if (fd < 0 || fstat(fd, &st) != 0) {
@@ -84,6 +112,30 @@ static int info_safetensors(const char *path) {
     fprintf(stderr, "ztier ckpt info: %s\n", rc == -ENOMEM ? "out of memory" : err());
     return 1;
   }
+  if (json) {
+    cJSON *o = cJSON_CreateObject(), *meta = cJSON_CreateObject(), *ts = cJSON_CreateArray();
+    cJSON_AddStringToObject(o, "path", path);
+    cJSON_AddStringToObject(o, "format", "safetensors");
+    cJSON_AddNumberToObject(o, "tensor_count", (double)h.n_tensors);
+    cJSON_AddNumberToObject(o, "data_bytes", (double)h.data_bytes);
+    for (size_t i = 0; i < h.n_meta; i++)
+      cJSON_AddStringToObject(meta, h.meta[2 * i], h.meta[2 * i + 1]);
+    cJSON_AddItemToObject(o, "metadata", meta);
+    for (size_t i = 0; i < h.n_tensors; i++) {
+      const zt__st_tensor_t *t = &h.tensors[i];
+      cJSON *tj = cJSON_CreateObject(), *shape = cJSON_CreateArray();
+      cJSON_AddStringToObject(tj, "name", t->name);
+      cJSON_AddStringToObject(tj, "dtype", zt__st_dtype_name(t->dtype));
+      for (int d = 0; d < t->ndim; d++)
+        cJSON_AddItemToArray(shape, cJSON_CreateNumber((double)t->shape[d]));
+      cJSON_AddItemToObject(tj, "shape", shape);
+      cJSON_AddItemToArray(ts, tj);
+    }
+    cJSON_AddItemToObject(o, "tensors", ts);
+    print_json(o);
+    zt__st_header_free(&h);
+    return 0;
+  }
   printf("%s: safetensors, %zu tensors, %llu bytes of data\n", path, h.n_tensors,
          (unsigned long long)h.data_bytes);
   for (size_t i = 0; i < h.n_meta; i++) printf("  %s = %s\n", h.meta[2 * i], h.meta[2 * i + 1]);
@@ -99,13 +151,34 @@ static int info_safetensors(const char *path) {
 }
 
 static int cmd_info(int argc, char **argv) {
-  if (argc != 2 || is_help(argv[1])) {
-    fprintf(argc == 2 ? stdout : stderr, "usage: ztier ckpt info DIR | FILE.safetensors\n");
-    return argc == 2 ? 0 : 2;
+  static const char usage_info[] = "usage: ztier ckpt info DIR | FILE.safetensors [--json]\n";
+  const char *dir = NULL;
+  int json = 0;
+  for (int i = 1; i < argc; i++) {
+    if (is_help(argv[i])) {
+      fputs(usage_info, stdout);
+      return 0;
+    }
+    if (strcmp(argv[i], "--json") == 0) {
+      json = 1;
+    } else if (argv[i][0] == '-') {
+      fprintf(stderr, "ztier ckpt info: unknown option '%s'; expected --json\n%s", argv[i],
+              usage_info);
+      return 2;
+    } else if (dir) {
+      fprintf(stderr, "ztier ckpt info: unexpected argument '%s'; one DIR or FILE is "
+                      "expected\n%s", argv[i], usage_info);
+      return 2;
+    } else {
+      dir = argv[i];
+    }
   }
-  const char *dir = argv[1];
+  if (dir == NULL) {
+    fprintf(stderr, "ztier ckpt info: DIR or FILE.safetensors is required\n%s", usage_info);
+    return 2;
+  }
   struct stat st;
-  if (stat(dir, &st) == 0 && S_ISREG(st.st_mode)) return info_safetensors(dir);
+  if (stat(dir, &st) == 0 && S_ISREG(st.st_mode)) return info_safetensors(dir, json);
   zt__manifest_t m;
   if (zt__ckpt_read_manifest(dir, &m, zt__err_thread()) < 0) {
     fprintf(stderr, "ztier ckpt info: %s\n", err());
@@ -113,6 +186,45 @@ static int cmd_info(int argc, char **argv) {
   }
   uint64_t bytes = 0;
   for (size_t i = 0; i < m.n_files; i++) bytes += m.files[i].bytes;
+  if (json) {
+    char seed[24];
+    snprintf(seed, sizeof seed, "0x%llx", (unsigned long long)m.seed);
+    cJSON *o = cJSON_CreateObject(), *units = cJSON_CreateArray(), *files = cJSON_CreateArray();
+    cJSON_AddStringToObject(o, "path", dir);
+    cJSON_AddStringToObject(o, "format", "ztier");
+    cJSON_AddNumberToObject(o, "version", m.version);
+    cJSON_AddNumberToObject(o, "generation", (double)m.generation);
+    cJSON_AddBoolToObject(o, "manifest_checksum", m.version >= 2);
+    cJSON_AddNumberToObject(o, "world", m.world);
+    cJSON_AddNumberToObject(o, "stage", m.stage);
+    cJSON_AddStringToObject(o, "param_dtype", zt__dtype_name(m.param_dtype));
+    cJSON_AddNumberToObject(o, "numel", (double)m.numel);
+    cJSON_AddNumberToObject(o, "state_numel", (double)m.state_numel);
+    cJSON_AddNumberToObject(o, "steps", (double)m.steps);
+    cJSON_AddNumberToObject(o, "skipped_steps", (double)m.skipped_steps);
+    cJSON_AddNumberToObject(o, "loss_scale", m.loss_scale);
+    cJSON_AddBoolToObject(o, "loss_scale_dynamic", m.loss_scale_dynamic);
+    cJSON_AddStringToObject(o, "rounding",
+                            m.rounding == ZT_ROUND_STOCHASTIC ? "stochastic" : "nearest");
+    cJSON_AddStringToObject(o, "seed", seed); /* 64 bits: a JSON number would round */
+    for (size_t i = 0; i < m.n_units; i++) {
+      cJSON *u = cJSON_CreateObject();
+      cJSON_AddStringToObject(u, "name", m.units[i].name);
+      cJSON_AddNumberToObject(u, "offset", (double)m.units[i].offset);
+      cJSON_AddNumberToObject(u, "numel", (double)m.units[i].numel);
+      cJSON_AddNumberToObject(u, "group", m.units[i].group);
+      cJSON_AddBoolToObject(u, "weight_decay", m.units[i].weight_decay);
+      cJSON_AddItemToArray(units, u);
+    }
+    cJSON_AddItemToObject(o, "units", units);
+    cJSON_AddNumberToObject(o, "bytes", (double)bytes);
+    int bad = verify_all(dir, &m, files);
+    cJSON_AddItemToObject(o, "files", files);
+    cJSON_AddBoolToObject(o, "checksums_ok", !bad);
+    zt__manifest_free(&m);
+    print_json(o);
+    return bad;
+  }
   printf("%s: ztier checkpoint, format version %d, generation %llu; %s\n", dir, m.version,
          (unsigned long long)m.generation,
          m.version >= 2 ? "manifest checksum verified" : "no manifest checksum (version 1)");
@@ -130,7 +242,7 @@ static int cmd_info(int argc, char **argv) {
            (unsigned long long)m.units[i].offset, (unsigned long long)m.units[i].numel,
            m.units[i].group, m.units[i].weight_decay ? "" : ", no weight decay");
   printf("  %zu files, %llu bytes:\n", m.n_files, (unsigned long long)bytes);
-  int bad = verify_all(dir, &m);
+  int bad = verify_all(dir, &m, NULL);
   zt__manifest_free(&m);
   printf("%s\n", bad ? "checksums: FAILED" : "checksums: all verified");
   return bad;
@@ -177,10 +289,10 @@ static int cmd_consolidate(int argc, char **argv) {
 
 int zt_ckpt_main(int argc, char **argv) {
   const char *usage =
-      "usage: ztier ckpt info DIR | FILE.safetensors\n"
+      "usage: ztier ckpt info DIR | FILE.safetensors [--json]\n"
       "       ztier ckpt consolidate DIR OUT.safetensors [--dtype fp32|bf16] [--force]\n\n"
       "info: what a checkpoint directory (zt_save) holds, every file's checksum\n"
-      "verified; or the tensors of a safetensors file.\n"
+      "verified; or the tensors of a safetensors file. --json: one JSON object.\n"
       "consolidate: the full fp32 master weights, one tensor per unit named by the\n"
       "unit table, as safetensors (bf16: rounded to nearest even), streamed. OUT may\n"
       "not exist nor lie in DIR unless --force, and is never a file DIR's checkpoint\n"

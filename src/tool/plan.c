@@ -28,8 +28,9 @@ int zt_plan_main(int argc, char **argv) {
   int ranks = 1, stage = 0, dtype = 1, opt = 0, par = 0, rank = 0, json = 0;
   const zt_bench_flag_t flags[] = {
       {"params", ZT_BENCH_FLAG_COUNT, &params, "N",
-       "parameters of the model (7G, 1.5G, 125M, 1Gi and plain numbers are understood)", 1,
-       1e15, NULL},
+       "parameters of the model: 7B, 7G, 1.5B, 125M, 1e9 (powers of 1000), 1Gi (2^30), "
+       "plain",
+       1, 1e15, NULL},
       {"ranks", ZT_BENCH_FLAG_INT, &ranks, "R", "data-parallel ranks (default 1)", 1, 65536,
        NULL},
       {"stage", ZT_BENCH_FLAG_INT, &stage, "S", "ZeRO stage 0..3 (default 0)", 0, 3, NULL},
@@ -39,11 +40,11 @@ int zt_plan_main(int argc, char **argv) {
        "where the optimizer states live (default none: the device)", 0, 0, offload_names},
       {"offload-params", ZT_BENCH_FLAG_CHOICE, &par, "none|host|nvme",
        "where the parameter shards live at stage 3 (default none)", 0, 0, offload_names},
-      {"bucket", ZT_BENCH_FLAG_COUNT, &bucket, "BYTES",
+      {"bucket", ZT_BENCH_FLAG_BYTES, &bucket, "BYTES",
        "config bucket_bytes (default 16Mi)", 4096, 4.0 * (1ull << 30), NULL},
-      {"chunk", ZT_BENCH_FLAG_COUNT, &chunk, "BYTES",
+      {"chunk", ZT_BENCH_FLAG_BYTES, &chunk, "BYTES",
        "config chunk_bytes (default 16Mi)", 4096, 4.0 * (1ull << 30), NULL},
-      {"pinned-budget", ZT_BENCH_FLAG_COUNT, &pinned, "BYTES",
+      {"pinned-budget", ZT_BENCH_FLAG_BYTES, &pinned, "BYTES",
        "config pinned_budget_bytes (default 0: no limit); the nvme tier's chunk shrinks "
        "to fit it",
        0, 1e15, NULL},

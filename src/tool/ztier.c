@@ -7,6 +7,7 @@
  * from its own name on (argv[0] is "adam" for `ztier bench adam ...`) and
  * returns the exit status: 0 success, 1 failure, 2 usage error.
  */
+#include <liburing.h> // defines: IO_URING_VERSION_* (liburing 2.2 and later)
 #include <stdio.h>
 #include <string.h>
 
@@ -92,16 +93,44 @@ static int cmd_bench(int argc, char **argv) {
   return dispatch("ztier bench", benches, COUNT(benches), argc - 1, argv + 1);
 }
 
+/* liburing states its version in its headers from 2.2 on; older ones do not. */
+#if defined(IO_URING_VERSION_MAJOR) && defined(IO_URING_VERSION_MINOR)
+#define STR2(x) #x
+#define STR(x) STR2(x)
+#define LIBURING_VERSION STR(IO_URING_VERSION_MAJOR) "." STR(IO_URING_VERSION_MINOR)
+#else
+#define LIBURING_VERSION NULL
+#endif
+
 static int cmd_version(int argc, char **argv) {
-  if (argc > 1 && is_help(argv[1])) {
-    printf("usage: ztier version\n\nPrints the version of ztier.\n");
-    return 0;
-  }
-  if (argc > 1) {
-    fprintf(stderr, "ztier version: unexpected argument '%s'\n", argv[1]);
+  int json = 0;
+  for (int i = 1; i < argc; i++) {
+    if (is_help(argv[i])) {
+      printf("usage: ztier version [--json]\n\nPrints the version of ztier; with --json, "
+             "one JSON object that\nalso names what this build has: \"cuda\" (the cuda "
+             "backend and NCCL compiled\nin), \"mpi\" (the comm \"mpi\" backend), "
+             "\"io_uring\" (the nvme tier's I/O) and\n\"liburing_version\" (null when "
+             "liburing's headers do not state it).\n");
+      return 0;
+    }
+    if (strcmp(argv[i], "--json") == 0) {
+      json = 1;
+      continue;
+    }
+    fprintf(stderr, "ztier version: unexpected argument '%s'; expected --json or nothing\n",
+            argv[i]);
     return 2;
   }
-  printf("ztier %s\n", zt_version());
+  if (!json) {
+    printf("ztier %s\n", zt_version());
+    return 0;
+  }
+  const char *uring = LIBURING_VERSION;
+  printf("{\"version\": \"%s\", \"cuda\": %s, \"nccl\": %s, \"mpi\": true, "
+         "\"io_uring\": true, \"liburing_version\": ",
+         zt_version(), ZT_HAVE_CUDA ? "true" : "false", ZT_HAVE_CUDA ? "true" : "false");
+  if (uring) printf("\"%s\"}\n", uring);
+  else printf("null}\n");
   return 0;
 }
 
