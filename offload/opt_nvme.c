@@ -88,8 +88,8 @@ size_t zt__opt_nvme_slot_bytes(size_t chunk, size_t gsz, size_t psz) {
 
 /* A slot's pinned pages: each of its regions is rounded up to 4 KiB. */
 static size_t slot_pages(size_t chunk, size_t gsz, size_t psz) {
-  return round_up(zt__opt_nvme_stride(chunk), 4096) + round_up(chunk * gsz, 4096) +
-         round_up(chunk * psz, 4096);
+  return zt__page_round(zt__opt_nvme_stride(chunk)) + zt__page_round(chunk * gsz) +
+         zt__page_round(chunk * psz);
 }
 
 size_t zt__opt_nvme_chunk(size_t extent, size_t chunk_bytes, size_t room, size_t gsz,

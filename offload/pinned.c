@@ -30,8 +30,6 @@
 #include "pinned.h"
 #include "pool.h" // defines: zt__hostpool_*
 
-static size_t page_round(size_t bytes) { return (bytes + 4095) & ~(size_t)4095; }
-
 static int reg(void *arg, void *p, size_t bytes) {
   zt_engine_t *eng = arg;
   return eng->be_ops->host_register(eng->be, p, bytes);
@@ -92,7 +90,7 @@ int zt__pinned_check_budget(zt_engine_t *eng) {
 int zt__pinned_alloc(zt_engine_t *eng, size_t bytes, void **out) {
   *out = NULL;
   size_t budget = eng->cfg.pinned_budget_bytes;
-  size_t pages = page_round(bytes);
+  size_t pages = zt__page_round(bytes);
   if (budget && (pages > budget || eng->host_pages > budget - pages))
     return zt__errf(&eng->err, -ENOMEM,
                     "pinned_budget_bytes is %zu but ztier needs %zu more bytes of pinned "
@@ -115,7 +113,7 @@ int zt__pinned_alloc(zt_engine_t *eng, size_t bytes, void **out) {
     *out = p;
     return 0;
   }
-  size_t len = page_round(bytes);
+  size_t len = zt__page_round(bytes);
   void *p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   if (p == MAP_FAILED)
     return zt__errf(&eng->err, -ENOMEM, "pinned memory: mmap of %zu bytes failed: %s",
@@ -160,10 +158,10 @@ void zt__pinned_free(zt_engine_t *eng, void *p, size_t bytes) {
     zt__keep_abandoned(p);
   } else {
     eng->be_ops->host_unregister(eng->be, p);
-    munmap(p, page_round(bytes)); /* also unlocks */
+    munmap(p, zt__page_round(bytes)); /* also unlocks */
   }
   eng->host_bytes -= bytes;
-  eng->host_pages -= page_round(bytes);
+  eng->host_pages -= zt__page_round(bytes);
 }
 
 void zt__pinned_fini(zt_engine_t *eng) {

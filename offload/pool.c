@@ -33,7 +33,6 @@
 
 #include "pool.h"
 
-#define PAGE ((size_t)4096)
 /* The commit unit: a transparent huge page, so a chunk can be one. */
 #define CHUNK ((size_t)2 << 20)
 
@@ -100,7 +99,7 @@ int zt__hostpool_create(const zt__hostpool_opts_t *o, zt__hostpool_t **out,
                     o->numa_node);
   zt__hostpool_t *p = calloc(1, sizeof *p);
   if (!p) return zt__errf(err, -ENOMEM, "hostpool: out of memory for its state");
-  p->budget = (o->budget + PAGE - 1) & ~(PAGE - 1);
+  p->budget = zt__page_round(o->budget);
   p->node = -1;
   p->locked = 1; /* nothing committed yet: nothing unlocked */
   p->cap = 64;
@@ -218,13 +217,13 @@ int zt__hostpool_alloc(zt__hostpool_t *p, size_t bytes, size_t align, void **out
                        zt__err_t *err) {
   *out = NULL;
   if (!p) return zt__errf(err, -EINVAL, "hostpool is NULL");
-  if (align == 0) align = PAGE;
+  if (align == 0) align = ZT_PAGE_BYTES;
   if (align & (align - 1))
     return zt__errf(err, -EINVAL, "hostpool align is %zu; expected a power of two", align);
-  if (align < PAGE) align = PAGE;
+  if (align < ZT_PAGE_BYTES) align = ZT_PAGE_BYTES;
   if (bytes == 0) return zt__errf(err, -EINVAL, "hostpool alloc of 0 bytes; expected > 0");
   pthread_mutex_lock(&p->mu);
-  size_t len = bytes <= p->budget ? (bytes + PAGE - 1) & ~(PAGE - 1) : 0;
+  size_t len = bytes <= p->budget ? zt__page_round(bytes) : 0;
   uintptr_t at = p->base, end = p->base + p->budget;
   size_t i = 0;
   int found = 0;

@@ -68,11 +68,6 @@ static void after_queued(zt__backend_t *be, zt__stream_t stream) {
     zt__work_queue_wait(&be->prefetch, zt__work_queue_ticket(&be->prefetch));
 }
 
-static size_t page_round(size_t bytes) {
-  size_t page = 4096;
-  return (bytes + page - 1) & ~(page - 1);
-}
-
 static int host_alloc(zt__backend_t *be, size_t bytes, void **out) {
   *out = NULL;
   if (bytes == 0) return zt__errf(be->err, -EINVAL, "alloc: bytes is 0; expected > 0");
@@ -81,12 +76,12 @@ static int host_alloc(zt__backend_t *be, size_t bytes, void **out) {
                     "device_budget_bytes exceeded: asked for %zu bytes with %zu held "
                     "of a budget of %zu",
                     bytes, be->held, be->budget);
-  void *p = mmap(NULL, page_round(bytes), PROT_READ | PROT_WRITE,
+  void *p = mmap(NULL, zt__page_round(bytes), PROT_READ | PROT_WRITE,
                  MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   if (p == MAP_FAILED)
     return zt__errf(be->err, -ENOMEM, "host backend: mmap of %zu bytes failed: %s", bytes,
                     strerror(errno));
-  if (bytes >= HUGE_ADVISE_MIN) madvise(p, page_round(bytes), MADV_HUGEPAGE);
+  if (bytes >= HUGE_ADVISE_MIN) madvise(p, zt__page_round(bytes), MADV_HUGEPAGE);
   be->held += bytes;
   *out = p;
   return 0;
@@ -94,7 +89,7 @@ static int host_alloc(zt__backend_t *be, size_t bytes, void **out) {
 
 static void host_free(zt__backend_t *be, void *p, size_t bytes) {
   if (p == NULL) return;
-  munmap(p, page_round(bytes));
+  munmap(p, zt__page_round(bytes));
   be->held -= bytes;
 }
 

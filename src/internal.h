@@ -111,6 +111,15 @@ ZT_INTERNAL int zt__cpu_count(void);
  * a write makes no progress (returns 0), so a stuck descriptor cannot spin. */
 ZT_INTERNAL int zt__write_all(int fd, const void *buf, size_t n);
 
+/* The page size ztier rounds host allocations and their accounting to. */
+#define ZT_PAGE_BYTES ((size_t)4096)
+
+/* `bytes` rounded up to a whole number of ZT_PAGE_BYTES pages; 0 stays 0.
+ * Above SIZE_MAX - 4095 the sum wraps to 0: callers bound sizes first. */
+static inline size_t zt__page_round(size_t bytes) {
+  return (bytes + ZT_PAGE_BYTES - 1) & ~(ZT_PAGE_BYTES - 1);
+}
+
 /* Gives up memory that a collective which may never complete still owns (a
  * peer never issued its half): it is never freed, and stays reachable so a
  * leak checker does not report it. NULL: nothing. */

@@ -18,7 +18,7 @@ static uint64_t max_u(uint64_t a, uint64_t b) { return a > b ? a : b; }
 static uint64_t part_bytes(uint64_t b) { return b ? b : 64; }
 
 /* Pinned memory comes in 4 KiB pages: what the budget bounds (pinned.c). */
-static uint64_t pages(uint64_t b) { return (b + 4095) / 4096 * 4096; }
+static uint64_t pages(uint64_t b) { return zt__page_round(b); }
 
 /* The nvme tier over `n` states (opt_nvme.c): its pinned slots, added to
  * `host`, and its records on disk. The slots get the room the budget leaves

@@ -1,7 +1,8 @@
 /*
  * test_util.c — the small helpers of src/internal.h and src/util.c:
  * zt__write_all through short writes and signals (a pipe a slow reader
- * drains while the writer is interrupted), its errors, and zero bytes.
+ * drains while the writer is interrupted), its errors, and zero bytes;
+ * zt__page_round at 0, around one page, and at the top of size_t.
  */
 #define _GNU_SOURCE
 #include <fcntl.h>
@@ -12,7 +13,7 @@
 #include <unistd.h>
 
 #include "harness.h"
-#include "internal.h" // defines: zt__write_all
+#include "internal.h" // defines: zt__write_all, zt__page_round
 
 /* ---- zt__write_all ------------------------------------------------------- */
 
@@ -116,10 +117,31 @@ static void test_write_all_errors(void **state) {
   close(fds[1]);
 }
 
+/* ---- zt__page_round ------------------------------------------------------ */
+
+static void test_page_round(void **state) {
+  assert_int_equal(ZT_PAGE_BYTES, 4096);
+  assert_int_equal(zt__page_round(0), 0);
+  assert_int_equal(zt__page_round(1), 4096);
+  assert_int_equal(zt__page_round(4095), 4096);
+  assert_int_equal(zt__page_round(4096), 4096);
+  assert_int_equal(zt__page_round(4097), 8192);
+  assert_int_equal(zt__page_round((size_t)3 << 30), (size_t)3 << 30);
+  assert_int_equal(zt__page_round(((size_t)3 << 30) + 1), ((size_t)3 << 30) + 4096);
+  /* The last size that rounds without wrapping, and the first that wraps
+   * (to 0: callers bound their sizes before rounding). */
+  size_t top = SIZE_MAX & ~(size_t)4095;
+  assert_true(zt__page_round(top) == top);
+  assert_true(zt__page_round(top - 4095) == top);
+  assert_true(zt__page_round(top + 1) == 0);
+  assert_true(zt__page_round(SIZE_MAX) == 0);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_write_all_short_writes),
       cmocka_unit_test(test_write_all_errors),
+      cmocka_unit_test(test_page_round),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
