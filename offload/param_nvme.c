@@ -240,9 +240,8 @@ int zt__param_nvme_read(zt__param_nvme_t *pn, const zt__group_t *g, size_t begin
   *out = NULL;
   size_t end = begin + pn->numel, bytes = 0, payload = 0;
   for (size_t k = 0; k < g->n_spans; k++) {
-    size_t a = g->spans[k].a > begin ? g->spans[k].a : begin;
-    size_t b = g->spans[k].b < end ? g->spans[k].b : end;
-    if (a >= b) continue;
+    size_t a, b;
+    if (!zt__span_clip(g->spans[k].a, g->spans[k].b, begin, end, &a, &b)) continue;
     size_t lo = (a - begin) * pn->psz / BLOCK * BLOCK;
     bytes += round_up((b - begin) * pn->psz, BLOCK) - lo;
     payload += (b - a) * pn->psz;
@@ -268,10 +267,9 @@ int zt__param_nvme_read(zt__param_nvme_t *pn, const zt__group_t *g, size_t begin
   size_t pos = 0;
   int rc = 0;
   for (size_t k = 0; k < g->n_spans; k++) {
-    size_t a = g->spans[k].a > begin ? g->spans[k].a : begin;
-    size_t b = g->spans[k].b < end ? g->spans[k].b : end;
+    size_t a, b;
     r->at[k] = SIZE_MAX;
-    if (a >= b) continue;
+    if (!zt__span_clip(g->spans[k].a, g->spans[k].b, begin, end, &a, &b)) continue;
     size_t lo = (a - begin) * pn->psz / BLOCK * BLOCK;
     size_t hi = round_up((b - begin) * pn->psz, BLOCK);
     r->at[k] = pos + (a - begin) * pn->psz - lo;

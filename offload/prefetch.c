@@ -21,9 +21,8 @@ static size_t shard_bytes(const zt_engine_t *eng, const zt__group_t *g) {
   const zt__part_t *p = &eng->part;
   size_t n = 0;
   for (size_t k = 0; k < g->n_spans; k++) {
-    size_t a = g->spans[k].a > p->begin ? g->spans[k].a : p->begin;
-    size_t b = g->spans[k].b < p->end ? g->spans[k].b : p->end;
-    if (a < b) n += b - a;
+    size_t a, b;
+    if (zt__span_clip(g->spans[k].a, g->spans[k].b, p->begin, p->end, &a, &b)) n += b - a;
   }
   return n * zt__dtype_size(eng->param_dtype);
 }
@@ -245,9 +244,8 @@ static int start_stage(zt_engine_t *eng, zt__stage_t *st, zt__group_t *g) {
   zt__copy_kind_t kind = r || p->params_pinned ? ZT_COPY_H2D : ZT_COPY_D2D;
   int rc = 0;
   for (size_t k = 0; k < g->n_spans && rc == 0; k++) {
-    size_t a = g->spans[k].a > p->begin ? g->spans[k].a : p->begin;
-    size_t b = g->spans[k].b < p->end ? g->spans[k].b : p->end;
-    if (a >= b) continue;
+    size_t a, b;
+    if (!zt__span_clip(g->spans[k].a, g->spans[k].b, p->begin, p->end, &a, &b)) continue;
     const char *src = r ? (const char *)r->buf + r->at[k]
                         : (const char *)p->params + (a - p->begin) * psz;
     rc = be->copy(eng->be, buf + (g->pos[k] + a - g->spans[k].a) * psz, src, (b - a) * psz,

@@ -120,6 +120,19 @@ static inline size_t zt__page_round(size_t bytes) {
   return (bytes + ZT_PAGE_BYTES - 1) & ~(ZT_PAGE_BYTES - 1);
 }
 
+/* ---- spans --------------------------------------------------------------- */
+
+/* [a, b) clipped to [lo, hi): the overlap [*ca, *cb) = [max(a, lo),
+ * min(b, hi)). Returns 1 when the overlap holds an element, 0 when it is
+ * empty (the spans are disjoint, touch only at an end, or one is empty);
+ * *ca and *cb are set either way. */
+static inline int zt__span_clip(size_t a, size_t b, size_t lo, size_t hi, size_t *ca,
+                                size_t *cb) {
+  *ca = a > lo ? a : lo;
+  *cb = b < hi ? b : hi;
+  return *ca < *cb;
+}
+
 /* Gives up memory that a collective which may never complete still owns (a
  * peer never issued its half): it is never freed, and stays reachable so a
  * leak checker does not report it. NULL: nothing. */

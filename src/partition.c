@@ -175,8 +175,9 @@ static int build_shard_segs(zt_engine_t *eng) {
   if (p->segs == NULL) return zt__errf(&eng->err, -ENOMEM, "out of memory");
   for (size_t j = 0; j < eng->n_segs; j++) {
     const zt__seg_t *g = &eng->segs[j];
-    size_t a = max_sz(g->state_off, p->begin), b = min_sz(g->state_off + g->n, p->end);
-    if (a < b) p->segs[p->n_segs++] = (zt__seg_t){a, a - p->begin, b - a, g->decay};
+    size_t a, b;
+    if (zt__span_clip(g->state_off, g->state_off + g->n, p->begin, p->end, &a, &b))
+      p->segs[p->n_segs++] = (zt__seg_t){a, a - p->begin, b - a, g->decay};
   }
   return 0;
 }
@@ -565,8 +566,8 @@ static void sum_bucket(void *arg) {
   size_t mine = x->mine, i = 0;
   size_t gsz = zt__dtype_size(eng->grad_dtype);
   for (size_t k = 0; k < x->n_spans && mine; k++) {
-    size_t a = max_sz(x->spans[k].a, p->begin), b = min_sz(x->spans[k].b, p->end);
-    if (a >= b) continue;
+    size_t a, b;
+    if (!zt__span_clip(x->spans[k].a, x->spans[k].b, p->begin, p->end, &a, &b)) continue;
     add_rank_sums(eng->cpu, p->grads + (a - p->begin), (const char *)x->recv + i * gsz, mine,
                   eng->grad_dtype, p->world, b - a);
     i += b - a;
@@ -660,9 +661,10 @@ static int start_bucket(zt_engine_t *eng, zt__xfer_t *x) {
   for (int r = 0; r < p->world; r++) {
     size_t lo, hi, n = 0;
     shard_of(p, r, &lo, &hi);
-    for (size_t k = 0; k < x->n_spans; k++)
-      if (x->spans[k].a < hi && lo < x->spans[k].b)
-        n += min_sz(x->spans[k].b, hi) - max_sz(x->spans[k].a, lo);
+    for (size_t k = 0; k < x->n_spans; k++) {
+      size_t a, b;
+      if (zt__span_clip(x->spans[k].a, x->spans[k].b, lo, hi, &a, &b)) n += b - a;
+    }
     x->counts[r] = n;
     x->displs[r] = pos;
     pos += n;
@@ -836,9 +838,10 @@ static int start_gather(zt_engine_t *eng, zt__xfer_t *x, const zt__span_t *sp,
   for (int r = 0; r < p->world; r++) {
     size_t lo, hi;
     shard_of(p, r, &lo, &hi);
-    size_t a = max_sz(lo, sp->a), b = min_sz(hi, sp->b);
-    x->counts[r] = a < b ? b - a : 0;
-    x->displs[r] = a < b ? a - sp->a : 0;
+    size_t a, b;
+    int any = zt__span_clip(sp->a, sp->b, lo, hi, &a, &b);
+    x->counts[r] = any ? b - a : 0;
+    x->displs[r] = any ? a - sp->a : 0;
   }
   x->spans[0] = *sp;
   x->n_spans = 1;
@@ -958,8 +961,8 @@ int zt__part_fetch(zt_engine_t *eng, zt__group_t *g) {
   if (rc == 0) {
     for (size_t k = 0; k < g->n_spans; k++) {
       dst[k] = (zt__span_t){g->spans[k].a, g->spans[k].b, (char *)g->params + g->pos[k] * psz};
-      size_t a = max_sz(g->spans[k].a, p->begin);
-      src[k] = a >= min_sz(g->spans[k].b, p->end) ? NULL
+      size_t a, b;
+      src[k] = !zt__span_clip(g->spans[k].a, g->spans[k].b, p->begin, p->end, &a, &b) ? NULL
                : staged ? dst[k].at + (a - g->spans[k].a) * psz
                : r      ? (const char *)r->buf + r->at[k]
                         : (const char *)p->params + (a - p->begin) * psz;

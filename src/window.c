@@ -28,9 +28,8 @@ size_t zt__window_pieces(const zt__seg_t *segs, size_t n_segs, const zt__window_
   size_t k = 0, end = w->first + w->n;
   for (size_t j = w->seg_begin; j < n_segs && segs[j].index < end; j++) {
     const zt__seg_t *s = &segs[j];
-    size_t a = s->index > w->first ? s->index : w->first;
-    size_t b = s->index + s->n < end ? s->index + s->n : end;
-    if (a >= b) continue;
+    size_t a, b;
+    if (!zt__span_clip(s->index, s->index + s->n, w->first, end, &a, &b)) continue;
     out[k++] = (zt__seg_t){a, s->state_off + (a - s->index) - state_base, b - a, s->decay};
   }
   return k;

@@ -2,7 +2,9 @@
  * test_util.c — the small helpers of src/internal.h and src/util.c:
  * zt__write_all through short writes and signals (a pipe a slow reader
  * drains while the writer is interrupted), its errors, and zero bytes;
- * zt__page_round at 0, around one page, and at the top of size_t.
+ * zt__page_round at 0, around one page, and at the top of size_t;
+ * zt__span_clip over empty, disjoint, touching, inner, straddling and
+ * covering spans.
  */
 #define _GNU_SOURCE
 #include <fcntl.h>
@@ -13,7 +15,7 @@
 #include <unistd.h>
 
 #include "harness.h"
-#include "internal.h" // defines: zt__write_all, zt__page_round
+#include "internal.h" // defines: zt__write_all, zt__page_round, zt__span_clip
 
 /* ---- zt__write_all ------------------------------------------------------- */
 
@@ -137,11 +139,51 @@ static void test_page_round(void **state) {
   assert_true(zt__page_round(SIZE_MAX) == 0);
 }
 
+/* ---- zt__span_clip ------------------------------------------------------- */
+
+/* [a, b) clipped to the shard [10, 20): whether anything is left, and what. */
+static void clip(size_t a, size_t b, int want, size_t want_a, size_t want_b) {
+  size_t ca = 12345, cb = 12345;
+  int any = zt__span_clip(a, b, 10, 20, &ca, &cb);
+  print_message("# [%zu, %zu) -> %d [%zu, %zu)\n", a, b, any, ca, cb);
+  assert_int_equal(any, want);
+  if (want) {
+    assert_int_equal(ca, want_a);
+    assert_int_equal(cb, want_b);
+  } else {
+    assert_true(ca >= cb);
+  }
+}
+
+static void test_span_clip(void **state) {
+  clip(12, 12, 0, 0, 0);   /* an empty span inside the shard */
+  clip(10, 10, 0, 0, 0);   /* empty, at its start */
+  clip(0, 5, 0, 0, 0);     /* disjoint, before */
+  clip(25, 30, 0, 0, 0);   /* disjoint, after */
+  clip(5, 10, 0, 0, 0);    /* touching its start */
+  clip(20, 30, 0, 0, 0);   /* touching its end */
+  clip(12, 15, 1, 12, 15); /* inside */
+  clip(10, 20, 1, 10, 20); /* the shard itself */
+  clip(5, 11, 1, 10, 11);  /* straddling its start */
+  clip(19, 30, 1, 19, 20); /* straddling its end */
+  clip(0, 30, 1, 10, 20);  /* covering it */
+  clip(0, SIZE_MAX, 1, 10, 20);
+  /* An empty shard keeps nothing. */
+  size_t ca, cb;
+  assert_int_equal(zt__span_clip(0, 30, 15, 15, &ca, &cb), 0);
+  /* Order of the bounds does not matter to the result: [lo, hi) clipped to
+   * [a, b) is the same overlap. */
+  assert_int_equal(zt__span_clip(10, 20, 5, 11, &ca, &cb), 1);
+  assert_int_equal(ca, 10);
+  assert_int_equal(cb, 11);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_write_all_short_writes),
       cmocka_unit_test(test_write_all_errors),
       cmocka_unit_test(test_page_round),
+      cmocka_unit_test(test_span_clip),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
