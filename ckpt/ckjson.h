@@ -62,6 +62,12 @@ ZT_INTERNAL const char *zt__ckjson_show(const cJSON *v, char *buf, size_t n);
 /* The string s the same way: quoted, at most `n` - 1 bytes. Returns buf. */
 ZT_INTERNAL const char *zt__ckjson_show_str(const char *s, char *buf, size_t n);
 
+/* The two above for a message sentence, each in a buffer of its own that
+ * lives as long as the call it is an argument of (a compound literal), so
+ * several can stand in one zt__errf call. */
+#define SHOW(v) zt__ckjson_show((v), (char[96]){0}, 96)
+#define SHOW_STR(s) zt__ckjson_show_str((s), (char[96]){0}, 96)
+
 /* The first member of `obj` whose name is not in `names` (NULL-ended), or
  * NULL when there is none. */
 ZT_INTERNAL const cJSON *zt__ckjson_unknown(const cJSON *obj, const char *const *names);

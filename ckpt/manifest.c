@@ -35,7 +35,7 @@
 #define XXH_INLINE_ALL
 #include <xxhash.h> // defines: XXH3_64bits_*
 
-#include "ckjson.h"   // defines: zt__ckjson_parse, zt__ckjson_u53, zt__ckjson_buf_t
+#include "ckjson.h"   // defines: zt__ckjson_parse, zt__ckjson_u53, zt__ckjson_buf_t, SHOW
 #include "manifest.h"
 
 static const char *const rounding_names[] = {"nearest", "stochastic"};
@@ -187,11 +187,6 @@ static int fail(const rd_t *r, const char *fmt, ...) {
   va_end(ap);
   return zt__errf(r->e, ZT_ECKPT, "%s: %s", r->where, msg);
 }
-
-/* A value or string for a message, in a buffer that lives as long as the
- * call it is an argument of. */
-#define SHOW(v) zt__ckjson_show((v), (char[96]){0}, 96)
-#define SHOW_STR(s) zt__ckjson_show_str((s), (char[96]){0}, 96)
 
 /* obj.key, which must be there; `pfx` is obj's path ("", "units[3]."). */
 static int get(const rd_t *r, const cJSON *obj, const char *pfx, const char *key,

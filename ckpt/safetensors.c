@@ -13,12 +13,10 @@
 
 #include <cjson/cJSON.h> // defines: cJSON
 
-#include "ckjson.h" // defines: zt__ckjson_parse, zt__ckjson_buf_t, zt__ckjson_dup
+#include "ckjson.h" // defines: zt__ckjson_parse, zt__ckjson_buf_t, zt__ckjson_dup, SHOW
 #include "safetensors.h"
 
 #define META_KEY "__metadata__"
-#define SHOW_STR(s) zt__ckjson_show_str((s), (char[96]){0}, 96)
-#define SHOW(v) zt__ckjson_show((v), (char[96]){0}, 96)
 
 static const zt_dtype_t dtypes[] = {ZT_FP32, ZT_BF16, ZT_FP16};
 
