@@ -352,6 +352,8 @@ static void test_bad_arguments(void **state) {
       {"ckpt info", "DIR"},
       {"ckpt info a b", "'b'"},
       {"ckpt consolidate a b --dtype fp8", "--dtype"},
+      {"ckpt consolidate a", "OUT.safetensors (the file to write) is required"},
+      {"ckpt consolidate", "DIR (the checkpoint) and OUT.safetensors are required"},
       {"ckpt nope", "nope"},
       {"swap list /tmp --nope", "--nope"},
       {"swap nope", "nope"},

@@ -272,6 +272,10 @@ static int cmd_consolidate(int argc, char **argv) {
     if (n_pos == 2)
       fprintf(stderr, "ztier ckpt consolidate: --dtype is '%s'; expected fp32 or bf16\n",
               dtype);
+    else if (n_pos >= 0)
+      fprintf(stderr, "ztier ckpt consolidate: %s\n",
+              n_pos == 0 ? "DIR (the checkpoint) and OUT.safetensors are required"
+                         : "OUT.safetensors (the file to write) is required");
     fprintf(stderr, "usage: ztier ckpt consolidate DIR OUT.safetensors [--dtype fp32|bf16] "
                     "[--force]\n");
     return 2;
