@@ -330,6 +330,23 @@ static void test_ckpt_info_json(void **state) {
   snprintf(args, sizeof args, "ckpt info %s --json", ck);
   assert_int_equal(run_prog("ztier", args, 1, out, sizeof out), 0);
   cJSON_Delete(parse_json(out));
+  /* The safetensors export: its tensors as JSON. */
+  char st[PATH_MAX + 16];
+  snprintf(st, sizeof st, "%s/cli.safetensors", tmp);
+  snprintf(args, sizeof args, "ckpt consolidate %s %s --force", ck, st);
+  assert_int_equal(run_prog("ztier", args, 1, out, sizeof out), 0);
+  snprintf(args, sizeof args, "ckpt info --json %s", st);
+  assert_int_equal(run_prog("ztier", args, 1, out, sizeof out), 0);
+  j = parse_json(out);
+  assert_string_equal(cJSON_GetObjectItemCaseSensitive(j, "format")->valuestring,
+                      "safetensors");
+  cJSON *ts = cJSON_GetObjectItemCaseSensitive(j, "tensors");
+  assert_true(cJSON_IsArray(ts) && cJSON_GetArraySize(ts) > 0);
+  assert_true(cJSON_IsArray(cJSON_GetObjectItemCaseSensitive(cJSON_GetArrayItem(ts, 0),
+                                                             "shape")));
+  assert_true(cJSON_IsObject(cJSON_GetObjectItemCaseSensitive(j, "metadata")));
+  cJSON_Delete(j);
+  unlink(st);
 }
 
 /* Every subcommand: a bad argument exits 2 naming it. */
