@@ -14,15 +14,13 @@
 #include "param_nvme.h"
 #include "partition.h"  // defines: zt__group_t
 #include "pinned.h"     // defines: zt__pinned_alloc, zt__pinned_free
+#include "spares.h"     // defines: zt__spares_t
 #include "swap.h"       // defines: zt__swap_*
 #include "swapspace.h"  // defines: zt__swapspace_open
 
 /* The checksum block, and what a run is read in: O_DIRECT's alignment. */
 #define BLOCK 4096u
 #define PAGES 2
-/* Read buffers kept for the next read of the same size: a fresh pinned
- * buffer costs its page faults and locking on every fetch. */
-#define SPARE_READS 4
 
 struct zt__param_nvme {
   zt_engine_t *eng;
@@ -36,9 +34,9 @@ struct zt__param_nvme {
   size_t fill;         /* bytes in it                       */
   size_t written;      /* bytes of the shard put so far     */
   int io_error;        /* the first failed write            */
-  void *spare[SPARE_READS]; /* pinned read buffers, unused   */
-  size_t spare_bytes[SPARE_READS];
-  int n_spares;
+  /* Read buffers kept for the next read of the same size: a fresh pinned
+   * buffer costs its page faults and locking on every fetch. */
+  zt__spares_t spares;
   zt__param_nvme_stats_t st;
 };
 
@@ -115,31 +113,26 @@ void zt__param_nvme_destroy(zt__param_nvme_t *pn) {
 
 void zt__param_nvme_trim(zt__param_nvme_t *pn) {
   if (pn == NULL) return;
-  for (int i = 0; i < pn->n_spares; i++)
-    zt__pinned_free(pn->eng, pn->spare[i], pn->spare_bytes[i]);
-  pn->n_spares = 0;
+  for (int i = 0; i < pn->spares.n; i++)
+    zt__pinned_free(pn->eng, pn->spares.buf[i], pn->spares.bytes[i]);
+  pn->spares.n = 0;
 }
 
 size_t zt__param_nvme_spare_bytes(const zt__param_nvme_t *pn) {
-  size_t n = 0;
-  for (int i = 0; pn && i < pn->n_spares; i++) n += pn->spare_bytes[i];
-  return n;
+  return pn ? zt__spares_bytes(&pn->spares) : 0;
 }
 
 /* A pinned buffer of `bytes` for a read: a spare of that size, else a new
  * one (the spares are freed first when the pinned budget is short). Its
  * content is not zeroed: the read fills all of it. */
 static int read_buf_get(zt__param_nvme_t *pn, size_t bytes, void **out) {
-  for (int i = 0; i < pn->n_spares; i++)
-    if (pn->spare_bytes[i] == bytes) {
-      *out = pn->spare[i];
-      pn->n_spares--;
-      pn->spare[i] = pn->spare[pn->n_spares];
-      pn->spare_bytes[i] = pn->spare_bytes[pn->n_spares];
-      return 0;
-    }
+  int i = zt__spares_find(&pn->spares, bytes);
+  if (i >= 0) {
+    *out = zt__spares_take(&pn->spares, i);
+    return 0;
+  }
   int rc = zt__pinned_alloc(pn->eng, bytes, out);
-  if (rc == -ENOMEM && pn->n_spares > 0) {
+  if (rc == -ENOMEM && pn->spares.n > 0) {
     zt__err_clear(&pn->eng->err);
     zt__param_nvme_trim(pn);
     rc = zt__pinned_alloc(pn->eng, bytes, out);
@@ -317,12 +310,8 @@ void zt__param_nvme_read_free(zt__param_nvme_t *pn, zt__param_read_t *r) {
       break;
     }
   pn->eng->err = keep;
-  if (r->buf && pn->n_spares < SPARE_READS) {
-    pn->spare[pn->n_spares] = r->buf;
-    pn->spare_bytes[pn->n_spares++] = r->bytes;
-  } else if (r->buf) {
+  if (r->buf && !zt__spares_put(&pn->spares, r->buf, r->bytes))
     zt__pinned_free(pn->eng, r->buf, r->bytes);
-  }
   free(r->at);
   free(r);
 }

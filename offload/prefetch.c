@@ -41,34 +41,23 @@ static void drop_reads(zt_engine_t *eng) {
   eng->prefetch.considered = eng->prefetch.pos;
 }
 
-static int spare_of_size(const zt__prefetch_t *pf, size_t bytes) {
-  for (int i = 0; i < pf->n_spares; i++)
-    if (pf->spare_size[i] == bytes) return i;
-  return -1;
-}
-
 /* Frees spare i (the last one takes its slot). */
 static void free_spare(zt_engine_t *eng, int i) {
   zt__prefetch_t *pf = &eng->prefetch;
-  eng->be_ops->free(eng->be, pf->spare[i], pf->spare_size[i]);
-  pf->live_bytes -= pf->spare_size[i];
-  pf->n_spares--;
-  pf->spare[i] = pf->spare[pf->n_spares];
-  pf->spare_size[i] = pf->spare_size[pf->n_spares];
+  size_t bytes = pf->spares.bytes[i];
+  eng->be_ops->free(eng->be, zt__spares_take(&pf->spares, i), bytes);
+  pf->live_bytes -= bytes;
 }
 
 static void free_spares(zt_engine_t *eng) {
-  while (eng->prefetch.n_spares > 0) free_spare(eng, eng->prefetch.n_spares - 1);
+  while (eng->prefetch.spares.n > 0) free_spare(eng, eng->prefetch.spares.n - 1);
 }
 
 int zt__prefetch_buf_get(zt_engine_t *eng, size_t bytes, void **out) {
   zt__prefetch_t *pf = &eng->prefetch;
-  int i = spare_of_size(pf, bytes);
+  int i = zt__spares_find(&pf->spares, bytes);
   if (i >= 0) {
-    *out = pf->spare[i];
-    pf->n_spares--;
-    pf->spare[i] = pf->spare[pf->n_spares];
-    pf->spare_size[i] = pf->spare_size[pf->n_spares];
+    *out = zt__spares_take(&pf->spares, i);
     return 0;
   }
   ZT_TRY(eng->be_ops->alloc(eng->be, bytes, out));
@@ -79,11 +68,8 @@ int zt__prefetch_buf_get(zt_engine_t *eng, size_t bytes, void **out) {
 
 void zt__prefetch_buf_put(zt_engine_t *eng, void *buf, size_t bytes) {
   zt__prefetch_t *pf = &eng->prefetch;
-  if (pf->n_spares < ZT_SPARE_BUFS && pf->live_bytes <= eng->cfg.max_live_bytes) {
-    pf->spare[pf->n_spares] = buf;
-    pf->spare_size[pf->n_spares++] = bytes;
+  if (pf->live_bytes <= eng->cfg.max_live_bytes && zt__spares_put(&pf->spares, buf, bytes))
     return;
-  }
   eng->be_ops->free(eng->be, buf, bytes);
   pf->live_bytes -= bytes;
 }
@@ -170,17 +156,17 @@ static size_t held_bytes(const zt_engine_t *eng) {
 /* Whether live_bytes leaves no room for a gather of `need` bytes (none
  * needed when a spare of that size is there: it is counted already). */
 static int no_room(const zt__prefetch_t *pf, size_t need, size_t cap) {
-  return pf->live_bytes + (spare_of_size(pf, need) >= 0 ? 0 : need) > cap;
+  return pf->live_bytes + (zt__spares_find(&pf->spares, need) >= 0 ? 0 : need) > cap;
 }
 
 /* Frees spares, but one of `need` bytes, while there is no room. */
 static void free_spares_for(zt_engine_t *eng, size_t need, size_t cap) {
   zt__prefetch_t *pf = &eng->prefetch;
-  int reuse = spare_of_size(pf, need);
-  void *keep = reuse >= 0 ? pf->spare[reuse] : NULL;
+  int reuse = zt__spares_find(&pf->spares, need);
+  void *keep = reuse >= 0 ? pf->spares.buf[reuse] : NULL;
   /* Downwards: what free_spare moves into slot i was looked at already. */
-  for (int i = pf->n_spares - 1; i >= 0 && no_room(pf, need, cap); i--)
-    if (pf->spare[i] != keep) free_spare(eng, i);
+  for (int i = pf->spares.n - 1; i >= 0 && no_room(pf, need, cap); i--)
+    if (pf->spares.buf[i] != keep) free_spare(eng, i);
 }
 
 void zt__prefetch_make_room(zt_engine_t *eng, const zt__group_t *g) {
@@ -285,7 +271,9 @@ static int stage_ahead(zt_engine_t *eng) {
     if (eng->param_nvme && (g->read == NULL || !zt__param_nvme_landed(eng->param_nvme, g->read)))
       break;
     size_t need = gathered_bytes(eng, g);
-    if (spare_of_size(pf, need) < 0 && pf->live_bytes + need > eng->cfg.max_live_bytes) break;
+    if (zt__spares_find(&pf->spares, need) < 0 &&
+        pf->live_bytes + need > eng->cfg.max_live_bytes)
+      break;
     ZT_TRY(start_stage(eng, st, g));
   }
   return 0;

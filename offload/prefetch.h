@@ -22,7 +22,7 @@
  *     long as the groups held gathered (fetched or kept) stay within
  *     max_live_bytes; a fetch drops kept groups while the groups held
  *     leave it no room.
- * The buffers of dropped groups are kept too, up to ZT_SPARE_BUFS, for the
+ * The buffers of dropped groups are kept too, up to ZT_SPARES_MAX, for the
  * next gather of the same size: a fresh buffer costs its page faults and
  * zeroing on every fetch, about as much as the gather itself. They count
  * in live_bytes with the staged groups; when live_bytes leaves a fetch no
@@ -50,12 +50,12 @@
 #include <stdint.h>
 
 #include "internal.h" // defines: ZT_INTERNAL, zt_engine_t
+#include "spares.h"   // defines: zt__spares_t
 
 struct zt__group;
 struct zt__param_read;
 struct zt__event;
 
-#define ZT_SPARE_BUFS 4
 #define ZT_STAGE_AHEAD 2
 
 /* A group staged ahead: its gathered buffer, with this rank's part copied
@@ -79,9 +79,7 @@ typedef struct zt__prefetch {
   size_t staged_bytes; /* pinned bytes of reads in flight or landed      */
   size_t live_bytes;   /* gathered-parameter memory held: groups fetched
                           or kept, and the spare buffers                 */
-  void *spare[ZT_SPARE_BUFS]; /* buffers of dropped groups, for reuse    */
-  size_t spare_size[ZT_SPARE_BUFS];
-  int n_spares;
+  zt__spares_t spares; /* buffers of dropped groups, for reuse          */
   zt__stage_t stage[ZT_STAGE_AHEAD];
 
   /* zt_stats */
