@@ -2,12 +2,15 @@
 #define _GNU_SOURCE
 #include "harness.h"
 
+#include <dirent.h>
 #include <errno.h>
+#include <limits.h>
 #include <fcntl.h>
 #include <stdlib.h>
 #include <math.h>
 #include <signal.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -544,4 +547,54 @@ int t_mpi_worker_main_(int argc, char **argv, const struct CMUnitTest *table, si
     return 2;
   }
   return 0;
+}
+
+/* ---- the build and scratch files ------------------------------------------------ */
+
+const char *t_build_dir(void) {
+  static char dir[PATH_MAX];
+  if (dir[0]) return dir;
+  ssize_t n = readlink("/proc/self/exe", dir, sizeof dir - 1);
+  assert_true(n > 0);
+  dir[n] = '\0';
+  for (int up = 0; up < 2; up++) {
+    char *slash = strrchr(dir, '/');
+    assert_non_null(slash);
+    *slash = '\0';
+  }
+  return dir;
+}
+
+void t_remove_tree(const char *path) {
+  DIR *d = opendir(path);
+  if (d == NULL) {
+    unlink(path);
+    return;
+  }
+  char p[PATH_MAX];
+  for (struct dirent *e; (e = readdir(d)) != NULL;) {
+    if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0) continue;
+    snprintf(p, sizeof p, "%s/%s", path, e->d_name);
+    struct stat st;
+    if (lstat(p, &st) == 0 && S_ISDIR(st.st_mode))
+      t_remove_tree(p);
+    else
+      unlink(p);
+  }
+  closedir(d);
+  rmdir(path);
+}
+
+size_t t_status_bytes(const char *key) {
+  FILE *f = fopen("/proc/self/status", "r");
+  assert_non_null(f);
+  char line[256];
+  size_t kb = 0, kl = strlen(key);
+  while (fgets(line, sizeof line, f))
+    if (strncmp(line, key, kl) == 0 && line[kl] == ':') {
+      kb = strtoull(line + kl + 1, NULL, 10);
+      break;
+    }
+  fclose(f);
+  return kb * 1024;
 }

@@ -82,6 +82,16 @@ zt_config_t t_config(void);
  * directory's name, zt-test-swap-*). */
 const char *t_swap_dir(void);
 
+/* BUILD of this executable's BUILD/tests/<name>: where the tool (BUILD/ztier)
+ * and the examples (BUILD/examples/) are built beside it. */
+const char *t_build_dir(void);
+/* Removes `path`: a file, or a directory and everything below it (links are
+ * removed, not followed). Errors are ignored: for scratch space. */
+void t_remove_tree(const char *path);
+/* A field of /proc/self/status that counts kB ("VmRSS", "VmLck"), in bytes;
+ * 0 when the field is absent. */
+size_t t_status_bytes(const char *key);
+
 /* Creates an engine on `cfg`; when the backend is cuda and there is no GPU,
  * prints "skipped: no GPU" and exits 77 (the whole executable is skipped).
  * Other failures fail the test. */

@@ -23,34 +23,6 @@
 #include "plan.h" // defines: zt__plan, zt__plan_least_budget
 #include "pool.h" // defines: zt__hostpool_mem_available
 
-static char build_dir[PATH_MAX];
-
-/* BUILD from /proc/self/exe (BUILD/tests/test_budget). */
-static void find_build_dir(void) {
-  ssize_t n = readlink("/proc/self/exe", build_dir, sizeof build_dir - 1);
-  assert_true(n > 0);
-  build_dir[n] = '\0';
-  for (int up = 0; up < 2; up++) {
-    char *slash = strrchr(build_dir, '/');
-    assert_non_null(slash);
-    *slash = '\0';
-  }
-}
-
-static size_t status_bytes(const char *key) {
-  FILE *f = fopen("/proc/self/status", "r");
-  assert_non_null(f);
-  char line[256];
-  size_t kb = 0, kl = strlen(key);
-  while (fgets(line, sizeof line, f))
-    if (strncmp(line, key, kl) == 0 && line[kl] == ':') {
-      kb = strtoull(line + kl + 1, NULL, 10);
-      break;
-    }
-  fclose(f);
-  return kb * 1024;
-}
-
 /* 1 TiB of pinned budget: more than this machine has. Engine create fails
  * with -ENOMEM and a sentence naming pinned_budget_bytes, its value and the
  * memory available; it allocated nothing (no pool: the locked and resident
@@ -70,7 +42,7 @@ static void test_budget_above_memory(void **state) {
     print_message("  skipped: this machine has 1 TiB available\n");
     skip();
   }
-  size_t lck0 = status_bytes("VmLck"), rss0 = status_bytes("VmRSS");
+  size_t lck0 = t_status_bytes("VmLck"), rss0 = t_status_bytes("VmRSS");
   zt_config_t cfg = t_config();
   cfg.optimizer_tier = ZT_TIER_HOST;
   cfg.pinned_budget_bytes = tib;
@@ -90,8 +62,8 @@ static void test_budget_above_memory(void **state) {
   unsigned long long said = 0;
   assert_int_equal(sscanf(has, "this machine has %llu bytes of memory available", &said), 1);
   assert_true(said >= avail / 2 && said <= avail * 2);
-  assert_true(status_bytes("VmLck") <= lck0);
-  assert_true(status_bytes("VmRSS") < rss0 + (64u << 20));
+  assert_true(t_status_bytes("VmLck") <= lck0);
+  assert_true(t_status_bytes("VmRSS") < rss0 + (64u << 20));
 
   cfg.pinned_budget_bytes = (size_t)(avail / 2);
   assert_int_equal(zt_engine_create(&cfg, &eng), 0);
@@ -101,7 +73,7 @@ static void test_budget_above_memory(void **state) {
 /* Runs the tool with `args`; its exit status, stdout+stderr in out. */
 static int tool(const char *args, char *out, size_t n) {
   char cmd[PATH_MAX + 512];
-  snprintf(cmd, sizeof cmd, "%s/ztier %s 2>&1", build_dir, args);
+  snprintf(cmd, sizeof cmd, "%s/ztier %s 2>&1", t_build_dir(), args);
   FILE *p = popen(cmd, "r");
   assert_non_null(p);
   size_t len = fread(out, 1, n - 1, p);
@@ -128,9 +100,8 @@ static long long json_int(const char *js, const char *key) {
  * file, as it does without a budget. */
 static void test_plan_tool(void **state) {
   (void)state;
-  find_build_dir();
   char tp[PATH_MAX + 16];
-  snprintf(tp, sizeof tp, "%s/ztier", build_dir);
+  snprintf(tp, sizeof tp, "%s/ztier", t_build_dir());
   if (access(tp, X_OK) != 0) {
     print_message("  skipped: %s is not built (make tool)\n", tp);
     skip();

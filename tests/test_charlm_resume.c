@@ -21,20 +21,6 @@
 #include <string.h>
 #include <unistd.h>
 
-static char build_dir[PATH_MAX];
-
-/* BUILD from /proc/self/exe (BUILD/tests/test_charlm_resume). */
-static void find_build_dir(void) {
-  ssize_t n = readlink("/proc/self/exe", build_dir, sizeof build_dir - 1);
-  assert_true(n > 0);
-  build_dir[n] = '\0';
-  for (int up = 0; up < 2; up++) {
-    char *slash = strrchr(build_dir, '/');
-    assert_non_null(slash);
-    *slash = '\0';
-  }
-}
-
 /* Runs a shell command line; fails the test unless it exits 0. */
 static void run(const char *cmd) {
   printf("# %s\n", cmd);
@@ -62,7 +48,7 @@ static void check_resume(const char *flags, const char *tag) {
   const char *tmp = t_swap_dir();
   char charlm[PATH_MAX + 32], cmd[4 * PATH_MAX], full[PATH_MAX], part[PATH_MAX],
       ck[PATH_MAX];
-  snprintf(charlm, sizeof charlm, "%s/examples/charlm", build_dir);
+  snprintf(charlm, sizeof charlm, "%s/examples/charlm", t_build_dir());
   if (access(charlm, X_OK) != 0) skip(); /* make tests without make examples */
   snprintf(full, sizeof full, "%s/%s-full.csv", tmp, tag);
   snprintf(part, sizeof part, "%s/%s-resumed.csv", tmp, tag);
@@ -73,7 +59,7 @@ static void check_resume(const char *flags, const char *tag) {
   snprintf(cmd, sizeof cmd, "%s --steps %d --every %d --save %s %s --swap-path %s >/dev/null",
            charlm, STEPS / 2, STEPS, ck, flags, tmp);
   run(cmd);
-  snprintf(cmd, sizeof cmd, "%s/ztier ckpt info %s >/dev/null", build_dir, ck);
+  snprintf(cmd, sizeof cmd, "%s/ztier ckpt info %s >/dev/null", t_build_dir(), ck);
   run(cmd);
   snprintf(cmd, sizeof cmd,
            "%s --steps %d --every %d --resume %s --csv %s %s --swap-path %s >/dev/null",
@@ -120,7 +106,7 @@ static void test_save_every_killed(void **state) {
   const char *tmp = t_swap_dir();
   char charlm[PATH_MAX + 32], cmd[6 * PATH_MAX], ck[PATH_MAX], log[PATH_MAX],
       full[PATH_MAX], part[PATH_MAX];
-  snprintf(charlm, sizeof charlm, "%s/examples/charlm", build_dir);
+  snprintf(charlm, sizeof charlm, "%s/examples/charlm", t_build_dir());
   if (access(charlm, X_OK) != 0) skip();
   snprintf(ck, sizeof ck, "%s/every-ckpt", tmp);
   snprintf(log, sizeof log, "%s/every.log", tmp);
@@ -161,7 +147,7 @@ static void test_save_every_killed(void **state) {
 static void test_config_after_flags(void **state) {
   const char *tmp = t_swap_dir();
   char charlm[PATH_MAX + 32], cmd[4 * PATH_MAX], conf[PATH_MAX];
-  snprintf(charlm, sizeof charlm, "%s/examples/charlm", build_dir);
+  snprintf(charlm, sizeof charlm, "%s/examples/charlm", t_build_dir());
   if (access(charlm, X_OK) != 0) skip();
   snprintf(conf, sizeof conf, "%s/charlm-budget.json", tmp);
   FILE *f = fopen(conf, "w");
@@ -184,11 +170,11 @@ static void test_config_after_flags(void **state) {
 static void test_ckpt_tool_help(void **state) {
   char cmd[PATH_MAX + 128];
   snprintf(cmd, sizeof cmd, "%s/ztier ckpt info --help | grep -q '^usage: ztier ckpt info'",
-           build_dir);
+           t_build_dir());
   run(cmd);
   snprintf(cmd, sizeof cmd,
            "%s/ztier ckpt consolidate --help | grep -q '^usage: ztier ckpt consolidate'",
-           build_dir);
+           t_build_dir());
   run(cmd);
 }
 
@@ -202,7 +188,6 @@ static void test_resume_stage3_nvme(void **state) {
 }
 
 int main(void) {
-  find_build_dir();
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_ckpt_tool_help),
       cmocka_unit_test(test_resume_stage0_host),

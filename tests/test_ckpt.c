@@ -365,31 +365,10 @@ static zt__swap_t *save_swap(run_t *r) {
 
 /* ---- directories and files ----------------------------------------------------------- */
 
-/* Removes `path` and everything under it. */
-static void rm_tree(const char *path) {
-  DIR *d = opendir(path);
-  if (d == NULL) {
-    unlink(path);
-    return;
-  }
-  char p[4096];
-  for (struct dirent *e; (e = readdir(d)) != NULL;) {
-    if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0) continue;
-    snprintf(p, sizeof p, "%s/%s", path, e->d_name);
-    struct stat st;
-    if (lstat(p, &st) == 0 && S_ISDIR(st.st_mode))
-      rm_tree(p);
-    else
-      unlink(p);
-  }
-  closedir(d);
-  rmdir(path);
-}
-
 /* A fresh (removed) path `name` in the run's scratch directory. */
 static void scratch(char *buf, size_t n, const char *name) {
   snprintf(buf, n, "%s/%s", t_swap_dir(), name);
-  rm_tree(buf);
+  t_remove_tree(buf);
 }
 
 static char *read_text(const char *path) {
@@ -595,7 +574,7 @@ static void check_resume(const setup_t *s) {
   t_expect_same(at, p, pa, psz, NUMEL);
   for (int k = 0; k < N; k++) assert_true(sb[k] == sa[k]);
   close_run(&a);
-  rm_tree(dir);
+  t_remove_tree(dir);
   free(at_save);
   free(pa);
   free(p);
@@ -926,7 +905,7 @@ static void test_reshard(void **state) {
   w_load_damaged(state);
   T_MPIRUN(2, "w_files,w_save_fails,w_load,w_load_damaged");
   T_MPIRUN(3, "w_load,w_load_damaged");
-  rm_tree(root);
+  t_remove_tree(root);
 }
 
 /* ---- crash safety ------------------------------------------------------------------------ */
@@ -1172,7 +1151,7 @@ static void test_crash_safety(void **state) {
   for (struct dirent *e; (e = readdir(d)) != NULL;) entries += e->d_name[0] != '.';
   closedir(d);
   assert_int_equal(entries, 3); /* manifest.json, one rank file and save.lock */
-  rm_tree(dir);
+  t_remove_tree(dir);
 }
 
 /* A save that fails part-way (here: the rank file cannot get its room, the
@@ -1215,7 +1194,7 @@ static void test_failed_save(void **state) {
   T_OK(zt_save(a.eng, dir), a.eng);
   check_files(dir, 2, 1, s.pdt);
   close_run(&a);
-  rm_tree(dir);
+  t_remove_tree(dir);
   free(want);
   free(got);
 }
@@ -1250,7 +1229,7 @@ static void check_save_io_error(const setup_t *s) {
   check_files(dir, 2, 1, s->pdt);
   zt__swap_set_hook(sw, NULL, NULL);
   close_run(&a);
-  rm_tree(dir);
+  t_remove_tree(dir);
   free(want);
   free(got);
 }
@@ -1306,7 +1285,7 @@ static void check_mended(const setup_t *s, int in_fetch) {
   t_expect_same(what, got, want, psz, NUMEL);
   zt__swap_set_hook(sw, NULL, NULL);
   close_run(&a);
-  rm_tree(dir);
+  t_remove_tree(dir);
   free(want);
   free(got);
 }
@@ -1352,7 +1331,7 @@ static void check_load_fails_part_way(const setup_t *s) {
   t_expect_same(what, got, want, psz, NUMEL);
   zt__swap_set_hook(sw, NULL, NULL);
   close_run(&a);
-  rm_tree(dir);
+  t_remove_tree(dir);
   free(want);
   free(got);
 }
@@ -1471,7 +1450,7 @@ static void check_refusals(int stage) {
   iteration(&dst, 1, NULL);
   int t = 2;
   for (int d = 0; d < N_DAMAGE; d++) {
-    rm_tree(dir);
+    t_remove_tree(dir);
     T_OK(zt_save(src.eng, dir), src.eng);
     const char *also;
     int code = damage(dir, (enum damage)d, &rng, needle, sizeof needle, &also);
@@ -1479,7 +1458,7 @@ static void check_refusals(int stage) {
     iteration(&dst, t++, NULL); /* still usable */
   }
   /* A directory that does not exist. */
-  rm_tree(dir);
+  t_remove_tree(dir);
   expect_refused(&dst, dir, ZT_ECKPT, "manifest.json", "");
 
   /* The checkpoint of another model: a unit one element shorter, or other
@@ -1517,7 +1496,7 @@ static void check_refusals(int stage) {
   free(got);
   close_run(&src);
   close_run(&dst);
-  rm_tree(dir);
+  t_remove_tree(dir);
 }
 
 static void test_refusals_stage0(void **state) { check_refusals(0); }
@@ -1567,7 +1546,7 @@ static void test_bad_calls(void **state) {
   T_EXPECT_ERR(zt_save(eng, dir), eng, ZT_ENOTREG, "zt_save");
   T_EXPECT_ERR(zt_load(eng, dir), eng, ZT_ENOTREG, "zt_load");
   zt_engine_destroy(eng);
-  rm_tree(dir);
+  t_remove_tree(dir);
 }
 
 static const struct CMUnitTest scenarios[] = {

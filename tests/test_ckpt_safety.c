@@ -57,19 +57,6 @@
 
 #define NUMEL 6007 /* bf16 parameters, fp32 gradients */
 
-static char build_dir[PATH_MAX];
-
-/* The directory this executable is in: the tool is one level up. */
-static void find_build_dir(void) {
-  ssize_t n = readlink("/proc/self/exe", build_dir, sizeof build_dir - 1);
-  if (n <= 0) return;
-  build_dir[n] = '\0';
-  for (int up = 0; up < 2; up++) {
-    char *slash = strrchr(build_dir, '/');
-    if (slash) *slash = '\0';
-  }
-}
-
 /* ---- a small model -------------------------------------------------------------- */
 
 typedef struct model {
@@ -155,30 +142,10 @@ static int model_steps(model_t *md) {
 
 /* ---- files ---------------------------------------------------------------------- */
 
-static void rm_tree(const char *path) {
-  DIR *d = opendir(path);
-  if (d == NULL) {
-    unlink(path);
-    return;
-  }
-  char p[4096];
-  for (struct dirent *e; (e = readdir(d)) != NULL;) {
-    if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0) continue;
-    snprintf(p, sizeof p, "%s/%s", path, e->d_name);
-    struct stat st;
-    if (lstat(p, &st) == 0 && S_ISDIR(st.st_mode))
-      rm_tree(p);
-    else
-      unlink(p);
-  }
-  closedir(d);
-  rmdir(path);
-}
-
 /* A fresh (removed) path `name` in the run's scratch directory. */
 static void scratch(char *buf, size_t n, const char *name) {
   snprintf(buf, n, "%s/%s", t_swap_dir(), name);
-  rm_tree(buf);
+  t_remove_tree(buf);
 }
 
 static unsigned char *read_all(const char *path, size_t *len) {
@@ -245,7 +212,7 @@ static int run_cmd(const char *cmd, char *err, size_t n) {
 /* The ztier tool's path, or skips when it is not built. */
 static const char *tool(void) {
   static char path[PATH_MAX + 16];
-  snprintf(path, sizeof path, "%s/ztier", build_dir);
+  snprintf(path, sizeof path, "%s/ztier", t_build_dir());
   if (access(path, X_OK) != 0) {
     print_message("# %s not built: the CLI checks are skipped\n", path);
     return NULL;
@@ -445,7 +412,7 @@ static void test_unshared(void **state) {
   assert_int_equal(mkdir(root, 0755), 0);
   setenv("ZT_TEST_CKPT_DIR", root, 1);
   T_MPIRUN(2, "w_unshared");
-  rm_tree(root);
+  t_remove_tree(root);
 }
 
 static void test_torn(void **state) {
@@ -454,7 +421,7 @@ static void test_torn(void **state) {
   assert_int_equal(mkdir(root, 0755), 0);
   setenv("ZT_TEST_CKPT_DIR", root, 1);
   T_MPIRUN(2, "w_torn");
-  rm_tree(root);
+  t_remove_tree(root);
 }
 
 /* ---- two saves at once -------------------------------------------------------------- */
@@ -580,7 +547,7 @@ static void test_concurrent_saves(void **state) {
   if (busy == 0)
     fail_msg("no save of the %d rounds met the other's lock: the two saves never overlapped",
              RACE_ROUNDS);
-  rm_tree(dir);
+  t_remove_tree(dir);
 }
 
 /* A held lock is named with its holder; once it is released the save goes
@@ -638,7 +605,7 @@ static void test_lock_names_holder(void **state) {
     close(ready[i]);
     close(go[i]);
   }
-  rm_tree(dir);
+  t_remove_tree(dir);
 }
 
 /* ---- consolidate never writes over its input ----------------------------------------- */
@@ -781,7 +748,7 @@ static void test_consolidate_own_input(void **state) {
     unlink(other);
     assert_true(dir_hash(dir) == h);
   }
-  rm_tree(dir);
+  t_remove_tree(dir);
 }
 
 /* A progress stream whose first line makes OUT appear (another process's
@@ -842,8 +809,8 @@ static void test_consolidate_out_appears(void **state) {
     unlink(out);
   }
   zt__ckpt_consolidate_plain_fs(0);
-  rm_tree(outdir);
-  rm_tree(dir);
+  t_remove_tree(outdir);
+  t_remove_tree(dir);
 }
 
 /* ---- the manifest's checksum and the rank files' trailers ------------------------------ */
@@ -928,7 +895,7 @@ static void test_manifest_tampered(void **state) {
     for (int sealed = 0; sealed <= 1; sealed++) {
       /* sealed: the checksum made to match, as a careful forger would. */
       if (sealed) reseal(text);
-      rm_tree(copy);
+      t_remove_tree(copy);
       copy_dir(dir, copy);
       snprintf(path, sizeof path, "%s/manifest.json", copy);
       write_all(path, text, strlen(text));
@@ -955,7 +922,7 @@ static void test_manifest_tampered(void **state) {
   }
   /* Reformatted (the same values, other whitespace): the checksum is of
    * the bytes, so it fails too. */
-  rm_tree(copy);
+  t_remove_tree(copy);
   copy_dir(dir, copy);
   snprintf(path, sizeof path, "%s/manifest.json", copy);
   char *text = malloc(len + 2);
@@ -971,8 +938,8 @@ static void test_manifest_tampered(void **state) {
   free(base);
   model_close(&dst);
   model_close(&md);
-  rm_tree(copy);
-  rm_tree(dir);
+  t_remove_tree(copy);
+  t_remove_tree(dir);
 }
 
 /* ---- format version 1 ------------------------------------------------------------------ */
@@ -1076,14 +1043,13 @@ static void test_version1_loads(void **state) {
   assert_int_equal(entries_with(dir, "g1-"), 0);
   model_close(&back);
   model_close(&md);
-  rm_tree(dir);
+  t_remove_tree(dir);
 }
 
 int main(int argc, char **argv) {
   if (argc == 6 && strcmp(argv[1], "--save-child") == 0)
     return save_child(argv[2], atoi(argv[3]), atoi(argv[4]), atoi(argv[5]));
   T_MPI_WORKER(argc, argv, scenarios);
-  find_build_dir();
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_unshared),
       cmocka_unit_test(test_torn),

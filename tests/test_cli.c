@@ -21,25 +21,10 @@
 #include "harness.h"
 #include "units.h" // defines: zt__parse_bytes, zt__parse_count
 
-static char build_dir[PATH_MAX];
-
-/* BUILD from /proc/self/exe (BUILD/tests/test_cli). */
-static void find_build_dir(void) {
-  ssize_t n = readlink("/proc/self/exe", build_dir, sizeof build_dir - 1);
-  assert_true(n > 0);
-  build_dir[n] = '\0';
-  for (int up = 0; up < 2; up++) {
-    char *slash = strrchr(build_dir, '/');
-    assert_non_null(slash);
-    *slash = '\0';
-  }
-}
-
 /* Skips unless BUILD/<rel> is built. */
 static void need(const char *rel) {
-  find_build_dir();
   char p[PATH_MAX + 64];
-  snprintf(p, sizeof p, "%s/%s", build_dir, rel);
+  snprintf(p, sizeof p, "%s/%s", t_build_dir(), rel);
   if (access(p, X_OK) != 0) {
     print_message("  skipped: %s is not built\n", p);
     skip();
@@ -50,7 +35,7 @@ static void need(const char *rel) {
  * stderr too unless `no_stderr`). */
 static int run_prog(const char *prog, const char *args, int no_stderr, char *out, size_t n) {
   char cmd[PATH_MAX + 1024];
-  snprintf(cmd, sizeof cmd, "%s/%s %s %s", build_dir, prog, args,
+  snprintf(cmd, sizeof cmd, "%s/%s %s %s", t_build_dir(), prog, args,
            no_stderr ? "2>/dev/null" : "2>&1");
   FILE *p = popen(cmd, "r");
   assert_non_null(p);

@@ -28,19 +28,6 @@
 
 enum { N = 50000 };
 
-static char build_dir[PATH_MAX];
-
-static void find_build_dir(void) {
-  ssize_t n = readlink("/proc/self/exe", build_dir, sizeof build_dir - 1);
-  assert_true(n > 0);
-  build_dir[n] = '\0';
-  for (int up = 0; up < 2; up++) {
-    char *slash = strrchr(build_dir, '/');
-    assert_non_null(slash);
-    *slash = '\0';
-  }
-}
-
 /* A fresh directory under the test's swap directory. */
 static void fresh_dir(char *out, size_t n, const char *tag) {
   snprintf(out, n, "%s/%s", t_swap_dir(), tag);
@@ -210,7 +197,7 @@ static void test_killed_owner_cleaned_at_create(void **state) {
 /* Runs the tool; its exit status and output. */
 static int tool(const char *args, char *out, size_t n) {
   char cmd[2 * PATH_MAX];
-  snprintf(cmd, sizeof cmd, "%s/ztier %s 2>&1", build_dir, args);
+  snprintf(cmd, sizeof cmd, "%s/ztier %s 2>&1", t_build_dir(), args);
   FILE *p = popen(cmd, "r");
   assert_non_null(p);
   size_t len = fread(out, 1, n - 1, p);
@@ -227,9 +214,8 @@ static int tool(const char *args, char *out, size_t n) {
  * tool. The live engine still steps afterwards. */
 static void test_live_files_kept(void **state) {
   (void)state;
-  find_build_dir();
   char tp[PATH_MAX + 16];
-  snprintf(tp, sizeof tp, "%s/ztier", build_dir);
+  snprintf(tp, sizeof tp, "%s/ztier", t_build_dir());
   if (access(tp, X_OK) != 0) {
     print_message("  skipped: %s is not built (make tool)\n", tp);
     skip();

@@ -234,21 +234,6 @@ static void test_register_callback(void **state) {
   zt__hostpool_destroy(p);
 }
 
-/* A kernel status line of this process, in bytes ("VmLck", "VmRSS"). */
-static size_t status_bytes(const char *key) {
-  FILE *f = fopen("/proc/self/status", "r");
-  assert_non_null(f);
-  char line[256];
-  size_t kb = 0, kl = strlen(key);
-  while (fgets(line, sizeof line, f))
-    if (strncmp(line, key, kl) == 0 && line[kl] == ':') {
-      kb = strtoull(line + kl + 1, NULL, 10);
-      break;
-    }
-  fclose(f);
-  return kb * 1024;
-}
-
 /* A budget far larger than what is handed out: the pool commits and locks
  * what it hands out (in 2 MiB chunks), not the budget. An 8 GiB budget with
  * about 6 MiB in use keeps the process's locked and resident memory within a
@@ -257,7 +242,7 @@ static size_t status_bytes(const char *key) {
 static void test_big_budget_small_use(void **state) {
   (void)state;
   const size_t budget = (size_t)8 << 30;
-  size_t lck0 = status_bytes("VmLck"), rss0 = status_bytes("VmRSS");
+  size_t lck0 = t_status_bytes("VmLck"), rss0 = t_status_bytes("VmRSS");
   zt__hostpool_t *p = mk(budget);
   void *q[3];
   const size_t sizes[3] = {3000000, 2000000, 1230000}; /* ~5.94 MiB in all */
@@ -267,7 +252,7 @@ static void test_big_budget_small_use(void **state) {
   }
   zt__hostpool_info_t in;
   zt__hostpool_info(p, &in);
-  size_t lck = status_bytes("VmLck") - lck0, rss = status_bytes("VmRSS") - rss0;
+  size_t lck = t_status_bytes("VmLck") - lck0, rss = t_status_bytes("VmRSS") - rss0;
   print_message("  budget %zu: in use %zu, committed %zu, locked %d; VmLck +%zu, VmRSS "
                 "+%zu\n", in.budget, in.in_use, in.committed, in.locked, lck, rss);
   assert_int_equal(in.budget, budget);
@@ -291,7 +276,7 @@ static void test_big_budget_small_use(void **state) {
   zt__hostpool_info(p, &in);
   assert_int_equal(in.committed, before);
   zt__hostpool_destroy(p);
-  assert_true(status_bytes("VmLck") <= lck0);
+  assert_true(t_status_bytes("VmLck") <= lck0);
 }
 
 static void test_numa_node0(void **state) {
@@ -525,7 +510,7 @@ static void test_engine_big_budget(void **state) {
   size_t budget = (size_t)8 << 30;
   if (zt__hostpool_mem_available(&avail, where, sizeof where) == 0 && budget > avail / 2)
     budget = (size_t)(avail / 2);
-  size_t lck0 = status_bytes("VmLck");
+  size_t lck0 = t_status_bytes("VmLck");
   zt_config_t cfg = t_config();
   cfg.optimizer_tier = ZT_TIER_HOST;
   cfg.chunk_bytes = 65536;
@@ -535,7 +520,7 @@ static void test_engine_big_budget(void **state) {
   T_OK(zt_register_flat(eng, p, g, N, ZT_FP32, ZT_FP32), eng);
   zt__hostpool_info_t pi;
   zt__hostpool_info(eng->pinned_pool, &pi);
-  size_t lck = status_bytes("VmLck") - lck0;
+  size_t lck = t_status_bytes("VmLck") - lck0;
   print_message("  budget %zu: host_bytes %zu, pool in use %zu, committed %zu, locked %d; "
                 "VmLck +%zu\n", budget, eng->host_bytes, pi.in_use, pi.committed, pi.locked,
                 lck);

@@ -240,25 +240,6 @@ static char proc_state(int pid) {
   return paren && paren[1] == ' ' ? paren[2] : 0;
 }
 
-static void remove_tree(const char *path) {
-  DIR *d = opendir(path);
-  if (d) {
-    struct dirent *e;
-    while ((e = readdir(d)) != NULL) {
-      if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
-      char sub[4200];
-      snprintf(sub, sizeof sub, "%s/%s", path, e->d_name);
-      struct stat st;
-      if (lstat(sub, &st) == 0 && S_ISDIR(st.st_mode))
-        remove_tree(sub);
-      else
-        unlink(sub);
-    }
-    closedir(d);
-  }
-  rmdir(path);
-}
-
 /* The needle each other rank's error must hold for a fault at `at` on rank
  * `bad`. A failure after a vote must reach the peers as its own notice,
  * sent when it happened, with the bad rank's sentence (`also`): not only
@@ -341,7 +322,7 @@ static void run_case(point_t at, int np, int bad) {
       usleep(10000);
     left_behind = st != 0 && st != 'Z';
   }
-  remove_tree(dir);
+  t_remove_tree(dir);
   if (rc == T_NO_MPIRUN) {
     printf("# skipped: no mpirun\n");
     skip();
