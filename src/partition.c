@@ -529,6 +529,7 @@ static int agree(zt_engine_t *eng, const char *fn, int kind, int group, int gath
 }
 
 int zt__part_fail(zt_engine_t *eng, int rc) {
+  if (rc < 0) eng->broken = rc;
   if (rc < 0 && !eng->part.disagreed) zt__comm_abort(eng->comm, rc, eng->err.msg);
   eng->part.disagreed = 0;
   return rc;

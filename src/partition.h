@@ -186,10 +186,12 @@ ZT_INTERNAL int zt__part_group_grads(struct zt_engine *eng, zt__group_t *g);
  * rank refuses itself (nothing to compare). */
 ZT_INTERNAL int zt__part_reduce_all(struct zt_engine *eng, const zt_step_args_t *args);
 
-/* A public call failed with rc after the ranks agreed on it: unless the
- * failure was the agreement's own (every rank has it), the peers are told
- * (zt__comm_abort with the engine's sentence), since they go on into
- * collectives this rank will not make. Returns rc. */
+/* A public call failed with rc < 0 after the ranks agreed on it: the
+ * engine is broken at rc (states, buckets or reads in flight may be half
+ * done, so later calls are refused), and unless the failure was the
+ * agreement's own (every rank has it), the peers are told (zt__comm_abort
+ * with the engine's sentence), since they go on into collectives this rank
+ * will not make. Returns rc. */
 ZT_INTERNAL int zt__part_fail(struct zt_engine *eng, int rc);
 
 /* After the update (stages 1, 2): every rank's part.params into every

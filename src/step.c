@@ -152,8 +152,7 @@ int zt_grad_norm(zt_engine_t *eng, float grad_scale, double *norm) {
   int rc = grad_sumsq(eng, "zt_grad_norm", local, NULL, &sumsq, &avg, &refused);
   if (rc < 0) {
     if (!eng->partitioned) return rc;
-    eng->broken = rc; /* buckets may be half reduced */
-    return zt__part_fail(eng, rc);
+    return zt__part_fail(eng, rc); /* broken: buckets may be half reduced */
   }
   if (refused) return refused;
   *norm = sqrt(sumsq) * ((double)grad_scale / eng->scaler.handed) * avg;
@@ -384,7 +383,6 @@ int zt_step(zt_engine_t *eng, const zt_step_args_t *args, zt_step_info_t *info) 
   int rc = grad_sumsq(eng, "zt_step", local, args, &sumsq, &avg, &refused);
   if (rc < 0) {
     if (!eng->partitioned) return rc;
-    eng->broken = rc;
     return zt__part_fail(eng, rc);
   }
   if (refused) return refused;
@@ -425,7 +423,6 @@ int zt_step(zt_engine_t *eng, const zt_step_args_t *args, zt_step_info_t *info) 
       /* Some states may be updated and others not: refuse to go on from a
        * state that no step produced. The peers, past the same vote, are
        * told rather than left waiting in the gather. */
-      eng->broken = rc;
       return zt__part_fail(eng, rc);
     }
     scaler_update(&eng->scaler, &eng->cfg, 0);
@@ -436,10 +433,7 @@ int zt_step(zt_engine_t *eng, const zt_step_args_t *args, zt_step_info_t *info) 
   /* The iteration ends here, skipped or not: the next one is read ahead. */
   if (eng->partitioned && eng->cfg.stage >= 3) {
     rc = zt__prefetch_step_end(eng);
-    if (rc < 0) {
-      eng->broken = rc;
-      return zt__part_fail(eng, rc);
-    }
+    if (rc < 0) return zt__part_fail(eng, rc);
   }
   if (info) {
     info->loss_scale = eng->scaler.scale;
