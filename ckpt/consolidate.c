@@ -67,10 +67,9 @@ static int lies_in(const char *parent, const struct stat *dir_st) {
 }
 
 /* Refuses an `out` that is a file the checkpoint uses (whatever `force`),
- * or, unforced, one inside the checkpoint directory or one that exists.
- * *exists: whether out exists now. */
+ * or, unforced, one inside the checkpoint directory or one that exists. */
 static int check_out(const char *dir, const char *out, const zt__manifest_t *m, int force,
-                     int *exists, zt__err_t *e) {
+                     zt__err_t *e) {
   const char *fn = "consolidate";
   struct stat dir_st, st, lst;
   if (stat(dir, &dir_st) != 0)
@@ -86,14 +85,14 @@ static int check_out(const char *dir, const char *out, const zt__manifest_t *m, 
   if (realpath(parent, real) == NULL)
     return zt__errf(e, -errno, "%s: the directory of OUT %s (%s): %s; expected an existing "
                     "directory", fn, out, parent, strerror(errno));
-  *exists = lstat(out, &lst) == 0;
-  int target = *exists && stat(out, &st) == 0; /* a dangling link has none */
+  int exists = lstat(out, &lst) == 0;
+  int target = exists && stat(out, &st) == 0; /* a dangling link has none */
   if (target && S_ISDIR(st.st_mode))
     return zt__errf(e, -EISDIR, "%s: OUT %s is a directory; expected the path of a "
                     "safetensors file to write", fn, out);
   /* A file the checkpoint uses: its manifest, a rank file, the save lock,
    * under this name or any other (a hard or symbolic link to it). */
-  for (int pass = 0; *exists && pass < 2; pass++) {
+  for (int pass = 0; exists && pass < 2; pass++) {
     const struct stat *s = pass == 0 ? &lst : &st;
     if (pass == 1 && !target) break;
     const char *used = NULL;
@@ -111,7 +110,7 @@ static int check_out(const char *dir, const char *out, const zt__manifest_t *m, 
     return zt__errf(e, -EEXIST, "%s: OUT %s is inside the checkpoint directory %s; write it "
                     "elsewhere (--force allows it, never over a file the checkpoint uses)",
                     fn, out, dir);
-  if (*exists)
+  if (exists)
     return zt__errf(e, -EEXIST, "%s: OUT %s exists; remove it or pass --force to replace it",
                     fn, out);
   return 0;
@@ -212,8 +211,7 @@ int zt__ckpt_consolidate(const char *dir, const char *out, zt_dtype_t out_dt, in
   int rc = specs ? 0 : zt__errf(e, -ENOMEM, "out of memory");
   if (rc == 0 && strlen(out) + 12 > sizeof tmp)
     rc = zt__errf(e, -ENAMETOOLONG, "consolidate: OUT %s is too long", out);
-  int exists = 0;
-  if (rc == 0) rc = check_out(dir, out, &m, force, &exists, e);
+  if (rc == 0) rc = check_out(dir, out, &m, force, e);
   for (size_t i = 0; rc == 0 && i < m.n_units; i++)
     specs[i] = (zt__st_spec_t){m.units[i].name, out_dt, 1, {m.units[i].numel}};
   /* A bad file is found before anything is written. */
@@ -239,7 +237,7 @@ int zt__ckpt_consolidate(const char *dir, const char *out, zt_dtype_t out_dt, in
   /* The name appears only once the file is whole; forced, the checks run
    * again right before, so a file of the checkpoint made OUT meanwhile is
    * still refused. */
-  if (rc == 0 && force) rc = check_out(dir, out, &m, force, &exists, e);
+  if (rc == 0 && force) rc = check_out(dir, out, &m, force, e);
   if (rc == 0) rc = commit_out(tmp, out, force, e);
   if (rc < 0 && fd >= 0) unlink(tmp);
   if (rc == 0) rc = fsync_parent(out, e); /* and the name is durable */

@@ -28,6 +28,13 @@ uint64_t zt__ckpt_section_off(zt_dtype_t param_dtype, uint64_t n, int s) {
   return (uint64_t)s * n * sizeof(float); /* the fp32 sections come first */
 }
 
+/* Where the sections end and the trailer (format 2) starts. */
+static uint64_t trailer_at(zt_dtype_t param_dtype, uint64_t n) {
+  int last = zt__ckpt_sections(param_dtype) - 1;
+  return zt__ckpt_section_off(param_dtype, n, last) +
+         n * zt__ckpt_section_esz(param_dtype, last);
+}
+
 static void put_le(unsigned char *p, uint64_t v, int bytes) {
   for (int b = 0; b < bytes; b++) p[b] = (unsigned char)(v >> (8 * b));
 }
@@ -207,8 +214,7 @@ int zt__ckpt_writer_open(const char *path, zt_dtype_t param_dtype, uint64_t n, z
     else XXH3_64bits_reset(w->hash[s]);
   }
   /* The whole size up front: a full disk shows now, not half-way. */
-  uint64_t bytes = zt__ckpt_section_off(param_dtype, n, w->k - 1) +
-                   n * zt__ckpt_section_esz(param_dtype, w->k - 1) + ZT_CKPT_TRAILER;
+  uint64_t bytes = trailer_at(param_dtype, n) + ZT_CKPT_TRAILER;
   if (rc == 0 && bytes) {
     int fr = posix_fallocate(w->fd, 0, (off_t)bytes);
     if (fr == EOPNOTSUPP || fr == EINVAL) fr = ftruncate(w->fd, (off_t)bytes) == 0 ? 0 : errno;
@@ -255,8 +261,7 @@ int zt__ckpt_writer_finish(zt__ckpt_writer_t *w, const zt__ckpt_trailer_t *t,
   unsigned char tr[ZT_CKPT_TRAILER];
   trailer_encode(t, tr);
   uint64_t td = XXH3_64bits(tr, sizeof tr);
-  uint64_t end = zt__ckpt_section_off(w->param_dtype, w->n, w->k - 1) +
-                 w->n * zt__ckpt_section_esz(w->param_dtype, w->k - 1);
+  uint64_t end = trailer_at(w->param_dtype, w->n);
   if (rc == 0) rc = write_all(w->fd, w->path, tr, sizeof tr, end, w->err);
   if (rc == 0 && fsync(w->fd) != 0)
     rc = zt__errf(w->err, -errno, "checkpoint: fsync of %s: %s", w->path, strerror(errno));
@@ -340,8 +345,7 @@ int zt__ckpt_verify(const char *path, int version, zt_dtype_t param_dtype, uint6
   unsigned char tr[ZT_CKPT_TRAILER];
   uint64_t td = 0;
   if (rc == 0 && version >= 2) {
-    uint64_t end = zt__ckpt_section_off(param_dtype, n, k - 1) +
-                   n * zt__ckpt_section_esz(param_dtype, k - 1);
+    uint64_t end = trailer_at(param_dtype, n);
     rc = zt__ckpt_pread(fd, path, tr, sizeof tr, end, e);
     td = XXH3_64bits(tr, sizeof tr);
   }
@@ -376,9 +380,7 @@ int zt__ckpt_peek(const char *path, zt_dtype_t param_dtype, uint64_t n, uint64_t
     close(fd);
     return zt__errf(e, -err, "checkpoint: %s: %s", path, strerror(err));
   }
-  int k = zt__ckpt_sections(param_dtype);
-  uint64_t at = zt__ckpt_section_off(param_dtype, n, k - 1) +
-                n * zt__ckpt_section_esz(param_dtype, k - 1);
+  uint64_t at = trailer_at(param_dtype, n);
   uint64_t size = (uint64_t)st.st_size;
   /* A short file's trailer, if it has one, is its last bytes: whose file
    * it is shows even when it is not whole. */
@@ -388,7 +390,6 @@ int zt__ckpt_peek(const char *path, zt_dtype_t param_dtype, uint64_t n, uint64_t
               pread(fd, tr, sizeof tr, (off_t)at) == (ssize_t)sizeof tr &&
               trailer_decode(tr, t) == 0;
   close(fd);
-  if (!found) memset(t, 0, sizeof *t);
   if (size != bytes)
     return zt__errf(e, ZT_ECKPT, "checkpoint: %s has %llu bytes; %llu were written (%s)", path,
                     (unsigned long long)size, (unsigned long long)bytes,
