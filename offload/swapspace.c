@@ -130,7 +130,9 @@ int zt__swapspace_scan(const char *dir, int remove, zt__swap_leftover_fn fn, voi
       continue; /* gone in between, or not a file of ours */
     }
     f.bytes = (uint64_t)st.st_blocks * 512;
-    if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
+    /* Held: its owner runs. A file system that refuses flock (ENOLCK,
+     * EOPNOTSUPP) leaves the pid to decide, as swap.c says its files are. */
+    if (flock(fd, LOCK_EX | LOCK_NB) != 0 && errno == EWOULDBLOCK) {
       f.live = 1;
     } else {
       double changed = (double)st.st_ctim.tv_sec + st.st_ctim.tv_nsec * 1e-9;
