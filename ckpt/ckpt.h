@@ -114,7 +114,11 @@ ZT_INTERNAL int zt__ckpt_fsync_dir(const char *dir, zt__err_t *e);
 ZT_INTERNAL int zt__ckpt_read_manifest(const char *dir, struct zt__manifest *m,
                                        zt__err_t *e);
 
-/* zt__ckpt_verify of every file of `m` in `dir` holding part of states
+/* zt__ckpt_verify of file i of `m` in `dir` (size and checksum), and, from
+ * format 2 on, its trailer against the manifest. */
+ZT_INTERNAL int zt__ckpt_verify_file(const char *dir, const struct zt__manifest *m, size_t i,
+                                     zt__err_t *e);
+/* zt__ckpt_verify_file of every file of `m` in `dir` holding part of states
  * [lo, hi), and each trailer against the manifest: the first bad one's
  * error. */
 ZT_INTERNAL int zt__ckpt_verify_range(const char *dir, const struct zt__manifest *m,

@@ -46,19 +46,21 @@ int zt__ckpt_read_manifest(const char *dir, zt__manifest_t *m, zt__err_t *e) {
   return rc;
 }
 
+int zt__ckpt_verify_file(const char *dir, const zt__manifest_t *m, size_t i, zt__err_t *e) {
+  const zt__ckpt_file_t *f = &m->files[i];
+  char path[4096 + ZT_CKPT_NAME_MAX + 2], where[4096 + 32];
+  snprintf(path, sizeof path, "%s/%s", dir, f->name);
+  snprintf(where, sizeof where, "%s/%s", dir, ZT_CKPT_MANIFEST);
+  zt__ckpt_trailer_t t;
+  ZT_TRY(zt__ckpt_verify(path, m->version, m->param_dtype, f->end - f->begin, f->bytes,
+                         f->xxh64, &t, e));
+  return m->version >= 2 ? zt__ckpt_check_trailer(m, i, &t, where, e) : 0;
+}
+
 int zt__ckpt_verify_range(const char *dir, const zt__manifest_t *m, uint64_t lo, uint64_t hi,
                           zt__err_t *e) {
-  for (size_t i = 0; i < m->n_files; i++) {
-    const zt__ckpt_file_t *f = &m->files[i];
-    if (f->end <= lo || f->begin >= hi) continue;
-    char path[4096 + ZT_CKPT_NAME_MAX + 2], where[4096 + 32];
-    snprintf(path, sizeof path, "%s/%s", dir, f->name);
-    snprintf(where, sizeof where, "%s/%s", dir, ZT_CKPT_MANIFEST);
-    zt__ckpt_trailer_t t;
-    ZT_TRY(zt__ckpt_verify(path, m->version, m->param_dtype, f->end - f->begin, f->bytes,
-                           f->xxh64, &t, e));
-    if (m->version >= 2) ZT_TRY(zt__ckpt_check_trailer(m, i, &t, where, e));
-  }
+  for (size_t i = 0; i < m->n_files; i++)
+    if (m->files[i].end > lo && m->files[i].begin < hi) ZT_TRY(zt__ckpt_verify_file(dir, m, i, e));
   return 0;
 }
 

@@ -39,15 +39,7 @@ static int verify_all(const char *dir, const zt__manifest_t *m, cJSON *arr) {
   int bad = 0;
   for (size_t i = 0; i < m->n_files; i++) {
     const zt__ckpt_file_t *f = &m->files[i];
-    char path[8192];
-    snprintf(path, sizeof path, "%s/%s", dir, f->name);
-    zt__ckpt_trailer_t t;
-    int rc = zt__ckpt_verify(path, m->version, m->param_dtype, f->end - f->begin, f->bytes,
-                             f->xxh64, &t, zt__err_thread());
-    /* The trailer written with the file against the manifest's fields. */
-    char where[8192];
-    snprintf(where, sizeof where, "%s/%s", dir, ZT_CKPT_MANIFEST);
-    if (rc == 0 && m->version >= 2) rc = zt__ckpt_check_trailer(m, i, &t, where, zt__err_thread());
+    int rc = zt__ckpt_verify_file(dir, m, i, zt__err_thread());
     if (arr) {
       char hex[17];
       snprintf(hex, sizeof hex, "%016llx", (unsigned long long)f->xxh64);
