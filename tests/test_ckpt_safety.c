@@ -853,10 +853,15 @@ static void test_manifest_tampered(void **state) {
   const cJSON *opt = cJSON_GetObjectItemCaseSensitive(root, "optimizer");
   const char *seed = cJSON_GetObjectItemCaseSensitive(opt, "seed")->valuestring;
   double scale = cJSON_GetObjectItemCaseSensitive(opt, "loss_scale")->valuedouble;
-  field_edit_t edits[7];
-  const char *fields[7] = {"optimizer.steps", "optimizer.skipped_steps", "optimizer.seed",
-                           "optimizer.rounding", "optimizer.loss_scale", "world", "stage"};
-  for (int i = 0; i < 7; i++) edits[i].field = fields[i];
+  enum { N_EDITS = 9 };
+  field_edit_t edits[N_EDITS];
+  const char *fields[N_EDITS] = {"optimizer.steps", "optimizer.skipped_steps",
+                                 "optimizer.seed", "optimizer.rounding",
+                                 "optimizer.loss_scale", "world", "stage",
+                                 "optimizer.good_steps", "optimizer.loss_scale_dynamic"};
+  for (int i = 0; i < N_EDITS; i++) edits[i].field = fields[i];
+  int good = cJSON_GetObjectItemCaseSensitive(opt, "good_steps")->valueint;
+  int dynamic = cJSON_GetObjectItemCaseSensitive(opt, "loss_scale_dynamic")->valueint;
   snprintf(edits[0].from, 96, "\"steps\": %llu,", (unsigned long long)st.steps);
   snprintf(edits[0].to, 96, "\"steps\": %llu,", (unsigned long long)st.steps + 1);
   snprintf(edits[1].from, 96, "\"skipped_steps\": %llu,", (unsigned long long)st.skipped_steps);
@@ -871,6 +876,10 @@ static void test_manifest_tampered(void **state) {
   snprintf(edits[5].to, 96, "\"world\": 2,");
   snprintf(edits[6].from, 96, "\"stage\": 0,");
   snprintf(edits[6].to, 96, "\"stage\": 1,");
+  snprintf(edits[7].from, 96, "\"good_steps\": %d,", good);
+  snprintf(edits[7].to, 96, "\"good_steps\": %d,", good + 1);
+  snprintf(edits[8].from, 96, "\"loss_scale_dynamic\": %d,", dynamic);
+  snprintf(edits[8].to, 96, "\"loss_scale_dynamic\": %d,", !dynamic);
   cJSON_Delete(root);
   /* The loss scale is written with as few digits as read back the same. */
   if (strstr(base, edits[4].from) == NULL) {
@@ -886,7 +895,7 @@ static void test_manifest_tampered(void **state) {
   T_OK(model_open(&dst, 0, ZT_COMM_SINGLE, 5), dst.eng);
   uint64_t h = model_hash(&dst);
   const char *ztier = tool();
-  for (int i = 0; i < 7; i++) {
+  for (int i = 0; i < N_EDITS; i++) {
     const field_edit_t *ed = &edits[i];
     char *at = strstr(base, ed->from);
     if (at == NULL) fail_msg("%s: \"%s\" is not in the manifest:\n%s", ed->field, ed->from, base);
