@@ -29,8 +29,8 @@
 #include "swap.h"   // defines: zt__swap_*
 #include "swapspace.h"
 
-/* Splits cfg.swap_path at ':' into paths (pointing into buf). */
-static unsigned split_paths(const char *swap_path, char *buf, size_t n, const char **paths) {
+unsigned zt__swapspace_split_paths(const char *swap_path, char *buf, size_t n,
+                                   const char **paths) {
   unsigned n_paths = 0;
   snprintf(buf, n, "%s", swap_path);
   for (char *save = NULL, *p = strtok_r(buf, ":", &save);
@@ -187,7 +187,7 @@ void zt__swapspace_clean(zt_engine_t *eng) {
   const zt_config_t *c = &eng->cfg;
   char buf[sizeof c->swap_path];
   const char *paths[ZT__SWAP_MAX_PATHS];
-  unsigned n = split_paths(c->swap_path, buf, sizeof buf, paths);
+  unsigned n = zt__swapspace_split_paths(c->swap_path, buf, sizeof buf, paths);
   for (unsigned i = 0; i < n; i++) {
     tally_t t = {.cfg = c};
     zt__err_t e;
@@ -237,7 +237,7 @@ int zt__swapspace_open(zt_engine_t *eng, const char *kind, const char *tier, uin
   *out = NULL;
   char paths_buf[sizeof c->swap_path];
   const char *paths[ZT__SWAP_MAX_PATHS];
-  unsigned n_paths = split_paths(c->swap_path, paths_buf, sizeof paths_buf, paths);
+  unsigned n_paths = zt__swapspace_split_paths(c->swap_path, paths_buf, sizeof paths_buf, paths);
   if (n_paths == 0)
     return zt__errf(&eng->err, ZT_ECONFIG,
                     "%s \"nvme\" needs swap_path: one or more directories for the swap "

@@ -40,6 +40,11 @@ typedef struct zt__swap_leftover {
 } zt__swap_leftover_t;
 typedef void (*zt__swap_leftover_fn)(void *arg, const zt__swap_leftover_t *f);
 
+/* Splits a swap_path ("dir[:dir...]") at ':' into paths[] pointing into
+ * buf[n] (at most ZT__SWAP_MAX_PATHS); returns how many. */
+ZT_INTERNAL unsigned zt__swapspace_split_paths(const char *swap_path, char *buf, size_t n,
+                                               const char **paths);
+
 /* Synchronous. Every engine swap file in `dir`, each passed to fn (may be
  * NULL); with `remove`, those whose owner is no longer running are removed
  * first (a live process's file never is). Other files are not touched.

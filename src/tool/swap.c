@@ -101,16 +101,15 @@ int zt_swap_main(int argc, char **argv) {
   }
   int clean = strcmp(cmd, "clean") == 0;
   char buf[4096];
-  snprintf(buf, sizeof buf, "%s", path);
+  const char *dirs[ZT__SWAP_MAX_PATHS];
+  unsigned n_dirs = zt__swapspace_split_paths(path, buf, sizeof buf, dirs);
   out_t o = {.json = json, .first = 1};
   if (json) printf("{\"path\": "), json_str(path), printf(", \"files\": [");
   else printf("ztier swap %s %s\n  %-9s %8s %5s %16s  %s\n", cmd, path, "state", "pid",
               "rank", "bytes", "path");
-  unsigned dirs = 0;
-  for (char *save = NULL, *d = strtok_r(buf, ":", &save); d && dirs < ZT__SWAP_MAX_PATHS;
-       d = strtok_r(NULL, ":", &save), dirs++) {
+  for (unsigned k = 0; k < n_dirs; k++) {
     zt__err_t e = {{0}};
-    if (zt__swapspace_scan(d, clean, on_file, &o, &e) < 0) {
+    if (zt__swapspace_scan(dirs[k], clean, on_file, &o, &e) < 0) {
       fprintf(stderr, "ztier swap %s: %s\n", cmd, e.msg);
       o.failed = 1;
     }
