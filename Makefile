@@ -43,8 +43,8 @@ CC ?= gcc
 CFLAGS ?= $(OPT) -g
 ZT_CFLAGS := -std=gnu11 -Wall -Wextra -Wshadow -Wno-unused-parameter \
              -fPIC -fvisibility=hidden -ffp-contract=off -pthread \
-             -Iinclude -Isrc -Ioffload -Ickpt -DZT_HAVE_CUDA=$(CUDA) $(SANFLAGS)
-# OpenMPI (Debian's libopenmpi-dev): only src/comm_mpi.c and tests/test_comm.c
+             -Iinclude -Isrc -I. -DZT_HAVE_CUDA=$(CUDA) $(SANFLAGS)
+# OpenMPI (Debian's libopenmpi-dev): only src/comm/comm_mpi.c and tests/test_comm.c
 # include mpi.h, but libmpi is linked everywhere libztier is (the comm "mpi"
 # backend is always in). Either can be set on the command line.
 MPI_CFLAGS := $(shell pkg-config --cflags ompi-c 2>/dev/null)
@@ -56,8 +56,10 @@ ISA_AVX512 := -mavx512f -mavx512bw -mavx512vl -mavx512dq -mfma -mf16c
 
 # ---- sources --------------------------------------------------------------
 
-LIB_SRC := $(filter-out src/backend_nocuda.c,$(wildcard src/*.c)) $(wildcard offload/*.c) \
-           $(wildcard ckpt/*.c)
+# The library's rooms (docs/design.md); src/tool is the ztier command.
+LIB_ROOMS := base cpu backend comm offload zero engine ckpt
+LIB_SRC := $(filter-out src/backend/backend_nocuda.c, \
+             $(foreach r,$(LIB_ROOMS),$(wildcard src/$(r)/*.c))) $(wildcard offload/*.c)
 ifeq ($(CUDA),1)
 CU_SRC := $(wildcard cuda/*.cu)
 # NCCL (the comm "nccl" backend) ships with the toolkit here; NCCL_HOME
@@ -66,7 +68,7 @@ NCCL_HOME ?= $(CUDA_HOME)
 LDLIBS_CUDA := -L$(CUDA_HOME)/lib64 -L$(NCCL_HOME)/lib64 -lnccl -lcudart_static -ldl -lrt \
                -lstdc++
 else
-LIB_SRC += src/backend_nocuda.c
+LIB_SRC += src/backend/backend_nocuda.c
 CU_SRC :=
 LDLIBS_CUDA :=
 endif
@@ -112,9 +114,9 @@ $(BUILD)/%.o: %.c $(STAMP)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) $(ZT_CFLAGS) -MMD -MP -c $< -o $@
 
-$(BUILD)/src/cpu_kernels_avx2.o: ZT_CFLAGS += $(ISA_AVX2)
-$(BUILD)/src/cpu_kernels_avx512.o: ZT_CFLAGS += $(ISA_AVX512)
-$(BUILD)/src/comm_mpi.o: ZT_CFLAGS += $(MPI_CFLAGS)
+$(BUILD)/src/cpu/cpu_kernels_avx2.o: ZT_CFLAGS += $(ISA_AVX2)
+$(BUILD)/src/cpu/cpu_kernels_avx512.o: ZT_CFLAGS += $(ISA_AVX512)
+$(BUILD)/src/comm/comm_mpi.o: ZT_CFLAGS += $(MPI_CFLAGS)
 $(BUILD)/tests/test_comm.o: ZT_CFLAGS += $(MPI_CFLAGS)
 # Its world-size-1 collectives allocate device memory with the CUDA runtime.
 $(BUILD)/tests/test_comm_nccl.o: ZT_CFLAGS += $(if $(filter 1,$(CUDA)),-I$(CUDA_HOME)/include)
@@ -122,7 +124,7 @@ $(BUILD)/tests/test_comm_nccl.o: ZT_CFLAGS += $(if $(filter 1,$(CUDA)),-I$(CUDA_
 # --fmad=false: the same reason as -ffp-contract=off above.
 $(BUILD)/cuda/%.o: cuda/%.cu $(STAMP)
 	@mkdir -p $(dir $@)
-	$(NVCC) -std=c++17 -O2 --fmad=false $(NVCC_GENCODE) -Iinclude -Isrc \
+	$(NVCC) -std=c++17 -O2 --fmad=false $(NVCC_GENCODE) -Iinclude -Isrc -I. \
 	  -I$(NCCL_HOME)/include -Xcompiler -fPIC,-fvisibility=hidden -DZT_HAVE_CUDA=1 \
 	  -MMD -MP -c $< -o $@
 
@@ -148,7 +150,7 @@ NVCC_SANFLAGS := $(if $(SAN),$(foreach s,$(subst $(comma), ,$(SAN)),-Xcompiler -
 .PRECIOUS: $(BUILD)/tests/%_host.cu.o
 $(BUILD)/tests/%_host.cu.o: tests/%_host.cu $(STAMP)
 	@mkdir -p $(dir $@)
-	$(NVCC) -std=c++17 -O1 --fmad=false -Iinclude -Isrc -Icuda -Itests \
+	$(NVCC) -std=c++17 -O1 --fmad=false -Iinclude -Isrc -I. -Itests \
 	  -Xcompiler -fPIC,-ffp-contract=off $(NVCC_SANFLAGS) -DZT_HAVE_CUDA=1 -MMD -MP \
 	  -c $< -o $@
 
@@ -185,15 +187,15 @@ demo: deps
 
 # ---- fuzzing ----------------------------------------------------------------
 #
-# Each target is one fuzz/fuzz_<name>.c, built by clang with libFuzzer and
-# ASan+UBSan together with only the library sources the parsers need, in one
-# command: the gcc objects of $(BUILD) are never mixed in. errors.c's
-# zt_last_error refers to the engine, which fuzz/support.c stands in for.
-# fuzz/run.sh skips (with a message) where clang or its libFuzzer is missing.
+# Each target is one tests/fuzz/fuzz_<name>.c, built by clang with libFuzzer
+# and ASan+UBSan together with only the library sources the parsers need, in
+# one command: the gcc objects of $(BUILD) are never mixed in.
+# tests/fuzz/run.sh skips (with a message) where clang or its libFuzzer is
+# missing.
 FUZZ_TARGETS := manifest safetensors
 FUZZ_CC ?= clang
-FUZZ_SRC := ckpt/manifest.c ckpt/safetensors.c ckpt/ckjson.c src/errors.c src/util.c \
-            fuzz/support.c
+FUZZ_SRC := src/ckpt/manifest.c src/ckpt/safetensors.c src/base/ckjson.c src/base/errors.c \
+            src/base/util.c
 FUZZ_BIN := $(FUZZ_TARGETS:%=$(BUILD)/fuzz/fuzz_%)
 FUZZ_SECONDS ?=
 
@@ -201,19 +203,18 @@ FUZZ_SECONDS ?=
 fuzzers: $(FUZZ_BIN)
 	@:
 
-# The headers errors.c reaches through engine.h are all of src/ and offload/.
-$(BUILD)/fuzz/fuzz_%: fuzz/fuzz_%.c $(FUZZ_SRC) include/ztier.h \
-                      $(wildcard ckpt/*.h src/*.h offload/*.h)
+$(BUILD)/fuzz/fuzz_%: tests/fuzz/fuzz_%.c $(FUZZ_SRC) include/ztier.h \
+                      $(wildcard src/ckpt/*.h src/base/*.h)
 	@mkdir -p $(dir $@)
 	$(FUZZ_CC) -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined \
-	  -std=gnu11 -Iinclude -Isrc -Ioffload -Ickpt -DZT_HAVE_CUDA=0 -o $@ $< $(FUZZ_SRC) \
+	  -std=gnu11 -Iinclude -Isrc -I. -DZT_HAVE_CUDA=0 -o $@ $< $(FUZZ_SRC) \
 	  -lcjson -lpthread -lm
 
 fuzz:
-	+@FUZZ_CC=$(FUZZ_CC) bash fuzz/run.sh $(BUILD) $(or $(FUZZ_SECONDS),300) $(FUZZ_TARGETS)
+	+@FUZZ_CC=$(FUZZ_CC) bash tests/fuzz/run.sh $(BUILD) $(or $(FUZZ_SECONDS),300) $(FUZZ_TARGETS)
 
 fuzz-brief:
-	+@FUZZ_CC=$(FUZZ_CC) bash fuzz/run.sh $(BUILD) $(or $(FUZZ_SECONDS),20) $(FUZZ_TARGETS)
+	+@FUZZ_CC=$(FUZZ_CC) bash tests/fuzz/run.sh $(BUILD) $(or $(FUZZ_SECONDS),20) $(FUZZ_TARGETS)
 
 install: lib tool
 	install -d $(DESTDIR)$(PREFIX)/include $(DESTDIR)$(PREFIX)/lib/pkgconfig \

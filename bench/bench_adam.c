@@ -21,7 +21,7 @@
 #include <string.h>
 
 #include "common.h"
-#include "cpu_optim.h" // defines: zt__cpu_t, zt__cpu_adam, zt__adam_span_scalar
+#include "cpu/cpu_optim.h" // defines: zt__cpu_t, zt__cpu_adam, zt__adam_span_scalar
 
 /* The executor's chunk (cpu_optim.c cuts at multiples of ZT_NORM_BLOCK in the
  * global index); the limit pass uses the same cuts. */

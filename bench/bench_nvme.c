@@ -33,12 +33,12 @@
 
 #include "common.h"
 #include "disk.h" // defines: zt_bench_swap_pass
-#include "swap.h" // defines: zt__swap_*
-#include "units.h" // defines: zt__parse_bytes
+#include "offload/swap.h" // defines: zt__swap_*
+#include "base/units.h" // defines: zt__parse_bytes
 
 #define MAX_LIST 16
 #define MAX_REGION ((size_t)1 << 30) /* one registered buffer is at most 1 GiB */
-/* --block takes what the config key swap_block_bytes takes (src/config.c: a
+/* --block takes what the config key swap_block_bytes takes (src/engine/config.c: a
  * power of two in [4 KiB, 64 MiB]), since the bench recommends one of them
  * as that key's value. */
 #define MIN_BLOCK ((size_t)4096)

@@ -33,7 +33,7 @@
 
 #include "common.h"
 #include "disk.h"     // defines: zt_bench_disk_rates
-#include "internal.h"   // defines: zt__now, zt__dtype_size
+#include "base/internal.h"   // defines: zt__now, zt__dtype_size
 #include "ztier.h"
 
 static const char *const dtype_names[] = {"fp32", "bf16", "fp16", NULL};

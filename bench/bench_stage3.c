@@ -25,7 +25,7 @@
 
 #include "common.h"
 #include "disk.h"       // defines: zt_bench_disk_rates
-#include "internal.h"   // defines: zt__now
+#include "base/internal.h"   // defines: zt__now
 #include "ztier.h"
 
 static const char *prog = "ztier bench stage3";

@@ -13,8 +13,8 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
-#include "optim_math.h" // defines: zt_f32_to_bf16_rne, zt_f32_to_f16_rne
-#include "units.h"      // defines: zt__parse_bytes, zt__parse_count
+#include "cpu/optim_math.h" // defines: zt_f32_to_bf16_rne, zt_f32_to_f16_rne
+#include "base/units.h"      // defines: zt__parse_bytes, zt__parse_count
 
 /* ---- flags ------------------------------------------------------------------ */
 

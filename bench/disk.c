@@ -9,7 +9,7 @@
 
 #include "common.h" // defines: zt_bench_fill_bytes
 #include "disk.h"
-#include "internal.h" // defines: zt__now
+#include "base/internal.h" // defines: zt__now
 
 /* One whole-space pass with `qd` requests of `block` bytes in flight, each
  * in its own slot of `block` bytes of the region: slots are taken in order

@@ -6,7 +6,7 @@
 
 #include <stddef.h>
 
-#include "swap.h"  // defines: zt__swap_t
+#include "offload/swap.h"  // defines: zt__swap_t
 #include "ztier.h" // defines: zt_config_t
 
 /* One whole-space pass with `qd` requests of `block` bytes in flight, each

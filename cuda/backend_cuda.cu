@@ -50,8 +50,8 @@
 
 #include <cuda_runtime.h> // defines: the CUDA runtime API
 
-#include "backend.h"      // defines: zt__backend_ops_t, zt__seg_t, zt__adam_launch_t
-#include "kernels.cuh"    // defines: zt__cuda_adam/sumsq/cast and their plans
+#include "backend/backend.h"      // defines: zt__backend_ops_t, zt__seg_t, zt__adam_launch_t
+#include "cuda/kernels.cuh"    // defines: zt__cuda_adam/sumsq/cast and their plans
 
 /* Tables cached per kernel kind. */
 #define TABLE_WAYS 4

@@ -5,7 +5,7 @@
  * Bootstrap. NCCL needs one unique id, made by rank 0 and known to every
  * rank before ncclCommInitRank:
  *   - nccl_id_file set: rank 0 writes it to that file, the others wait for
- *     it (src/comm_boot.c); rank and world_size come from the config, and
+ *     it (src/comm/comm_boot.c); rank and world_size come from the config, and
  *     rank 0 removes the file once every rank has joined;
  *   - else under MPI (an mpirun launch, or MPI already initialised): rank 0
  *     broadcasts it over a comm "mpi" made for the purpose, after the ranks
@@ -54,7 +54,7 @@
 #include <cuda_runtime.h> // defines: streams, events, cudaMallocAsync
 #include <nccl.h>         // defines: ncclComm_t, the collectives
 
-#include "comm.h" // defines: zt__comm_ops_t, zt__boot_id_*
+#include "comm/comm.h" // defines: zt__comm_ops_t, zt__boot_id_*
 
 /* One collective in flight: its completion event and its name. */
 typedef struct op {

@@ -11,9 +11,9 @@
  * index + k - params_first; master == NULL means the fp32 params are the
  * master. Stochastic rounding keys on the global index, index + k.
  */
-#include "kernels.cuh"
+#include "cuda/kernels.cuh"
 
-#include "optim_math.h" // defines: zt_adam_update, conversions, zt_sr_bits
+#include "cpu/optim_math.h" // defines: zt_adam_update, conversions, zt_sr_bits
 
 /* How an adam kernel writes the parameter out. */
 enum { P_FP32 = ZT_FP32, P_BF16 = ZT_BF16, P_FP16 = ZT_FP16, P_NONE = 3, P_SELF = 4 };

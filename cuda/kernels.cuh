@@ -25,7 +25,7 @@
 
 #include <cuda_runtime.h> // defines: cudaError_t, cudaStream_t
 
-#include "backend.h"      // defines: zt__seg_t, zt__adam_launch_t, ZT_INTERNAL
+#include "backend/backend.h"      // defines: zt__seg_t, zt__adam_launch_t, ZT_INTERNAL
 
 /* Elements one adam block updates: 256 threads x 16 elements each. */
 #define ZT_CUDA_ADAM_THREADS 256

@@ -19,13 +19,13 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "engine.h"   // defines: struct zt_engine (config, backend, cpu, counters)
-#include "opt_nvme.h"
-#include "param_nvme.h" // defines: zt__param_nvme_put
-#include "pinned.h"   // defines: zt__pinned_alloc, zt__pinned_free
-#include "swap.h"     // defines: zt__swap_*
-#include "swapspace.h" // defines: zt__swapspace_open
-#include "window.h"   // defines: zt__window_*
+#include "engine/engine.h"   // defines: struct zt_engine (config, backend, cpu, counters)
+#include "offload/opt_nvme.h"
+#include "offload/param_nvme.h" // defines: zt__param_nvme_put
+#include "offload/pinned.h"   // defines: zt__pinned_alloc, zt__pinned_free
+#include "offload/swap.h"     // defines: zt__swap_*
+#include "offload/swapspace.h" // defines: zt__swapspace_open
+#include "cpu/window.h"   // defines: zt__window_*
 
 #define LOOKAHEAD (ZT_NVME_SLOTS - 2)
 /* Windows are a multiple of this many elements (a 4 KiB page of floats), so

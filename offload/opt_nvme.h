@@ -24,8 +24,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "cpu_optim.h" // defines: zt__seg_t, zt__adam_hp_t
-#include "internal.h"  // defines: ZT_INTERNAL, zt_engine_t
+#include "cpu/cpu_optim.h" // defines: zt__seg_t, zt__adam_hp_t
+#include "base/internal.h"  // defines: ZT_INTERNAL, zt_engine_t
 
 #define ZT_NVME_SLOTS 4
 

@@ -10,13 +10,13 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "engine.h"     // defines: struct zt_engine (config, error buffer)
-#include "param_nvme.h"
-#include "partition.h"  // defines: zt__group_t
-#include "pinned.h"     // defines: zt__pinned_alloc, zt__pinned_free
-#include "spares.h"     // defines: zt__spares_t
-#include "swap.h"       // defines: zt__swap_*
-#include "swapspace.h"  // defines: zt__swapspace_open
+#include "engine/engine.h"     // defines: struct zt_engine (config, error buffer)
+#include "offload/param_nvme.h"
+#include "zero/partition.h"  // defines: zt__group_t
+#include "offload/pinned.h"     // defines: zt__pinned_alloc, zt__pinned_free
+#include "offload/spares.h"     // defines: zt__spares_t
+#include "offload/swap.h"       // defines: zt__swap_*
+#include "offload/swapspace.h"  // defines: zt__swapspace_open
 
 /* The checksum block, and what a run is read in: O_DIRECT's alignment. */
 #define BLOCK 4096u

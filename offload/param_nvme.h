@@ -22,7 +22,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "internal.h" // defines: ZT_INTERNAL, zt_engine_t
+#include "base/internal.h" // defines: ZT_INTERNAL, zt_engine_t
 
 typedef struct zt__param_nvme zt__param_nvme_t;
 struct zt__group;

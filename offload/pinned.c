@@ -26,9 +26,9 @@
 #include <sys/resource.h>
 #include <unistd.h>
 
-#include "engine.h" // defines: struct zt_engine (budget, counters, backend)
-#include "pinned.h"
-#include "pool.h" // defines: zt__hostpool_*
+#include "engine/engine.h" // defines: struct zt_engine (budget, counters, backend)
+#include "offload/pinned.h"
+#include "offload/pool.h" // defines: zt__hostpool_*
 
 static int reg(void *arg, void *p, size_t bytes) {
   zt_engine_t *eng = arg;

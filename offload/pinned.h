@@ -6,7 +6,7 @@
 
 #include <stddef.h>
 
-#include "internal.h" // defines: ZT_INTERNAL, zt_engine_t
+#include "base/internal.h" // defines: ZT_INTERNAL, zt_engine_t
 
 /* `bytes` of pinned host memory for `eng`, zeroed: page-aligned, huge pages
  * where the kernel gives them, from one pool of pinned_budget_bytes when

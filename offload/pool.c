@@ -31,7 +31,7 @@
 #include <sys/mman.h>
 #include <sys/resource.h>
 
-#include "pool.h"
+#include "offload/pool.h"
 
 /* The commit unit: a transparent huge page, so a chunk can be one. */
 #define CHUNK ((size_t)2 << 20)

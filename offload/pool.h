@@ -14,7 +14,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "internal.h" // defines: ZT_INTERNAL, zt__err_t
+#include "base/internal.h" // defines: ZT_INTERNAL, zt__err_t
 
 typedef struct zt__hostpool zt__hostpool_t;
 

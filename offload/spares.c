@@ -1,5 +1,5 @@
 /* spares.c — the size-keyed list of unused buffers of spares.h. */
-#include "spares.h"
+#include "offload/spares.h"
 
 int zt__spares_find(const zt__spares_t *s, size_t bytes) {
   for (int i = 0; i < s->n; i++)

@@ -1,7 +1,7 @@
 /*
  * spares.h — a short list of unused buffers, each with its size, kept so that
  * the next request of exactly that size reuses one instead of allocating
- * afresh: the gathered-parameter buffers of offload/prefetch.c and the pinned
+ * afresh: the gathered-parameter buffers of src/zero/prefetch.c and the pinned
  * read buffers of offload/param_nvme.c. The list only holds the pointers:
  * allocating and freeing the buffers, and counting their bytes, stay with
  * its owner. A zeroed zt__spares_t is an empty list. Not thread-safe: each
@@ -12,7 +12,7 @@
 
 #include <stddef.h>
 
-#include "internal.h" // defines: ZT_INTERNAL
+#include "base/internal.h" // defines: ZT_INTERNAL
 
 /* Buffers a list keeps at most. */
 #define ZT_SPARES_MAX 4

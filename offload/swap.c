@@ -68,7 +68,7 @@
 #define XXH_INLINE_ALL
 #include <xxhash.h> // defines: XXH3_64bits_withSeed
 
-#include "swap.h"
+#include "offload/swap.h"
 
 #define HDR_MAGIC "ZTSWAP\r\n"
 #define HDR_VERSION 1u

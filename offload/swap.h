@@ -47,7 +47,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "internal.h" // defines: ZT_INTERNAL, zt__err_t
+#include "base/internal.h" // defines: ZT_INTERNAL, zt__err_t
 
 typedef struct zt__swap zt__swap_t;
 

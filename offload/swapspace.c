@@ -25,9 +25,9 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "engine.h" // defines: struct zt_engine (config, comm, error buffer)
-#include "swap.h"   // defines: zt__swap_*
-#include "swapspace.h"
+#include "engine/engine.h" // defines: struct zt_engine (config, comm, error buffer)
+#include "offload/swap.h"   // defines: zt__swap_*
+#include "offload/swapspace.h"
 
 unsigned zt__swapspace_split_paths(const char *swap_path, char *buf, size_t n,
                                    const char **paths) {

@@ -10,7 +10,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "internal.h" // defines: ZT_INTERNAL, zt_engine_t
+#include "base/internal.h" // defines: ZT_INTERNAL, zt_engine_t
 
 struct zt__swap;
 

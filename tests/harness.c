@@ -18,8 +18,8 @@
 #define XXH_INLINE_ALL
 #include <xxhash.h>
 
-#include "engine.h"     // defines: struct zt_engine (its backend)
-#include "optim_math.h" // defines: the conversions the library uses
+#include "engine/engine.h"     // defines: struct zt_engine (its backend)
+#include "cpu/optim_math.h" // defines: the conversions the library uses
 
 /* ---- random data (xoshiro256**) ------------------------------------------ */
 

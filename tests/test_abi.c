@@ -1,6 +1,6 @@
 /*
  * test_abi.c — the public structs that carry a `size`, across versions of
- * ztier.h (src/abi.h): a struct of ztier 0.1's size is read and written only
+ * ztier.h (src/base/abi.h): a struct of ztier 0.1's size is read and written only
  * within its size, the fields it lacks taking the library's defaults; a
  * larger one is accepted when the bytes past the library's struct are zero
  * and refused (-E2BIG, with a sentence) when they are not; zt_config_init()
@@ -17,8 +17,8 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "abi.h"    // defines: ZT__CONFIG_SIZE_0_1, ...
-#include "engine.h" // defines: struct zt_engine (the engine's copy of the config)
+#include "base/abi.h"    // defines: ZT__CONFIG_SIZE_0_1, ...
+#include "engine/engine.h" // defines: struct zt_engine (the engine's copy of the config)
 #include "harness.h"
 
 /* ztier 0.1's sizeof of each struct, as its header had them. */

@@ -18,10 +18,10 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "engine.h" // defines: struct zt_engine (its pool)
+#include "engine/engine.h" // defines: struct zt_engine (its pool)
 #include "harness.h"
-#include "plan.h" // defines: zt__plan, zt__plan_least_budget
-#include "pool.h" // defines: zt__hostpool_mem_available
+#include "engine/plan.h" // defines: zt__plan, zt__plan_least_budget
+#include "offload/pool.h" // defines: zt__hostpool_mem_available
 
 /* 1 TiB of pinned budget: more than this machine has. Engine create fails
  * with -ENOMEM and a sentence naming pinned_budget_bytes, its value and the

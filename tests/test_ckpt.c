@@ -58,11 +58,11 @@
 
 #include <cjson/cJSON.h> // defines: the test's own reading of manifest.json
 
-#include "engine.h"     // defines: struct zt_engine (its nvme tiers, for the fault hook)
+#include "engine/engine.h"     // defines: struct zt_engine (its nvme tiers, for the fault hook)
 #include "harness.h"
-#include "opt_nvme.h"   // defines: zt__opt_nvme_swap
-#include "param_nvme.h" // defines: zt__param_nvme_swap
-#include "swap.h"       // defines: zt__swap_set_hook, zt__swap_path
+#include "offload/opt_nvme.h"   // defines: zt__opt_nvme_swap
+#include "offload/param_nvme.h" // defines: zt__param_nvme_swap
+#include "offload/swap.h"       // defines: zt__swap_set_hook, zt__swap_path
 
 /* Listed out of offset order: a checkpoint keys units by their place in
  * the buffer, not by their row in the table. */

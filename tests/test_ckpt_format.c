@@ -1,7 +1,7 @@
 /*
  * test_ckpt_format.c — the checkpoint file formats: a checkpoint's
- * manifest.json (ckpt/manifest.c) and safetensors files (ckpt/safetensors.c)
- * on their own, and a saved checkpoint consolidated (ckpt/consolidate.c)
+ * manifest.json (src/ckpt/manifest.c) and safetensors files (src/ckpt/safetensors.c)
+ * on their own, and a saved checkpoint consolidated (src/ckpt/consolidate.c)
  * and read back by this file's own reader.
  *
  * What it holds:
@@ -40,9 +40,9 @@
 
 #include <cjson/cJSON.h> // defines: the test's own JSON reading and editing
 
-#include "ckpt.h"        // defines: zt__ckpt_consolidate
-#include "manifest.h"    // defines: zt__manifest_*
-#include "safetensors.h" // defines: zt__st_*
+#include "src/ckpt/ckpt.h"        // defines: zt__ckpt_consolidate
+#include "src/ckpt/manifest.h"    // defines: zt__manifest_*
+#include "src/ckpt/safetensors.h" // defines: zt__st_*
 
 #define EXACT ((uint64_t)1 << 53)
 

@@ -19,7 +19,7 @@
 #include <cjson/cJSON.h>
 
 #include "harness.h"
-#include "units.h" // defines: zt__parse_bytes, zt__parse_count
+#include "base/units.h" // defines: zt__parse_bytes, zt__parse_count
 
 /* Skips unless BUILD/<rel> is built. */
 static void need(const char *rel) {

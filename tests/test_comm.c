@@ -1,5 +1,5 @@
 /*
- * test_comm.c — the comm backends (src/comm_single.c, src/comm_mpi.c) and the
+ * test_comm.c — the comm backends (src/comm/comm_single.c, src/comm/comm_mpi.c) and the
  * choice between them.
  *
  * What it holds, at world sizes 1, 2, 3 and 4 (one mpirun per size, every
@@ -37,8 +37,8 @@
 #include <string.h>
 #include <time.h>
 
-#include "comm.h"   // defines: zt__comm_t, the backends
-#include "engine.h" // defines: struct zt_engine (its comm)
+#include "comm/comm.h"   // defines: zt__comm_t, the backends
+#include "engine/engine.h" // defines: struct zt_engine (its comm)
 #include "harness.h"
 
 /* comm_mpi.c (not declared in comm.h). */

@@ -1,6 +1,6 @@
 /*
  * test_comm_nccl.c — the NCCL comm backend (cuda/comm_nccl.cu) and its id
- * bootstrap (src/comm_boot.c).
+ * bootstrap (src/comm/comm_boot.c).
  *
  * Without a GPU (every machine):
  *   - the file bootstrap: a round trip from "rank 0" to a "rank 1" that is a
@@ -26,8 +26,8 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "comm.h"   // defines: zt__comm_*, zt__boot_id_*
-#include "config.h" // defines: zt__config_doc
+#include "comm/comm.h"   // defines: zt__comm_*, zt__boot_id_*
+#include "engine/config.h" // defines: zt__config_doc
 
 #if ZT_HAVE_CUDA
 #include <cuda_runtime.h> // defines: cudaMalloc, cudaMemcpy, cudaGetDeviceCount

@@ -19,7 +19,7 @@
  * The test keeps its own table of keys, fields and valid ranges, written from
  * include/ztier.h and the documented ranges, not read from the library.
  */
-#include "config.h" // defines: zt__config_doc
+#include "engine/config.h" // defines: zt__config_doc
 #include "harness.h"
 
 #include <errno.h>
@@ -32,7 +32,7 @@
 
 #include <cjson/cJSON.h> // defines: cJSON_Parse, to check to_json's output
 
-/* src/config.c: the key table of docs/config.md. */
+/* src/engine/config.c: the key table of docs/config.md. */
 
 #define KiB ((uint64_t)1 << 10)
 #define MiB (KiB << 10)

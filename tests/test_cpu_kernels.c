@@ -16,10 +16,10 @@
 #include <immintrin.h> // defines: _cvtsh_ss, _cvtss_sh (in target("f16c") functions)
 #endif
 
-#include "cpu_kernels.h"
-#include "cpu_optim.h"
+#include "cpu/cpu_kernels.h"
+#include "cpu/cpu_optim.h"
 #include "harness.h"
-#include "optim_math.h"
+#include "cpu/optim_math.h"
 #include "reference.h"
 
 static const zt_dtype_t dtypes[] = {ZT_FP32, ZT_BF16, ZT_FP16};

@@ -25,9 +25,9 @@
 #include <string.h>
 
 #include "harness.h"     // defines: cmocka, t_rng_*, t_fill_*, T_RUN
-#include "backend.h"     // defines: zt__backend_cuda_ops
-#include "cpu_kernels.h" // defines: zt__adam_span_scalar, zt__sumsq_scalar, zt__cast_scalar
-#include "optim_math.h"  // defines: zt__adam_hp_t, zt_sr_key, ZT_NORM_BLOCK
+#include "backend/backend.h"     // defines: zt__backend_cuda_ops
+#include "cpu/cpu_kernels.h" // defines: zt__adam_span_scalar, zt__sumsq_scalar, zt__cast_scalar
+#include "cpu/optim_math.h"  // defines: zt__adam_hp_t, zt_sr_key, ZT_NORM_BLOCK
 
 static const zt__backend_ops_t *const ops = &zt__backend_cuda_ops;
 static const zt_dtype_t dtypes[] = {ZT_FP32, ZT_BF16, ZT_FP16};

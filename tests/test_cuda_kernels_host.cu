@@ -51,16 +51,16 @@ extern "C" {
 #include "harness.h"   // defines: T_RUN, t_seed, t_rng_*, t_fill_*, t_dtype_*
 #include "reference.h" // defines: ref_adam, ref_close_f32
 }
-#include "cpu_kernels.h" // defines: zt__adam_span_scalar, zt__sumsq_scalar, zt__cast_scalar
-#include "kernels.cuh"   // defines: zt__cuda_seg_t, ZT_CUDA_ADAM_*, ZT_CUDA_SUMSQ_THREADS
-#include "optim_math.h"  // defines: zt__adam_hp_t, zt_sr_key, ZT_NORM_BLOCK
+#include "cpu/cpu_kernels.h" // defines: zt__adam_span_scalar, zt__sumsq_scalar, zt__cast_scalar
+#include "cuda/kernels.cuh"   // defines: zt__cuda_seg_t, ZT_CUDA_ADAM_*, ZT_CUDA_SUMSQ_THREADS
+#include "cpu/optim_math.h"  // defines: zt__adam_hp_t, zt_sr_key, ZT_NORM_BLOCK
 
 /* The kernels' code itself. In a namespace, its launchers and plans are
  * kern::zt__cuda_* and do not clash with the C++ symbols of libztier.a's
  * kernels.o; the headers it includes are already in, so their guards keep
  * them out of the namespace. */
 namespace kern {
-#include "kernels.cu"
+#include "cuda/kernels.cu"
 } // namespace kern
 
 typedef unsigned long long u64;

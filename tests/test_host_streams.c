@@ -9,7 +9,7 @@
  */
 #include <string.h>
 
-#include "backend.h"
+#include "backend/backend.h"
 #include "harness.h"
 
 #define COPIES 300 /* more than ZT_COPY_QUEUE: pushes into a full queue */

@@ -21,10 +21,10 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "engine.h" // defines: struct zt_engine
+#include "engine/engine.h" // defines: struct zt_engine
 #include "harness.h"
-#include "swap.h"      // defines: zt__swap_t
-#include "swapspace.h" // defines: zt__swapspace_scan, zt__swapspace_open
+#include "offload/swap.h"      // defines: zt__swap_t
+#include "offload/swapspace.h" // defines: zt__swapspace_scan, zt__swapspace_open
 
 enum { N = 50000 };
 

@@ -18,11 +18,11 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "engine.h"
+#include "engine/engine.h"
 #include "harness.h"
-#include "opt_nvme.h"
-#include "plan.h" // defines: zt__plan
-#include "swap.h"
+#include "offload/opt_nvme.h"
+#include "engine/plan.h" // defines: zt__plan
+#include "offload/swap.h"
 
 static const zt_dtype_t dtypes[] = {ZT_FP32, ZT_BF16, ZT_FP16};
 

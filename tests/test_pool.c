@@ -20,10 +20,10 @@
 #include <sys/resource.h>
 #include <unistd.h>
 
-#include "engine.h" // defines: struct zt_engine (its pool, states, host_bytes)
+#include "engine/engine.h" // defines: struct zt_engine (its pool, states, host_bytes)
 #include "harness.h"
-#include "pinned.h"
-#include "pool.h"
+#include "offload/pinned.h"
+#include "offload/pool.h"
 
 #define KB ((size_t)4096)
 

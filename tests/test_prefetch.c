@@ -16,10 +16,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "engine.h"
+#include "engine/engine.h"
 #include "harness.h"
-#include "param_nvme.h"
-#include "swap.h"
+#include "offload/param_nvme.h"
+#include "offload/swap.h"
 
 #define L 6
 #define WN 3001

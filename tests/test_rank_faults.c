@@ -37,10 +37,10 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "engine.h"     // defines: struct zt_engine (its comm and parameter tier)
+#include "engine/engine.h"     // defines: struct zt_engine (its comm and parameter tier)
 #include "harness.h"
-#include "param_nvme.h" // defines: zt__param_nvme_swap
-#include "swap.h"       // defines: zt__swap_set_hook
+#include "offload/param_nvme.h" // defines: zt__param_nvme_swap
+#include "offload/swap.h"       // defines: zt__swap_set_hook
 
 #define L 4
 #define WN 1001

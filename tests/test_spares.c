@@ -6,7 +6,7 @@
  * bytes kept add up.
  */
 #include "harness.h"
-#include "spares.h" // defines: zt__spares_*
+#include "offload/spares.h" // defines: zt__spares_*
 
 static void test_spares(void **state) {
   zt__spares_t s = {0};

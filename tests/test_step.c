@@ -11,9 +11,9 @@
 #include <math.h>
 #include <string.h>
 
-#include "engine.h"
+#include "engine/engine.h"
 #include "harness.h"
-#include "optim_math.h"
+#include "cpu/optim_math.h"
 #include "reference.h"
 
 static const zt_dtype_t dtypes[] = {ZT_FP32, ZT_BF16, ZT_FP16};

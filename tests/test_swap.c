@@ -35,7 +35,7 @@
 #include <unistd.h>
 
 #include "harness.h"
-#include "swap.h"
+#include "offload/swap.h"
 
 #define BS 4096u
 

@@ -10,7 +10,7 @@
 #include <time.h>
 
 #include "harness.h"
-#include "threadpool.h"
+#include "cpu/threadpool.h"
 
 typedef struct count_ctx {
   _Atomic int *hits;        /* per task */

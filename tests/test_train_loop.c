@@ -20,7 +20,7 @@
  *   - ztier and the hand-written AdamW agree to ~1e-5 relative over 100
  *     steps, not bit for bit: ztier computes the bias corrections in double
  *     and applies them as step_size and 1/sqrt(bc2) with fused multiply-adds
- *     (src/optim_math.h), llm.c divides m and v by powf() corrections. Each
+ *     (src/cpu/optim_math.h), llm.c divides m and v by powf() corrections. Each
  *     update differs by an ulp or two; the training dynamics carry those
  *     differences forward without growing them much over 100 steps.
  *   - ztier's device and host tiers are BIT-identical, in every loss and

@@ -1,5 +1,5 @@
 /*
- * test_util.c — the small helpers of src/internal.h and src/util.c:
+ * test_util.c — the small helpers of src/base/internal.h and src/base/util.c:
  * zt__write_all through short writes and signals (a pipe a slow reader
  * drains while the writer is interrupted), its errors, and zero bytes;
  * zt__page_round at 0, around one page, and at the top of size_t;
@@ -15,7 +15,7 @@
 #include <unistd.h>
 
 #include "harness.h"
-#include "internal.h" // defines: zt__write_all, zt__page_round, zt__span_clip
+#include "base/internal.h" // defines: zt__write_all, zt__page_round, zt__span_clip
 
 /* ---- zt__write_all ------------------------------------------------------- */
 

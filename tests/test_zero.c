@@ -20,7 +20,7 @@
 #include <string.h>
 
 #include "harness.h"
-#include "plan.h" // defines: zt__plan
+#include "engine/plan.h" // defines: zt__plan
 
 #define W_MAX 4
 

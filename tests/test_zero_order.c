@@ -16,10 +16,10 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "engine.h" // defines: struct zt_engine (its partition)
+#include "engine/engine.h" // defines: struct zt_engine (its partition)
 #include "harness.h"
-#include "partition.h" // defines: ZT_COMM_MAX_COUNT, ZT_XFER_SLOTS
-#include "plan.h"      // defines: zt__plan
+#include "zero/partition.h" // defines: ZT_COMM_MAX_COUNT, ZT_XFER_SLOTS
+#include "engine/plan.h"      // defines: zt__plan
 
 #define NUMEL 5000
 

@@ -3,7 +3,7 @@
  * checksums verified (`info`), and its parameters exported as one
  * safetensors file that other tools read (`consolidate`).
  *
- * consolidate is ckpt/consolidate.c's; this prints its peak RSS, a few MiB
+ * consolidate is src/ckpt/consolidate.c's; this prints its peak RSS, a few MiB
  * whatever the model's size.
  */
 #include <errno.h>
@@ -17,9 +17,9 @@
 
 #include <cjson/cJSON.h> // defines: cJSON (info --json)
 
-#include "ckpt.h"        // defines: zt__ckpt_read_manifest, zt__ckpt_consolidate
-#include "manifest.h"    // defines: zt__manifest_t
-#include "safetensors.h" // defines: zt__st_*
+#include "src/ckpt/ckpt.h"        // defines: zt__ckpt_read_manifest, zt__ckpt_consolidate
+#include "src/ckpt/manifest.h"    // defines: zt__manifest_t
+#include "src/ckpt/safetensors.h" // defines: zt__st_*
 
 int zt_ckpt_main(int argc, char **argv);
 

@@ -1,13 +1,13 @@
 /*
  * src/tool/plan.c — `ztier plan`: memory per rank in each tier for a model,
  * a world size, a stage and tiers, before anything runs. The figures come
- * from zt__plan (src/plan.c), which the tests hold equal to what the engine
+ * from zt__plan (src/engine/plan.c), which the tests hold equal to what the engine
  * allocates.
  */
 #include <stdio.h>
 
-#include "../../bench/common.h" // defines: zt_bench_parse, zt_bench_json_*
-#include "plan.h"               // defines: zt__plan
+#include "bench/common.h" // defines: zt_bench_parse, zt_bench_json_*
+#include "engine/plan.h"               // defines: zt__plan
 #include "ztier.h"
 
 int zt_plan_main(int argc, char **argv);

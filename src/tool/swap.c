@@ -9,8 +9,8 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "swap.h"      // defines: ZT__SWAP_MAX_PATHS
-#include "swapspace.h" // defines: zt__swapspace_scan
+#include "offload/swap.h"      // defines: ZT__SWAP_MAX_PATHS
+#include "offload/swapspace.h" // defines: zt__swapspace_scan
 #include "ztier.h"     // defines: zt_last_error
 
 int zt_swap_main(int argc, char **argv);

@@ -11,7 +11,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "../../bench/common.h" // defines: zt_bench_*_main
+#include "bench/common.h" // defines: zt_bench_*_main
 #include "ztier.h"              // defines: zt_version
 
 typedef struct command {

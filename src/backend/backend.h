@@ -1,0 +1,118 @@
+/*
+ * backend.h — the device backend interface: memory, copies, streams, events
+ * and the few kernels a step needs. Two implementations:
+ *   host (src/backend/backend_host.c): "device memory" is host memory, kernels run on
+ *        the CPU optimizer's threads, copies are memcpy done at once (so those
+ *        streams are always idle and their events complete), except on
+ *        ZT_STREAM_PREFETCH, whose copies a thread of its own runs in order;
+ *   cuda (cuda/backend_cuda.cu): cudaMalloc with budget accounting, ztier's own
+ *        streams for H2D and D2H ordered after the compute stream by events,
+ *        kernels from cuda/kernels.cu, host pinning by cudaHostRegister.
+ * Builds without nvcc link src/backend/backend_nocuda.c, whose create says so.
+ *
+ * Every function returns 0 or a negative code and writes its sentence into
+ * the backend's zt__err_t (given at create). Functions taking a stream are
+ * stream-ordered; the rest are synchronous.
+ */
+#ifndef ZT_BACKEND_H
+#define ZT_BACKEND_H
+
+#include <stddef.h>
+
+#include "cpu/cpu_optim.h" // defines: zt__cpu_t, zt__adam_launch_t, zt__seg_t
+#include "base/internal.h"  // defines: zt__err_t
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum zt__stream {
+  ZT_STREAM_COMPUTE = 0, /* the user's stream (the default stream on CUDA) */
+  ZT_STREAM_H2D = 1,     /* ztier's host-to-device copies                   */
+  ZT_STREAM_D2H = 2,     /* ztier's device-to-host copies                   */
+  ZT_STREAM_PREFETCH = 3, /* stage 3: a group's own shard part staged into
+                             its gathered buffer ahead of its fetch        */
+  ZT_STREAM_COUNT = 4
+} zt__stream_t;
+
+typedef enum zt__copy_kind {
+  ZT_COPY_H2D = 0,
+  ZT_COPY_D2H = 1,
+  ZT_COPY_D2D = 2
+} zt__copy_kind_t;
+
+typedef struct zt__backend zt__backend_t; /* each implementation's own */
+typedef struct zt__event zt__event_t;     /* each implementation's own */
+
+typedef struct zt__backend_ops {
+  const char *name;
+
+  /* `cpu` is the engine's CPU optimizer (the host backend runs its kernels
+   * there); `err` receives the sentences of every later failure. */
+  int (*create)(const zt_config_t *cfg, zt__cpu_t *cpu, zt__err_t *err,
+                zt__backend_t **out);
+  void (*destroy)(zt__backend_t *be); /* NULL: nothing; syncs first */
+
+  /* Device memory, counted against cfg->device_budget_bytes (0: no limit);
+   * -ENOMEM with a sentence when the budget or the device is full. */
+  int (*alloc)(zt__backend_t *be, size_t bytes, void **out);
+  void (*free)(zt__backend_t *be, void *p, size_t bytes);
+  size_t (*device_bytes)(const zt__backend_t *be);
+
+  /* Makes host memory usable for async copies (cudaHostRegister; a no-op on
+   * the host backend). Pairs with host_unregister. */
+  int (*host_register)(zt__backend_t *be, void *p, size_t bytes);
+  void (*host_unregister)(zt__backend_t *be, void *p);
+
+  /* The device's PCI bus id ("0000:3b:00.0"), for placing pinned memory on
+   * the NUMA node next to it; NULL when there is none (host backend). */
+  const char *(*pci_bus_id)(zt__backend_t *be);
+
+  /* 1 when `p` is memory of this device (for argument checks). Host backend:
+   * always 1. */
+  int (*is_device_ptr)(zt__backend_t *be, const void *p);
+
+  int (*copy)(zt__backend_t *be, void *dst, const void *src, size_t bytes,
+              zt__copy_kind_t kind, zt__stream_t stream);
+  /* bytes of device memory at p set to 0 (cudaMemsetAsync). */
+  int (*memset_zero)(zt__backend_t *be, void *p, size_t bytes, zt__stream_t stream);
+
+  int (*event_create)(zt__backend_t *be, zt__event_t **out);
+  void (*event_destroy)(zt__backend_t *be, zt__event_t *ev);
+  int (*event_record)(zt__backend_t *be, zt__event_t *ev, zt__stream_t stream);
+  /* `stream` waits for `ev` on the device; the host does not block. */
+  int (*stream_wait)(zt__backend_t *be, zt__stream_t stream, zt__event_t *ev);
+  /* The host blocks until `ev` has completed. */
+  int (*event_sync)(zt__backend_t *be, zt__event_t *ev);
+  int (*stream_sync)(zt__backend_t *be, zt__stream_t stream);
+
+  /* ---- kernels, on device memory ---- */
+
+  /* The update of zt__adam_launch_t, every array in device memory; the
+   * segment table `l->segs` is in host memory (the backend copies it). */
+  int (*adam)(zt__backend_t *be, const zt__adam_launch_t *l,
+              zt__stream_t stream);
+
+  /* Sum of squares of the gradients over the segments, deterministic for a
+   * given device and segment table; synchronous (the result is a host
+   * double). It is also the overflow check: inf/nan in, inf/nan out. The
+   * unscale is not a kernel of its own: it is part of the update's gradient
+   * multiplier (zt__adam_hp_t.gmul). */
+  int (*sumsq)(zt__backend_t *be, const void *grads, zt_dtype_t dtype,
+               const zt__seg_t *segs, size_t n_segs, zt__stream_t stream,
+               double *out);
+
+  /* dst[i] = (dst_dtype) src[i] for n elements, round to nearest even. */
+  int (*cast)(zt__backend_t *be, void *dst, zt_dtype_t dst_dtype,
+              const void *src, zt_dtype_t src_dtype, size_t n,
+              zt__stream_t stream);
+} zt__backend_ops_t;
+
+ZT_INTERNAL extern const zt__backend_ops_t zt__backend_host_ops;
+ZT_INTERNAL extern const zt__backend_ops_t zt__backend_cuda_ops;
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* ZT_BACKEND_H */

@@ -1,0 +1,104 @@
+/*
+ * backend_nocuda.c — the cuda backend's table in a libztier built without
+ * nvcc (make CUDA=0, or no toolkit): create fails with ZT_ENOCUDA and a
+ * sentence saying how to get a CUDA build. No backend object ever exists
+ * here, so the other entries cannot be reached through a created backend;
+ * they are still safe to call (they fail or do nothing).
+ */
+#include <stddef.h>
+
+#include "backend/backend.h" // defines: zt__backend_ops_t
+
+static int nocuda_create(const zt_config_t *cfg, zt__cpu_t *cpu, zt__err_t *err,
+                         zt__backend_t **out) {
+  if (out) *out = NULL;
+  return zt__errf(err, ZT_ENOCUDA,
+                  "backend \"cuda\": this libztier was built without CUDA (CUDA=0 or no "
+                  "nvcc at build time); rebuild with make CUDA=1 on a machine with the "
+                  "CUDA toolkit, or use backend \"host\"");
+}
+
+static void nocuda_destroy(zt__backend_t *be) {}
+
+static int nocuda_alloc(zt__backend_t *be, size_t bytes, void **out) {
+  if (out) *out = NULL;
+  return ZT_ENOCUDA;
+}
+
+static void nocuda_free(zt__backend_t *be, void *p, size_t bytes) {}
+static size_t nocuda_device_bytes(const zt__backend_t *be) { return 0; }
+static int nocuda_host_register(zt__backend_t *be, void *p, size_t bytes) {
+  return ZT_ENOCUDA;
+}
+static void nocuda_host_unregister(zt__backend_t *be, void *p) {}
+static int nocuda_is_device_ptr(zt__backend_t *be, const void *p) { return 0; }
+
+static int nocuda_copy(zt__backend_t *be, void *dst, const void *src, size_t bytes,
+                       zt__copy_kind_t kind, zt__stream_t stream) {
+  return ZT_ENOCUDA;
+}
+
+static int nocuda_memset_zero(zt__backend_t *be, void *p, size_t bytes,
+                              zt__stream_t stream) {
+  return ZT_ENOCUDA;
+}
+
+static int nocuda_event_create(zt__backend_t *be, zt__event_t **out) {
+  if (out) *out = NULL;
+  return ZT_ENOCUDA;
+}
+
+static void nocuda_event_destroy(zt__backend_t *be, zt__event_t *ev) {}
+
+static int nocuda_event_record(zt__backend_t *be, zt__event_t *ev, zt__stream_t stream) {
+  return ZT_ENOCUDA;
+}
+
+static int nocuda_stream_wait(zt__backend_t *be, zt__stream_t stream, zt__event_t *ev) {
+  return ZT_ENOCUDA;
+}
+
+static int nocuda_event_sync(zt__backend_t *be, zt__event_t *ev) { return ZT_ENOCUDA; }
+static int nocuda_stream_sync(zt__backend_t *be, zt__stream_t stream) { return ZT_ENOCUDA; }
+
+static int nocuda_adam(zt__backend_t *be, const zt__adam_launch_t *l, zt__stream_t stream) {
+  return ZT_ENOCUDA;
+}
+
+static int nocuda_sumsq(zt__backend_t *be, const void *grads, zt_dtype_t dtype,
+                        const zt__seg_t *segs, size_t n_segs, zt__stream_t stream,
+                        double *out) {
+  if (out) *out = 0.0;
+  return ZT_ENOCUDA;
+}
+
+static int nocuda_cast(zt__backend_t *be, void *dst, zt_dtype_t dst_dtype, const void *src,
+                       zt_dtype_t src_dtype, size_t n, zt__stream_t stream) {
+  return ZT_ENOCUDA;
+}
+
+static const char *nocuda_pci_bus_id(zt__backend_t *be) { return NULL; }
+
+const zt__backend_ops_t zt__backend_cuda_ops = {
+    .name = "cuda",
+    .create = nocuda_create,
+    .destroy = nocuda_destroy,
+    .alloc = nocuda_alloc,
+    .free = nocuda_free,
+    .device_bytes = nocuda_device_bytes,
+    .host_register = nocuda_host_register,
+    .host_unregister = nocuda_host_unregister,
+    .pci_bus_id = nocuda_pci_bus_id,
+    .is_device_ptr = nocuda_is_device_ptr,
+    .copy = nocuda_copy,
+    .memset_zero = nocuda_memset_zero,
+    .event_create = nocuda_event_create,
+    .event_destroy = nocuda_event_destroy,
+    .event_record = nocuda_event_record,
+    .stream_wait = nocuda_stream_wait,
+    .event_sync = nocuda_event_sync,
+    .stream_sync = nocuda_stream_sync,
+    .adam = nocuda_adam,
+    .sumsq = nocuda_sumsq,
+    .cast = nocuda_cast,
+};

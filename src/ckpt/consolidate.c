@@ -1,0 +1,248 @@
+/*
+ * consolidate.c — a checkpoint's parameters as one safetensors file: the
+ * fp32 master weights of every unit, named by the unit table, in the order
+ * of the state space, streamed a piece at a time from whichever rank files
+ * hold them, so memory stays a few pieces whatever the model's size.
+ *
+ * The output never lands on the checkpoint it is made from: an output
+ * inside the checkpoint directory, or one that exists, is refused unless
+ * forced, and even forced it never replaces a file the checkpoint uses
+ * (compared by device and inode, so another name for the same file is
+ * caught too). The data goes to a temporary name of its own and is renamed
+ * into place; unforced, that rename never replaces a file that appeared
+ * meanwhile.
+ */
+#define _GNU_SOURCE // defines: renameat2, RENAME_NOREPLACE
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "src/ckpt/ckpt.h"
+#include "src/ckpt/manifest.h"    // defines: zt__manifest_t
+#include "cpu/optim_math.h"  // defines: zt_f32_to_bf16_rne
+#include "src/ckpt/safetensors.h" // defines: zt__st_*
+
+#define PIECE ((size_t)1 << 20) /* elements read and written at once */
+
+/* The directory that holds `path`, fsynced: a rename is durable then. */
+static int fsync_parent(const char *path, zt__err_t *e) {
+  char dir[4096];
+  snprintf(dir, sizeof dir, "%s", path);
+  char *slash = strrchr(dir, '/');
+  if (slash == NULL) snprintf(dir, sizeof dir, ".");
+  else if (slash == dir) slash[1] = '\0';
+  else *slash = '\0';
+  return zt__ckpt_fsync_dir(dir, e);
+}
+
+/* Whether st is the same file as dir/name. */
+static int same_file(const struct stat *st, const char *dir, const char *name) {
+  char path[8192];
+  struct stat o;
+  snprintf(path, sizeof path, "%s/%s", dir, name);
+  return stat(path, &o) == 0 && o.st_dev == st->st_dev && o.st_ino == st->st_ino;
+}
+
+/* Whether directory `parent` (a real path) is `dir` or lies under it, by
+ * device and inode of each of its ancestors: a bind mount or another path
+ * to the directory is found as well as the same string. */
+static int lies_in(const char *parent, const struct stat *dir_st) {
+  char p[PATH_MAX];
+  snprintf(p, sizeof p, "%s", parent);
+  for (;;) {
+    struct stat st;
+    if (stat(p, &st) == 0 && st.st_dev == dir_st->st_dev && st.st_ino == dir_st->st_ino)
+      return 1;
+    char *slash = strrchr(p, '/');
+    if (slash == NULL || slash == p) break;
+    *slash = '\0';
+  }
+  struct stat root;
+  return stat("/", &root) == 0 && root.st_dev == dir_st->st_dev && root.st_ino == dir_st->st_ino;
+}
+
+/* Refuses an `out` that is a file the checkpoint uses (whatever `force`),
+ * or, unforced, one inside the checkpoint directory or one that exists. */
+static int check_out(const char *dir, const char *out, const zt__manifest_t *m, int force,
+                     zt__err_t *e) {
+  const char *fn = "consolidate";
+  struct stat dir_st, st, lst;
+  if (stat(dir, &dir_st) != 0)
+    return zt__errf(e, -errno, "%s: %s: %s", fn, dir, strerror(errno));
+  /* The directory OUT goes into, by its real path. */
+  char parent[PATH_MAX], real[PATH_MAX];
+  if (snprintf(parent, sizeof parent, "%s", out) >= (int)sizeof parent)
+    return zt__errf(e, -ENAMETOOLONG, "%s: OUT %s is too long", fn, out);
+  char *slash = strrchr(parent, '/');
+  if (slash == NULL) snprintf(parent, sizeof parent, ".");
+  else if (slash == parent) slash[1] = '\0';
+  else *slash = '\0';
+  if (realpath(parent, real) == NULL)
+    return zt__errf(e, -errno, "%s: the directory of OUT %s (%s): %s; expected an existing "
+                    "directory", fn, out, parent, strerror(errno));
+  int exists = lstat(out, &lst) == 0;
+  int target = exists && stat(out, &st) == 0; /* a dangling link has none */
+  if (target && S_ISDIR(st.st_mode))
+    return zt__errf(e, -EISDIR, "%s: OUT %s is a directory; expected the path of a "
+                    "safetensors file to write", fn, out);
+  /* A file the checkpoint uses: its manifest, a rank file, the save lock,
+   * under this name or any other (a hard or symbolic link to it). */
+  for (int pass = 0; exists && pass < 2; pass++) {
+    const struct stat *s = pass == 0 ? &lst : &st;
+    if (pass == 1 && !target) break;
+    const char *used = NULL;
+    if (same_file(s, dir, ZT_CKPT_MANIFEST)) used = ZT_CKPT_MANIFEST;
+    else if (same_file(s, dir, ZT_CKPT_LOCK)) used = ZT_CKPT_LOCK;
+    for (size_t i = 0; used == NULL && i < m->n_files; i++)
+      if (same_file(s, dir, m->files[i].name)) used = m->files[i].name;
+    if (used)
+      return zt__errf(e, -EEXIST, "%s: OUT %s is %s/%s, a file of the checkpoint being "
+                      "consolidated; it is never overwritten (not even with --force): write "
+                      "OUT outside the checkpoint directory", fn, out, dir, used);
+  }
+  if (force) return 0;
+  if (lies_in(real, &dir_st))
+    return zt__errf(e, -EEXIST, "%s: OUT %s is inside the checkpoint directory %s; write it "
+                    "elsewhere (--force allows it, never over a file the checkpoint uses)",
+                    fn, out, dir);
+  if (exists)
+    return zt__errf(e, -EEXIST, "%s: OUT %s exists; remove it or pass --force to replace it",
+                    fn, out);
+  return 0;
+}
+
+static int plain_fs; /* tests: as if neither RENAME_NOREPLACE nor hard links */
+
+void zt__ckpt_consolidate_plain_fs(int on) { plain_fs = on; }
+
+/* tmp becomes out: unforced, never over a file that appeared meanwhile. */
+static int commit_out(const char *tmp, const char *out, int force, zt__err_t *e) {
+  if (!force && !plain_fs) {
+    if (renameat2(AT_FDCWD, tmp, AT_FDCWD, out, RENAME_NOREPLACE) == 0) return 0;
+    if (errno == EEXIST)
+      return zt__errf(e, -EEXIST, "consolidate: OUT %s appeared while it was being written; "
+                      "it is left as it was (pass --force to replace it)", out);
+    /* File systems without the flag: a hard link fails on an existing name. */
+    if (errno != EINVAL && errno != ENOSYS)
+      return zt__errf(e, -errno, "consolidate: renaming %s: %s", tmp, strerror(errno));
+    if (link(tmp, out) == 0) {
+      unlink(tmp);
+      return 0;
+    }
+    if (errno == EEXIST)
+      return zt__errf(e, -EEXIST, "consolidate: OUT %s appeared while it was being written; "
+                      "it is left as it was (pass --force to replace it)", out);
+    if (errno != EPERM && errno != EOPNOTSUPP)
+      return zt__errf(e, -errno, "consolidate: linking %s: %s", tmp, strerror(errno));
+  }
+  if (!force) {
+    /* Neither: OUT is claimed first with an empty file of our own, created
+     * only if the name is free, and the rename then replaces only that. */
+    int fd = open(out, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+    if (fd < 0 && errno == EEXIST)
+      return zt__errf(e, -EEXIST, "consolidate: OUT %s appeared while it was being written; "
+                      "it is left as it was (pass --force to replace it)", out);
+    if (fd < 0)
+      return zt__errf(e, -errno, "consolidate: cannot create %s: %s", out, strerror(errno));
+    close(fd);
+    if (rename(tmp, out) != 0) {
+      int err = errno;
+      unlink(out);
+      return zt__errf(e, -err, "consolidate: renaming %s: %s", tmp, strerror(err));
+    }
+    return 0;
+  }
+  if (rename(tmp, out) != 0)
+    return zt__errf(e, -errno, "consolidate: renaming %s: %s", tmp, strerror(errno));
+  return 0;
+}
+
+static int export_units(const zt__manifest_t *m, zt__ckpt_src_t *src, zt__st_writer_t *w,
+                        zt_dtype_t out_dt, FILE *progress, zt__err_t *e) {
+  float *f32 = malloc(PIECE * sizeof(float));
+  uint16_t *b16 = out_dt == ZT_BF16 ? malloc(PIECE * sizeof(uint16_t)) : NULL;
+  int rc = f32 && (out_dt != ZT_BF16 || b16) ? 0 : zt__errf(e, -ENOMEM, "out of memory");
+  uint64_t done = 0, next_report = 0;
+  for (size_t u = 0; rc == 0 && u < m->n_units; u++) {
+    const zt__ckpt_unit_t *unit = &m->units[u];
+    for (uint64_t k = 0; rc == 0 && k < unit->numel; k += PIECE) {
+      size_t n = unit->numel - k < PIECE ? (size_t)(unit->numel - k) : PIECE;
+      rc = zt__ckpt_src_read(src, ZT_CKPT_MASTER, unit->state_off + k, n, f32);
+      if (rc == 0 && out_dt == ZT_BF16) {
+        for (size_t i = 0; i < n; i++) b16[i] = zt_f32_to_bf16_rne(f32[i]);
+        rc = zt__st_write(w, b16, n * sizeof *b16);
+      } else if (rc == 0) {
+        rc = zt__st_write(w, f32, n * sizeof *f32);
+      }
+      done += n;
+      if (progress && (done >= next_report || done == m->state_numel)) {
+        fprintf(progress, "consolidate: %5.1f%% of %llu parameters, unit %s\n",
+                100.0 * (double)done / (double)m->state_numel,
+                (unsigned long long)m->state_numel, unit->name);
+        next_report = done + m->state_numel / 10;
+      }
+    }
+  }
+  free(f32);
+  free(b16);
+  return rc;
+}
+
+int zt__ckpt_consolidate(const char *dir, const char *out, zt_dtype_t out_dt, int force,
+                         FILE *progress, uint64_t *size, zt__err_t *e) {
+  *size = 0;
+  if (out_dt != ZT_FP32 && out_dt != ZT_BF16)
+    return zt__errf(e, -EINVAL, "consolidate: dtype is %s; expected fp32 or bf16",
+                    zt__dtype_name(out_dt));
+  zt__manifest_t m;
+  ZT_TRY(zt__ckpt_read_manifest(dir, &m, e));
+  zt__st_spec_t *specs = calloc(m.n_units, sizeof *specs);
+  char tmp[8192], gen[32], steps[32];
+  snprintf(tmp, sizeof tmp, "%s.tmp-XXXXXX", out);
+  snprintf(gen, sizeof gen, "%llu", (unsigned long long)m.generation);
+  snprintf(steps, sizeof steps, "%llu", (unsigned long long)m.steps);
+  const char *meta[] = {"format", "pt", "producer", "ztier", "ztier_generation", gen,
+                        "ztier_steps", steps};
+  int rc = specs ? 0 : zt__errf(e, -ENOMEM, "out of memory");
+  if (rc == 0 && strlen(out) + 12 > sizeof tmp)
+    rc = zt__errf(e, -ENAMETOOLONG, "consolidate: OUT %s is too long", out);
+  if (rc == 0) rc = check_out(dir, out, &m, force, e);
+  for (size_t i = 0; rc == 0 && i < m.n_units; i++)
+    specs[i] = (zt__st_spec_t){m.units[i].name, out_dt, 1, {m.units[i].numel}};
+  /* A bad file is found before anything is written. */
+  if (rc == 0) rc = zt__ckpt_verify_range(dir, &m, 0, m.state_numel, e);
+  zt__ckpt_src_t *src = NULL;
+  if (rc == 0) rc = zt__ckpt_src_open(dir, &m, e, &src);
+  int fd = -1;
+  /* A name no one else has: nothing is truncated, whatever is there. */
+  if (rc == 0 && (fd = mkostemp(tmp, O_CLOEXEC)) < 0)
+    rc = zt__errf(e, -errno, "consolidate: cannot create %s: %s", tmp, strerror(errno));
+  if (rc == 0 && fchmod(fd, 0644) != 0)
+    rc = zt__errf(e, -errno, "consolidate: chmod of %s: %s", tmp, strerror(errno));
+  zt__st_writer_t *w = NULL;
+  if (rc == 0) rc = zt__st_writer_open(fd, out, specs, m.n_units, meta, 4, e, &w);
+  if (rc == 0) rc = export_units(&m, src, w, out_dt, progress, e);
+  if (rc == 0) rc = zt__st_finish(w);
+  if (rc == 0 && fsync(fd) != 0)
+    rc = zt__errf(e, -errno, "consolidate: fsync of %s: %s", tmp, strerror(errno));
+  if (rc == 0) *size = zt__st_writer_size(w);
+  zt__st_writer_close(w);
+  if (fd >= 0 && close(fd) != 0 && rc == 0)
+    rc = zt__errf(e, -errno, "consolidate: closing %s: %s", tmp, strerror(errno));
+  /* The name appears only once the file is whole; forced, the checks run
+   * again right before, so a file of the checkpoint made OUT meanwhile is
+   * still refused. */
+  if (rc == 0 && force) rc = check_out(dir, out, &m, force, e);
+  if (rc == 0) rc = commit_out(tmp, out, force, e);
+  if (rc < 0 && fd >= 0) unlink(tmp);
+  if (rc == 0) rc = fsync_parent(out, e); /* and the name is durable */
+  zt__ckpt_src_close(src);
+  free(specs);
+  zt__manifest_free(&m);
+  return rc;
+}

@@ -1,0 +1,222 @@
+/*
+ * comm.h — the collective interface every ZeRO stage talks to. Backends:
+ * single (world size 1, src/comm/comm_single.c), MPI (host buffers,
+ * src/comm/comm_mpi.c) and NCCL (device buffers, cuda/comm_nccl.cu; CUDA builds
+ * only), with its file bootstrap in src/comm/comm_boot.c.
+ *
+ * Collectives are asynchronous: each takes a request the caller owns until
+ * wait() returns for it or test() reports it done (libuv's rule: the request
+ * and the buffers are not movable while in flight). Every rank must issue
+ * the same collectives in the same order, as with MPI.
+ *
+ * Determinism: the engine never relies on a backend's reduction order for
+ * anything that reaches the parameters. Gradients are moved with alltoallv
+ * and summed by the engine in rank order, so a sum does not depend on the
+ * backend, the bucket size or the message sizes. all_reduce is for flags and
+ * maxima, where order does not matter.
+ *
+ * Counts and displacements are in elements of `dt`. A single count above
+ * ZT_COMM_MAX_COUNT is refused with -EOVERFLOW (the engine moves buckets).
+ *
+ * Stats: bytes_sent / bytes_received count what this rank put on and took
+ * off the wire, excluding its own piece (which is a local copy).
+ */
+#ifndef ZT_COMM_H
+#define ZT_COMM_H
+
+#include <stddef.h>
+
+#include "base/internal.h" // defines: zt__err_t, zt_dtype_t
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum zt__red_dtype {
+  ZT_RED_F32 = 0,
+  ZT_RED_F64 = 1,
+  ZT_RED_BF16 = 2,
+  ZT_RED_F16 = 3,
+  ZT_RED_U8 = 4 /* raw bytes: gathers, alltoallv and broadcasts only */
+} zt__red_dtype_t;
+
+typedef enum zt__red_op { ZT_OP_SUM = 0, ZT_OP_MAX = 1 } zt__red_op_t;
+
+/* Largest count in one call (MPI counts are int). */
+#define ZT_COMM_MAX_COUNT ((size_t)1 << 30)
+
+/* A request. `impl` is the backend's (an MPI_Request); `done` and `status`
+ * are set when it completes. Zero-initialise before first use. */
+typedef struct zt__comm_req {
+  int done;
+  int status;
+  long long impl;
+} zt__comm_req_t;
+
+typedef struct zt__comm zt__comm_t;
+
+typedef struct zt__comm_ops {
+  const char *name;
+  int (*create)(const zt_config_t *cfg, zt__err_t *err, zt__comm_t **out);
+  void (*destroy)(zt__comm_t *c);
+  int (*rank)(const zt__comm_t *c);
+  int (*world)(const zt__comm_t *c);
+  /* buf[count] = op over ranks of buf[count], in place. Order unspecified. */
+  int (*all_reduce)(zt__comm_t *c, void *buf, size_t count, zt__red_dtype_t dt,
+                    zt__red_op_t op, zt__comm_req_t *req);
+  /* recv[count] = op over ranks of send[rank * count .. +count]. Order
+   * unspecified. */
+  int (*reduce_scatter)(zt__comm_t *c, const void *send, void *recv,
+                        size_t count, zt__red_dtype_t dt, zt__red_op_t op,
+                        zt__comm_req_t *req);
+  /* recv[r * count .. +count] = send of rank r. */
+  int (*all_gather)(zt__comm_t *c, const void *send, void *recv, size_t count,
+                    zt__red_dtype_t dt, zt__comm_req_t *req);
+  /* recv[displs[r] .. +counts[r]] = send of rank r (whose count is
+   * counts[r]; `count` is this rank's). send may be recv + displs[rank]. */
+  int (*all_gatherv)(zt__comm_t *c, const void *send, size_t count, void *recv,
+                     const size_t *counts, const size_t *displs,
+                     zt__red_dtype_t dt, zt__comm_req_t *req);
+  /* Rank r receives send[send_displs[r] .. +send_counts[r]] of every rank
+   * into its recv[recv_displs[s] .. +recv_counts[s]] (s the sender). */
+  int (*alltoallv)(zt__comm_t *c, const void *send, const size_t *send_counts,
+                   const size_t *send_displs, void *recv,
+                   const size_t *recv_counts, const size_t *recv_displs,
+                   zt__red_dtype_t dt, zt__comm_req_t *req);
+  int (*broadcast)(zt__comm_t *c, void *buf, size_t count, zt__red_dtype_t dt,
+                   int root, zt__comm_req_t *req);
+  /* Synchronous. */
+  int (*barrier)(zt__comm_t *c);
+  /* Blocks until req completes; returns its status (0 or a negative code
+   * with a sentence). A request already done returns at once. */
+  int (*wait)(zt__comm_t *c, zt__comm_req_t *req);
+  /* Never blocks: 1 when req is done (req->status holds its result), 0 when
+   * not yet, negative on error. Also drives progress of the backend. */
+  int (*test)(zt__comm_t *c, zt__comm_req_t *req);
+  /* Optional (NULL: nobody to tell, as at world size 1): see
+   * zt__comm_abort. Never blocks. */
+  void (*abort)(zt__comm_t *c, int code, const char *sentence);
+  /* Optional: 0, or the code every call of a failed comm returns. */
+  int (*failed)(const zt__comm_t *c);
+} zt__comm_ops_t;
+
+struct zt__comm {
+  const zt__comm_ops_t *ops;
+  zt__err_t *err;
+  size_t bytes_sent;
+  size_t bytes_received;
+  /* For tests (zt__comm_fault_next): the collective whose next issue on
+   * this rank fails as an MPI error would; NULL for none. */
+  const char *fault_fn;
+};
+
+ZT_INTERNAL extern const zt__comm_ops_t zt__comm_single_ops;
+ZT_INTERNAL extern const zt__comm_ops_t zt__comm_mpi_ops;
+/* Defined only where ZT_HAVE_CUDA is 1 (cuda/comm_nccl.cu). */
+ZT_INTERNAL extern const zt__comm_ops_t zt__comm_nccl_ops;
+
+/* The argument checks every backend applies (comm_single.c), so that the
+ * backends refuse exactly the same calls. */
+ZT_INTERNAL int zt__comm_check(zt__comm_t *c, const char *fn, zt__red_dtype_t dt,
+                               int reduces, zt__red_op_t op, zt__comm_req_t *req);
+ZT_INTERNAL int zt__comm_check_count(zt__comm_t *c, const char *fn, const char *what,
+                                     size_t count);
+ZT_INTERNAL int zt__comm_check_vector(zt__comm_t *c, const char *fn, const char *cname,
+                                      const size_t *counts, const char *dname,
+                                      const size_t *displs, int world, size_t *extent);
+ZT_INTERNAL int zt__comm_check_disjoint(zt__comm_t *c, const char *fn, const void *a,
+                                        size_t abytes, const void *b, size_t bbytes);
+/* Every check of one all_gatherv / alltoallv call on rank `rank` of
+ * `world`: the vectors' extents (elements) come back, and whether the
+ * all_gatherv sends from its own place in recv (in place). */
+ZT_INTERNAL int zt__comm_check_all_gatherv(zt__comm_t *c, int world, int rank,
+                                           const void *send, size_t count, const void *recv,
+                                           const size_t *counts, const size_t *displs,
+                                           zt__red_dtype_t dt, zt__comm_req_t *req,
+                                           size_t *extent, int *in_place);
+ZT_INTERNAL int zt__comm_check_alltoallv(zt__comm_t *c, int world, int rank,
+                                         const void *send, const size_t *send_counts,
+                                         const size_t *send_displs, const void *recv,
+                                         const size_t *recv_counts, const size_t *recv_displs,
+                                         zt__red_dtype_t dt, zt__comm_req_t *req,
+                                         size_t *send_extent, size_t *recv_extent);
+
+/* Every rank's `bytes` of `mine` into all[world * bytes], waited for: the
+ * engine's control records (which ranks agree on what, which failed), kept
+ * out of bytes_sent / bytes_received, which count the model's traffic that
+ * `ztier plan` and zt_stats hold to ZeRO's volume. comm_single.c. */
+ZT_INTERNAL int zt__comm_control_all_gather(zt__comm_t *c, const void *mine, void *all,
+                                            size_t bytes);
+/* The same, counted as traffic. Both go through a buffer of their own: when
+ * a failed comm gives up on the collective (see "Failures" below), MPI may
+ * still read and write it, so it is left to MPI and the caller's buffers
+ * may go. */
+ZT_INTERNAL int zt__comm_gather_wait(zt__comm_t *c, const void *mine, void *all, size_t bytes);
+
+/* Failures (docs/stages.md, "When a rank fails"). A collective that waits
+ * for its peers longer than comm_timeout_s fails with -ETIMEDOUT naming the
+ * ranks that did not come; a failure one rank tells the others about fails
+ * their waits with ZT_EPEER naming that rank and its sentence. Either way
+ * the comm is then failed: every later call returns the same code at once,
+ * and only destroying it is left.
+ *
+ * zt__comm_abort: this rank failed in a way its peers did not see through a
+ * vote (an error after the ranks agreed on a call, so that they go on into
+ * a collective this rank will not make). The comm fails with `code` and
+ * `sentence`, and every peer is told, without waiting for any of them. A
+ * comm that failed already is left as it is. Never blocks. */
+ZT_INTERNAL void zt__comm_abort(zt__comm_t *c, int code, const char *sentence);
+/* 0, or the code of a failed comm. */
+ZT_INTERNAL int zt__comm_failed(const zt__comm_t *c);
+/* For tests: the next `fn` ("all_gather", "alltoallv", ...; a string that
+ * outlives the call) issued on this rank fails as an MPI error would, before
+ * anything is sent: the comm fails and tells its peers. NULL disarms. */
+ZT_INTERNAL void zt__comm_fault_next(zt__comm_t *c, const char *fn);
+
+/* comm_mpi.c: 1 when MPI is initialised and not yet finalised in this
+ * process (MPI_Initialized may be called before MPI_Init). */
+ZT_INTERNAL int zt__comm_mpi_active(void);
+
+/* Bytes per element of dt. */
+ZT_INTERNAL size_t zt__red_size(zt__red_dtype_t dt);
+
+/* Picks the backend cfg->comm names ("auto": MPI when the process was
+ * launched by mpirun or MPI is already initialised, single otherwise). */
+ZT_INTERNAL int zt__comm_create(const zt_config_t *cfg, zt__err_t *err,
+                                zt__comm_t **out);
+ZT_INTERNAL void zt__comm_destroy(zt__comm_t *c);
+
+/* 1 when the environment says this process is one rank of an MPI launch
+ * (mpirun / srun variables), 0 otherwise. */
+ZT_INTERNAL int zt__comm_launched_by_mpi(void);
+
+/* ---- the NCCL id's file bootstrap (src/comm/comm_boot.c) ------------------------------- */
+
+/* Largest id the file carries (NCCL_UNIQUE_ID_BYTES is 128). */
+#define ZT_BOOT_ID_MAX 256
+
+/* Rank 0: writes id[n] (or, with status < 0, the news that rank 0 failed
+ * with that code) for a world of `world` ranks to `path`, atomically. A file
+ * already at `path` is -EEXIST. Synchronous. */
+ZT_INTERNAL int zt__boot_id_write(const char *path, const void *id, size_t n, int world,
+                                  int status, zt__err_t *err);
+/* Other ranks: waits up to timeout_s for `path`, then reads id[n]. A file
+ * that does not parse is -EINVAL, one written for another world size
+ * ZT_ECONFIG, rank 0's failure its code, no file in time -ETIMEDOUT.
+ * Synchronous (polls). */
+ZT_INTERNAL int zt__boot_id_read(const char *path, void *id, size_t n, int world,
+                                 double timeout_s, zt__err_t *err);
+/* Rank 0, once every rank has joined: removes `path` (gone already is 0). */
+ZT_INTERNAL int zt__boot_id_remove(const char *path, zt__err_t *err);
+
+#if ZT_HAVE_CUDA
+/* A fresh NCCL unique id (ncclGetUniqueId: no GPU needed) into id[n], n >=
+ * its size; returns its size, or ZT_ENCCL. For the tests. */
+ZT_INTERNAL int zt__comm_nccl_unique_id(void *id, size_t n, zt__err_t *err);
+#endif
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* ZT_COMM_H */

@@ -1,0 +1,95 @@
+/*
+ * cpu_kernels.h — the CPU optimizer's single-threaded kernels, one span at a
+ * time, in three builds of the same arithmetic: scalar (any x86-64 or other
+ * CPU), AVX2+FMA+F16C, and AVX-512 (F, BW, VL, DQ). Each vector path does the
+ * operations of optim_math.h in the same order, so all three give the same
+ * bits; tests/test_cpu_kernels.c holds them to that.
+ *
+ * Threading, chunking and the choice of ISA are cpu_optim.c's job.
+ */
+#ifndef ZT_CPU_KERNELS_H
+#define ZT_CPU_KERNELS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "base/internal.h"   // defines: ZT_INTERNAL, zt_dtype_t
+#include "cpu/optim_math.h" // defines: zt__adam_hp_t
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum zt__isa {
+  ZT_ISA_SCALAR = 0,
+  ZT_ISA_AVX2 = 1,   /* AVX2 + FMA + F16C          */
+  ZT_ISA_AVX512 = 2  /* AVX-512 F + BW + VL + DQ   */
+} zt__isa_t;
+
+/* The best ISA this CPU and this build support (cpuid, at run time).
+ * ZT_CPU_ISA=scalar|avx2|avx512 in the environment lowers it (for tests and
+ * benchmarks; never raises it above what the CPU has). */
+ZT_INTERNAL zt__isa_t zt__isa_detect(void);
+
+/* 1 when this CPU and build can run `isa`. */
+ZT_INTERNAL int zt__isa_supported(zt__isa_t isa);
+
+/* "scalar", "avx2", "avx512". */
+ZT_INTERNAL const char *zt__isa_name(zt__isa_t isa);
+
+/*
+ * One contiguous span of `n` elements for one step: reads master, m, v and
+ * the gradient; writes master, m, v and, when `params` is not NULL, the
+ * parameter cast to `param_dtype` in the same pass. When `params` is NULL
+ * the master itself is the parameter (fp32). `index` is the global element
+ * index of the first element (stochastic rounding keys on it).
+ */
+typedef struct zt__adam_span {
+  float *master;
+  float *m;
+  float *v;
+  const void *grads;
+  zt_dtype_t grad_dtype;
+  void *params;
+  zt_dtype_t param_dtype;
+  size_t n;
+  uint64_t index;
+  int decay;
+} zt__adam_span_t;
+
+ZT_INTERNAL void zt__adam_span_run(zt__isa_t isa, const zt__adam_hp_t *hp,
+                                   const zt__adam_span_t *s);
+
+/* Sum of g*g over n gradients of `dtype`, accumulated in double. The caller
+ * passes spans of at most ZT_NORM_BLOCK elements; the result for a given
+ * span is the same on every call (fixed order within an ISA). inf/nan in
+ * the input gives inf/nan. */
+ZT_INTERNAL double zt__sumsq_run(zt__isa_t isa, const void *g, zt_dtype_t dtype,
+                                 size_t n);
+
+/* dst[i] = (dst_dtype) src[i] for n elements. Rounding to bf16 is to nearest
+ * even, or stochastic with `sr_key` when `stochastic` (element i uses
+ * zt_sr_bits(sr_key, index + i)). */
+ZT_INTERNAL void zt__cast_run(zt__isa_t isa, void *dst, zt_dtype_t dst_dtype,
+                              const void *src, zt_dtype_t src_dtype, size_t n,
+                              int stochastic, uint32_t sr_key, uint64_t index);
+
+/* The three builds, for the dispatcher and the tests. */
+#define ZT_DECLARE_ISA_KERNELS_(sfx)                                           \
+  ZT_INTERNAL void zt__adam_span_##sfx(const zt__adam_hp_t *hp,                \
+                                       const zt__adam_span_t *s);              \
+  ZT_INTERNAL double zt__sumsq_##sfx(const void *g, zt_dtype_t dtype, size_t n); \
+  ZT_INTERNAL void zt__cast_##sfx(void *dst, zt_dtype_t dst_dtype,             \
+                                  const void *src, zt_dtype_t src_dtype,       \
+                                  size_t n, int stochastic, uint32_t sr_key,   \
+                                  uint64_t index);
+ZT_DECLARE_ISA_KERNELS_(scalar)
+ZT_DECLARE_ISA_KERNELS_(avx2)
+ZT_DECLARE_ISA_KERNELS_(avx512)
+#undef ZT_DECLARE_ISA_KERNELS_
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* ZT_CPU_KERNELS_H */

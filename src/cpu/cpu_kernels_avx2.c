@@ -1,0 +1,320 @@
+/*
+ * cpu_kernels_avx2.c — the AVX2 + FMA + F16C build of the CPU span kernels,
+ * 8 floats a vector. Built with -mavx2 -mfma -mf16c; called only when
+ * zt__isa_supported(ZT_ISA_AVX2).
+ *
+ * Invariant: every result is bit-identical to cpu_kernels_scalar.c. Each
+ * vector operation is the IEEE operation optim_math.h names, in its order,
+ * and the conversions are the same integer recipes lane by lane. AVX2 has no
+ * cheap masked 16-bit stores, so the last n mod 8 elements of a span go to
+ * the scalar build, which is the same math by definition.
+ */
+#include <immintrin.h>
+#include <string.h>
+
+#include "cpu/cpu_kernels.h"
+
+#define ZT_INLINE static inline __attribute__((always_inline))
+#define NO_PARAMS (-1)
+#define W 8
+
+enum { DECAY_NONE = 0, DECAY_ADAMW = 1, DECAY_L2 = 2 };
+
+/* ---- conversions ---------------------------------------------------------- */
+
+ZT_INLINE __m256i splat(uint32_t x) { return _mm256_set1_epi32((int)x); }
+
+/* fp16 -> fp32. F16C quiets a signalling NaN; zt_f16_to_f32 keeps the
+ * payload as it is, so clear the quiet bit again where the input was one. */
+ZT_INLINE __m256 f16_to_f32(__m128i h) {
+  __m256i f = _mm256_castps_si256(_mm256_cvtph_ps(h));
+  __m256i w = _mm256_cvtepu16_epi32(h);
+  __m256i nanexp = _mm256_cmpeq_epi32(_mm256_and_si256(w, splat(0x7e00)), splat(0x7c00));
+  __m256i noman =
+      _mm256_cmpeq_epi32(_mm256_and_si256(w, splat(0x1ff)), _mm256_setzero_si256());
+  __m256i snan = _mm256_andnot_si256(noman, nanexp);
+  f = _mm256_andnot_si256(_mm256_and_si256(snan, splat(0x00400000u)), f);
+  return _mm256_castsi256_ps(f);
+}
+
+ZT_INLINE __m256 bf16_to_f32(__m128i h) {
+  return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+}
+
+/* zt_f32_to_bf16_rne lane by lane; the result sits in the low 16 bits. The
+ * magnitudes compared are below 2^31, so the signed compare is exact. */
+ZT_INLINE __m256i f32_to_bf16_rne(__m256 x) {
+  __m256i u = _mm256_castps_si256(x);
+  __m256i nan =
+      _mm256_cmpgt_epi32(_mm256_and_si256(u, splat(0x7fffffffu)), splat(0x7f800000u));
+  __m256i bias = _mm256_add_epi32(splat(0x7fffu),
+                                  _mm256_and_si256(_mm256_srli_epi32(u, 16), splat(1)));
+  __m256i r = _mm256_add_epi32(u, bias);
+  r = _mm256_blendv_epi8(r, _mm256_or_si256(u, splat(0x00400000u)), nan);
+  return _mm256_srli_epi32(r, 16);
+}
+
+ZT_INLINE __m256i f32_to_bf16_sr(__m256 x, __m256i rnd) {
+  __m256i u = _mm256_castps_si256(x);
+  __m256i a = _mm256_and_si256(u, splat(0x7fffffffu));
+  __m256i nan = _mm256_cmpgt_epi32(a, splat(0x7f800000u));
+  __m256i inf = _mm256_cmpeq_epi32(a, splat(0x7f800000u));
+  __m256i r = _mm256_add_epi32(u, _mm256_and_si256(rnd, splat(0xffffu)));
+  r = _mm256_blendv_epi8(r, u, inf);
+  r = _mm256_blendv_epi8(r, _mm256_or_si256(u, splat(0x00400000u)), nan);
+  return _mm256_srli_epi32(r, 16);
+}
+
+/* 8 lanes of values below 2^16 -> 8 uint16 (packus would saturate nothing). */
+ZT_INLINE __m128i pack_u16(__m256i r) {
+  __m256i p = _mm256_packus_epi32(r, r);
+  return _mm256_castsi256_si128(_mm256_permute4x64_epi64(p, 0x08));
+}
+
+ZT_INLINE __m256i mix32(__m256i x) {
+  x = _mm256_xor_si256(x, _mm256_srli_epi32(x, 16));
+  x = _mm256_mullo_epi32(x, splat(0x7feb352du));
+  x = _mm256_xor_si256(x, _mm256_srli_epi32(x, 15));
+  x = _mm256_mullo_epi32(x, splat(0x846ca68bu));
+  x = _mm256_xor_si256(x, _mm256_srli_epi32(x, 16));
+  return x;
+}
+
+ZT_INLINE __m256i sr_bits(__m256i key_hi, uint32_t lo) {
+  const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+  return mix32(_mm256_xor_si256(_mm256_add_epi32(splat(lo), lane), key_hi));
+}
+
+ZT_INLINE __m256 load8(const void *buf, int dt, size_t i) {
+  if (dt == ZT_FP32) return _mm256_loadu_ps((const float *)buf + i);
+  __m128i h = _mm_loadu_si128((const __m128i *)((const uint16_t *)buf + i));
+  return dt == ZT_BF16 ? bf16_to_f32(h) : f16_to_f32(h);
+}
+
+/* `nt`: a non-temporal store, for a stream that is only written (then
+ * aligned to the vector: 32 bytes for fp32, 16 for 16-bit types). */
+ZT_INLINE void store8(void *buf, int dt, size_t i, __m256 x, int sr, __m256i rnd,
+                      int nt) {
+  if (dt == ZT_FP32) {
+    if (nt)
+      _mm256_stream_ps((float *)buf + i, x);
+    else
+      _mm256_storeu_ps((float *)buf + i, x);
+    return;
+  }
+  __m128i *p = (__m128i *)((uint16_t *)buf + i);
+  __m128i h = dt == ZT_FP16 ? _mm256_cvtps_ph(x, _MM_FROUND_TO_NEAREST_INT)
+                            : pack_u16(sr ? f32_to_bf16_sr(x, rnd) : f32_to_bf16_rne(x));
+  if (nt)
+    _mm_stream_si128(p, h);
+  else
+    _mm_storeu_si128(p, h);
+}
+
+/* ---- AdamW ----------------------------------------------------------------- */
+
+typedef struct vhp {
+  __m256 gmul, b1, b2, omb1, omb2, eps, neg_step, inv_bc2_sqrt, decay_mul, wd;
+} vhp_t;
+
+ZT_INLINE vhp_t vhp_make(const zt__adam_hp_t *hp) {
+  vhp_t c;
+  c.gmul = _mm256_set1_ps(hp->gmul);
+  c.b1 = _mm256_set1_ps(hp->beta1);
+  c.b2 = _mm256_set1_ps(hp->beta2);
+  c.omb1 = _mm256_set1_ps(hp->one_minus_beta1);
+  c.omb2 = _mm256_set1_ps(hp->one_minus_beta2);
+  c.eps = _mm256_set1_ps(hp->eps);
+  c.neg_step = _mm256_set1_ps(-hp->step_size);
+  c.inv_bc2_sqrt = _mm256_set1_ps(hp->inv_bc2_sqrt);
+  c.decay_mul = _mm256_set1_ps(hp->decay_mul);
+  c.wd = _mm256_set1_ps(hp->weight_decay);
+  return c;
+}
+
+/* zt_adam_update on 8 lanes: the same operations in the same order. */
+ZT_INLINE void adam8(const vhp_t *c, int dmode, __m256 g, __m256 *p, __m256 *m,
+                     __m256 *v) {
+  g = _mm256_mul_ps(g, c->gmul);
+  __m256 pv = *p;
+  if (dmode == DECAY_L2) g = _mm256_fmadd_ps(c->wd, pv, g);
+  if (dmode == DECAY_ADAMW) pv = _mm256_mul_ps(pv, c->decay_mul);
+  __m256 mv = _mm256_fmadd_ps(c->b1, *m, _mm256_mul_ps(c->omb1, g));
+  __m256 vv = _mm256_fmadd_ps(c->b2, *v, _mm256_mul_ps(_mm256_mul_ps(c->omb2, g), g));
+  __m256 denom = _mm256_fmadd_ps(_mm256_sqrt_ps(vv), c->inv_bc2_sqrt, c->eps);
+  pv = _mm256_fmadd_ps(c->neg_step, _mm256_div_ps(mv, denom), pv);
+  *p = pv;
+  *m = mv;
+  *v = vv;
+}
+
+/* Software prefetch this many bytes ahead in each fp32 stream, as in the
+ * AVX-512 build (see there); issued every other vector, once a line. */
+#ifndef PREFETCH_BYTES
+#define PREFETCH_BYTES 2048
+#endif
+
+ZT_INLINE void prefetch_step(const zt__adam_span_t *s, size_t i, int gdt) {
+  const size_t ahead = PREFETCH_BYTES / 4;
+  if (ahead == 0 || (i & 8)) return;
+  _mm_prefetch((const char *)(s->master + i + ahead), _MM_HINT_T0);
+  _mm_prefetch((const char *)(s->m + i + ahead), _MM_HINT_T0);
+  _mm_prefetch((const char *)(s->v + i + ahead), _MM_HINT_T0);
+  if (gdt == ZT_FP32)
+    _mm_prefetch((const char *)((const float *)s->grads + i + ahead), _MM_HINT_T0);
+  else
+    _mm_prefetch((const char *)((const uint16_t *)s->grads + i + ahead), _MM_HINT_T0);
+}
+
+ZT_INLINE void adam_loop(const zt__adam_hp_t *hp, const zt__adam_span_t *s, int gdt,
+                         int pdt, int sr, int dmode) {
+  vhp_t c = vhp_make(hp);
+  uint32_t lo = (uint32_t)s->index;
+  __m256i key_hi = splat(zt_sr_key_hi(hp->sr_key, (uint32_t)(s->index >> 32)));
+  size_t n = s->n, i = 0;
+  if (pdt != NO_PARAMS) {
+    /* The scalar build up to the first full vector of the parameter copy
+     * that is aligned for non-temporal stores. */
+    size_t esz = pdt == ZT_FP32 ? 4 : 2, vec = W * esz;
+    size_t head = (vec - (uintptr_t)s->params % vec) % vec / esz;
+    if (head > n) head = n;
+    if (head) {
+      zt__adam_span_t h = *s;
+      h.n = head;
+      zt__adam_span_scalar(hp, &h);
+    }
+    i = head;
+  }
+  for (; i + W <= n; i += W) {
+    prefetch_step(s, i, gdt);
+    __m256 g = load8(s->grads, gdt, i);
+    __m256 p = _mm256_loadu_ps(s->master + i);
+    __m256 m = _mm256_loadu_ps(s->m + i);
+    __m256 v = _mm256_loadu_ps(s->v + i);
+    adam8(&c, dmode, g, &p, &m, &v);
+    _mm256_storeu_ps(s->master + i, p);
+    _mm256_storeu_ps(s->m + i, m);
+    _mm256_storeu_ps(s->v + i, v);
+    if (pdt != NO_PARAMS) {
+      /* Only written: streamed past the caches (see the AVX-512 build). */
+      __m256i rnd = sr ? sr_bits(key_hi, lo + (uint32_t)i) : key_hi;
+      store8(s->params, pdt, i, p, sr, rnd, 1);
+    }
+  }
+  if (i < n) {
+    zt__adam_span_t t = *s;
+    t.master += i;
+    t.m += i;
+    t.v += i;
+    t.grads = (const char *)s->grads + i * zt__dtype_size(s->grad_dtype);
+    if (t.params) t.params = (char *)s->params + i * zt__dtype_size(s->param_dtype);
+    t.index += i;
+    t.n = n - i;
+    zt__adam_span_scalar(hp, &t);
+  }
+}
+
+#include "cpu/cpu_kernels_vec.h" // defines: adam_span_vec, from adam_loop above
+
+void zt__adam_span_avx2(const zt__adam_hp_t *hp, const zt__adam_span_t *s) {
+  adam_span_vec(hp, s);
+}
+
+/* ---- sum of squares ---------------------------------------------------------- */
+
+ZT_INLINE void sq_acc(__m256 x, __m256d *lo, __m256d *hi) {
+  __m256d a = _mm256_cvtps_pd(_mm256_castps256_ps128(x));
+  __m256d b = _mm256_cvtps_pd(_mm256_extractf128_ps(x, 1));
+  *lo = _mm256_fmadd_pd(a, a, *lo);
+  *hi = _mm256_fmadd_pd(b, b, *hi);
+}
+
+ZT_INLINE double sumsq_loop(const void *g, int dt, size_t n) {
+  /* acc[k] holds lanes 4k..4k+3: element i goes to lane i mod 32, as in the
+   * scalar build; the tail continues in those lanes in scalar code. */
+  __m256d acc[8];
+  for (int k = 0; k < 8; k++) acc[k] = _mm256_setzero_pd();
+  size_t i = 0;
+  for (; i + 4 * W <= n; i += 4 * W) {
+    sq_acc(load8(g, dt, i), &acc[0], &acc[1]);
+    sq_acc(load8(g, dt, i + W), &acc[2], &acc[3]);
+    sq_acc(load8(g, dt, i + 2 * W), &acc[4], &acc[5]);
+    sq_acc(load8(g, dt, i + 3 * W), &acc[6], &acc[7]);
+  }
+  double lane[32];
+  for (int k = 0; k < 8; k++) _mm256_storeu_pd(lane + 4 * k, acc[k]);
+  for (; i < n; i++) {
+    double x;
+    if (dt == ZT_FP32)
+      x = ((const float *)g)[i];
+    else if (dt == ZT_BF16)
+      x = zt_bf16_to_f32(((const uint16_t *)g)[i]);
+    else
+      x = zt_f16_to_f32(((const uint16_t *)g)[i]);
+    lane[i & 31] += x * x;
+  }
+  for (size_t w = 16; w >= 1; w >>= 1)
+    for (size_t j = 0; j < w; j++) lane[j] += lane[j + w];
+  return lane[0];
+}
+
+double zt__sumsq_avx2(const void *g, zt_dtype_t dtype, size_t n) {
+  switch (dtype) {
+  case ZT_BF16: return sumsq_loop(g, ZT_BF16, n);
+  case ZT_FP16: return sumsq_loop(g, ZT_FP16, n);
+  default: return sumsq_loop(g, ZT_FP32, n);
+  }
+}
+
+/* ---- casts ----------------------------------------------------------------- */
+
+ZT_INLINE size_t cast_loop(void *dst, int ddt, const void *src, int sdt, size_t n, int sr,
+                           uint32_t key, uint64_t index) {
+  __m256i key_hi = splat(zt_sr_key_hi(key, (uint32_t)(index >> 32)));
+  uint32_t lo = (uint32_t)index;
+  size_t i = 0;
+  for (; i + W <= n; i += W) {
+    __m256i rnd = sr ? sr_bits(key_hi, lo + (uint32_t)i) : key_hi;
+    store8(dst, ddt, i, load8(src, sdt, i), sr, rnd, 0);
+  }
+  return i;
+}
+
+/* Returns how many leading elements it converted (a multiple of 8). */
+static size_t cast_piece(void *dst, zt_dtype_t ddt, const void *src, zt_dtype_t sdt,
+                         size_t n, int sr, uint32_t key, uint64_t index) {
+#define CAST_CASE(d, s_)                                                                 \
+  if (ddt == d && sdt == s_)                                                             \
+    return sr ? cast_loop(dst, d, src, s_, n, 1, key, index)                             \
+              : cast_loop(dst, d, src, s_, n, 0, 0, 0);
+  CAST_CASE(ZT_FP32, ZT_BF16)
+  CAST_CASE(ZT_FP32, ZT_FP16)
+  CAST_CASE(ZT_BF16, ZT_FP32)
+  CAST_CASE(ZT_BF16, ZT_FP16)
+  CAST_CASE(ZT_FP16, ZT_FP32)
+  CAST_CASE(ZT_FP16, ZT_BF16)
+#undef CAST_CASE
+  return 0;
+}
+
+void zt__cast_avx2(void *dst, zt_dtype_t dst_dtype, const void *src, zt_dtype_t src_dtype,
+                   size_t n, int stochastic, uint32_t sr_key, uint64_t index) {
+  if (dst_dtype == src_dtype) {
+    if (n) memmove(dst, src, n * zt__dtype_size(src_dtype));
+    return;
+  }
+  int sr = stochastic && dst_dtype == ZT_BF16;
+  size_t dsz = zt__dtype_size(dst_dtype), ssz = zt__dtype_size(src_dtype);
+  while (n > 0) {
+    uint64_t room = ((uint64_t)1 << 32) - (index & 0xffffffffu);
+    size_t k = room < n ? (size_t)room : n;
+    size_t done = cast_piece(dst, dst_dtype, src, src_dtype, k, sr, sr_key, index);
+    if (done < k)
+      zt__cast_scalar((char *)dst + done * dsz, dst_dtype, (const char *)src + done * ssz,
+                      src_dtype, k - done, sr, sr_key, index + done);
+    dst = (char *)dst + k * dsz;
+    src = (const char *)src + k * ssz;
+    index += k;
+    n -= k;
+  }
+}

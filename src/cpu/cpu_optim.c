@@ -1,0 +1,236 @@
+/*
+ * cpu_optim.c — the multi-threaded CPU optimizer: a step's update, the
+ * gradient sum of squares and casts over many segments, cut into chunks that
+ * the engine's thread pool runs with the ISA picked once at create.
+ *
+ * Chunks have fixed boundaries at multiples of CHUNK in the global element
+ * index (a segment contributes the pieces of it that fall in each such
+ * window), so the work a chunk does never depends on the thread count. For
+ * the sum of squares CHUNK is ZT_NORM_BLOCK: each piece's sum goes to its own
+ * slot and the slots are added in index order by the caller, so the norm is
+ * the same for 1 thread or 64. The update is element-wise and keys its
+ * stochastic rounding on the global index, so it is the same by
+ * construction.
+ *
+ * Nothing is allocated per call: chunks are described in batches of up to
+ * BATCH into buffers allocated at create, one pool run per batch (one run
+ * covers 2^28 elements, far beyond what a run needs to amortise its wakeup).
+ * Those buffers and the pool make one zt__cpu_t serve one call at a time,
+ * like the pool itself.
+ */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cpu/cpu_optim.h"
+
+#define CHUNK ZT_NORM_BLOCK
+#define BATCH 4096
+
+typedef struct piece {
+  size_t seg; /* index into the launch's segments */
+  size_t off; /* first element, relative to the segment */
+  size_t n;
+} piece_t;
+
+/* The public struct first, so a zt__cpu_t pointer is the impl pointer. */
+typedef struct cpu_impl {
+  zt__cpu_t pub;
+  piece_t *pieces; /* BATCH */
+  double *sums;    /* BATCH */
+} cpu_impl_t;
+
+void zt__adam_hp_make(const zt_step_args_t *a, double gmul, int mode, int stochastic,
+                      uint32_t sr_key, zt__adam_hp_t *hp) {
+  double t = (double)a->t;
+  double bc1 = 1.0 - pow((double)a->beta1, t);
+  double bc2 = 1.0 - pow((double)a->beta2, t);
+  memset(hp, 0, sizeof *hp);
+  hp->beta1 = a->beta1;
+  hp->beta2 = a->beta2;
+  hp->one_minus_beta1 = (float)(1.0 - (double)a->beta1);
+  hp->one_minus_beta2 = (float)(1.0 - (double)a->beta2);
+  hp->eps = a->eps;
+  hp->step_size = (float)((double)a->lr / bc1);
+  hp->inv_bc2_sqrt = (float)(1.0 / sqrt(bc2));
+  hp->decay_mul = (float)(1.0 - (double)a->lr * (double)a->weight_decay);
+  hp->weight_decay = a->weight_decay;
+  hp->gmul = (float)gmul;
+  hp->mode = mode;
+  hp->stochastic = stochastic;
+  hp->sr_key = sr_key;
+}
+
+int zt__cpu_create(int threads, zt__err_t *e, zt__cpu_t **out) {
+  *out = NULL;
+  if (threads <= 0) threads = zt__cpu_count();
+  cpu_impl_t *c = calloc(1, sizeof *c);
+  if (c) c->pieces = calloc(BATCH, sizeof *c->pieces);
+  if (c && c->pieces) c->sums = calloc(BATCH, sizeof *c->sums);
+  if (c == NULL || c->pieces == NULL || c->sums == NULL) {
+    if (c) free(c->pieces);
+    free(c);
+    return zt__errf(e, -ENOMEM, "CPU optimizer: out of memory for its chunk tables");
+  }
+  int rc = zt__pool_create(threads, e, &c->pub.pool);
+  if (rc < 0) {
+    free(c->sums);
+    free(c->pieces);
+    free(c);
+    return rc;
+  }
+  c->pub.isa = zt__isa_detect();
+  *out = &c->pub;
+  return 0;
+}
+
+void zt__cpu_destroy(zt__cpu_t *cpu) {
+  if (cpu == NULL) return;
+  cpu_impl_t *c = (cpu_impl_t *)cpu;
+  zt__pool_destroy(c->pub.pool);
+  free(c->sums);
+  free(c->pieces);
+  free(c);
+}
+
+/* Walks the segments' pieces in order, CHUNK-aligned in the global index. */
+typedef struct cursor {
+  const zt__seg_t *segs;
+  size_t n_segs;
+  size_t seg; /* current segment */
+  size_t off; /* next element in it */
+} cursor_t;
+
+/* Fills up to BATCH pieces; returns how many (0 when the walk is over). */
+static size_t next_batch(cursor_t *cur, piece_t *out) {
+  size_t k = 0;
+  while (k < BATCH && cur->seg < cur->n_segs) {
+    const zt__seg_t *s = &cur->segs[cur->seg];
+    if (cur->off >= s->n) {
+      cur->seg++;
+      cur->off = 0;
+      continue;
+    }
+    size_t idx = s->index + cur->off;
+    size_t to_edge = CHUNK - idx % CHUNK;
+    size_t n = s->n - cur->off < to_edge ? s->n - cur->off : to_edge;
+    out[k++] = (piece_t){cur->seg, cur->off, n};
+    cur->off += n;
+  }
+  return k;
+}
+
+/* ---- update ----------------------------------------------------------------- */
+
+typedef struct adam_ctx {
+  const zt__adam_launch_t *l;
+  const piece_t *pieces;
+  zt__isa_t isa;
+  size_t gsz, psz;
+} adam_ctx_t;
+
+static void adam_task(void *vctx, size_t t, int worker) {
+  const adam_ctx_t *c = vctx;
+  const zt__adam_launch_t *l = c->l;
+  const piece_t *pc = &c->pieces[t];
+  const zt__seg_t *seg = &l->segs[pc->seg];
+  size_t st = seg->state_off + pc->off;
+  size_t idx = seg->index + pc->off;
+  zt__adam_span_t s = {
+      .m = l->m + st,
+      .v = l->v + st,
+      .grads = (const char *)l->grads + (idx - l->grads_first) * c->gsz,
+      .grad_dtype = l->grad_dtype,
+      .param_dtype = l->param_dtype,
+      .n = pc->n,
+      .index = idx,
+      .decay = seg->decay,
+  };
+  if (l->master) {
+    s.master = l->master + st;
+    s.params = l->params ? (char *)l->params + (idx - l->params_first) * c->psz : NULL;
+  } else {
+    /* The fp32 params are the master: updated in place, nothing to copy. */
+    s.master = (float *)l->params + (idx - l->params_first);
+    s.params = NULL;
+  }
+  zt__adam_span_run(c->isa, l->hp, &s);
+}
+
+void zt__cpu_adam(zt__cpu_t *cpu, const zt__adam_launch_t *l) {
+  cpu_impl_t *c = (cpu_impl_t *)cpu;
+  adam_ctx_t ctx = {l, c->pieces, cpu->isa, zt__dtype_size(l->grad_dtype),
+                    zt__dtype_size(l->param_dtype)};
+  cursor_t cur = {l->segs, l->n_segs, 0, 0};
+  size_t k;
+  while ((k = next_batch(&cur, c->pieces)) > 0)
+    zt__pool_run(cpu->pool, k, adam_task, &ctx);
+}
+
+/* ---- sum of squares ------------------------------------------------------------ */
+
+typedef struct sumsq_ctx {
+  const void *grads;
+  size_t grads_first;
+  zt_dtype_t dtype;
+  size_t gsz;
+  const zt__seg_t *segs;
+  const piece_t *pieces;
+  double *sums;
+  zt__isa_t isa;
+} sumsq_ctx_t;
+
+static void sumsq_task(void *vctx, size_t t, int worker) {
+  const sumsq_ctx_t *c = vctx;
+  const piece_t *pc = &c->pieces[t];
+  size_t idx = c->segs[pc->seg].index + pc->off;
+  const char *g = (const char *)c->grads + (idx - c->grads_first) * c->gsz;
+  c->sums[t] = zt__sumsq_run(c->isa, g, c->dtype, pc->n);
+}
+
+double zt__cpu_sumsq(zt__cpu_t *cpu, const void *grads, size_t grads_first,
+                     zt_dtype_t dtype, const zt__seg_t *segs, size_t n_segs) {
+  cpu_impl_t *c = (cpu_impl_t *)cpu;
+  sumsq_ctx_t ctx = {grads, grads_first, dtype,   zt__dtype_size(dtype),
+                     segs,  c->pieces,   c->sums, cpu->isa};
+  cursor_t cur = {segs, n_segs, 0, 0};
+  double total = 0.0;
+  size_t k;
+  while ((k = next_batch(&cur, c->pieces)) > 0) {
+    zt__pool_run(cpu->pool, k, sumsq_task, &ctx);
+    for (size_t t = 0; t < k; t++) total += c->sums[t];
+  }
+  return total;
+}
+
+/* ---- casts ------------------------------------------------------------------- */
+
+typedef struct cast_ctx {
+  void *dst;
+  zt_dtype_t ddt;
+  const void *src;
+  zt_dtype_t sdt;
+  size_t n, dsz, ssz;
+  zt__isa_t isa;
+} cast_ctx_t;
+
+static void cast_task(void *vctx, size_t t, int worker) {
+  const cast_ctx_t *c = vctx;
+  size_t i = t * CHUNK;
+  size_t n = c->n - i < CHUNK ? c->n - i : CHUNK;
+  zt__cast_run(c->isa, (char *)c->dst + i * c->dsz, c->ddt,
+               (const char *)c->src + i * c->ssz, c->sdt, n, 0, 0, i);
+}
+
+void zt__cpu_cast(zt__cpu_t *cpu, void *dst, zt_dtype_t dst_dtype, const void *src,
+                  zt_dtype_t src_dtype, size_t n) {
+  cast_ctx_t ctx = {dst,
+                    dst_dtype,
+                    src,
+                    src_dtype,
+                    n,
+                    zt__dtype_size(dst_dtype),
+                    zt__dtype_size(src_dtype),
+                    cpu->isa};
+  zt__pool_run(cpu->pool, (n + CHUNK - 1) / CHUNK, cast_task, &ctx);
+}

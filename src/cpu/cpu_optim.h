@@ -1,0 +1,89 @@
+/*
+ * cpu_optim.h — the multi-threaded CPU optimizer: runs a step's update, the
+ * gradient sum of squares and casts over many segments, split into chunks
+ * spread over the engine's thread pool, with the ISA chosen at run time.
+ *
+ * The host backend uses it as its "device" kernels; the host tier uses it to
+ * update pinned optimizer states, whatever the backend.
+ */
+#ifndef ZT_CPU_OPTIM_H
+#define ZT_CPU_OPTIM_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "cpu/cpu_kernels.h" // defines: zt__isa_t, zt__adam_hp_t
+#include "cpu/threadpool.h"  // defines: zt__pool_t
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* A run of registered elements with one weight-decay flag. `index` is the
+ * global element index in the registered buffers; the optimizer states of
+ * this segment start at `state_off` in the state arrays. */
+typedef struct zt__seg {
+  size_t index;
+  size_t state_off;
+  size_t n;
+  int decay;
+} zt__seg_t;
+
+/*
+ * One step's update over `n_segs` segments. The arrays are addressed so:
+ *   master[state_off + k], m[...], v[...]  (fp32 states)
+ *   grads[index + k - grads_first]         (grad_dtype)
+ *   params[index + k - params_first]       (param_dtype)
+ * `master` NULL means the params buffer is fp32 and is itself the master
+ * (then params are addressed as above and written once).
+ * grads_first/params_first let a staging buffer hold a window of elements.
+ */
+typedef struct zt__adam_launch {
+  const zt__adam_hp_t *hp;
+  float *master;
+  float *m;
+  float *v;
+  const void *grads;
+  size_t grads_first;
+  zt_dtype_t grad_dtype;
+  void *params;
+  size_t params_first;
+  zt_dtype_t param_dtype;
+  const zt__seg_t *segs;
+  size_t n_segs;
+} zt__adam_launch_t;
+
+typedef struct zt__cpu {
+  zt__pool_t *pool;
+  zt__isa_t isa;
+} zt__cpu_t;
+
+/* The float constants of one step, computed once in double from the step's
+ * arguments so that every kernel (CPU or GPU, any tier) sees the same bits.
+ * `gmul` multiplies the gradients (unscale, grad_scale, clip); `mode` is
+ * ZT_MODE_ADAMW or ZT_MODE_ADAM_L2; `sr_key` is zt_sr_key(seed, t). */
+ZT_INTERNAL void zt__adam_hp_make(const zt_step_args_t *a, double gmul, int mode,
+                                  int stochastic, uint32_t sr_key, zt__adam_hp_t *hp);
+
+ZT_INTERNAL int zt__cpu_create(int threads, zt__err_t *e, zt__cpu_t **out);
+ZT_INTERNAL void zt__cpu_destroy(zt__cpu_t *cpu);
+
+/* The update, all threads; returns when done. */
+ZT_INTERNAL void zt__cpu_adam(zt__cpu_t *cpu, const zt__adam_launch_t *l);
+
+/* Sum of squares of grads over the segments (grads addressed by index -
+ * grads_first), in ZT_NORM_BLOCK blocks aligned to the global index, added
+ * in index order: the same result for any thread count. */
+ZT_INTERNAL double zt__cpu_sumsq(zt__cpu_t *cpu, const void *grads,
+                                 size_t grads_first, zt_dtype_t dtype,
+                                 const zt__seg_t *segs, size_t n_segs);
+
+/* dst[i] = (dst_dtype) src[i], i in [0, n), all threads, round to nearest. */
+ZT_INTERNAL void zt__cpu_cast(zt__cpu_t *cpu, void *dst, zt_dtype_t dst_dtype,
+                              const void *src, zt_dtype_t src_dtype, size_t n);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* ZT_CPU_OPTIM_H */

@@ -1,0 +1,127 @@
+/*
+ * engine.h — the engine's private state, shared by the files that make up
+ * the engine (engine.c: create/destroy/stats; register.c: the unit table and
+ * optimizer-state allocation; step.c: the step). Nothing outside src/ and the
+ * tests may depend on it.
+ *
+ * Ownership: the engine owns the backend, the CPU optimizer (thread pool),
+ * the comm, the unit table and every optimizer state, in whatever tier. The
+ * user owns the registered parameter and gradient buffers.
+ */
+#ifndef ZT_ENGINE_H
+#define ZT_ENGINE_H
+
+#include "backend/backend.h"   // defines: zt__backend_ops_t, zt__event_t
+#include "comm/comm.h"      // defines: zt__comm_t
+#include "cpu/cpu_optim.h" // defines: zt__cpu_t, zt__seg_t
+#include "base/internal.h"  // defines: zt__err_t
+#include "zero/partition.h" // defines: zt__part_t
+#include "zero/prefetch.h"  // defines: zt__prefetch_t
+
+#define ZT_ENGINE_MAGIC 0x7a74656e67696e65ull /* "ztengine" */
+
+/* A registered unit, with its name copied. */
+typedef struct zt__unit {
+  char *name;
+  size_t offset;
+  size_t numel;
+  int group;
+  int weight_decay;
+  size_t state_off; /* where its states start in the state space */
+} zt__unit_t;
+
+/* The host tier's staging ring: gradients arrive here from the device and
+ * cast parameters leave from here, one chunk per slot. */
+#define ZT_STAGING_SLOTS 3
+typedef struct zt__staging {
+  void *grads[ZT_STAGING_SLOTS];  /* chunk_elems * grad element size, pinned */
+  void *params[ZT_STAGING_SLOTS]; /* chunk_elems * param element size, pinned */
+  zt__event_t *grads_ready[ZT_STAGING_SLOTS]; /* D2H of the slot done        */
+  zt__event_t *params_sent[ZT_STAGING_SLOTS]; /* H2D of the slot done        */
+  zt__event_t *compute_mark; /* the user's compute stream at the step's start */
+  size_t chunk_elems;
+} zt__staging_t;
+
+/* Dynamic loss scaler state. */
+typedef struct zt__scaler {
+  int dynamic;      /* 1: back off and grow; 0: fixed scale  */
+  double scale;     /* what zt_loss_scale() hands out now     */
+  double handed;    /* what it last handed out: the scale the
+                       loop's gradients carry (1 until asked) */
+  int good_steps;   /* finite steps since the last change    */
+} zt__scaler_t;
+
+struct zt_engine {
+  uint64_t magic;
+  zt_config_t cfg;
+  zt__err_t err;
+
+  zt__cpu_t *cpu;
+  const zt__backend_ops_t *be_ops;
+  zt__backend_t *be;
+  zt__comm_t *comm;
+
+  /* Registration. */
+  int registered;
+  void *params;
+  void *grads;
+  size_t numel;
+  zt_dtype_t param_dtype;
+  zt_dtype_t grad_dtype;
+  zt__unit_t *units;
+  size_t n_units;
+  zt__seg_t *segs; /* units merged into runs of one decay flag, by index */
+  size_t n_segs;
+  size_t state_numel; /* elements that have optimizer states (sum of segs) */
+
+  /* Stages 1 and 2: the shards and buckets (partition.h). The states below
+   * are then this rank's shard of them. */
+  int partitioned;
+  zt__part_t part;
+  zt__prefetch_t prefetch;          /* stage 3: the trace, reads ahead, stats */
+  struct zt__param_nvme *param_nvme; /* param_tier nvme: the shard on disk   */
+
+  /* Optimizer states (fp32), in cfg.optimizer_tier. master is NULL when the
+   * fp32 user buffer is itself the master (device tier, fp32 params). */
+  float *master;
+  float *m;
+  float *v;
+  size_t state_bytes;     /* bytes of master + m + v allocated            */
+  zt__staging_t staging;  /* host tier only                               */
+  size_t staging_bytes;
+  zt__seg_t *window_segs[ZT_STAGING_SLOTS]; /* host tier: a window's pieces */
+  size_t host_bytes;      /* pinned host memory held                      */
+  size_t host_pages;      /* the same, each region rounded up to its pages:
+                             what pinned_budget_bytes bounds              */
+  int host_locked;        /* every pinned region is mlock'ed              */
+  int host_lock_warned;   /* the mlock warning was logged                 */
+  char host_note[256];    /* why pinned memory is not locked / not placed */
+  struct zt__hostpool *pinned_pool; /* with pinned_budget_bytes: one pool */
+  struct zt__opt_nvme *opt_nvme; /* nvme tier: the states in swap files,
+                                    NULL for an empty shard (opt_nvme.h) */
+  int host_numa_node;     /* the pool's NUMA node, -1: not placed         */
+
+  zt__scaler_t scaler;
+  int broken; /* an error left states half-updated: refuse further steps */
+  /* Stage 3: zt_fetch calls since registration or the last step. None means
+   * the loop computed on its own copy of the parameters, which stage 3 never
+   * updates: zt_step refuses rather than train frozen weights. */
+  uint64_t fetches_since_step;
+
+  /* Statistics. */
+  uint64_t d2h_bytes, h2d_bytes;
+  uint64_t steps, skipped_steps;
+  double step_seconds, optimizer_seconds, norm_seconds, copy_seconds;
+};
+
+/* 1 when `eng` looks like a live engine (NULL and freed ones fail). */
+ZT_INTERNAL int zt__engine_valid(const zt_engine_t *eng);
+
+/* 0 when `eng` is live, registered and not broken; else the code, with a
+ * sentence starting with `fn`. */
+ZT_INTERNAL int zt__engine_check(const zt_engine_t *eng, const char *fn);
+
+/* register.c: frees the unit table and every optimizer state. */
+ZT_INTERNAL void zt__engine_unregister(zt_engine_t *eng);
+
+#endif /* ZT_ENGINE_H */

@@ -1,0 +1,50 @@
+/*
+ * plan.h — bytes per rank in each tier for a model, a world size, a stage
+ * and tiers, before anything is allocated (`ztier plan`). The figures are
+ * what this version's engine allocates (register.c, partition.c), written
+ * out again from the sizes alone, so a test can hold zt_stats() to them,
+ * plus what the training loop itself holds (its parameter and gradient
+ * buffers), which together give the ZeRO paper's per-parameter table.
+ */
+#ifndef ZT_PLAN_H
+#define ZT_PLAN_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "base/internal.h" // defines: ZT_INTERNAL, zt_dtype_t, zt_tier_t
+
+typedef struct zt__plan_in {
+  uint64_t params;          /* elements with optimizer states (one unit)   */
+  int ranks, rank, stage;
+  zt_dtype_t param_dtype, grad_dtype;
+  zt_tier_t optimizer_tier; /* device | host | nvme                        */
+  zt_tier_t param_tier;     /* device | host | nvme (stage 3)              */
+  size_t bucket_bytes;      /* config bucket_bytes                         */
+  size_t chunk_bytes;       /* config chunk_bytes (host and nvme tiers)    */
+  size_t pinned_budget_bytes; /* config pinned_budget_bytes (nvme tier)  */
+} zt__plan_in_t;
+
+typedef struct zt__plan {
+  /* What ztier allocates, per tier (zt_stats' device/host/nvme_bytes). */
+  uint64_t ztier_device, ztier_host, ztier_nvme;
+  /* What the loop holds: its parameter buffer (stages 0-2) and gradient
+   * buffer (stages 0, 1; at stage 2 zt_grads() replaces it). */
+  uint64_t loop_device;
+  uint64_t shard_params; /* elements whose states this rank owns */
+  /* Of ztier_host, the pinned memory at its peak, in the 4 KiB pages the
+   * budget counts (pinned.c): more than pinned_budget_bytes cannot run. */
+  uint64_t pinned_bytes;
+  int supported;         /* 0: this version's engine refuses the combination */
+  const char *note;      /* why not, or NULL */
+} zt__plan_t;
+
+/* Fills *out; returns 0, or -EINVAL for inputs out of range. */
+ZT_INTERNAL int zt__plan(const zt__plan_in_t *in, zt__plan_t *out);
+
+/* The least pinned_budget_bytes with which `in` runs (its own budget
+ * ignored): 0 when nothing is pinned. -EINVAL when no budget makes it run
+ * (the combination itself is refused), or for inputs out of range. */
+ZT_INTERNAL int zt__plan_least_budget(const zt__plan_in_t *in, uint64_t *least);
+
+#endif /* ZT_PLAN_H */

@@ -1,0 +1,574 @@
+/*
+ * register.c — registration of the user's parameter and gradient buffers:
+ * argument checks (every one before anything is allocated or read), the unit
+ * table, the segments the kernels walk, and the optimizer states in their
+ * tier, initialised from the parameters.
+ *
+ * Segments: units sorted by offset, adjacent units with the same decay flag
+ * merged. Optimizer states are compact: segment j's states start at
+ * segs[j].state_off, so elements no unit covers (frozen) cost nothing.
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/ckjson.h" // defines: zt__ckjson_dup
+#include "engine/engine.h"
+#include "offload/opt_nvme.h" // defines: zt__opt_nvme_create, zt__opt_nvme_destroy
+#include "offload/param_nvme.h" // defines: zt__param_nvme_create, _put, _flush, _destroy
+#include "offload/pinned.h" // defines: zt__pinned_alloc, zt__pinned_free
+
+#define XXH_INLINE_ALL
+#include <xxhash.h> // defines: XXH3_64bits_withSeed
+
+/* 2^40 elements (4 TiB of fp32): far beyond one rank's memory, and small
+ * enough that every byte count below fits in size_t without overflow. */
+#define ZT_MAX_NUMEL ((size_t)1 << 40)
+#define ZT_MAX_NAME 256
+
+/* Names identify units in checkpoints and in the safetensors a checkpoint
+ * is consolidated into: two units of one name could not be told apart
+ * there (an unnamed unit i is "unit<i>", which a given name may take). */
+static int check_unique_names(zt_engine_t *eng) {
+  const char **names = malloc(eng->n_units * sizeof *names);
+  if (names == NULL) return zt__errf(&eng->err, -ENOMEM, "out of memory");
+  for (size_t i = 0; i < eng->n_units; i++) names[i] = eng->units[i].name;
+  size_t a = 0, b = 0;
+  int dup = zt__ckjson_dup(names, eng->n_units, &a, &b);
+  free(names);
+  if (dup < 0) return zt__errf(&eng->err, -ENOMEM, "out of memory");
+  if (dup == 0) return 0;
+  return zt__errf(&eng->err, -EINVAL,
+                  "units[%zu] and units[%zu] are both named \"%s\"; expected a name of its "
+                  "own for every unit (checkpoints and their safetensors name the units)",
+                  a < b ? a : b, a < b ? b : a, eng->units[a].name);
+}
+
+static int valid_dtype(zt_dtype_t dt) {
+  return dt == ZT_FP32 || dt == ZT_BF16 || dt == ZT_FP16;
+}
+
+static int check_buffers(zt_engine_t *eng, const void *params, const void *grads,
+                         size_t numel, zt_dtype_t pdt, zt_dtype_t gdt) {
+  zt__err_t *e = &eng->err;
+  if (eng->registered)
+    return zt__errf(e, -EBUSY, "a model is already registered with this engine; "
+                               "register once per engine (create another engine for "
+                               "another model)");
+  if (params == NULL)
+    return zt__errf(e, -EINVAL, "params is NULL; expected the parameter buffer");
+  if (grads == NULL && eng->cfg.stage < 2)
+    return zt__errf(e, -EINVAL, "grads is NULL; expected the gradient buffer (only stages "
+                                "2 and 3 can do without one: zt_grads())");
+  if (numel == 0) return zt__errf(e, -EINVAL, "numel is 0; expected at least 1 element");
+  if (numel > ZT_MAX_NUMEL)
+    return zt__errf(e, -EINVAL, "numel is %zu; expected at most 2^40 (%zu) elements", numel,
+                    ZT_MAX_NUMEL);
+  if (!valid_dtype(pdt))
+    return zt__errf(e, -EINVAL, "param_dtype is %d; expected ZT_FP32, ZT_BF16 or ZT_FP16",
+                    (int)pdt);
+  if (!valid_dtype(gdt))
+    return zt__errf(e, -EINVAL, "grad_dtype is %d; expected ZT_FP32, ZT_BF16 or ZT_FP16",
+                    (int)gdt);
+  size_t psz = zt__dtype_size(pdt), gsz = zt__dtype_size(gdt);
+  if ((uintptr_t)params % psz)
+    return zt__errf(e, -EINVAL, "params (%p) is not aligned to its %zu-byte %s elements",
+                    params, psz, zt__dtype_name(pdt));
+  if ((uintptr_t)grads % gsz)
+    return zt__errf(e, -EINVAL, "grads (%p) is not aligned to its %zu-byte %s elements",
+                    grads, gsz, zt__dtype_name(gdt));
+  int have_grads = grads != NULL; /* NULL: stage 2+ loops that use zt_grads() */
+  if (!have_grads) grads = params; /* nothing more to check about it */
+  uintptr_t p0 = (uintptr_t)params, p1 = p0 + numel * psz;
+  uintptr_t g0 = (uintptr_t)grads, g1 = g0 + numel * gsz;
+  if (p1 < p0 || g1 < g0)
+    return zt__errf(e, -EINVAL, "numel %zu runs past the end of the address space", numel);
+  if (have_grads && p0 < g1 && g0 < p1)
+    return zt__errf(e, -EINVAL, "params [%p, +%zu bytes) and grads [%p, +%zu bytes) "
+                                "overlap; expected two separate buffers",
+                    params, numel * psz, grads, numel * gsz);
+  if (!eng->be_ops->is_device_ptr(eng->be, params))
+    return zt__errf(e, -EINVAL, "params (%p) is not memory of the %s backend's device; "
+                                "expected a device buffer",
+                    params, eng->be_ops->name);
+  if (!eng->be_ops->is_device_ptr(eng->be, grads))
+    return zt__errf(e, -EINVAL, "grads (%p) is not memory of the %s backend's device; "
+                                "expected a device buffer",
+                    grads, eng->be_ops->name);
+  return 0;
+}
+
+/* Units are sorted by offset through (offset, index) pairs, so the
+ * comparator needs no pointer to the table (qsort takes no context). */
+typedef struct unit_key {
+  size_t offset;
+  size_t index;
+} unit_key_t;
+
+static int by_offset(const void *a, const void *b) {
+  size_t x = ((const unit_key_t *)a)->offset, y = ((const unit_key_t *)b)->offset;
+  return x < y ? -1 : x > y;
+}
+
+static const char *unit_name(const zt_unit_t *u) { return u->name ? u->name : "(unnamed)"; }
+
+/* Checks every unit and that none overlaps another; fills `order` with unit
+ * indices sorted by offset (`keys` is scratch of n entries). */
+static int check_units(zt_engine_t *eng, const zt_unit_t *units, size_t n, size_t numel,
+                       zt_dtype_t pdt, unit_key_t *keys, size_t *order) {
+  zt__err_t *e = &eng->err;
+  for (size_t i = 0; i < n; i++) {
+    const zt_unit_t *u = &units[i];
+    if (u->numel == 0)
+      return zt__errf(e, -EINVAL, "units[%zu] ('%s') has numel 0; expected at least 1", i,
+                      unit_name(u));
+    if (u->offset >= numel || u->numel > numel - u->offset)
+      return zt__errf(e, -EINVAL,
+                      "units[%zu] ('%s') covers elements [%zu, %zu) but the buffers have "
+                      "%zu elements",
+                      i, unit_name(u), u->offset, u->offset + u->numel, numel);
+    if (u->group < 0)
+      return zt__errf(e, -EINVAL, "units[%zu] ('%s') has group %d; expected >= 0", i,
+                      unit_name(u), u->group);
+    if (u->weight_decay != 0 && u->weight_decay != 1)
+      return zt__errf(e, -EINVAL, "units[%zu] ('%s') has weight_decay %d; expected 0 or 1",
+                      i, unit_name(u), u->weight_decay);
+    if (u->dtype != pdt)
+      return zt__errf(e, -EINVAL,
+                      "units[%zu] ('%s') has dtype %s; expected %s, the param_dtype of the "
+                      "buffer",
+                      i, unit_name(u), zt__dtype_name(u->dtype), zt__dtype_name(pdt));
+    if (u->name && strnlen(u->name, ZT_MAX_NAME) == ZT_MAX_NAME)
+      return zt__errf(e, -EINVAL, "units[%zu] has a name of %d or more characters", i,
+                      ZT_MAX_NAME);
+    if (u->name && u->name[0] == '\0')
+      return zt__errf(e, -EINVAL,
+                      "units[%zu] has the name \"\"; expected NULL (named \"unit%zu\") or "
+                      "a name of 1 to %d characters",
+                      i, i, ZT_MAX_NAME - 1);
+    keys[i] = (unit_key_t){u->offset, i};
+  }
+  qsort(keys, n, sizeof *keys, by_offset);
+  for (size_t i = 0; i < n; i++) order[i] = keys[i].index;
+  for (size_t k = 1; k < n; k++) {
+    const zt_unit_t *a = &units[order[k - 1]], *b = &units[order[k]];
+    if (a->offset + a->numel > b->offset)
+      return zt__errf(e, -EINVAL,
+                      "units[%zu] ('%s') [%zu, %zu) overlaps units[%zu] ('%s') [%zu, %zu); "
+                      "expected disjoint units",
+                      order[k - 1], unit_name(a), a->offset, a->offset + a->numel, order[k],
+                      unit_name(b), b->offset, b->offset + b->numel);
+  }
+  return 0;
+}
+
+/* Every rank must register the same model: compared before anything is
+ * allocated, so that a mismatch is an error on every rank, not a hang. The
+ * same all-gather carries each rank's own verdict on its arguments: a rank
+ * whose checks failed still joins it (its peers are already waiting in it),
+ * and then every rank fails. */
+typedef struct model_sig {
+  int64_t status; /* 0, or the code this rank's own checks gave */
+  uint64_t numel, n_units, dtypes, units_hash;
+} model_sig_t;
+
+/* "1", "1, 3", ...: the ranks whose status is not 0, into buf. */
+static void failed_ranks(const int64_t *status, size_t stride, int world, char *buf,
+                         size_t n) {
+  size_t len = 0;
+  buf[0] = '\0';
+  for (int r = 0; r < world && len < n; r++) {
+    const int64_t *st = (const int64_t *)((const char *)status + (size_t)r * stride);
+    if (*st == 0) continue;
+    int k = snprintf(buf + len, n - len, "%s%d", len ? ", " : "", r);
+    if (k < 0) break;
+    len += (size_t)k;
+  }
+}
+
+static int check_ranks_agree(zt_engine_t *eng, int local, size_t numel, zt_dtype_t pdt,
+                             zt_dtype_t gdt, const zt_unit_t *units, size_t n) {
+  zt__comm_t *c = eng->comm;
+  int world = c->ops->world(c), rank = c->ops->rank(c);
+  if (world == 1) return local;
+  model_sig_t mine = {local, 0, 0, 0, 0};
+  if (local == 0) {
+    /* Only a rank whose arguments passed may read its unit table. */
+    uint64_t h = 0;
+    for (size_t i = 0; i < n; i++) {
+      uint64_t f[4] = {units[i].offset, units[i].numel, (uint64_t)units[i].group,
+                       (uint64_t)units[i].weight_decay};
+      h = XXH3_64bits_withSeed(f, sizeof f, h);
+    }
+    mine = (model_sig_t){0, numel, n, (uint64_t)pdt << 8 | (uint64_t)gdt, h};
+  }
+  model_sig_t *all = calloc((size_t)world, sizeof *all);
+  if (all == NULL) return zt__errf(&eng->err, -ENOMEM, "out of memory");
+  /* Through the comm's own buffer, which a failed comm leaves to MPI. */
+  int rc = zt__comm_gather_wait(c, &mine, all, sizeof mine);
+  int first_bad = -1;
+  for (int r = 0; rc == 0 && r < world; r++)
+    if (all[r].status != 0 && first_bad < 0) first_bad = r;
+  if (rc == 0 && local != 0) {
+    rc = local; /* this rank's own sentence stands */
+  } else if (rc == 0 && first_bad >= 0) {
+    char who[128];
+    failed_ranks(&all[0].status, sizeof *all, world, who, sizeof who);
+    rc = zt__errf(&eng->err, (int)all[first_bad].status,
+                  "the arguments of rank(s) %s failed their checks (%s on rank %d; the "
+                  "sentence is on that rank), so every rank refuses the registration; "
+                  "nothing was registered",
+                  who, zt_err_name((int)all[first_bad].status), first_bad);
+  }
+  for (int r = 0; rc == 0 && r < world; r++) {
+    const model_sig_t *o = &all[r];
+    if (o->numel != mine.numel || o->n_units != mine.n_units || o->dtypes != mine.dtypes)
+      rc = zt__errf(&eng->err, -EINVAL,
+                    "rank %d registers %llu elements in %llu units (dtypes %llx) but rank "
+                    "%d registers %llu in %llu (dtypes %llx); every rank must register "
+                    "the same model",
+                    rank, (unsigned long long)mine.numel, (unsigned long long)mine.n_units,
+                    (unsigned long long)mine.dtypes, r, (unsigned long long)o->numel,
+                    (unsigned long long)o->n_units, (unsigned long long)o->dtypes);
+    else if (o->units_hash != mine.units_hash)
+      rc = zt__errf(&eng->err, -EINVAL,
+                    "the unit table of rank %d differs from rank %d's (offsets, sizes, "
+                    "groups or decay flags); every rank must register the same model",
+                    rank, r);
+  }
+  free(all);
+  return rc;
+}
+
+/* After the allocations: a rank whose allocation failed (its memory, its
+ * pinned budget, its shard the largest) tells the others, which would
+ * otherwise wait for it in the first step's collectives. Returns `local` on
+ * a rank that failed, an error naming the failed ranks on the others, or
+ * 0 when every rank succeeded. */
+static int check_ranks_allocated(zt_engine_t *eng, int local) {
+  zt__comm_t *c = eng->comm;
+  int world = c->ops->world(c);
+  if (world == 1) return local;
+  int64_t mine = local, *all = calloc((size_t)world, sizeof *all);
+  if (all == NULL) return zt__errf(&eng->err, -ENOMEM, "out of memory");
+  /* Through the comm's own buffer, which a failed comm leaves to MPI. */
+  int rc = zt__comm_gather_wait(c, &mine, all, sizeof mine);
+  int first_bad = -1;
+  for (int r = 0; rc == 0 && r < world; r++)
+    if (all[r] != 0 && first_bad < 0) first_bad = r;
+  if (rc == 0 && local != 0) {
+    rc = local;
+  } else if (rc == 0 && first_bad >= 0) {
+    char who[128];
+    failed_ranks(all, sizeof *all, world, who, sizeof who);
+    rc = zt__errf(&eng->err, (int)all[first_bad],
+                  "the optimizer states could not be set up on rank(s) %s (%s on rank %d; "
+                  "the sentence is on that rank), so every rank undoes the registration; "
+                  "nothing is registered",
+                  who, zt_err_name((int)all[first_bad]), first_bad);
+  }
+  free(all);
+  return rc;
+}
+
+/* ---- optimizer states ------------------------------------------------------ */
+
+static void free_states(zt_engine_t *eng) {
+  size_t n = eng->state_numel;
+  zt__opt_nvme_destroy(eng->opt_nvme);
+  eng->opt_nvme = NULL;
+  if (eng->partitioned) {
+    size_t bytes = (eng->part.end - eng->part.begin) * sizeof(float);
+    zt__part_release(eng, eng->master, bytes);
+    zt__part_release(eng, eng->m, bytes);
+    zt__part_release(eng, eng->v, bytes);
+    zt__part_free(eng); /* its reads ahead use the parameter tier: first */
+    zt__param_nvme_destroy(eng->param_nvme);
+    eng->param_nvme = NULL;
+    eng->partitioned = 0;
+  } else if (eng->cfg.optimizer_tier == ZT_TIER_NVME) {
+    /* Only the swapper above holds anything. */
+  } else if (eng->cfg.optimizer_tier == ZT_TIER_HOST) {
+    zt__pinned_free(eng, eng->master, n * sizeof(float));
+    zt__pinned_free(eng, eng->m, n * sizeof(float));
+    zt__pinned_free(eng, eng->v, n * sizeof(float));
+    zt__staging_t *st = &eng->staging;
+    size_t pb = st->chunk_elems * zt__dtype_size(eng->param_dtype);
+    size_t gb = st->chunk_elems * zt__dtype_size(eng->grad_dtype);
+    for (int s = 0; s < ZT_STAGING_SLOTS; s++) {
+      zt__pinned_free(eng, st->grads[s], gb);
+      zt__pinned_free(eng, st->params[s], pb);
+      if (st->grads_ready[s]) eng->be_ops->event_destroy(eng->be, st->grads_ready[s]);
+      if (st->params_sent[s]) eng->be_ops->event_destroy(eng->be, st->params_sent[s]);
+      free(eng->window_segs[s]);
+      eng->window_segs[s] = NULL;
+    }
+    if (st->compute_mark) eng->be_ops->event_destroy(eng->be, st->compute_mark);
+    memset(st, 0, sizeof *st);
+  } else {
+    if (eng->master) eng->be_ops->free(eng->be, eng->master, n * sizeof(float));
+    if (eng->m) eng->be_ops->free(eng->be, eng->m, n * sizeof(float));
+    if (eng->v) eng->be_ops->free(eng->be, eng->v, n * sizeof(float));
+  }
+  eng->master = eng->m = eng->v = NULL;
+  eng->state_bytes = 0;
+}
+
+/* Device tier: states in backend memory; the master is cast from the params
+ * on the device, except for fp32 params, which are their own master. */
+static int alloc_device_states(zt_engine_t *eng) {
+  const zt__backend_ops_t *be = eng->be_ops;
+  size_t bytes = eng->state_numel * sizeof(float);
+  if (eng->param_dtype != ZT_FP32) ZT_TRY(be->alloc(eng->be, bytes, (void **)&eng->master));
+  ZT_TRY(be->alloc(eng->be, bytes, (void **)&eng->m));
+  ZT_TRY(be->alloc(eng->be, bytes, (void **)&eng->v));
+  eng->state_bytes = bytes * (eng->master ? 3 : 2);
+  ZT_TRY(be->memset_zero(eng->be, eng->m, bytes, ZT_STREAM_COMPUTE));
+  ZT_TRY(be->memset_zero(eng->be, eng->v, bytes, ZT_STREAM_COMPUTE));
+  if (eng->master) {
+    size_t psz = zt__dtype_size(eng->param_dtype);
+    for (size_t j = 0; j < eng->n_segs; j++) {
+      const zt__seg_t *s = &eng->segs[j];
+      ZT_TRY(be->cast(eng->be, eng->master + s->state_off, ZT_FP32,
+                      (const char *)eng->params + s->index * psz, eng->param_dtype, s->n,
+                      ZT_STREAM_COMPUTE));
+    }
+  }
+  return be->stream_sync(eng->be, ZT_STREAM_COMPUTE);
+}
+
+/* Host tier: states in pinned memory, plus the staging ring through which
+ * gradients come in and parameters go out. The master is initialised through
+ * the same D2H path a step uses. */
+static int alloc_host_states(zt_engine_t *eng) {
+  const zt__backend_ops_t *be = eng->be_ops;
+  zt__staging_t *st = &eng->staging;
+  size_t bytes = eng->state_numel * sizeof(float);
+  size_t psz = zt__dtype_size(eng->param_dtype), gsz = zt__dtype_size(eng->grad_dtype);
+  /* A window never needs to be longer than the registered extent: a small
+   * model gets small staging slots, not chunk_bytes of mlock'ed memory. */
+  const zt__seg_t *first = &eng->segs[0], *last = &eng->segs[eng->n_segs - 1];
+  size_t extent = last->index + last->n - first->index;
+  st->chunk_elems = eng->cfg.chunk_bytes / sizeof(float);
+  if (st->chunk_elems > extent) st->chunk_elems = extent;
+  if (st->chunk_elems == 0) st->chunk_elems = 1;
+  ZT_TRY(zt__pinned_alloc(eng, bytes, (void **)&eng->master));
+  ZT_TRY(zt__pinned_alloc(eng, bytes, (void **)&eng->m));
+  ZT_TRY(zt__pinned_alloc(eng, bytes, (void **)&eng->v));
+  eng->state_bytes = 3 * bytes;
+  for (int s = 0; s < ZT_STAGING_SLOTS; s++) {
+    ZT_TRY(zt__pinned_alloc(eng, st->chunk_elems * gsz, &st->grads[s]));
+    ZT_TRY(zt__pinned_alloc(eng, st->chunk_elems * psz, &st->params[s]));
+    ZT_TRY(be->event_create(eng->be, &st->grads_ready[s]));
+    ZT_TRY(be->event_create(eng->be, &st->params_sent[s]));
+    eng->window_segs[s] = calloc(eng->n_segs, sizeof(zt__seg_t));
+    if (eng->window_segs[s] == NULL) return zt__errf(&eng->err, -ENOMEM, "out of memory");
+  }
+  ZT_TRY(be->event_create(eng->be, &st->compute_mark));
+  eng->staging_bytes = ZT_STAGING_SLOTS * st->chunk_elems * (psz + gsz);
+  /* mmap gave zeroed pages: m and v start at 0 as Adam requires. */
+  for (size_t j = 0; j < eng->n_segs; j++) {
+    const zt__seg_t *s = &eng->segs[j];
+    for (size_t k = 0; k < s->n; k += st->chunk_elems) {
+      size_t n = s->n - k < st->chunk_elems ? s->n - k : st->chunk_elems;
+      ZT_TRY(be->copy(eng->be, st->params[0], (const char *)eng->params + (s->index + k) * psz,
+                      n * psz, ZT_COPY_D2H, ZT_STREAM_D2H));
+      ZT_TRY(be->stream_sync(eng->be, ZT_STREAM_D2H));
+      zt__cpu_cast(eng->cpu, eng->master + s->state_off + k, ZT_FP32, st->params[0],
+                   eng->param_dtype, n);
+      eng->d2h_bytes += n * psz;
+    }
+  }
+  return 0;
+}
+
+/* NVMe tier, unpartitioned: the states go straight to swap files, streamed
+ * from the user's buffers through the tier's pinned slots. */
+static int alloc_nvme_states(zt_engine_t *eng) {
+  zt__opt_nvme_view_t v = {eng->segs,       eng->n_segs, eng->grads,       0,
+                           eng->grad_dtype, eng->params, 0, eng->param_dtype, NULL, 0};
+  ZT_TRY(zt__opt_nvme_create(eng, &v, &eng->opt_nvme));
+  eng->state_bytes = 0; /* on disk, not in memory */
+  return 0;
+}
+
+/* Stages 1 to 3: this rank's shard of the states, in its tier, the master
+ * initialised from the shard's parameters in the user's buffer. */
+static int alloc_shard_states(zt_engine_t *eng) {
+  zt__part_t *p = &eng->part;
+  eng->partitioned = 1;
+  ZT_TRY(zt__part_init(eng));
+  size_t mine = p->end - p->begin, bytes = mine * sizeof(float);
+  size_t psz = zt__dtype_size(eng->param_dtype);
+  int nvme = eng->cfg.optimizer_tier == ZT_TIER_NVME;
+  if (!nvme) {
+    ZT_TRY(zt__part_alloc(eng, bytes, (void **)&eng->master));
+    ZT_TRY(zt__part_alloc(eng, bytes, (void **)&eng->m));
+    ZT_TRY(zt__part_alloc(eng, bytes, (void **)&eng->v));
+    eng->state_bytes = 3 * bytes;
+  }
+  if (mine == 0) return 0;
+  /* The shard's parameters, from which the master is cast. */
+  zt__copy_kind_t kind = p->params_pinned ? ZT_COPY_D2H : ZT_COPY_D2D;
+  ZT_TRY(zt__part_copy_span(eng, p->params, eng->params, psz, p->begin, p->end, 0, kind,
+                            ZT_STREAM_D2H));
+  ZT_TRY(eng->be_ops->stream_sync(eng->be, ZT_STREAM_D2H));
+  if (kind == ZT_COPY_D2H) eng->d2h_bytes += mine * psz;
+  if (eng->cfg.param_tier == ZT_TIER_NVME)
+    ZT_TRY(zt__param_nvme_create(eng, mine, eng->param_dtype, &eng->param_nvme));
+  if (nvme) {
+    /* The swapper casts its master window by window into its records; it
+     * reads the gradient shard and writes the parameter shard where they
+     * are, in pinned memory (partition.c), or its steps' parameters go to
+     * the parameter tier's file when there is one. */
+    zt__opt_nvme_view_t v = {p->segs,  p->n_segs, p->grads, p->begin,
+                             ZT_FP32,  p->params, p->begin, eng->param_dtype,
+                             eng->param_nvme, p->on_pinned};
+    ZT_TRY(zt__opt_nvme_create(eng, &v, &eng->opt_nvme));
+  } else {
+    zt__cpu_cast(eng->cpu, eng->master, ZT_FP32, p->params, eng->param_dtype, mine);
+  }
+  if (eng->param_nvme == NULL) return 0;
+  /* From here on the shard's parameters are on disk between steps. */
+  ZT_TRY(zt__param_nvme_put(eng->param_nvme, 0, mine, p->params));
+  ZT_TRY(zt__param_nvme_flush(eng->param_nvme));
+  zt__part_params_free(eng);
+  return 0;
+}
+
+/* Units sorted by offset, merged into runs of one decay flag. */
+static int build_segments(zt_engine_t *eng, const size_t *order) {
+  eng->segs = calloc(eng->n_units, sizeof *eng->segs);
+  if (eng->segs == NULL) return zt__errf(&eng->err, -ENOMEM, "out of memory");
+  size_t n = 0, state = 0;
+  for (size_t k = 0; k < eng->n_units; k++) {
+    zt__unit_t *u = &eng->units[order[k]];
+    u->state_off = state;
+    zt__seg_t *last = n ? &eng->segs[n - 1] : NULL;
+    if (last && last->index + last->n == u->offset && last->decay == u->weight_decay) {
+      last->n += u->numel;
+    } else {
+      eng->segs[n++] = (zt__seg_t){u->offset, state, u->numel, u->weight_decay};
+    }
+    state += u->numel;
+  }
+  eng->n_segs = n;
+  eng->state_numel = state;
+  return 0;
+}
+
+void zt__engine_unregister(zt_engine_t *eng) {
+  free_states(eng);
+  for (size_t i = 0; i < eng->n_units; i++) free(eng->units[i].name);
+  free(eng->units);
+  free(eng->segs);
+  eng->units = NULL;
+  eng->segs = NULL;
+  eng->n_units = eng->n_segs = eng->state_numel = 0;
+  eng->registered = 0;
+}
+
+static void init_scaler(zt_engine_t *eng) {
+  const zt_config_t *c = &eng->cfg;
+  zt__scaler_t *s = &eng->scaler;
+  zt_loss_scaling_t mode = c->loss_scaling;
+  if (mode == ZT_LOSS_SCALE_AUTO)
+    mode = (eng->param_dtype == ZT_FP16 || eng->grad_dtype == ZT_FP16) ? ZT_LOSS_SCALE_DYNAMIC
+                                                                       : ZT_LOSS_SCALE_NONE;
+  s->dynamic = mode == ZT_LOSS_SCALE_DYNAMIC;
+  s->scale = mode == ZT_LOSS_SCALE_NONE ? 1.0 : c->initial_loss_scale;
+  s->handed = 1.0; /* until the loop asks zt_loss_scale() */
+  s->good_steps = 0;
+}
+
+int zt_register_units(zt_engine_t *eng, void *params, void *grads, size_t numel,
+                      zt_dtype_t param_dtype, zt_dtype_t grad_dtype, const zt_unit_t *units,
+                      size_t n_units) {
+  /* Without a live engine there is no comm to tell the other ranks with. */
+  if (!zt__engine_valid(eng))
+    return zt__errf(zt__err_thread(), -EINVAL, "zt_register_units: eng is not a live engine");
+  /* The local checks do not return: their verdict goes into the agreement
+   * below, which every rank must enter (check_ranks_agree). */
+  int local = check_buffers(eng, params, grads, numel, param_dtype, grad_dtype);
+  if (local == 0 && units == NULL)
+    local = zt__errf(&eng->err, -EINVAL, "units is NULL; expected a table of n_units units");
+  if (local == 0 && (n_units == 0 || n_units > numel))
+    local = zt__errf(&eng->err, -EINVAL, "n_units is %zu; expected 1 to numel (%zu)",
+                     n_units, numel);
+  size_t *order = NULL;
+  unit_key_t *keys = NULL;
+  if (local == 0) {
+    order = malloc(n_units * sizeof *order);
+    keys = malloc(n_units * sizeof *keys);
+    if (order == NULL || keys == NULL)
+      local = zt__errf(&eng->err, -ENOMEM, "out of memory");
+  }
+  if (local == 0)
+    local = check_units(eng, units, n_units, numel, param_dtype, keys, order);
+  /* A rank that failed (an engine already registered included: it keeps its
+   * model) returns from here, as does every other rank. */
+  int rc = check_ranks_agree(eng, local, numel, param_dtype, grad_dtype, units, n_units);
+  if (rc < 0) goto done;
+
+  /* Every check passed: from here on, a failure is only a failed allocation,
+   * and it unwinds everything so the engine can be registered again. */
+  eng->params = params;
+  eng->grads = grads;
+  eng->numel = numel;
+  eng->param_dtype = param_dtype;
+  eng->grad_dtype = grad_dtype;
+  eng->units = calloc(n_units, sizeof *eng->units);
+  if (eng->units == NULL) rc = zt__errf(&eng->err, -ENOMEM, "out of memory");
+  for (size_t i = 0; rc == 0 && i < n_units; i++) {
+    const zt_unit_t *u = &units[i];
+    char fallback[32];
+    snprintf(fallback, sizeof fallback, "unit%zu", i);
+    eng->units[i] = (zt__unit_t){strdup(u->name ? u->name : fallback), u->offset, u->numel,
+                                 u->group, u->weight_decay, 0};
+    eng->n_units = i + 1; /* what zt__engine_unregister frees */
+    if (eng->units[i].name == NULL) rc = zt__errf(&eng->err, -ENOMEM, "out of memory");
+  }
+  if (rc == 0) rc = check_unique_names(eng);
+  if (rc == 0) rc = build_segments(eng, order);
+  if (rc == 0)
+    rc = eng->cfg.stage >= 1                         ? alloc_shard_states(eng)
+         : eng->cfg.optimizer_tier == ZT_TIER_NVME ? alloc_nvme_states(eng)
+         : eng->cfg.optimizer_tier == ZT_TIER_HOST ? alloc_host_states(eng)
+                                                   : alloc_device_states(eng);
+  /* Every rank learns whether every rank's states exist (no collective
+   * above this point can be left half done: allocation is local). */
+  rc = check_ranks_allocated(eng, rc);
+  if (rc < 0) goto fail;
+  init_scaler(eng);
+  /* Stage 3 owns the parameters from now on: the buffer gave the initial
+   * values and the caller may free it. */
+  if (eng->cfg.stage >= 3) eng->params = NULL;
+  eng->registered = 1;
+  zt__log(&eng->cfg, ZT_LOG_INFO,
+          "registered %zu units (%zu elements with optimizer states, %s params, %s grads) "
+          "in the %s tier",
+          n_units, eng->state_numel, zt__dtype_name(param_dtype), zt__dtype_name(grad_dtype),
+          eng->cfg.optimizer_tier == ZT_TIER_NVME   ? "nvme"
+          : eng->cfg.optimizer_tier == ZT_TIER_HOST ? "host"
+                                                    : "device");
+  goto done;
+
+fail:
+  zt__engine_unregister(eng);
+done:
+  free(keys);
+  free(order);
+  return rc;
+}
+
+int zt_register_flat(zt_engine_t *eng, void *params, void *grads, size_t numel,
+                     zt_dtype_t param_dtype, zt_dtype_t grad_dtype) {
+  zt_unit_t all = {"params", 0, numel, 0, 1, param_dtype};
+  if (!zt__engine_valid(eng))
+    return zt__errf(zt__err_thread(), -EINVAL, "zt_register_flat: eng is not a live engine");
+  /* No checks of its own here: zt_register_units checks the buffers (numel
+   * among them) before the unit, so the sentence names numel, and a failure
+   * still joins the other ranks' agreement instead of leaving them waiting. */
+  return zt_register_units(eng, params, grads, numel, param_dtype, grad_dtype, &all, 1);
+}

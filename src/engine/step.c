@@ -1,0 +1,445 @@
+/*
+ * step.c — zt_step(): gradient norm and overflow check, loss scaling,
+ * clipping, and the update in the optimizer states' tier.
+ *
+ *   device tier: one kernel launch over every segment, on the backend.
+ *   host tier:   the gradients stream device→host through a ring of pinned
+ *                staging slots, the CPU updates the pinned states, and the
+ *                cast parameters stream back host→device:
+ *                    D2H window w+1  ∥  CPU update window w  ∥  H2D window w-1
+ *                ordered by events, never by a host sync of a whole stream.
+ *   nvme tier:   the same ring, with the states themselves streamed from and
+ *                to swap files around the update (offload/opt_nvme.c).
+ *
+ * Every tier computes the norm on the gradients where they live and applies the
+ * same zt_adam_update to the same inputs, so they give identical bits.
+ */
+#include <math.h>
+#include <string.h>
+
+#include "base/abi.h" // defines: zt__abi_size, ZT__STEP_ARGS_SIZE_0_1
+#include "engine/engine.h"
+#include "offload/opt_nvme.h" // defines: zt__opt_nvme_step
+#include "offload/param_nvme.h" // defines: zt__param_nvme_put, zt__param_nvme_flush
+#include "cpu/window.h" // defines: zt__window_*
+
+/* Finite and in [lo, hi) or [lo, hi]: the step's hyper-parameter checks. */
+static int bad_float(zt__err_t *e, const char *name, float x, const char *expected) {
+  return zt__errf(e, -EINVAL, "args->%s is %g; expected %s", name, (double)x, expected);
+}
+
+/* Checks the step's arguments. The caller's args and info may be of an
+ * older or newer ztier.h (abi.h): *full gets the args as this library's
+ * whole struct (the defaults for what an older one lacks), and *info_have
+ * the bytes of info the step may write. */
+static int check_args(zt_engine_t *eng, const zt_step_args_t *user, const zt_step_info_t *info,
+                      zt_step_args_t *full, size_t *info_have) {
+  zt__err_t *e = &eng->err;
+  if (user == NULL) return zt__errf(e, -EINVAL, "args is NULL; expected ZT_STEP_ARGS_INIT");
+  size_t have;
+  ZT_TRY(zt__abi_size(e, "zt_step", "args", "zt_step_args_t", user, user->size,
+                      ZT__STEP_ARGS_SIZE_0_1, sizeof(zt_step_args_t), "ZT_STEP_ARGS_INIT",
+                      &have));
+  static const zt_step_args_t defaults = ZT_STEP_ARGS_INIT;
+  *full = defaults;
+  memcpy(full, user, have);
+  full->size = sizeof *full;
+  const zt_step_args_t *a = full;
+  if (!isfinite(a->lr) || a->lr < 0) return bad_float(e, "lr", a->lr, "a finite value >= 0");
+  if (!isfinite(a->beta1) || a->beta1 < 0 || a->beta1 >= 1)
+    return bad_float(e, "beta1", a->beta1, "a value in [0, 1)");
+  if (!isfinite(a->beta2) || a->beta2 < 0 || a->beta2 >= 1)
+    return bad_float(e, "beta2", a->beta2, "a value in [0, 1)");
+  if (!isfinite(a->eps) || a->eps <= 0) return bad_float(e, "eps", a->eps, "a finite value > 0");
+  if (!isfinite(a->weight_decay) || a->weight_decay < 0)
+    return bad_float(e, "weight_decay", a->weight_decay, "a finite value >= 0");
+  if (a->t == 0)
+    return zt__errf(e, -EINVAL, "args->t is 0; expected the 1-based step number (t >= 1), "
+                                "as bias correction divides by 1 - beta^t");
+  if (!isfinite(a->grad_scale) || a->grad_scale <= 0)
+    return bad_float(e, "grad_scale", a->grad_scale, "a finite value > 0 (1 for none)");
+  if (!isfinite(a->clip_grad_norm))
+    return bad_float(e, "clip_grad_norm", a->clip_grad_norm,
+                     "a finite value: > 0 to clip, 0 for none, < 0 for the config's");
+  *info_have = 0;
+  if (info)
+    ZT_TRY(zt__abi_size(e, "zt_step", "info", "zt_step_info_t", info, info->size,
+                        ZT__STEP_INFO_SIZE_0_1, sizeof(zt_step_info_t), "ZT_STEP_INFO_INIT",
+                        info_have));
+  return 0;
+}
+
+
+/* Sum of squares of the gradients, summed over ranks in rank order, and the
+ * factor that turns the gradients it was taken on into the average
+ * gradient: 1 unpartitioned, 1/W for the sums of W ranks of a shard. At
+ * stages 1 and 2 the gradients are reduced to their owners first.
+ *
+ * `local` is this rank's own refusal of the call (0, or a code whose sentence
+ * is already written). Partitioned, the ranks are then in collectives
+ * together: a rank that refuses still makes the same exchanges (the
+ * reduction, then the all-gather of the sum), with its refusal and whether
+ * it handed out the current loss scale riding in that all-gather, so that
+ * every rank refuses alike instead of some waiting for a rank that left.
+ * *refused gets the code of such a refusal (the reduction stands: a retry
+ * finds the gradients handed over, as after zt_grad_norm). The return value
+ * is a failure of the exchanges themselves, which leaves buckets half
+ * reduced. `args` (zt_step's, NULL otherwise) are compared between the
+ * ranks before anything moves: a difference is a refusal on every rank. */
+static int grad_sumsq(zt_engine_t *eng, const char *fn, int local, const zt_step_args_t *args,
+                      double *out, double *avg, int *refused) {
+  double t0 = zt__now();
+  *refused = 0;
+  if (eng->partitioned) {
+    zt__part_t *p = &eng->part;
+    int rc = zt__part_reduce_all(eng, local ? NULL : args);
+    if (rc < 0 && p->disagreed == ZT_DISAGREED_ARGS) {
+      p->disagreed = 0;
+      *refused = rc; /* every rank's, and nothing moved */
+      return 0;
+    }
+    ZT_TRY(rc);
+    *out = p->n_segs ? zt__cpu_sumsq(eng->cpu, p->grads, p->begin, ZT_FP32, p->segs,
+                                     p->n_segs)
+                     : 0.0;
+    /* The loss scale is the same on every rank (the scaler moves on the
+     * all-gathered sum), so "handed out the current one" is comparable; a
+     * rank that did not would unscale by another value than its peers. */
+    int handed = eng->scaler.handed == eng->scaler.scale;
+    int bad_rank, bad_code, flag_rank;
+    ZT_TRY(zt__part_sum_ranks(eng, out, local, handed, &bad_rank, &bad_code, &flag_rank));
+    *avg = 1.0 / p->world;
+    if (local) {
+      *refused = local; /* this rank's own sentence stands */
+    } else if (bad_rank >= 0) {
+      *refused = zt__errf(&eng->err, bad_code,
+                          "%s: rank %d refused the call (%s; its sentence is on that rank), "
+                          "so every rank refuses it rather than wait in a collective that "
+                          "rank left",
+                          fn, bad_rank, zt_err_name(bad_code));
+    } else if (flag_rank >= 0) {
+      *refused = zt__errf(
+          &eng->err, -EINVAL,
+          "%s: zt_loss_scale() handed out the current loss scale (%g) on some ranks and "
+          "not on others (rank 0 and rank %d differ; this rank %s); their gradients would "
+          "be unscaled differently: call zt_loss_scale() on every rank before the "
+          "backward, or on none",
+          fn, eng->scaler.scale, flag_rank, handed ? "asked for it" : "did not");
+    }
+  } else {
+    if (local) {
+      *refused = local; /* no peers to tell: the engine is not partitioned */
+      return 0;
+    }
+    ZT_TRY(eng->be_ops->sumsq(eng->be, eng->grads, eng->grad_dtype, eng->segs,
+                              eng->n_segs, ZT_STREAM_COMPUTE, out));
+    *avg = 1.0;
+  }
+  eng->norm_seconds += zt__now() - t0;
+  return 0;
+}
+
+int zt_grad_norm(zt_engine_t *eng, float grad_scale, double *norm) {
+  ZT_TRY(zt__engine_check(eng, "zt_grad_norm"));
+  int local = 0;
+  if (norm == NULL)
+    local = zt__errf(&eng->err, -EINVAL, "norm is NULL; expected a double *");
+  else if (!isfinite(grad_scale) || grad_scale <= 0)
+    local = zt__errf(&eng->err, -EINVAL, "grad_scale is %g; expected a finite value > 0",
+                     (double)grad_scale);
+  double sumsq = 0.0, avg = 1.0;
+  int refused;
+  int rc = grad_sumsq(eng, "zt_grad_norm", local, NULL, &sumsq, &avg, &refused);
+  if (rc < 0) {
+    if (!eng->partitioned) return rc;
+    return zt__part_fail(eng, rc); /* broken: buckets may be half reduced */
+  }
+  if (refused) return refused;
+  *norm = sqrt(sumsq) * ((double)grad_scale / eng->scaler.handed) * avg;
+  return 0;
+}
+
+/* ---- the update in each tier ------------------------------------------------ */
+
+static int update_device_tier(zt_engine_t *eng, const zt__adam_hp_t *hp) {
+  zt__adam_launch_t l = {
+      .hp = hp,
+      .master = eng->master, /* NULL for fp32 params: they are the master */
+      .m = eng->m,
+      .v = eng->v,
+      .grads = eng->grads,
+      .grads_first = 0,
+      .grad_dtype = eng->grad_dtype,
+      .params = eng->params,
+      .params_first = 0,
+      .param_dtype = eng->param_dtype,
+      .segs = eng->segs,
+      .n_segs = eng->n_segs,
+  };
+  double t0 = zt__now();
+  ZT_TRY(eng->be_ops->adam(eng->be, &l, ZT_STREAM_COMPUTE));
+  ZT_TRY(eng->be_ops->stream_sync(eng->be, ZT_STREAM_COMPUTE));
+  eng->optimizer_seconds += zt__now() - t0;
+  return 0;
+}
+
+/* D2H of window w's gradients into slot s, after the slot's last H2D and
+ * after the user's work on the compute stream. */
+static int issue_grads(zt_engine_t *eng, const zt__window_t *w, int s, zt__event_t *after_compute) {
+  const zt__backend_ops_t *be = eng->be_ops;
+  zt__staging_t *st = &eng->staging;
+  size_t gsz = zt__dtype_size(eng->grad_dtype);
+  double t0 = zt__now();
+  ZT_TRY(be->event_sync(eng->be, st->params_sent[s]));
+  eng->copy_seconds += zt__now() - t0;
+  ZT_TRY(be->stream_wait(eng->be, ZT_STREAM_D2H, after_compute));
+  ZT_TRY(be->copy(eng->be, st->grads[s], (const char *)eng->grads + w->first * gsz,
+                  w->n * gsz, ZT_COPY_D2H, ZT_STREAM_D2H));
+  ZT_TRY(be->event_record(eng->be, st->grads_ready[s], ZT_STREAM_D2H));
+  eng->d2h_bytes += w->n * gsz;
+  return 0;
+}
+
+/* H2D of the updated parameters of window w from slot s: one copy per
+ * contiguous run of pieces, so frozen elements between units stay as the
+ * user left them. */
+static int send_params(zt_engine_t *eng, const zt__window_t *w, int s, const zt__seg_t *pieces,
+                       size_t n_pieces) {
+  const zt__backend_ops_t *be = eng->be_ops;
+  zt__staging_t *st = &eng->staging;
+  size_t psz = zt__dtype_size(eng->param_dtype);
+  for (size_t k = 0; k < n_pieces;) {
+    size_t a = pieces[k].index, b = a + pieces[k].n;
+    for (k++; k < n_pieces && pieces[k].index == b; k++) b += pieces[k].n;
+    ZT_TRY(be->copy(eng->be, (char *)eng->params + a * psz,
+                    (const char *)st->params[s] + (a - w->first) * psz, (b - a) * psz,
+                    ZT_COPY_H2D, ZT_STREAM_H2D));
+    eng->h2d_bytes += (b - a) * psz;
+  }
+  return be->event_record(eng->be, st->params_sent[s], ZT_STREAM_H2D);
+}
+
+static int update_host_tier(zt_engine_t *eng, const zt__adam_hp_t *hp) {
+  const zt__backend_ops_t *be = eng->be_ops;
+  zt__staging_t *st = &eng->staging;
+  zt__window_t win[ZT_STAGING_SLOTS], next;
+  size_t j = 0;
+
+  /* The gradients are final once the user's work on the compute stream is:
+   * every D2H waits for this mark, on the device, not the host. */
+  ZT_TRY(be->event_record(eng->be, st->compute_mark, ZT_STREAM_COMPUTE));
+  int have = zt__window_next(eng->segs, eng->n_segs, st->chunk_elems, &j, 0, &next);
+  if (have) {
+    win[0] = next;
+    ZT_TRY(issue_grads(eng, &win[0], 0, st->compute_mark));
+  }
+  for (size_t w = 0; have; w++) {
+    int s = (int)(w % ZT_STAGING_SLOTS);
+    /* Start the next window's D2H before updating this one. */
+    have = zt__window_next(eng->segs, eng->n_segs, st->chunk_elems, &j,
+                           win[s].first + win[s].n, &next);
+    if (have) {
+      int s1 = (int)((w + 1) % ZT_STAGING_SLOTS);
+      win[s1] = next;
+      ZT_TRY(issue_grads(eng, &win[s1], s1, st->compute_mark));
+    }
+    double t0 = zt__now();
+    ZT_TRY(be->event_sync(eng->be, st->grads_ready[s]));
+    double t1 = zt__now();
+    eng->copy_seconds += t1 - t0;
+
+    size_t n_pieces =
+        zt__window_pieces(eng->segs, eng->n_segs, &win[s], 0, eng->window_segs[s]);
+    zt__adam_launch_t l = {
+        .hp = hp,
+        .master = eng->master,
+        .m = eng->m,
+        .v = eng->v,
+        .grads = st->grads[s],
+        .grads_first = win[s].first,
+        .grad_dtype = eng->grad_dtype,
+        .params = st->params[s],
+        .params_first = win[s].first,
+        .param_dtype = eng->param_dtype,
+        .segs = eng->window_segs[s],
+        .n_segs = n_pieces,
+    };
+    zt__cpu_adam(eng->cpu, &l);
+    eng->optimizer_seconds += zt__now() - t1;
+    ZT_TRY(send_params(eng, &win[s], s, eng->window_segs[s], n_pieces));
+  }
+  double t0 = zt__now();
+  ZT_TRY(be->stream_sync(eng->be, ZT_STREAM_H2D));
+  eng->copy_seconds += zt__now() - t0;
+  return 0;
+}
+
+/* The CPU AdamW over this rank's shard, from its reduced gradient sums into
+ * part.params. */
+static void update_shard_in_memory(zt_engine_t *eng, const zt__adam_hp_t *hp) {
+  zt__part_t *p = &eng->part;
+  zt__adam_launch_t l = {
+      .hp = hp,
+      .master = eng->master,
+      .m = eng->m,
+      .v = eng->v,
+      .grads = p->grads,
+      .grads_first = p->begin,
+      .grad_dtype = ZT_FP32,
+      .params = p->params,
+      .params_first = p->begin,
+      .param_dtype = eng->param_dtype,
+      .segs = p->segs,
+      .n_segs = p->n_segs,
+  };
+  double t0 = zt__now();
+  if (p->n_segs) zt__cpu_adam(eng->cpu, &l);
+  eng->optimizer_seconds += zt__now() - t0;
+}
+
+/* With param_tier "nvme" the shard's parameters are on disk between
+ * steps: the nvme optimizer tier streams each window's into the file; the
+ * others update them in memory, which is written out and freed after. */
+static int update_params_on_disk(zt_engine_t *eng, const zt__adam_hp_t *hp) {
+  zt__part_t *p = &eng->part;
+  int rc = 0;
+  if (eng->cfg.optimizer_tier == ZT_TIER_NVME) {
+    rc = zt__opt_nvme_step(eng->opt_nvme, hp);
+  } else {
+    ZT_TRY(zt__part_params_alloc(eng));
+    update_shard_in_memory(eng, hp);
+    rc = zt__param_nvme_put(eng->param_nvme, 0, p->end - p->begin, p->params);
+  }
+  int flushed = zt__param_nvme_flush(eng->param_nvme);
+  zt__part_params_free(eng);
+  return rc < 0 ? rc : flushed;
+}
+
+/* Stages 1 to 3: the update of this rank's shard, in its tier, then (stages
+ * 1, 2) every rank's updated parameters back into every rank's buffer. */
+static int update_shard(zt_engine_t *eng, const zt__adam_hp_t *hp) {
+  if (eng->param_nvme) {
+    ZT_TRY(update_params_on_disk(eng, hp));
+  } else if (eng->cfg.optimizer_tier == ZT_TIER_NVME) {
+    /* The swapper times its own update and copies. */
+    ZT_TRY(zt__opt_nvme_step(eng->opt_nvme, hp));
+  } else {
+    update_shard_in_memory(eng, hp);
+  }
+  double t1 = zt__now();
+  /* Stage 3 gathers when a group is fetched, not after the step. */
+  if (eng->cfg.stage < 3) ZT_TRY(zt__part_gather(eng));
+  eng->copy_seconds += zt__now() - t1;
+  return 0;
+}
+
+/* ---- the step ----------------------------------------------------------------- */
+
+static void scaler_update(zt__scaler_t *s, const zt_config_t *c, int overflow) {
+  if (!s->dynamic) return;
+  if (overflow) {
+    s->scale = fmax(s->scale * c->loss_scale_backoff, c->min_loss_scale);
+    s->good_steps = 0;
+  } else if (++s->good_steps >= c->loss_scale_window) {
+    s->scale *= c->loss_scale_growth;
+    s->good_steps = 0;
+  }
+}
+
+int zt_step(zt_engine_t *eng, const zt_step_args_t *args, zt_step_info_t *info) {
+  ZT_TRY(zt__engine_check(eng, "zt_step"));
+  /* A refusal here is this rank's alone; grad_sumsq makes every rank refuse
+   * with it (partitioned ranks are in collectives together). */
+  zt_step_args_t args_full;
+  zt_step_info_t info_full = {0}, *user_info = info;
+  size_t info_have = 0;
+  int local = check_args(eng, args, info, &args_full, &info_have);
+  if (local == 0) args = &args_full;
+  /* The step fills a whole info of this library's, and hands the caller its
+   * first info_have bytes when it succeeds. */
+  if (info) info = &info_full;
+  if (local == 0 && eng->partitioned && eng->cfg.stage >= 3)
+    for (size_t g = 0; g < eng->part.n_groups; g++)
+      if (eng->part.groups[g].fetched) {
+        local = zt__errf(&eng->err, -EBUSY,
+                         "zt_step: group %d is still fetched; zt_release() every group "
+                         "before the step (its gathered parameters would be stale)",
+                         eng->part.groups[g].id);
+        break;
+      }
+  if (local == 0 && eng->partitioned && eng->cfg.stage >= 3 && eng->fetches_since_step == 0)
+    local = zt__errf(&eng->err, -EINVAL,
+                     "zt_step: stage 3 and no group was fetched since %s; at stage 3 the "
+                     "engine holds the parameters and updates only its shards, so a loop "
+                     "that reads its own buffer trains weights that never change. Bracket "
+                     "each group's use with zt_fetch()/zt_release() and call "
+                     "zt_grads_ready() as its gradients finish (docs/stages.md), or set "
+                     "\"stage\" to 0, 1 or 2, which update the registered buffer in place",
+                     eng->steps + eng->skipped_steps ? "the last step" : "registration");
+  double t0 = zt__now();
+
+  double sumsq = 0.0, avg = 1.0;
+  int refused;
+  int rc = grad_sumsq(eng, "zt_step", local, args, &sumsq, &avg, &refused);
+  if (rc < 0) {
+    if (!eng->partitioned) return rc;
+    return zt__part_fail(eng, rc);
+  }
+  if (refused) return refused;
+  double inv = (double)args->grad_scale / eng->scaler.handed * avg;
+  double norm = sqrt(sumsq) * inv;
+  int overflow = !isfinite(sumsq);
+  double clip = args->clip_grad_norm >= 0 ? (double)args->clip_grad_norm
+                                          : eng->cfg.clip_grad_norm;
+  /* torch.nn.utils.clip_grad_norm_'s coefficient, eps included. */
+  double coef = (!overflow && clip > 0 && norm > clip) ? clip / (norm + 1e-6) : 1.0;
+
+  if (info) {
+    info->grad_norm = norm;
+    info->clip_coef = coef;
+    info->skipped = overflow;
+  }
+  if (overflow) {
+    /* Nothing is read past this point and nothing is written: the step is
+     * skipped on every rank alike (the sum of squares was all-reduced). */
+    scaler_update(&eng->scaler, &eng->cfg, 1);
+    eng->skipped_steps++;
+    zt__log(&eng->cfg, ZT_LOG_INFO, "step t=%llu skipped: inf/nan in the gradients; loss "
+                                    "scale now %g",
+            (unsigned long long)args->t, eng->scaler.scale);
+  } else {
+    zt__adam_hp_t hp;
+    /* Reads ahead and kept groups hold parameters the update changes. */
+    if (eng->partitioned && eng->cfg.stage >= 3) zt__prefetch_step_begin(eng);
+    zt__adam_hp_make(args, inv * coef,
+                     eng->cfg.optimizer == ZT_ADAM_L2 ? ZT_MODE_ADAM_L2 : ZT_MODE_ADAMW,
+                     eng->cfg.rounding == ZT_ROUND_STOCHASTIC && eng->param_dtype == ZT_BF16,
+                     zt_sr_key(eng->cfg.seed, args->t), &hp);
+    rc = eng->partitioned                         ? update_shard(eng, &hp)
+         : eng->cfg.optimizer_tier == ZT_TIER_NVME ? zt__opt_nvme_step(eng->opt_nvme, &hp)
+         : eng->cfg.optimizer_tier == ZT_TIER_HOST ? update_host_tier(eng, &hp)
+                                                   : update_device_tier(eng, &hp);
+    if (rc < 0) {
+      /* Some states may be updated and others not: refuse to go on from a
+       * state that no step produced. The peers, past the same vote, are
+       * told rather than left waiting in the gather. */
+      return zt__part_fail(eng, rc);
+    }
+    scaler_update(&eng->scaler, &eng->cfg, 0);
+    eng->steps++;
+  }
+  if (eng->partitioned) zt__part_reset(eng);
+  eng->fetches_since_step = 0;
+  /* The iteration ends here, skipped or not: the next one is read ahead. */
+  if (eng->partitioned && eng->cfg.stage >= 3) {
+    rc = zt__prefetch_step_end(eng);
+    if (rc < 0) return zt__part_fail(eng, rc);
+  }
+  if (info) {
+    info->loss_scale = eng->scaler.scale;
+    info->size = user_info->size;
+    memcpy(user_info, info, info_have);
+  }
+  eng->step_seconds += zt__now() - t0;
+  return 0;
+}

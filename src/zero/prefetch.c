@@ -1,0 +1,390 @@
+/*
+ * prefetch.c — the prefetch scheduler of stage 3; prefetch.h says what it
+ * decides and why every rank decides alike. The trace holds group indices
+ * into the partition's table.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend/backend.h"    // defines: ZT_STREAM_PREFETCH, the copies and events
+#include "engine/engine.h"     // defines: struct zt_engine (part, prefetch, param tier)
+#include "offload/param_nvme.h" // defines: zt__param_nvme_*, zt__param_read_t
+#include "zero/partition.h"  // defines: zt__group_t, zt__part_drop
+#include "zero/prefetch.h"
+
+static size_t gathered_bytes(const zt_engine_t *eng, const zt__group_t *g) {
+  return g->numel * zt__dtype_size(eng->param_dtype);
+}
+
+/* Bytes of g's part of this rank's shard: what reading it ahead stages. */
+static size_t shard_bytes(const zt_engine_t *eng, const zt__group_t *g) {
+  const zt__part_t *p = &eng->part;
+  size_t n = 0;
+  for (size_t k = 0; k < g->n_spans; k++) {
+    size_t a, b;
+    if (zt__span_clip(g->spans[k].a, g->spans[k].b, p->begin, p->end, &a, &b)) n += b - a;
+  }
+  return n * zt__dtype_size(eng->param_dtype);
+}
+
+static void drop_read(zt_engine_t *eng, zt__group_t *g) {
+  if (g->read == NULL) return;
+  eng->prefetch.staged_bytes -= g->read->bytes;
+  zt__param_nvme_read_free(eng->param_nvme, g->read);
+  g->read = NULL;
+}
+
+/* Also walks the trace again from the next fetch: what is left of it is
+ * read ahead anew. */
+static void drop_reads(zt_engine_t *eng) {
+  for (size_t i = 0; i < eng->part.n_groups; i++) drop_read(eng, &eng->part.groups[i]);
+  eng->prefetch.considered = eng->prefetch.pos;
+}
+
+/* Frees spare i (the last one takes its slot). */
+static void free_spare(zt_engine_t *eng, int i) {
+  zt__prefetch_t *pf = &eng->prefetch;
+  size_t bytes = pf->spares.bytes[i];
+  eng->be_ops->free(eng->be, zt__spares_take(&pf->spares, i), bytes);
+  pf->live_bytes -= bytes;
+}
+
+static void free_spares(zt_engine_t *eng) {
+  while (eng->prefetch.spares.n > 0) free_spare(eng, eng->prefetch.spares.n - 1);
+}
+
+int zt__prefetch_buf_get(zt_engine_t *eng, size_t bytes, void **out) {
+  zt__prefetch_t *pf = &eng->prefetch;
+  int i = zt__spares_find(&pf->spares, bytes);
+  if (i >= 0) {
+    *out = zt__spares_take(&pf->spares, i);
+    return 0;
+  }
+  ZT_TRY(eng->be_ops->alloc(eng->be, bytes, out));
+  pf->live_bytes += bytes;
+  if (pf->live_bytes > pf->peak_live_bytes) pf->peak_live_bytes = pf->live_bytes;
+  return 0;
+}
+
+void zt__prefetch_buf_put(zt_engine_t *eng, void *buf, size_t bytes) {
+  zt__prefetch_t *pf = &eng->prefetch;
+  if (pf->live_bytes <= eng->cfg.max_live_bytes && zt__spares_put(&pf->spares, buf, bytes))
+    return;
+  eng->be_ops->free(eng->be, buf, bytes);
+  pf->live_bytes -= bytes;
+}
+
+/* ---- staging ahead ------------------------------------------------------------------ */
+
+static zt__stage_t *stage_of(zt__prefetch_t *pf, const zt__group_t *g) {
+  for (int i = 0; i < ZT_STAGE_AHEAD; i++)
+    if (pf->stage[i].g == g) return &pf->stage[i];
+  return NULL;
+}
+
+/* The copy into st's buffer is waited for; what it read from is freed. */
+static int finish_stage(zt_engine_t *eng, zt__stage_t *st) {
+  int rc = eng->be_ops->event_sync(eng->be, st->done);
+  if (st->read) {
+    eng->prefetch.staged_bytes -= st->read->bytes;
+    zt__param_nvme_read_free(eng->param_nvme, st->read);
+  }
+  st->read = NULL;
+  st->g = NULL;
+  return rc;
+}
+
+/* A staged group not fetched after all: its buffer goes back, unless the
+ * copy into it could not be waited for (then it may still be written). */
+static void drop_stage(zt_engine_t *eng, zt__stage_t *st) {
+  size_t bytes = gathered_bytes(eng, st->g);
+  zt__err_t keep = eng->err;
+  if (finish_stage(eng, st) == 0) {
+    zt__prefetch_buf_put(eng, st->buf, bytes);
+  } else {
+    zt__keep_abandoned(st->buf);
+    eng->prefetch.live_bytes -= bytes;
+  }
+  eng->err = keep;
+  st->buf = NULL;
+}
+
+static void drop_stages(zt_engine_t *eng) {
+  for (int i = 0; i < ZT_STAGE_AHEAD; i++)
+    if (eng->prefetch.stage[i].g) drop_stage(eng, &eng->prefetch.stage[i]);
+}
+
+int zt__prefetch_note(zt_engine_t *eng, zt__group_t *g) {
+  zt__prefetch_t *pf = &eng->prefetch;
+  size_t gi = (size_t)(g - eng->part.groups);
+  pf->fetches++;
+  if (pf->n_rec == pf->cap_rec) {
+    size_t cap = pf->cap_rec ? 2 * pf->cap_rec : 64;
+    int *rec = realloc(pf->rec, cap * sizeof *rec);
+    if (rec == NULL) return zt__errf(&eng->err, -ENOMEM, "out of memory");
+    pf->rec = rec;
+    pf->cap_rec = cap;
+  }
+  pf->rec[pf->n_rec++] = (int)gi;
+  if (!pf->following) return 0;
+  if (pf->pos < pf->n_trace && pf->trace[pf->pos] == (int)gi) {
+    pf->pos++;
+    return 0;
+  }
+  /* An order change: what was read ahead was for another order. */
+  pf->following = 0;
+  pf->trace_changes++;
+  drop_stages(eng);
+  drop_reads(eng);
+  zt__log(&eng->cfg, ZT_LOG_INFO,
+          "stage 3: fetch %zu of this iteration is group %d, not the traced %s; reading "
+          "ahead stops and the trace is recorded again",
+          pf->pos, g->id, pf->pos < pf->n_trace ? "one" : "end");
+  return 0;
+}
+
+/* Bytes of the groups held gathered (fetched or kept): the same on every
+ * rank, unlike live_bytes, whose spares and staged groups are the rank's
+ * own (a rank stages as its reads land). */
+static size_t held_bytes(const zt_engine_t *eng) {
+  size_t n = 0;
+  for (size_t i = 0; i < eng->part.n_groups; i++)
+    if (eng->part.groups[i].params) n += gathered_bytes(eng, &eng->part.groups[i]);
+  return n;
+}
+
+/* Whether live_bytes leaves no room for a gather of `need` bytes (none
+ * needed when a spare of that size is there: it is counted already). */
+static int no_room(const zt__prefetch_t *pf, size_t need, size_t cap) {
+  return pf->live_bytes + (zt__spares_find(&pf->spares, need) >= 0 ? 0 : need) > cap;
+}
+
+/* Frees spares, but one of `need` bytes, while there is no room. */
+static void free_spares_for(zt_engine_t *eng, size_t need, size_t cap) {
+  zt__prefetch_t *pf = &eng->prefetch;
+  int reuse = zt__spares_find(&pf->spares, need);
+  void *keep = reuse >= 0 ? pf->spares.buf[reuse] : NULL;
+  /* Downwards: what free_spare moves into slot i was looked at already. */
+  for (int i = pf->spares.n - 1; i >= 0 && no_room(pf, need, cap); i--)
+    if (pf->spares.buf[i] != keep) free_spare(eng, i);
+}
+
+void zt__prefetch_make_room(zt_engine_t *eng, const zt__group_t *g) {
+  zt__prefetch_t *pf = &eng->prefetch;
+  size_t need = gathered_bytes(eng, g), cap = eng->cfg.max_live_bytes;
+  /* Kept groups go while the groups held leave no room: a decision every
+   * rank makes alike, since whether a fetch gathers is part of the
+   * collective. Their buffers become spares, freed below as needed. */
+  size_t held = held_bytes(eng);
+  for (size_t i = 0; i < eng->part.n_groups && held + need > cap; i++) {
+    zt__group_t *k = &eng->part.groups[i];
+    if (!k->kept) continue;
+    held -= gathered_bytes(eng, k);
+    zt__part_drop(eng, k, 0);
+  }
+  /* Then this rank's own: spares, and staged groups last (their buffers
+   * become spares too). */
+  free_spares_for(eng, need, cap);
+  for (int i = ZT_STAGE_AHEAD - 1; i >= 0 && no_room(pf, need, cap); i--)
+    if (pf->stage[i].g) {
+      drop_stage(eng, &pf->stage[i]);
+      free_spares_for(eng, need, cap);
+    }
+}
+
+int zt__prefetch_take(zt_engine_t *eng, zt__group_t *g, zt__param_read_t **out) {
+  zt__prefetch_t *pf = &eng->prefetch;
+  *out = NULL;
+  if (g->read == NULL) {
+    /* A failed read may still have requests in flight into g->read: it is
+     * counted until dropped, as any other. */
+    int rc = zt__param_nvme_read(eng->param_nvme, g, eng->part.begin, &g->read);
+    if (g->read) pf->staged_bytes += g->read->bytes;
+    ZT_TRY(rc);
+  } else {
+    pf->read_ahead++;
+  }
+  zt__param_read_t *r = g->read;
+  int rc = zt__param_nvme_wait(eng->param_nvme, r);
+  g->read = NULL;
+  pf->staged_bytes -= r->bytes;
+  if (rc < 0) {
+    zt__param_nvme_read_free(eng->param_nvme, r);
+    return rc;
+  }
+  *out = r;
+  return 0;
+}
+
+/* Takes a gathered buffer for g and queues the copies of this rank's part
+ * of it (from g's landed read, or from the shard's parameters) into the
+ * places the all-gather leaves it in. */
+static int start_stage(zt_engine_t *eng, zt__stage_t *st, zt__group_t *g) {
+  const zt__part_t *p = &eng->part;
+  const zt__backend_ops_t *be = eng->be_ops;
+  size_t psz = zt__dtype_size(eng->param_dtype), bytes = gathered_bytes(eng, g);
+  if (st->done == NULL) ZT_TRY(be->event_create(eng->be, &st->done));
+  char *buf;
+  ZT_TRY(zt__prefetch_buf_get(eng, bytes, (void **)&buf));
+  const zt__param_read_t *r = g->read;
+  zt__copy_kind_t kind = r || p->params_pinned ? ZT_COPY_H2D : ZT_COPY_D2D;
+  int rc = 0;
+  for (size_t k = 0; k < g->n_spans && rc == 0; k++) {
+    size_t a, b;
+    if (!zt__span_clip(g->spans[k].a, g->spans[k].b, p->begin, p->end, &a, &b)) continue;
+    const char *src = r ? (const char *)r->buf + r->at[k]
+                        : (const char *)p->params + (a - p->begin) * psz;
+    rc = be->copy(eng->be, buf + (g->pos[k] + a - g->spans[k].a) * psz, src, (b - a) * psz,
+                  kind, ZT_STREAM_PREFETCH);
+  }
+  if (rc == 0) rc = be->event_record(eng->be, st->done, ZT_STREAM_PREFETCH);
+  if (rc < 0) {
+    /* Copies queued before the failure still read and write: they land. */
+    zt__err_t keep = eng->err;
+    if (be->stream_sync(eng->be, ZT_STREAM_PREFETCH) == 0) {
+      zt__prefetch_buf_put(eng, buf, bytes);
+    } else {
+      zt__keep_abandoned(buf);
+      eng->prefetch.live_bytes -= bytes;
+    }
+    eng->err = keep;
+    return rc;
+  }
+  *st = (zt__stage_t){g, buf, g->read, st->done};
+  g->read = NULL; /* the stage holds it until the copy is done */
+  return 0;
+}
+
+/* Stages the next groups of the trace, in order, while their reads have
+ * landed and max_live_bytes has room (a spare of the size is counted
+ * already); groups with less than stage_min_bytes of this rank's part are
+ * left to their fetch. */
+static int stage_ahead(zt_engine_t *eng) {
+  zt__prefetch_t *pf = &eng->prefetch;
+  if (eng->part.on_pinned) return 0; /* the gathers land in buckets first */
+  for (size_t j = pf->pos; j < pf->n_trace && j < pf->pos + ZT_STAGE_AHEAD; j++) {
+    zt__group_t *g = &eng->part.groups[pf->trace[j]];
+    if (g->params || stage_of(pf, g)) continue;
+    if (shard_bytes(eng, g) < eng->cfg.stage_min_bytes) continue; /* copied in the fetch */
+    zt__stage_t *st = stage_of(pf, NULL); /* a free slot */
+    if (st == NULL) break;
+    if (eng->param_nvme && (g->read == NULL || !zt__param_nvme_landed(eng->param_nvme, g->read)))
+      break;
+    size_t need = gathered_bytes(eng, g);
+    if (zt__spares_find(&pf->spares, need) < 0 &&
+        pf->live_bytes + need > eng->cfg.max_live_bytes)
+      break;
+    ZT_TRY(start_stage(eng, st, g));
+  }
+  return 0;
+}
+
+int zt__prefetch_take_staged(zt_engine_t *eng, const zt__group_t *g, void **out) {
+  zt__stage_t *st = stage_of(&eng->prefetch, g);
+  *out = NULL;
+  if (st == NULL) return 0;
+  void *buf = st->buf;
+  if (st->read) eng->prefetch.read_ahead++;
+  int rc = finish_stage(eng, st);
+  st->buf = NULL;
+  if (rc < 0) {
+    zt__keep_abandoned(buf);
+    eng->prefetch.live_bytes -= gathered_bytes(eng, g);
+    return rc;
+  }
+  eng->prefetch.staged++;
+  *out = buf;
+  return 0;
+}
+
+/* Starts the reads of the groups coming next, within prefetch_bytes. */
+static int read_ahead(zt_engine_t *eng) {
+  zt__prefetch_t *pf = &eng->prefetch;
+  size_t budget = eng->cfg.prefetch_bytes;
+  if (!pf->following || budget == 0) return 0;
+  if (pf->considered < pf->pos) pf->considered = pf->pos;
+  while (eng->param_nvme && pf->considered < pf->n_trace) {
+    zt__group_t *g = &eng->part.groups[pf->trace[pf->considered]];
+    if (g->params == NULL && g->read == NULL && stage_of(pf, g) == NULL) {
+      size_t need = shard_bytes(eng, g);
+      if (pf->staged_bytes > 0 && pf->staged_bytes + need > budget) break;
+      int rc = zt__param_nvme_read(eng->param_nvme, g, eng->part.begin, &g->read);
+      if (rc == -ENOMEM && g->read == NULL) {
+        /* The pinned budget is full: the read waits for the fetch. */
+        zt__err_clear(&eng->err);
+        break;
+      }
+      if (g->read) pf->staged_bytes += g->read->bytes;
+      ZT_TRY(rc);
+    }
+    pf->considered++;
+  }
+  return 0;
+}
+
+int zt__prefetch_ahead(zt_engine_t *eng) {
+  ZT_TRY(read_ahead(eng));
+  zt__prefetch_t *pf = &eng->prefetch;
+  if (!pf->following || eng->cfg.prefetch_bytes == 0) return 0;
+  return stage_ahead(eng);
+}
+
+int zt__prefetch_keep(zt_engine_t *eng, const zt__group_t *g) {
+  zt__prefetch_t *pf = &eng->prefetch;
+  if (!pf->following || eng->cfg.prefetch_bytes == 0 ||
+      held_bytes(eng) > eng->cfg.max_live_bytes)
+    return 0;
+  size_t gi = (size_t)(g - eng->part.groups), between = 0;
+  for (size_t j = pf->pos; j < pf->n_trace; j++) {
+    if (pf->trace[j] == (int)gi) return 1;
+    between += gathered_bytes(eng, &eng->part.groups[pf->trace[j]]);
+    if (between > eng->cfg.prefetch_bytes) return 0;
+  }
+  return 0;
+}
+
+void zt__prefetch_step_begin(zt_engine_t *eng) {
+  drop_stages(eng);
+  drop_reads(eng);
+  zt__param_nvme_trim(eng->param_nvme);
+  for (size_t i = 0; i < eng->part.n_groups; i++)
+    if (eng->part.groups[i].kept) zt__part_drop(eng, &eng->part.groups[i], 0);
+  free_spares(eng);
+}
+
+int zt__prefetch_step_end(zt_engine_t *eng) {
+  zt__prefetch_t *pf = &eng->prefetch;
+  int same = pf->following && pf->pos == pf->n_trace;
+  if (!same) {
+    /* Fewer fetches than the trace: an order change too. */
+    if (pf->following && pf->n_trace) pf->trace_changes++;
+    int *t = pf->trace;
+    size_t cap = pf->cap_trace;
+    pf->trace = pf->rec;
+    pf->cap_trace = pf->cap_rec;
+    pf->n_trace = pf->n_rec;
+    pf->rec = t;
+    pf->cap_rec = cap;
+  }
+  pf->n_rec = 0;
+  pf->pos = pf->considered = 0;
+  pf->following = pf->n_trace > 0;
+  return zt__prefetch_ahead(eng);
+}
+
+void zt__prefetch_resume(zt_engine_t *eng) {
+  zt__err_t keep = eng->err;
+  if (read_ahead(eng) < 0) eng->err = keep;
+}
+
+void zt__prefetch_free(zt_engine_t *eng) {
+  drop_stages(eng);
+  drop_reads(eng);
+  free_spares(eng);
+  for (int i = 0; i < ZT_STAGE_AHEAD; i++)
+    if (eng->prefetch.stage[i].done)
+      eng->be_ops->event_destroy(eng->be, eng->prefetch.stage[i].done);
+  free(eng->prefetch.trace);
+  free(eng->prefetch.rec);
+  memset(&eng->prefetch, 0, sizeof eng->prefetch);
+}

@@ -1,0 +1,148 @@
+/*
+ * prefetch.h — the prefetch scheduler of stage 3 (src/zero/prefetch.c).
+ *
+ * An iteration is what the loop does between two zt_step() calls. The first
+ * records the order of its zt_fetch() calls (the trace). Each later one is
+ * followed along the trace, and while it matches:
+ *   - the groups coming next are read ahead from the parameter tier (nvme:
+ *     NVMe → pinned) as far as prefetch_bytes of reads in flight or landed
+ *     allows (at least the next group), so zt_fetch finds them landed and
+ *     only all-gathers (prefetch_bytes 0: no reads ahead, nothing kept);
+ *   - the next ZT_STAGE_AHEAD groups of the trace whose reads have landed
+ *     (or, with param_tier host, at once) are staged: a gathered buffer is
+ *     taken for each and this rank's part of it copied in on
+ *     ZT_STREAM_PREFETCH, which runs beside the loop (a GPU's copy engine;
+ *     the host backend's copy thread), so that zt_fetch only waits for that
+ *     copy and all-gathers the other ranks' parts into place. Staged
+ *     buffers count in live_bytes and are taken only within max_live_bytes;
+ *     staging needs gathers into place (not with optimizer_tier host, whose
+ *     gathers land in pinned buckets first);
+ *   - a group released while the trace uses it again within prefetch_bytes
+ *     of fetches is kept gathered rather than dropped and fetched again, as
+ *     long as the groups held gathered (fetched or kept) stay within
+ *     max_live_bytes; a fetch drops kept groups while the groups held
+ *     leave it no room.
+ * The buffers of dropped groups are kept too, up to ZT_SPARES_MAX, for the
+ * next gather of the same size: a fresh buffer costs its page faults and
+ * zeroing on every fetch, about as much as the gather itself. They count
+ * in live_bytes with the staged groups; when live_bytes leaves a fetch no
+ * room, spares go first, then staged groups. Spares are freed at each step
+ * (the step's own memory does not share with them).
+ * A fetch that differs from the trace (a branch, generation, another number
+ * of layers), or an iteration that ends early, is an order change: the
+ * reads in flight are drained and dropped with the staged groups, nothing
+ * more is read ahead, staged or kept, and the iteration's own order
+ * becomes the trace at the next step.
+ *
+ * Keeping and dropping depend only on the trace, the sizes, the two budgets
+ * and the groups held, which every rank shares (fetches are agreed on,
+ * partition.c), so every rank keeps and gathers alike: whether a fetch
+ * gathers is part of the collective. Staging and spares are not (a rank
+ * stages when its own reads land), so they never enter those decisions; a
+ * staged fetch gathers as any other does, only with its part in place.
+ *
+ * Threading: the engine's calls only, one at a time.
+ */
+#ifndef ZT_PREFETCH_H
+#define ZT_PREFETCH_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "base/internal.h" // defines: ZT_INTERNAL, zt_engine_t
+#include "offload/spares.h"   // defines: zt__spares_t
+
+struct zt__group;
+struct zt__param_read;
+struct zt__event;
+
+#define ZT_STAGE_AHEAD 2
+
+/* A group staged ahead: its gathered buffer, with this rank's part copied
+ * in on ZT_STREAM_PREFETCH until `done`, from `read` (param_tier nvme) or
+ * the shard's parameters. */
+typedef struct zt__stage {
+  struct zt__group *g; /* NULL: the slot is free */
+  void *buf;
+  struct zt__param_read *read;
+  struct zt__event *done;
+} zt__stage_t;
+
+typedef struct zt__prefetch {
+  int *trace;          /* group ids of the recorded iteration            */
+  size_t n_trace, cap_trace;
+  int *rec;            /* this iteration's fetches so far                */
+  size_t n_rec, cap_rec;
+  int following;       /* this iteration has matched the trace so far    */
+  size_t pos;          /* this iteration's fetches: the next trace entry */
+  size_t considered;   /* trace entries before it were read ahead        */
+  size_t staged_bytes; /* pinned bytes of reads in flight or landed      */
+  size_t live_bytes;   /* gathered-parameter memory held: groups fetched
+                          or kept, and the spare buffers                 */
+  zt__spares_t spares; /* buffers of dropped groups, for reuse          */
+  zt__stage_t stage[ZT_STAGE_AHEAD];
+
+  /* zt_stats */
+  uint64_t fetches;       /* zt_fetch calls at stage 3                   */
+  uint64_t gathers;       /* of them, those that gathered                */
+  uint64_t read_ahead;    /* of those, with their read issued ahead      */
+  uint64_t staged;        /* of those, with their own part staged ahead  */
+  uint64_t kept_hits;     /* fetches of a group kept since its release   */
+  uint64_t trace_changes; /* order changes seen                          */
+  double stall_seconds;   /* time the caller spent inside zt_fetch       */
+  size_t peak_live_bytes;
+} zt__prefetch_t;
+
+/* zt_fetch of g, once the ranks agreed on it: follows or records the trace
+ * (an order change drains the reads ahead). */
+ZT_INTERNAL int zt__prefetch_note(zt_engine_t *eng, struct zt__group *g);
+
+/* Before g is gathered: drops kept groups (not fetched ones) while the
+ * groups held and g's gathered bytes pass max_live_bytes; then frees spare
+ * buffers and drops staged groups while live_bytes does, or until nothing
+ * is left to drop. A spare of g's size is kept: the gather takes it. */
+ZT_INTERNAL void zt__prefetch_make_room(zt_engine_t *eng, const struct zt__group *g);
+
+/* The parameter tier nvme: g's part of the shard, landed; read now when it
+ * was not read ahead. The caller frees it (zt__param_nvme_read_free). */
+ZT_INTERNAL int zt__prefetch_take(zt_engine_t *eng, struct zt__group *g,
+                                  struct zt__param_read **out);
+
+/* g's gathered buffer when it was staged (*out, with this rank's part in
+ * place once its copy is waited for here), else *out NULL. */
+ZT_INTERNAL int zt__prefetch_take_staged(zt_engine_t *eng, const struct zt__group *g,
+                                         void **out);
+
+/* A buffer for gathered parameters of `bytes` bytes: a spare of that size,
+ * else the backend's memory; counted in live_bytes until given back. */
+ZT_INTERNAL int zt__prefetch_buf_get(zt_engine_t *eng, size_t bytes, void **out);
+
+/* Gives a buffer of zt__prefetch_buf_get back: kept as a spare while there
+ * is a free slot and live_bytes is within max_live_bytes, else freed. */
+ZT_INTERNAL void zt__prefetch_buf_put(zt_engine_t *eng, void *buf, size_t bytes);
+
+/* Starts the reads of the groups coming next, and stages those it can
+ * (see above). */
+ZT_INTERNAL int zt__prefetch_ahead(zt_engine_t *eng);
+
+/* g's last release: 1 when it is kept gathered (see above). */
+ZT_INTERNAL int zt__prefetch_keep(zt_engine_t *eng, const struct zt__group *g);
+
+/* zt_step: before the update, every read ahead and staged group is
+ * dropped, every kept group too (their parameters are about to change) and
+ * the spares freed; after it, the
+ * iteration ends (its order becomes the trace when it changed) and the
+ * first groups of the next are read ahead. */
+ZT_INTERNAL void zt__prefetch_step_begin(zt_engine_t *eng);
+ZT_INTERNAL int zt__prefetch_step_end(zt_engine_t *eng);
+
+/* After a save or load, which drop the reads ahead as a step does: the
+ * next groups of the trace are read ahead again (only started: their
+ * completions are taken, and the groups staged, by the next calls). A
+ * failure is left for their fetch to report (it reads them again). */
+ZT_INTERNAL void zt__prefetch_resume(zt_engine_t *eng);
+
+/* Engine destroy: reads drained and freed, the spares and the trace freed. */
+ZT_INTERNAL void zt__prefetch_free(zt_engine_t *eng);
+
+#endif /* ZT_PREFETCH_H */
