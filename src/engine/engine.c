@@ -240,6 +240,8 @@ int zt_engine_create(const zt_config_t *cfg, zt_engine_t **out) {
   if (local == 0) local = zt__cpu_create(eng->cfg.threads, &eng->err, &eng->cpu);
   if (local == 0) local = eng->be_ops->create(&eng->cfg, eng->cpu, &eng->err, &eng->be);
   ZT_TRY_GOTO(zt__comm_create(&eng->cfg, &eng->err, &eng->comm), rc, fail);
+  eng->ctx = (zt__ctx_t){.cfg = &eng->cfg, .err = &eng->err, .be_ops = eng->be_ops,
+                        .be = eng->be, .comm = eng->comm, .cpu = eng->cpu};
   ZT_TRY_GOTO(check_ranks_agree(eng, local), rc, fail);
   ZT_TRY_GOTO(check_world(eng), rc, fail);
   /* Swap files that killed processes left would take the space this

@@ -15,6 +15,7 @@
 #include "comm/comm.h"      // defines: zt__comm_t
 #include "cpu/cpu_optim.h" // defines: zt__cpu_t, zt__seg_t
 #include "base/internal.h"  // defines: zt__err_t
+#include "offload/context.h" // defines: zt__ctx_t
 #include "zero/partition.h" // defines: zt__part_t
 #include "zero/prefetch.h"  // defines: zt__prefetch_t
 
@@ -60,6 +61,8 @@ struct zt_engine {
   const zt__backend_ops_t *be_ops;
   zt__backend_t *be;
   zt__comm_t *comm;
+  /* The above, lent to the tiers and the ZeRO room (offload/context.h). */
+  zt__ctx_t ctx;
 
   /* Registration. */
   int registered;
