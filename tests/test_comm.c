@@ -627,6 +627,93 @@ static void check_errors(zt__comm_t *c) {
   C_OK(c->ops->barrier(c));
 }
 
+/* ---- the vote (src/comm/comm_vote.c) --------------------------------------------- */
+
+typedef struct vote_rec {
+  int64_t a, b;
+} vote_rec_t;
+
+/* What rank r sends in a round: a failed rank sends -1, an odd one its own. */
+static int64_t vote_b(unsigned bad, unsigned odd, int r) {
+  if (odd >> r & 1) return 1000 + r;
+  return (bad >> r & 1) ? -1 : 42;
+}
+
+/* One vote in which the ranks in `bad` (a bit per rank) fail with codes of
+ * their own, and the ranks in `odd` hold another record; every rank must
+ * learn the same answer. */
+static void vote_round(zt__comm_t *c, unsigned bad, unsigned odd, const char *what) {
+  int W = c->ops->world(c), me = c->ops->rank(c);
+  int code_of[MAXW];
+  for (int r = 0; r < W; r++) code_of[r] = -(r + 2); /* each rank its own */
+  vote_rec_t mine = {0x5eed, vote_b(bad, odd, me)};
+  size_t sent = c->bytes_sent, received = c->bytes_received;
+  zt__vote_t v;
+  C_OK(zt__comm_vote(c, (bad >> me & 1) ? code_of[me] : 0, &mine, sizeof mine, &v));
+  /* Control traffic: not the model's bytes. */
+  assert_int_equal(c->bytes_sent, sent);
+  assert_int_equal(c->bytes_received, received);
+  int first = -1, n = 0, differs = -1;
+  char list[128] = "";
+  for (int r = 0; r < W; r++) {
+    int64_t rec_b = vote_b(bad, odd, r);
+    if (differs < 0 && r > 0 && rec_b != vote_b(bad, odd, 0)) differs = r;
+    const vote_rec_t *got = zt__vote_record(&v, r, sizeof mine);
+    assert_non_null(got);
+    assert_int_equal(got->a, 0x5eed);
+    assert_int_equal(got->b, rec_b);
+    assert_int_equal(v.status[r], (bad >> r & 1) ? code_of[r] : 0);
+    if (!(bad >> r & 1)) continue;
+    if (first < 0) first = r;
+    snprintf(list + strlen(list), sizeof list - strlen(list), "%s%d", n ? ", " : "", r);
+    n++;
+  }
+  print_message("# vote %s: %d failed (%s), first %d code %d, differs %d\n", what,
+                v.n_failed, v.failed, v.first_failed, v.first_code, v.differs);
+  assert_int_equal(v.world, W);
+  assert_int_equal(v.n_failed, n);
+  assert_int_equal(v.first_failed, first);
+  assert_int_equal(v.first_code, first < 0 ? 0 : code_of[first]);
+  assert_string_equal(v.failed, list);
+  assert_int_equal(v.differs, differs);
+  zt__vote_free(&v);
+  zt__vote_free(&v); /* twice is fine */
+}
+
+static void check_vote(zt__comm_t *c) {
+  int W = c->ops->world(c);
+  unsigned last = 1u << (W - 1);
+  vote_round(c, 0, 0, "none fail");
+  /* One rank fails: the others learn its rank and code. */
+  vote_round(c, last, 0, "the last rank fails");
+  if (W >= 3) {
+    /* Two fail: the first one's rank and code, and how many. */
+    vote_round(c, 2u | last, 0, "two fail");
+    /* Records differ at rank 2 (and only there, or at 2 and 3). */
+    vote_round(c, 0, 4u, "rank 2 differs");
+    vote_round(c, 0, 4u | (W > 3 ? 8u : 0u), "ranks 2.. differ");
+    /* A failed rank's record counts as its record. */
+    vote_round(c, 2u, 0, "rank 1 fails with another record");
+  }
+  if (W >= 2) vote_round(c, 0, 1u, "rank 0 differs from all");
+  else vote_round(c, 1u, 0, "the only rank fails");
+  /* Bad arguments are refused on every rank alike, before anything moves. */
+  zt__vote_t v;
+  C_ERR(zt__comm_vote(c, 0, NULL, 8, &v), -EINVAL, "record is NULL");
+  assert_int_equal(v.first_failed, -1);
+  assert_null(v.records);
+  C_ERR(zt__comm_vote(c, 0, &v, 8, NULL), -EINVAL, "out is NULL");
+  /* No record: statuses only. */
+  C_OK(zt__comm_vote(c, W > 1 && c->ops->rank(c) == 1 ? -EPERM : 0, NULL, 0, &v));
+  assert_int_equal(v.n_failed, W > 1 ? 1 : 0);
+  assert_int_equal(v.first_code, W > 1 ? -EPERM : 0);
+  assert_int_equal(v.differs, -1);
+  zt__vote_free(&v);
+  zt__vote_free(NULL);
+  /* Still usable. */
+  C_OK(c->ops->barrier(c));
+}
+
 /* ---- scenarios (each rank of an mpirun, or the plain suite on single) ------------- */
 
 #define SCENARIO(name)                                                                   \
@@ -644,6 +731,7 @@ SCENARIO(broadcast)
 SCENARIO(test_progress)
 SCENARIO(bytes)
 SCENARIO(errors)
+SCENARIO(vote)
 
 static int env_int(const char *name) {
   const char *v = getenv(name);
@@ -902,14 +990,14 @@ static const struct CMUnitTest scenarios[] = {
     cmocka_unit_test(test_progress), cmocka_unit_test(bytes),
     cmocka_unit_test(errors),        cmocka_unit_test(user_mpi),
     cmocka_unit_test(mpi_mismatch),  cmocka_unit_test(comm_fault),
-    cmocka_unit_test(comm_timeout),
+    cmocka_unit_test(comm_timeout),  cmocka_unit_test(vote),
 };
 
 /* Every scenario but user_mpi, which needs a process of its own, and the
  * failures, whose launches end without MPI_Finalize. */
 #define WORLD_SPEC                                                                       \
   "mpi_lifecycle,mpi_auto,all_reduce,reduce_scatter,all_gather,all_gatherv,"             \
-  "alltoallv,broadcast,test_progress,bytes,errors"
+  "alltoallv,broadcast,test_progress,bytes,errors,vote"
 #define FAIL_SPEC "mpi_mismatch,comm_fault,comm_timeout"
 
 static void mpi_world_1(void **state) { T_MPIRUN(1, WORLD_SPEC); }
@@ -1062,6 +1150,7 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_progress),
     cmocka_unit_test(bytes),
     cmocka_unit_test(errors),
+    cmocka_unit_test(vote),
     cmocka_unit_test(mpi_world_1),
     cmocka_unit_test(mpi_world_2),
     cmocka_unit_test(mpi_world_3),

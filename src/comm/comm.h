@@ -153,6 +153,38 @@ ZT_INTERNAL int zt__comm_control_all_gather(zt__comm_t *c, const void *mine, voi
  * may go. */
 ZT_INTERNAL int zt__comm_gather_wait(zt__comm_t *c, const void *mine, void *all, size_t bytes);
 
+/* ---- the vote: do all ranks agree? (src/comm/comm_vote.c) ---------------------------- */
+
+/* What a vote found. Ranks count from 0; every rank gets the same answer. */
+typedef struct zt__vote {
+  int world;
+  int n_failed;        /* how many ranks voted a status other than 0 */
+  int first_failed;    /* the lowest of them, or -1 */
+  int first_code;      /* its status (0 when none failed) */
+  char failed[128];    /* "1, 3": those ranks, in order (cut short at 127 chars) */
+  int differs;         /* the lowest rank whose record differs from rank 0's, or -1 */
+  int *status;         /* [world]: every rank's status */
+  void *records;       /* [world * bytes]: every rank's record, in rank order */
+} zt__vote_t;
+
+/* One exchange: every rank gives its status (0, or the negative code it
+ * failed with) and `bytes` of `record` (NULL with bytes 0 for none; a failed
+ * rank may send zeros), and learns every rank's. Records are compared bit
+ * for bit (zero a struct's padding first); a failed rank's record is
+ * compared too, so look at n_failed before differs. Control traffic: not
+ * counted in bytes_sent / bytes_received. Returns 0 when the exchange
+ * happened, whatever the statuses (out then holds status and records, to be
+ * freed with zt__vote_free); or the comm's code and sentence (a peer failed
+ * or did not come), -ENOMEM, or -EINVAL for a bad argument, with out empty.
+ * Every rank must call it, in the same order as its other collectives.
+ * Synchronous. */
+ZT_INTERNAL int zt__comm_vote(zt__comm_t *c, int status, const void *record, size_t bytes,
+                              zt__vote_t *out);
+/* Record r of a vote of `bytes`-long records. */
+ZT_INTERNAL const void *zt__vote_record(const zt__vote_t *v, int r, size_t bytes);
+/* Frees what a vote holds; an empty or freed one (or NULL) is fine. */
+ZT_INTERNAL void zt__vote_free(zt__vote_t *v);
+
 /* Failures (docs/stages.md, "When a rank fails"). A collective that waits
  * for its peers longer than comm_timeout_s fails with -ETIMEDOUT naming the
  * ranks that did not come; a failure one rank tells the others about fails
