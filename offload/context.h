@@ -22,4 +22,11 @@ typedef struct zt__ctx {
   zt__cpu_t *cpu;
 } zt__ctx_t;
 
+/* The engine's statistics (zt_stats) that a tier adds its copies and its
+ * update's time to: lent as pointers, so the engine keeps the only copy. */
+typedef struct zt__counters {
+  uint64_t *d2h_bytes, *h2d_bytes;
+  double *copy_seconds, *optimizer_seconds;
+} zt__counters_t;
+
 #endif /* ZT_CONTEXT_H */

@@ -19,8 +19,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "engine/engine.h"   // defines: struct zt_engine (config, backend, cpu, counters)
 #include "offload/opt_nvme.h"
+#include "offload/context.h"  // defines: zt__ctx_t, zt__counters_t
 #include "offload/param_nvme.h" // defines: zt__param_nvme_put
 #include "offload/pinned.h"   // defines: zt__pinned_alloc, zt__pinned_free
 #include "offload/swap.h"     // defines: zt__swap_*
@@ -43,7 +43,9 @@ typedef struct slot {
 } slot_t;
 
 struct zt__opt_nvme {
-  zt_engine_t *eng;
+  const zt__ctx_t *ctx;
+  zt__pinned_t *pin;  /* where the slots come from */
+  zt__counters_t cnt; /* the engine's statistics   */
   zt__opt_nvme_view_t view;
   zt__swap_t *sw;
   zt__window_t *windows;
@@ -104,19 +106,20 @@ size_t zt__opt_nvme_chunk(size_t extent, size_t chunk_bytes, size_t room, size_t
 
 /* Elements per window (zt__opt_nvme_chunk), with the room the pinned budget
  * leaves after the pages pinned already. */
-static int size_chunk(zt_engine_t *eng, const zt__opt_nvme_view_t *v, size_t *out) {
+static int size_chunk(const zt__ctx_t *ctx, const zt__pinned_t *pin,
+                      const zt__opt_nvme_view_t *v, size_t *out) {
   const zt__seg_t *first = &v->segs[0], *last = &v->segs[v->n_segs - 1];
   size_t extent = last->index + last->n - first->index;
   size_t gsz = slot_gsz(v), psz = slot_psz(v);
-  size_t budget = eng->cfg.pinned_budget_bytes, room = 0;
+  size_t budget = ctx->cfg->pinned_budget_bytes, room = 0;
   if (budget != 0) {
-    room = budget > eng->host_pages ? budget - eng->host_pages : 0;
+    room = budget > pin->pages ? budget - pin->pages : 0;
     if (room == 0) room = 1; /* 0 would mean "no limit" */
   }
-  *out = zt__opt_nvme_chunk(extent, eng->cfg.chunk_bytes, room, gsz, psz);
+  *out = zt__opt_nvme_chunk(extent, ctx->cfg->chunk_bytes, room, gsz, psz);
   if (*out == 0) {
     size_t least = ZT_NVME_SLOTS * slot_pages(CHUNK_ALIGN, gsz, psz);
-    return zt__errf(&eng->err, -ENOMEM,
+    return zt__errf(ctx->err, -ENOMEM,
                     "optimizer_tier \"nvme\" needs %d pinned slots of at least %zu bytes "
                     "(%zu in all), but pinned_budget_bytes leaves %zu; raise "
                     "pinned_budget_bytes",
@@ -131,7 +134,7 @@ static int size_chunk(zt_engine_t *eng, const zt__opt_nvme_view_t *v, size_t *ou
 static uint64_t tag_of(size_t w, int write) { return (uint64_t)w << 1 | (uint64_t)write; }
 
 /* Reaps completions: at least one when `block`, else whatever is ready.
- * A failed one is kept in o->io_error (its sentence is in eng->err). */
+ * A failed one is kept in o->io_error (its sentence is in ctx->err). */
 static int reap(zt__opt_nvme_t *o, int block) {
   zt__swap_cqe_t cqe[16];
   double t0 = zt__now();
@@ -163,9 +166,9 @@ static int settle(zt__opt_nvme_t *o, slot_t *s) {
  * may free them). The first error stands; the drain's own is dropped. */
 static int fail(zt__opt_nvme_t *o, int rc) {
   if (o->sw && zt__swap_outstanding(o->sw) > 0) {
-    zt__err_t keep = o->eng->err;
+    zt__err_t keep = *o->ctx->err;
     zt__swap_drain(o->sw);
-    o->eng->err = keep;
+    *o->ctx->err = keep;
   }
   for (int k = 0; k < ZT_NVME_SLOTS; k++) o->slot[k].reading = o->slot[k].writing = 0;
   return rc;
@@ -185,19 +188,19 @@ static int write_record(zt__opt_nvme_t *o, size_t w) {
 /* D2H of window w's gradients (the whole extent: gaps between units are
  * read, never used; in_host: none), then the read of its record. */
 static int issue(zt__opt_nvme_t *o, size_t w) {
-  zt_engine_t *eng = o->eng;
-  const zt__backend_ops_t *be = eng->be_ops;
+  const zt__ctx_t *ctx = o->ctx;
+  const zt__backend_ops_t *be = ctx->be_ops;
   slot_t *s = &o->slot[w % ZT_NVME_SLOTS];
   const zt__window_t *win = &o->windows[w];
   size_t gsz = zt__dtype_size(o->view.grad_dtype);
   ZT_TRY(settle(o, s));
   if (!o->view.in_host) {
-    ZT_TRY(be->stream_wait(eng->be, ZT_STREAM_D2H, o->compute_mark));
-    ZT_TRY(be->copy(eng->be, s->grads,
+    ZT_TRY(be->stream_wait(ctx->be, ZT_STREAM_D2H, o->compute_mark));
+    ZT_TRY(be->copy(ctx->be, s->grads,
                     (const char *)o->view.grads + (win->first - o->view.grads_first) * gsz,
                     win->n * gsz, ZT_COPY_D2H, ZT_STREAM_D2H));
-    ZT_TRY(be->event_record(eng->be, s->grads_ready, ZT_STREAM_D2H));
-    eng->d2h_bytes += win->n * gsz;
+    ZT_TRY(be->event_record(ctx->be, s->grads_ready, ZT_STREAM_D2H));
+    *o->cnt.d2h_bytes += win->n * gsz;
   }
   ZT_TRY(zt__swap_prep_read(o->sw, s->states, o->rec_len, (uint64_t)w * o->stride,
                             tag_of(w, 0)));
@@ -211,8 +214,8 @@ static int issue(zt__opt_nvme_t *o, size_t w) {
  * a sink, the runs into it, from the slot (host memory). In_host without a
  * sink the update wrote them in place: nothing to send. */
 static int send_params(zt__opt_nvme_t *o, size_t w, size_t n_pieces) {
-  zt_engine_t *eng = o->eng;
-  const zt__backend_ops_t *be = eng->be_ops;
+  const zt__ctx_t *ctx = o->ctx;
+  const zt__backend_ops_t *be = ctx->be_ops;
   if (o->view.in_host && o->view.params_sink == NULL) return 0;
   slot_t *s = &o->slot[w % ZT_NVME_SLOTS];
   const zt__window_t *win = &o->windows[w];
@@ -225,20 +228,20 @@ static int send_params(zt__opt_nvme_t *o, size_t w, size_t n_pieces) {
                                 (const char *)s->params + (a - win->first) * psz));
       continue;
     }
-    ZT_TRY(be->copy(eng->be, (char *)o->view.params + (a - o->view.params_first) * psz,
+    ZT_TRY(be->copy(ctx->be, (char *)o->view.params + (a - o->view.params_first) * psz,
                     (const char *)s->params + (a - win->first) * psz, (b - a) * psz,
                     ZT_COPY_H2D, ZT_STREAM_H2D));
-    eng->h2d_bytes += (b - a) * psz;
+    *o->cnt.h2d_bytes += (b - a) * psz;
   }
-  return o->view.in_host ? 0 : be->event_record(eng->be, s->params_sent, ZT_STREAM_H2D);
+  return o->view.in_host ? 0 : be->event_record(ctx->be, s->params_sent, ZT_STREAM_H2D);
 }
 
 /* ---- create: every record written once ---------------------------------------------- */
 
 /* master = the parameters of the window, cast; m = v = 0; then written. */
 static int init_records(zt__opt_nvme_t *o) {
-  zt_engine_t *eng = o->eng;
-  const zt__backend_ops_t *be = eng->be_ops;
+  const zt__ctx_t *ctx = o->ctx;
+  const zt__backend_ops_t *be = ctx->be_ops;
   size_t psz = zt__dtype_size(o->view.param_dtype);
   for (size_t w = 0; w < o->n_windows; w++) {
     slot_t *s = &o->slot[w % ZT_NVME_SLOTS];
@@ -246,16 +249,16 @@ static int init_records(zt__opt_nvme_t *o) {
     ZT_TRY(settle(o, s));
     const char *at = (const char *)o->view.params + (win->first - o->view.params_first) * psz;
     if (!o->view.in_host) {
-      ZT_TRY(be->copy(eng->be, s->params, at, win->n * psz, ZT_COPY_D2H, ZT_STREAM_D2H));
-      ZT_TRY(be->stream_sync(eng->be, ZT_STREAM_D2H));
-      eng->d2h_bytes += win->n * psz;
+      ZT_TRY(be->copy(ctx->be, s->params, at, win->n * psz, ZT_COPY_D2H, ZT_STREAM_D2H));
+      ZT_TRY(be->stream_sync(ctx->be, ZT_STREAM_D2H));
+      *o->cnt.d2h_bytes += win->n * psz;
       at = s->params;
     }
     memset(s->states, 0, o->stride);
     size_t n = zt__window_pieces(o->view.segs, o->view.n_segs, win, win->state_first,
                                  o->pieces);
     for (size_t k = 0; k < n; k++)
-      zt__cpu_cast(eng->cpu, s->states + o->pieces[k].state_off, ZT_FP32,
+      zt__cpu_cast(ctx->cpu, s->states + o->pieces[k].state_off, ZT_FP32,
                    at + (o->pieces[k].index - win->first) * psz, o->view.param_dtype,
                    o->pieces[k].n);
     ZT_TRY(write_record(o, w));
@@ -266,27 +269,29 @@ static int init_records(zt__opt_nvme_t *o) {
 
 /* The swap space, with the slots' states as fixed buffers. */
 static int open_swap(zt__opt_nvme_t *o) {
-  zt_engine_t *eng = o->eng;
+  const zt__ctx_t *ctx = o->ctx;
   o->st.file_bytes = (uint64_t)o->n_windows * o->stride;
-  ZT_TRY(zt__swapspace_open(eng, "opt", "optimizer_tier", o->st.file_bytes,
+  ZT_TRY(zt__swapspace_open(ctx, "opt", "optimizer_tier", o->st.file_bytes,
                             swap_block(o->rec_len), ZT_NVME_SLOTS, &o->sw, o->st.note,
                             sizeof o->st.note));
   /* Fixed buffers save pinning pages per I/O; where the kernel refuses
    * them, plain I/O works the same. */
   for (int k = 0; k < ZT_NVME_SLOTS; k++)
     if (zt__swap_register_buf(o->sw, o->slot[k].states, o->stride) < 0) break;
-  zt__err_clear(&eng->err);
+  zt__err_clear(ctx->err);
   return 0;
 }
 
-int zt__opt_nvme_create(zt_engine_t *eng, const zt__opt_nvme_view_t *view,
-                        zt__opt_nvme_t **out) {
+int zt__opt_nvme_create(const zt__ctx_t *ctx, zt__pinned_t *pin, const zt__counters_t *cnt,
+                        const zt__opt_nvme_view_t *view, zt__opt_nvme_t **out) {
   *out = NULL;
   zt__opt_nvme_t *o = calloc(1, sizeof *o);
-  if (o == NULL) return zt__errf(&eng->err, -ENOMEM, "out of memory");
-  o->eng = eng;
+  if (o == NULL) return zt__errf(ctx->err, -ENOMEM, "out of memory");
+  o->ctx = ctx;
+  o->pin = pin;
+  o->cnt = *cnt;
   o->view = *view;
-  int rc = view->n_segs ? size_chunk(eng, view, &o->chunk) : 0;
+  int rc = view->n_segs ? size_chunk(ctx, pin, view, &o->chunk) : 0;
   if (rc < 0 || view->n_segs == 0) { /* an empty shard has nothing to swap */
     free(o);
     if (rc == 0) *out = NULL;
@@ -299,7 +304,7 @@ int zt__opt_nvme_create(zt_engine_t *eng, const zt__opt_nvme_view_t *view,
   o->windows = calloc(o->n_windows, sizeof *o->windows);
   o->pieces = calloc(view->n_segs, sizeof *o->pieces);
   if (o->windows == NULL || o->pieces == NULL) {
-    rc = zt__errf(&eng->err, -ENOMEM, "out of memory");
+    rc = zt__errf(ctx->err, -ENOMEM, "out of memory");
     goto fail;
   }
   size_t j = 0, pos = 0;
@@ -308,16 +313,16 @@ int zt__opt_nvme_create(zt_engine_t *eng, const zt__opt_nvme_view_t *view,
     pos = o->windows[w].first + o->windows[w].n;
   }
   size_t gsz = slot_gsz(view), psz = slot_psz(view);
-  const zt__backend_ops_t *be = eng->be_ops;
+  const zt__backend_ops_t *be = ctx->be_ops;
   for (int k = 0; k < ZT_NVME_SLOTS && rc == 0; k++) {
     slot_t *s = &o->slot[k];
-    rc = zt__pinned_alloc(eng, o->stride, (void **)&s->states);
-    if (rc == 0 && gsz) rc = zt__pinned_alloc(eng, o->chunk * gsz, &s->grads);
-    if (rc == 0 && psz) rc = zt__pinned_alloc(eng, o->chunk * psz, &s->params);
-    if (rc == 0) rc = be->event_create(eng->be, &s->grads_ready);
-    if (rc == 0) rc = be->event_create(eng->be, &s->params_sent);
+    rc = zt__pinned_alloc(o->pin, o->stride, (void **)&s->states);
+    if (rc == 0 && gsz) rc = zt__pinned_alloc(o->pin, o->chunk * gsz, &s->grads);
+    if (rc == 0 && psz) rc = zt__pinned_alloc(o->pin, o->chunk * psz, &s->params);
+    if (rc == 0) rc = be->event_create(ctx->be, &s->grads_ready);
+    if (rc == 0) rc = be->event_create(ctx->be, &s->params_sent);
   }
-  if (rc == 0) rc = be->event_create(eng->be, &o->compute_mark);
+  if (rc == 0) rc = be->event_create(ctx->be, &o->compute_mark);
   if (rc == 0) rc = open_swap(o);
   if (rc == 0) rc = init_records(o);
   if (rc < 0) goto fail;
@@ -332,8 +337,8 @@ fail:
 
 void zt__opt_nvme_destroy(zt__opt_nvme_t *o) {
   if (o == NULL) return;
-  zt_engine_t *eng = o->eng;
-  const zt__backend_ops_t *be = eng->be_ops;
+  const zt__ctx_t *ctx = o->ctx;
+  const zt__backend_ops_t *be = ctx->be_ops;
   if (o->sw) {
     /* Nothing is in flight between calls (every path drains), so destroy
      * cannot refuse with -EBUSY; the files go with it. */
@@ -343,13 +348,13 @@ void zt__opt_nvme_destroy(zt__opt_nvme_t *o) {
   size_t gsz = slot_gsz(&o->view), psz = slot_psz(&o->view);
   for (int k = 0; k < ZT_NVME_SLOTS; k++) {
     slot_t *s = &o->slot[k];
-    zt__pinned_free(eng, s->states, o->stride);
-    zt__pinned_free(eng, s->grads, o->chunk * gsz);
-    zt__pinned_free(eng, s->params, o->chunk * psz);
-    if (s->grads_ready) be->event_destroy(eng->be, s->grads_ready);
-    if (s->params_sent) be->event_destroy(eng->be, s->params_sent);
+    zt__pinned_free(o->pin, s->states, o->stride);
+    zt__pinned_free(o->pin, s->grads, o->chunk * gsz);
+    zt__pinned_free(o->pin, s->params, o->chunk * psz);
+    if (s->grads_ready) be->event_destroy(ctx->be, s->grads_ready);
+    if (s->params_sent) be->event_destroy(ctx->be, s->params_sent);
   }
-  if (o->compute_mark) be->event_destroy(eng->be, o->compute_mark);
+  if (o->compute_mark) be->event_destroy(ctx->be, o->compute_mark);
   free(o->windows);
   free(o->pieces);
   free(o);
@@ -358,11 +363,11 @@ void zt__opt_nvme_destroy(zt__opt_nvme_t *o) {
 /* ---- the step ----------------------------------------------------------------------- */
 
 static int step(zt__opt_nvme_t *o, const zt__adam_hp_t *hp) {
-  zt_engine_t *eng = o->eng;
-  const zt__backend_ops_t *be = eng->be_ops;
+  const zt__ctx_t *ctx = o->ctx;
+  const zt__backend_ops_t *be = ctx->be_ops;
   /* The gradients are final once the user's work on the compute stream is:
    * each window's D2H waits for this mark, on the device. */
-  ZT_TRY(be->event_record(eng->be, o->compute_mark, ZT_STREAM_COMPUTE));
+  ZT_TRY(be->event_record(ctx->be, o->compute_mark, ZT_STREAM_COMPUTE));
   size_t issued = 0;
   for (size_t w = 0; w < o->n_windows; w++) {
     while (issued < o->n_windows && issued <= w + LOOKAHEAD) ZT_TRY(issue(o, issued++));
@@ -374,11 +379,11 @@ static int step(zt__opt_nvme_t *o, const zt__adam_hp_t *hp) {
      * there are no copies: it reads and writes the view where it is. */
     double t0 = zt__now();
     if (!o->view.in_host) {
-      ZT_TRY(be->event_sync(eng->be, s->params_sent));
-      ZT_TRY(be->event_sync(eng->be, s->grads_ready));
+      ZT_TRY(be->event_sync(ctx->be, s->params_sent));
+      ZT_TRY(be->event_sync(ctx->be, s->grads_ready));
     }
     double t1 = zt__now();
-    eng->copy_seconds += t1 - t0;
+    *o->cnt.copy_seconds += t1 - t0;
 
     const zt__window_t *win = &o->windows[w];
     size_t n = zt__window_pieces(o->view.segs, o->view.n_segs, win, win->state_first,
@@ -398,16 +403,16 @@ static int step(zt__opt_nvme_t *o, const zt__adam_hp_t *hp) {
         .segs = o->pieces,
         .n_segs = n,
     };
-    zt__cpu_adam(eng->cpu, &l);
-    eng->optimizer_seconds += zt__now() - t1;
+    zt__cpu_adam(ctx->cpu, &l);
+    *o->cnt.optimizer_seconds += zt__now() - t1;
     ZT_TRY(send_params(o, w, n));
     ZT_TRY(write_record(o, w));
     ZT_TRY(reap(o, 0)); /* hands the kernel more I/O while the next waits */
   }
   for (int k = 0; k < ZT_NVME_SLOTS; k++) ZT_TRY(settle(o, &o->slot[k]));
   double t0 = zt__now();
-  ZT_TRY(be->stream_sync(eng->be, ZT_STREAM_H2D));
-  eng->copy_seconds += zt__now() - t0;
+  ZT_TRY(be->stream_sync(ctx->be, ZT_STREAM_H2D));
+  *o->cnt.copy_seconds += zt__now() - t0;
   return 0;
 }
 

@@ -25,7 +25,9 @@
 #include <stdint.h>
 
 #include "cpu/cpu_optim.h" // defines: zt__seg_t, zt__adam_hp_t
-#include "base/internal.h"  // defines: ZT_INTERNAL, zt_engine_t
+#include "base/internal.h"  // defines: ZT_INTERNAL
+#include "offload/context.h" // defines: zt__ctx_t, zt__counters_t
+#include "offload/pinned.h"  // defines: zt__pinned_t
 
 #define ZT_NVME_SLOTS 4
 
@@ -84,10 +86,12 @@ ZT_INTERNAL size_t zt__opt_nvme_slot_bytes(size_t chunk, size_t gsz, size_t psz)
  * budget), takes the slots from pinned memory, creates the swap files in
  * cfg.swap_path and writes every record: master = the view's parameters
  * (cast to fp32), m = v = 0. `view` is copied; its buffers must stay valid
- * until destroy. Returns 0, or a negative code with a sentence in eng's
- * error buffer and *out NULL, nothing left on disk. Pairs with
- * zt__opt_nvme_destroy. */
-ZT_INTERNAL int zt__opt_nvme_create(zt_engine_t *eng, const zt__opt_nvme_view_t *view,
+ * until destroy; so must ctx, pin (the slots' pinned memory) and the
+ * counters, which the copies and the update add to. Returns 0, or a
+ * negative code with a sentence in ctx->err and *out NULL, nothing left on
+ * disk. Pairs with zt__opt_nvme_destroy. */
+ZT_INTERNAL int zt__opt_nvme_create(const zt__ctx_t *ctx, zt__pinned_t *pin,
+                                    const zt__counters_t *cnt, const zt__opt_nvme_view_t *view,
                                     zt__opt_nvme_t **out);
 
 /* Synchronous. One step's update of every state, streamed; the gradients

@@ -10,9 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "engine/engine.h"     // defines: struct zt_engine (config, error buffer)
 #include "offload/param_nvme.h"
-#include "zero/partition.h"  // defines: zt__group_t
 #include "offload/pinned.h"     // defines: zt__pinned_alloc, zt__pinned_free
 #include "offload/spares.h"     // defines: zt__spares_t
 #include "offload/swap.h"       // defines: zt__swap_*
@@ -23,7 +21,8 @@
 #define PAGES 2
 
 struct zt__param_nvme {
-  zt_engine_t *eng;
+  const zt__ctx_t *ctx;
+  zt__pinned_t *pin; /* where the pages and read buffers come from */
   zt__swap_t *sw;
   size_t numel, psz;
   size_t file_bytes;   /* numel * psz rounded up to a block */
@@ -64,35 +63,36 @@ static int reap(zt__param_nvme_t *pn, int block) {
       /* Its sentence is in the error buffer now; a later call may
        * overwrite it before the read is waited for. */
       r->error = (int)cqe[i].res;
-      r->why = pn->eng->err;
+      r->why = *pn->ctx->err;
     }
     if (cqe[i].res >= 0) pn->st.read_bytes += (uint64_t)cqe[i].res;
   }
   return 0;
 }
 
-int zt__param_nvme_create(zt_engine_t *eng, size_t numel, zt_dtype_t dt,
-                          zt__param_nvme_t **out) {
+int zt__param_nvme_create(const zt__ctx_t *ctx, zt__pinned_t *pin, size_t numel,
+                          zt_dtype_t dt, zt__param_nvme_t **out) {
   *out = NULL;
   zt__param_nvme_t *pn = calloc(1, sizeof *pn);
-  if (pn == NULL) return zt__errf(&eng->err, -ENOMEM, "out of memory");
-  pn->eng = eng;
+  if (pn == NULL) return zt__errf(ctx->err, -ENOMEM, "out of memory");
+  pn->ctx = ctx;
+  pn->pin = pin;
   pn->numel = numel;
   pn->psz = zt__dtype_size(dt);
   pn->file_bytes = round_up(numel ? numel * pn->psz : 1, BLOCK);
-  pn->page_bytes = round_up(eng->cfg.chunk_bytes, BLOCK);
+  pn->page_bytes = round_up(ctx->cfg->chunk_bytes, BLOCK);
   if (pn->page_bytes > pn->file_bytes) pn->page_bytes = pn->file_bytes;
   pn->st.file_bytes = pn->file_bytes;
   int rc = 0;
   for (int k = 0; k < PAGES && rc == 0; k++)
-    rc = zt__pinned_alloc(eng, pn->page_bytes, &pn->page[k]);
+    rc = zt__pinned_alloc(pin, pn->page_bytes, &pn->page[k]);
   if (rc == 0)
-    rc = zt__swapspace_open(eng, "par", "param_tier", pn->file_bytes, BLOCK, PAGES, &pn->sw,
+    rc = zt__swapspace_open(ctx, "par", "param_tier", pn->file_bytes, BLOCK, PAGES, &pn->sw,
                             NULL, 0);
   if (rc == 0) {
     for (int k = 0; k < PAGES; k++)
       if (zt__swap_register_buf(pn->sw, pn->page[k], pn->page_bytes) < 0) break;
-    zt__err_clear(&eng->err);
+    zt__err_clear(ctx->err);
     *out = pn;
     return 0;
   }
@@ -106,7 +106,7 @@ void zt__param_nvme_destroy(zt__param_nvme_t *pn) {
     zt__swap_drain(pn->sw);
     zt__swap_destroy(pn->sw);
   }
-  for (int k = 0; k < PAGES; k++) zt__pinned_free(pn->eng, pn->page[k], pn->page_bytes);
+  for (int k = 0; k < PAGES; k++) zt__pinned_free(pn->pin, pn->page[k], pn->page_bytes);
   zt__param_nvme_trim(pn);
   free(pn);
 }
@@ -114,7 +114,7 @@ void zt__param_nvme_destroy(zt__param_nvme_t *pn) {
 void zt__param_nvme_trim(zt__param_nvme_t *pn) {
   if (pn == NULL) return;
   for (int i = 0; i < pn->spares.n; i++)
-    zt__pinned_free(pn->eng, pn->spares.buf[i], pn->spares.bytes[i]);
+    zt__pinned_free(pn->pin, pn->spares.buf[i], pn->spares.bytes[i]);
   pn->spares.n = 0;
 }
 
@@ -131,11 +131,11 @@ static int read_buf_get(zt__param_nvme_t *pn, size_t bytes, void **out) {
     *out = zt__spares_take(&pn->spares, i);
     return 0;
   }
-  int rc = zt__pinned_alloc(pn->eng, bytes, out);
+  int rc = zt__pinned_alloc(pn->pin, bytes, out);
   if (rc == -ENOMEM && pn->spares.n > 0) {
-    zt__err_clear(&pn->eng->err);
+    zt__err_clear(pn->ctx->err);
     zt__param_nvme_trim(pn);
-    rc = zt__pinned_alloc(pn->eng, bytes, out);
+    rc = zt__pinned_alloc(pn->pin, bytes, out);
   }
   return rc;
 }
@@ -157,7 +157,7 @@ static int write_page(zt__param_nvme_t *pn) {
 
 int zt__param_nvme_put(zt__param_nvme_t *pn, size_t first, size_t n, const void *src) {
   if (first * pn->psz != pn->written || first + n > pn->numel)
-    return zt__errf(&pn->eng->err, -EINVAL,
+    return zt__errf(pn->ctx->err, -EINVAL,
                     "param_tier \"nvme\": a put of [%zu, %zu) after %zu elements of %zu; "
                     "expected the shard in order",
                     first, first + n, pn->written / pn->psz, pn->numel);
@@ -184,9 +184,9 @@ int zt__param_nvme_flush(zt__param_nvme_t *pn) {
   if (rc == 0) rc = pn->io_error;
   if (rc < 0 && zt__swap_outstanding(pn->sw) > 0) {
     /* Nothing may stay in flight from the pages; the first error stands. */
-    zt__err_t keep = pn->eng->err;
+    zt__err_t keep = *pn->ctx->err;
     zt__swap_drain(pn->sw);
-    pn->eng->err = keep;
+    *pn->ctx->err = keep;
     memset(pn->writing, 0, sizeof pn->writing);
   }
   pn->written = pn->fill = 0;
@@ -198,7 +198,7 @@ int zt__param_nvme_flush(zt__param_nvme_t *pn) {
 
 int zt__param_nvme_get(zt__param_nvme_t *pn, size_t first, size_t n, void *dst) {
   if (pn->fill || pn->written || first + n > pn->numel)
-    return zt__errf(&pn->eng->err, -EINVAL,
+    return zt__errf(pn->ctx->err, -EINVAL,
                     "param_tier \"nvme\": a get of [%zu, %zu) of %zu elements with %zu "
                     "put; expected a range of the shard between steps",
                     first, first + n, pn->numel, pn->written / pn->psz);
@@ -227,24 +227,31 @@ int zt__param_nvme_get(zt__param_nvme_t *pn, size_t first, size_t n, void *dst) 
   return 0;
 }
 
-int zt__param_nvme_read(zt__param_nvme_t *pn, const zt__group_t *g, size_t begin,
+/* Span k of a strided list. */
+static void span_at(const zt__param_spans_t *s, size_t k, size_t *a, size_t *b) {
+  *a = *(const size_t *)((const char *)s->a + k * s->stride);
+  *b = *(const size_t *)((const char *)s->b + k * s->stride);
+}
+
+int zt__param_nvme_read(zt__param_nvme_t *pn, const zt__param_spans_t *spans, size_t begin,
                         zt__param_read_t **out) {
-  zt_engine_t *eng = pn->eng;
+  size_t n_spans = spans->n;
   *out = NULL;
   size_t end = begin + pn->numel, bytes = 0, payload = 0;
-  for (size_t k = 0; k < g->n_spans; k++) {
-    size_t a, b;
-    if (!zt__span_clip(g->spans[k].a, g->spans[k].b, begin, end, &a, &b)) continue;
+  for (size_t k = 0; k < n_spans; k++) {
+    size_t a, b, sa, sb;
+    span_at(spans, k, &sa, &sb);
+    if (!zt__span_clip(sa, sb, begin, end, &a, &b)) continue;
     size_t lo = (a - begin) * pn->psz / BLOCK * BLOCK;
     bytes += round_up((b - begin) * pn->psz, BLOCK) - lo;
     payload += (b - a) * pn->psz;
   }
   zt__param_read_t *r = calloc(1, sizeof *r);
-  size_t *at = calloc(g->n_spans ? g->n_spans : 1, sizeof *at);
+  size_t *at = calloc(n_spans ? n_spans : 1, sizeof *at);
   if (r == NULL || at == NULL) {
     free(r);
     free(at);
-    return zt__errf(&eng->err, -ENOMEM, "out of memory");
+    return zt__errf(pn->ctx->err, -ENOMEM, "out of memory");
   }
   r->at = at;
   r->bytes = bytes;
@@ -259,10 +266,11 @@ int zt__param_nvme_read(zt__param_nvme_t *pn, const zt__group_t *g, size_t begin
   }
   size_t pos = 0;
   int rc = 0;
-  for (size_t k = 0; k < g->n_spans; k++) {
-    size_t a, b;
+  for (size_t k = 0; k < n_spans; k++) {
+    size_t a, b, sa, sb;
     r->at[k] = SIZE_MAX;
-    if (!zt__span_clip(g->spans[k].a, g->spans[k].b, begin, end, &a, &b)) continue;
+    span_at(spans, k, &sa, &sb);
+    if (!zt__span_clip(sa, sb, begin, end, &a, &b)) continue;
     size_t lo = (a - begin) * pn->psz / BLOCK * BLOCK;
     size_t hi = round_up((b - begin) * pn->psz, BLOCK);
     r->at[k] = pos + (a - begin) * pn->psz - lo;
@@ -283,7 +291,7 @@ int zt__param_nvme_read(zt__param_nvme_t *pn, const zt__group_t *g, size_t begin
 
 int zt__param_nvme_wait(zt__param_nvme_t *pn, zt__param_read_t *r) {
   while (r->pending) ZT_TRY(reap(pn, 1));
-  if (r->error < 0) pn->eng->err = r->why;
+  if (r->error < 0) *pn->ctx->err = r->why;
   return r->error;
 }
 
@@ -292,7 +300,7 @@ int zt__param_nvme_landed(zt__param_nvme_t *pn, zt__param_read_t *r) {
   do {
     before = r->pending;
     if (before && reap(pn, 0) < 0) {
-      zt__err_clear(&pn->eng->err); /* the wait reports it */
+      zt__err_clear(pn->ctx->err); /* the wait reports it */
       return 0;
     }
   } while (r->pending && r->pending < before);
@@ -303,15 +311,15 @@ void zt__param_nvme_read_free(zt__param_nvme_t *pn, zt__param_read_t *r) {
   if (r == NULL) return;
   /* A ring whose submission keeps failing cannot complete it: drained, its
    * requests never reached the kernel. The first error stands. */
-  zt__err_t keep = pn->eng->err;
+  zt__err_t keep = *pn->ctx->err;
   while (r->pending)
     if (reap(pn, 1) < 0) {
       zt__swap_drain(pn->sw);
       break;
     }
-  pn->eng->err = keep;
+  *pn->ctx->err = keep;
   if (r->buf && !zt__spares_put(&pn->spares, r->buf, r->bytes))
-    zt__pinned_free(pn->eng, r->buf, r->bytes);
+    zt__pinned_free(pn->pin, r->buf, r->bytes);
   free(r->at);
   free(r);
 }

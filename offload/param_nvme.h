@@ -22,10 +22,11 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "base/internal.h" // defines: ZT_INTERNAL, zt_engine_t
+#include "base/internal.h"   // defines: ZT_INTERNAL
+#include "offload/context.h" // defines: zt__ctx_t
+#include "offload/pinned.h"  // defines: zt__pinned_t
 
 typedef struct zt__param_nvme zt__param_nvme_t;
-struct zt__group;
 
 /* One group's part of the shard, read or being read. */
 typedef struct zt__param_read {
@@ -47,11 +48,12 @@ typedef struct zt__param_nvme_stats {
 } zt__param_nvme_stats_t;
 
 /* Synchronous. A swap file in cfg.swap_path for `numel` elements of `dt`,
- * and two pinned pages of at most chunk_bytes for the writes. Returns 0, or
- * a negative code with a sentence and *out NULL, nothing left on disk.
- * Pairs with zt__param_nvme_destroy (which drains first). */
-ZT_INTERNAL int zt__param_nvme_create(zt_engine_t *eng, size_t numel, zt_dtype_t dt,
-                                      zt__param_nvme_t **out);
+ * and two pinned pages (from `pin`) of at most chunk_bytes for the writes.
+ * Returns 0, or a negative code with a sentence in ctx->err and *out NULL,
+ * nothing left on disk. ctx and pin must outlive it. Pairs with
+ * zt__param_nvme_destroy (which drains first). */
+ZT_INTERNAL int zt__param_nvme_create(const zt__ctx_t *ctx, zt__pinned_t *pin, size_t numel,
+                                      zt_dtype_t dt, zt__param_nvme_t **out);
 ZT_INTERNAL void zt__param_nvme_destroy(zt__param_nvme_t *pn);
 
 /* Writes, in order: elements [first, first + n) of the shard from `src`
@@ -68,11 +70,21 @@ ZT_INTERNAL int zt__param_nvme_flush(zt__param_nvme_t *pn);
  * steps, when no put is under way). */
 ZT_INTERNAL int zt__param_nvme_get(zt__param_nvme_t *pn, size_t first, size_t n, void *dst);
 
-/* Starts reading group g's part of the shard [begin, begin + numel) into
- * a pinned buffer (a spare of its size, or a new one). -ENOMEM (with a
- * sentence) when the pinned budget has no room for it: nothing is started
- * then. */
-ZT_INTERNAL int zt__param_nvme_read(zt__param_nvme_t *pn, const struct zt__group *g,
+/* A group's state spans [a, b), sorted, as a read sees them: a strided
+ * view of the caller's list (the ZeRO room's spans), so that this tier
+ * needs none of the room's types. Span k's bounds are at a and b advanced
+ * by k * stride bytes. */
+typedef struct zt__param_spans {
+  const size_t *a, *b; /* span 0's */
+  size_t stride;
+  size_t n;
+} zt__param_spans_t;
+
+/* Starts reading a group's part of the shard [begin, begin + numel) into
+ * a pinned buffer (a spare of its size, or a new one): the parts of its
+ * spans that fall in the shard. -ENOMEM (with a sentence) when the pinned
+ * budget has no room for it: nothing is started then. */
+ZT_INTERNAL int zt__param_nvme_read(zt__param_nvme_t *pn, const zt__param_spans_t *spans,
                                     size_t begin, zt__param_read_t **out);
 /* Blocks until r has landed; its error, if any (a sentence names the file,
  * offset and errno, or the checksum). */

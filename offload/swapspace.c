@@ -25,7 +25,6 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "engine/engine.h" // defines: struct zt_engine (config, comm, error buffer)
 #include "offload/swap.h"   // defines: zt__swap_*
 #include "offload/swapspace.h"
 
@@ -183,8 +182,7 @@ static void on_clean(void *arg, const zt__swap_leftover_t *f) {
   }
 }
 
-void zt__swapspace_clean(zt_engine_t *eng) {
-  const zt_config_t *c = &eng->cfg;
+void zt__swapspace_clean(const zt_config_t *c) {
   char buf[sizeof c->swap_path];
   const char *paths[ZT__SWAP_MAX_PATHS];
   unsigned n = zt__swapspace_split_paths(c->swap_path, buf, sizeof buf, paths);
@@ -199,11 +197,11 @@ void zt__swapspace_clean(zt_engine_t *eng) {
 
 /* After an out-of-space failure: the sentence names the other swap files
  * that take space in the directories. */
-static void name_leftovers(zt_engine_t *eng, const char *const *paths, unsigned n) {
-  tally_t all = {.cfg = &eng->cfg};
+static void name_leftovers(const zt__ctx_t *ctx, const char *const *paths, unsigned n) {
+  tally_t all = {.cfg = ctx->cfg};
   const char *first = NULL;
   for (unsigned i = 0; i < n; i++) {
-    tally_t t = {.cfg = &eng->cfg};
+    tally_t t = {.cfg = ctx->cfg};
     zt__err_t e;
     if (zt__swapspace_scan(paths[i], 0, on_clean, &t, &e) <= 0) continue;
     if (t.files && !first) first = paths[i];
@@ -212,16 +210,16 @@ static void name_leftovers(zt_engine_t *eng, const char *const *paths, unsigned 
   }
   if (all.files == 0) return;
   char was[ZT_ERRMSG_LEN];
-  snprintf(was, sizeof was, "%s", eng->err.msg);
+  snprintf(was, sizeof was, "%s", ctx->err->msg);
   if (all.dead)
-    zt__errf(&eng->err, -ENOSPC,
+    zt__errf(ctx->err, -ENOSPC,
              "%s; the swap directories also hold %u swap file%s of other processes (%llu "
              "bytes), %u of them left by processes no longer running (%llu bytes): "
              "`ztier swap clean %s` removes those",
              was, all.files, all.files == 1 ? "" : "s", (unsigned long long)all.bytes,
              all.dead, (unsigned long long)all.dead_bytes, first);
   else
-    zt__errf(&eng->err, -ENOSPC,
+    zt__errf(ctx->err, -ENOSPC,
              "%s; the swap directories also hold %u swap file%s of running processes "
              "(%llu bytes; `ztier swap list %s` lists them)",
              was, all.files, all.files == 1 ? "" : "s", (unsigned long long)all.bytes,
@@ -230,22 +228,24 @@ static void name_leftovers(zt_engine_t *eng, const char *const *paths, unsigned 
 
 /* ---- a tier's swap space ------------------------------------------------------- */
 
-int zt__swapspace_open(zt_engine_t *eng, const char *kind, const char *tier, uint64_t bytes,
-                       uint32_t block, unsigned max_bufs, zt__swap_t **out, char *note,
-                       size_t note_len) {
-  const zt_config_t *c = &eng->cfg;
+int zt__swapspace_open(const zt__ctx_t *ctx, const char *kind, const char *tier,
+                       uint64_t bytes, uint32_t block, unsigned max_bufs, zt__swap_t **out,
+                       char *note, size_t note_len) {
+  const zt_config_t *c = ctx->cfg;
   *out = NULL;
   char paths_buf[sizeof c->swap_path];
   const char *paths[ZT__SWAP_MAX_PATHS];
   unsigned n_paths = zt__swapspace_split_paths(c->swap_path, paths_buf, sizeof paths_buf, paths);
   if (n_paths == 0)
-    return zt__errf(&eng->err, ZT_ECONFIG,
+    return zt__errf(ctx->err, ZT_ECONFIG,
                     "%s \"nvme\" needs swap_path: one or more directories for the swap "
                     "files",
                     tier);
+  /* The context's address tells engines of one process apart (each engine
+   * embeds its own). */
   char name[96];
   snprintf(name, sizeof name, "%s-%ld-r%d-%lx", kind, (long)getpid(),
-           eng->comm->ops->rank(eng->comm), (unsigned long)(uintptr_t)eng);
+           ctx->comm->ops->rank(ctx->comm), (unsigned long)(uintptr_t)ctx);
   zt__swap_config_t sc = ZT__SWAP_CONFIG_INIT;
   sc.paths = paths;
   sc.n_paths = n_paths;
@@ -258,8 +258,8 @@ int zt__swapspace_open(zt_engine_t *eng, const char *kind, const char *tier, uin
   sc.max_bufs = max_bufs;
   sc.rings = (unsigned)c->swap_rings;
   sc.sqpoll = c->swap_sqpoll;
-  int rc = zt__swap_create(&sc, &eng->err, out);
-  if (rc == -ENOSPC) name_leftovers(eng, paths, n_paths);
+  int rc = zt__swap_create(&sc, ctx->err, out);
+  if (rc == -ENOSPC) name_leftovers(ctx, paths, n_paths);
   if (rc < 0) return rc;
   zt__swap_info_t info;
   zt__swap_info(*out, &info);

@@ -10,7 +10,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "base/internal.h" // defines: ZT_INTERNAL, zt_engine_t
+#include "base/internal.h"   // defines: ZT_INTERNAL, zt_config_t
+#include "offload/context.h" // defines: zt__ctx_t
 
 struct zt__swap;
 
@@ -21,10 +22,10 @@ struct zt__swap;
  * as it lives, which tells its files from those of a dead process. An
  * out-of-space failure names the other processes' swap files there. `tier` names the config key for messages
  * ("optimizer_tier"). What the swap engine downgraded is logged, and
- * copied to `note` unless it is NULL. Returns 0, or a negative code with a sentence in eng's error
- * buffer and *out NULL, nothing left on disk. */
-ZT_INTERNAL int zt__swapspace_open(zt_engine_t *eng, const char *kind, const char *tier,
-                                   uint64_t bytes, uint32_t block, unsigned max_bufs,
+ * copied to `note` unless it is NULL. Returns 0, or a negative code with a sentence in the error
+ * buffer (ctx->err) and *out NULL, nothing left on disk. */
+ZT_INTERNAL int zt__swapspace_open(const zt__ctx_t *ctx, const char *kind,
+                                   const char *tier, uint64_t bytes, uint32_t block, unsigned max_bufs,
                                    struct zt__swap **out, char *note, size_t note_len);
 
 /* A swap file an engine made (by its name), as a scan finds it. */
@@ -54,7 +55,7 @@ ZT_INTERNAL int zt__swapspace_scan(const char *dir, int remove, zt__swap_leftove
                                    void *arg, zt__err_t *err);
 
 /* Engine create: removes the swap files of dead processes from every
- * directory of cfg.swap_path, each removal logged (WARN). Never fails. */
-ZT_INTERNAL void zt__swapspace_clean(zt_engine_t *eng);
+ * directory of cfg->swap_path, each removal logged (WARN). Never fails. */
+ZT_INTERNAL void zt__swapspace_clean(const zt_config_t *cfg);
 
 #endif /* ZT_SWAPSPACE_H */

@@ -283,8 +283,8 @@ static void test_enospc_names_leftovers(void **state) {
   pid_t dead = spawn_owner(dir);
   kill_owner(dead, dir, 0);
   zt__swap_t *sw = NULL;
-  int rc = zt__swapspace_open(eng, "opt", "optimizer_tier", (uint64_t)1 << 50, 4096, 0, &sw,
-                              NULL, 0);
+  int rc = zt__swapspace_open(&eng->ctx, "opt", "optimizer_tier", (uint64_t)1 << 50, 4096, 0,
+                              &sw, NULL, 0);
   print_message("  %s\n", eng->err.msg);
   assert_int_equal(rc, -ENOSPC);
   assert_null(sw);

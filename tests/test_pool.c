@@ -362,10 +362,10 @@ static void run_host_tier(size_t budget, int node, float *params_out, zt_stats_t
   st->warnings = warnings_out;
   t_buf_download(eng, params_out, p, N * 4);
   zt__hostpool_info_t pi;
-  zt__hostpool_info(eng->pinned_pool, &pi); // NULL: zeros
+  zt__hostpool_info(eng->pinned.pool, &pi); // NULL: zeros
   uintptr_t lo = (uintptr_t)pi.base, hi = lo + pi.budget;
   const float *states[3] = {eng->master, eng->m, eng->v};
-  *use = (pool_use_t){eng->pinned_pool != NULL, pi.in_use, eng->host_bytes, 0};
+  *use = (pool_use_t){eng->pinned.pool != NULL, pi.in_use, eng->pinned.bytes, 0};
   for (int i = 0; i < 3; i++) {
     uintptr_t a = (uintptr_t)states[i];
     use->states_inside += a && a >= lo && a + eng->state_numel * sizeof(float) <= hi;
@@ -454,19 +454,19 @@ static void test_pinned_free_unknown(void **state) {
   cfg.pinned_budget_bytes = 1u << 20;
   zt_engine_t *eng = t_engine(&cfg);
   void *p = NULL;
-  T_OK(zt__pinned_alloc(eng, 10000, &p), eng);
-  assert_non_null(eng->pinned_pool);
-  assert_int_equal(eng->host_bytes, 10000);
-  zt__pinned_free(eng, (char *)p + KB, KB); // inside a block, not its start
+  T_OK(zt__pinned_alloc(&eng->pinned, 10000, &p), eng);
+  assert_non_null(eng->pinned.pool);
+  assert_int_equal(eng->pinned.bytes, 10000);
+  zt__pinned_free(&eng->pinned, (char *)p + KB, KB); // inside a block, not its start
   print_message("  %s\n", eng->err.msg);
   assert_non_null(strstr(eng->err.msg, "not a live block"));
-  assert_int_equal(eng->host_bytes, 10000);
+  assert_int_equal(eng->pinned.bytes, 10000);
   zt__hostpool_info_t pi;
-  zt__hostpool_info(eng->pinned_pool, &pi);
+  zt__hostpool_info(eng->pinned.pool, &pi);
   assert_int_equal(pi.in_use, 3 * KB); // 10000 bytes: 3 pages
-  zt__pinned_free(eng, p, 10000);
-  assert_int_equal(eng->host_bytes, 0);
-  zt__hostpool_info(eng->pinned_pool, &pi);
+  zt__pinned_free(&eng->pinned, p, 10000);
+  assert_int_equal(eng->pinned.bytes, 0);
+  zt__hostpool_info(eng->pinned.pool, &pi);
   assert_int_equal(pi.in_use, 0);
   zt_engine_destroy(eng);
 }
@@ -519,13 +519,13 @@ static void test_engine_big_budget(void **state) {
   float *p = t_buf_alloc(eng, N * 4), *g = t_buf_alloc(eng, N * 4);
   T_OK(zt_register_flat(eng, p, g, N, ZT_FP32, ZT_FP32), eng);
   zt__hostpool_info_t pi;
-  zt__hostpool_info(eng->pinned_pool, &pi);
+  zt__hostpool_info(eng->pinned.pool, &pi);
   size_t lck = t_status_bytes("VmLck") - lck0;
   print_message("  budget %zu: host_bytes %zu, pool in use %zu, committed %zu, locked %d; "
-                "VmLck +%zu\n", budget, eng->host_bytes, pi.in_use, pi.committed, pi.locked,
+                "VmLck +%zu\n", budget, eng->pinned.bytes, pi.in_use, pi.committed, pi.locked,
                 lck);
-  assert_non_null(eng->pinned_pool);
-  assert_true(pi.in_use >= eng->host_bytes);
+  assert_non_null(eng->pinned.pool);
+  assert_true(pi.in_use >= eng->pinned.bytes);
   assert_true(pi.committed <= pi.in_use + 2 * (2u << 20));
   assert_true(lck <= pi.committed);
   t_buf_free(eng, p, N * 4);

@@ -228,15 +228,16 @@ int zt_engine_create(const zt_config_t *cfg, zt_engine_t **out) {
     eng->cfg = *cfg;
   }
   eng->be_ops = backend_ops(eng->cfg.backend);
-  eng->host_locked = 1;
-  eng->host_numa_node = -1;
+  zt__pinned_init(&eng->pinned, &eng->ctx);
+  eng->counters = (zt__counters_t){&eng->d2h_bytes, &eng->h2d_bytes, &eng->copy_seconds,
+                                   &eng->optimizer_seconds};
   eng->scaler.scale = eng->scaler.handed = 1.0;
 
   int rc = 0;
   /* A pinned budget past the machine's memory is refused before anything is
    * allocated (locking it would end in the OOM killer), on this rank, and
    * through the agreement below on every rank. */
-  if (local == 0) local = zt__pinned_check_budget(eng);
+  if (local == 0) local = zt__pinned_check_budget(eng->cfg.pinned_budget_bytes, &eng->err);
   if (local == 0) local = zt__cpu_create(eng->cfg.threads, &eng->err, &eng->cpu);
   if (local == 0) local = eng->be_ops->create(&eng->cfg, eng->cpu, &eng->err, &eng->be);
   ZT_TRY_GOTO(zt__comm_create(&eng->cfg, &eng->err, &eng->comm), rc, fail);
@@ -246,7 +247,7 @@ int zt_engine_create(const zt_config_t *cfg, zt_engine_t **out) {
   ZT_TRY_GOTO(check_world(eng), rc, fail);
   /* Swap files that killed processes left would take the space this
    * engine's swap needs; a live process's files are never touched. */
-  if (eng->cfg.swap_path[0]) zt__swapspace_clean(eng);
+  if (eng->cfg.swap_path[0]) zt__swapspace_clean(&eng->cfg);
   zt__log(&eng->cfg, ZT_LOG_INFO, "engine created: backend %s, %d CPU threads (%s)",
           eng->be_ops->name, zt__pool_threads(eng->cpu->pool), zt__isa_name(eng->cpu->isa));
   *out = eng;
@@ -270,9 +271,9 @@ void zt_engine_destroy(zt_engine_t *eng) {
   for (int s = 0; s < ZT_STREAM_COUNT; s++) eng->be_ops->stream_sync(eng->be, s);
   zt__engine_unregister(eng);
   if (zt__comm_failed(eng->comm))
-    zt__pinned_abandon(eng);
+    zt__pinned_abandon(&eng->pinned);
   else
-    zt__pinned_fini(eng);
+    zt__pinned_fini(&eng->pinned);
   zt__comm_destroy(eng->comm);
   eng->be_ops->destroy(eng->be);
   zt__cpu_destroy(eng->cpu);
@@ -296,7 +297,7 @@ int zt_stats(const zt_engine_t *eng, zt_stats_t *out) {
   memset(out, 0, sizeof *out);
   out->size = user->size;
   out->device_bytes = eng->be_ops->device_bytes(eng->be);
-  out->host_bytes = eng->host_bytes;
+  out->host_bytes = eng->pinned.bytes;
   zt__opt_nvme_stats_t nv;
   zt__opt_nvme_stats(eng->opt_nvme, &nv);
   out->nvme_bytes = nv.file_bytes;
@@ -319,9 +320,9 @@ int zt_stats(const zt_engine_t *eng, zt_stats_t *out) {
   out->live_bytes = pf->live_bytes;
   out->peak_live_bytes = pf->peak_live_bytes;
   out->read_ahead_bytes = pf->staged_bytes + zt__param_nvme_spare_bytes(eng->param_nvme);
-  out->host_locked = eng->host_bytes ? (uint64_t)eng->host_locked : 0;
-  out->host_numa_node = eng->host_numa_node;
-  out->warnings = eng->host_note;
+  out->host_locked = eng->pinned.bytes ? (uint64_t)eng->pinned.locked : 0;
+  out->host_numa_node = eng->pinned.numa_node;
+  out->warnings = eng->pinned.note;
   out->d2h_bytes = eng->d2h_bytes;
   out->h2d_bytes = eng->h2d_bytes;
   out->steps = eng->steps;

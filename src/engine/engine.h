@@ -15,7 +15,8 @@
 #include "comm/comm.h"      // defines: zt__comm_t
 #include "cpu/cpu_optim.h" // defines: zt__cpu_t, zt__seg_t
 #include "base/internal.h"  // defines: zt__err_t
-#include "offload/context.h" // defines: zt__ctx_t
+#include "offload/context.h" // defines: zt__ctx_t, zt__counters_t
+#include "offload/pinned.h" // defines: zt__pinned_t
 #include "zero/partition.h" // defines: zt__part_t
 #include "zero/prefetch.h"  // defines: zt__prefetch_t
 
@@ -63,6 +64,8 @@ struct zt_engine {
   zt__comm_t *comm;
   /* The above, lent to the tiers and the ZeRO room (offload/context.h). */
   zt__ctx_t ctx;
+  /* The statistics below that the tiers add to, lent as pointers. */
+  zt__counters_t counters;
 
   /* Registration. */
   int registered;
@@ -93,16 +96,9 @@ struct zt_engine {
   zt__staging_t staging;  /* host tier only                               */
   size_t staging_bytes;
   zt__seg_t *window_segs[ZT_STAGING_SLOTS]; /* host tier: a window's pieces */
-  size_t host_bytes;      /* pinned host memory held                      */
-  size_t host_pages;      /* the same, each region rounded up to its pages:
-                             what pinned_budget_bytes bounds              */
-  int host_locked;        /* every pinned region is mlock'ed              */
-  int host_lock_warned;   /* the mlock warning was logged                 */
-  char host_note[256];    /* why pinned memory is not locked / not placed */
-  struct zt__hostpool *pinned_pool; /* with pinned_budget_bytes: one pool */
+  zt__pinned_t pinned;    /* pinned host memory: its pool and what is held */
   struct zt__opt_nvme *opt_nvme; /* nvme tier: the states in swap files,
                                     NULL for an empty shard (opt_nvme.h) */
-  int host_numa_node;     /* the pool's NUMA node, -1: not placed         */
 
   zt__scaler_t scaler;
   int broken; /* an error left states half-updated: refuse further steps */

@@ -290,15 +290,15 @@ static void free_states(zt_engine_t *eng) {
   } else if (eng->cfg.optimizer_tier == ZT_TIER_NVME) {
     /* Only the swapper above holds anything. */
   } else if (eng->cfg.optimizer_tier == ZT_TIER_HOST) {
-    zt__pinned_free(eng, eng->master, n * sizeof(float));
-    zt__pinned_free(eng, eng->m, n * sizeof(float));
-    zt__pinned_free(eng, eng->v, n * sizeof(float));
+    zt__pinned_free(&eng->pinned, eng->master, n * sizeof(float));
+    zt__pinned_free(&eng->pinned, eng->m, n * sizeof(float));
+    zt__pinned_free(&eng->pinned, eng->v, n * sizeof(float));
     zt__staging_t *st = &eng->staging;
     size_t pb = st->chunk_elems * zt__dtype_size(eng->param_dtype);
     size_t gb = st->chunk_elems * zt__dtype_size(eng->grad_dtype);
     for (int s = 0; s < ZT_STAGING_SLOTS; s++) {
-      zt__pinned_free(eng, st->grads[s], gb);
-      zt__pinned_free(eng, st->params[s], pb);
+      zt__pinned_free(&eng->pinned, st->grads[s], gb);
+      zt__pinned_free(&eng->pinned, st->params[s], pb);
       if (st->grads_ready[s]) eng->be_ops->event_destroy(eng->be, st->grads_ready[s]);
       if (st->params_sent[s]) eng->be_ops->event_destroy(eng->be, st->params_sent[s]);
       free(eng->window_segs[s]);
@@ -353,13 +353,13 @@ static int alloc_host_states(zt_engine_t *eng) {
   st->chunk_elems = eng->cfg.chunk_bytes / sizeof(float);
   if (st->chunk_elems > extent) st->chunk_elems = extent;
   if (st->chunk_elems == 0) st->chunk_elems = 1;
-  ZT_TRY(zt__pinned_alloc(eng, bytes, (void **)&eng->master));
-  ZT_TRY(zt__pinned_alloc(eng, bytes, (void **)&eng->m));
-  ZT_TRY(zt__pinned_alloc(eng, bytes, (void **)&eng->v));
+  ZT_TRY(zt__pinned_alloc(&eng->pinned, bytes, (void **)&eng->master));
+  ZT_TRY(zt__pinned_alloc(&eng->pinned, bytes, (void **)&eng->m));
+  ZT_TRY(zt__pinned_alloc(&eng->pinned, bytes, (void **)&eng->v));
   eng->state_bytes = 3 * bytes;
   for (int s = 0; s < ZT_STAGING_SLOTS; s++) {
-    ZT_TRY(zt__pinned_alloc(eng, st->chunk_elems * gsz, &st->grads[s]));
-    ZT_TRY(zt__pinned_alloc(eng, st->chunk_elems * psz, &st->params[s]));
+    ZT_TRY(zt__pinned_alloc(&eng->pinned, st->chunk_elems * gsz, &st->grads[s]));
+    ZT_TRY(zt__pinned_alloc(&eng->pinned, st->chunk_elems * psz, &st->params[s]));
     ZT_TRY(be->event_create(eng->be, &st->grads_ready[s]));
     ZT_TRY(be->event_create(eng->be, &st->params_sent[s]));
     eng->window_segs[s] = calloc(eng->n_segs, sizeof(zt__seg_t));
@@ -388,7 +388,7 @@ static int alloc_host_states(zt_engine_t *eng) {
 static int alloc_nvme_states(zt_engine_t *eng) {
   zt__opt_nvme_view_t v = {eng->segs,       eng->n_segs, eng->grads,       0,
                            eng->grad_dtype, eng->params, 0, eng->param_dtype, NULL, 0};
-  ZT_TRY(zt__opt_nvme_create(eng, &v, &eng->opt_nvme));
+  ZT_TRY(zt__opt_nvme_create(&eng->ctx, &eng->pinned, &eng->counters, &v, &eng->opt_nvme));
   eng->state_bytes = 0; /* on disk, not in memory */
   return 0;
 }
@@ -416,7 +416,7 @@ static int alloc_shard_states(zt_engine_t *eng) {
   ZT_TRY(eng->be_ops->stream_sync(eng->be, ZT_STREAM_D2H));
   if (kind == ZT_COPY_D2H) eng->d2h_bytes += mine * psz;
   if (eng->cfg.param_tier == ZT_TIER_NVME)
-    ZT_TRY(zt__param_nvme_create(eng, mine, eng->param_dtype, &eng->param_nvme));
+    ZT_TRY(zt__param_nvme_create(&eng->ctx, &eng->pinned, mine, eng->param_dtype, &eng->param_nvme));
   if (nvme) {
     /* The swapper casts its master window by window into its records; it
      * reads the gradient shard and writes the parameter shard where they
@@ -425,7 +425,7 @@ static int alloc_shard_states(zt_engine_t *eng) {
     zt__opt_nvme_view_t v = {p->segs,  p->n_segs, p->grads, p->begin,
                              ZT_FP32,  p->params, p->begin, eng->param_dtype,
                              eng->param_nvme, p->on_pinned};
-    ZT_TRY(zt__opt_nvme_create(eng, &v, &eng->opt_nvme));
+    ZT_TRY(zt__opt_nvme_create(&eng->ctx, &eng->pinned, &eng->counters, &v, &eng->opt_nvme));
   } else {
     zt__cpu_cast(eng->cpu, eng->master, ZT_FP32, p->params, eng->param_dtype, mine);
   }

@@ -39,7 +39,7 @@ static void shard_of(const zt__part_t *p, int r, size_t *lo, size_t *hi) {
 int zt__part_alloc(zt_engine_t *eng, size_t bytes, void **out) {
   *out = NULL;
   if (bytes == 0) bytes = 64; /* a rank with an empty shard still has a buffer */
-  if (eng->part.on_pinned) return zt__pinned_alloc(eng, bytes, out);
+  if (eng->part.on_pinned) return zt__pinned_alloc(&eng->pinned, bytes, out);
   ZT_TRY(eng->be_ops->alloc(eng->be, bytes, out));
   return eng->be_ops->memset_zero(eng->be, *out, bytes, ZT_STREAM_COMPUTE);
 }
@@ -48,7 +48,7 @@ void zt__part_release(zt_engine_t *eng, void *p, size_t bytes) {
   if (p == NULL) return;
   if (bytes == 0) bytes = 64;
   if (eng->part.on_pinned)
-    zt__pinned_free(eng, p, bytes);
+    zt__pinned_free(&eng->pinned, p, bytes);
   else
     eng->be_ops->free(eng->be, p, bytes);
 }
@@ -261,7 +261,7 @@ int zt__part_params_alloc(zt_engine_t *eng) {
   zt__part_t *p = &eng->part;
   size_t bytes = (p->end - p->begin) * zt__dtype_size(eng->param_dtype);
   if (bytes == 0) bytes = 64;
-  if (p->params_pinned) return zt__pinned_alloc(eng, bytes, &p->params);
+  if (p->params_pinned) return zt__pinned_alloc(&eng->pinned, bytes, &p->params);
   ZT_TRY(eng->be_ops->alloc(eng->be, bytes, &p->params));
   return eng->be_ops->memset_zero(eng->be, p->params, bytes, ZT_STREAM_COMPUTE);
 }
@@ -272,7 +272,7 @@ void zt__part_params_free(zt_engine_t *eng) {
   size_t bytes = (p->end - p->begin) * zt__dtype_size(eng->param_dtype);
   if (bytes == 0) bytes = 64;
   if (p->params_pinned)
-    zt__pinned_free(eng, p->params, bytes);
+    zt__pinned_free(&eng->pinned, p->params, bytes);
   else
     eng->be_ops->free(eng->be, p->params, bytes);
   p->params = NULL;

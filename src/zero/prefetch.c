@@ -198,7 +198,8 @@ int zt__prefetch_take(zt_engine_t *eng, zt__group_t *g, zt__param_read_t **out) 
   if (g->read == NULL) {
     /* A failed read may still have requests in flight into g->read: it is
      * counted until dropped, as any other. */
-    int rc = zt__param_nvme_read(eng->param_nvme, g, eng->part.begin, &g->read);
+    zt__param_spans_t sp = {&g->spans->a, &g->spans->b, sizeof *g->spans, g->n_spans};
+    int rc = zt__param_nvme_read(eng->param_nvme, &sp, eng->part.begin, &g->read);
     if (g->read) pf->staged_bytes += g->read->bytes;
     ZT_TRY(rc);
   } else {
@@ -308,7 +309,8 @@ static int read_ahead(zt_engine_t *eng) {
     if (g->params == NULL && g->read == NULL && stage_of(pf, g) == NULL) {
       size_t need = shard_bytes(eng, g);
       if (pf->staged_bytes > 0 && pf->staged_bytes + need > budget) break;
-      int rc = zt__param_nvme_read(eng->param_nvme, g, eng->part.begin, &g->read);
+      zt__param_spans_t sp = {&g->spans->a, &g->spans->b, sizeof *g->spans, g->n_spans};
+      int rc = zt__param_nvme_read(eng->param_nvme, &sp, eng->part.begin, &g->read);
       if (rc == -ENOMEM && g->read == NULL) {
         /* The pinned budget is full: the read waits for the fetch. */
         zt__err_clear(&eng->err);
