@@ -18,6 +18,7 @@ packages=(
   gnuplot-nox        # PNG plots of the demo and the benchmarks
   fio                # the benchmark's reference figure
   clang libclang-rt-dev   # libFuzzer for the checkpoint parsers (make fuzz)
+  python3-minimal    # tests/layers.py, the layer check of make test
 )
 
 missing=()
