@@ -87,8 +87,10 @@ ifeq ($(CUDA),1)
 CU_TEST_SRC := $(wildcard tests/test_*_host.cu)
 TEST_BIN += $(CU_TEST_SRC:%.cu=$(BUILD)/%)
 endif
-EXAMPLE_SRC := $(wildcard examples/*.c)
-EXAMPLE_BIN := $(EXAMPLE_SRC:%.c=$(BUILD)/%)
+# An example is a folder, examples/<name>/*.c, built into $(BUILD)/examples/<name>;
+# its objects go under $(BUILD)/obj/, since the binary takes the folder's name.
+EXAMPLES := $(notdir $(patsubst %/,%,$(wildcard examples/*/)))
+EXAMPLE_BIN := $(EXAMPLES:%=$(BUILD)/examples/%)
 
 # A change of CUDA, SAN or GPU_ARCH in the same build folder rebuilds
 # everything: the stamp's content changes, so its date does.
@@ -158,8 +160,17 @@ $(BUILD)/tests/%_host: $(BUILD)/tests/%_host.cu.o $(TEST_SUPPORT_OBJ) $(BUILD)/l
 	$(CC) $(SANFLAGS) -pthread -o $@ $< $(TEST_SUPPORT_OBJ) $(BUILD)/libztier.a \
 	  -lcmocka $(LDLIBS) -lstdc++
 
-$(BUILD)/examples/%: $(BUILD)/examples/%.o $(BUILD)/libztier.a
-	$(CC) $(SANFLAGS) -pthread -o $@ $< $(BUILD)/libztier.a $(LDLIBS)
+$(BUILD)/obj/examples/%.o: examples/%.c $(STAMP)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) $(ZT_CFLAGS) -MMD -MP -c $< -o $@
+
+define example_rule
+$(BUILD)/examples/$(1): $(patsubst %.c,$(BUILD)/obj/%.o,$(wildcard examples/$(1)/*.c)) \
+                        $(BUILD)/libztier.a
+	@mkdir -p $$(dir $$@)
+	$$(CC) $$(SANFLAGS) -pthread -o $$@ $$(filter %.o,$$^) $(BUILD)/libztier.a $$(LDLIBS)
+endef
+$(foreach e,$(EXAMPLES),$(eval $(call example_rule,$(e))))
 
 # ---- commands -------------------------------------------------------------
 

@@ -319,40 +319,41 @@ int zt_bench_adam_main(int argc, char **argv) {
   int threads = zt__cpu_count(), reps = 5, dtype_i = 0, json = 0, stochastic = 0;
   int isa_i = -1, no_huge = 0;
   size_t stagger = 0;
-  const zt_bench_flag_t flags[] = {
-      {"params", ZT_BENCH_FLAG_COUNT, &n, "N", "parameters updated (default 200M)", 1,
+  const zt_flag_t flags[] = {
+      {"params", ZT_FLAG_COUNT, &n, "N", "parameters updated (default 200M)", 1,
        1e12, NULL},
-      {"threads", ZT_BENCH_FLAG_INT, &threads, "T",
+      {"threads", ZT_FLAG_INT, &threads, "T",
        "optimizer threads, the caller's included (default: every CPU)", 1, 4096, NULL},
-      {"reps", ZT_BENCH_FLAG_INT, &reps, "R",
+      {"reps", ZT_FLAG_INT, &reps, "R",
        "timed pairs of passes; medians (default 5)", 1, 1000, NULL},
-      {"dtype", ZT_BENCH_FLAG_CHOICE, &dtype_i, "fp32|bf16|fp16",
+      {"dtype", ZT_FLAG_CHOICE, &dtype_i, "fp32|bf16|fp16",
        "gradient and parameter dtype (default fp32: the params are the master)", 0, 0,
        dtype_names},
-      {"stochastic", ZT_BENCH_FLAG_BOOL, &stochastic, NULL,
+      {"stochastic", ZT_FLAG_BOOL, &stochastic, NULL,
        "bf16 copy-out rounds stochastically (default: to nearest even)", 0, 0, NULL},
-      {"isa", ZT_BENCH_FLAG_CHOICE, &isa_i, "scalar|avx2|avx512",
+      {"isa", ZT_FLAG_CHOICE, &isa_i, "scalar|avx2|avx512",
        "at most this ISA (default: the best the CPU has)", 0, 0, isa_names},
-      {"no-huge-pages", ZT_BENCH_FLAG_BOOL, &no_huge, NULL,
+      {"no-huge-pages", ZT_FLAG_BOOL, &no_huge, NULL,
        "4 KiB pages instead of transparent huge pages", 0, 0, NULL},
-      {"stagger", ZT_BENCH_FLAG_BYTES, &stagger, "BYTES",
+      {"stagger", ZT_FLAG_BYTES, &stagger, "BYTES",
        "start array k at k*BYTES past its 2 MiB boundary (default 0)", 0, 1 << 20, NULL},
-      {"json", ZT_BENCH_FLAG_BOOL, &json, NULL,
+      {"json", ZT_FLAG_BOOL, &json, NULL,
        "print one JSON object instead of a table", 0, 0, NULL},
   };
-  int rc = zt_bench_parse(
-      prog,
+  const zt_cmd_t cmd = {
+      prog, NULL,
       "The AdamW update of the CPU optimizer (zt__cpu_adam) beside a plain "
       "memory pass\nwith the same access pattern, interleaved, medians "
       "over --reps. See docs/bench.md.",
-      argc, argv, flags, sizeof flags / sizeof flags[0]);
+      flags, sizeof flags / sizeof flags[0], 0, 0};
+  int rc = zt_args_parse(&cmd, argc, argv, NULL, NULL);
   if (rc) return rc < 0 ? 0 : rc;
+  zt_progress_start(prog);
   if (isa_i >= 0) setenv("ZT_CPU_ISA", isa_names[isa_i], 1); /* lowers only */
   zt_dtype_t dt = dtype_of[dtype_i];
   if (stochastic && dt != ZT_BF16) {
-    fprintf(stderr, "%s: --stochastic applies to --dtype bf16 only (got --dtype %s)\n",
-            prog, dtype_names[dtype_i]);
-    return 2;
+    return zt_args_fail(&cmd, "--stochastic applies to --dtype bf16 only (got --dtype %s)",
+                        dtype_names[dtype_i]);
   }
 
   zt__cpu_t *cpu = NULL;
@@ -376,7 +377,7 @@ int zt_bench_adam_main(int argc, char **argv) {
     return 1;
   }
   size_t n_chunks = (n + CHUNK - 1) / CHUNK;
-  zt_bench_progress("faulting in %.2f GB from %d threads", (double)n * 16 / 1e9, threads);
+  zt_progress("faulting in %.2f GB from %d threads", (double)n * 16 / 1e9, threads);
   long long thp0 = zt_bench_thp_bytes();
   /* First touch from the pool, chunk by chunk as the passes will go. */
   zt__pool_run(cpu->pool, n_chunks, init_task, &b);
@@ -414,11 +415,11 @@ int zt_bench_adam_main(int argc, char **argv) {
     if (r >= 0) {
       t_limit[r] = t1 - t0;
       t_adam[r] = t2 - t1;
-      zt_bench_progress("rep %d/%d: limit %.1f GB/s, adamw %.1f GB/s", r + 1, reps,
+      zt_progress("rep %d/%d: limit %.1f GB/s, adamw %.1f GB/s", r + 1, reps,
                         bytes / t_limit[r] / 1e9, bytes / t_adam[r] / 1e9);
     }
   }
-  zt_bench_progress_end();
+  zt_progress_end();
 
   double adam_s = zt_bench_median(t_adam, reps), limit_s = zt_bench_median(t_limit, reps);
   double gbps = bytes / adam_s / 1e9, limit_gbps = bytes / limit_s / 1e9;
@@ -428,29 +429,29 @@ int zt_bench_adam_main(int argc, char **argv) {
   double thp_frac = thp >= 0 ? (double)thp / ((double)n * 16) : NAN;
   if (thp_frac > 1) thp_frac = 1;
 
+  int status = 0;
   if (json) {
-    zt_bench_json_t j;
-    zt_bench_json_begin(&j, stdout);
-    zt_bench_json_str(&j, "bench", "adam");
-    zt_bench_json_num(&j, "gbps", gbps);
-    zt_bench_json_num(&j, "limit_gbps", limit_gbps);
-    zt_bench_json_num(&j, "ratio", ratio);
-    zt_bench_json_num(&j, "params_per_s", pps);
-    zt_bench_json_int(&j, "params", (long long)n);
-    zt_bench_json_str(&j, "dtype", dtype_names[dtype_i]);
-    zt_bench_json_bool(&j, "stochastic", stochastic);
-    zt_bench_json_int(&j, "threads", threads);
-    zt_bench_json_str(&j, "isa", zt__isa_name(cpu->isa));
-    zt_bench_json_int(&j, "reps", reps);
-    zt_bench_json_num(&j, "bytes_per_param", read_b + write_b);
-    zt_bench_json_bool(&j, "huge_pages_requested", !no_huge);
-    zt_bench_json_num(&j, "huge_page_fraction", thp_frac);
-    zt_bench_json_num(&j, "adam_s_median", adam_s);
-    zt_bench_json_num(&j, "limit_s_median", limit_s);
-    zt_bench_json_nums(&j, "adam_s", t_adam, reps);
-    zt_bench_json_nums(&j, "limit_s", t_limit, reps);
-    zt_bench_json_str(&j, "check", "bit-identical to the scalar kernel");
-    zt_bench_json_end(&j);
+    cJSON *j = zt_report_new();
+    zt_report_str(j, "bench", "adam");
+    zt_report_num(j, "gbps", gbps);
+    zt_report_num(j, "limit_gbps", limit_gbps);
+    zt_report_num(j, "ratio", ratio);
+    zt_report_num(j, "params_per_s", pps);
+    zt_report_int(j, "params", (long long)n);
+    zt_report_str(j, "dtype", dtype_names[dtype_i]);
+    zt_report_bool(j, "stochastic", stochastic);
+    zt_report_int(j, "threads", threads);
+    zt_report_str(j, "isa", zt__isa_name(cpu->isa));
+    zt_report_int(j, "reps", reps);
+    zt_report_num(j, "bytes_per_param", read_b + write_b);
+    zt_report_bool(j, "huge_pages_requested", !no_huge);
+    zt_report_num(j, "huge_page_fraction", thp_frac);
+    zt_report_num(j, "adam_s_median", adam_s);
+    zt_report_num(j, "limit_s_median", limit_s);
+    zt_report_nums(j, "adam_s", t_adam, reps);
+    zt_report_nums(j, "limit_s", t_limit, reps);
+    zt_report_str(j, "check", "bit-identical to the scalar kernel");
+    status = zt_report_print(stdout, j, prog) < 0;
   } else {
     printf("ztier bench adam: %zu params, %s%s, %d threads, %s, %d reps, huge pages %s",
            n, dtype_names[dtype_i], stochastic ? " (stochastic)" : "", threads,
@@ -459,15 +460,17 @@ int zt_bench_adam_main(int argc, char **argv) {
     printf("\ncheck: zt__cpu_adam bit-identical to the scalar kernel\n");
     printf("bytes per param: %.0f (read %.0f, write %.0f)\n\n", read_b + write_b, read_b,
            write_b);
-    printf("%-22s %12s %10s %12s\n", "", "median s", "GB/s", "Gparams/s");
-    printf("%-22s %12.4f %10.2f %12.3f\n", "memory limit", limit_s, limit_gbps,
-           (double)n / limit_s / 1e9);
-    printf("%-22s %12.4f %10.2f %12.3f\n", "AdamW update", adam_s, gbps, pps / 1e9);
-    printf("%-22s %12s %10.3f\n", "ratio (update/limit)", "", ratio);
+    zt_table_t *t = zt_table_new("lrrr");
+    zt_table_row(t, "\tmedian s\tGB/s\tGparams/s");
+    zt_table_row(t, "memory limit\t%.4f\t%.2f\t%.3f", limit_s, limit_gbps,
+                 (double)n / limit_s / 1e9);
+    zt_table_row(t, "AdamW update\t%.4f\t%.2f\t%.3f", adam_s, gbps, pps / 1e9);
+    zt_table_row(t, "ratio (update/limit)\t\t%.3f", ratio);
+    zt_table_print(t, stdout, 0, NULL);
   }
   free(t_adam);
   free(t_limit);
   bufs_free(&b);
   zt__cpu_destroy(cpu);
-  return 0;
+  return status;
 }

@@ -24,7 +24,7 @@
 #include <cjson/cJSON.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <stdarg.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -50,25 +50,6 @@ typedef struct cell {
   unsigned threads;             /* rings of the swap space, fio's jobs */
   double w, r, r_small, fw, fr; /* medians, GB/s; fio -1 when not run */
 } cell_t;
-
-/* The progress line: on a terminal (zt_bench_progress checks stderr), and
- * never with --json, whose reader wants stdout alone and a quiet stderr. */
-static int quiet;
-
-static void progress(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-static void progress(const char *fmt, ...) {
-  if (quiet) return;
-  char line[256];
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(line, sizeof line, fmt, ap);
-  va_end(ap);
-  zt_bench_progress("%s", line);
-}
-
-static void progress_end(void) {
-  if (!quiet) zt_bench_progress_end();
-}
 
 /* "1MiB,8MiB" or "8,32": sizes are units.c's byte sizes (16M, 16Mi and
  * 16MiB are 2^24, 16MB is 16 * 10^6), counts plain numbers. Returns the
@@ -179,26 +160,16 @@ static int make_fio_file(const char *file, size_t space, const char *src, size_t
 
 static double ratio(double a, double b) { return b > 0 && a > 0 ? a / b : -1; }
 
-static void json_num_or_null(zt_bench_json_t *j, const char *key, double v) {
-  if (v >= 0) {
-    zt_bench_json_num(j, key, v);
-  } else {
-    fprintf(j->f, "%s\"%s\": null", j->n ? ", " : "", key);
-    j->n++;
-  }
+/* Figures that were not measured (negative) are written as null. */
+static void json_num_or_null(cJSON *j, const char *key, double v) {
+  if (v >= 0) zt_report_num(j, key, v);
+  else zt_report_null(j, key);
 }
 
-/* An array whose negative members (not measured) are written as null. */
-static void json_nums_or_null(zt_bench_json_t *j, const char *key, const double *v,
-                              int n) {
-  fprintf(j->f, "%s\"%s\": [", j->n ? ", " : "", key);
-  for (int i = 0; i < n; i++)
-    if (v[i] >= 0)
-      fprintf(j->f, "%s%.10g", i ? ", " : "", v[i]);
-    else
-      fprintf(j->f, "%snull", i ? ", " : "");
-  fprintf(j->f, "]");
-  j->n++;
+static void json_nums_or_null(cJSON *j, const char *key, const double *v, int n) {
+  double x[MAX_LIST * MAX_LIST * MAX_LIST];
+  for (int i = 0; i < n; i++) x[i] = v[i] >= 0 ? v[i] : NAN;
+  zt_report_nums(j, key, x, n);
 }
 
 /* GB/s against block size, reads and writes side by side: one line per queue
@@ -274,11 +245,11 @@ static int space_open(space_t *sp, const char *prog, const zt__swap_config_t *cf
   sp->fixed = a >= 0 && b >= 0;
 
   /* The check, which also writes the whole space once. */
-  progress("%u ring%s: writing and checking %.2f GB in %s", cfg->rings,
+  zt_progress("%u ring%s: writing and checking %.2f GB in %s", cfg->rings,
            cfg->rings > 1 ? "s" : "", (double)space / 1e9, cfg->paths[0]);
   zt_bench_fill_bytes(region, region_bytes, 0x5eed);
   if (zt_bench_swap_pass(sp->sw, 1, space, block, inflight, region, region_bytes) < 0) {
-    progress_end();
+    zt_progress_end();
     fprintf(stderr, "%s: the check write failed: %s\n", prog, err->msg);
     return 1;
   }
@@ -286,12 +257,12 @@ static int space_open(space_t *sp, const char *prog, const zt__swap_config_t *cf
   memset(region, 0xa5, region_bytes);
   if (zt_bench_swap_pass(sp->sw, 0, space, block, inflight, region, region_bytes) < 0 ||
       zt_bench_swap_pass(sp->sw, 0, block, block, 1, region, block) < 0) {
-    progress_end();
+    zt_progress_end();
     fprintf(stderr, "%s: the check read failed: %s\n", prog, err->msg);
     return 1;
   }
   if (memcmp(ring, region, block) != 0) {
-    progress_end();
+    zt_progress_end();
     fprintf(stderr, "%s: the check failed: bytes read back differ from those written\n",
             prog);
     return 1;
@@ -334,118 +305,72 @@ int zt_bench_nvme_main(int argc, char **argv) {
   const char *prog = "ztier bench nvme";
   const char *path = NULL, *plot_file = NULL, *block_s = "1MiB,8MiB", *qd_s = "8,32";
   const char *size_s = "1GiB", *threads_s = "1";
-  /* The string flags are taken here; the rest go to the shared parser. */
-  char **rest = calloc((size_t)argc + 1, sizeof *rest);
-  if (rest == NULL) return 1;
-  int nrest = 0;
-  rest[nrest++] = argv[0];
-  for (int i = 1; i < argc; i++) {
-    static const char *const names[] = {"--path", "--plot",   "--block",
-                                        "--qd",   "--size",   "--threads"};
-    const char **dst[] = {&path, &plot_file, &block_s, &qd_s, &size_s, &threads_s};
-    int hit = 0;
-    for (int k = 0; k < 6 && !hit; k++) {
-      size_t l = strlen(names[k]);
-      if (strncmp(argv[i], names[k], l) != 0) continue;
-      if (argv[i][l] == '=') {
-        *dst[k] = argv[i] + l + 1;
-        hit = 1;
-      } else if (argv[i][l] == '\0') {
-        if (i + 1 >= argc) {
-          fprintf(stderr, "%s: %s needs a value\n", prog, names[k]);
-          free(rest);
-          return 2;
-        }
-        *dst[k] = argv[++i];
-        hit = 1;
-      }
-    }
-    if (!hit) rest[nrest++] = argv[i];
-  }
   size_t space = (size_t)1 << 30;
   int reps = 3, json = 0, sqpoll = 0;
-  const zt_bench_flag_t flags[] = {
-      {"reps", ZT_BENCH_FLAG_INT, &reps, "R", "repetitions per cell (default 3)", 1,
-       1000, NULL},
-      {"sqpoll", ZT_BENCH_FLAG_BOOL, &sqpoll, NULL,
+  const zt_flag_t flags[] = {
+      {"path", ZT_FLAG_STRING, &path, "DIR", "directory on the disk to measure (required)", 0,
+       0, NULL},
+      {"size", ZT_FLAG_STRING, &size_s, "BYTES",
+       "swap space and fio file size (default 1GiB; 64MiB, 1GiB, 1G)", 0, 0, NULL},
+      {"block", ZT_FLAG_STRING, &block_s, "LIST",
+       "request sizes, powers of two from 4KiB to 64MiB (default 1MiB,8MiB)", 0, 0, NULL},
+      {"qd", ZT_FLAG_STRING, &qd_s, "LIST",
+       "requests in flight per ring / fio job (default 8,32)", 0, 0, NULL},
+      {"threads", ZT_FLAG_STRING, &threads_s, "LIST",
+       "rings of the swap space, one thread each, and fio's jobs (default 1; e.g. 1,2,4)", 0,
+       0, NULL},
+      {"plot", ZT_FLAG_STRING, &plot_file, "FILE.png",
+       "GB/s against block size, one line per queue depth and thread count (gnuplot)", 0, 0,
+       NULL},
+      {"reps", ZT_FLAG_INT, &reps, "R", "repetitions per cell (default 3)", 1, 1000, NULL},
+      {"sqpoll", ZT_FLAG_BOOL, &sqpoll, NULL,
        "rings with a kernel submission thread (IORING_SETUP_SQPOLL)", 0, 0, NULL},
-      {"json", ZT_BENCH_FLAG_BOOL, &json, NULL, "print one JSON object", 0, 0, NULL},
+      {"json", ZT_FLAG_BOOL, &json, NULL, "print one JSON object", 0, 0, NULL},
   };
-  int rc = zt_bench_parse(
-      prog,
+  const zt_cmd_t cmd = {
+      prog, NULL,
       "The io_uring swap engine's whole-space writes and reads beside fio's on the\n"
       "same disk, size and pattern, interleaved, medians per block size x queue "
-      "depth x threads.\n"
-      "  --path DIR      directory on the disk to measure (required)\n"
-      "  --size BYTES    swap space and fio file size (default 1GiB; 64MiB, 1GiB, 1G)\n"
-      "  --block LIST    request sizes, powers of two from 4KiB to 64MiB (default\n"
-      "                  1MiB,8MiB)\n"
-      "  --qd LIST       requests in flight per ring / fio job (default 8,32)\n"
-      "  --threads LIST  rings of the swap space, one thread each, and fio's jobs\n"
-      "                  (default 1; e.g. 1,2,4)\n"
-      "  --plot FILE.png GB/s against block size, one line per queue depth and\n"
-      "                  thread count (gnuplot)",
-      nrest, rest, flags, sizeof flags / sizeof flags[0]);
-  free(rest);
+      "depth x threads.",
+      flags, sizeof flags / sizeof flags[0], 0, 0};
+  int rc = zt_args_parse(&cmd, argc, argv, NULL, NULL);
   if (rc) return rc < 0 ? 0 : rc;
-  quiet = json;
-
-  if (parse_list(size_s, &space, 1, 1) != 1 || space < (1 << 20)) {
-    fprintf(stderr, "%s: --size '%s': expected one size of at least 1MiB, like 1GiB\n",
-            prog, size_s);
-    return 2;
-  }
+  if (parse_list(size_s, &space, 1, 1) != 1 || space < (1 << 20))
+    return zt_args_fail(&cmd, "--size '%s': expected one size of at least 1MiB, like 1GiB",
+                        size_s);
   size_t blocks[MAX_LIST], qds[MAX_LIST], ths[MAX_LIST];
   int nb = parse_list(block_s, blocks, MAX_LIST, 1);
   int nq = parse_list(qd_s, qds, MAX_LIST, 0);
   int nt = parse_list(threads_s, ths, MAX_LIST, 0);
-  if (nb < 0) {
-    fprintf(stderr, "%s: --block '%s': expected a list of sizes like 1MiB,8MiB\n", prog,
-            block_s);
-    return 2;
-  }
+  if (nb < 0)
+    return zt_args_fail(&cmd, "--block '%s': expected a list of sizes like 1MiB,8MiB",
+                        block_s);
   for (int i = 0; i < nb; i++)
-    if (blocks[i] < MIN_BLOCK || blocks[i] > MAX_BLOCK || (blocks[i] & (blocks[i] - 1))) {
-      fprintf(stderr,
-              "%s: --block %zu: expected powers of two from 4KiB to 64MiB (4096 .. "
-              "67108864 bytes), the values the config key swap_block_bytes takes\n",
-              prog, blocks[i]);
-      return 2;
-    }
-  if (nq < 0) {
-    fprintf(stderr, "%s: --qd '%s': expected a list of counts like 8,32\n", prog, qd_s);
-    return 2;
-  }
+    if (blocks[i] < MIN_BLOCK || blocks[i] > MAX_BLOCK || (blocks[i] & (blocks[i] - 1)))
+      return zt_args_fail(&cmd,
+                          "--block %zu: expected powers of two from 4KiB to 64MiB (4096 .. "
+                          "67108864 bytes), the values the config key swap_block_bytes takes",
+                          blocks[i]);
+  if (nq < 0)
+    return zt_args_fail(&cmd, "--qd '%s': expected a list of counts like 8,32", qd_s);
   for (int i = 0; i < nq; i++)
-    if (qds[i] > 1024) {
-      fprintf(stderr, "%s: --qd %zu: expected 1 .. 1024\n", prog, qds[i]);
-      return 2;
-    }
-  if (nt < 0) {
-    fprintf(stderr, "%s: --threads '%s': expected a list of counts like 1,2,4\n", prog,
-            threads_s);
-    return 2;
-  }
+    if (qds[i] > 1024) return zt_args_fail(&cmd, "--qd %zu: expected 1 .. 1024", qds[i]);
+  if (nt < 0)
+    return zt_args_fail(&cmd, "--threads '%s': expected a list of counts like 1,2,4",
+                        threads_s);
   for (int i = 0; i < nt; i++)
-    if (ths[i] > ZT__SWAP_MAX_RINGS) {
-      fprintf(stderr, "%s: --threads %zu: expected 1 .. %u\n", prog, ths[i],
-              ZT__SWAP_MAX_RINGS);
-      return 2;
-    }
-  if (path == NULL) {
-    fprintf(stderr, "%s: --path DIR is required (a directory on the disk to measure)\n",
-            prog);
-    return 2;
-  }
+    if (ths[i] > ZT__SWAP_MAX_RINGS)
+      return zt_args_fail(&cmd, "--threads %zu: expected 1 .. %u", ths[i], ZT__SWAP_MAX_RINGS);
+  if (path == NULL)
+    return zt_args_fail(&cmd, "--path DIR is required (a directory on the disk to measure)");
   size_t max_block = 0, max_qd = 0, max_t = 0;
   for (int i = 0; i < nb; i++) max_block = blocks[i] > max_block ? blocks[i] : max_block;
   for (int i = 0; i < nq; i++) max_qd = qds[i] > max_qd ? qds[i] : max_qd;
   for (int i = 0; i < nt; i++) max_t = ths[i] > max_t ? ths[i] : max_t;
-  if (space % max_block || space < max_block) {
-    fprintf(stderr, "%s: --size %zu: expected a multiple of the largest block (%zu)\n",
-            prog, space, max_block);
-    return 2;
-  }
+  if (space % max_block || space < max_block)
+    return zt_args_fail(&cmd, "--size %zu: expected a multiple of the largest block (%zu)",
+                        space, max_block);
+  zt_progress_start(prog);
   struct stat st;
   if (stat(path, &st) != 0 || !S_ISDIR(st.st_mode)) {
     fprintf(stderr, "%s: --path %s: not a directory\n", prog, path);
@@ -516,10 +441,10 @@ int zt_bench_nvme_main(int argc, char **argv) {
     if (fio && !fio_file[0]) {
       /* fio's file, once, from the region the check filled */
       snprintf(fio_file, sizeof fio_file, "%s/ztier-bench-%ld.fio", path, (long)getpid());
-      progress("writing fio's %.2f GB file", (double)space / 1e9);
+      zt_progress("writing fio's %.2f GB file", (double)space / 1e9);
       rc = make_fio_file(fio_file, space, region, region_bytes);
       if (rc < 0) {
-        progress_end();
+        zt_progress_end();
         fprintf(stderr, "%s: cannot make fio's file %s: %s\n", prog, fio_file,
                 strerror(-rc));
         fio_file[0] = '\0';
@@ -535,7 +460,7 @@ int zt_bench_nvme_main(int argc, char **argv) {
         c->threads = (unsigned)ths[t];
         unsigned inflight = c->qd * c->threads;
         for (int r = 0; r < reps; r++) {
-          progress("cell %d/%d: %u thread%s, block %zu KiB, qd %u: rep %d/%d", ci + 1, nc,
+          zt_progress("cell %d/%d: %u thread%s, block %zu KiB, qd %u: rep %d/%d", ci + 1, nc,
                    c->threads, c->threads > 1 ? "s" : "", c->block >> 10, c->qd, r + 1,
                    reps);
           double s;
@@ -564,7 +489,7 @@ int zt_bench_nvme_main(int argc, char **argv) {
       }
     if (space_close(&sp, prog, &err, &held) != 0) goto out;
   }
-  progress_end();
+  zt_progress_end();
 
   /* The best cells: reads use the better of the two buffer patterns. */
   int br = 0, bw = 0;
@@ -583,28 +508,27 @@ int zt_bench_nvme_main(int argc, char **argv) {
   int sq_on = sqpoll && sq_granted;
 
   if (json) {
-    zt_bench_json_t j;
-    zt_bench_json_begin(&j, stdout);
-    zt_bench_json_num(&j, "read_gbps", best_r);
-    zt_bench_json_num(&j, "write_gbps", best_w);
-    json_num_or_null(&j, "fio_read_gbps", best_fr);
-    json_num_or_null(&j, "fio_write_gbps", best_fw);
-    json_num_or_null(&j, "read_ratio", rr);
-    json_num_or_null(&j, "write_ratio", wr);
-    zt_bench_json_int(&j, "block_bytes", (long long)cells[br].block);
-    zt_bench_json_int(&j, "queue_depth", cells[br].qd);
-    zt_bench_json_int(&j, "threads", cells[br].threads);
-    zt_bench_json_int(&j, "write_block_bytes", (long long)cells[bw].block);
-    zt_bench_json_int(&j, "write_queue_depth", cells[bw].qd);
-    zt_bench_json_int(&j, "write_threads", cells[bw].threads);
-    zt_bench_json_num(&j, "read_gbps_small_ring", best_small);
-    zt_bench_json_int(&j, "size_bytes", (long long)space);
-    zt_bench_json_int(&j, "reps", reps);
-    zt_bench_json_str(&j, "path", path);
-    zt_bench_json_bool(&j, "o_direct", o_direct);
-    zt_bench_json_bool(&j, "fixed_bufs", fixed);
-    zt_bench_json_bool(&j, "sqpoll", sq_on);
-    zt_bench_json_str(&j, "note", note);
+    cJSON *j = zt_report_new();
+    zt_report_num(j, "read_gbps", best_r);
+    zt_report_num(j, "write_gbps", best_w);
+    json_num_or_null(j, "fio_read_gbps", best_fr);
+    json_num_or_null(j, "fio_write_gbps", best_fw);
+    json_num_or_null(j, "read_ratio", rr);
+    json_num_or_null(j, "write_ratio", wr);
+    zt_report_int(j, "block_bytes", (long long)cells[br].block);
+    zt_report_int(j, "queue_depth", cells[br].qd);
+    zt_report_int(j, "threads", cells[br].threads);
+    zt_report_int(j, "write_block_bytes", (long long)cells[bw].block);
+    zt_report_int(j, "write_queue_depth", cells[bw].qd);
+    zt_report_int(j, "write_threads", cells[bw].threads);
+    zt_report_num(j, "read_gbps_small_ring", best_small);
+    zt_report_int(j, "size_bytes", (long long)space);
+    zt_report_int(j, "reps", reps);
+    zt_report_str(j, "path", path);
+    zt_report_bool(j, "o_direct", o_direct);
+    zt_report_bool(j, "fixed_bufs", fixed);
+    zt_report_bool(j, "sqpoll", sq_on);
+    zt_report_str(j, "note", note);
     /* the per-cell table, one array per column; cell i is threads
      * i / (nb * nq), block (i / nq) % nb, qd i % nq */
     double col[MAX_LIST * MAX_LIST * MAX_LIST];
@@ -619,9 +543,9 @@ int zt_bench_nvme_main(int argc, char **argv) {
                        c->r, c->r_small, c->fw, c->fr};
         col[i] = x[k];
       }
-      json_nums_or_null(&j, keys[k], col, nc);
+      json_nums_or_null(j, keys[k], col, nc);
     }
-    zt_bench_json_end(&j);
+    if (zt_report_print(stdout, j, prog) < 0) goto out;
   } else {
     printf("ztier bench nvme: %s, %.2f GiB, %d reps per cell (medians), O_DIRECT %s, "
            "fixed buffers %s, SQPOLL %s\n",
@@ -660,10 +584,10 @@ int zt_bench_nvme_main(int argc, char **argv) {
   status = 0;
   goto out;
 fail:
-  progress_end();
+  zt_progress_end();
   fprintf(stderr, "%s: a timed pass failed: %s\n", prog, err.msg);
 out:
-  progress_end();
+  zt_progress_end();
   free(v);
   free(cells);
   if (fio_file[0]) unlink(fio_file);

@@ -152,41 +152,41 @@ int zt_bench_offload_main(int argc, char **argv) {
   int steps = 3, dtype_i = 1, json = 0, threads = 0;
   zt_config_t cfg = ZT_CONFIG_INIT;
   int rings = cfg.swap_rings;
-  const zt_bench_flag_t flags[] = {
-      {"params", ZT_BENCH_FLAG_COUNT, &n, "N", "parameters (2G, 500M, ... ; required)", 1,
+  const zt_flag_t flags[] = {
+      {"params", ZT_FLAG_COUNT, &n, "N", "parameters (2G, 500M, ... ; required)", 1,
        1e12, NULL},
-      {"ram-budget", ZT_BENCH_FLAG_BYTES, &budget, "BYTES",
+      {"ram-budget", ZT_FLAG_BYTES, &budget, "BYTES",
        "pinned_budget_bytes: ztier's host memory (default 4Gi)", 1 << 20, 1e15, NULL},
-      {"chunk", ZT_BENCH_FLAG_BYTES, &chunk, "BYTES",
+      {"chunk", ZT_FLAG_BYTES, &chunk, "BYTES",
        "chunk_bytes: fp32 bytes per array per window (default 16Mi)", 4096, 4.0 * (1u << 30),
        NULL},
-      {"steps", ZT_BENCH_FLAG_INT, &steps, "S",
+      {"steps", ZT_FLAG_INT, &steps, "S",
        "timed steps; the first is a warm-up when S > 1 (default 3)", 1, MAX_STEPS, NULL},
-      {"dtype", ZT_BENCH_FLAG_CHOICE, &dtype_i, "fp32|bf16|fp16",
+      {"dtype", ZT_FLAG_CHOICE, &dtype_i, "fp32|bf16|fp16",
        "the loop's parameter and gradient dtype (default bf16)", 0, 0, dtype_names},
-      {"disk-bytes", ZT_BENCH_FLAG_BYTES, &disk, "BYTES",
+      {"disk-bytes", ZT_FLAG_BYTES, &disk, "BYTES",
        "size of the disk's scratch passes (default 4Gi, at most the states)", 1 << 20, 1e15,
        NULL},
-      {"threads", ZT_BENCH_FLAG_INT, &threads, "T", "CPU optimizer threads (default: all)",
+      {"threads", ZT_FLAG_INT, &threads, "T", "CPU optimizer threads (default: all)",
        0, 4096, NULL},
-      {"rings", ZT_BENCH_FLAG_INT, &rings, "N",
+      {"rings", ZT_FLAG_INT, &rings, "N",
        "swap_rings: 1 hashes on the step's thread, more on ring threads (default: the "
        "config's)", 1, 64, NULL},
-      {"path", ZT_BENCH_FLAG_STRING, &path, "DIR", "directory of the swap files (required)",
+      {"path", ZT_FLAG_STRING, &path, "DIR", "directory of the swap files (required)",
        0, 0, NULL},
-      {"json", ZT_BENCH_FLAG_BOOL, &json, NULL, "print one JSON object instead of a table",
+      {"json", ZT_FLAG_BOOL, &json, NULL, "print one JSON object instead of a table",
        0, 0, NULL},
   };
-  int rc = zt_bench_parse(prog,
-                          "An optimizer step whose fp32 states live on NVMe, against the "
-                          "disk's read and\nwrite and the in-memory step measured in the same "
-                          "run. See docs/offload.md.",
-                          argc, argv, flags, sizeof flags / sizeof flags[0]);
+  const zt_cmd_t cmd = {prog, NULL,
+                        "An optimizer step whose fp32 states live on NVMe, against the "
+                        "disk's read and\nwrite and the in-memory step measured in the same "
+                        "run. See docs/offload.md.",
+                        flags, sizeof flags / sizeof flags[0], 0, 0};
+  int rc = zt_args_parse(&cmd, argc, argv, NULL, NULL);
   if (rc) return rc < 0 ? 0 : rc;
-  if (path == NULL || n == 0) {
-    fprintf(stderr, "%s: --path DIR and --params N are required\n", prog);
-    return 2;
-  }
+  zt_progress_start(prog);
+  if (path == NULL || n == 0)
+    return zt_args_fail(&cmd, "--path DIR and --params N are required");
   zt_dtype_t dt = dtype_of[dtype_i];
   cfg.optimizer_tier = ZT_TIER_NVME;
   cfg.pinned_budget_bytes = budget;
@@ -198,16 +198,16 @@ int zt_bench_offload_main(int argc, char **argv) {
     return 2;
   }
 
-  if (!json) zt_bench_progress("checking the nvme tier against the device tier");
+  zt_progress("checking the nvme tier against the device tier");
   if (check_tiers(&cfg, dt)) return 1;
 
   uint64_t states = 12ull * n;
   if (disk > states) disk = (size_t)states;
   double w0 = 0, r0 = 0, w1 = 0, r1 = 0, per_param = 0;
-  if (!json) zt_bench_progress("disk: scratch write and read of %zu bytes", disk);
+  zt_progress("disk: scratch write and read of %zu bytes", disk);
   if (zt_bench_disk_rates(prog, &cfg, path, disk, &w0, &r0)) return 1;
 
-  if (!json) zt_bench_progress("registering %zu parameters: writing %llu bytes of states", n,
+  zt_progress("registering %zu parameters: writing %llu bytes of states", n,
                                (unsigned long long)states);
   model_t md;
   if (model_open(&md, &cfg, n, dt)) {
@@ -219,7 +219,7 @@ int zt_bench_offload_main(int argc, char **argv) {
   zt_stats_t st0 = ZT_STATS_INIT, st1 = ZT_STATS_INIT;
   zt_stats(md.eng, &st0);
   for (int k = 0; k < steps; k++) {
-    if (!json) zt_bench_progress("step %d of %d", k + 1, steps);
+    zt_progress("step %d of %d", k + 1, steps);
     if (step(&md, (uint64_t)k + 1, &s[k])) {
       model_close(&md);
       return 1;
@@ -229,10 +229,10 @@ int zt_bench_offload_main(int argc, char **argv) {
   long peak_kib = vm_kib("VmHWM:");
   model_close(&md);
 
-  if (!json) zt_bench_progress("disk again, and the in-memory step");
+  zt_progress("disk again, and the in-memory step");
   if (zt_bench_disk_rates(prog, &cfg, path, disk, &w1, &r1)) return 1;
   if (memory_rate(&cfg, n, dt, &per_param)) return 1;
-  if (!json) zt_bench_progress_end();
+  zt_progress_end();
 
   double read_gbps = max_d(r0, r1), write_gbps = max_d(w0, w1);
   double step_s = steps > 1 ? zt_bench_median(s + 1, steps - 1) : s[0];
@@ -246,25 +246,23 @@ int zt_bench_offload_main(int argc, char **argv) {
   uint64_t loop_bytes = 2ull * n * zt__dtype_size(dt);
 
   if (json) {
-    zt_bench_json_t j;
-    zt_bench_json_begin(&j, stdout);
-    zt_bench_json_num(&j, "step_s", step_s);
-    zt_bench_json_num(&j, "bound_s", bound_s);
-    zt_bench_json_num(&j, "efficiency", efficiency);
-    zt_bench_json_num(&j, "read_gbps", read_gbps);
-    zt_bench_json_num(&j, "write_gbps", write_gbps);
-    zt_bench_json_int(&j, "peak_rss_bytes", (long long)peak);
-    zt_bench_json_int(&j, "params", (long long)n);
-    zt_bench_json_int(&j, "states_bytes", (long long)st1.nvme_bytes);
-    zt_bench_json_int(&j, "ram_budget_bytes", (long long)budget);
-    zt_bench_json_int(&j, "pinned_bytes", (long long)st1.host_bytes);
-    zt_bench_json_int(&j, "loop_buffer_bytes", (long long)loop_bytes);
-    zt_bench_json_num(&j, "io_bound_s", io_s);
-    zt_bench_json_num(&j, "memory_step_s", mem_s);
-    zt_bench_json_num(&j, "register_s", register_s);
-    zt_bench_json_nums(&j, "steps_s", s, steps);
-    zt_bench_json_end(&j);
-    return 0;
+    cJSON *j = zt_report_new();
+    zt_report_num(j, "step_s", step_s);
+    zt_report_num(j, "bound_s", bound_s);
+    zt_report_num(j, "efficiency", efficiency);
+    zt_report_num(j, "read_gbps", read_gbps);
+    zt_report_num(j, "write_gbps", write_gbps);
+    zt_report_int(j, "peak_rss_bytes", (long long)peak);
+    zt_report_int(j, "params", (long long)n);
+    zt_report_int(j, "states_bytes", (long long)st1.nvme_bytes);
+    zt_report_int(j, "ram_budget_bytes", (long long)budget);
+    zt_report_int(j, "pinned_bytes", (long long)st1.host_bytes);
+    zt_report_int(j, "loop_buffer_bytes", (long long)loop_bytes);
+    zt_report_num(j, "io_bound_s", io_s);
+    zt_report_num(j, "memory_step_s", mem_s);
+    zt_report_num(j, "register_s", register_s);
+    zt_report_nums(j, "steps_s", s, steps);
+    return zt_report_print(stdout, j, prog) < 0;
   }
   printf("optimizer step, %zu parameters (%s), fp32 states on NVMe in %s\n", n,
          dtype_names[dtype_i], path);

@@ -165,42 +165,42 @@ int zt_bench_stage3_main(int argc, char **argv) {
   int layers = 24, iters = 4, tier_i = 1, json = 0, rings = cfg.swap_rings;
   size_t layer_params = (size_t)4 << 20, prefetch = 0, live = 0;
   int compute_ms = 20;
-  const zt_bench_flag_t flags[] = {
-      {"layers", ZT_BENCH_FLAG_INT, &layers, "L", "layers, one group each (default 24)", 1,
+  const zt_flag_t flags[] = {
+      {"layers", ZT_FLAG_INT, &layers, "L", "layers, one group each (default 24)", 1,
        4096, NULL},
-      {"layer-params", ZT_BENCH_FLAG_COUNT, &layer_params, "P",
+      {"layer-params", ZT_FLAG_COUNT, &layer_params, "P",
        "parameters per layer, bf16 (default 4Mi)", 1024, 1e10, NULL},
-      {"compute-ms", ZT_BENCH_FLAG_INT, &compute_ms, "C",
+      {"compute-ms", ZT_FLAG_INT, &compute_ms, "C",
        "milliseconds of compute per layer, forward and backward (default 20)", 0, 100000,
        NULL},
-      {"param-tier", ZT_BENCH_FLAG_CHOICE, &tier_i, "host|nvme",
+      {"param-tier", ZT_FLAG_CHOICE, &tier_i, "host|nvme",
        "where the parameter shards live (default nvme)", 0, 0, tier_names},
-      {"iters", ZT_BENCH_FLAG_INT, &iters, "N",
+      {"iters", ZT_FLAG_INT, &iters, "N",
        "iterations; the first records the trace and is not counted (default 4)", 2,
        MAX_ITERS, NULL},
-      {"prefetch-bytes", ZT_BENCH_FLAG_BYTES, &prefetch, "BYTES",
+      {"prefetch-bytes", ZT_FLAG_BYTES, &prefetch, "BYTES",
        "prefetch_bytes (default: 3 layers)", 0, 1e15, NULL},
-      {"max-live-bytes", ZT_BENCH_FLAG_BYTES, &live, "BYTES",
+      {"max-live-bytes", ZT_FLAG_BYTES, &live, "BYTES",
        "max_live_bytes (default: 2 layers, so every fetch reads)", 0, 1e15, NULL},
-      {"path", ZT_BENCH_FLAG_STRING, &path, "DIR",
+      {"path", ZT_FLAG_STRING, &path, "DIR",
        "directory of the swap file (required for nvme)", 0, 0, NULL},
-      {"rings", ZT_BENCH_FLAG_INT, &rings, "N",
+      {"rings", ZT_FLAG_INT, &rings, "N",
        "swap_rings: 1 reaps and checks reads on the loop's thread, more on ring threads "
        "(default: the config's)", 1, 64, NULL},
-      {"json", ZT_BENCH_FLAG_BOOL, &json, NULL, "print one JSON object instead of a table",
+      {"json", ZT_FLAG_BOOL, &json, NULL, "print one JSON object instead of a table",
        0, 0, NULL},
   };
-  int rc = zt_bench_parse(prog,
-                          "A stage-3 loop that fetches each layer, computes for C ms and "
-                          "releases it, with the\nparameter shards on host or NVMe: the "
-                          "time spent waiting in zt_fetch. See docs/offload.md.",
-                          argc, argv, flags, sizeof flags / sizeof flags[0]);
+  const zt_cmd_t cmd = {prog, NULL,
+                        "A stage-3 loop that fetches each layer, computes for C ms and "
+                        "releases it, with the\nparameter shards on host or NVMe: the "
+                        "time spent waiting in zt_fetch. See docs/offload.md.",
+                        flags, sizeof flags / sizeof flags[0], 0, 0};
+  int rc = zt_args_parse(&cmd, argc, argv, NULL, NULL);
   if (rc) return rc < 0 ? 0 : rc;
+  zt_progress_start(prog);
   zt_tier_t tier = tier_of[tier_i];
-  if (tier == ZT_TIER_NVME && path == NULL) {
-    fprintf(stderr, "%s: --param-tier nvme needs --path DIR\n", prog);
-    return 2;
-  }
+  if (tier == ZT_TIER_NVME && path == NULL)
+    return zt_args_fail(&cmd, "--param-tier nvme needs --path DIR");
   size_t layer_bytes = layer_params * 2;
   cfg.comm = ZT_COMM_SINGLE;
   cfg.stage = 3;
@@ -213,19 +213,19 @@ int zt_bench_stage3_main(int argc, char **argv) {
     return 2;
   }
 
-  if (!json) zt_bench_progress("checking the %s tier against the device tier",
+  zt_progress("checking the %s tier against the device tier",
                                tier_names[tier_i]);
   if (check_tier(&cfg)) return 1;
 
   double disk_w = 0, disk_r = 0;
   size_t model_bytes = (size_t)layers * layer_bytes;
   if (tier == ZT_TIER_NVME) {
-    if (!json) zt_bench_progress("disk: scratch write and read of %zu bytes", model_bytes);
+    zt_progress("disk: scratch write and read of %zu bytes", model_bytes);
     if (zt_bench_disk_rates(prog, &cfg, path, model_bytes, &disk_w, &disk_r)) return 1;
   }
 
   loop_t lp;
-  if (!json) zt_bench_progress("registering %d layers of %zu parameters", layers,
+  zt_progress("registering %d layers of %zu parameters", layers,
                                layer_params);
   if (loop_open(&lp, &cfg, layers, layer_params, compute_ms / 1e3)) {
     loop_close(&lp);
@@ -237,7 +237,7 @@ int zt_bench_stage3_main(int argc, char **argv) {
   zt_stats_t st0 = ZT_STATS_INIT, st1 = ZT_STATS_INIT;
   rc = g ? 0 : 1;
   for (int k = 0; rc == 0 && k < iters; k++) {
-    if (!json) zt_bench_progress("iteration %d of %d", k + 1, iters);
+    zt_progress("iteration %d of %d", k + 1, iters);
     zt_stats(lp.eng, &st0);
     rc = iteration(&lp, (uint64_t)k + 1, g, &loop_s[k], &step_s[k]);
     zt_stats(lp.eng, &st1);
@@ -252,11 +252,11 @@ int zt_bench_stage3_main(int argc, char **argv) {
   if (tier == ZT_TIER_NVME) {
     /* The disk again, after: it drifts; the better figure is its limit. */
     double w1 = 0, r1 = 0;
-    if (!json) zt_bench_progress("disk again");
+    zt_progress("disk again");
     if (zt_bench_disk_rates(prog, &cfg, path, model_bytes, &w1, &r1)) return 1;
     if (r1 > disk_r) disk_r = r1;
   }
-  if (!json) zt_bench_progress_end();
+  zt_progress_end();
 
   int n = iters - 1;
   double m_loop = zt_bench_median(loop_s + 1, n), m_step = zt_bench_median(step_s + 1, n);
@@ -264,32 +264,30 @@ int zt_bench_stage3_main(int argc, char **argv) {
   double compute_s = 2.0 * layers * compute_ms / 1e3;
   double layer_read_ms = disk_r > 0 ? (double)layer_bytes / (disk_r * 1e9) * 1e3 : 0.0;
   if (json) {
-    zt_bench_json_t j;
-    zt_bench_json_begin(&j, stdout);
-    zt_bench_json_num(&j, "stall_fraction", m_frac);
-    zt_bench_json_num(&j, "fetch_gbps", m_gbps);
-    zt_bench_json_num(&j, "loop_s", m_loop);
-    zt_bench_json_num(&j, "compute_s", compute_s);
-    zt_bench_json_num(&j, "step_s", m_step);
-    zt_bench_json_num(&j, "disk_read_gbps", disk_r);
-    zt_bench_json_num(&j, "disk_write_gbps", disk_w);
-    zt_bench_json_num(&j, "layer_read_ms", layer_read_ms);
-    zt_bench_json_num(&j, "compute_ms", compute_ms);
-    zt_bench_json_bool(&j, "disk_keeps_up", layer_read_ms <= compute_ms);
-    zt_bench_json_str(&j, "param_tier", tier_names[tier_i]);
-    zt_bench_json_int(&j, "layers", layers);
-    zt_bench_json_int(&j, "layer_params", (long long)layer_params);
-    zt_bench_json_int(&j, "prefetch_bytes", (long long)cfg.prefetch_bytes);
-    zt_bench_json_int(&j, "max_live_bytes", (long long)cfg.max_live_bytes);
-    zt_bench_json_int(&j, "fetches", (long long)st1.fetches);
-    zt_bench_json_int(&j, "fetch_gathers", (long long)st1.fetch_gathers);
-    zt_bench_json_int(&j, "fetch_read_ahead", (long long)st1.fetch_read_ahead);
-    zt_bench_json_int(&j, "fetch_staged", (long long)st1.fetch_staged);
-    zt_bench_json_int(&j, "fetch_kept", (long long)st1.fetch_kept);
-    zt_bench_json_int(&j, "peak_live_bytes", (long long)st1.peak_live_bytes);
-    zt_bench_json_nums(&j, "stall_fractions", frac, iters);
-    zt_bench_json_end(&j);
-    return 0;
+    cJSON *j = zt_report_new();
+    zt_report_num(j, "stall_fraction", m_frac);
+    zt_report_num(j, "fetch_gbps", m_gbps);
+    zt_report_num(j, "loop_s", m_loop);
+    zt_report_num(j, "compute_s", compute_s);
+    zt_report_num(j, "step_s", m_step);
+    zt_report_num(j, "disk_read_gbps", disk_r);
+    zt_report_num(j, "disk_write_gbps", disk_w);
+    zt_report_num(j, "layer_read_ms", layer_read_ms);
+    zt_report_num(j, "compute_ms", compute_ms);
+    zt_report_bool(j, "disk_keeps_up", layer_read_ms <= compute_ms);
+    zt_report_str(j, "param_tier", tier_names[tier_i]);
+    zt_report_int(j, "layers", layers);
+    zt_report_int(j, "layer_params", (long long)layer_params);
+    zt_report_int(j, "prefetch_bytes", (long long)cfg.prefetch_bytes);
+    zt_report_int(j, "max_live_bytes", (long long)cfg.max_live_bytes);
+    zt_report_int(j, "fetches", (long long)st1.fetches);
+    zt_report_int(j, "fetch_gathers", (long long)st1.fetch_gathers);
+    zt_report_int(j, "fetch_read_ahead", (long long)st1.fetch_read_ahead);
+    zt_report_int(j, "fetch_staged", (long long)st1.fetch_staged);
+    zt_report_int(j, "fetch_kept", (long long)st1.fetch_kept);
+    zt_report_int(j, "peak_live_bytes", (long long)st1.peak_live_bytes);
+    zt_report_nums(j, "stall_fractions", frac, iters);
+    return zt_report_print(stdout, j, prog) < 0;
   }
   printf("stage 3, %d layers of %zu bf16 parameters (%zu bytes each), shards in the %s "
          "tier\n",

@@ -5,6 +5,13 @@
  * print one JSON object with the expected keys; bad arguments to every ztier
  * subcommand exit 2 with a message naming the argument.
  *
+ * The one grammar (src/tool/args.c, examples/charlm/args.c, getopt_long):
+ * --flag=value and --flag value alike, an unknown flag or a missing value
+ * named with the usage line and exit 2, --help exit 0, in every command, every
+ * benchmark and charlm; --json on every command is one JSON object with its
+ * keys; the progress line of a long command on a pipe, every
+ * ZT_PROGRESS_SECONDS, on stderr while stdout stays pure JSON.
+ *
  * The tool and the example are found next to this test: BUILD/tests/..
  * holds BUILD/ztier and BUILD/examples/charlm.
  */
@@ -13,6 +20,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -378,12 +386,306 @@ static void test_bad_arguments(void **state) {
   }
 }
 
+/* ---- the one grammar ------------------------------------------------------------ */
+
+/* Runs BUILD/<prog> with `env` before it (may be ""); stdout to out, stderr
+ * to err, apart. Its exit status. */
+static int run_split(const char *env, const char *prog, const char *args, char *out,
+                     size_t n_out, char *err, size_t n_err) {
+  char errfile[PATH_MAX], cmd[2 * PATH_MAX + 2048];
+  snprintf(errfile, sizeof errfile, "%s/cli-stderr.txt", t_swap_dir());
+  snprintf(cmd, sizeof cmd, "%s %s/%s %s 2>%s", env, t_build_dir(), prog, args, errfile);
+  FILE *p = popen(cmd, "r");
+  assert_non_null(p);
+  size_t len = fread(out, 1, n_out - 1, p);
+  out[len] = '\0';
+  int st = pclose(p);
+  FILE *f = fopen(errfile, "r");
+  assert_non_null(f);
+  len = fread(err, 1, n_err - 1, f);
+  err[len] = '\0';
+  fclose(f);
+  unlink(errfile);
+  int rc = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+  printf("# %s %s %s -> %d\n", env, prog, args, rc);
+  return rc;
+}
+
+/* A directory of `name` under the test's scratch folder, made empty. */
+static const char *scratch(const char *name) {
+  static char path[PATH_MAX];
+  snprintf(path, sizeof path, "%s/%s", t_swap_dir(), name);
+  t_remove_tree(path);
+  assert_int_equal(mkdir(path, 0700), 0);
+  return path;
+}
+
+/* A small checkpoint from charlm, in <scratch>/cli-grammar-ckpt. */
+static const char *small_ckpt(void) {
+  static char ck[PATH_MAX];
+  static char out[1 << 16];
+  snprintf(ck, sizeof ck, "%s/cli-grammar-ckpt", t_swap_dir());
+  char args[PATH_MAX + 64];
+  snprintf(args, sizeof args, "--steps 2 --every 2 --threads 1 --save %s", ck);
+  int rc = run_prog("examples/charlm", args, 0, out, sizeof out);
+  if (rc != 0) fail_msg("charlm %s exited %d:\n%s", args, rc, out);
+  return ck;
+}
+
+/* --flag=value reads as --flag value, in the tool and in charlm; operands
+ * may stand before or after the flags. */
+static void test_getopt_forms(void **state) {
+  (void)state;
+  need("ztier");
+  need("examples/charlm");
+  static char a[1 << 16], b[1 << 16];
+  assert_int_equal(run_prog("ztier", "plan --params 7B --stage 3 --json", 1, a, sizeof a), 0);
+  assert_int_equal(run_prog("ztier", "plan --params=7B --stage=3 --json", 1, b, sizeof b), 0);
+  assert_string_equal(a, b);
+  const char *dir = scratch("cli-forms");
+  static char args[3 * PATH_MAX];
+  snprintf(args, sizeof args, "swap list --json %s", dir);
+  assert_int_equal(run_prog("ztier", args, 1, a, sizeof a), 0);
+  snprintf(args, sizeof args, "swap list %s --json", dir);
+  assert_int_equal(run_prog("ztier", args, 1, b, sizeof b), 0);
+  assert_string_equal(a, b);
+  /* charlm: both forms of the same run print the same losses. */
+  const char *run = "--steps 2 --every 1 --threads 1 --batch 8";
+  assert_int_equal(run_prog("examples/charlm", run, 1, a, sizeof a), 0);
+  assert_int_equal(
+      run_prog("examples/charlm", "--steps=2 --every=1 --threads=1 --batch=8", 1, b, sizeof b),
+      0);
+  const char *la = strstr(a, "step "), *lb = strstr(b, "step ");
+  assert_non_null(la);
+  assert_non_null(lb);
+  assert_memory_equal(la, lb, strcspn(la, "(")); /* "step 1/2  loss 4.4..." */
+  /* The consolidation's --dtype, both ways, and --json after the operands. */
+  const char *ck = small_ckpt();
+  char st[PATH_MAX + 32];
+  snprintf(st, sizeof st, "%s/forms.safetensors", dir);
+  snprintf(args, sizeof args, "ckpt consolidate --dtype=bf16 %s %s --json", ck, st);
+  assert_int_equal(run_prog("ztier", args, 1, a, sizeof a), 0);
+  cJSON *j = cJSON_Parse(a);
+  assert_non_null(j);
+  assert_string_equal(cJSON_GetObjectItemCaseSensitive(j, "dtype")->valuestring, "bf16");
+  cJSON_Delete(j);
+}
+
+/* Every command, benchmark and charlm: an unknown flag exits 2, names it,
+ * and prints the usage line. */
+static void test_unknown_flag(void **state) {
+  (void)state;
+  need("ztier");
+  need("examples/charlm");
+  static const char *const cmds[] = {
+      "--nope",
+      "version --nope",
+      "plan --params 7B --nope",
+      "swap list /tmp --nope",
+      "swap clean /tmp --nope",
+      "ckpt info /tmp --nope",
+      "ckpt consolidate a b --nope",
+      "bench adam --nope",
+      "bench nvme --nope",
+      "bench offload --nope",
+      "bench stage3 --nope",
+      "bench adam --nope=3",
+  };
+  static char out[1 << 14];
+  for (size_t i = 0; i < sizeof cmds / sizeof cmds[0]; i++) {
+    int rc = tool(cmds[i], out, sizeof out);
+    if (rc != 2 || !strstr(out, "unknown flag '--nope'") || !strstr(out, "usage: ztier"))
+      fail_msg("ztier %s: exit %d; expected 2 naming '--nope' with the usage line:\n%s",
+               cmds[i], rc, out);
+  }
+  int rc = run_prog("examples/charlm", "--steps 2 --nope 3", 0, out, sizeof out);
+  if (rc != 2 || !strstr(out, "'--nope'") || !strstr(out, "charlm --help"))
+    fail_msg("charlm --nope: exit %d:\n%s", rc, out);
+  /* A single dash names the whole word. */
+  rc = run_prog("examples/charlm", "-steps 2", 0, out, sizeof out);
+  if (rc != 2 || !strstr(out, "'-steps'")) fail_msg("charlm -steps: exit %d:\n%s", rc, out);
+  assert_int_equal(tool("plan -params 7B", out, sizeof out), 2);
+  assert_non_null(strstr(out, "'-params'"));
+  /* Operands where a command takes none. */
+  rc = run_prog("examples/charlm", "extra", 0, out, sizeof out);
+  if (rc != 2 || !strstr(out, "'extra'")) fail_msg("charlm extra: exit %d:\n%s", rc, out);
+  assert_int_equal(tool("bench adam extra", out, sizeof out), 2);
+  assert_non_null(strstr(out, "'extra'"));
+}
+
+/* A flag without its value names the flag and what it expects; a value
+ * given to a flag that takes none is refused too. */
+static void test_missing_value(void **state) {
+  (void)state;
+  need("ztier");
+  need("examples/charlm");
+  static const struct {
+    const char *args, *named;
+  } cases[] = {
+      {"plan --params", "--params needs a value"},
+      {"plan --params 7B --stage", "--stage needs a value"},
+      {"bench adam --reps", "--reps needs a value"},
+      {"bench nvme --path", "--path needs a value"},
+      {"bench offload --ram-budget", "--ram-budget needs a value"},
+      {"bench stage3 --layers", "--layers needs a value"},
+      {"ckpt consolidate a b --dtype", "--dtype needs a value"},
+      {"plan --params 7B --json=yes", "--json takes no value"},
+      {"version --json=1", "--json takes no value"},
+  };
+  static char out[1 << 14];
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    int rc = tool(cases[i].args, out, sizeof out);
+    if (rc != 2 || !strstr(out, cases[i].named) || !strstr(out, "usage: ztier"))
+      fail_msg("ztier %s: exit %d; expected 2 and '%s' with the usage line:\n%s",
+               cases[i].args, rc, cases[i].named, out);
+  }
+  int rc = run_prog("examples/charlm", "--steps", 0, out, sizeof out);
+  if (rc != 2 || !strstr(out, "--steps needs a value"))
+    fail_msg("charlm --steps: exit %d:\n%s", rc, out);
+  rc = run_prog("examples/charlm", "--steps=x", 0, out, sizeof out);
+  if (rc != 2 || !strstr(out, "--steps: 'x' is not valid"))
+    fail_msg("charlm --steps=x: exit %d:\n%s", rc, out);
+}
+
+/* --help: exit 0, the usage on stdout, every flag listed. */
+static void test_help(void **state) {
+  (void)state;
+  need("ztier");
+  need("examples/charlm");
+  static const struct {
+    const char *args, *flag;
+  } cases[] = {
+      {"--help", "commands:"},          {"version --help", "--json"},
+      {"plan --help", "--pinned-budget"}, {"swap --help", "--json"},
+      {"swap list --help", "--json"},   {"ckpt --help", "consolidate"},
+      {"ckpt info --help", "--json"},   {"ckpt consolidate --help", "--dtype"},
+      {"bench --help", "stage3"},       {"bench adam --help", "--stagger"},
+      {"bench nvme --help", "--threads LIST"}, {"bench offload --help", "--ram-budget"},
+      {"bench stage3 --help", "--layer-params"}, {"bench adam -h", "--no-huge-pages"},
+  };
+  static char out[1 << 14];
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    int rc = run_prog("ztier", cases[i].args, 1, out, sizeof out);
+    if (rc != 0 || !strstr(out, "usage: ztier") || !strstr(out, cases[i].flag))
+      fail_msg("ztier %s: exit %d; expected 0 and a usage listing '%s':\n%s", cases[i].args,
+               rc, cases[i].flag, out);
+  }
+  assert_int_equal(run_prog("examples/charlm", "--help", 1, out, sizeof out), 0);
+  assert_non_null(strstr(out, "--pinned-budget"));
+  assert_non_null(strstr(out, "--flag=VALUE"));
+}
+
+/* The keys of `j` that must be there. */
+static void has_keys(const char *what, const char *text, const char *const *keys) {
+  cJSON *j = cJSON_Parse(text);
+  if (j == NULL || !cJSON_IsObject(j)) fail_msg("%s: not one JSON object:\n%s", what, text);
+  for (size_t i = 0; keys[i]; i++)
+    if (!cJSON_GetObjectItemCaseSensitive(j, keys[i]))
+      fail_msg("%s: no \"%s\" in %s", what, keys[i], text);
+  cJSON_Delete(j);
+}
+
+/* Every command and benchmark with --json: one JSON object on stdout (and
+ * nothing else there), with its keys. */
+static void test_json_everywhere(void **state) {
+  (void)state;
+  need("ztier");
+  need("examples/charlm");
+  static char out[1 << 16], err[1 << 16];
+  static char args[3 * PATH_MAX];
+  const char *dir = scratch("cli-json");
+  const char *ck = small_ckpt();
+  static const char *const k_version[] = {"version", "cuda", "mpi", "io_uring", NULL};
+  static const char *const k_plan[] = {"device_bytes", "host_bytes", "nvme_bytes",
+                                       "supported", NULL};
+  static const char *const k_swap[] = {"path", "files", "running", "leftover", "removed",
+                                       NULL};
+  static const char *const k_info[] = {"format", "steps", "files", "checksums_ok", NULL};
+  static const char *const k_cons[] = {"path", "dtype", "bytes", "peak_rss_mib", NULL};
+  static const char *const k_adam[] = {"bench", "gbps", "limit_gbps", "ratio", "adam_s",
+                                       NULL};
+  static const char *const k_stage3[] = {"stall_fraction", "fetch_gbps", "loop_s",
+                                         "stall_fractions", NULL};
+  static const char *const k_offload[] = {"step_s", "bound_s", "efficiency", "steps_s",
+                                          NULL};
+  static const char *const k_nvme[] = {"read_gbps", "write_gbps", "fio_read_gbps",
+                                       "block_bytes", "cell_read_gbps", NULL};
+  static struct {
+    char args[3 * PATH_MAX];
+    const char *const *keys;
+  } runs[9];
+  int n = 0;
+  snprintf(runs[n].args, sizeof runs[n].args, "version --json");
+  runs[n++].keys = k_version;
+  snprintf(runs[n].args, sizeof runs[n].args, "plan --params 1B --stage 2 --ranks 4 --json");
+  runs[n++].keys = k_plan;
+  snprintf(runs[n].args, sizeof runs[n].args, "swap list %s --json", dir);
+  runs[n++].keys = k_swap;
+  snprintf(runs[n].args, sizeof runs[n].args, "swap clean %s --json", dir);
+  runs[n++].keys = k_swap;
+  snprintf(runs[n].args, sizeof runs[n].args, "ckpt info %s --json", ck);
+  runs[n++].keys = k_info;
+  snprintf(runs[n].args, sizeof runs[n].args, "ckpt consolidate %s %s/c.safetensors --json",
+           ck, dir);
+  runs[n++].keys = k_cons;
+  snprintf(runs[n].args, sizeof runs[n].args,
+           "bench adam --params 1M --reps 1 --threads 1 --json");
+  runs[n++].keys = k_adam;
+  snprintf(runs[n].args, sizeof runs[n].args,
+           "bench stage3 --param-tier nvme --path %s --layers 2 --layer-params 64Ki "
+           "--compute-ms 1 --iters 2 --json", dir);
+  runs[n++].keys = k_stage3;
+  snprintf(runs[n].args, sizeof runs[n].args,
+           "bench nvme --path %s --size 2MiB --block 1MiB --qd 2 --reps 1 --json", dir);
+  runs[n++].keys = k_nvme;
+  for (int i = 0; i < n; i++) {
+    int rc = run_split("ZT_PROGRESS_SECONDS=0.2", "ztier", runs[i].args, out, sizeof out,
+                       err, sizeof err);
+    if (rc != 0) fail_msg("ztier %s: exit %d:\n%s%s", runs[i].args, rc, out, err);
+    has_keys(runs[i].args, out, runs[i].keys);
+  }
+  snprintf(args, sizeof args,
+           "bench offload --path %s --params 256Ki --ram-budget 16Mi --chunk 64Ki --steps 1 "
+           "--disk-bytes 1Mi --threads 1 --json", dir);
+  int rc = run_split("", "ztier", args, out, sizeof out, err, sizeof err);
+  if (rc != 0) fail_msg("ztier %s: exit %d:\n%s%s", args, rc, out, err);
+  has_keys(args, out, k_offload);
+}
+
+/* On a pipe, a long command prints its state to stderr as whole lines,
+ * one when it starts and one every ZT_PROGRESS_SECONDS, and stdout holds
+ * the JSON alone; 0 turns the lines off. */
+static void test_progress_on_pipe(void **state) {
+  (void)state;
+  need("ztier");
+  static char out[1 << 16], err[1 << 16];
+  /* 2 layers x 2 passes x 3 iterations of 100 ms: above a second. */
+  const char *args = "bench stage3 --param-tier host --layers 2 --layer-params 4Ki "
+                     "--compute-ms 100 --iters 3 --json";
+  int rc = run_split("ZT_PROGRESS_SECONDS=0.2", "ztier", args, out, sizeof out, err,
+                     sizeof err);
+  if (rc != 0) fail_msg("exit %d:\n%s%s", rc, out, err);
+  cJSON *j = cJSON_Parse(out);
+  if (j == NULL) fail_msg("stdout is not pure JSON:\n%s", out);
+  cJSON_Delete(j);
+  int lines = 0;
+  for (const char *p = err; (p = strstr(p, "ztier bench stage3: ")) != NULL; p++) lines++;
+  if (lines < 3 || strchr(err, '\r') || !strstr(err, "iteration") || !strstr(err, " s]\n"))
+    fail_msg("expected 3 or more progress lines (no \\r) on stderr, got %d:\n%s", lines, err);
+  rc = run_split("ZT_PROGRESS_SECONDS=0", "ztier", args, out, sizeof out, err, sizeof err);
+  assert_int_equal(rc, 0);
+  if (strstr(err, "ztier bench stage3: ")) fail_msg("ZT_PROGRESS_SECONDS=0 printed:\n%s", err);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_bytes),          cmocka_unit_test(test_counts),
       cmocka_unit_test(test_config_sizes),   cmocka_unit_test(test_plan_units),
       cmocka_unit_test(test_charlm_units),   cmocka_unit_test(test_version_json),
       cmocka_unit_test(test_ckpt_info_json), cmocka_unit_test(test_bad_arguments),
+      cmocka_unit_test(test_getopt_forms),   cmocka_unit_test(test_unknown_flag),
+      cmocka_unit_test(test_missing_value),  cmocka_unit_test(test_help),
+      cmocka_unit_test(test_json_everywhere), cmocka_unit_test(test_progress_on_pipe),
   };
   return T_RUN(tests);
 }

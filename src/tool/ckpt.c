@@ -20,12 +20,14 @@
 #include "src/ckpt/ckpt.h"        // defines: zt__ckpt_read_manifest, zt__ckpt_consolidate
 #include "src/ckpt/manifest.h"    // defines: zt__manifest_t
 #include "src/ckpt/safetensors.h" // defines: zt__st_*
+#include "tool/args.h"            // defines: zt_args_parse
+#include "tool/progress.h"        // defines: zt_progress_stream
+#include "tool/report.h"          // defines: zt_report_*, zt_table_*
 
 int zt_ckpt_main(int argc, char **argv);
 
 static const char *err(void) { return zt_last_error(NULL); }
 
-static int is_help(const char *arg) { return strcmp(arg, "--help") == 0 || strcmp(arg, "-h") == 0; }
 
 static double peak_rss_mib(void) {
   struct rusage ru;
@@ -70,13 +72,7 @@ static int verify_all(const char *dir, const zt__manifest_t *m, cJSON *arr) {
 /* ---- info ------------------------------------------------------------------------ */
 
 /* Prints `o` as one line of JSON and frees it. */
-static void print_json(cJSON *o) {
-  char *text = cJSON_PrintUnformatted(o);
-  if (text) printf("%s\n", text);
-  else fprintf(stderr, "ztier ckpt info: out of memory\n");
-  free(text);
-  cJSON_Delete(o);
-}
+static void print_json(cJSON *o) { zt_report_print(stdout, o, "ztier ckpt info"); }
 
 static int info_safetensors(const char *path, int json) {
   int fd = open(path, O_RDONLY | O_CLOEXEC);
@@ -143,32 +139,18 @@ static int info_safetensors(const char *path, int json) {
 }
 
 static int cmd_info(int argc, char **argv) {
-  static const char usage_info[] = "usage: ztier ckpt info DIR | FILE.safetensors [--json]\n";
-  const char *dir = NULL;
   int json = 0;
-  for (int i = 1; i < argc; i++) {
-    if (is_help(argv[i])) {
-      fputs(usage_info, stdout);
-      return 0;
-    }
-    if (strcmp(argv[i], "--json") == 0) {
-      json = 1;
-    } else if (argv[i][0] == '-') {
-      fprintf(stderr, "ztier ckpt info: unknown option '%s'; expected --json\n%s", argv[i],
-              usage_info);
-      return 2;
-    } else if (dir) {
-      fprintf(stderr, "ztier ckpt info: unexpected argument '%s'; one DIR or FILE is "
-                      "expected\n%s", argv[i], usage_info);
-      return 2;
-    } else {
-      dir = argv[i];
-    }
-  }
-  if (dir == NULL) {
-    fprintf(stderr, "ztier ckpt info: DIR or FILE.safetensors is required\n%s", usage_info);
-    return 2;
-  }
+  const zt_flag_t flags[] = {
+      {"json", ZT_FLAG_BOOL, &json, NULL, "one JSON object instead of the lines", 0, 0, NULL},
+  };
+  const zt_cmd_t cmd = {"ztier ckpt info", "ztier ckpt info DIR | FILE.safetensors [--json]",
+                        "What a checkpoint directory (zt_save) holds, every file's checksum\n"
+                        "verified; or the tensors of a safetensors file.",
+                        flags, 1, 1, 0};
+  const char *dir = NULL;
+  int rc = zt_args_parse(&cmd, argc, argv, &dir, NULL);
+  if (rc) return rc < 0 ? 0 : rc;
+  if (dir == NULL) return zt_args_fail(&cmd, "DIR or FILE.safetensors is required");
   struct stat st;
   if (stat(dir, &st) == 0 && S_ISREG(st.st_mode)) return info_safetensors(dir, json);
   zt__manifest_t m;
@@ -241,65 +223,75 @@ static int cmd_info(int argc, char **argv) {
 }
 
 static int cmd_consolidate(int argc, char **argv) {
-  const char *pos[2] = {NULL, NULL}, *dtype = "fp32";
-  int n_pos = 0, force = 0;
-  for (int i = 1; i < argc; i++) {
-    if (is_help(argv[i])) {
-      printf("usage: ztier ckpt consolidate DIR OUT.safetensors [--dtype fp32|bf16] "
-             "[--force]\n");
-      return 0;
-    }
-    if (strcmp(argv[i], "--force") == 0) force = 1;
-    else if (strcmp(argv[i], "--dtype") == 0 && i + 1 < argc) dtype = argv[++i];
-    else if (strncmp(argv[i], "--dtype=", 8) == 0) dtype = argv[i] + 8;
-    else if (argv[i][0] != '-' && n_pos < 2) pos[n_pos++] = argv[i];
-    else {
-      fprintf(stderr, "ztier ckpt consolidate: unexpected argument '%s'\n", argv[i]);
-      n_pos = -1;
-      break;
-    }
-  }
-  int f32 = strcmp(dtype, "fp32") == 0, b16 = strcmp(dtype, "bf16") == 0;
-  if (n_pos != 2 || !(f32 || b16)) {
-    if (n_pos == 2)
-      fprintf(stderr, "ztier ckpt consolidate: --dtype is '%s'; expected fp32 or bf16\n",
-              dtype);
-    else if (n_pos >= 0)
-      fprintf(stderr, "ztier ckpt consolidate: %s\n",
-              n_pos == 0 ? "DIR (the checkpoint) and OUT.safetensors are required"
-                         : "OUT.safetensors (the file to write) is required");
-    fprintf(stderr, "usage: ztier ckpt consolidate DIR OUT.safetensors [--dtype fp32|bf16] "
-                    "[--force]\n");
-    return 2;
-  }
+  static const char *const dtypes[] = {"fp32", "bf16", NULL};
+  int dtype = 0, force = 0, json = 0;
+  const zt_flag_t flags[] = {
+      {"dtype", ZT_FLAG_CHOICE, &dtype, "fp32|bf16",
+       "the exported dtype (default fp32; bf16 rounds to nearest even)", 0, 0, dtypes},
+      {"force", ZT_FLAG_BOOL, &force, NULL, "replace OUT, or write it inside DIR", 0, 0, NULL},
+      {"json", ZT_FLAG_BOOL, &json, NULL, "one JSON object instead of the line", 0, 0, NULL},
+  };
+  const zt_cmd_t cmd = {
+      "ztier ckpt consolidate",
+      "ztier ckpt consolidate DIR OUT.safetensors [--dtype fp32|bf16] [--force] [--json]",
+      "The full fp32 master weights of the checkpoint in DIR, one tensor per unit\nnamed by "
+      "the unit table, as one safetensors file, streamed. OUT may not exist\nnor lie in DIR "
+      "unless --force, and is never a file DIR's checkpoint uses.",
+      flags, 3, 2, 0};
+  const char *pos[2] = {NULL, NULL};
+  int n_pos = 0;
+  int rc = zt_args_parse(&cmd, argc, argv, pos, &n_pos);
+  if (rc) return rc < 0 ? 0 : rc;
+  if (n_pos == 0)
+    return zt_args_fail(&cmd, "DIR (the checkpoint) and OUT.safetensors are required");
+  if (n_pos == 1) return zt_args_fail(&cmd, "OUT.safetensors (the file to write) is required");
   uint64_t size = 0;
-  zt_dtype_t dt = b16 ? ZT_BF16 : ZT_FP32;
-  if (zt__ckpt_consolidate(pos[0], pos[1], dt, force, stderr, &size, zt__err_thread()) < 0) {
+  zt_dtype_t dt = dtype == 1 ? ZT_BF16 : ZT_FP32;
+  /* Its progress, a line per tenth, goes through the tool's progress line. */
+  zt_progress_start(cmd.prog);
+  FILE *progress = zt_progress_stream();
+  rc = zt__ckpt_consolidate(pos[0], pos[1], dt, force, progress ? progress : stderr, &size,
+                            zt__err_thread());
+  if (progress) fclose(progress);
+  zt_progress_end();
+  if (rc < 0) {
     fprintf(stderr, "ztier ckpt consolidate: %s\n", err());
     return 1;
   }
+  double rss = peak_rss_mib();
+  if (json) {
+    cJSON *j = zt_report_new();
+    zt_report_str(j, "path", pos[1]);
+    zt_report_str(j, "checkpoint", pos[0]);
+    zt_report_str(j, "dtype", zt__dtype_name(dt));
+    zt_report_uint(j, "bytes", (unsigned long long)size);
+    zt_report_num(j, "peak_rss_mib", rss);
+    return zt_report_print(stdout, j, cmd.prog) < 0;
+  }
   printf("%s: %s, %llu bytes; peak RSS %.1f MiB\n", pos[1], zt__dtype_name(dt),
-         (unsigned long long)size, peak_rss_mib());
+         (unsigned long long)size, rss);
   return 0;
 }
 
 int zt_ckpt_main(int argc, char **argv) {
-  const char *usage =
-      "usage: ztier ckpt info DIR | FILE.safetensors [--json]\n"
-      "       ztier ckpt consolidate DIR OUT.safetensors [--dtype fp32|bf16] [--force]\n\n"
+  const zt_cmd_t cmd = {
+      "ztier ckpt",
+      "ztier ckpt info DIR | FILE.safetensors [--json]\n"
+      "       ztier ckpt consolidate DIR OUT.safetensors [--dtype fp32|bf16] [--force] [--json]",
       "info: what a checkpoint directory (zt_save) holds, every file's checksum\n"
       "verified; or the tensors of a safetensors file. --json: one JSON object.\n"
       "consolidate: the full fp32 master weights, one tensor per unit named by the\n"
       "unit table, as safetensors (bf16: rounded to nearest even), streamed. OUT may\n"
       "not exist nor lie in DIR unless --force, and is never a file DIR's checkpoint\n"
       "uses.\n"
-      "See docs/checkpoints.md.\n";
-  if (argc < 2 || is_help(argv[1])) {
-    fputs(usage, argc < 2 ? stderr : stdout);
-    return argc < 2 ? 2 : 0;
-  }
-  if (strcmp(argv[1], "info") == 0) return cmd_info(argc - 1, argv + 1);
-  if (strcmp(argv[1], "consolidate") == 0) return cmd_consolidate(argc - 1, argv + 1);
-  fprintf(stderr, "ztier ckpt: unknown command '%s'\n%s", argv[1], usage);
-  return 2;
+      "See docs/checkpoints.md.",
+      NULL, 0, 0, 1};
+  int first = argc;
+  int rc = zt_args_parse(&cmd, argc, argv, NULL, &first);
+  if (rc) return rc < 0 ? 0 : rc;
+  if (first >= argc) return zt_args_fail(&cmd, "no command; expected info or consolidate");
+  if (strcmp(argv[first], "info") == 0) return cmd_info(argc - first, argv + first);
+  if (strcmp(argv[first], "consolidate") == 0)
+    return cmd_consolidate(argc - first, argv + first);
+  return zt_args_fail(&cmd, "unknown command '%s'; expected info or consolidate", argv[first]);
 }

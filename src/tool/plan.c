@@ -6,8 +6,9 @@
  */
 #include <stdio.h>
 
-#include "bench/common.h" // defines: zt_bench_parse, zt_bench_json_*
-#include "engine/plan.h"               // defines: zt__plan
+#include "engine/plan.h"  // defines: zt__plan
+#include "tool/args.h"    // defines: zt_args_parse
+#include "tool/report.h"  // defines: zt_report_*, zt_table_*
 #include "ztier.h"
 
 int zt_plan_main(int argc, char **argv);
@@ -17,72 +18,67 @@ static const zt_dtype_t dtype_values[] = {ZT_FP32, ZT_BF16, ZT_FP16};
 static const char *const offload_names[] = {"none", "host", "nvme", NULL};
 static const zt_tier_t offload_values[] = {ZT_TIER_DEVICE, ZT_TIER_HOST, ZT_TIER_NVME};
 
-static void row(const char *tier, uint64_t loop, uint64_t ours, uint64_t n) {
+static void row(zt_table_t *t, const char *tier, uint64_t loop, uint64_t ours, uint64_t n) {
   uint64_t total = loop + ours;
-  printf("  %-7s %16llu %16llu %16llu %9.2f\n", tier, (unsigned long long)loop,
-         (unsigned long long)ours, (unsigned long long)total, (double)total / (double)n);
+  zt_table_row(t, "%s\t%llu\t%llu\t%llu\t%.2f", tier, (unsigned long long)loop,
+               (unsigned long long)ours, (unsigned long long)total, (double)total / (double)n);
 }
 
 int zt_plan_main(int argc, char **argv) {
   size_t params = 0, bucket = (size_t)16 << 20, chunk = (size_t)16 << 20, pinned = 0;
   int ranks = 1, stage = 0, dtype = 1, opt = 0, par = 0, rank = 0, json = 0;
-  const zt_bench_flag_t flags[] = {
-      {"params", ZT_BENCH_FLAG_COUNT, &params, "N",
+  const zt_flag_t flags[] = {
+      {"params", ZT_FLAG_COUNT, &params, "N",
        "parameters of the model: 7B, 7G, 1.5B, 125M, 1e9 (powers of 1000), 1Gi (2^30), "
        "plain",
        1, 1e15, NULL},
-      {"ranks", ZT_BENCH_FLAG_INT, &ranks, "R", "data-parallel ranks (default 1)", 1, 65536,
+      {"ranks", ZT_FLAG_INT, &ranks, "R", "data-parallel ranks (default 1)", 1, 65536,
        NULL},
-      {"stage", ZT_BENCH_FLAG_INT, &stage, "S", "ZeRO stage 0..3 (default 0)", 0, 3, NULL},
-      {"dtype", ZT_BENCH_FLAG_CHOICE, &dtype, "fp32|bf16|fp16",
+      {"stage", ZT_FLAG_INT, &stage, "S", "ZeRO stage 0..3 (default 0)", 0, 3, NULL},
+      {"dtype", ZT_FLAG_CHOICE, &dtype, "fp32|bf16|fp16",
        "parameter and gradient dtype (default bf16)", 0, 0, dtype_names},
-      {"offload-optimizer", ZT_BENCH_FLAG_CHOICE, &opt, "none|host|nvme",
+      {"offload-optimizer", ZT_FLAG_CHOICE, &opt, "none|host|nvme",
        "where the optimizer states live (default none: the device)", 0, 0, offload_names},
-      {"offload-params", ZT_BENCH_FLAG_CHOICE, &par, "none|host|nvme",
+      {"offload-params", ZT_FLAG_CHOICE, &par, "none|host|nvme",
        "where the parameter shards live at stage 3 (default none)", 0, 0, offload_names},
-      {"bucket", ZT_BENCH_FLAG_BYTES, &bucket, "BYTES",
+      {"bucket", ZT_FLAG_BYTES, &bucket, "BYTES",
        "config bucket_bytes (default 16Mi)", 4096, 4.0 * (1ull << 30), NULL},
-      {"chunk", ZT_BENCH_FLAG_BYTES, &chunk, "BYTES",
+      {"chunk", ZT_FLAG_BYTES, &chunk, "BYTES",
        "config chunk_bytes (default 16Mi)", 4096, 4.0 * (1ull << 30), NULL},
-      {"pinned-budget", ZT_BENCH_FLAG_BYTES, &pinned, "BYTES",
+      {"pinned-budget", ZT_FLAG_BYTES, &pinned, "BYTES",
        "config pinned_budget_bytes (default 0: no limit); the nvme tier's chunk shrinks "
        "to fit it",
        0, 1e15, NULL},
-      {"rank", ZT_BENCH_FLAG_INT, &rank, "K",
+      {"rank", ZT_FLAG_INT, &rank, "K",
        "the rank to plan for (default 0, which holds the most)", 0, 65535, NULL},
-      {"json", ZT_BENCH_FLAG_BOOL, &json, NULL, "one JSON object instead of the table", 0, 0,
+      {"json", ZT_FLAG_BOOL, &json, NULL, "one JSON object instead of the table", 0, 0,
        NULL},
   };
-  int rc = zt_bench_parse("ztier plan",
-                          "usage: ztier plan --params N [--ranks R] [--stage S] "
-                          "[--dtype fp32|bf16|fp16]\n"
-                          "                  [--offload-optimizer none|host|nvme] "
-                          "[--offload-params none|host|nvme]\n"
-                          "                  [--pinned-budget BYTES] [--json]\n\n"
-                          "Bytes per rank in each tier (device, host, nvme): what the "
-                          "training loop\nholds (its parameter and gradient buffers) and "
-                          "what ztier allocates (optimizer\nstates, shards, buckets). "
-                          "docs/stages.md explains the figures.\n\n"
-                          "Exit status: 0 when the configuration can run, 1 when it cannot "
-                          "(the reason\non stderr; e.g. a --pinned-budget below the pinned "
-                          "memory it needs, whose\nleast is printed), 2 for bad flags. The "
-                          "figures are printed either way.\n",
-                          argc, argv, flags, sizeof flags / sizeof flags[0]);
+  const char *prog = "ztier plan";
+  const zt_cmd_t cmd = {
+      prog,
+      "ztier plan --params N [--ranks R] [--stage S] [--dtype fp32|bf16|fp16]\n"
+      "                  [--offload-optimizer none|host|nvme] [--offload-params none|host|nvme]\n"
+      "                  [--pinned-budget BYTES] [--json]",
+      "Bytes per rank in each tier (device, host, nvme): what the training loop\nholds (its "
+      "parameter and gradient buffers) and what ztier allocates (optimizer\nstates, shards, "
+      "buckets). docs/stages.md explains the figures.\n\nExit status: 0 when the "
+      "configuration can run, 1 when it cannot (the reason\non stderr; e.g. a --pinned-budget "
+      "below the pinned memory it needs, whose\nleast is printed), 2 for bad flags. The "
+      "figures are printed either way.",
+      flags, sizeof flags / sizeof flags[0], 0, 0};
+  int rc = zt_args_parse(&cmd, argc, argv, NULL, NULL);
   if (rc == -1) return 0;
   if (rc) return rc;
   if (params == 0) {
-    fprintf(stderr, "ztier plan: --params is required (the model's parameter count)\n");
-    return 2;
+    return zt_args_fail(&cmd, "--params is required (the model's parameter count)");
   }
   if (rank >= ranks) {
-    fprintf(stderr, "ztier plan: --rank is %d; expected 0 .. %d (--ranks - 1)\n", rank,
-            ranks - 1);
-    return 2;
+    return zt_args_fail(&cmd, "--rank is %d; expected 0 .. %d (--ranks - 1)", rank, ranks - 1);
   }
   if (par != 0 && stage != 3) {
-    fprintf(stderr, "ztier plan: --offload-params is %s; parameter offload needs --stage 3\n",
-            offload_names[par]);
-    return 2;
+    return zt_args_fail(&cmd, "--offload-params is %s; parameter offload needs --stage 3",
+                        offload_names[par]);
   }
   zt__plan_in_t in = {params, ranks, rank, stage, dtype_values[dtype], dtype_values[dtype],
                       offload_values[opt], offload_values[par], bucket, chunk, pinned};
@@ -105,28 +101,27 @@ int zt_plan_main(int argc, char **argv) {
   else if (!p.supported)
     snprintf(why, sizeof why, "%s", p.note);
   if (json) {
-    zt_bench_json_t j;
-    zt_bench_json_begin(&j, stdout);
-    zt_bench_json_int(&j, "device_bytes", (long long)dev);
-    zt_bench_json_int(&j, "host_bytes", (long long)p.ztier_host);
-    zt_bench_json_int(&j, "nvme_bytes", (long long)p.ztier_nvme);
-    zt_bench_json_int(&j, "loop_device_bytes", (long long)p.loop_device);
-    zt_bench_json_int(&j, "ztier_device_bytes", (long long)p.ztier_device);
-    zt_bench_json_int(&j, "shard_params", (long long)p.shard_params);
-    zt_bench_json_int(&j, "pinned_bytes", (long long)p.pinned_bytes);
-    zt_bench_json_int(&j, "pinned_budget_bytes", (long long)pinned);
-    zt_bench_json_int(&j, "least_pinned_budget_bytes", least_rc == 0 ? (long long)least : -1);
-    zt_bench_json_num(&j, "device_bytes_per_param", (double)dev / (double)params);
-    zt_bench_json_int(&j, "params", (long long)params);
-    zt_bench_json_int(&j, "ranks", ranks);
-    zt_bench_json_int(&j, "rank", rank);
-    zt_bench_json_int(&j, "stage", stage);
-    zt_bench_json_str(&j, "dtype", dtype_names[dtype]);
-    zt_bench_json_str(&j, "offload_optimizer", offload_names[opt]);
-    zt_bench_json_str(&j, "offload_params", offload_names[par]);
-    zt_bench_json_bool(&j, "supported", p.supported);
-    zt_bench_json_str(&j, "note", why);
-    zt_bench_json_end(&j);
+    cJSON *j = zt_report_new();
+    zt_report_int(j, "device_bytes", (long long)dev);
+    zt_report_int(j, "host_bytes", (long long)p.ztier_host);
+    zt_report_int(j, "nvme_bytes", (long long)p.ztier_nvme);
+    zt_report_int(j, "loop_device_bytes", (long long)p.loop_device);
+    zt_report_int(j, "ztier_device_bytes", (long long)p.ztier_device);
+    zt_report_int(j, "shard_params", (long long)p.shard_params);
+    zt_report_int(j, "pinned_bytes", (long long)p.pinned_bytes);
+    zt_report_int(j, "pinned_budget_bytes", (long long)pinned);
+    zt_report_int(j, "least_pinned_budget_bytes", least_rc == 0 ? (long long)least : -1);
+    zt_report_num(j, "device_bytes_per_param", (double)dev / (double)params);
+    zt_report_int(j, "params", (long long)params);
+    zt_report_int(j, "ranks", ranks);
+    zt_report_int(j, "rank", rank);
+    zt_report_int(j, "stage", stage);
+    zt_report_str(j, "dtype", dtype_names[dtype]);
+    zt_report_str(j, "offload_optimizer", offload_names[opt]);
+    zt_report_str(j, "offload_params", offload_names[par]);
+    zt_report_bool(j, "supported", p.supported);
+    zt_report_str(j, "note", why);
+    if (zt_report_print(stdout, j, prog) < 0) return 1;
     if (why[0]) fprintf(stderr, "ztier plan: this configuration cannot run: %s\n", why);
     return why[0] ? 1 : 0;
   }
@@ -135,11 +130,12 @@ int zt_plan_main(int argc, char **argv) {
          params, dtype_names[dtype], ranks, ranks == 1 ? "" : "s", stage,
          opt ? offload_names[opt] : "the device", par ? offload_names[par] : "the device",
          rank);
-  printf("  %-7s %16s %16s %16s %9s\n", "tier", "loop (bytes)", "ztier (bytes)",
-         "total (bytes)", "B/param");
-  row("device", p.loop_device, p.ztier_device, params);
-  row("host", 0, p.ztier_host, params);
-  row("nvme", 0, p.ztier_nvme, params);
+  zt_table_t *t = zt_table_new("lrrrr");
+  zt_table_row(t, "tier\tloop (bytes)\tztier (bytes)\ttotal (bytes)\tB/param");
+  row(t, "device", p.loop_device, p.ztier_device, params);
+  row(t, "host", 0, p.ztier_host, params);
+  row(t, "nvme", 0, p.ztier_nvme, params);
+  zt_table_print(t, stdout, 2, NULL);
   printf("\nThis rank owns the optimizer states of %llu parameters.\n",
          (unsigned long long)p.shard_params);
   if (p.pinned_bytes && least_rc == 0)

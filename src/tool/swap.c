@@ -11,38 +11,30 @@
 
 #include "offload/swap.h"      // defines: ZT__SWAP_MAX_PATHS
 #include "offload/swapspace.h" // defines: zt__swapspace_scan
-#include "ztier.h"     // defines: zt_last_error
+#include "tool/args.h"         // defines: zt_args_parse
+#include "tool/report.h"       // defines: zt_report_*, zt_table_*
+#include "ztier.h"             // defines: zt_last_error
 
 int zt_swap_main(int argc, char **argv);
 
-static const char usage_text[] =
-    "usage: ztier swap list PATH [--json]\n"
-    "       ztier swap clean PATH [--json]\n\n"
+static const char usage_line[] = "ztier swap list PATH [--json]\n"
+                                 "       ztier swap clean PATH [--json]";
+static const char about[] =
     "The swap files ztier engines made under PATH (a swap_path: one directory, or\n"
     "several joined by ':'). Each is \"running\" (its process holds the file's lock)\n"
     "or \"leftover\" (its process is gone: killed, crashed); `clean` removes the\n"
     "leftovers and never a running process's file. Engine create removes them too,\n"
     "in its own swap_path. Files of other names are never touched.\n\n"
-    "  --json   one JSON object instead of the table\n\n"
     "Exit status: 0, or 1 when a directory cannot be read or a leftover cannot be\n"
-    "removed, 2 for bad arguments.\n";
+    "removed, 2 for bad arguments.";
 
 typedef struct out {
-  int json, first, failed;
+  cJSON *files;      /* --json: one object per file */
+  zt_table_t *table; /* the table otherwise */
+  int failed;
   unsigned running, leftover, removed;
   unsigned long long removed_bytes, leftover_bytes;
 } out_t;
-
-static void json_str(const char *s) {
-  putchar('"');
-  for (; *s; s++) {
-    unsigned char c = (unsigned char)*s;
-    if (c == '"' || c == '\\') printf("\\%c", c);
-    else if (c < 0x20) printf("\\u%04x", c);
-    else putchar(c);
-  }
-  putchar('"');
-}
 
 static void on_file(void *arg, const zt__swap_leftover_t *f) {
   out_t *o = arg;
@@ -51,81 +43,82 @@ static void on_file(void *arg, const zt__swap_leftover_t *f) {
   else if (f->live) o->running++;
   else o->leftover++, o->leftover_bytes += f->bytes;
   if (f->err) o->failed = 1;
-  if (o->json) {
-    printf("%s{\"path\": ", o->first ? "" : ", ");
-    json_str(f->path);
-    printf(", \"pid\": %ld, \"rank\": %d, \"bytes\": %llu, \"state\": \"%s\"}", f->pid,
-           f->rank, (unsigned long long)f->bytes, state);
+  if (o->files) {
+    cJSON *j = zt_report_new();
+    zt_report_str(j, "path", f->path);
+    zt_report_int(j, "pid", f->pid);
+    zt_report_int(j, "rank", f->rank);
+    zt_report_uint(j, "bytes", (unsigned long long)f->bytes);
+    zt_report_str(j, "state", state);
+    if (f->err) zt_report_str(j, "error", strerror(-f->err));
+    if (j == NULL || !cJSON_AddItemToArray(o->files, j)) cJSON_Delete(j), o->failed = 1;
   } else {
-    printf("  %-9s %8ld %5d %16llu  %s%s%s\n", state, f->pid, f->rank,
-           (unsigned long long)f->bytes, f->path, f->err ? "  (cannot remove: " : "",
-           f->err ? strerror(-f->err) : "");
-    if (f->err) printf(")\n");
+    zt_table_row(o->table, "%s\t%ld\t%d\t%llu\t%s%s%s%s", state, f->pid, f->rank,
+                 (unsigned long long)f->bytes, f->path, f->err ? "  (cannot remove: " : "",
+                 f->err ? strerror(-f->err) : "", f->err ? ")" : "");
   }
-  o->first = 0;
 }
 
 int zt_swap_main(int argc, char **argv) {
-  const char *cmd = argc > 1 ? argv[1] : NULL, *path = NULL;
   int json = 0;
-  if (cmd && (strcmp(cmd, "--help") == 0 || strcmp(cmd, "-h") == 0)) {
-    fputs(usage_text, stdout);
-    return 0;
-  }
-  if (!cmd || (strcmp(cmd, "list") != 0 && strcmp(cmd, "clean") != 0)) {
-    fprintf(stderr, "ztier swap: %s%s%s; expected list or clean\n\n%s",
-            cmd ? "unknown command '" : "no command", cmd ? cmd : "", cmd ? "'" : "",
-            usage_text);
-    return 2;
-  }
-  for (int i = 2; i < argc; i++) {
-    if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
-      fputs(usage_text, stdout);
-      return 0;
-    } else if (strcmp(argv[i], "--json") == 0) {
-      json = 1;
-    } else if (argv[i][0] == '-') {
-      fprintf(stderr, "ztier swap %s: unknown option '%s'; see --help\n", cmd, argv[i]);
-      return 2;
-    } else if (path) {
-      fprintf(stderr, "ztier swap %s: unexpected argument '%s'; one PATH is expected\n",
-              cmd, argv[i]);
-      return 2;
-    } else {
-      path = argv[i];
-    }
-  }
-  if (!path || !path[0]) {
-    fprintf(stderr, "ztier swap %s: PATH is required (the swap directory)\n", cmd);
-    return 2;
-  }
-  int clean = strcmp(cmd, "clean") == 0;
+  const zt_flag_t flags[] = {
+      {"json", ZT_FLAG_BOOL, &json, NULL, "one JSON object instead of the table", 0, 0, NULL},
+  };
+  zt_cmd_t cmd = {"ztier swap", usage_line, about, flags, 1, 0, 1};
+  int first = argc;
+  int rc = zt_args_parse(&cmd, argc, argv, NULL, &first);
+  if (rc) return rc < 0 ? 0 : rc;
+  const char *sub = first < argc ? argv[first] : NULL;
+  if (!sub) return zt_args_fail(&cmd, "no command; expected list or clean");
+  if (strcmp(sub, "list") != 0 && strcmp(sub, "clean") != 0)
+    return zt_args_fail(&cmd, "unknown command '%s'; expected list or clean", sub);
+  char prog[32];
+  snprintf(prog, sizeof prog, "ztier swap %s", sub);
+  cmd.prog = prog;
+  cmd.subcommand = 0;
+  cmd.max_operands = 1;
+  const char *path = NULL;
+  int n = 0;
+  rc = zt_args_parse(&cmd, argc - first, argv + first, &path, &n);
+  if (rc) return rc < 0 ? 0 : rc;
+  if (!path || !path[0]) return zt_args_fail(&cmd, "PATH is required (the swap directory)");
+  int clean = strcmp(sub, "clean") == 0;
   char buf[4096];
   const char *dirs[ZT__SWAP_MAX_PATHS];
   unsigned n_dirs = zt__swapspace_split_paths(path, buf, sizeof buf, dirs);
-  out_t o = {.json = json, .first = 1};
-  if (json) printf("{\"path\": "), json_str(path), printf(", \"files\": [");
-  else printf("ztier swap %s %s\n  %-9s %8s %5s %16s  %s\n", cmd, path, "state", "pid",
-              "rank", "bytes", "path");
+  out_t o = {0};
+  if (json) o.files = cJSON_CreateArray();
+  else o.table = zt_table_new("lrrrl");
+  zt_table_row(o.table, "state\tpid\trank\tbytes\tpath");
   for (unsigned k = 0; k < n_dirs; k++) {
     zt__err_t e = {{0}};
     if (zt__swapspace_scan(dirs[k], clean, on_file, &o, &e) < 0) {
-      fprintf(stderr, "ztier swap %s: %s\n", cmd, e.msg);
+      fprintf(stderr, "%s: %s\n", prog, e.msg);
       o.failed = 1;
     }
   }
   if (json) {
-    printf("], \"running\": %u, \"leftover\": %u, \"leftover_bytes\": %llu, \"removed\": %u, "
-           "\"removed_bytes\": %llu}\n",
-           o.running, o.leftover, o.leftover_bytes, o.removed, o.removed_bytes);
-  } else if (clean) {
-    printf("\nRemoved %u leftover file%s (%llu bytes); %u file%s of running processes "
-           "kept.\n", o.removed, o.removed == 1 ? "" : "s", o.removed_bytes, o.running,
-           o.running == 1 ? "" : "s");
+    cJSON *j = zt_report_new();
+    zt_report_str(j, "path", path);
+    if (j && o.files) cJSON_AddItemToObject(j, "files", o.files);
+    else cJSON_Delete(o.files);
+    zt_report_int(j, "running", o.running);
+    zt_report_int(j, "leftover", o.leftover);
+    zt_report_uint(j, "leftover_bytes", o.leftover_bytes);
+    zt_report_int(j, "removed", o.removed);
+    zt_report_uint(j, "removed_bytes", o.removed_bytes);
+    if (zt_report_print(stdout, j, prog) < 0) o.failed = 1;
   } else {
-    printf("\n%u file%s of running processes; %u leftover%s (%llu bytes)%s.\n", o.running,
-           o.running == 1 ? "" : "s", o.leftover, o.leftover == 1 ? "" : "s",
-           o.leftover_bytes, o.leftover ? ": `ztier swap clean` removes them" : "");
+    printf("%s %s\n", prog, path);
+    zt_table_print(o.table, stdout, 2, NULL);
+    if (clean)
+      printf("\nRemoved %u leftover file%s (%llu bytes); %u file%s of running processes "
+             "kept.\n", o.removed, o.removed == 1 ? "" : "s", o.removed_bytes, o.running,
+             o.running == 1 ? "" : "s");
+    else
+      printf("\n%u file%s of running processes; %u leftover%s (%llu bytes)%s.\n", o.running,
+             o.running == 1 ? "" : "s", o.leftover, o.leftover == 1 ? "" : "s",
+             o.leftover_bytes, o.leftover ? ": `ztier swap clean` removes them" : "");
   }
   return o.failed ? 1 : 0;
 }

@@ -5,14 +5,19 @@
  * one for `ztier bench <name>`. Adding `ztier plan` or `ztier bench nvme` is
  * one row (plus the function it names). Every command gets the arguments
  * from its own name on (argv[0] is "adam" for `ztier bench adam ...`) and
- * returns the exit status: 0 success, 1 failure, 2 usage error.
+ * returns the exit status: 0 success, 1 failure, 2 usage error. Every
+ * command reads its flags with src/tool/args.c (getopt_long) and prints with
+ * src/tool/report.c (a table, or one JSON object with --json).
  */
 #include <liburing.h> // defines: IO_URING_VERSION_* (liburing 2.2 and later)
 #include <stdio.h>
 #include <string.h>
 
-#include "bench/common.h" // defines: zt_bench_*_main
-#include "ztier.h"              // defines: zt_version
+#include "bench/common.h"    // defines: zt_bench_*_main
+#include "tool/args.h"        // defines: zt_args_parse
+#include "tool/progress.h"    // defines: zt_progress_end
+#include "tool/report.h"      // defines: zt_report_*
+#include "ztier.h"            // defines: zt_version
 
 typedef struct command {
   const char *name;
@@ -61,10 +66,6 @@ static void usage(FILE *f) {
   fprintf(f, "\n'ztier <command> --help' describes a command.\n");
 }
 
-static int is_help(const char *a) {
-  return strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0 || strcmp(a, "help") == 0;
-}
-
 /* Runs the row of `t` named by argv[0]; `what` names the table in errors. */
 static int dispatch(const char *what, const command_t *t, size_t n, int argc,
                     char **argv) {
@@ -80,17 +81,29 @@ static int dispatch(const char *what, const command_t *t, size_t n, int argc,
 }
 
 static int cmd_bench(int argc, char **argv) {
-  if (argc < 2 || is_help(argv[1])) {
-    FILE *f = argc < 2 ? stderr : stdout;
-    fprintf(f, "usage: ztier bench <name> [flags]\n\nbenchmarks:\n");
-    list(f, benches, COUNT(benches));
-    fprintf(f,
-            "\nEach prints its figure beside a limit measured in the same run (medians\n"
-            "over --reps), checks what it times first, and takes --json; see\n"
-            "'ztier bench <name> --help' and docs/bench.md.\n");
-    return argc < 2 ? 2 : 0;
+  const zt_cmd_t cmd = {"ztier bench", "ztier bench <name> [flags]",
+                        "Each benchmark prints its figure beside a limit measured in the same "
+                        "run\n(medians over --reps), checks what it times first, and takes "
+                        "--json; see\n'ztier bench <name> --help' and docs/bench.md.",
+                        NULL, 0, 0, 1};
+  int first = argc;
+  int rc = zt_args_parse(&cmd, argc, argv, NULL, &first);
+  if (rc == -1) {
+    printf("\nbenchmarks:\n");
+    list(stdout, benches, COUNT(benches));
+    return 0;
   }
-  return dispatch("ztier bench", benches, COUNT(benches), argc - 1, argv + 1);
+  if (rc) return rc;
+  if (first >= argc) {
+    rc = zt_args_fail(&cmd, "a benchmark name is required");
+    fprintf(stderr, "\nbenchmarks:\n");
+    list(stderr, benches, COUNT(benches));
+    return rc;
+  }
+  rc = dispatch("ztier bench", benches, COUNT(benches), argc - first, argv + first);
+  /* A benchmark may return early, on a failure, with its line still up. */
+  zt_progress_end();
+  return rc;
 }
 
 /* liburing states its version in its headers from 2.2 on; older ones do not. */
@@ -104,45 +117,61 @@ static int cmd_bench(int argc, char **argv) {
 
 static int cmd_version(int argc, char **argv) {
   int json = 0;
-  for (int i = 1; i < argc; i++) {
-    if (is_help(argv[i])) {
-      printf("usage: ztier version [--json]\n\nPrints the version of ztier; with --json, "
-             "one JSON object that\nalso names what this build has: \"cuda\" (the cuda "
-             "backend and NCCL compiled\nin), \"mpi\" (the comm \"mpi\" backend), "
-             "\"io_uring\" (the nvme tier's I/O) and\n\"liburing_version\" (null when "
-             "liburing's headers do not state it).\n");
-      return 0;
-    }
-    if (strcmp(argv[i], "--json") == 0) {
-      json = 1;
-      continue;
-    }
-    fprintf(stderr, "ztier version: unexpected argument '%s'; expected --json or nothing\n",
-            argv[i]);
-    return 2;
-  }
+  const zt_flag_t flags[] = {
+      {"json", ZT_FLAG_BOOL, &json, NULL, "one JSON object instead of the version line", 0, 0,
+       NULL},
+  };
+  const zt_cmd_t cmd = {"ztier version", "ztier version [--json]",
+                        "Prints the version of ztier; with --json, one JSON object that\nalso "
+                        "names what this build has: \"cuda\" (the cuda backend and NCCL "
+                        "compiled\nin), \"mpi\" (the comm \"mpi\" backend), \"io_uring\" "
+                        "(the nvme tier's I/O) and\n\"liburing_version\" (null when "
+                        "liburing's headers do not state it).",
+                        flags, COUNT(flags), 0, 0};
+  int rc = zt_args_parse(&cmd, argc, argv, NULL, NULL);
+  if (rc) return rc < 0 ? 0 : rc;
   if (!json) {
     printf("ztier %s\n", zt_version());
     return 0;
   }
-  const char *uring = LIBURING_VERSION;
-  printf("{\"version\": \"%s\", \"cuda\": %s, \"nccl\": %s, \"mpi\": true, "
-         "\"io_uring\": true, \"liburing_version\": ",
-         zt_version(), ZT_HAVE_CUDA ? "true" : "false", ZT_HAVE_CUDA ? "true" : "false");
-  if (uring) printf("\"%s\"}\n", uring);
-  else printf("null}\n");
-  return 0;
+  cJSON *j = zt_report_new();
+  zt_report_str(j, "version", zt_version());
+  zt_report_bool(j, "cuda", ZT_HAVE_CUDA);
+  zt_report_bool(j, "nccl", ZT_HAVE_CUDA);
+  zt_report_bool(j, "mpi", 1);
+  zt_report_bool(j, "io_uring", 1);
+  zt_report_str(j, "liburing_version", LIBURING_VERSION);
+  return zt_report_print(stdout, j, cmd.prog) < 0;
 }
 
 int main(int argc, char **argv) {
-  if (argc < 2) {
+  int version = 0;
+  const zt_flag_t flags[] = {
+      {"version", ZT_FLAG_BOOL, &version, NULL, "print the version of ztier (as 'ztier version')",
+       0, 0, NULL},
+  };
+  const zt_cmd_t cmd = {"ztier", "ztier <command> [arguments]",
+                        "ztier partitions and tiers the model states of data-parallel "
+                        "training\n(ZeRO stages 1-3, offload to host memory and NVMe) for C "
+                        "training loops.\n'ztier <command> --help' describes a command.",
+                        flags, COUNT(flags), 0, 1};
+  int first = argc;
+  int rc = zt_args_parse(&cmd, argc, argv, NULL, &first);
+  if (rc == -1) {
+    printf("\ncommands:\n");
+    list(stdout, commands, COUNT(commands));
+    return 0;
+  }
+  if (rc) return rc;
+  if (version) return cmd_version(1, argv);
+  if (first >= argc) {
     usage(stderr);
     return 2;
   }
-  if (is_help(argv[1])) {
+  /* "ztier help" reads as "ztier --help". */
+  if (strcmp(argv[first], "help") == 0) {
     usage(stdout);
     return 0;
   }
-  if (strcmp(argv[1], "--version") == 0) return cmd_version(1, argv + 1);
-  return dispatch("ztier", commands, COUNT(commands), argc - 1, argv + 1);
+  return dispatch("ztier", commands, COUNT(commands), argc - first, argv + first);
 }
