@@ -119,6 +119,31 @@ static void test_write_all_errors(void **state) {
   close(fds[1]);
 }
 
+/* zt__pwrite_all writes at its offset, leaves the file position alone, and
+ * fails on a bad descriptor or an offset off_t cannot hold. */
+static void test_pwrite_all(void **state) {
+  char path[] = "/tmp/ztier-pwrite-XXXXXX";
+  int fd = mkstemp(path);
+  assert_true(fd >= 0);
+  unlink(path);
+  unsigned char data[3 * 4096 + 7];
+  t_rng_t rng;
+  t_rng_init(&rng, t_seed());
+  t_fill_bits(data, sizeof data, &rng);
+  assert_int_equal(zt__pwrite_all(fd, data, sizeof data, 5000), 0);
+  assert_int_equal(lseek(fd, 0, SEEK_CUR), 0);
+  unsigned char got[sizeof data];
+  assert_int_equal(pread(fd, got, sizeof got, 5000), (ssize_t)sizeof got);
+  assert_memory_equal(got, data, sizeof data);
+  /* The bytes before the offset were never written: a hole of zeros. */
+  unsigned char head[5000], zeros[5000] = {0};
+  assert_int_equal(pread(fd, head, sizeof head, 0), (ssize_t)sizeof head);
+  assert_memory_equal(head, zeros, sizeof head);
+  assert_int_equal(zt__pwrite_all(fd, data, 1, (uint64_t)INT64_MAX + 1), -EOVERFLOW);
+  close(fd);
+  assert_int_equal(zt__pwrite_all(-1, data, 1, 0), -EBADF);
+}
+
 /* ---- zt__page_round ------------------------------------------------------ */
 
 static void test_page_round(void **state) {
@@ -182,6 +207,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_write_all_short_writes),
       cmocka_unit_test(test_write_all_errors),
+      cmocka_unit_test(test_pwrite_all),
       cmocka_unit_test(test_page_round),
       cmocka_unit_test(test_span_clip),
   };

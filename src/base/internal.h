@@ -110,6 +110,9 @@ ZT_INTERNAL int zt__cpu_count(void);
  * (EINTR is retried). Returns 0, -errno of the failing write, or -EIO when
  * a write makes no progress (returns 0), so a stuck descriptor cannot spin. */
 ZT_INTERNAL int zt__write_all(int fd, const void *buf, size_t n);
+/* The same with pwrite() from file offset `off` on (the file position does
+ * not move); -EOVERFLOW for an offset past what off_t holds. */
+ZT_INTERNAL int zt__pwrite_all(int fd, const void *buf, size_t n, uint64_t off);
 
 /* The page size ztier rounds host allocations and their accounting to. */
 #define ZT_PAGE_BYTES ((size_t)4096)

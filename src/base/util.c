@@ -41,17 +41,26 @@ int zt__cpu_count(void) {
   return n > 0 ? (int)n : 1;
 }
 
-int zt__write_all(int fd, const void *buf, size_t n) {
+/* write() when off < 0, else pwrite() from off on: one loop for both. */
+static int write_loop(int fd, const void *buf, size_t n, off_t off) {
   const char *p = buf;
   while (n > 0) {
-    ssize_t w = write(fd, p, n);
+    ssize_t w = off < 0 ? write(fd, p, n) : pwrite(fd, p, n, off);
     if (w < 0 && errno == EINTR) continue;
     if (w < 0) return -errno;
     if (w == 0) return -EIO; /* a regular file never does this; do not spin */
     p += w;
     n -= (size_t)w;
+    if (off >= 0) off += w;
   }
   return 0;
+}
+
+int zt__write_all(int fd, const void *buf, size_t n) { return write_loop(fd, buf, n, -1); }
+
+int zt__pwrite_all(int fd, const void *buf, size_t n, uint64_t off) {
+  if (off > (uint64_t)INT64_MAX) return -EOVERFLOW;
+  return write_loop(fd, buf, n, (off_t)off);
 }
 
 /* Memory MPI may still read or write after its owner gave up on a

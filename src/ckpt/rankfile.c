@@ -178,17 +178,10 @@ struct zt__ckpt_writer {
 
 static int write_all(int fd, const char *path, const void *buf, size_t len, uint64_t off,
                      zt__err_t *e) {
-  const char *p = buf;
-  while (len) {
-    ssize_t w = pwrite(fd, p, len, (off_t)off);
-    if (w < 0 && errno == EINTR) continue;
-    if (w <= 0)
-      return zt__errf(e, w < 0 ? -errno : -EIO, "checkpoint: writing %s at offset %llu: %s",
-                      path, (unsigned long long)off, w < 0 ? strerror(errno) : "no progress");
-    p += w;
-    off += (uint64_t)w;
-    len -= (size_t)w;
-  }
+  int rc = zt__pwrite_all(fd, buf, len, off);
+  if (rc < 0)
+    return zt__errf(e, rc, "checkpoint: writing %s at offset %llu: %s", path,
+                    (unsigned long long)off, rc == -EIO ? "no progress" : strerror(-rc));
   return 0;
 }
 
