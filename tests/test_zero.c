@@ -5,7 +5,7 @@
  * Every rank generates every rank's gradients from the run's seed, so each
  * can compute the reference alone: a stage-0 engine on comm "single" given
  * the rank-order fp32 sum of the ranks' gradients and grad_scale = 1/W. The
- * partitioned engine sums in the same order (partition.h), so parameters
+ * partitioned engine sums in the same order (zero/reduce.h), so parameters
  * after K steps must match that reference bit for bit, on every rank, for
  * stages 1 and 2, both optimizer tiers and every dtype pairing; and stage 2
  * with gradients handed over group by group, in backward order, some of

@@ -49,7 +49,7 @@
  * parameters, into per-rank buffers that start at zero as ztier's do: A_r
  * (the head's wte part, bf, every layer) and E_r (the embedding's wte
  * part). ztier's owner adds each hand-over's rank-order fp32 sum to its
- * running sum, which starts at zero (partition.h), so element i gets
+ * running sum, which starts at zero (zero/reduce.h), so element i gets
  *
  *   every group     g = 0 + (A_0 + A_1 + ... + A_{W-1})      (first hand-over)
  *   group 0 only    g = g + (E_0 + E_1 + ... + E_{W-1})      (second one)

@@ -338,10 +338,10 @@ static void o_bucket_cap(void **state) {
   zt_engine_t *e = t_engine(&cfg);
   float *p = t_buf_alloc(e, NUMEL * 4), *g = t_buf_alloc(e, NUMEL * 4);
   T_OK(zt_register_flat(e, p, g, NUMEL, ZT_FP32, ZT_FP32), e);
-  size_t world = (size_t)e->part.world;
-  printf("# %zu ranks: bucket of %zu elements\n", world, e->part.bucket_elems);
-  assert_true(e->part.bucket_elems == ZT_COMM_MAX_COUNT / world);
-  assert_true((world - 1) * e->part.bucket_elems <= ZT_COMM_MAX_COUNT);
+  size_t world = (size_t)e->zero.part.world;
+  printf("# %zu ranks: bucket of %zu elements\n", world, e->zero.part.bucket_elems);
+  assert_true(e->zero.part.bucket_elems == ZT_COMM_MAX_COUNT / world);
+  assert_true((world - 1) * e->zero.part.bucket_elems <= ZT_COMM_MAX_COUNT);
   t_buf_free(e, p, NUMEL * 4);
   t_buf_free(e, g, NUMEL * 4);
   zt_engine_destroy(e);

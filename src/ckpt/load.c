@@ -19,6 +19,7 @@
 #include "engine/engine.h"   // defines: struct zt_engine
 #include "src/ckpt/manifest.h" // defines: zt__manifest_t
 #include "zero/prefetch.h" // defines: zt__prefetch_step_begin, zt__prefetch_resume
+#include "zero/reduce.h" // defines: zt__reduce_drop_buckets, zt__reduce_reset
 
 /* The checkpoint is of this model: the same buffer, units and dtype. */
 static int check_model(zt_engine_t *eng, const zt__manifest_t *m, const char *dir) {
@@ -126,10 +127,10 @@ int zt_load(zt_engine_t *eng, const char *dir) {
     return zt__errf(&eng->err, -EINVAL,
                     "zt_load: dir is %s; expected the directory zt_save() wrote",
                     dir == NULL ? "NULL" : dir[0] ? "over 4000 characters" : "\"\"");
-  for (size_t g = 0; eng->partitioned && g < eng->part.n_groups; g++)
-    if (eng->part.groups[g].fetched)
+  for (size_t g = 0; eng->partitioned && g < eng->zero.part.n_groups; g++)
+    if (eng->zero.part.groups[g].fetched)
       return zt__errf(&eng->err, -EBUSY, "zt_load: group %d is fetched; release it first",
-                      eng->part.groups[g].id);
+                      eng->zero.part.groups[g].id);
   int bad;
 
   /* Checks, on every rank, before anything changes. */
@@ -154,9 +155,9 @@ int zt_load(zt_engine_t *eng, const char *dir) {
   }
 
   /* The load. From here a failure leaves states of both checkpoints. */
-  if (eng->cfg.stage >= 3) zt__prefetch_step_begin(eng); /* kept groups are stale */
+  if (eng->cfg.stage >= 3) zt__prefetch_step_begin(&eng->zero.prefetch); /* kept groups are stale */
   zt__ckpt_src_t *src = NULL;
-  local = eng->partitioned ? zt__part_drop_buckets(eng) : 0;
+  local = eng->partitioned ? zt__reduce_drop_buckets(&eng->zero.part) : 0;
   if (local == 0) local = zt__ckpt_src_open(dir, &m, &eng->err, &src);
   get_ctx_t c = {src};
   if (local == 0) local = zt__ckpt_walk_states(eng, 1, get_piece, &c);
@@ -166,9 +167,9 @@ int zt_load(zt_engine_t *eng, const char *dir) {
   if (rc == 0) {
     restore_scalars(eng, &m);
     /* Gradients handed over before the load belong to the old run. */
-    if (eng->partitioned) zt__part_reset(eng);
+    if (eng->partitioned) zt__reduce_reset(&eng->zero.part);
     eng->broken = 0;
-    if (eng->cfg.stage >= 3) zt__prefetch_resume(eng);
+    if (eng->cfg.stage >= 3) zt__prefetch_resume(&eng->zero.prefetch);
   } else {
     eng->broken = rc;
     if (local == 0 && bad >= 0)

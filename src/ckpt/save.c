@@ -496,16 +496,16 @@ int zt_save(zt_engine_t *eng, const char *dir) {
                     "zt_save: dir is %s; expected the path of a directory (created if "
                     "missing)",
                     dir == NULL ? "NULL" : dir[0] ? "over 4000 characters" : "\"\"");
-  for (size_t g = 0; eng->partitioned && g < eng->part.n_groups; g++)
-    if (eng->part.groups[g].fetched)
+  for (size_t g = 0; eng->partitioned && g < eng->zero.part.n_groups; g++)
+    if (eng->zero.part.groups[g].fetched)
       return zt__errf(&eng->err, -EBUSY,
                       "zt_save: group %d is fetched; release every group first (save "
                       "between zt_step() and the next forward)",
-                      eng->part.groups[g].id);
+                      eng->zero.part.groups[g].id);
   int world = eng->comm->ops->world(eng->comm), rank = eng->comm->ops->rank(eng->comm);
   /* Reads ahead would share the parameter tier's swap engine with the
    * save's reads; kept groups are dropped with them. */
-  if (eng->cfg.stage >= 3) zt__prefetch_step_begin(eng);
+  if (eng->cfg.stage >= 3) zt__prefetch_step_begin(&eng->zero.prefetch);
 
   /* Rank 0 takes the lock and picks the generation; every rank learns it,
    * and the save's nonce. */
@@ -633,6 +633,6 @@ done:
     close(lock);
   }
   free(recs);
-  if (eng->cfg.stage >= 3) zt__prefetch_resume(eng);
+  if (eng->cfg.stage >= 3) zt__prefetch_resume(&eng->zero.prefetch);
   return rc;
 }

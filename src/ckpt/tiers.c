@@ -15,13 +15,13 @@
 #include "offload/param_nvme.h" // defines: zt__param_nvme_get, zt__param_nvme_put
 
 void zt__ckpt_state_range(const zt_engine_t *eng, size_t *lo, size_t *hi) {
-  *lo = eng->partitioned ? eng->part.begin : 0;
-  *hi = eng->partitioned ? eng->part.end : eng->state_numel;
+  *lo = eng->partitioned ? eng->zero.part.begin : 0;
+  *hi = eng->partitioned ? eng->zero.part.end : eng->state_numel;
 }
 
 /* The optimizer states are in pinned host memory (the host tier). */
 static int states_on_host(const zt_engine_t *eng) {
-  return eng->partitioned ? eng->part.on_pinned : eng->cfg.optimizer_tier == ZT_TIER_HOST;
+  return eng->partitioned ? eng->zero.part.on_pinned : eng->cfg.optimizer_tier == ZT_TIER_HOST;
 }
 
 /* ---- the nvme optimizer tier: its records, in order ------------------------------ */
@@ -86,7 +86,7 @@ static int walk_memory(zt_engine_t *eng, int import, zt__ckpt_piece_fn fn, void 
 
 int zt__ckpt_walk_states(zt_engine_t *eng, int import, zt__ckpt_piece_fn fn, void *ctx) {
   if (eng->cfg.optimizer_tier != ZT_TIER_NVME) return walk_memory(eng, import, fn, ctx);
-  nvme_visit_t nv = {fn, ctx, eng->partitioned ? eng->part.begin : 0};
+  nvme_visit_t nv = {fn, ctx, eng->partitioned ? eng->zero.part.begin : 0};
   return import ? zt__opt_nvme_import(eng->opt_nvme, nvme_piece, &nv)
                 : zt__opt_nvme_export(eng->opt_nvme, nvme_piece, &nv);
 }
@@ -97,11 +97,11 @@ int zt__ckpt_params_get(zt_engine_t *eng, size_t a, size_t b, void *dst) {
   const zt__backend_ops_t *be = eng->be_ops;
   size_t psz = zt__dtype_size(eng->param_dtype);
   if (eng->cfg.stage < 3) {
-    ZT_TRY(zt__part_copy_span(eng, dst, eng->params, psz, a, b, 0, ZT_COPY_D2H,
-                              ZT_STREAM_D2H));
+    ZT_TRY(zt__part_walk(&eng->ctx, eng->segs, eng->n_segs, ZT_SPAN_PACK, dst, eng->params,
+                         psz, a, b, ZT_COPY_D2H, ZT_STREAM_D2H));
     return be->stream_sync(eng->be, ZT_STREAM_D2H);
   }
-  zt__part_t *p = &eng->part;
+  zt__part_t *p = &eng->zero.part;
   if (eng->param_nvme) return zt__param_nvme_get(eng->param_nvme, a - p->begin, b - a, dst);
   const char *src = (const char *)p->params + (a - p->begin) * psz;
   if (p->params_pinned) {
@@ -116,11 +116,11 @@ int zt__ckpt_params_put(zt_engine_t *eng, size_t a, size_t b, const void *src) {
   const zt__backend_ops_t *be = eng->be_ops;
   size_t psz = zt__dtype_size(eng->param_dtype);
   if (eng->cfg.stage < 3) {
-    ZT_TRY(zt__part_copy_span(eng, (void *)src, eng->params, psz, a, b, 1, ZT_COPY_H2D,
-                              ZT_STREAM_H2D));
+    ZT_TRY(zt__part_walk(&eng->ctx, eng->segs, eng->n_segs, ZT_SPAN_UNPACK, (void *)src,
+                         eng->params, psz, a, b, ZT_COPY_H2D, ZT_STREAM_H2D));
     return be->stream_sync(eng->be, ZT_STREAM_H2D);
   }
-  zt__part_t *p = &eng->part;
+  zt__part_t *p = &eng->zero.part;
   if (eng->param_nvme) return zt__param_nvme_put(eng->param_nvme, a - p->begin, b - a, src);
   char *dst = (char *)p->params + (a - p->begin) * psz;
   if (p->params_pinned) {

@@ -13,6 +13,7 @@
 #include "offload/param_nvme.h" // defines: zt__param_nvme_stats
 #include "offload/pinned.h" // defines: zt__pinned_fini, zt__pinned_abandon, zt__pinned_check_budget
 #include "offload/swapspace.h" // defines: zt__swapspace_clean
+#include "zero/agree.h" // defines: zt__agree_fail
 
 int zt__engine_valid(const zt_engine_t *eng) {
   return eng != NULL && eng->magic == ZT_ENGINE_MAGIC;
@@ -164,6 +165,14 @@ int zt__engine_check(const zt_engine_t *eng, const char *fn) {
   return 0;
 }
 
+int zt__engine_fail(zt_engine_t *eng, int rc) {
+  if (rc < 0) eng->broken = rc;
+  if (eng->partitioned) return zt__agree_fail(&eng->zero.part, rc);
+  /* No agreement without a partition: the peers are told all the same. */
+  if (rc < 0) zt__comm_abort(eng->comm, rc, eng->err.msg);
+  return rc;
+}
+
 static const zt__backend_ops_t *backend_ops(zt_backend_t b) {
   return b == ZT_BACKEND_CUDA ? &zt__backend_cuda_ops : &zt__backend_host_ops;
 }
@@ -309,7 +318,7 @@ int zt_stats(const zt_engine_t *eng, zt_stats_t *out) {
   out->nvme_bytes += pn.file_bytes;
   out->param_read_bytes = pn.read_bytes;
   out->param_write_bytes = pn.write_bytes;
-  const zt__prefetch_t *pf = &eng->prefetch;
+  const zt__prefetch_t *pf = &eng->zero.prefetch;
   out->fetches = pf->fetches;
   out->fetch_gathers = pf->gathers;
   out->fetch_read_ahead = pf->read_ahead;
@@ -336,7 +345,8 @@ int zt_stats(const zt_engine_t *eng, zt_stats_t *out) {
   out->cpu_isa = zt__isa_name(eng->cpu->isa);
   out->rank = eng->comm->ops->rank(eng->comm);
   out->world = eng->comm->ops->world(eng->comm);
-  out->shard_params = eng->partitioned ? eng->part.end - eng->part.begin : eng->state_numel;
+  out->shard_params = eng->partitioned ? eng->zero.part.end - eng->zero.part.begin
+                                       : eng->state_numel;
   out->comm_bytes_sent = eng->comm->bytes_sent;
   out->comm_bytes_received = eng->comm->bytes_received;
   memcpy(user, out, have);

@@ -17,20 +17,9 @@
 #include "base/internal.h"  // defines: zt__err_t
 #include "offload/context.h" // defines: zt__ctx_t, zt__counters_t
 #include "offload/pinned.h" // defines: zt__pinned_t
-#include "zero/partition.h" // defines: zt__part_t
-#include "zero/prefetch.h"  // defines: zt__prefetch_t
+#include "zero/zero.h"      // defines: zt__zero_t, zt__unit_t
 
 #define ZT_ENGINE_MAGIC 0x7a74656e67696e65ull /* "ztengine" */
-
-/* A registered unit, with its name copied. */
-typedef struct zt__unit {
-  char *name;
-  size_t offset;
-  size_t numel;
-  int group;
-  int weight_decay;
-  size_t state_off; /* where its states start in the state space */
-} zt__unit_t;
 
 /* The host tier's staging ring: gradients arrive here from the device and
  * cast parameters leave from here, one chunk per slot. */
@@ -80,11 +69,11 @@ struct zt_engine {
   size_t n_segs;
   size_t state_numel; /* elements that have optimizer states (sum of segs) */
 
-  /* Stages 1 and 2: the shards and buckets (partition.h). The states below
-   * are then this rank's shard of them. */
+  /* Stages 1 to 3: the ZeRO room (zero.h): zero.part, the shards and
+   * buckets (the states below are then this rank's shard of them), and
+   * zero.prefetch, stage 3's trace, reads ahead and stats. */
   int partitioned;
-  zt__part_t part;
-  zt__prefetch_t prefetch;          /* stage 3: the trace, reads ahead, stats */
+  zt__zero_t zero;
   struct zt__param_nvme *param_nvme; /* param_tier nvme: the shard on disk   */
 
   /* Optimizer states (fp32), in cfg.optimizer_tier. master is NULL when the
@@ -119,6 +108,11 @@ ZT_INTERNAL int zt__engine_valid(const zt_engine_t *eng);
 /* 0 when `eng` is live, registered and not broken; else the code, with a
  * sentence starting with `fn`. */
 ZT_INTERNAL int zt__engine_check(const zt_engine_t *eng, const char *fn);
+
+/* A public call failed with rc < 0 after the ranks agreed on it: the engine
+ * is broken at rc (later calls are refused), and the peers are told unless
+ * the failure was the agreement's own (zt__agree_fail). Returns rc. */
+ZT_INTERNAL int zt__engine_fail(zt_engine_t *eng, int rc);
 
 /* register.c: frees the unit table and every optimizer state. */
 ZT_INTERNAL void zt__engine_unregister(zt_engine_t *eng);

@@ -16,17 +16,25 @@
  *
  * Unit pointers come in the order of the unit table (the units of the
  * group, by ascending index).
+ *
+ * Who calls what, one way: zt_fetch and zt_release call the ZeRO room's
+ * gather (zero/gather.c), which calls the prefetch scheduler
+ * (zero/prefetch.c), which reads from the parameter tier
+ * (offload/param_nvme.c); zt_grads and zt_grads_ready call the partition
+ * and the reduction (zero/partition.c, zero/reduce.c).
  */
 #include <string.h>
 
 #include "engine/engine.h"
+#include "zero/gather.h" // defines: zt__gather_fetch, zt__gather_release
+#include "zero/reduce.h" // defines: zt__reduce_group
 
 /* The group, for the calls of this file; -EINVAL naming it when no unit has
  * it. Unpartitioned engines have no group table: NULL is returned with 0
  * after checking some unit has the id. */
 static int lookup(zt_engine_t *eng, const char *fn, int group, zt__group_t **out) {
   *out = NULL;
-  if (eng->partitioned) *out = zt__part_group(&eng->part, group);
+  if (eng->partitioned) *out = zt__part_group(&eng->zero.part, group);
   else
     for (size_t i = 0; i < eng->n_units; i++)
       if (eng->units[i].group == group) return 0;
@@ -75,13 +83,13 @@ int zt_fetch(zt_engine_t *eng, int group, void **params, size_t n_units) {
   /* Check the pointer table before any collective. */
   ZT_TRY(unit_pointers(eng, "zt_fetch", group, g, NULL, psz, 1, params, n_units));
   /* Also when this rank holds the group gathered already: the ranks check
-   * there that they all do (partition.c, agree), else a rank would skip a
-   * gather its peers perform. All of it is time the loop waits: stall. */
+   * there that they all do (zero/agree.c), else a rank would skip a gather
+   * its peers perform. All of it is time the loop waits: stall. */
   double t0 = zt__now();
-  int rc = zt__part_fetch(eng, g);
-  eng->prefetch.stall_seconds += zt__now() - t0;
+  int rc = zt__gather_fetch(&eng->zero, g);
+  eng->zero.prefetch.stall_seconds += zt__now() - t0;
   /* Broken: the ranks may now disagree on what is in flight. */
-  if (rc < 0) return zt__part_fail(eng, rc);
+  if (rc < 0) return zt__engine_fail(eng, rc);
   g->fetched++;
   eng->fetches_since_step++;
   return unit_pointers(eng, "zt_fetch", group, g, g->params, psz, 1, params, n_units);
@@ -98,14 +106,8 @@ int zt_release(zt_engine_t *eng, int group) {
                     "zt_fetch()",
                     group);
   if (--g->fetched > 0 || eng->cfg.stage < 3) return 0;
-  /* Kept when the trace uses it again soon (prefetch.h); either way the
-   * room it leaves may let the next groups be read ahead. */
-  if (zt__prefetch_keep(eng, g))
-    g->kept = 1;
-  else
-    zt__part_drop(eng, g, 0);
-  int rc = zt__prefetch_ahead(eng);
-  return rc < 0 ? zt__part_fail(eng, rc) : rc;
+  int rc = zt__gather_release(&eng->zero, g);
+  return rc < 0 ? zt__engine_fail(eng, rc) : rc;
 }
 
 int zt_grads(zt_engine_t *eng, int group, void **grads, size_t n_units) {
@@ -116,7 +118,7 @@ int zt_grads(zt_engine_t *eng, int group, void **grads, size_t n_units) {
   if (eng->grads)
     return unit_pointers(eng, "zt_grads", group, g, eng->grads, gsz, 0, grads, n_units);
   ZT_TRY(unit_pointers(eng, "zt_grads", group, g, NULL, gsz, 1, grads, n_units));
-  ZT_TRY(zt__part_group_grads(eng, g));
+  ZT_TRY(zt__part_group_grads(&eng->zero.part, g));
   return unit_pointers(eng, "zt_grads", group, g, g->grads, gsz, 1, grads, n_units);
 }
 
@@ -125,7 +127,7 @@ int zt_grads_ready(zt_engine_t *eng, int group) {
   zt__group_t *g;
   ZT_TRY(lookup(eng, "zt_grads_ready", group, &g));
   if (g == NULL) return 0;
-  int rc = zt__part_grads_ready(eng, g);
+  int rc = zt__reduce_group(&eng->zero.part, g);
   /* On failure, broken: buckets may be half handed over. */
-  return rc < 0 ? zt__part_fail(eng, rc) : rc;
+  return rc < 0 ? zt__engine_fail(eng, rc) : rc;
 }

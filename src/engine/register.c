@@ -279,11 +279,12 @@ static void free_states(zt_engine_t *eng) {
   zt__opt_nvme_destroy(eng->opt_nvme);
   eng->opt_nvme = NULL;
   if (eng->partitioned) {
-    size_t bytes = (eng->part.end - eng->part.begin) * sizeof(float);
-    zt__part_release(eng, eng->master, bytes);
-    zt__part_release(eng, eng->m, bytes);
-    zt__part_release(eng, eng->v, bytes);
-    zt__part_free(eng); /* its reads ahead use the parameter tier: first */
+    zt__part_t *p = &eng->zero.part;
+    size_t bytes = (p->end - p->begin) * sizeof(float);
+    zt__part_release(p, eng->master, bytes);
+    zt__part_release(p, eng->m, bytes);
+    zt__part_release(p, eng->v, bytes);
+    zt__zero_free(&eng->zero); /* its reads ahead use the parameter tier: first */
     zt__param_nvme_destroy(eng->param_nvme);
     eng->param_nvme = NULL;
     eng->partitioned = 0;
@@ -396,27 +397,40 @@ static int alloc_nvme_states(zt_engine_t *eng) {
 /* Stages 1 to 3: this rank's shard of the states, in its tier, the master
  * initialised from the shard's parameters in the user's buffer. */
 static int alloc_shard_states(zt_engine_t *eng) {
-  zt__part_t *p = &eng->part;
+  zt__part_t *p = &eng->zero.part;
+  /* The ZeRO room's view of the registration (zero.h). */
+  zt__zero_reg_t reg = {.params = eng->params,
+                        .grads = eng->grads,
+                        .param_dtype = eng->param_dtype,
+                        .grad_dtype = eng->grad_dtype,
+                        .units = eng->units,
+                        .n_units = eng->n_units,
+                        .segs = eng->segs,
+                        .n_segs = eng->n_segs,
+                        .state_numel = eng->state_numel,
+                        .counters = &eng->counters,
+                        .pinned = &eng->pinned};
   eng->partitioned = 1;
-  ZT_TRY(zt__part_init(eng));
+  ZT_TRY(zt__zero_init(&eng->zero, &eng->ctx, &reg));
   size_t mine = p->end - p->begin, bytes = mine * sizeof(float);
   size_t psz = zt__dtype_size(eng->param_dtype);
   int nvme = eng->cfg.optimizer_tier == ZT_TIER_NVME;
   if (!nvme) {
-    ZT_TRY(zt__part_alloc(eng, bytes, (void **)&eng->master));
-    ZT_TRY(zt__part_alloc(eng, bytes, (void **)&eng->m));
-    ZT_TRY(zt__part_alloc(eng, bytes, (void **)&eng->v));
+    ZT_TRY(zt__part_alloc(p, bytes, (void **)&eng->master));
+    ZT_TRY(zt__part_alloc(p, bytes, (void **)&eng->m));
+    ZT_TRY(zt__part_alloc(p, bytes, (void **)&eng->v));
     eng->state_bytes = 3 * bytes;
   }
   if (mine == 0) return 0;
   /* The shard's parameters, from which the master is cast. */
   zt__copy_kind_t kind = p->params_pinned ? ZT_COPY_D2H : ZT_COPY_D2D;
-  ZT_TRY(zt__part_copy_span(eng, p->params, eng->params, psz, p->begin, p->end, 0, kind,
-                            ZT_STREAM_D2H));
+  ZT_TRY(zt__part_walk(&eng->ctx, eng->segs, eng->n_segs, ZT_SPAN_PACK, p->params,
+                       eng->params, psz, p->begin, p->end, kind, ZT_STREAM_D2H));
   ZT_TRY(eng->be_ops->stream_sync(eng->be, ZT_STREAM_D2H));
   if (kind == ZT_COPY_D2H) eng->d2h_bytes += mine * psz;
   if (eng->cfg.param_tier == ZT_TIER_NVME)
     ZT_TRY(zt__param_nvme_create(&eng->ctx, &eng->pinned, mine, eng->param_dtype, &eng->param_nvme));
+  eng->zero.prefetch.tier = eng->param_nvme; /* lent to the reads ahead */
   if (nvme) {
     /* The swapper casts its master window by window into its records; it
      * reads the gradient shard and writes the parameter shard where they
@@ -433,7 +447,7 @@ static int alloc_shard_states(zt_engine_t *eng) {
   /* From here on the shard's parameters are on disk between steps. */
   ZT_TRY(zt__param_nvme_put(eng->param_nvme, 0, mine, p->params));
   ZT_TRY(zt__param_nvme_flush(eng->param_nvme));
-  zt__part_params_free(eng);
+  zt__part_params_free(p);
   return 0;
 }
 

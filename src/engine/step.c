@@ -22,6 +22,9 @@
 #include "offload/opt_nvme.h" // defines: zt__opt_nvme_step
 #include "offload/param_nvme.h" // defines: zt__param_nvme_put, zt__param_nvme_flush
 #include "cpu/window.h" // defines: zt__window_*
+#include "zero/agree.h" // defines: zt__agree_sum_ranks
+#include "zero/gather.h" // defines: zt__gather_shards
+#include "zero/reduce.h" // defines: zt__reduce_all, zt__reduce_reset
 
 /* Finite and in [lo, hi) or [lo, hi]: the step's hyper-parameter checks. */
 static int bad_float(zt__err_t *e, const char *name, float x, const char *expected) {
@@ -78,8 +81,8 @@ static int check_args(zt_engine_t *eng, const zt_step_args_t *user, const zt_ste
  * `local` is this rank's own refusal of the call (0, or a code whose sentence
  * is already written). Partitioned, the ranks are then in collectives
  * together: a rank that refuses still makes the same exchanges (the
- * reduction, then the all-gather of the sum), with its refusal and whether
- * it handed out the current loss scale riding in that all-gather, so that
+ * reduction, then the vote before the sum), with its refusal and whether
+ * it handed out the current loss scale in that vote, so that
  * every rank refuses alike instead of some waiting for a rank that left.
  * *refused gets the code of such a refusal (the reduction stands: a retry
  * finds the gradients handed over, as after zt_grad_norm). The return value
@@ -91,8 +94,8 @@ static int grad_sumsq(zt_engine_t *eng, const char *fn, int local, const zt_step
   double t0 = zt__now();
   *refused = 0;
   if (eng->partitioned) {
-    zt__part_t *p = &eng->part;
-    int rc = zt__part_reduce_all(eng, local ? NULL : args);
+    zt__part_t *p = &eng->zero.part;
+    int rc = zt__reduce_all(p, local ? NULL : args);
     if (rc < 0 && p->disagreed == ZT_DISAGREED_ARGS) {
       p->disagreed = 0;
       *refused = rc; /* every rank's, and nothing moved */
@@ -107,7 +110,7 @@ static int grad_sumsq(zt_engine_t *eng, const char *fn, int local, const zt_step
      * rank that did not would unscale by another value than its peers. */
     int handed = eng->scaler.handed == eng->scaler.scale;
     int bad_rank, bad_code, flag_rank;
-    ZT_TRY(zt__part_sum_ranks(eng, out, local, handed, &bad_rank, &bad_code, &flag_rank));
+    ZT_TRY(zt__agree_sum_ranks(p, out, local, handed, &bad_rank, &bad_code, &flag_rank));
     *avg = 1.0 / p->world;
     if (local) {
       *refused = local; /* this rank's own sentence stands */
@@ -152,7 +155,7 @@ int zt_grad_norm(zt_engine_t *eng, float grad_scale, double *norm) {
   int rc = grad_sumsq(eng, "zt_grad_norm", local, NULL, &sumsq, &avg, &refused);
   if (rc < 0) {
     if (!eng->partitioned) return rc;
-    return zt__part_fail(eng, rc); /* broken: buckets may be half reduced */
+    return zt__engine_fail(eng, rc); /* broken: buckets may be half reduced */
   }
   if (refused) return refused;
   *norm = sqrt(sumsq) * ((double)grad_scale / eng->scaler.handed) * avg;
@@ -277,7 +280,7 @@ static int update_host_tier(zt_engine_t *eng, const zt__adam_hp_t *hp) {
 /* The CPU AdamW over this rank's shard, from its reduced gradient sums into
  * part.params. */
 static void update_shard_in_memory(zt_engine_t *eng, const zt__adam_hp_t *hp) {
-  zt__part_t *p = &eng->part;
+  zt__part_t *p = &eng->zero.part;
   zt__adam_launch_t l = {
       .hp = hp,
       .master = eng->master,
@@ -301,17 +304,17 @@ static void update_shard_in_memory(zt_engine_t *eng, const zt__adam_hp_t *hp) {
  * steps: the nvme optimizer tier streams each window's into the file; the
  * others update them in memory, which is written out and freed after. */
 static int update_params_on_disk(zt_engine_t *eng, const zt__adam_hp_t *hp) {
-  zt__part_t *p = &eng->part;
+  zt__part_t *p = &eng->zero.part;
   int rc = 0;
   if (eng->cfg.optimizer_tier == ZT_TIER_NVME) {
     rc = zt__opt_nvme_step(eng->opt_nvme, hp);
   } else {
-    ZT_TRY(zt__part_params_alloc(eng));
+    ZT_TRY(zt__part_params_alloc(p));
     update_shard_in_memory(eng, hp);
     rc = zt__param_nvme_put(eng->param_nvme, 0, p->end - p->begin, p->params);
   }
   int flushed = zt__param_nvme_flush(eng->param_nvme);
-  zt__part_params_free(eng);
+  zt__part_params_free(p);
   return rc < 0 ? rc : flushed;
 }
 
@@ -328,7 +331,7 @@ static int update_shard(zt_engine_t *eng, const zt__adam_hp_t *hp) {
   }
   double t1 = zt__now();
   /* Stage 3 gathers when a group is fetched, not after the step. */
-  if (eng->cfg.stage < 3) ZT_TRY(zt__part_gather(eng));
+  if (eng->cfg.stage < 3) ZT_TRY(zt__gather_shards(&eng->zero.part));
   eng->copy_seconds += zt__now() - t1;
   return 0;
 }
@@ -359,12 +362,12 @@ int zt_step(zt_engine_t *eng, const zt_step_args_t *args, zt_step_info_t *info) 
    * first info_have bytes when it succeeds. */
   if (info) info = &info_full;
   if (local == 0 && eng->partitioned && eng->cfg.stage >= 3)
-    for (size_t g = 0; g < eng->part.n_groups; g++)
-      if (eng->part.groups[g].fetched) {
+    for (size_t g = 0; g < eng->zero.part.n_groups; g++)
+      if (eng->zero.part.groups[g].fetched) {
         local = zt__errf(&eng->err, -EBUSY,
                          "zt_step: group %d is still fetched; zt_release() every group "
                          "before the step (its gathered parameters would be stale)",
-                         eng->part.groups[g].id);
+                         eng->zero.part.groups[g].id);
         break;
       }
   if (local == 0 && eng->partitioned && eng->cfg.stage >= 3 && eng->fetches_since_step == 0)
@@ -383,7 +386,7 @@ int zt_step(zt_engine_t *eng, const zt_step_args_t *args, zt_step_info_t *info) 
   int rc = grad_sumsq(eng, "zt_step", local, args, &sumsq, &avg, &refused);
   if (rc < 0) {
     if (!eng->partitioned) return rc;
-    return zt__part_fail(eng, rc);
+    return zt__engine_fail(eng, rc);
   }
   if (refused) return refused;
   double inv = (double)args->grad_scale / eng->scaler.handed * avg;
@@ -410,7 +413,7 @@ int zt_step(zt_engine_t *eng, const zt_step_args_t *args, zt_step_info_t *info) 
   } else {
     zt__adam_hp_t hp;
     /* Reads ahead and kept groups hold parameters the update changes. */
-    if (eng->partitioned && eng->cfg.stage >= 3) zt__prefetch_step_begin(eng);
+    if (eng->partitioned && eng->cfg.stage >= 3) zt__prefetch_step_begin(&eng->zero.prefetch);
     zt__adam_hp_make(args, inv * coef,
                      eng->cfg.optimizer == ZT_ADAM_L2 ? ZT_MODE_ADAM_L2 : ZT_MODE_ADAMW,
                      eng->cfg.rounding == ZT_ROUND_STOCHASTIC && eng->param_dtype == ZT_BF16,
@@ -423,17 +426,17 @@ int zt_step(zt_engine_t *eng, const zt_step_args_t *args, zt_step_info_t *info) 
       /* Some states may be updated and others not: refuse to go on from a
        * state that no step produced. The peers, past the same vote, are
        * told rather than left waiting in the gather. */
-      return zt__part_fail(eng, rc);
+      return zt__engine_fail(eng, rc);
     }
     scaler_update(&eng->scaler, &eng->cfg, 0);
     eng->steps++;
   }
-  if (eng->partitioned) zt__part_reset(eng);
+  if (eng->partitioned) zt__reduce_reset(&eng->zero.part);
   eng->fetches_since_step = 0;
   /* The iteration ends here, skipped or not: the next one is read ahead. */
   if (eng->partitioned && eng->cfg.stage >= 3) {
-    rc = zt__prefetch_step_end(eng);
-    if (rc < 0) return zt__part_fail(eng, rc);
+    rc = zt__prefetch_step_end(&eng->zero.prefetch);
+    if (rc < 0) return zt__engine_fail(eng, rc);
   }
   if (info) {
     info->loss_scale = eng->scaler.scale;

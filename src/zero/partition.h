@@ -1,29 +1,28 @@
 /*
  * partition.h — ZeRO partitioning (stages 1, 2 and 3): the state space cut
- * into one contiguous shard per rank, gradients moved to their owners and
- * summed there in rank order, parameters gathered back into every rank's
- * buffer (stages 1, 2) or into a group's buffer when it is fetched (3).
+ * into one contiguous shard per rank, and the bookkeeping the other files of
+ * the room work on: the groups and their spans, the shard's segments, the
+ * memory of the shard and of the buckets. reduce.c moves gradients to their
+ * owners, gather.c parameters back to every rank, agree.c has the ranks
+ * agree on each of those collectives (zero.h draws the whole room).
  *
  * The state space is the registered units, sorted by offset, end to end
- * (engine.h: unit.state_off; frozen gaps between units take no room). It is
+ * (zt__unit_t.state_off; frozen gaps between units take no room). It is
  * padded to world * shard elements, shard a multiple of ZT_SHARD_ALIGN, and
  * rank r owns [r * shard, (r + 1) * shard) of it, clipped to the real size:
  * any world size, any unit size, units straddling shard boundaries.
- *
- * Gradient reduction (why not the backend's reduce-scatter): each bucket's
- * gradients go to their owners by alltoallv, in the gradient dtype, and the
- * owner sums the W contributions in rank order in fp32. An element's sum is
- * then the same whatever the bucket size, the bucketing (stage 1 reduces at
- * the step, stage 2 group by group during the backward) and the comm
- * backend: stages 1 and 2 give bit-identical parameters, and the volume is
- * a reduce-scatter's. The sum is not divided by W here: 1/W is part of the
- * step's gradient multiplier (the average, as data parallelism means it).
  *
  * Memory: in this version the shard's states, its reduced gradients and the
  * bucket buffers live in memory the CPU reads (the host backend's, or pinned
  * host memory for optimizer_tier "host"); comm moves host buffers.
  *
- * Threading: called from the engine's calls only, one at a time.
+ * What it sees of the engine: the narrow context (offload/context.h) and
+ * the registration's view below, both lent at zt__part_init; never the
+ * engine itself.
+ *
+ * Threading: called from the engine's calls only, one at a time (the sums
+ * of reduce.c run on their own thread, on buffers the loop does not touch
+ * until it waits for them).
  */
 #ifndef ZT_PARTITION_H
 #define ZT_PARTITION_H
@@ -31,15 +30,45 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "comm/comm.h"      // defines: zt__comm_req_t
-#include "cpu/cpu_optim.h" // defines: zt__seg_t
-#include "base/internal.h"  // defines: ZT_INTERNAL
-#include "cpu/work_queue.h" // defines: zt__work_queue_t
+#include "base/internal.h"   // defines: ZT_INTERNAL, zt__span_clip
+#include "comm/comm.h"       // defines: zt__comm_req_t, zt__red_dtype_t
+#include "cpu/cpu_optim.h"   // defines: zt__seg_t
+#include "cpu/work_queue.h"  // defines: zt__work_queue_t
+#include "offload/context.h" // defines: zt__ctx_t, zt__counters_t
+#include "offload/pinned.h"  // defines: zt__pinned_t
 
 /* Shards start on 64-element boundaries (256 bytes of fp32). */
 #define ZT_SHARD_ALIGN 64
 /* Buckets in flight at once; a new one waits for the oldest. */
 #define ZT_XFER_SLOTS 2
+
+/* A registered unit, with its name copied (the engine's unit table). */
+typedef struct zt__unit {
+  char *name;
+  size_t offset;
+  size_t numel;
+  int group;
+  int weight_decay;
+  size_t state_off; /* where its states start in the state space */
+} zt__unit_t;
+
+/* What the room sees of the registration: the engine's, lent at
+ * zt__part_init and outliving the room's state (register.c frees the room
+ * first). */
+typedef struct zt__zero_reg {
+  void *params; /* the registered parameters, which the gather of stages 1
+                   and 2 writes; NULL at stage 3 (the room owns them then) */
+  void *grads;  /* the registered gradients, or NULL                       */
+  zt_dtype_t param_dtype, grad_dtype;
+  const zt__unit_t *units; /* the unit table, for the groups            */
+  size_t n_units;
+  const zt__seg_t *segs;   /* units merged into runs (register.c)       */
+  size_t n_segs;
+  size_t state_numel;      /* elements of the state space               */
+  const zt__counters_t *counters; /* the engine's zt_stats copy bytes */
+  zt__pinned_t *pinned;    /* the engine's pinned memory, for the host and
+                              nvme tiers' shard and buckets            */
+} zt__zero_reg_t;
 
 /* [a, b) of the state space, and where its elements are in memory: `at`
  * points at element a in a packed buffer, or is NULL for the registered
@@ -69,10 +98,12 @@ typedef struct zt__group {
   struct zt__param_read *read; /* param_tier nvme: its shard part, read ahead  */
 } zt__group_t;
 
+struct zt__part;
+
 /* One bucket of a collective, with its buffers (none for the slots of
  * gathers into place). */
 typedef struct zt__xfer {
-  struct zt_engine *eng;    /* for its sums, which run on the sums thread   */
+  struct zt__part *part;    /* for its sums, which run on the sums thread   */
   int busy;                 /* a collective is in flight in this slot       */
   uint64_t sums;            /* ticket of its sums on the sums thread, not
                                waited for yet (0: none)                     */
@@ -88,6 +119,9 @@ typedef struct zt__xfer {
 } zt__xfer_t;
 
 typedef struct zt__part {
+  const zt__ctx_t *ctx; /* the engine's narrow view (offload/context.h) */
+  zt__zero_reg_t reg;   /* the registration's view                      */
+
   int world, rank;
   size_t total;        /* elements of the state space                    */
   size_t shard;        /* elements per rank, padded                      */
@@ -122,12 +156,13 @@ typedef struct zt__part {
   int on_pinned; /* grads/buckets (and params) are pinned host memory (host, nvme) */
   int params_pinned; /* params are pinned host memory (or param_tier "host")   */
 
-  /* Collectives agreed on so far (partition.c, agree): the ranks compare it,
-   * which catches a rank that skipped one. */
+  /* Collectives agreed on so far (agree.c): the ranks compare it, which
+   * catches a rank that skipped one. */
   uint64_t agree_seq;
-  /* The last agree() found the ranks disagreeing: every rank returns that
-   * error together, so none is left waiting (zt__part_fail). AGREE_ARGS:
-   * only the step's arguments differed, and nothing moved. */
+  /* The last agreement found the ranks disagreeing: every rank returns that
+   * error together, so none is left waiting (zt__agree_fail).
+   * ZT_DISAGREED_ARGS: only the step's arguments differed, and nothing
+   * moved. */
   int disagreed;
 } zt__part_t;
 
@@ -135,88 +170,66 @@ typedef struct zt__part {
  * arguments (the step's), which leaves the engine as it was. */
 #define ZT_DISAGREED_ARGS 2
 
-struct zt_engine;
+/* Rank r's elements of the state space: [lo, hi). */
+static inline void zt__part_shard_of(const zt__part_t *p, int r, size_t *lo, size_t *hi) {
+  size_t a = (size_t)r * p->shard, b = (size_t)(r + 1) * p->shard;
+  *lo = a < p->total ? a : p->total;
+  *hi = b < p->total ? b : p->total;
+}
+
+/* The comm's element type for a dtype the collectives move. */
+static inline zt__red_dtype_t zt__part_red_dtype(zt_dtype_t dt) {
+  return dt == ZT_BF16 ? ZT_RED_BF16 : dt == ZT_FP16 ? ZT_RED_F16 : ZT_RED_F32;
+}
 
 /* Register time, after the unit table and segments exist: the shard, the
- * groups, the buckets, the shard's gradient and parameter buffers. The
- * optimizer states of the shard are the engine's (register.c). */
-ZT_INTERNAL int zt__part_init(struct zt_engine *eng);
-ZT_INTERNAL void zt__part_free(struct zt_engine *eng);
+ * groups, the buckets, the shard's gradient and parameter buffers, with
+ * `ctx` and `reg` lent for the room's lifetime. The optimizer states of the
+ * shard are the engine's (register.c). */
+ZT_INTERNAL int zt__part_init(zt__part_t *p, const zt__ctx_t *ctx, const zt__zero_reg_t *reg);
+/* Buckets still in flight are reaped (or their buffers left to the comm,
+ * see partition.c), then everything above freed. The groups' gathered
+ * parameters are the prefetch scheduler's to free first (zero.c). */
+ZT_INTERNAL void zt__part_free(zt__part_t *p);
 
 /* Memory of the shard and the buckets: pinned with optimizer_tier "host",
  * else the backend's (zeroed). Pairs with zt__part_release. */
-ZT_INTERNAL int zt__part_alloc(struct zt_engine *eng, size_t bytes, void **out);
-ZT_INTERNAL void zt__part_release(struct zt_engine *eng, void *p, size_t bytes);
+ZT_INTERNAL int zt__part_alloc(zt__part_t *p, size_t bytes, void **out);
+ZT_INTERNAL void zt__part_release(zt__part_t *p, void *ptr, size_t bytes);
 
-/* Copies state span [a, b) between a packed buffer (element a at packed[0])
- * and the user's buffer `user` (elements of `esz` bytes, buffer indices from
- * the segments). to_user: packed → user. Stream-ordered on `stream`. */
-ZT_INTERNAL int zt__part_copy_span(struct zt_engine *eng, void *packed, void *user,
-                                   size_t esz, size_t a, size_t b, int to_user,
-                                   int kind, int stream);
+/* What a walk does with a state span and the user's buffer. */
+typedef enum zt__span_op {
+  ZT_SPAN_PACK,   /* the user's buffer pieces → packed[0 ..) */
+  ZT_SPAN_UNPACK, /* packed → the user's buffer pieces       */
+  ZT_SPAN_CLEAR   /* the user's buffer pieces → zeros        */
+} zt__span_op_t;
+
+/* Walks state span [a, b) over the user's buffer `user` (elements of `esz`
+ * bytes, at the buffer indices the segments give), packed[0] being element
+ * a. Stream-ordered on `stream`. Needs no partition: the engine's
+ * checkpoints walk an unpartitioned engine's buffer too. */
+ZT_INTERNAL int zt__part_walk(const zt__ctx_t *ctx, const zt__seg_t *segs, size_t n_segs,
+                              zt__span_op_t op, void *packed, void *user, size_t esz, size_t a,
+                              size_t b, zt__copy_kind_t kind, zt__stream_t stream);
+
+/* The same over the registration's segments. */
+ZT_INTERNAL int zt__part_span_op(zt__part_t *p, zt__span_op_t op, void *packed, void *user,
+                                 size_t esz, size_t a, size_t b, zt__copy_kind_t kind,
+                                 zt__stream_t stream);
 
 /* The group with this id, or NULL. */
 ZT_INTERNAL zt__group_t *zt__part_group(zt__part_t *p, int id);
 
-/* Hands a group's gradients to their owners (stage 2+; stage 1: no-op).
- * Asynchronous: returns once they are copied out of the user's buffer or the
- * group's engine-owned one (which is then freed). */
-ZT_INTERNAL int zt__part_grads_ready(struct zt_engine *eng, zt__group_t *g);
-
-/* Stage 3: gathers a group's parameters into g->params (allocated here),
- * from the shard in its parameter tier, unless it holds them (fetched or
- * kept). */
-ZT_INTERNAL int zt__part_fetch(struct zt_engine *eng, zt__group_t *g);
 /* The shard's parameters, param dtype, in their tier's memory: pinned with
  * params_pinned, else the backend's. Pairs with zt__part_params_free. */
-ZT_INTERNAL int zt__part_params_alloc(struct zt_engine *eng);
-ZT_INTERNAL void zt__part_params_free(struct zt_engine *eng);
-/* Frees g->params (then no longer kept) / g->grads (device memory of
- * g->numel elements). */
-ZT_INTERNAL void zt__part_drop(struct zt_engine *eng, zt__group_t *g, int grads);
+ZT_INTERNAL int zt__part_params_alloc(zt__part_t *p);
+ZT_INTERNAL void zt__part_params_free(zt__part_t *p);
+
 /* Engine-owned, zeroed gradients for g (stage 2+ without a registered
- * gradient buffer). */
-ZT_INTERNAL int zt__part_group_grads(struct zt_engine *eng, zt__group_t *g);
-
-/* The step's reduction: every group not handed over yet, then waits for
- * every bucket in flight. After it, part.grads holds the shard's sums.
- * `args`: zt_step's arguments, which the ranks compare before anything
- * moves (a difference is -EINVAL on every rank naming them, with
- * part.disagreed = ZT_DISAGREED_ARGS); NULL for zt_grad_norm or a step this
- * rank refuses itself (nothing to compare). */
-ZT_INTERNAL int zt__part_reduce_all(struct zt_engine *eng, const zt_step_args_t *args);
-
-/* A public call failed with rc < 0 after the ranks agreed on it: the
- * engine is broken at rc (states, buckets or reads in flight may be half
- * done, so later calls are refused), and unless the failure was the
- * agreement's own (every rank has it), the peers are told (zt__comm_abort
- * with the engine's sentence), since they go on into collectives this rank
- * will not make. Returns rc. */
-ZT_INTERNAL int zt__part_fail(struct zt_engine *eng, int rc);
-
-/* After the update (stages 1, 2): every rank's part.params into every
- * rank's registered parameter buffer. */
-ZT_INTERNAL int zt__part_gather(struct zt_engine *eng);
-
-/* Between steps: part.grads back to zero, groups not handed over. */
-ZT_INTERNAL int zt__part_reset(struct zt_engine *eng);
-
-/* zt_load: gradient buckets still in flight (handed over before the load)
- * are completed and dropped, never summed: they would land in the sums
- * after zt__part_reset cleared them. Every rank has the same buckets in
- * flight (they are collectives). */
-ZT_INTERNAL int zt__part_drop_buckets(struct zt_engine *eng);
-
-/* Sum over ranks of a double x >= 0 (inf and NaN pass through), added in
- * rank order (the same on every rank), in one all-gather that also carries
- * each rank's `status` (0, or the negative code with which this rank refuses
- * the call: its x is then ignored) and a 0/1 `flag` every rank must share.
- * On return 0: *bad_rank is the lowest rank whose status was not 0 (-1: none)
- * with that status in *bad_code (*x is then left as it was); *flag_rank is
- * the lowest rank whose flag differs from the first reporting rank's (-1:
- * all equal). A status is how a rank that refuses locally still joins the
- * collective its peers are in, so every rank refuses instead of hanging. */
-ZT_INTERNAL int zt__part_sum_ranks(struct zt_engine *eng, double *x, int status, int flag,
-                                   int *bad_rank, int *bad_code, int *flag_rank);
+ * gradient buffer), and their release (device memory of g->numel
+ * elements; NULL: nothing). A group's gathered parameters are the prefetch
+ * scheduler's (zt__prefetch_drop). */
+ZT_INTERNAL int zt__part_group_grads(zt__part_t *p, zt__group_t *g);
+ZT_INTERNAL void zt__part_drop_grads(zt__part_t *p, zt__group_t *g);
 
 #endif /* ZT_PARTITION_H */

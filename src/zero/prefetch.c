@@ -2,76 +2,92 @@
  * prefetch.c — the prefetch scheduler of stage 3; prefetch.h says what it
  * decides and why every rank decides alike. The trace holds group indices
  * into the partition's table.
+ *
+ * Called by gather.c (a fetch, a release) and the engine (the step, a save
+ * or load); calls the parameter tier (offload/param_nvme.h) and the
+ * backend, and nothing of the room above it: the groups it drops, it drops
+ * itself (zt__prefetch_drop).
  */
 #include <stdlib.h>
 #include <string.h>
 
 #include "backend/backend.h"    // defines: ZT_STREAM_PREFETCH, the copies and events
-#include "engine/engine.h"     // defines: struct zt_engine (part, prefetch, param tier)
 #include "offload/param_nvme.h" // defines: zt__param_nvme_*, zt__param_read_t
-#include "zero/partition.h"  // defines: zt__group_t, zt__part_drop
+#include "zero/partition.h"     // defines: zt__part_t, zt__group_t
 #include "zero/prefetch.h"
 
-static size_t gathered_bytes(const zt_engine_t *eng, const zt__group_t *g) {
-  return g->numel * zt__dtype_size(eng->param_dtype);
+static size_t gathered_bytes(const zt__prefetch_t *pf, const zt__group_t *g) {
+  const zt__part_t *p = pf->part;
+  return g->numel * zt__dtype_size(p->reg.param_dtype);
 }
 
 /* Bytes of g's part of this rank's shard: what reading it ahead stages. */
-static size_t shard_bytes(const zt_engine_t *eng, const zt__group_t *g) {
-  const zt__part_t *p = &eng->part;
+static size_t shard_bytes(const zt__prefetch_t *pf, const zt__group_t *g) {
+  const zt__part_t *p = pf->part;
   size_t n = 0;
   for (size_t k = 0; k < g->n_spans; k++) {
     size_t a, b;
     if (zt__span_clip(g->spans[k].a, g->spans[k].b, p->begin, p->end, &a, &b)) n += b - a;
   }
-  return n * zt__dtype_size(eng->param_dtype);
+  return n * zt__dtype_size(p->reg.param_dtype);
 }
 
-static void drop_read(zt_engine_t *eng, zt__group_t *g) {
+static void drop_read(zt__prefetch_t *pf, zt__group_t *g) {
   if (g->read == NULL) return;
-  eng->prefetch.staged_bytes -= g->read->bytes;
-  zt__param_nvme_read_free(eng->param_nvme, g->read);
+  pf->staged_bytes -= g->read->bytes;
+  zt__param_nvme_read_free(pf->tier, g->read);
   g->read = NULL;
 }
 
 /* Also walks the trace again from the next fetch: what is left of it is
  * read ahead anew. */
-static void drop_reads(zt_engine_t *eng) {
-  for (size_t i = 0; i < eng->part.n_groups; i++) drop_read(eng, &eng->part.groups[i]);
-  eng->prefetch.considered = eng->prefetch.pos;
+static void drop_reads(zt__prefetch_t *pf) {
+  zt__part_t *p = pf->part;
+  for (size_t i = 0; i < p->n_groups; i++) drop_read(pf, &p->groups[i]);
+  pf->considered = pf->pos;
 }
 
 /* Frees spare i (the last one takes its slot). */
-static void free_spare(zt_engine_t *eng, int i) {
-  zt__prefetch_t *pf = &eng->prefetch;
+static void free_spare(zt__prefetch_t *pf, int i) {
+  zt__part_t *p = pf->part;
   size_t bytes = pf->spares.bytes[i];
-  eng->be_ops->free(eng->be, zt__spares_take(&pf->spares, i), bytes);
+  p->ctx->be_ops->free(p->ctx->be, zt__spares_take(&pf->spares, i), bytes);
   pf->live_bytes -= bytes;
 }
 
-static void free_spares(zt_engine_t *eng) {
-  while (eng->prefetch.spares.n > 0) free_spare(eng, eng->prefetch.spares.n - 1);
+static void free_spares(zt__prefetch_t *pf) {
+  while (pf->spares.n > 0) free_spare(pf, pf->spares.n - 1);
 }
 
-int zt__prefetch_buf_get(zt_engine_t *eng, size_t bytes, void **out) {
-  zt__prefetch_t *pf = &eng->prefetch;
+int zt__prefetch_buf_get(zt__prefetch_t *pf, size_t bytes, void **out) {
+  zt__part_t *p = pf->part;
   int i = zt__spares_find(&pf->spares, bytes);
   if (i >= 0) {
     *out = zt__spares_take(&pf->spares, i);
     return 0;
   }
-  ZT_TRY(eng->be_ops->alloc(eng->be, bytes, out));
+  ZT_TRY(p->ctx->be_ops->alloc(p->ctx->be, bytes, out));
   pf->live_bytes += bytes;
   if (pf->live_bytes > pf->peak_live_bytes) pf->peak_live_bytes = pf->live_bytes;
   return 0;
 }
 
-void zt__prefetch_buf_put(zt_engine_t *eng, void *buf, size_t bytes) {
-  zt__prefetch_t *pf = &eng->prefetch;
-  if (pf->live_bytes <= eng->cfg.max_live_bytes && zt__spares_put(&pf->spares, buf, bytes))
+void zt__prefetch_buf_put(zt__prefetch_t *pf, void *buf, size_t bytes) {
+  zt__part_t *p = pf->part;
+  if (pf->live_bytes <= p->ctx->cfg->max_live_bytes && zt__spares_put(&pf->spares, buf, bytes))
     return;
-  eng->be_ops->free(eng->be, buf, bytes);
+  p->ctx->be_ops->free(p->ctx->be, buf, bytes);
   pf->live_bytes -= bytes;
+}
+
+void zt__prefetch_drop(zt__prefetch_t *pf, zt__group_t *g) {
+  if (g->params == NULL) return;
+  zt__prefetch_buf_put(pf, g->params, gathered_bytes(pf, g));
+  g->params = NULL;
+  g->kept = 0;
+  /* The trace entries read ahead so far skipped it as held: they are
+   * walked again, so that its next use is read ahead after all. */
+  pf->considered = pf->pos;
 }
 
 /* ---- staging ahead ------------------------------------------------------------------ */
@@ -83,11 +99,12 @@ static zt__stage_t *stage_of(zt__prefetch_t *pf, const zt__group_t *g) {
 }
 
 /* The copy into st's buffer is waited for; what it read from is freed. */
-static int finish_stage(zt_engine_t *eng, zt__stage_t *st) {
-  int rc = eng->be_ops->event_sync(eng->be, st->done);
+static int finish_stage(zt__prefetch_t *pf, zt__stage_t *st) {
+  zt__part_t *p = pf->part;
+  int rc = p->ctx->be_ops->event_sync(p->ctx->be, st->done);
   if (st->read) {
-    eng->prefetch.staged_bytes -= st->read->bytes;
-    zt__param_nvme_read_free(eng->param_nvme, st->read);
+    pf->staged_bytes -= st->read->bytes;
+    zt__param_nvme_read_free(pf->tier, st->read);
   }
   st->read = NULL;
   st->g = NULL;
@@ -96,32 +113,33 @@ static int finish_stage(zt_engine_t *eng, zt__stage_t *st) {
 
 /* A staged group not fetched after all: its buffer goes back, unless the
  * copy into it could not be waited for (then it may still be written). */
-static void drop_stage(zt_engine_t *eng, zt__stage_t *st) {
-  size_t bytes = gathered_bytes(eng, st->g);
-  zt__err_t keep = eng->err;
-  if (finish_stage(eng, st) == 0) {
-    zt__prefetch_buf_put(eng, st->buf, bytes);
+static void drop_stage(zt__prefetch_t *pf, zt__stage_t *st) {
+  zt__part_t *p = pf->part;
+  size_t bytes = gathered_bytes(pf, st->g);
+  zt__err_t keep = *p->ctx->err;
+  if (finish_stage(pf, st) == 0) {
+    zt__prefetch_buf_put(pf, st->buf, bytes);
   } else {
     zt__keep_abandoned(st->buf);
-    eng->prefetch.live_bytes -= bytes;
+    pf->live_bytes -= bytes;
   }
-  eng->err = keep;
+  *p->ctx->err = keep;
   st->buf = NULL;
 }
 
-static void drop_stages(zt_engine_t *eng) {
+static void drop_stages(zt__prefetch_t *pf) {
   for (int i = 0; i < ZT_STAGE_AHEAD; i++)
-    if (eng->prefetch.stage[i].g) drop_stage(eng, &eng->prefetch.stage[i]);
+    if (pf->stage[i].g) drop_stage(pf, &pf->stage[i]);
 }
 
-int zt__prefetch_note(zt_engine_t *eng, zt__group_t *g) {
-  zt__prefetch_t *pf = &eng->prefetch;
-  size_t gi = (size_t)(g - eng->part.groups);
+int zt__prefetch_note(zt__prefetch_t *pf, zt__group_t *g) {
+  zt__part_t *p = pf->part;
+  size_t gi = (size_t)(g - p->groups);
   pf->fetches++;
   if (pf->n_rec == pf->cap_rec) {
     size_t cap = pf->cap_rec ? 2 * pf->cap_rec : 64;
     int *rec = realloc(pf->rec, cap * sizeof *rec);
-    if (rec == NULL) return zt__errf(&eng->err, -ENOMEM, "out of memory");
+    if (rec == NULL) return zt__errf(p->ctx->err, -ENOMEM, "out of memory");
     pf->rec = rec;
     pf->cap_rec = cap;
   }
@@ -134,9 +152,9 @@ int zt__prefetch_note(zt_engine_t *eng, zt__group_t *g) {
   /* An order change: what was read ahead was for another order. */
   pf->following = 0;
   pf->trace_changes++;
-  drop_stages(eng);
-  drop_reads(eng);
-  zt__log(&eng->cfg, ZT_LOG_INFO,
+  drop_stages(pf);
+  drop_reads(pf);
+  zt__log(p->ctx->cfg, ZT_LOG_INFO,
           "stage 3: fetch %zu of this iteration is group %d, not the traced %s; reading "
           "ahead stops and the trace is recorded again",
           pf->pos, g->id, pf->pos < pf->n_trace ? "one" : "end");
@@ -146,10 +164,11 @@ int zt__prefetch_note(zt_engine_t *eng, zt__group_t *g) {
 /* Bytes of the groups held gathered (fetched or kept): the same on every
  * rank, unlike live_bytes, whose spares and staged groups are the rank's
  * own (a rank stages as its reads land). */
-static size_t held_bytes(const zt_engine_t *eng) {
+static size_t held_bytes(const zt__prefetch_t *pf) {
+  const zt__part_t *p = pf->part;
   size_t n = 0;
-  for (size_t i = 0; i < eng->part.n_groups; i++)
-    if (eng->part.groups[i].params) n += gathered_bytes(eng, &eng->part.groups[i]);
+  for (size_t i = 0; i < p->n_groups; i++)
+    if (p->groups[i].params) n += gathered_bytes(pf, &p->groups[i]);
   return n;
 }
 
@@ -160,57 +179,56 @@ static int no_room(const zt__prefetch_t *pf, size_t need, size_t cap) {
 }
 
 /* Frees spares, but one of `need` bytes, while there is no room. */
-static void free_spares_for(zt_engine_t *eng, size_t need, size_t cap) {
-  zt__prefetch_t *pf = &eng->prefetch;
+static void free_spares_for(zt__prefetch_t *pf, size_t need, size_t cap) {
   int reuse = zt__spares_find(&pf->spares, need);
   void *keep = reuse >= 0 ? pf->spares.buf[reuse] : NULL;
   /* Downwards: what free_spare moves into slot i was looked at already. */
   for (int i = pf->spares.n - 1; i >= 0 && no_room(pf, need, cap); i--)
-    if (pf->spares.buf[i] != keep) free_spare(eng, i);
+    if (pf->spares.buf[i] != keep) free_spare(pf, i);
 }
 
-void zt__prefetch_make_room(zt_engine_t *eng, const zt__group_t *g) {
-  zt__prefetch_t *pf = &eng->prefetch;
-  size_t need = gathered_bytes(eng, g), cap = eng->cfg.max_live_bytes;
+void zt__prefetch_make_room(zt__prefetch_t *pf, const zt__group_t *g) {
+  zt__part_t *p = pf->part;
+  size_t need = gathered_bytes(pf, g), cap = p->ctx->cfg->max_live_bytes;
   /* Kept groups go while the groups held leave no room: a decision every
    * rank makes alike, since whether a fetch gathers is part of the
    * collective. Their buffers become spares, freed below as needed. */
-  size_t held = held_bytes(eng);
-  for (size_t i = 0; i < eng->part.n_groups && held + need > cap; i++) {
-    zt__group_t *k = &eng->part.groups[i];
+  size_t held = held_bytes(pf);
+  for (size_t i = 0; i < p->n_groups && held + need > cap; i++) {
+    zt__group_t *k = &p->groups[i];
     if (!k->kept) continue;
-    held -= gathered_bytes(eng, k);
-    zt__part_drop(eng, k, 0);
+    held -= gathered_bytes(pf, k);
+    zt__prefetch_drop(pf, k);
   }
   /* Then this rank's own: spares, and staged groups last (their buffers
    * become spares too). */
-  free_spares_for(eng, need, cap);
+  free_spares_for(pf, need, cap);
   for (int i = ZT_STAGE_AHEAD - 1; i >= 0 && no_room(pf, need, cap); i--)
     if (pf->stage[i].g) {
-      drop_stage(eng, &pf->stage[i]);
-      free_spares_for(eng, need, cap);
+      drop_stage(pf, &pf->stage[i]);
+      free_spares_for(pf, need, cap);
     }
 }
 
-int zt__prefetch_take(zt_engine_t *eng, zt__group_t *g, zt__param_read_t **out) {
-  zt__prefetch_t *pf = &eng->prefetch;
+int zt__prefetch_take(zt__prefetch_t *pf, zt__group_t *g, zt__param_read_t **out) {
+  zt__part_t *p = pf->part;
   *out = NULL;
   if (g->read == NULL) {
     /* A failed read may still have requests in flight into g->read: it is
      * counted until dropped, as any other. */
     zt__param_spans_t sp = {&g->spans->a, &g->spans->b, sizeof *g->spans, g->n_spans};
-    int rc = zt__param_nvme_read(eng->param_nvme, &sp, eng->part.begin, &g->read);
+    int rc = zt__param_nvme_read(pf->tier, &sp, p->begin, &g->read);
     if (g->read) pf->staged_bytes += g->read->bytes;
     ZT_TRY(rc);
   } else {
     pf->read_ahead++;
   }
   zt__param_read_t *r = g->read;
-  int rc = zt__param_nvme_wait(eng->param_nvme, r);
+  int rc = zt__param_nvme_wait(pf->tier, r);
   g->read = NULL;
   pf->staged_bytes -= r->bytes;
   if (rc < 0) {
-    zt__param_nvme_read_free(eng->param_nvme, r);
+    zt__param_nvme_read_free(pf->tier, r);
     return rc;
   }
   *out = r;
@@ -220,13 +238,13 @@ int zt__prefetch_take(zt_engine_t *eng, zt__group_t *g, zt__param_read_t **out) 
 /* Takes a gathered buffer for g and queues the copies of this rank's part
  * of it (from g's landed read, or from the shard's parameters) into the
  * places the all-gather leaves it in. */
-static int start_stage(zt_engine_t *eng, zt__stage_t *st, zt__group_t *g) {
-  const zt__part_t *p = &eng->part;
-  const zt__backend_ops_t *be = eng->be_ops;
-  size_t psz = zt__dtype_size(eng->param_dtype), bytes = gathered_bytes(eng, g);
-  if (st->done == NULL) ZT_TRY(be->event_create(eng->be, &st->done));
+static int start_stage(zt__prefetch_t *pf, zt__stage_t *st, zt__group_t *g) {
+  zt__part_t *p = pf->part;
+  const zt__backend_ops_t *be = p->ctx->be_ops;
+  size_t psz = zt__dtype_size(p->reg.param_dtype), bytes = gathered_bytes(pf, g);
+  if (st->done == NULL) ZT_TRY(be->event_create(p->ctx->be, &st->done));
   char *buf;
-  ZT_TRY(zt__prefetch_buf_get(eng, bytes, (void **)&buf));
+  ZT_TRY(zt__prefetch_buf_get(pf, bytes, (void **)&buf));
   const zt__param_read_t *r = g->read;
   zt__copy_kind_t kind = r || p->params_pinned ? ZT_COPY_H2D : ZT_COPY_D2D;
   int rc = 0;
@@ -235,20 +253,20 @@ static int start_stage(zt_engine_t *eng, zt__stage_t *st, zt__group_t *g) {
     if (!zt__span_clip(g->spans[k].a, g->spans[k].b, p->begin, p->end, &a, &b)) continue;
     const char *src = r ? (const char *)r->buf + r->at[k]
                         : (const char *)p->params + (a - p->begin) * psz;
-    rc = be->copy(eng->be, buf + (g->pos[k] + a - g->spans[k].a) * psz, src, (b - a) * psz,
+    rc = be->copy(p->ctx->be, buf + (g->pos[k] + a - g->spans[k].a) * psz, src, (b - a) * psz,
                   kind, ZT_STREAM_PREFETCH);
   }
-  if (rc == 0) rc = be->event_record(eng->be, st->done, ZT_STREAM_PREFETCH);
+  if (rc == 0) rc = be->event_record(p->ctx->be, st->done, ZT_STREAM_PREFETCH);
   if (rc < 0) {
     /* Copies queued before the failure still read and write: they land. */
-    zt__err_t keep = eng->err;
-    if (be->stream_sync(eng->be, ZT_STREAM_PREFETCH) == 0) {
-      zt__prefetch_buf_put(eng, buf, bytes);
+    zt__err_t keep = *p->ctx->err;
+    if (be->stream_sync(p->ctx->be, ZT_STREAM_PREFETCH) == 0) {
+      zt__prefetch_buf_put(pf, buf, bytes);
     } else {
       zt__keep_abandoned(buf);
-      eng->prefetch.live_bytes -= bytes;
+      pf->live_bytes -= bytes;
     }
-    eng->err = keep;
+    *p->ctx->err = keep;
     return rc;
   }
   *st = (zt__stage_t){g, buf, g->read, st->done};
@@ -260,60 +278,60 @@ static int start_stage(zt_engine_t *eng, zt__stage_t *st, zt__group_t *g) {
  * landed and max_live_bytes has room (a spare of the size is counted
  * already); groups with less than stage_min_bytes of this rank's part are
  * left to their fetch. */
-static int stage_ahead(zt_engine_t *eng) {
-  zt__prefetch_t *pf = &eng->prefetch;
-  if (eng->part.on_pinned) return 0; /* the gathers land in buckets first */
+static int stage_ahead(zt__prefetch_t *pf) {
+  zt__part_t *p = pf->part;
+  if (p->on_pinned) return 0; /* the gathers land in buckets first */
   for (size_t j = pf->pos; j < pf->n_trace && j < pf->pos + ZT_STAGE_AHEAD; j++) {
-    zt__group_t *g = &eng->part.groups[pf->trace[j]];
+    zt__group_t *g = &p->groups[pf->trace[j]];
     if (g->params || stage_of(pf, g)) continue;
-    if (shard_bytes(eng, g) < eng->cfg.stage_min_bytes) continue; /* copied in the fetch */
+    if (shard_bytes(pf, g) < p->ctx->cfg->stage_min_bytes) continue; /* copied in the fetch */
     zt__stage_t *st = stage_of(pf, NULL); /* a free slot */
     if (st == NULL) break;
-    if (eng->param_nvme && (g->read == NULL || !zt__param_nvme_landed(eng->param_nvme, g->read)))
+    if (pf->tier && (g->read == NULL || !zt__param_nvme_landed(pf->tier, g->read)))
       break;
-    size_t need = gathered_bytes(eng, g);
+    size_t need = gathered_bytes(pf, g);
     if (zt__spares_find(&pf->spares, need) < 0 &&
-        pf->live_bytes + need > eng->cfg.max_live_bytes)
+        pf->live_bytes + need > p->ctx->cfg->max_live_bytes)
       break;
-    ZT_TRY(start_stage(eng, st, g));
+    ZT_TRY(start_stage(pf, st, g));
   }
   return 0;
 }
 
-int zt__prefetch_take_staged(zt_engine_t *eng, const zt__group_t *g, void **out) {
-  zt__stage_t *st = stage_of(&eng->prefetch, g);
+int zt__prefetch_take_staged(zt__prefetch_t *pf, const zt__group_t *g, void **out) {
+  zt__stage_t *st = stage_of(pf, g);
   *out = NULL;
   if (st == NULL) return 0;
   void *buf = st->buf;
-  if (st->read) eng->prefetch.read_ahead++;
-  int rc = finish_stage(eng, st);
+  if (st->read) pf->read_ahead++;
+  int rc = finish_stage(pf, st);
   st->buf = NULL;
   if (rc < 0) {
     zt__keep_abandoned(buf);
-    eng->prefetch.live_bytes -= gathered_bytes(eng, g);
+    pf->live_bytes -= gathered_bytes(pf, g);
     return rc;
   }
-  eng->prefetch.staged++;
+  pf->staged++;
   *out = buf;
   return 0;
 }
 
 /* Starts the reads of the groups coming next, within prefetch_bytes. */
-static int read_ahead(zt_engine_t *eng) {
-  zt__prefetch_t *pf = &eng->prefetch;
-  size_t budget = eng->cfg.prefetch_bytes;
+static int read_ahead(zt__prefetch_t *pf) {
+  zt__part_t *p = pf->part;
+  size_t budget = p->ctx->cfg->prefetch_bytes;
   if (!pf->following || budget == 0) return 0;
   if (pf->considered < pf->pos) pf->considered = pf->pos;
-  while (eng->param_nvme && pf->considered < pf->n_trace) {
-    zt__group_t *g = &eng->part.groups[pf->trace[pf->considered]];
+  while (pf->tier && pf->considered < pf->n_trace) {
+    zt__group_t *g = &p->groups[pf->trace[pf->considered]];
     if (g->params == NULL && g->read == NULL && stage_of(pf, g) == NULL) {
-      size_t need = shard_bytes(eng, g);
+      size_t need = shard_bytes(pf, g);
       if (pf->staged_bytes > 0 && pf->staged_bytes + need > budget) break;
       zt__param_spans_t sp = {&g->spans->a, &g->spans->b, sizeof *g->spans, g->n_spans};
-      int rc = zt__param_nvme_read(eng->param_nvme, &sp, eng->part.begin, &g->read);
+      int rc = zt__param_nvme_read(pf->tier, &sp, p->begin, &g->read);
       if (rc == -ENOMEM && g->read == NULL) {
         /* The pinned budget is full: the read waits for the fetch. */
-        zt__err_clear(&eng->err);
+        zt__err_clear(p->ctx->err);
         break;
       }
       if (g->read) pf->staged_bytes += g->read->bytes;
@@ -324,38 +342,38 @@ static int read_ahead(zt_engine_t *eng) {
   return 0;
 }
 
-int zt__prefetch_ahead(zt_engine_t *eng) {
-  ZT_TRY(read_ahead(eng));
-  zt__prefetch_t *pf = &eng->prefetch;
-  if (!pf->following || eng->cfg.prefetch_bytes == 0) return 0;
-  return stage_ahead(eng);
+int zt__prefetch_ahead(zt__prefetch_t *pf) {
+  zt__part_t *p = pf->part;
+  ZT_TRY(read_ahead(pf));
+    if (!pf->following || p->ctx->cfg->prefetch_bytes == 0) return 0;
+  return stage_ahead(pf);
 }
 
-int zt__prefetch_keep(zt_engine_t *eng, const zt__group_t *g) {
-  zt__prefetch_t *pf = &eng->prefetch;
-  if (!pf->following || eng->cfg.prefetch_bytes == 0 ||
-      held_bytes(eng) > eng->cfg.max_live_bytes)
+int zt__prefetch_keep(zt__prefetch_t *pf, const zt__group_t *g) {
+  zt__part_t *p = pf->part;
+  if (!pf->following || p->ctx->cfg->prefetch_bytes == 0 ||
+      held_bytes(pf) > p->ctx->cfg->max_live_bytes)
     return 0;
-  size_t gi = (size_t)(g - eng->part.groups), between = 0;
+  size_t gi = (size_t)(g - p->groups), between = 0;
   for (size_t j = pf->pos; j < pf->n_trace; j++) {
     if (pf->trace[j] == (int)gi) return 1;
-    between += gathered_bytes(eng, &eng->part.groups[pf->trace[j]]);
-    if (between > eng->cfg.prefetch_bytes) return 0;
+    between += gathered_bytes(pf, &p->groups[pf->trace[j]]);
+    if (between > p->ctx->cfg->prefetch_bytes) return 0;
   }
   return 0;
 }
 
-void zt__prefetch_step_begin(zt_engine_t *eng) {
-  drop_stages(eng);
-  drop_reads(eng);
-  zt__param_nvme_trim(eng->param_nvme);
-  for (size_t i = 0; i < eng->part.n_groups; i++)
-    if (eng->part.groups[i].kept) zt__part_drop(eng, &eng->part.groups[i], 0);
-  free_spares(eng);
+void zt__prefetch_step_begin(zt__prefetch_t *pf) {
+  zt__part_t *p = pf->part;
+  drop_stages(pf);
+  drop_reads(pf);
+  zt__param_nvme_trim(pf->tier);
+  for (size_t i = 0; i < p->n_groups; i++)
+    if (p->groups[i].kept) zt__prefetch_drop(pf, &p->groups[i]);
+  free_spares(pf);
 }
 
-int zt__prefetch_step_end(zt_engine_t *eng) {
-  zt__prefetch_t *pf = &eng->prefetch;
+int zt__prefetch_step_end(zt__prefetch_t *pf) {
   int same = pf->following && pf->pos == pf->n_trace;
   if (!same) {
     /* Fewer fetches than the trace: an order change too. */
@@ -371,22 +389,24 @@ int zt__prefetch_step_end(zt_engine_t *eng) {
   pf->n_rec = 0;
   pf->pos = pf->considered = 0;
   pf->following = pf->n_trace > 0;
-  return zt__prefetch_ahead(eng);
+  return zt__prefetch_ahead(pf);
 }
 
-void zt__prefetch_resume(zt_engine_t *eng) {
-  zt__err_t keep = eng->err;
-  if (read_ahead(eng) < 0) eng->err = keep;
+void zt__prefetch_resume(zt__prefetch_t *pf) {
+  zt__part_t *p = pf->part;
+  zt__err_t keep = *p->ctx->err;
+  if (read_ahead(pf) < 0) *p->ctx->err = keep;
 }
 
-void zt__prefetch_free(zt_engine_t *eng) {
-  drop_stages(eng);
-  drop_reads(eng);
-  free_spares(eng);
+void zt__prefetch_free(zt__prefetch_t *pf) {
+  zt__part_t *p = pf->part;
+  drop_stages(pf);
+  drop_reads(pf);
+  free_spares(pf);
   for (int i = 0; i < ZT_STAGE_AHEAD; i++)
-    if (eng->prefetch.stage[i].done)
-      eng->be_ops->event_destroy(eng->be, eng->prefetch.stage[i].done);
-  free(eng->prefetch.trace);
-  free(eng->prefetch.rec);
-  memset(&eng->prefetch, 0, sizeof eng->prefetch);
+    if (pf->stage[i].done)
+      p->ctx->be_ops->event_destroy(p->ctx->be, pf->stage[i].done);
+  free(pf->trace);
+  free(pf->rec);
+  memset(pf, 0, sizeof *pf);
 }

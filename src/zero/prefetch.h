@@ -36,10 +36,16 @@
  *
  * Keeping and dropping depend only on the trace, the sizes, the two budgets
  * and the groups held, which every rank shares (fetches are agreed on,
- * partition.c), so every rank keeps and gathers alike: whether a fetch
+ * agree.c), so every rank keeps and gathers alike: whether a fetch
  * gathers is part of the collective. Staging and spares are not (a rank
  * stages when its own reads land), so they never enter those decisions; a
  * staged fetch gathers as any other does, only with its part in place.
+ *
+ * Who calls what: the engine's fetch and release go to gather.c, which
+ * calls this scheduler, which reads from the parameter tier
+ * (offload/param_nvme.h); the engine calls it directly only around a step,
+ * a save and a load. It never calls back up: a kept group it drops, it
+ * drops itself (zt__prefetch_drop).
  *
  * Threading: the engine's calls only, one at a time.
  */
@@ -49,10 +55,11 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "base/internal.h" // defines: ZT_INTERNAL, zt_engine_t
-#include "offload/spares.h"   // defines: zt__spares_t
+#include "base/internal.h"   // defines: ZT_INTERNAL
+#include "offload/spares.h"  // defines: zt__spares_t
+#include "zero/partition.h"  // defines: zt__part_t, zt__group_t
 
-struct zt__group;
+struct zt__param_nvme;
 struct zt__param_read;
 struct zt__event;
 
@@ -62,13 +69,16 @@ struct zt__event;
  * in on ZT_STREAM_PREFETCH until `done`, from `read` (param_tier nvme) or
  * the shard's parameters. */
 typedef struct zt__stage {
-  struct zt__group *g; /* NULL: the slot is free */
+  zt__group_t *g; /* NULL: the slot is free */
   void *buf;
   struct zt__param_read *read;
   struct zt__event *done;
 } zt__stage_t;
 
 typedef struct zt__prefetch {
+  zt__part_t *part;            /* the groups and the shard (zero.c sets it) */
+  struct zt__param_nvme *tier; /* param_tier nvme: the shard on disk (the
+                                  engine's, register.c), else NULL       */
   int *trace;          /* group ids of the recorded iteration            */
   size_t n_trace, cap_trace;
   int *rec;            /* this iteration's fetches so far                */
@@ -95,54 +105,59 @@ typedef struct zt__prefetch {
 
 /* zt_fetch of g, once the ranks agreed on it: follows or records the trace
  * (an order change drains the reads ahead). */
-ZT_INTERNAL int zt__prefetch_note(zt_engine_t *eng, struct zt__group *g);
+ZT_INTERNAL int zt__prefetch_note(zt__prefetch_t *pf, zt__group_t *g);
 
 /* Before g is gathered: drops kept groups (not fetched ones) while the
  * groups held and g's gathered bytes pass max_live_bytes; then frees spare
  * buffers and drops staged groups while live_bytes does, or until nothing
  * is left to drop. A spare of g's size is kept: the gather takes it. */
-ZT_INTERNAL void zt__prefetch_make_room(zt_engine_t *eng, const struct zt__group *g);
+ZT_INTERNAL void zt__prefetch_make_room(zt__prefetch_t *pf, const zt__group_t *g);
 
 /* The parameter tier nvme: g's part of the shard, landed; read now when it
  * was not read ahead. The caller frees it (zt__param_nvme_read_free). */
-ZT_INTERNAL int zt__prefetch_take(zt_engine_t *eng, struct zt__group *g,
+ZT_INTERNAL int zt__prefetch_take(zt__prefetch_t *pf, zt__group_t *g,
                                   struct zt__param_read **out);
 
 /* g's gathered buffer when it was staged (*out, with this rank's part in
  * place once its copy is waited for here), else *out NULL. */
-ZT_INTERNAL int zt__prefetch_take_staged(zt_engine_t *eng, const struct zt__group *g,
+ZT_INTERNAL int zt__prefetch_take_staged(zt__prefetch_t *pf, const zt__group_t *g,
                                          void **out);
 
 /* A buffer for gathered parameters of `bytes` bytes: a spare of that size,
  * else the backend's memory; counted in live_bytes until given back. */
-ZT_INTERNAL int zt__prefetch_buf_get(zt_engine_t *eng, size_t bytes, void **out);
+ZT_INTERNAL int zt__prefetch_buf_get(zt__prefetch_t *pf, size_t bytes, void **out);
 
 /* Gives a buffer of zt__prefetch_buf_get back: kept as a spare while there
  * is a free slot and live_bytes is within max_live_bytes, else freed. */
-ZT_INTERNAL void zt__prefetch_buf_put(zt_engine_t *eng, void *buf, size_t bytes);
+ZT_INTERNAL void zt__prefetch_buf_put(zt__prefetch_t *pf, void *buf, size_t bytes);
 
 /* Starts the reads of the groups coming next, and stages those it can
  * (see above). */
-ZT_INTERNAL int zt__prefetch_ahead(zt_engine_t *eng);
+ZT_INTERNAL int zt__prefetch_ahead(zt__prefetch_t *pf);
 
 /* g's last release: 1 when it is kept gathered (see above). */
-ZT_INTERNAL int zt__prefetch_keep(zt_engine_t *eng, const struct zt__group *g);
+ZT_INTERNAL int zt__prefetch_keep(zt__prefetch_t *pf, const zt__group_t *g);
 
 /* zt_step: before the update, every read ahead and staged group is
  * dropped, every kept group too (their parameters are about to change) and
  * the spares freed; after it, the
  * iteration ends (its order becomes the trace when it changed) and the
  * first groups of the next are read ahead. */
-ZT_INTERNAL void zt__prefetch_step_begin(zt_engine_t *eng);
-ZT_INTERNAL int zt__prefetch_step_end(zt_engine_t *eng);
+ZT_INTERNAL void zt__prefetch_step_begin(zt__prefetch_t *pf);
+ZT_INTERNAL int zt__prefetch_step_end(zt__prefetch_t *pf);
 
 /* After a save or load, which drop the reads ahead as a step does: the
  * next groups of the trace are read ahead again (only started: their
  * completions are taken, and the groups staged, by the next calls). A
  * failure is left for their fetch to report (it reads them again). */
-ZT_INTERNAL void zt__prefetch_resume(zt_engine_t *eng);
+ZT_INTERNAL void zt__prefetch_resume(zt__prefetch_t *pf);
+
+/* Frees g's gathered parameters (a spare of their size when there is room,
+ * see zt__prefetch_buf_put); g is then no longer kept. Nothing when g holds
+ * none. */
+ZT_INTERNAL void zt__prefetch_drop(zt__prefetch_t *pf, zt__group_t *g);
 
 /* Engine destroy: reads drained and freed, the spares and the trace freed. */
-ZT_INTERNAL void zt__prefetch_free(zt_engine_t *eng);
+ZT_INTERNAL void zt__prefetch_free(zt__prefetch_t *pf);
 
 #endif /* ZT_PREFETCH_H */

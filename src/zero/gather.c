@@ -1,0 +1,204 @@
+/*
+ * gather.c — the parameter gather of ZeRO: every rank's shard of the
+ * updated parameters back into every rank's registered buffer after a step
+ * (stages 1, 2), and a group's parameters into a buffer of its own when it
+ * is fetched (stage 3). gather.h says what each call does.
+ *
+ * Who calls what, one way: the engine's zt_fetch and zt_release
+ * (engine/fetch.c) call this file; it calls the prefetch scheduler
+ * (prefetch.c: the trace, buffers, reads ahead, staged groups), which reads
+ * from the parameter tier (offload/param_nvme.c); and agree.c for the vote
+ * before each fetch, reduce.c to move the gradient buckets along, and
+ * partition.c for spans and slots. Nothing below calls back into it.
+ */
+#include <stdlib.h>
+
+#include "offload/param_nvme.h" // defines: zt__param_read_t, zt__param_nvme_read_free
+#include "zero/agree.h"         // defines: zt__agree, ZT_AGREE_FETCH
+#include "zero/gather.h"
+#include "zero/partition.h"     // defines: zt__part_t, zt__span_t, zt__xfer_t
+#include "zero/prefetch.h"      // defines: zt__prefetch_*
+#include "zero/reduce.h"        // defines: zt__reduce_progress, zt__reduce_drain
+
+static size_t min_sz(size_t a, size_t b) { return a < b ? a : b; }
+static size_t max_sz(size_t a, size_t b) { return a > b ? a : b; }
+
+/* Whether span sp is gathered straight into where it goes: into a packed
+ * buffer of the backend's memory, the memory the comm moves when the
+ * buckets are not pinned. Else it lands in the slot's recv buffer first (a
+ * pinned bucket goes on to the device; the registered buffer takes the
+ * span piece by piece). */
+static int gathers_in_place(const zt__part_t *p, const zt__span_t *sp) {
+  return sp->at != NULL && sp->at != ZT_SPAN_ZERO && !p->on_pinned;
+}
+
+/* Starts the gather of span sp (at most a bucket) into slot x: each rank
+ * contributes the part of it in its shard, from `send`. */
+static int start_gather(zt__part_t *p, zt__xfer_t *x, const zt__span_t *sp,
+                        const void *send) {
+  /* A rank with none of it sends 0 elements, from a buffer of its own (a
+   * stage-3 gather slot has no send buffer: its recv bucket, or for a
+   * gather into place the place itself, then). */
+  if (send == NULL) send = x->send ? x->send : x->recv ? x->recv : sp->at;
+  for (int r = 0; r < p->world; r++) {
+    size_t lo, hi;
+    zt__part_shard_of(p, r, &lo, &hi);
+    size_t a, b;
+    int any = zt__span_clip(sp->a, sp->b, lo, hi, &a, &b);
+    x->counts[r] = any ? b - a : 0;
+    x->displs[r] = any ? a - sp->a : 0;
+  }
+  x->spans[0] = *sp;
+  x->n_spans = 1;
+  x->req = (zt__comm_req_t){0};
+  void *recv = gathers_in_place(p, sp) ? sp->at : x->recv;
+  ZT_TRY(p->ctx->comm->ops->all_gatherv(p->ctx->comm, send, x->counts[p->rank], recv,
+                                        x->counts, x->displs,
+                                        zt__part_red_dtype(p->reg.param_dtype), &x->req));
+  x->busy = 1;
+  return 0;
+}
+
+/* Slot x's gathered span, to where it goes: the registered parameters, or
+ * the packed buffer its `at` points into. */
+static int land_gather(zt__part_t *p, zt__xfer_t *x) {
+  size_t psz = zt__dtype_size(p->reg.param_dtype);
+  x->busy = 0;
+  ZT_TRY(p->ctx->comm->ops->wait(p->ctx->comm, &x->req));
+  const zt__span_t *sp = &x->spans[0];
+  if (gathers_in_place(p, sp)) return 0;
+  zt__copy_kind_t kind = p->on_pinned ? ZT_COPY_H2D : ZT_COPY_D2D;
+  size_t n = sp->b - sp->a;
+  if (sp->at == NULL)
+    ZT_TRY(zt__part_span_op(p, ZT_SPAN_UNPACK, x->recv, p->reg.params, psz, sp->a, sp->b,
+                            kind, ZT_STREAM_H2D));
+  else
+    ZT_TRY(p->ctx->be_ops->copy(p->ctx->be, sp->at, x->recv, n * psz, kind, ZT_STREAM_H2D));
+  if (kind == ZT_COPY_H2D) *p->reg.counters->h2d_bytes += n * psz;
+  /* The recv buffer is reused by the next gather in this slot. */
+  return p->ctx->be_ops->stream_sync(p->ctx->be, ZT_STREAM_H2D);
+}
+
+/* Gathers the spans, cut into buckets, two in flight: the gather of bucket
+ * k+1 runs while bucket k lands. This rank's part of span i comes from
+ * src[i] (its first element in the shard; NULL: none), or with src NULL
+ * from part.params. */
+static int gather_spans(zt__part_t *p, const zt__span_t *spans, const char *const *src,
+                        size_t n) {
+  size_t psz = zt__dtype_size(p->reg.param_dtype), k = 0;
+  int in_place = 1;
+  for (size_t i = 0; i < n; i++) in_place &= gathers_in_place(p, &spans[i]);
+  /* Gathers into place, and stage 3's through pinned buckets, have slots
+   * of their own: the gradient buckets still in flight (a stage-3 backward
+   * fetches the next group while the last one's gradients travel) go on,
+   * and are only moved along. Else the gathers need the buckets' buffers,
+   * and those land first. */
+  int own_slots = in_place || p->gx[0].recv != NULL;
+  zt__xfer_t *slots = own_slots ? p->gx : p->xfer;
+  if (own_slots)
+    ZT_TRY(zt__reduce_progress(p));
+  else
+    ZT_TRY(zt__reduce_drain(p));
+  for (size_t i = 0; i < n; i++)
+    for (size_t a = spans[i].a; a < spans[i].b; k++) {
+      size_t b = min_sz(spans[i].b, a + p->bucket_elems);
+      char *at = spans[i].at ? spans[i].at + (a - spans[i].a) * psz : NULL;
+      zt__span_t piece = {a, b, at};
+      /* This rank's part of the piece starts at max(a, begin). */
+      size_t mine = max_sz(a, p->begin);
+      const char *send =
+          (const char *)p->params + (mine > p->begin ? mine - p->begin : 0) * psz;
+      if (src)
+        send = src[i] ? src[i] + (mine > max_sz(spans[i].a, p->begin)
+                                      ? mine - max_sz(spans[i].a, p->begin)
+                                      : 0) * psz
+                      : NULL;
+      zt__xfer_t *x = &slots[k % ZT_XFER_SLOTS];
+      if (x->busy) ZT_TRY(land_gather(p, x));
+      ZT_TRY(start_gather(p, x, &piece, send));
+      a = b;
+    }
+  for (size_t j = k; j < k + ZT_XFER_SLOTS; j++) {
+    zt__xfer_t *x = &slots[j % ZT_XFER_SLOTS];
+    if (x->busy) ZT_TRY(land_gather(p, x));
+  }
+  if (!own_slots) p->next_slot = 0;
+  return 0;
+}
+
+int zt__gather_shards(zt__part_t *p) {
+  zt__span_t all = {0, p->total, NULL};
+  return gather_spans(p, &all, NULL, 1);
+}
+
+/* Called for every zt_fetch at stage 3, also of a group this rank holds
+ * gathered already (fetched, or kept by the prefetch scheduler), which
+ * gathers nothing: the ranks agree on the group and on whether it is
+ * gathered, so a rank still holding a group its peers dropped is an error
+ * on every rank, not a gather it alone skips. */
+int zt__gather_fetch(zt__zero_t *z, zt__group_t *g) {
+  zt__part_t *p = &z->part;
+  zt__prefetch_t *pf = &z->prefetch;
+  size_t psz = zt__dtype_size(p->reg.param_dtype);
+  int held = g->params != NULL;
+  ZT_TRY(zt__agree(p, "zt_fetch", ZT_AGREE_FETCH, g->id, !held, g->numel, NULL));
+  ZT_TRY(zt__prefetch_note(pf, g));
+  if (held) {
+    if (g->kept) pf->kept_hits++;
+    g->kept = 0;
+    return zt__prefetch_ahead(pf);
+  }
+  /* Staged ahead: this rank's part is in place once its copy is waited
+   * for (prefetch.h), and the gather sends it from there. */
+  void *staged;
+  ZT_TRY(zt__prefetch_take_staged(pf, g, &staged));
+  zt__param_read_t *r = NULL;
+  if (staged == NULL) {
+    zt__prefetch_make_room(pf, g);
+    if (pf->tier) ZT_TRY(zt__prefetch_take(pf, g, &r));
+  }
+  zt__span_t *dst = malloc(g->n_spans * sizeof *dst);
+  const char **src = malloc(g->n_spans * sizeof *src);
+  int rc = dst && src ? 0 : zt__errf(p->ctx->err, -ENOMEM, "out of memory");
+  if (rc == 0 && staged) g->params = staged;
+  else if (rc == 0) rc = zt__prefetch_buf_get(pf, g->numel * psz, &g->params);
+  else if (staged) zt__prefetch_buf_put(pf, staged, g->numel * psz);
+  if (rc == 0) {
+    for (size_t k = 0; k < g->n_spans; k++) {
+      dst[k] =
+          (zt__span_t){g->spans[k].a, g->spans[k].b, (char *)g->params + g->pos[k] * psz};
+      size_t a, b;
+      src[k] = !zt__span_clip(g->spans[k].a, g->spans[k].b, p->begin, p->end, &a, &b) ? NULL
+               : staged ? dst[k].at + (a - g->spans[k].a) * psz
+               : r      ? (const char *)r->buf + r->at[k]
+                        : (const char *)p->params + (a - p->begin) * psz;
+    }
+    rc = gather_spans(p, dst, src, g->n_spans);
+  }
+  free(dst);
+  free(src);
+  zt__param_nvme_read_free(pf->tier, r);
+  if (rc < 0) {
+    for (int s = 0; s < ZT_XFER_SLOTS; s++)
+      if (p->gx[s].busy && p->gx[s].recv == NULL && g->params) {
+        /* A gather into place may still write into it (see zt__part_free). */
+        zt__keep_abandoned(g->params);
+        pf->live_bytes -= g->numel * psz;
+        g->params = NULL;
+      }
+    zt__prefetch_drop(pf, g);
+    return rc;
+  }
+  pf->gathers++;
+  return zt__prefetch_ahead(pf);
+}
+
+int zt__gather_release(zt__zero_t *z, zt__group_t *g) {
+  /* Kept when the trace uses it again soon (prefetch.h); either way the
+   * room it leaves may let the next groups be read ahead. */
+  if (zt__prefetch_keep(&z->prefetch, g))
+    g->kept = 1;
+  else
+    zt__prefetch_drop(&z->prefetch, g);
+  return zt__prefetch_ahead(&z->prefetch);
+}

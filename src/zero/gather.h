@@ -1,0 +1,34 @@
+/*
+ * gather.h — the parameter gather of ZeRO (gather.c): the updated shards
+ * back to every rank after a step (stages 1, 2), and a group's parameters
+ * when the loop fetches it (stage 3).
+ *
+ * The call order is one way: engine/fetch.c → gather.c → the prefetch
+ * scheduler (prefetch.h) → the parameter tier (offload/param_nvme.h).
+ *
+ * Threading: the engine's calls only, one at a time.
+ */
+#ifndef ZT_GATHER_H
+#define ZT_GATHER_H
+
+#include "base/internal.h"  // defines: ZT_INTERNAL
+#include "zero/partition.h" // defines: zt__part_t, zt__group_t
+#include "zero/zero.h"      // defines: zt__zero_t
+
+/* After the update (stages 1, 2): every rank's p->params into every rank's
+ * registered parameter buffer. */
+ZT_INTERNAL int zt__gather_shards(zt__part_t *p);
+
+/* zt_fetch at stage 3: the ranks agree on the group and on whether it is
+ * gathered, then g->params is gathered (allocated here, or taken from the
+ * group staged ahead) from the shard in its parameter tier, unless g holds
+ * them (fetched or kept); then the next groups are read ahead. Called also
+ * for a group this rank holds, which gathers nothing. */
+ZT_INTERNAL int zt__gather_fetch(zt__zero_t *z, zt__group_t *g);
+
+/* zt_release's last release of g at stage 3: g is kept gathered when the
+ * trace uses it again soon, else its parameters are dropped; then the next
+ * groups are read ahead within the room that leaves. */
+ZT_INTERNAL int zt__gather_release(zt__zero_t *z, zt__group_t *g);
+
+#endif /* ZT_GATHER_H */

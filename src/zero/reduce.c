@@ -1,0 +1,303 @@
+/*
+ * reduce.c — the gradient reduction of ZeRO stages 1 to 3: each bucket of
+ * gradients goes to its owners by alltoallv, and the owner sums the W
+ * contributions in rank order into the shard's gradients, on the sums
+ * thread. reduce.h says what and why; this file is how.
+ *
+ * A bucket is a list of state spans, at most bucket_elems elements, sorted.
+ * Packed in order, the elements each rank owns are one contiguous run of the
+ * packed buffer (spans ascend and so do shards), so the packed buffer is the
+ * alltoallv send buffer as it is, and the owner receives W runs of the same
+ * length, one per rank, in rank order.
+ *
+ * Calls agree.c (the vote before each hand-over and each step reduction)
+ * and partition.c (spans, memory); called by the engine (zt_grads_ready, the
+ * step, zt_load) and by gather.c, whose gathers move these buckets along.
+ */
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cpu/cpu_kernels.h" // defines: zt__cast_run
+#include "zero/agree.h"      // defines: zt__agree
+#include "zero/partition.h"
+#include "zero/reduce.h"
+
+static size_t min_sz(size_t a, size_t b) { return a < b ? a : b; }
+
+/* grads[j] += the sum over ranks, in rank order, of element j of each
+ * rank's run in `recv` (runs `stride` elements apart, of dtype dt), for j
+ * in [0, n). In blocks converted to fp32 first, so that every loop is a
+ * plain vector loop; each element's sum is the same as one at a time. */
+static void add_rank_sums(const zt__cpu_t *cpu, float *grads, const char *recv,
+                          size_t stride, zt_dtype_t dt, int world, size_t n) {
+  enum { BLOCK = 2048 };
+  float sum[BLOCK], run[BLOCK];
+  size_t gsz = zt__dtype_size(dt);
+  for (size_t j0 = 0; j0 < n; j0 += BLOCK) {
+    size_t m = min_sz(BLOCK, n - j0);
+    zt__cast_run(cpu->isa, sum, ZT_FP32, recv + j0 * gsz, dt, m, 0, 0, 0);
+    for (int r = 1; r < world; r++) {
+      zt__cast_run(cpu->isa, run, ZT_FP32, recv + ((size_t)r * stride + j0) * gsz, dt, m, 0,
+                   0, 0);
+      for (size_t j = 0; j < m; j++) sum[j] = sum[j] + run[j];
+    }
+    for (size_t j = 0; j < m; j++) grads[j0 + j] = grads[j0 + j] + sum[j];
+  }
+}
+
+/* On the sums thread: the landed bucket's W runs, summed in rank order into
+ * the shard's gradients. */
+static void sum_bucket(void *arg) {
+  zt__xfer_t *x = arg;
+  zt__part_t *p = x->part;
+  size_t mine = x->mine, i = 0;
+  size_t gsz = zt__dtype_size(p->reg.grad_dtype);
+  for (size_t k = 0; k < x->n_spans && mine; k++) {
+    size_t a, b;
+    if (!zt__span_clip(x->spans[k].a, x->spans[k].b, p->begin, p->end, &a, &b)) continue;
+    add_rank_sums(p->ctx->cpu, p->grads + (a - p->begin), (const char *)x->recv + i * gsz,
+                  mine, p->reg.grad_dtype, p->world, b - a);
+    i += b - a;
+  }
+}
+
+/* The bucket has landed: its sums go to the sums thread. Where that thread
+ * cannot start, they are done here: a gradient is never lost. */
+static void finish(zt__part_t *p, zt__xfer_t *x) {
+  x->busy = 0;
+  zt__err_t keep = *p->ctx->err;
+  if (zt__work_queue_call(&p->sums, sum_bucket, x, p->ctx->err) == 0) {
+    x->sums = zt__work_queue_ticket(&p->sums);
+    return;
+  }
+  *p->ctx->err = keep;
+  sum_bucket(x);
+}
+
+/* The slot's sums are done: its buffers may be reused, and the shard's
+ * gradients hold them. */
+static void wait_sums(zt__part_t *p, zt__xfer_t *x) {
+  if (x->sums == 0) return;
+  zt__work_queue_wait(&p->sums, x->sums);
+  x->sums = 0;
+}
+
+static int wait_slot(zt__part_t *p, zt__xfer_t *x) {
+  if (x->busy) {
+    int rc = p->ctx->comm->ops->wait(p->ctx->comm, &x->req);
+    if (rc < 0) {
+      x->busy = 0;
+      return rc;
+    }
+    finish(p, x);
+  }
+  wait_sums(p, x);
+  return 0;
+}
+
+/* Finishes the buckets that have landed, without blocking. */
+int zt__reduce_progress(zt__part_t *p) {
+  for (int s = 0; s < ZT_XFER_SLOTS; s++) {
+    zt__xfer_t *x = &p->xfer[s];
+    if (!x->busy) continue;
+    int done = p->ctx->comm->ops->test(p->ctx->comm, &x->req);
+    if (done < 0) {
+      x->busy = 0;
+      return done;
+    }
+    if (done) {
+      if (x->req.status < 0) {
+        x->busy = 0;
+        return x->req.status;
+      }
+      finish(p, x);
+    }
+  }
+  return 0;
+}
+
+/* Packs the bucket's gradients out of the user's buffer, starts the
+ * alltoallv, and then, at stage 2+, zeroes them in the user's buffer (they
+ * are handed over). */
+static int start_bucket(zt__part_t *p, zt__xfer_t *x) {
+  const zt__backend_ops_t *be = p->ctx->be_ops;
+  size_t gsz = zt__dtype_size(p->reg.grad_dtype);
+  zt__copy_kind_t kind = p->on_pinned ? ZT_COPY_D2H : ZT_COPY_D2D;
+  /* The user's backward wrote these gradients on the compute stream. */
+  ZT_TRY(be->stream_sync(p->ctx->be, ZT_STREAM_COMPUTE));
+  size_t off = 0;
+  for (size_t k = 0; k < x->n_spans; k++) {
+    const zt__span_t *sp = &x->spans[k];
+    char *dst = (char *)x->send + off * gsz;
+    size_t n = sp->b - sp->a;
+    if (sp->at == NULL) {
+      ZT_TRY(zt__part_span_op(p, ZT_SPAN_PACK, dst, p->reg.grads, gsz, sp->a, sp->b, kind,
+                     ZT_STREAM_D2H));
+    } else if (sp->at == ZT_SPAN_ZERO) {
+      memset(dst, 0, n * gsz);
+    } else {
+      ZT_TRY(be->copy(p->ctx->be, dst, sp->at, n * gsz, kind, ZT_STREAM_D2H));
+    }
+    off += n;
+  }
+  ZT_TRY(be->stream_sync(p->ctx->be, ZT_STREAM_D2H));
+  if (kind == ZT_COPY_D2H) *p->reg.counters->d2h_bytes += off * gsz;
+
+  size_t pos = 0;
+  for (int r = 0; r < p->world; r++) {
+    size_t lo, hi, n = 0;
+    zt__part_shard_of(p, r, &lo, &hi);
+    for (size_t k = 0; k < x->n_spans; k++) {
+      size_t a, b;
+      if (zt__span_clip(x->spans[k].a, x->spans[k].b, lo, hi, &a, &b)) n += b - a;
+    }
+    x->counts[r] = n;
+    x->displs[r] = pos;
+    pos += n;
+  }
+  x->mine = x->counts[p->rank];
+  for (int r = 0; r < p->world; r++) {
+    x->rcounts[r] = x->mine;
+    x->rdispls[r] = (size_t)r * x->mine;
+  }
+  x->req = (zt__comm_req_t){0};
+  ZT_TRY(p->ctx->comm->ops->alltoallv(p->ctx->comm, x->send, x->counts, x->displs, x->recv,
+                                   x->rcounts, x->rdispls, zt__part_red_dtype(p->reg.grad_dtype),
+                                   &x->req));
+  x->busy = 1;
+  /* Handed over: the next micro-step accumulates from zero. Only now: had
+   * the alltoallv been refused, the gradients would be in neither place. */
+  if (p->ctx->cfg->stage >= 2) {
+    for (size_t k = 0; k < x->n_spans; k++)
+      if (x->spans[k].at == NULL)
+        ZT_TRY(zt__part_span_op(p, ZT_SPAN_CLEAR, NULL, p->reg.grads, gsz, x->spans[k].a,
+                       x->spans[k].b, kind, ZT_STREAM_D2H));
+    ZT_TRY(be->stream_sync(p->ctx->be, ZT_STREAM_D2H));
+  }
+  return 0;
+}
+
+/* The next free slot, waiting for the oldest bucket when both are busy. */
+static int take_slot(zt__part_t *p, zt__xfer_t **out) {
+  zt__xfer_t *x = &p->xfer[p->next_slot];
+  p->next_slot = (p->next_slot + 1) % ZT_XFER_SLOTS;
+  ZT_TRY(wait_slot(p, x));
+  x->n_spans = 0;
+  *out = x;
+  return 0;
+}
+
+/* Cuts `spans` (sorted) into buckets and starts each. */
+static int reduce_spans(zt__part_t *p, const zt__span_t *spans, size_t n) {
+  zt__xfer_t *x = NULL;
+  size_t room = 0;
+  for (size_t k = 0; k < n; k++) {
+    size_t a = spans[k].a;
+    while (a < spans[k].b) {
+      if (x == NULL) {
+        ZT_TRY(take_slot(p, &x));
+        room = p->bucket_elems;
+      }
+      size_t b = min_sz(spans[k].b, a + room);
+      char *at = spans[k].at;
+      if (at != NULL && at != ZT_SPAN_ZERO)
+        at += (a - spans[k].a) * zt__dtype_size(p->reg.grad_dtype);
+      x->spans[x->n_spans++] = (zt__span_t){a, b, at};
+      room -= b - a;
+      a = b;
+      if (room == 0 || x->n_spans == x->cap_spans) {
+        ZT_TRY(start_bucket(p, x));
+        x = NULL;
+      }
+    }
+  }
+  if (x) ZT_TRY(start_bucket(p, x));
+  return 0;
+}
+
+/* Group g's spans, each saying where its gradients are: the engine-owned
+ * buffer, the registered buffer, or nowhere (zeros: a group whose gradients
+ * were never asked for). Returns how many were written to out. */
+static size_t grad_sources(zt__part_t *p, const zt__group_t *g, zt__span_t *out) {
+  size_t gsz = zt__dtype_size(p->reg.grad_dtype);
+  for (size_t k = 0; k < g->n_spans; k++) {
+    char *at = g->grads ? (char *)g->grads + g->pos[k] * gsz
+               : p->reg.grads ? NULL
+                            : ZT_SPAN_ZERO;
+    out[k] = (zt__span_t){g->spans[k].a, g->spans[k].b, at};
+  }
+  return g->n_spans;
+}
+
+int zt__reduce_group(zt__part_t *p, zt__group_t *g) {
+  if (p->ctx->cfg->stage < 2) return 0; /* stage 1 reduces at the step */
+  ZT_TRY(zt__agree(p, "zt_grads_ready", ZT_AGREE_READY, g->id, 0, g->numel, NULL));
+  ZT_TRY(zt__reduce_progress(p));
+  zt__span_t *src = malloc(g->n_spans * sizeof *src);
+  if (src == NULL) return zt__errf(p->ctx->err, -ENOMEM, "out of memory");
+  int rc = reduce_spans(p, src, grad_sources(p, g, src));
+  free(src);
+  ZT_TRY(rc);
+  /* Every bucket holding them is packed: the group's own buffer can go. */
+  zt__part_drop_grads(p, g);
+  g->reduced = 1;
+  return 0;
+}
+
+static int by_start(const void *x, const void *y) {
+  size_t a = ((const zt__span_t *)x)->a, b = ((const zt__span_t *)y)->a;
+  return a < b ? -1 : a > b;
+}
+
+int zt__reduce_all(zt__part_t *p, const zt_step_args_t *args) {
+  /* At stage 1 too, for the step's arguments (stage 1 has no other
+   * collective to confuse the step's with). */
+  ZT_TRY(zt__agree(p, "zt_step", ZT_AGREE_STEP, -1, 0, p->total, args));
+  /* The groups not handed over yet, as one sorted list so that small groups
+   * share buckets. */
+  size_t n = 0;
+  for (size_t g = 0; g < p->n_groups; g++)
+    if (!p->groups[g].reduced) n += p->groups[g].n_spans;
+  if (n) {
+    zt__span_t *all = malloc(n * sizeof *all);
+    if (all == NULL) return zt__errf(p->ctx->err, -ENOMEM, "out of memory");
+    size_t k = 0;
+    for (size_t g = 0; g < p->n_groups; g++) {
+      if (p->groups[g].reduced) continue;
+      k += grad_sources(p, &p->groups[g], all + k);
+      p->groups[g].reduced = 1;
+    }
+    qsort(all, n, sizeof *all, by_start);
+    int rc = reduce_spans(p, all, n);
+    free(all);
+    ZT_TRY(rc);
+    for (size_t g = 0; g < p->n_groups; g++) zt__part_drop_grads(p, &p->groups[g]);
+  }
+  return zt__reduce_drain(p);
+}
+
+int zt__reduce_drain(zt__part_t *p) {
+  for (int s = 0; s < ZT_XFER_SLOTS; s++) ZT_TRY(wait_slot(p, &p->xfer[s]));
+  return 0;
+}
+
+int zt__reduce_drop_buckets(zt__part_t *p) {
+  int rc = 0;
+  for (int s = 0; s < ZT_XFER_SLOTS; s++) {
+    zt__xfer_t *x = &p->xfer[s];
+    wait_sums(p, x); /* they write the shard's gradients */
+    if (!x->busy) continue;
+    int w = p->ctx->comm->ops->wait(p->ctx->comm, &x->req);
+    x->busy = 0;
+    if (rc == 0) rc = w;
+  }
+  return rc;
+}
+
+int zt__reduce_reset(zt__part_t *p) {
+  for (size_t g = 0; g < p->n_groups; g++) p->groups[g].reduced = 0;
+  for (int s = 0; s < ZT_XFER_SLOTS; s++) wait_sums(p, &p->xfer[s]);
+  memset(p->grads, 0, (p->end - p->begin) * sizeof(float));
+  return 0;
+}

@@ -1,0 +1,52 @@
+/*
+ * reduce.h — the gradient reduction of ZeRO stages 1 to 3 (reduce.c).
+ *
+ * Why not the backend's reduce-scatter: each bucket's gradients go to their
+ * owners by alltoallv, in the gradient dtype, and the owner sums the W
+ * contributions in rank order in fp32. An element's sum is then the same
+ * whatever the bucket size, the bucketing (stage 1 reduces at the step,
+ * stage 2 group by group during the backward) and the comm backend: stages
+ * 1 and 2 give bit-identical parameters, and the volume is a
+ * reduce-scatter's. The sum is not divided by W here: 1/W is part of the
+ * step's gradient multiplier (the average, as data parallelism means it).
+ *
+ * Threading: the engine's calls only, one at a time; the sums of landed
+ * buckets run on the partition's sums thread (zt__part_t.sums).
+ */
+#ifndef ZT_REDUCE_H
+#define ZT_REDUCE_H
+
+#include "base/internal.h"  // defines: ZT_INTERNAL, zt_step_args_t
+#include "zero/partition.h" // defines: zt__part_t, zt__group_t
+
+/* zt_grads_ready: hands a group's gradients to their owners (stage 2+;
+ * stage 1: no-op). Asynchronous: returns once they are copied out of the
+ * user's buffer or the group's engine-owned one (which is then freed). */
+ZT_INTERNAL int zt__reduce_group(zt__part_t *p, zt__group_t *g);
+
+/* The step's reduction: every group not handed over yet, then waits for
+ * every bucket in flight. After it, p->grads holds the shard's sums.
+ * `args`: zt_step's arguments, which the ranks compare before anything
+ * moves (a difference is -EINVAL on every rank naming them, with
+ * p->disagreed = ZT_DISAGREED_ARGS); NULL for zt_grad_norm or a step this
+ * rank refuses itself (nothing to compare). */
+ZT_INTERNAL int zt__reduce_all(zt__part_t *p, const zt_step_args_t *args);
+
+/* Finishes the buckets that have landed, without blocking (their sums go to
+ * the sums thread). */
+ZT_INTERNAL int zt__reduce_progress(zt__part_t *p);
+
+/* Waits for every bucket in flight and its sums: the buckets' buffers are
+ * free after it. */
+ZT_INTERNAL int zt__reduce_drain(zt__part_t *p);
+
+/* Between steps: p->grads back to zero, groups not handed over. */
+ZT_INTERNAL int zt__reduce_reset(zt__part_t *p);
+
+/* zt_load: gradient buckets still in flight (handed over before the load)
+ * are completed and dropped, never summed: they would land in the sums
+ * after zt__reduce_reset cleared them. Every rank has the same buckets in
+ * flight (they are collectives). */
+ZT_INTERNAL int zt__reduce_drop_buckets(zt__part_t *p);
+
+#endif /* ZT_REDUCE_H */
