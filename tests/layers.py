@@ -109,9 +109,12 @@ def library_file(path):
 
 def cycles(files, edges):
     """Include cycles between modules (a module: a path without its
-    extension, so engine.c and engine.h are one), as Tarjan's strongly
-    connected components of more than one module."""
-    mod = lambda p: os.path.splitext(p)[0]
+    extension, so engine.c and engine.h are one, and swap_impl.h is part of
+    swap), as Tarjan's strongly connected components of more than one
+    module."""
+    # A private header X_impl.h, shared by the files that implement X, is
+    # part of module X.
+    mod = lambda p: re.sub(r"_impl$", "", os.path.splitext(p)[0])
     g = {}
     for f in files:
         if not library_file(f):

@@ -23,7 +23,7 @@
 #include <cjson/cJSON.h> // defines: cJSON
 
 #include "base/ckjson.h"      // defines: zt__ckjson_parse_text, zt__ckjson_fmt_num
-#include "engine/config_keys.h"
+#include "engine/config_impl.h"
 
 /* ---- JSON text ----------------------------------------------------------------- */
 

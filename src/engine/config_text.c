@@ -25,7 +25,7 @@
 #include "base/ckjson.h"      // defines: zt__ckjson_parse_text, zt__ckjson_fmt_num
 #include "base/units.h"       // defines: zt__parse_bytes
 #include "engine/config.h"    // defines: zt__config_import, zt__config_doc
-#include "engine/config_keys.h"
+#include "engine/config_impl.h"
 
 /* Fields that only code can set, with why. */
 static const struct {

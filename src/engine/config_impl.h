@@ -1,12 +1,12 @@
 /*
- * config_keys.h — what the three files of the config share: the key table
+ * config_impl.h — what the three files of the config share: the key table
  * and the checks (config.c), the text forms of values, values from text and
  * the suggestions for unknown keys (config_text.c), and whole JSON documents
  * (config_json.c): the table's types, the where-and-why of a failure, and
  * the entry points each calls in the others. Only those three include it.
  */
-#ifndef ZT_CONFIG_KEYS_H
-#define ZT_CONFIG_KEYS_H
+#ifndef ZT_CONFIG_IMPL_H
+#define ZT_CONFIG_IMPL_H
 
 #include <stddef.h>
 #include <stdint.h>
@@ -186,4 +186,4 @@ ZT_INTERNAL int zt__config_unknown_key(const ctx_t *c, const char *name, int lin
 ZT_INTERNAL int zt__config_from_json(const ctx_t *c, const keydef_t *k, const cJSON *v,
                                      zt_config_t *w);
 
-#endif /* ZT_CONFIG_KEYS_H */
+#endif /* ZT_CONFIG_IMPL_H */
