@@ -13,11 +13,11 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "bench/common.h"    // defines: zt_bench_*_main
-#include "tool/args.h"        // defines: zt_args_parse
-#include "tool/progress.h"    // defines: zt_progress_end
-#include "tool/report.h"      // defines: zt_report_*
-#include "ztier.h"            // defines: zt_version
+#include "bench/common.h"     // defines: zt_bench_*_main
+#include "tool/args.h"         // defines: zt_args_parse
+#include "tool/progress.h"     // defines: zt_progress_end
+#include "tool/report.h"       // defines: zt_report_*
+#include "ztier.h"             // defines: zt_version
 
 typedef struct command {
   const char *name;
