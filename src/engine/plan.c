@@ -1,16 +1,16 @@
 /*
- * plan.c — the bytes of plan.h. Each figure names the allocation it stands
- * for; when the engine's allocations change, this file changes with them
- * (tests/test_zero.c holds zt_stats() to it on every rank).
+ * plan.c — the bytes of plan.h. The tiers' own figures are their footprint
+ * (offload/tier.h: what each tier's alloc takes, computed the same way, so
+ * the plan and the engine cannot drift; tests/test_tier.c holds the two
+ * together); the ZeRO room's shards and buckets are sized here as
+ * partition.c sizes them (tests/test_zero.c holds zt_stats() to the plan on
+ * every rank).
  */
 #include <errno.h>
 
-#include "offload/opt_nvme.h"  // defines: zt__opt_nvme_chunk, ZT_NVME_SLOTS
+#include "offload/tier.h"   // defines: zt__opt_tier_ops, zt__param_tier_ops, ZT_TIER_STAGING_SLOTS
 #include "zero/partition.h" // defines: ZT_SHARD_ALIGN, ZT_XFER_SLOTS, ZT_COMM_MAX_COUNT
 #include "engine/plan.h"
-
-/* The engine's staging ring of the unpartitioned host tier (engine.h). */
-#define STAGING_SLOTS 3
 
 static uint64_t min_u(uint64_t a, uint64_t b) { return a < b ? a : b; }
 static uint64_t max_u(uint64_t a, uint64_t b) { return a > b ? a : b; }
@@ -20,27 +20,34 @@ static uint64_t part_bytes(uint64_t b) { return b ? b : 64; }
 /* Pinned memory comes in 4 KiB pages: what the budget bounds (pinned.c). */
 static uint64_t pages(uint64_t b) { return zt__page_round(b); }
 
-/* The nvme tier over `n` states (opt_nvme.c): its pinned slots, added to
- * `host`, and its records on disk. The slots get the room the budget leaves
- * after `pinned`, the pages pinned before them. `gsz`, `psz`: the slots'
- * gradient and parameter elements (0: the slot has none, see opt_nvme.h's
- * in_host). */
-static void nvme_tier(const zt__plan_in_t *in, uint64_t n, size_t gsz, size_t psz,
-                      uint64_t pinned, uint64_t *host, uint64_t *nvme, zt__plan_t *out) {
-  uint64_t budget = in->pinned_budget_bytes, room = 0;
-  if (budget) room = budget > pinned ? budget - pinned : 1; /* 0 would mean no limit */
-  size_t chunk = zt__opt_nvme_chunk(n, in->chunk_bytes, room, gsz, psz);
-  if (chunk == 0) {
+/* The shape a tier is given for `n` states of one run (the plan's model is
+ * one unit), with `pinned` pages pinned before it. */
+static zt__tier_shape_t shape_of(const zt__plan_in_t *in, uint64_t n, int shard, int sink,
+                                 uint64_t pinned) {
+  return (zt__tier_shape_t){.n = n,
+                            .extent = n,
+                            .shard = shard,
+                            .sink = sink,
+                            .param_dtype = in->param_dtype,
+                            .grad_dtype = in->grad_dtype,
+                            .chunk_bytes = in->chunk_bytes,
+                            .budget = in->pinned_budget_bytes,
+                            .pinned = pinned};
+}
+
+/* The optimizer tier's footprint, added to the totals. */
+static void opt_tier(const zt__plan_in_t *in, const zt__tier_shape_t *s, uint64_t *device,
+                     uint64_t *host, uint64_t *nvme, zt__plan_t *out) {
+  zt__footprint_t f;
+  zt__opt_tier_ops(in->optimizer_tier)->footprint(s, &f);
+  if (!f.fits) {
     out->supported = 0;
     out->note = "pinned_budget_bytes cannot hold the nvme tier's slots";
-    /* The states still go to disk: the figures are those of the slots
-     * without a budget, so the nvme row counts them. */
-    chunk = zt__opt_nvme_chunk(n, in->chunk_bytes, 0, gsz, psz);
   }
-  *host += ZT_NVME_SLOTS * (uint64_t)zt__opt_nvme_slot_bytes(chunk, gsz, psz);
-  out->pinned_bytes += ZT_NVME_SLOTS * (pages(zt__opt_nvme_stride(chunk)) +
-                                        pages(chunk * gsz) + pages(chunk * psz));
-  *nvme += (n + chunk - 1) / chunk * (uint64_t)zt__opt_nvme_stride(chunk);
+  *device += f.device;
+  *host += f.host;
+  *nvme += f.nvme;
+  out->pinned_bytes += f.pinned_pages;
 }
 
 int zt__plan(const zt__plan_in_t *in, zt__plan_t *out) {
@@ -60,18 +67,11 @@ int zt__plan(const zt__plan_in_t *in, zt__plan_t *out) {
       out->supported = 0;
       out->note = "stage 0 over several ranks is not in this version";
     }
-    if (in->optimizer_tier == ZT_TIER_DEVICE) {
-      /* fp32 params are their own master. */
-      device = n * 4 * (in->param_dtype == ZT_FP32 ? 2 : 3);
-    } else if (in->optimizer_tier == ZT_TIER_HOST) {
-      uint64_t chunk = min_u(max_u(in->chunk_bytes / 4, 1), n);
-      host = 3 * n * 4 + STAGING_SLOTS * chunk * (psz + gsz);
-      out->pinned_bytes = 3 * pages(n * 4) + STAGING_SLOTS * (pages(chunk * psz) +
-                                                              pages(chunk * gsz));
-    } else {
-      /* The slots copy the loop's gradients in and parameters out. */
-      nvme_tier(in, n, gsz, psz, 0, &host, &nvme, out);
-    }
+    /* The states and what the tier streams them through: the host tier's
+     * staging ring, the nvme tier's slots (which copy the loop's gradients
+     * in and parameters out). */
+    zt__tier_shape_t s = shape_of(in, n, 0, 0, 0);
+    opt_tier(in, &s, &device, &host, &nvme, out);
   } else {
     uint64_t per = (n + (uint64_t)in->ranks - 1) / (uint64_t)in->ranks;
     uint64_t shard = (per + ZT_SHARD_ALIGN - 1) / ZT_SHARD_ALIGN * ZT_SHARD_ALIGN;
@@ -79,8 +79,7 @@ int zt__plan(const zt__plan_in_t *in, zt__plan_t *out) {
     uint64_t hi = min_u((uint64_t)(in->rank + 1) * shard, n);
     uint64_t mine = hi - lo;
     out->shard_params = mine;
-    /* Master, m, v; the shard's gradient sums (fp32) and updated params. */
-    uint64_t states = 3 * part_bytes(mine * 4);
+    /* The shard's gradient sums (fp32) and updated params. */
     uint64_t shard_bufs = part_bytes(mine * 4) + part_bytes(mine * psz);
     /* Buckets: ZT_XFER_SLOTS of (send, recv), sized as zt__part_init does. */
     /* zt__part_init caps a bucket at ZT_COMM_MAX_COUNT / W elements (an
@@ -104,7 +103,7 @@ int zt__plan(const zt__plan_in_t *in, zt__plan_t *out) {
     uint64_t params = part_bytes(mine * psz);
     int params_on_disk = in->stage == 3 && in->param_tier == ZT_TIER_NVME;
     if (in->optimizer_tier == ZT_TIER_DEVICE) {
-      device = states + shard_bufs + buckets;
+      device = shard_bufs + buckets;
       if (in->stage == 3 && in->param_tier == ZT_TIER_HOST) {
         /* The shard's parameters in pinned memory (partition.c). */
         device -= params;
@@ -112,27 +111,25 @@ int zt__plan(const zt__plan_in_t *in, zt__plan_t *out) {
         out->pinned_bytes += pages(params);
       }
     } else {
-      host = shard_bufs + buckets + (in->optimizer_tier == ZT_TIER_HOST ? states : 0);
-      out->pinned_bytes += pages(part_bytes(mine * 4)) + pages(params) + bucket_pages +
-                           (in->optimizer_tier == ZT_TIER_HOST ? 3 * pages(part_bytes(mine * 4))
-                                                               : 0);
+      host = shard_bufs + buckets;
+      out->pinned_bytes += pages(part_bytes(mine * 4)) + pages(params) + bucket_pages;
     }
-    uint64_t param_pages = 0;
     if (params_on_disk) {
-      /* On disk between steps, written through two pinned pages
-       * (param_nvme.c); reads ahead are zt_stats' read_ahead_bytes. */
-      uint64_t file = pages(max_u(mine * psz, 1));
-      param_pages = 2 * min_u(pages(in->chunk_bytes), file);
-      host += param_pages;
-      out->pinned_bytes += param_pages;
-      nvme += file;
+      /* The parameter tier's own: on disk between steps. */
+      zt__tier_shape_t s = shape_of(in, mine, 1, 0, 0);
+      zt__footprint_t f;
+      zt__param_tier_ops(in->param_tier)->footprint(&s, &f);
+      host += f.host;
+      out->pinned_bytes += f.pinned_pages;
+      nvme += f.nvme;
     }
-    /* The slots read the gradient sums and write the parameters where
-     * they are, or send the parameters to the parameter tier's file. */
-    if (in->optimizer_tier == ZT_TIER_NVME && mine) {
-      uint64_t pinned = pages(part_bytes(mine * 4)) + pages(params) + bucket_pages + param_pages;
-      nvme_tier(in, mine, 0, params_on_disk ? psz : 0, pinned, &host, &nvme, out);
-    }
+    /* The shard's states, in their tier: the nvme tier's slots read the
+     * gradient sums and write the parameters where they are, or send the
+     * parameters to the parameter tier's file, with the room the budget
+     * leaves after the pages above. */
+    uint64_t pinned = out->pinned_bytes;
+    zt__tier_shape_t s = shape_of(in, mine, 1, params_on_disk, pinned);
+    opt_tier(in, &s, &device, &host, &nvme, out);
     if (in->stage == 3) {
       /* The loop holds no model buffer: ztier's shards (above) are the
        * parameters, and a fetched group's gathered copy lives in backend
@@ -161,7 +158,7 @@ int zt__plan(const zt__plan_in_t *in, zt__plan_t *out) {
       out->supported = 0;
       out->note = "pinned_budget_bytes is below chunk_bytes, which the config refuses";
     } else if (in->optimizer_tier == ZT_TIER_HOST &&
-               budget / (2 * STAGING_SLOTS) < in->chunk_bytes) {
+               budget / (2 * ZT_TIER_STAGING_SLOTS) < in->chunk_bytes) {
       out->supported = 0;
       out->note = "pinned_budget_bytes is below 6 * chunk_bytes, the host tier's staging "
                   "ring, which the config refuses";

@@ -1,0 +1,87 @@
+/*
+ * tier_param.c — the parameter tiers, which hold stage 3's shard of the
+ * parameters between steps: "device" and "host" keep it in the ZeRO room's
+ * buffer (backend or pinned memory, the room's to allocate), "nvme" in a
+ * swap file (param_nvme.c). Their ops: create, get and put of a span for
+ * checkpoints, done, and footprint. See tier.h.
+ */
+#include <string.h>
+
+#include "offload/param_nvme.h" // defines: zt__param_nvme_*
+#include "offload/tier.h"
+
+/* ---- memory: the room's buffer ------------------------------------------------------- */
+
+static int mem_create(zt__param_tier_t *t) { return 0; }
+static void mem_destroy(zt__param_tier_t *t) {}
+static int mem_done(zt__param_tier_t *t) { return 0; }
+
+static int mem_get(zt__param_tier_t *t, size_t a, size_t b, void *dst) {
+  const zt__ctx_t *c = t->ctx;
+  size_t psz = zt__dtype_size(t->dtype);
+  const char *src = (const char *)*t->mem + (a - t->first) * psz;
+  if (t->mem_on_host) {
+    memcpy(dst, src, (b - a) * psz);
+    return 0;
+  }
+  ZT_TRY(c->be_ops->copy(c->be, dst, src, (b - a) * psz, ZT_COPY_D2H, ZT_STREAM_D2H));
+  return c->be_ops->stream_sync(c->be, ZT_STREAM_D2H);
+}
+
+static int mem_put(zt__param_tier_t *t, size_t a, size_t b, const void *src) {
+  const zt__ctx_t *c = t->ctx;
+  size_t psz = zt__dtype_size(t->dtype);
+  char *dst = (char *)*t->mem + (a - t->first) * psz;
+  if (t->mem_on_host) {
+    memcpy(dst, src, (b - a) * psz);
+    return 0;
+  }
+  ZT_TRY(c->be_ops->copy(c->be, dst, src, (b - a) * psz, ZT_COPY_H2D, ZT_STREAM_H2D));
+  return c->be_ops->stream_sync(c->be, ZT_STREAM_H2D);
+}
+
+/* The buffer is the ZeRO room's (partition.c), counted with its own. */
+static void mem_footprint(const zt__tier_shape_t *s, zt__footprint_t *out) {
+  *out = (zt__footprint_t){.fits = 1};
+}
+
+const zt__param_tier_ops_t zt__param_tier_device = {"device", mem_create, mem_destroy, mem_get,
+                                                    mem_put, mem_done, mem_footprint};
+const zt__param_tier_ops_t zt__param_tier_host = {"host", mem_create, mem_destroy, mem_get,
+                                                  mem_put, mem_done, mem_footprint};
+
+/* ---- nvme: a swap file ----------------------------------------------------------------- */
+
+static int nvme_create(zt__param_tier_t *t) {
+  return zt__param_nvme_create(t->ctx, t->pin, t->n, t->dtype, &t->nvme);
+}
+
+static void nvme_destroy(zt__param_tier_t *t) {
+  zt__param_nvme_destroy(t->nvme);
+  t->nvme = NULL;
+}
+
+static int nvme_get(zt__param_tier_t *t, size_t a, size_t b, void *dst) {
+  return zt__param_nvme_get(t->nvme, a - t->first, b - a, dst);
+}
+
+static int nvme_put(zt__param_tier_t *t, size_t a, size_t b, const void *src) {
+  return zt__param_nvme_put(t->nvme, a - t->first, b - a, src);
+}
+
+static int nvme_done(zt__param_tier_t *t) { return zt__param_nvme_flush(t->nvme); }
+
+/* The file, in 4 KiB blocks, and the two pinned pages the writes go
+ * through (param_nvme.c); reads ahead are zt_stats' read_ahead_bytes. */
+static void nvme_footprint(const zt__tier_shape_t *s, zt__footprint_t *out) {
+  *out = (zt__footprint_t){.fits = 1};
+  uint64_t psz = zt__dtype_size(s->param_dtype);
+  uint64_t file = zt__page_round(s->n ? s->n * psz : 1);
+  uint64_t page = zt__page_round(s->chunk_bytes);
+  if (page > file) page = file;
+  out->host = out->pinned_pages = 2 * page;
+  out->nvme = file;
+}
+
+const zt__param_tier_ops_t zt__param_tier_nvme = {"nvme", nvme_create, nvme_destroy, nvme_get,
+                                                  nvme_put, nvme_done, nvme_footprint};
