@@ -552,16 +552,19 @@ int zt_bench_nvme_main(int argc, char **argv) {
            path, (double)space / (1 << 30), reps, o_direct ? "yes" : "no",
            fixed ? "yes" : "no", sq_on ? "yes" : sqpoll ? "refused" : "no");
     if (note[0]) printf("engine: %s\n", note);
-    printf("\n%7s %10s %5s | %8s %8s %11s | %8s %8s   (GB/s)\n", "threads", "block", "qd",
-           "write", "read", "read(ring)", "fio wr", "fio rd");
+    zt_table_t *tab = zt_table_new("rrrlrrrlrrl");
+    zt_table_row(tab, "threads\tblock\tqd\t|\twrite\tread\tread(ring)\t|\tfio wr\tfio rd\t"
+                      "(GB/s)");
     for (int i = 0; i < nc; i++) {
       const cell_t *c = &cells[i];
       char fw[16] = "-", fr[16] = "-";
       if (c->fw >= 0) snprintf(fw, sizeof fw, "%.2f", c->fw);
       if (c->fr >= 0) snprintf(fr, sizeof fr, "%.2f", c->fr);
-      printf("%7u %6zu KiB %5u | %8.2f %8.2f %11.2f | %8s %8s\n", c->threads,
-             c->block >> 10, c->qd, c->w, c->r, c->r_small, fw, fr);
+      zt_table_row(tab, "%u\t%zu KiB\t%u\t|\t%.2f\t%.2f\t%.2f\t|\t%s\t%s", c->threads,
+                   c->block >> 10, c->qd, c->w, c->r, c->r_small, fw, fr);
     }
+    printf("\n");
+    zt_table_print(tab, stdout, 0, NULL);
     printf("\nbest read  %.2f GB/s (block %zu KiB, qd %u, %u thread%s)", best_r,
            cells[br].block >> 10, cells[br].qd, cells[br].threads,
            cells[br].threads > 1 ? "s" : "");

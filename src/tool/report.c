@@ -195,10 +195,14 @@ void zt_table_print(zt_table_t *t, FILE *f, int indent, const char *sep) {
       if (w > width[k]) width[k] = w;
     }
   for (size_t r = 0; r < t->rows; r++) {
+    char **row = t->cells + r * (size_t)t->cols;
+    /* Empty cells at a row's end are left out, so no line ends in blanks. */
+    int n = t->cols;
+    while (n > 1 && (row[n - 1] == NULL || row[n - 1][0] == '\0')) n--;
     fprintf(f, "%*s", indent, "");
-    for (int k = 0; k < t->cols; k++) {
-      const char *c = t->cells[r * (size_t)t->cols + k];
-      int w = (int)width[k], last = k == t->cols - 1;
+    for (int k = 0; k < n; k++) {
+      const char *c = row[k];
+      int w = (int)width[k], last = k == n - 1;
       if (k) fputs(sep ? sep : "  ", f);
       if (t->align[k] == 'r') fprintf(f, "%*s", w, c ? c : "");
       else if (last) fputs(c ? c : "", f); /* no trailing blanks */
