@@ -36,10 +36,11 @@
  * NCCL has no all-gather-v nor all-to-all-v: all_gatherv is a group of one
  * broadcast per rank, alltoallv a group of sends and receives (a rank's own
  * piece is a device copy). 16-bit and byte data is moved as bytes; only
- * ZT_RED_F32 and ZT_RED_F64 are reduced (zt__comm_check, as everywhere).
+ * ZT_RED_F32 and ZT_RED_F64 are reduced (the front end refuses the rest).
  *
- * Arguments, in-place forms and byte counts are those of comm_mpi.c, checked
- * by the same functions, so the three backends refuse the same calls.
+ * Arguments, in-place forms, byte counts and the requests in flight are the
+ * front end's (src/comm/comm.c), as for every backend: this file only moves
+ * the data.
  *
  * Errors: an ncclResult_t is ZT_ENCCL, a cudaError_t ZT_ECUDA (ZT_ENOGPU when
  * there is no driver or device), each with a sentence naming the call.
@@ -54,14 +55,15 @@
 #include <cuda_runtime.h> // defines: streams, events, cudaMallocAsync
 #include <nccl.h>         // defines: ncclComm_t, the collectives
 
-#include "comm/comm.h" // defines: zt__comm_ops_t, zt__boot_id_*
+#include "comm/comm.h" // defines: zt__comm_backend_t, zt__boot_id_*
 
-/* One collective in flight: its completion event and its name. */
-typedef struct op {
+/* The state of one collective in flight (the front end's record holds it):
+ * its completion event. */
+typedef struct nop {
   cudaEvent_t done;
-  const char *fn; /* the collective, for the sentence of a failed completion */
-  struct op *prev, *next;
-} op_t;
+} nop_t;
+
+static nop_t *S(zt__comm_op_t *o) { return (nop_t *)zt__comm_op_state(o); }
 
 typedef struct nccl_comm {
   zt__comm_t base; /* first: the engine holds a zt__comm_t * */
@@ -72,7 +74,6 @@ typedef struct nccl_comm {
   float *word; /* the barrier's device word */
   int device, rank, world;
   const zt_config_t *cfg; /* the engine's, for the log */
-  op_t *inflight;
 } nccl_comm_t;
 
 static nccl_comm_t *N(zt__comm_t *c) { return (nccl_comm_t *)c; }
@@ -135,56 +136,9 @@ class device_scope {
 
 /* ---- requests ---------------------------------------------------------------------- */
 
-static void complete(zt__comm_req_t *req, int status) {
-  req->done = 1;
-  req->status = status;
-  req->impl = 0;
-}
-
-static int refuse(zt__comm_req_t *req, int rc) {
-  if (req) complete(req, rc);
-  return rc;
-}
-
-static op_t *find(nccl_comm_t *m, long long impl) {
-  for (op_t *o = m->inflight; o; o = o->next)
-    if ((long long)(intptr_t)o == impl) return o;
-  return NULL;
-}
-
-/* A request in flight must not be issued again (as in comm_mpi.c). */
-static int busy(nccl_comm_t *m, const char *fn, const zt__comm_req_t *req) {
-  if (req == NULL || req->done || find(m, req->impl) == NULL) return 0;
-  return zt__errf(m->base.err, -EBUSY,
-                  "%s: req is still in flight; wait for it (or test it to completion) "
-                  "before issuing another collective on it",
-                  fn);
-}
-
-static void op_free(nccl_comm_t *m, op_t *o) {
-  if (o->prev)
-    o->prev->next = o->next;
-  else
-    m->inflight = o->next;
-  if (o->next) o->next->prev = o->prev;
-  if (o->done) (void)cudaEventDestroy(o->done);
-  free(o);
-}
-
-static int op_new(nccl_comm_t *m, const char *fn, op_t **out) {
-  op_t *o = (op_t *)calloc(1, sizeof *o);
-  if (o == NULL) return zt__errf(m->base.err, -ENOMEM, "%s: out of memory", fn);
-  cudaError_t rc = cudaEventCreateWithFlags(&o->done, cudaEventDisableTiming);
-  if (rc != cudaSuccess) {
-    free(o);
-    return cuda_fail(m->base.err, fn, "cudaEventCreateWithFlags", rc);
-  }
-  o->fn = fn;
-  o->next = m->inflight;
-  if (m->inflight) m->inflight->prev = o;
-  m->inflight = o;
-  *out = o;
-  return 0;
+static void nccl_op_release(zt__comm_t *c, zt__comm_op_t *o) {
+  if (S(o)->done) (void)cudaEventDestroy(S(o)->done);
+  S(o)->done = NULL;
 }
 
 /* ---- staging of host buffers ------------------------------------------------------- */
@@ -260,23 +214,15 @@ static int stage_out(nccl_comm_t *m, const char *fn, stage_t *s, int issued) {
 }
 
 /* The end of every collective: the staging back and freed, the completion
- * recorded and handed to the caller, or the failure reported on req. `rc` is
- * what enqueuing the collective returned. */
-static int post(nccl_comm_t *m, const char *fn, op_t *o, stage_t *s, int rc,
-                zt__comm_req_t *req) {
+ * recorded, or the failure reported (the front end then releases o). `rc`
+ * is what enqueuing the collective returned. */
+static int post(nccl_comm_t *m, const char *fn, zt__comm_op_t *o, stage_t *s, int rc) {
   int out = stage_out(m, fn, s, rc == 0);
   if (rc == 0) rc = out;
   cudaError_t e;
-  if (rc == 0 && (e = cudaEventRecord(o->done, m->stream)) != cudaSuccess)
+  if (rc == 0 && (e = cudaEventRecord(S(o)->done, m->stream)) != cudaSuccess)
     rc = cuda_fail(m->base.err, fn, "cudaEventRecord", e);
-  if (rc < 0) {
-    op_free(m, o);
-    return refuse(req, rc);
-  }
-  req->done = 0;
-  req->status = 0;
-  req->impl = (long long)(intptr_t)o;
-  return 0;
+  return rc;
 }
 
 static ncclDataType_t nccl_type(zt__red_dtype_t dt) {
@@ -331,7 +277,7 @@ static int check_device(const zt_config_t *cfg, zt__err_t *err) {
 static int boot_mpi(const zt_config_t *cfg, zt__err_t *err, int local, ncclUniqueId *id,
                     int *rank, int *world) {
   zt__comm_t *mc = NULL;
-  ZT_TRY(zt__comm_mpi_ops.create(cfg, err, &mc));
+  ZT_TRY(zt__comm_create_on(&zt__comm_mpi_backend, cfg, err, &mc));
   const zt__comm_ops_t *ops = mc->ops;
   *rank = ops->rank(mc);
   *world = ops->world(mc);
@@ -437,7 +383,6 @@ static int nccl_create(const zt_config_t *cfg, zt__err_t *err, zt__comm_t **out)
 
   nccl_comm_t *m = (nccl_comm_t *)calloc(1, sizeof *m);
   if (m == NULL) return zt__errf(err, -ENOMEM, "%s: out of memory", fn);
-  m->base.ops = &zt__comm_nccl_ops;
   m->base.err = err;
   m->cfg = cfg;
   m->device = cfg->device;
@@ -485,8 +430,8 @@ static void nccl_destroy(zt__comm_t *c) {
   /* A collective still in flight may wait for a peer that never issues its
    * half: abort the comm (NCCL ends its kernels) instead of waiting. */
   size_t left = 0;
-  for (op_t *o = m->inflight; o; o = o->next)
-    if (cudaEventQuery(o->done) != cudaSuccess) left++;
+  for (zt__comm_op_t *o = c->inflight; o; o = o->next)
+    if (cudaEventQuery(S(o)->done) != cudaSuccess) left++;
   (void)cudaGetLastError();
   if (left)
     zt__log(m->cfg, ZT_LOG_WARN,
@@ -501,7 +446,7 @@ static void nccl_destroy(zt__comm_t *c) {
       (void)ncclCommDestroy(m->comm);
   }
   if (m->stream) (void)cudaStreamSynchronize(m->stream);
-  while (m->inflight) op_free(m, m->inflight);
+  while (c->inflight) zt__comm_op_free(c, c->inflight);
   if (m->word) (void)cudaFree(m->word);
   if (m->barrier_done) (void)cudaEventDestroy(m->barrier_done);
   if (m->compute_mark) (void)cudaEventDestroy(m->compute_mark);
@@ -526,123 +471,80 @@ static int after_compute(nccl_comm_t *m, const char *fn) {
 }
 
 static int begin(nccl_comm_t *m, const char *fn, const void *send, size_t sbytes,
-                 void *recv, size_t rbytes, zt__comm_req_t *req, op_t **o, stage_t *s) {
-  int rc = op_new(m, fn, o);
-  if (rc < 0) return refuse(req, rc);
-  rc = after_compute(m, fn);
+                 void *recv, size_t rbytes, zt__comm_op_t *o, stage_t *s) {
+  memset(s, 0, sizeof *s);
+  CU_TRY(m->base.err, fn, cudaEventCreateWithFlags(&S(o)->done, cudaEventDisableTiming));
+  int rc = after_compute(m, fn);
   if (rc == 0) rc = stage_in(m, fn, send, sbytes, recv, rbytes, s);
-  if (rc < 0) {
-    (void)stage_out(m, fn, s, 0);
-    op_free(m, *o);
-    return refuse(req, rc);
-  }
-  return 0;
+  if (rc < 0) (void)stage_out(m, fn, s, 0);
+  return rc;
 }
 
 static int nccl_all_reduce(zt__comm_t *c, void *buf, size_t count, zt__red_dtype_t dt,
-                           zt__red_op_t op, zt__comm_req_t *req) {
+                           zt__red_op_t op, zt__comm_op_t *o) {
   nccl_comm_t *m = N(c);
-  const char *fn = "all_reduce";
-  ZT_TRY(busy(m, fn, req));
-  int rc = zt__comm_check(c, fn, dt, 1, op, req);
-  if (rc == 0) rc = zt__comm_check_count(c, fn, "count", count);
-  if (rc < 0) return refuse(req, rc);
+  const char *fn = o->fn;
   size_t bytes = count * zt__red_size(dt);
   device_scope scope(m->device);
-  op_t *o;
   stage_t s;
-  ZT_TRY(begin(m, fn, buf, bytes, buf, bytes, req, &o, &s));
+  ZT_TRY(begin(m, fn, buf, bytes, buf, bytes, o, &s));
   ncclResult_t nrc = ncclAllReduce(s.drecv, s.drecv, count, nccl_type(dt), nccl_op(op),
                                    m->comm, m->stream);
-  rc = nrc == ncclSuccess ? 0 : nccl_fail(c->err, m->comm, fn, "ncclAllReduce", nrc);
-  ZT_TRY(post(m, fn, o, &s, rc, req));
-  size_t W = (size_t)m->world, moved = 2 * (W - 1) * bytes / W;
-  c->bytes_sent += moved;
-  c->bytes_received += moved;
-  return 0;
+  int rc = nrc == ncclSuccess ? 0 : nccl_fail(c->err, m->comm, fn, "ncclAllReduce", nrc);
+  return post(m, fn, o, &s, rc);
 }
 
 static int nccl_reduce_scatter(zt__comm_t *c, const void *send, void *recv, size_t count,
-                               zt__red_dtype_t dt, zt__red_op_t op, zt__comm_req_t *req) {
+                               zt__red_dtype_t dt, zt__red_op_t op, zt__comm_op_t *o) {
   nccl_comm_t *m = N(c);
-  const char *fn = "reduce_scatter";
+  const char *fn = o->fn;
   size_t W = (size_t)m->world, es = zt__red_size(dt);
-  ZT_TRY(busy(m, fn, req));
-  int rc = zt__comm_check(c, fn, dt, 1, op, req);
-  if (rc == 0) rc = zt__comm_check_count(c, fn, "count", count);
-  if (rc == 0) rc = zt__comm_check_count(c, fn, "count x world", count * W);
-  int in_place = send == recv;
-  if (rc == 0 && !in_place)
-    rc = zt__comm_check_disjoint(c, fn, send, W * count * es, recv, count * es);
-  if (rc < 0) return refuse(req, rc);
+  int in_place = o->in_place;
   device_scope scope(m->device);
-  op_t *o;
   stage_t s;
-  ZT_TRY(begin(m, fn, send, W * count * es, recv, (in_place ? W : 1) * count * es, req, &o,
-               &s));
+  ZT_TRY(begin(m, fn, send, W * count * es, recv, (in_place ? W : 1) * count * es, o, &s));
   /* ztier's in-place form leaves the result at recv[0 .. count); NCCL's puts
    * it at recv + rank x count, from where it is moved down. */
   size_t mine = (size_t)m->rank * count * es;
   char *dst = in_place ? s.drecv + mine : s.drecv;
   ncclResult_t nrc = ncclReduceScatter(s.dsend, dst, count, nccl_type(dt), nccl_op(op),
                                        m->comm, m->stream);
-  rc = nrc == ncclSuccess ? 0 : nccl_fail(c->err, m->comm, fn, "ncclReduceScatter", nrc);
+  int rc = nrc == ncclSuccess ? 0 : nccl_fail(c->err, m->comm, fn, "ncclReduceScatter", nrc);
   cudaError_t e;
   if (rc == 0 && in_place && mine > 0 && count > 0 &&
       (e = cudaMemcpyAsync(s.drecv, dst, count * es, cudaMemcpyDeviceToDevice,
                            m->stream)) != cudaSuccess)
     rc = cuda_fail(c->err, fn, "cudaMemcpyAsync (device to device)", e);
-  ZT_TRY(post(m, fn, o, &s, rc, req));
-  c->bytes_sent += (W - 1) * count * es;
-  c->bytes_received += (W - 1) * count * es;
-  return 0;
+  return post(m, fn, o, &s, rc);
 }
 
 static int nccl_all_gather(zt__comm_t *c, const void *send, void *recv, size_t count,
-                           zt__red_dtype_t dt, zt__comm_req_t *req) {
+                           zt__red_dtype_t dt, zt__comm_op_t *o) {
   nccl_comm_t *m = N(c);
-  const char *fn = "all_gather";
+  const char *fn = o->fn;
   size_t W = (size_t)m->world, es = zt__red_size(dt);
-  ZT_TRY(busy(m, fn, req));
-  int rc = zt__comm_check(c, fn, dt, 0, ZT_OP_SUM, req);
-  if (rc == 0) rc = zt__comm_check_count(c, fn, "count", count);
-  if (rc == 0) rc = zt__comm_check_count(c, fn, "count x world", count * W);
-  const char *mine = (const char *)recv + (size_t)m->rank * count * es;
-  if (rc == 0 && send != mine)
-    rc = zt__comm_check_disjoint(c, fn, send, count * es, recv, W * count * es);
-  if (rc < 0) return refuse(req, rc);
   device_scope scope(m->device);
-  op_t *o;
   stage_t s;
-  ZT_TRY(begin(m, fn, send, count * es, recv, W * count * es, req, &o, &s));
+  ZT_TRY(begin(m, fn, send, count * es, recv, W * count * es, o, &s));
   /* In place (send == recv + rank x count) is NCCL's in-place form too. */
   ncclResult_t nrc =
       ncclAllGather(s.dsend, s.drecv, count * es, ncclUint8, m->comm, m->stream);
-  rc = nrc == ncclSuccess ? 0 : nccl_fail(c->err, m->comm, fn, "ncclAllGather", nrc);
-  ZT_TRY(post(m, fn, o, &s, rc, req));
-  c->bytes_sent += (W - 1) * count * es;
-  c->bytes_received += (W - 1) * count * es;
-  return 0;
+  int rc = nrc == ncclSuccess ? 0 : nccl_fail(c->err, m->comm, fn, "ncclAllGather", nrc);
+  return post(m, fn, o, &s, rc);
 }
 
 static int nccl_all_gatherv(zt__comm_t *c, const void *send, size_t count, void *recv,
                             const size_t *counts, const size_t *displs, zt__red_dtype_t dt,
-                            zt__comm_req_t *req) {
+                            zt__comm_op_t *o) {
   nccl_comm_t *m = N(c);
-  const char *fn = "all_gatherv";
-  int W = m->world, me = m->rank, in_place;
-  size_t es = zt__red_size(dt), extent;
-  ZT_TRY(busy(m, fn, req));
-  int rc = zt__comm_check_all_gatherv(c, W, me, send, count, recv, counts, displs, dt, req,
-                                      &extent, &in_place);
-  if (rc < 0) return refuse(req, rc);
+  const char *fn = o->fn;
+  int W = m->world, me = m->rank;
+  size_t es = zt__red_size(dt);
   device_scope scope(m->device);
-  op_t *o;
   stage_t s;
-  ZT_TRY(begin(m, fn, send, count * es, recv, extent * es, req, &o, &s));
+  ZT_TRY(begin(m, fn, send, count * es, recv, o->recv_extent * es, o, &s));
   /* One broadcast per rank, rooted at it, fused by the group. Every rank
    * holds the same counts, so all skip the same empty pieces. */
-  size_t others = 0;
   ncclResult_t nrc = ncclGroupStart();
   const char *call = "ncclGroupStart";
   for (int r = 0; nrc == ncclSuccess && r < W; r++) {
@@ -651,7 +553,6 @@ static int nccl_all_gatherv(zt__comm_t *c, const void *send, size_t count, void 
     nrc = ncclBroadcast(r == me ? (const void *)s.dsend : dst, dst, counts[r] * es,
                         ncclUint8, r, m->comm, m->stream);
     call = "ncclBroadcast";
-    if (r != me) others += counts[r];
   }
   /* A group that was opened is closed, even after a failed call in it. */
   ncclResult_t end = ncclGroupEnd();
@@ -659,30 +560,20 @@ static int nccl_all_gatherv(zt__comm_t *c, const void *send, size_t count, void 
     nrc = end;
     call = "ncclGroupEnd";
   }
-  rc = nrc == ncclSuccess ? 0 : nccl_fail(c->err, m->comm, fn, call, nrc);
-  ZT_TRY(post(m, fn, o, &s, rc, req));
-  c->bytes_sent += (size_t)(W - 1) * count * es;
-  c->bytes_received += others * es;
-  return 0;
+  int rc = nrc == ncclSuccess ? 0 : nccl_fail(c->err, m->comm, fn, call, nrc);
+  return post(m, fn, o, &s, rc);
 }
 
 static int nccl_alltoallv(zt__comm_t *c, const void *send, const size_t *send_counts,
                           const size_t *send_displs, void *recv, const size_t *recv_counts,
-                          const size_t *recv_displs, zt__red_dtype_t dt,
-                          zt__comm_req_t *req) {
+                          const size_t *recv_displs, zt__red_dtype_t dt, zt__comm_op_t *o) {
   nccl_comm_t *m = N(c);
-  const char *fn = "alltoallv";
-  int W = m->world, me = m->rank;
-  size_t es = zt__red_size(dt), sext, rext;
-  ZT_TRY(busy(m, fn, req));
-  int rc = zt__comm_check_alltoallv(c, W, me, send, send_counts, send_displs, recv,
-                                    recv_counts, recv_displs, dt, req, &sext, &rext);
-  if (rc < 0) return refuse(req, rc);
+  const char *fn = o->fn;
+  int W = m->world, me = m->rank, rc = 0;
+  size_t es = zt__red_size(dt);
   device_scope scope(m->device);
-  op_t *o;
   stage_t s;
-  ZT_TRY(begin(m, fn, send, sext * es, recv, rext * es, req, &o, &s));
-  size_t sent = 0, received = 0;
+  ZT_TRY(begin(m, fn, send, o->send_extent * es, recv, o->recv_extent * es, o, &s));
   /* This rank's own piece is a copy, outside the group. */
   cudaError_t e = cudaSuccess;
   if (send_counts[me] > 0)
@@ -707,8 +598,6 @@ static int nccl_alltoallv(zt__comm_t *c, const void *send, const size_t *send_co
                        m->comm, m->stream);
         call = "ncclRecv";
       }
-      sent += send_counts[r];
-      received += recv_counts[r];
     }
     ncclResult_t end = ncclGroupEnd();
     if (nrc == ncclSuccess && end != ncclSuccess) {
@@ -717,37 +606,21 @@ static int nccl_alltoallv(zt__comm_t *c, const void *send, const size_t *send_co
     }
     rc = nrc == ncclSuccess ? 0 : nccl_fail(c->err, m->comm, fn, call, nrc);
   }
-  ZT_TRY(post(m, fn, o, &s, rc, req));
-  c->bytes_sent += sent * es;
-  c->bytes_received += received * es;
-  return 0;
+  return post(m, fn, o, &s, rc);
 }
 
 static int nccl_broadcast(zt__comm_t *c, void *buf, size_t count, zt__red_dtype_t dt,
-                          int root, zt__comm_req_t *req) {
+                          int root, zt__comm_op_t *o) {
   nccl_comm_t *m = N(c);
-  const char *fn = "broadcast";
-  ZT_TRY(busy(m, fn, req));
-  int rc = zt__comm_check(c, fn, dt, 0, ZT_OP_SUM, req);
-  if (rc == 0) rc = zt__comm_check_count(c, fn, "count", count);
-  if (rc == 0 && (root < 0 || root >= m->world))
-    rc = zt__errf(c->err, -EINVAL, "%s: root is %d; expected a rank in [0, %d)", fn, root,
-                  m->world);
-  if (rc < 0) return refuse(req, rc);
+  const char *fn = o->fn;
   size_t bytes = count * zt__red_size(dt);
   device_scope scope(m->device);
-  op_t *o;
   stage_t s;
-  ZT_TRY(begin(m, fn, buf, bytes, buf, bytes, req, &o, &s));
+  ZT_TRY(begin(m, fn, buf, bytes, buf, bytes, o, &s));
   ncclResult_t nrc =
       ncclBroadcast(s.drecv, s.drecv, bytes, ncclUint8, root, m->comm, m->stream);
-  rc = nrc == ncclSuccess ? 0 : nccl_fail(c->err, m->comm, fn, "ncclBroadcast", nrc);
-  ZT_TRY(post(m, fn, o, &s, rc, req));
-  if (m->rank == root)
-    c->bytes_sent += (size_t)(m->world - 1) * bytes;
-  else
-    c->bytes_received += bytes;
-  return 0;
+  int rc = nrc == ncclSuccess ? 0 : nccl_fail(c->err, m->comm, fn, "ncclBroadcast", nrc);
+  return post(m, fn, o, &s, rc);
 }
 
 /* ---- completion -------------------------------------------------------------------- */
@@ -786,69 +659,35 @@ static int nccl_barrier(zt__comm_t *c) {
   return drain(m, fn, m->barrier_done);
 }
 
-static int lookup(nccl_comm_t *m, const char *fn, zt__comm_req_t *req, op_t **out) {
-  *out = NULL;
-  if (req == NULL)
-    return zt__errf(m->base.err, -EINVAL, "%s: req is NULL; expected a request", fn);
-  if (req->done) return 0;
-  if (req->impl == 0) {
-    /* Zeroed and never issued: nothing is in flight. */
-    complete(req, 0);
-    return 0;
-  }
-  *out = find(m, req->impl);
-  if (*out == NULL)
-    return zt__errf(m->base.err, -EINVAL,
-                    "%s: req was not issued on this comm, or was reaped already; "
-                    "expected a request in flight here (or a zeroed one)",
-                    fn);
-  return 0;
-}
-
-static int nccl_wait(zt__comm_t *c, zt__comm_req_t *req) {
+static int nccl_wait(zt__comm_t *c, zt__comm_op_t *o) {
   nccl_comm_t *m = N(c);
-  op_t *o;
-  ZT_TRY(lookup(m, "wait", req, &o));
-  if (o) {
-    device_scope scope(m->device);
-    int rc = drain(m, o->fn, o->done);
-    op_free(m, o);
-    complete(req, rc);
-  }
-  return req->status;
+  device_scope scope(m->device);
+  return drain(m, o->fn, S(o)->done);
 }
 
-static int nccl_test(zt__comm_t *c, zt__comm_req_t *req) {
+static int nccl_test(zt__comm_t *c, zt__comm_op_t *o) {
   nccl_comm_t *m = N(c);
-  op_t *o;
-  ZT_TRY(lookup(m, "test", req, &o));
-  if (o) {
-    device_scope scope(m->device);
-    cudaError_t e = cudaEventQuery(o->done);
-    if (e == cudaErrorNotReady) {
-      ncclResult_t a = ncclSuccess;
-      ncclResult_t nrc = ncclCommGetAsyncError(m->comm, &a);
-      if (nrc == ncclSuccess && (a == ncclSuccess || a == ncclInProgress)) return 0;
-      int rc = nrc != ncclSuccess
-                   ? nccl_fail(c->err, m->comm, o->fn, "ncclCommGetAsyncError", nrc)
-                   : nccl_fail(c->err, m->comm, o->fn, "a collective (asynchronous error)", a);
-      op_free(m, o);
-      complete(req, rc);
-    } else {
-      int rc = e == cudaSuccess ? 0 : cuda_fail(c->err, o->fn, "cudaEventQuery", e);
-      op_free(m, o);
-      complete(req, rc);
-    }
-  }
-  return req->status < 0 ? req->status : 1;
+  device_scope scope(m->device);
+  cudaError_t e = cudaEventQuery(S(o)->done);
+  if (e == cudaSuccess) return 1;
+  if (e != cudaErrorNotReady) return cuda_fail(c->err, o->fn, "cudaEventQuery", e);
+  ncclResult_t a = ncclSuccess;
+  ncclResult_t nrc = ncclCommGetAsyncError(m->comm, &a);
+  if (nrc == ncclSuccess && (a == ncclSuccess || a == ncclInProgress)) return 0;
+  return nrc != ncclSuccess
+             ? nccl_fail(c->err, m->comm, o->fn, "ncclCommGetAsyncError", nrc)
+             : nccl_fail(c->err, m->comm, o->fn, "a collective (asynchronous error)", a);
 }
 
-extern "C" const zt__comm_ops_t zt__comm_nccl_ops = {
+extern "C" const zt__comm_backend_t zt__comm_nccl_backend = {
     /* .name = */ "nccl",
+    /* .op_bytes = */ sizeof(nop_t),
+    /* .op_rank_bytes = */ 0,
     /* .create = */ nccl_create,
     /* .destroy = */ nccl_destroy,
     /* .rank = */ nccl_rank,
     /* .world = */ nccl_world,
+    /* .start = */ NULL,
     /* .all_reduce = */ nccl_all_reduce,
     /* .reduce_scatter = */ nccl_reduce_scatter,
     /* .all_gather = */ nccl_all_gather,
@@ -858,4 +697,7 @@ extern "C" const zt__comm_ops_t zt__comm_nccl_ops = {
     /* .barrier = */ nccl_barrier,
     /* .wait = */ nccl_wait,
     /* .test = */ nccl_test,
+    /* .op_release = */ nccl_op_release,
+    /* .abort = */ NULL,
+    /* .failed = */ NULL,
 };

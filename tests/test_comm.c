@@ -538,7 +538,7 @@ static void check_bytes(zt__comm_t *c) {
  * another refused. */
 static void check_errors(zt__comm_t *c) {
   int W = c->ops->world(c), me = c->ops->rank(c);
-  int is_mpi = c->ops == &zt__comm_mpi_ops;
+  int is_mpi = c->be == &zt__comm_mpi_backend;
   float f[64];
   gen(f, ZT_RED_F32, 64, 9, 0, me);
   zt__comm_req_t q = {0};
@@ -614,17 +614,238 @@ static void check_errors(zt__comm_t *c) {
     wait_ok(c, &a);
     check_reduced("all_reduce after a refused reuse", g, ZT_RED_F32, ZT_OP_MAX, 8, 0, 8,
                   W, 9, 1);
-    /* A request this comm never issued. */
-    zt__comm_req_t junk = {0, 0, 0x1234};
-    C_ERR(c->ops->wait(c, &junk), -EINVAL, "not issued");
-    C_ERR(c->ops->test(c, &junk), -EINVAL, "not issued");
   }
+  /* A request this comm never issued: refused by every backend (the front
+   * end's records say so, whatever the transport). */
+  zt__comm_req_t junk = {0, 0, 0x1234};
+  C_ERR(c->ops->wait(c, &junk), -EINVAL, "not issued");
+  C_ERR(zt__comm_test(c, &junk), -EINVAL, "not issued");
+  /* Every call goes through the front end, whichever the backend. */
+  assert_ptr_equal(c->ops, &zt__comm_front_ops);
+  assert_ptr_equal(c->ops->all_reduce, zt__comm_all_reduce);
   /* Still usable. */
   C_OK(c->ops->all_reduce(c, f, 64, ZT_RED_F32, ZT_OP_SUM, &q));
   wait_ok(c, &q);
   check_reduced("all_reduce after the errors", f, ZT_RED_F32, ZT_OP_SUM, 64, 0, 64, W, 9,
                 0);
   C_OK(c->ops->barrier(c));
+}
+
+/* ---- the front end over a backend of the test's own ----------------------------- */
+
+/* "probe": rank 1 of a world of 3 whose collectives stay in flight until
+ * waited for, and which counts what reaches it. The front end must check
+ * every call before the transport sees it, keep the requests and count the
+ * bytes by itself; this is also the whole of what a new backend writes. */
+static struct {
+  int calls, waits, released, destroyed;
+  int fail_next;  /* the next collective's transport fails with it */
+  int give_up;    /* the next wait gives up (keep) with -EPIPE */
+  int zeroed;     /* every state the transport got was zeroed, of its size */
+} probe;
+
+static int probe_create(const zt_config_t *cfg, zt__err_t *e, zt__comm_t **out) {
+  *out = calloc(1, sizeof **out);
+  return *out ? 0 : -ENOMEM;
+}
+static void probe_destroy(zt__comm_t *c) {
+  while (c->inflight) zt__comm_op_free(c, c->inflight);
+  probe.destroyed++;
+  free(c);
+}
+static int probe_rank(const zt__comm_t *c) { return 1; }
+static int probe_world(const zt__comm_t *c) { return 3; }
+static int probe_issue(zt__comm_t *c, zt__comm_op_t *o) {
+  const unsigned char *st = zt__comm_op_state(o);
+  for (size_t i = 0; i < 24 + 3 * 8; i++) probe.zeroed &= st[i] == 0;
+  probe.calls++;
+  if (probe.fail_next) {
+    int rc = probe.fail_next;
+    probe.fail_next = 0;
+    return zt__errf(c->err, rc, "%s: the probe's transport failed", o->fn);
+  }
+  return 0;
+}
+static int probe_all_reduce(zt__comm_t *c, void *b, size_t n, zt__red_dtype_t dt,
+                            zt__red_op_t op, zt__comm_op_t *o) {
+  return probe_issue(c, o);
+}
+static int probe_reduce_scatter(zt__comm_t *c, const void *s, void *r, size_t n,
+                                zt__red_dtype_t dt, zt__red_op_t op, zt__comm_op_t *o) {
+  return probe_issue(c, o);
+}
+static int probe_all_gather(zt__comm_t *c, const void *s, void *r, size_t n,
+                            zt__red_dtype_t dt, zt__comm_op_t *o) {
+  return probe_issue(c, o);
+}
+static int probe_all_gatherv(zt__comm_t *c, const void *s, size_t n, void *r,
+                             const size_t *counts, const size_t *displs, zt__red_dtype_t dt,
+                             zt__comm_op_t *o) {
+  return probe_issue(c, o);
+}
+static int probe_alltoallv(zt__comm_t *c, const void *s, const size_t *sc, const size_t *sd,
+                           void *r, const size_t *rc, const size_t *rd, zt__red_dtype_t dt,
+                           zt__comm_op_t *o) {
+  return probe_issue(c, o);
+}
+static int probe_broadcast(zt__comm_t *c, void *b, size_t n, zt__red_dtype_t dt, int root,
+                           zt__comm_op_t *o) {
+  return probe_issue(c, o);
+}
+static int probe_barrier(zt__comm_t *c) { return 0; }
+static int probe_wait(zt__comm_t *c, zt__comm_op_t *o) {
+  probe.waits++;
+  if (!probe.give_up) return 0;
+  probe.give_up = 0;
+  o->keep = 1;
+  return zt__errf(c->err, -EPIPE, "%s: the probe gave up", o->fn);
+}
+static int probe_test(zt__comm_t *c, zt__comm_op_t *o) { return 1; }
+static void probe_release(zt__comm_t *c, zt__comm_op_t *o) { probe.released++; }
+
+static const zt__comm_backend_t probe_backend = {
+    .name = "probe",
+    .op_bytes = 24,
+    .op_rank_bytes = 8,
+    .create = probe_create,
+    .destroy = probe_destroy,
+    .rank = probe_rank,
+    .world = probe_world,
+    .all_reduce = probe_all_reduce,
+    .reduce_scatter = probe_reduce_scatter,
+    .all_gather = probe_all_gather,
+    .all_gatherv = probe_all_gatherv,
+    .alltoallv = probe_alltoallv,
+    .broadcast = probe_broadcast,
+    .barrier = probe_barrier,
+    .wait = probe_wait,
+    .test = probe_test,
+    .op_release = probe_release,
+};
+
+#define PROBE_BYTES(c, s0, r0, sent, received)                                            \
+  do {                                                                                    \
+    assert_int_equal((c)->bytes_sent - (s0), (sent));                                     \
+    assert_int_equal((c)->bytes_received - (r0), (received));                             \
+  } while (0)
+
+static void front_end(void **state) {
+  memset(&probe, 0, sizeof probe);
+  probe.zeroed = 1;
+  static zt_config_t cfg;
+  cfg = t_config();
+  zt__comm_t *c = NULL;
+  C_OK(zt__comm_create_on(&probe_backend, &cfg, &err, &c));
+  assert_ptr_equal(c->ops, &zt__comm_front_ops);
+  assert_ptr_equal(c->be, &probe_backend);
+  assert_int_equal(zt__comm_world(c), 3);
+  assert_int_equal(zt__comm_rank(c), 1);
+  float f[96];
+  memset(f, 0, sizeof f);
+  zt__comm_req_t q = {0};
+
+  /* Bad calls never reach the transport. */
+  size_t big = ZT_COMM_MAX_COUNT + 1, third = ZT_COMM_MAX_COUNT / 3 + 1;
+  C_ERR(zt__comm_all_reduce(c, f, big, ZT_RED_F32, ZT_OP_SUM, &q), -EOVERFLOW, "count is");
+  assert_int_equal(q.done, 1); /* the refusal is on the request */
+  assert_int_equal(zt__comm_wait(c, &q), -EOVERFLOW);
+  C_ERR(zt__comm_all_reduce(c, f, 4, ZT_RED_BF16, ZT_OP_SUM, &q), -ENOTSUP, "ZT_RED_BF16");
+  C_ERR(zt__comm_all_reduce(c, f, 4, ZT_RED_F32, (zt__red_op_t)3, &q), -EINVAL, "op is 3");
+  C_ERR(zt__comm_all_reduce(c, f, 4, (zt__red_dtype_t)7, ZT_OP_SUM, &q), -EINVAL, "dt is 7");
+  C_ERR(zt__comm_all_reduce(c, f, 4, ZT_RED_F32, ZT_OP_SUM, NULL), -EINVAL, "req is NULL");
+  C_ERR(zt__comm_reduce_scatter(c, f, f + 32, third, ZT_RED_F32, ZT_OP_SUM, &q), -EOVERFLOW,
+        "count x world");
+  C_ERR(zt__comm_reduce_scatter(c, f, f + 4, 2, ZT_RED_F32, ZT_OP_SUM, &q), -EINVAL,
+        "overlap");
+  C_ERR(zt__comm_all_gather(c, f, f + 1, 2, ZT_RED_F32, &q), -EINVAL, "overlap");
+  C_ERR(zt__comm_broadcast(c, f, 4, ZT_RED_F32, 3, &q), -EINVAL, "root is 3; expected a "
+                                                                 "rank in [0, 3)");
+  size_t counts[3] = {1, 2, 3}, displs[3] = {0, 1, 3}, zero[3] = {0, 0, 0};
+  C_ERR(zt__comm_all_gatherv(c, f, 1, f + 32, counts, displs, ZT_RED_F32, &q), -EINVAL,
+        "count is 1; expected counts[rank 1] = 2");
+  C_ERR(zt__comm_all_gatherv(c, f, 2, f + 32, counts, NULL, ZT_RED_F32, &q), -EINVAL,
+        "displs is NULL; expected 3 entries");
+  C_ERR(zt__comm_alltoallv(c, f, counts, displs, f + 32, zero, displs, ZT_RED_F32, &q),
+        -EINVAL, "send_counts[1] is 2 and recv_counts[1] is 0");
+  C_ERR(zt__comm_alltoallv(c, f, counts, displs, f + 2, counts, displs, ZT_RED_F32, &q),
+        -EINVAL, "overlap");
+  assert_int_equal(probe.calls, 0);
+  assert_int_equal(c->bytes_sent, 0);
+  assert_int_equal(c->bytes_received, 0);
+  assert_null(c->inflight);
+
+  /* Good calls: in flight until waited for, bytes counted at issue. */
+  size_t s0 = 0, r0 = 0;
+  C_OK(zt__comm_all_reduce(c, f, 12, ZT_RED_F32, ZT_OP_SUM, &q));
+  assert_int_equal(q.done, 0);
+  PROBE_BYTES(c, s0, r0, 2 * 2 * 48 / 3, 2 * 2 * 48 / 3);
+  s0 = c->bytes_sent, r0 = c->bytes_received;
+  /* In flight: not reissued, left untouched. */
+  zt__comm_req_t before = q;
+  C_ERR(zt__comm_all_gather(c, f, f + 32, 2, ZT_RED_F32, &q), -EBUSY, "in flight");
+  assert_memory_equal(&q, &before, sizeof q);
+  assert_int_equal(probe.calls, 1);
+  C_OK(zt__comm_wait(c, &q));
+  assert_int_equal(q.done, 1);
+  assert_int_equal(probe.waits, 1);
+  assert_int_equal(probe.released, 1);
+  assert_null(c->inflight);
+  C_OK(zt__comm_wait(c, &q)); /* done already: the transport is not asked */
+  assert_int_equal(probe.waits, 1);
+  C_ERR(zt__comm_wait(c, &(zt__comm_req_t){0, 0, 0x77}), -EINVAL, "not issued");
+
+  C_OK(zt__comm_reduce_scatter(c, f, f + 48, 4, ZT_RED_F64, ZT_OP_MAX, &q));
+  PROBE_BYTES(c, s0, r0, 2 * 4 * 8, 2 * 4 * 8);
+  assert_int_equal(zt__comm_test(c, &q), 1);
+  s0 = c->bytes_sent, r0 = c->bytes_received;
+  C_OK(zt__comm_all_gather(c, f + 4, f, 4, ZT_RED_U8, &q)); /* in place: rank 1's piece */
+  PROBE_BYTES(c, s0, r0, 2 * 4, 2 * 4);
+  C_OK(zt__comm_wait(c, &q));
+  s0 = c->bytes_sent, r0 = c->bytes_received;
+  C_OK(zt__comm_all_gatherv(c, f + 1, 2, f, counts, displs, ZT_RED_F32, &q));
+  PROBE_BYTES(c, s0, r0, 2 * 2 * 4, (1 + 3) * 4);
+  C_OK(zt__comm_wait(c, &q));
+  s0 = c->bytes_sent, r0 = c->bytes_received;
+  size_t rcounts[3] = {5, 2, 0}, rdispls[3] = {0, 5, 7};
+  C_OK(zt__comm_alltoallv(c, f, counts, displs, f + 32, rcounts, rdispls, ZT_RED_BF16, &q));
+  PROBE_BYTES(c, s0, r0, (1 + 3) * 2, (5 + 0) * 2);
+  C_OK(zt__comm_wait(c, &q));
+  s0 = c->bytes_sent, r0 = c->bytes_received;
+  C_OK(zt__comm_broadcast(c, f, 5, ZT_RED_F32, 1, &q)); /* the root sends */
+  PROBE_BYTES(c, s0, r0, 2 * 20, 0);
+  C_OK(zt__comm_wait(c, &q));
+  s0 = c->bytes_sent, r0 = c->bytes_received;
+  C_OK(zt__comm_broadcast(c, f, 5, ZT_RED_F32, 2, &q)); /* another root: received */
+  PROBE_BYTES(c, s0, r0, 0, 20);
+  C_OK(zt__comm_wait(c, &q));
+  assert_int_equal(probe.calls, 7);
+  assert_int_equal(probe.zeroed, 1);
+
+  /* A transport that fails: the request completes with its error, nothing
+   * is counted, the record is released. */
+  s0 = c->bytes_sent, r0 = c->bytes_received;
+  probe.fail_next = -EIO;
+  C_ERR(zt__comm_all_reduce(c, f, 4, ZT_RED_F32, ZT_OP_SUM, &q), -EIO, "probe's transport");
+  assert_int_equal(q.done, 1);
+  assert_int_equal(q.status, -EIO);
+  PROBE_BYTES(c, s0, r0, 0, 0);
+  assert_null(c->inflight);
+
+  /* A wait the backend gives up on: the request completes with its error,
+   * the record stays for destroy. */
+  int released = probe.released;
+  C_OK(zt__comm_all_reduce(c, f, 4, ZT_RED_F32, ZT_OP_SUM, &q));
+  probe.give_up = 1;
+  C_ERR(zt__comm_wait(c, &q), -EPIPE, "gave up");
+  assert_int_equal(q.done, 1);
+  assert_non_null(c->inflight);
+  assert_int_equal(probe.released, released);
+  /* Two in flight at destroy: the backend frees them. */
+  zt__comm_req_t q2 = {0};
+  C_OK(zt__comm_all_reduce(c, f, 4, ZT_RED_F32, ZT_OP_SUM, &q2));
+  zt__comm_destroy(c);
+  assert_int_equal(probe.destroyed, 1);
+  assert_int_equal(probe.released, released + 2);
 }
 
 /* ---- the vote (src/comm/comm_vote.c) --------------------------------------------- */
@@ -746,8 +967,8 @@ static void mpi_lifecycle(void **state) {
   assert_int_equal(zt__comm_mpi_active(), 0);
   for (int i = 0; i < 3; i++) {
     zt__comm_t *c = open_comm();
-    assert_ptr_equal(c->ops, &zt__comm_mpi_ops);
-    assert_string_equal(c->ops->name, "mpi");
+    assert_ptr_equal(c->be, &zt__comm_mpi_backend);
+    assert_string_equal(c->be->name, "mpi");
     if (W > 0) assert_int_equal(c->ops->world(c), W);
     if (me >= 0) assert_int_equal(c->ops->rank(c), me);
     assert_int_equal(c->bytes_sent, 0);
@@ -767,7 +988,7 @@ static void mpi_auto(void **state) {
   assert_int_equal(cfg.comm, ZT_COMM_AUTO);
   zt__comm_t *c = NULL;
   C_OK(zt__comm_create(&cfg, &err, &c));
-  assert_ptr_equal(c->ops, &zt__comm_mpi_ops);
+  assert_ptr_equal(c->be, &zt__comm_mpi_backend);
   zt__comm_destroy(c);
 
   char saved[3][64];
@@ -778,7 +999,7 @@ static void mpi_auto(void **state) {
   }
   assert_int_equal(zt__comm_launched_by_mpi(), 0);
   C_OK(zt__comm_create(&cfg, &err, &c));
-  assert_ptr_equal(c->ops, &zt__comm_mpi_ops);
+  assert_ptr_equal(c->be, &zt__comm_mpi_backend);
   zt__comm_destroy(c);
   for (int i = 0; i < 3; i++)
     if (saved[i][0]) setenv(vars[i], saved[i], 1);
@@ -788,7 +1009,7 @@ static void mpi_auto(void **state) {
   cfg.stage = 1;
   cfg.backend = ZT_BACKEND_HOST;
   zt_engine_t *eng = t_engine(&cfg);
-  assert_ptr_equal(eng->comm->ops, &zt__comm_mpi_ops);
+  assert_ptr_equal(eng->comm->be, &zt__comm_mpi_backend);
   assert_int_equal(eng->comm->ops->world(eng->comm), env_int("OMPI_COMM_WORLD_SIZE"));
   zt_engine_destroy(eng);
 }
@@ -1071,7 +1292,7 @@ static void auto_choice(void **state) {
   assert_int_equal(cfg.comm, ZT_COMM_AUTO);
   zt__comm_t *c = (zt__comm_t *)&cfg; /* must be reset */
   C_OK(zt__comm_create(&cfg, &err, &c));
-  assert_ptr_equal(c->ops, &zt__comm_single_ops);
+  assert_ptr_equal(c->be, &zt__comm_single_backend);
   assert_int_equal(c->ops->world(c), 1);
   assert_int_equal(c->ops->rank(c), 0);
   zt__comm_destroy(c);
@@ -1079,7 +1300,7 @@ static void auto_choice(void **state) {
 
   cfg.backend = ZT_BACKEND_HOST; /* comm is the same on either backend */
   zt_engine_t *eng = t_engine(&cfg);
-  assert_ptr_equal(eng->comm->ops, &zt__comm_single_ops);
+  assert_ptr_equal(eng->comm->be, &zt__comm_single_backend);
   zt_engine_destroy(eng);
   /* Nothing above started MPI in this process. */
   assert_int_equal(zt__comm_mpi_active(), 0);
@@ -1096,7 +1317,7 @@ static void nccl_refused(void **state) {
   int rc = zt__comm_create(&cfg, &err, &c);
   print_message("# zt__comm_create(comm nccl) -> %s: %s\n", zt_err_name(rc), err.msg);
   if (rc == 0) {
-    assert_string_equal(c->ops->name, "nccl");
+    assert_string_equal(c->be->name, "nccl");
     zt__comm_destroy(c);
   } else {
     assert_int_equal(rc, ZT_HAVE_CUDA ? ZT_ENOGPU : ZT_ENOCUDA);
@@ -1139,6 +1360,7 @@ static void single_red_size(void **state) {
 /* The same checks as the ranks run, on the single backend. */
 static const struct CMUnitTest tests[] = {
     cmocka_unit_test(single_red_size),
+    cmocka_unit_test(front_end),
     cmocka_unit_test(auto_choice),
     cmocka_unit_test(nccl_refused),
     cmocka_unit_test(all_reduce),

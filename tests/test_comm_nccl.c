@@ -466,7 +466,7 @@ static void world1_collectives(void **state) {
   zt_config_t cfg = nccl_config();
   zt__comm_t *nc = NULL, *sc = NULL;
   if (zt__comm_create(&cfg, &err, &nc) != 0) fail_msg("comm nccl: %s", err.msg);
-  assert_string_equal(nc->ops->name, "nccl");
+  assert_string_equal(nc->be->name, "nccl");
   assert_int_equal(nc->ops->world(nc), 1);
   assert_int_equal(nc->ops->rank(nc), 0);
   zt_config_t scfg = ZT_CONFIG_INIT;

@@ -101,18 +101,11 @@ static void restore_scalars(zt_engine_t *eng, const zt__manifest_t *m) {
 
 /* Every rank's status; the first failure's code and rank, or 0. */
 static int agree_status(zt_engine_t *eng, int mine, int *bad) {
-  int world = eng->comm->ops->world(eng->comm);
-  int64_t me = mine, *all = calloc((size_t)world, sizeof me);
-  if (all == NULL) return zt__errf(&eng->err, -ENOMEM, "out of memory");
-  int rc = zt__comm_control_all_gather(eng->comm, &me, all, sizeof me);
-  *bad = -1;
-  for (int r = 0; rc == 0 && r < world; r++)
-    if (all[r] < 0) {
-      *bad = r;
-      rc = (int)all[r];
-      break;
-    }
-  free(all);
+  zt__vote_t v;
+  int rc = zt__comm_vote(eng->comm, mine < 0 ? mine : 0, NULL, 0, &v);
+  *bad = rc == 0 ? v.first_failed : -1;
+  if (rc == 0 && v.first_failed >= 0) rc = v.first_code;
+  zt__vote_free(&v);
   return rc;
 }
 

@@ -517,18 +517,15 @@ int zt_save(zt_engine_t *eng, const char *dir) {
     if (rc == 0) rc = next_generation(eng, dir, &mine[1]);
     mine[0] = (uint64_t)(int64_t)rc;
   }
-  uint64_t *gens = calloc((size_t)world, sizeof mine);
-  rank_rec_t *recs = calloc((size_t)world, sizeof *recs);
-  if (gens == NULL || recs == NULL) {
-    free(gens);
-    free(recs);
-    if (lock >= 0) close(lock);
-    return zt__errf(&eng->err, -ENOMEM, "out of memory");
-  }
-  int rc = zt__comm_control_all_gather(eng->comm, mine, gens, sizeof mine);
-  int64_t r0 = rc == 0 ? (int64_t)gens[0] : rc;
-  uint64_t gen = gens[1], nonce = gens[2];
-  free(gens);
+  /* Every rank's record of the save (votes.records), once written. */
+  zt__vote_t votes = {0};
+  const rank_rec_t *recs = NULL;
+  zt__vote_t v0;
+  int rc = zt__comm_vote(eng->comm, (int)(int64_t)mine[0], mine + 1, 2 * sizeof *mine, &v0);
+  int64_t r0 = rc == 0 ? v0.status[0] : rc;
+  const uint64_t *g0 = zt__vote_record(&v0, 0, 2 * sizeof *mine);
+  uint64_t gen = g0 ? g0[0] : 0, nonce = g0 ? g0[1] : 0;
+  zt__vote_free(&v0);
   if (rc < 0) goto done;
   if (r0 < 0) {
     rc = (int)r0;
@@ -557,14 +554,15 @@ int zt_save(zt_engine_t *eng, const char *dir) {
     wrote = me.status == 0;
     if (wrote) me.status = read_back(eng, final, hi - lo, me.bytes, me.digest);
   }
-  rc = zt__comm_control_all_gather(eng->comm, &me, recs, sizeof me);
+  rc = zt__comm_vote(eng->comm, (int)me.status, &me, sizeof me, &votes);
   if (rc < 0) goto done;
+  recs = votes.records;
   int bad = 0;
   int64_t fail = first_failure(recs, world, &bad);
   /* Rank 0 checks and commits; everyone learns whether it did, whether
    * the new manifest is in place (then the new files stay, whatever
    * failed), which rank's file it did not find and which it found torn. */
-  int64_t commit[4] = {fail, 0, -1, -1}, *commits = NULL;
+  int64_t commit[4] = {fail, 0, -1, -1};
   if (fail == 0 && rank == 0) {
     zt__manifest_t m;
     commit[0] = build_manifest(eng, gen, recs, &m);
@@ -574,17 +572,17 @@ int zt_save(zt_engine_t *eng, const char *dir) {
     if (commit[0] == 0) remove_older(dir, gen, nonce);
   }
   if (fail == 0) {
-    commits = calloc((size_t)world, sizeof commit);
-    rc = commits ? zt__comm_control_all_gather(eng->comm, commit, commits, sizeof commit)
-                 : zt__errf(&eng->err, -ENOMEM, "out of memory");
+    zt__vote_t vc;
+    rc = zt__comm_vote(eng->comm, (int)commit[0], commit + 1, 3 * sizeof *commit, &vc);
     if (rc == 0) {
-      fail = commits[0];
-      commit[1] = commits[1];
-      commit[2] = commits[2];
-      commit[3] = commits[3];
+      const int64_t *c0 = zt__vote_record(&vc, 0, 3 * sizeof *commit);
+      fail = vc.status[0];
+      commit[1] = c0[0];
+      commit[2] = c0[1];
+      commit[3] = c0[2];
       bad = 0;
     }
-    free(commits);
+    zt__vote_free(&vc);
     if (rc < 0) goto done;
   }
   if (fail < 0) {
@@ -632,7 +630,7 @@ done:
     (void)emptied;
     close(lock);
   }
-  free(recs);
+  zt__vote_free(&votes);
   if (eng->cfg.stage >= 3) zt__prefetch_resume(&eng->zero.prefetch);
   return rc;
 }

@@ -1,5 +1,7 @@
 /*
- * comm.h — the collective interface every ZeRO stage talks to. Backends:
+ * comm.h — the collective interface every ZeRO stage talks to: one front end
+ * (src/comm/comm.c: argument checks, byte counts, requests in flight, and
+ * the vote in comm_vote.c) over the backends, which only move data:
  * single (world size 1, src/comm/comm_single.c), MPI (host buffers,
  * src/comm/comm_mpi.c) and NCCL (device buffers, cuda/comm_nccl.cu; CUDA builds
  * only), with its file bootstrap in src/comm/comm_boot.c.
@@ -55,10 +57,11 @@ typedef struct zt__comm_req {
 
 typedef struct zt__comm zt__comm_t;
 
+/* The calls a comm's users make. Every comm's ops is the front end's table
+ * (src/comm/comm.c), so c->ops->X(c, ...) is zt__comm_X(c, ...): its
+ * arguments checked, its bytes counted and its request kept there, once for
+ * every backend, before the backend's transport is called. */
 typedef struct zt__comm_ops {
-  const char *name;
-  int (*create)(const zt_config_t *cfg, zt__err_t *err, zt__comm_t **out);
-  void (*destroy)(zt__comm_t *c);
   int (*rank)(const zt__comm_t *c);
   int (*world)(const zt__comm_t *c);
   /* buf[count] = op over ranks of buf[count], in place. Order unspecified. */
@@ -93,58 +96,132 @@ typedef struct zt__comm_ops {
   /* Never blocks: 1 when req is done (req->status holds its result), 0 when
    * not yet, negative on error. Also drives progress of the backend. */
   int (*test)(zt__comm_t *c, zt__comm_req_t *req);
+} zt__comm_ops_t;
+
+/* The front end's table (comm.c): every comm's ops. */
+ZT_INTERNAL extern const zt__comm_ops_t zt__comm_front_ops;
+
+/* One collective in flight: the front end's record of it, which req->impl
+ * points to until it completes. The backend's own state for it (an
+ * MPI_Request, a CUDA event; op_bytes of the backend, zeroed) follows the
+ * record: zt__comm_op_state. */
+typedef struct zt__comm_op {
+  const char *fn; /* the collective, for the sentence of a failed completion */
+  /* What the front end's checks found, for the transport: */
+  size_t send_extent, recv_extent; /* elements of the v-variants' buffers */
+  int in_place;                    /* all_gather(v) sending from its place in recv */
+  /* Set by a backend that gives up on a collective MPI may still complete
+   * (a failed comm): the request completes with the failure, and the record
+   * stays on the list for the backend's destroy to abandon. */
+  int keep;
+  struct zt__comm_op *prev, *next;
+} zt__comm_op_t;
+
+static inline void *zt__comm_op_state(zt__comm_op_t *o) {
+  return (char *)o + ((sizeof *o + 15) & ~(size_t)15);
+}
+
+/* What a backend implements: its transport and nothing else. The front end
+ * has checked every argument (the request is not in flight, dt and op are
+ * valid, counts fit, buffers do not overlap but in the in-place forms, root
+ * is a rank) and counts the bytes; the backend moves the data.
+ *
+ * A collective gets its record `o` (state zeroed) and returns 0 when it is in
+ * flight (the front end keeps o until wait() or test() completes it), 1 when
+ * it completed already, or a negative code with a sentence (nothing is in
+ * flight; op_release is called). wait() blocks for o and returns 0 or a
+ * negative code; test() returns 0 (not yet), 1 (done) or a negative code
+ * (done, failed); either way the front end then completes the request and
+ * frees o (op_release first), unless the backend set o->keep. destroy()
+ * finds the records still in flight on c->inflight, and frees or abandons
+ * each (zt__comm_op_free, zt__comm_op_abandon). */
+typedef struct zt__comm_backend {
+  const char *name;
+  size_t op_bytes;      /* its state per collective in flight */
+  size_t op_rank_bytes; /* and per rank of the world (MPI's int vectors) */
+  int (*create)(const zt_config_t *cfg, zt__err_t *err, zt__comm_t **out);
+  void (*destroy)(zt__comm_t *c);
+  int (*rank)(const zt__comm_t *c);
+  int (*world)(const zt__comm_t *c);
+  /* Optional: called before every collective (barrier included) is issued:
+   * 0, or the code of a failed comm (the call is refused with it). */
+  int (*start)(zt__comm_t *c, const char *fn);
+  int (*all_reduce)(zt__comm_t *c, void *buf, size_t count, zt__red_dtype_t dt,
+                    zt__red_op_t op, zt__comm_op_t *o);
+  int (*reduce_scatter)(zt__comm_t *c, const void *send, void *recv, size_t count,
+                        zt__red_dtype_t dt, zt__red_op_t op, zt__comm_op_t *o);
+  int (*all_gather)(zt__comm_t *c, const void *send, void *recv, size_t count,
+                    zt__red_dtype_t dt, zt__comm_op_t *o);
+  int (*all_gatherv)(zt__comm_t *c, const void *send, size_t count, void *recv,
+                     const size_t *counts, const size_t *displs, zt__red_dtype_t dt,
+                     zt__comm_op_t *o);
+  int (*alltoallv)(zt__comm_t *c, const void *send, const size_t *send_counts,
+                   const size_t *send_displs, void *recv, const size_t *recv_counts,
+                   const size_t *recv_displs, zt__red_dtype_t dt, zt__comm_op_t *o);
+  int (*broadcast)(zt__comm_t *c, void *buf, size_t count, zt__red_dtype_t dt, int root,
+                   zt__comm_op_t *o);
+  int (*barrier)(zt__comm_t *c);
+  int (*wait)(zt__comm_t *c, zt__comm_op_t *o);
+  int (*test)(zt__comm_t *c, zt__comm_op_t *o);
+  /* Optional: releases what o's state holds (not o itself). */
+  void (*op_release)(zt__comm_t *c, zt__comm_op_t *o);
   /* Optional (NULL: nobody to tell, as at world size 1): see
    * zt__comm_abort. Never blocks. */
   void (*abort)(zt__comm_t *c, int code, const char *sentence);
   /* Optional: 0, or the code every call of a failed comm returns. */
   int (*failed)(const zt__comm_t *c);
-} zt__comm_ops_t;
+} zt__comm_backend_t;
 
 struct zt__comm {
-  const zt__comm_ops_t *ops;
+  const zt__comm_ops_t *ops;    /* &zt__comm_front_ops */
+  const zt__comm_backend_t *be; /* the transport */
   zt__err_t *err;
   size_t bytes_sent;
   size_t bytes_received;
+  zt__comm_op_t *inflight; /* the front end's records of collectives in flight */
   /* For tests (zt__comm_fault_next): the collective whose next issue on
    * this rank fails as an MPI error would; NULL for none. */
   const char *fault_fn;
 };
 
-ZT_INTERNAL extern const zt__comm_ops_t zt__comm_single_ops;
-ZT_INTERNAL extern const zt__comm_ops_t zt__comm_mpi_ops;
+ZT_INTERNAL extern const zt__comm_backend_t zt__comm_single_backend;
+ZT_INTERNAL extern const zt__comm_backend_t zt__comm_mpi_backend;
 /* Defined only where ZT_HAVE_CUDA is 1 (cuda/comm_nccl.cu). */
-ZT_INTERNAL extern const zt__comm_ops_t zt__comm_nccl_ops;
+ZT_INTERNAL extern const zt__comm_backend_t zt__comm_nccl_backend;
 
-/* The argument checks every backend applies (comm_single.c), so that the
- * backends refuse exactly the same calls. */
-ZT_INTERNAL int zt__comm_check(zt__comm_t *c, const char *fn, zt__red_dtype_t dt,
-                               int reduces, zt__red_op_t op, zt__comm_req_t *req);
-ZT_INTERNAL int zt__comm_check_count(zt__comm_t *c, const char *fn, const char *what,
-                                     size_t count);
-ZT_INTERNAL int zt__comm_check_vector(zt__comm_t *c, const char *fn, const char *cname,
-                                      const size_t *counts, const char *dname,
-                                      const size_t *displs, int world, size_t *extent);
-ZT_INTERNAL int zt__comm_check_disjoint(zt__comm_t *c, const char *fn, const void *a,
-                                        size_t abytes, const void *b, size_t bbytes);
-/* Every check of one all_gatherv / alltoallv call on rank `rank` of
- * `world`: the vectors' extents (elements) come back, and whether the
- * all_gatherv sends from its own place in recv (in place). */
-ZT_INTERNAL int zt__comm_check_all_gatherv(zt__comm_t *c, int world, int rank,
-                                           const void *send, size_t count, const void *recv,
-                                           const size_t *counts, const size_t *displs,
-                                           zt__red_dtype_t dt, zt__comm_req_t *req,
-                                           size_t *extent, int *in_place);
-ZT_INTERNAL int zt__comm_check_alltoallv(zt__comm_t *c, int world, int rank,
-                                         const void *send, const size_t *send_counts,
-                                         const size_t *send_displs, const void *recv,
-                                         const size_t *recv_counts, const size_t *recv_displs,
-                                         zt__red_dtype_t dt, zt__comm_req_t *req,
-                                         size_t *send_extent, size_t *recv_extent);
+/* ---- the front end's calls (src/comm/comm.c) -------------------------------------------- */
+
+ZT_INTERNAL int zt__comm_rank(const zt__comm_t *c);
+ZT_INTERNAL int zt__comm_world(const zt__comm_t *c);
+ZT_INTERNAL int zt__comm_all_reduce(zt__comm_t *c, void *buf, size_t count,
+                                    zt__red_dtype_t dt, zt__red_op_t op, zt__comm_req_t *req);
+ZT_INTERNAL int zt__comm_reduce_scatter(zt__comm_t *c, const void *send, void *recv,
+                                        size_t count, zt__red_dtype_t dt, zt__red_op_t op,
+                                        zt__comm_req_t *req);
+ZT_INTERNAL int zt__comm_all_gather(zt__comm_t *c, const void *send, void *recv, size_t count,
+                                    zt__red_dtype_t dt, zt__comm_req_t *req);
+ZT_INTERNAL int zt__comm_all_gatherv(zt__comm_t *c, const void *send, size_t count,
+                                     void *recv, const size_t *counts, const size_t *displs,
+                                     zt__red_dtype_t dt, zt__comm_req_t *req);
+ZT_INTERNAL int zt__comm_alltoallv(zt__comm_t *c, const void *send, const size_t *send_counts,
+                                   const size_t *send_displs, void *recv,
+                                   const size_t *recv_counts, const size_t *recv_displs,
+                                   zt__red_dtype_t dt, zt__comm_req_t *req);
+ZT_INTERNAL int zt__comm_broadcast(zt__comm_t *c, void *buf, size_t count, zt__red_dtype_t dt,
+                                   int root, zt__comm_req_t *req);
+ZT_INTERNAL int zt__comm_barrier(zt__comm_t *c);
+ZT_INTERNAL int zt__comm_wait(zt__comm_t *c, zt__comm_req_t *req);
+ZT_INTERNAL int zt__comm_test(zt__comm_t *c, zt__comm_req_t *req);
+
+/* For backends' destroy: frees a record of c->inflight (op_release first),
+ * or leaves it (and its state, which MPI may still read) for good. */
+ZT_INTERNAL void zt__comm_op_free(zt__comm_t *c, zt__comm_op_t *o);
+ZT_INTERNAL void zt__comm_op_abandon(zt__comm_t *c, zt__comm_op_t *o);
 
 /* Every rank's `bytes` of `mine` into all[world * bytes], waited for: the
  * engine's control records (which ranks agree on what, which failed), kept
  * out of bytes_sent / bytes_received, which count the model's traffic that
- * `ztier plan` and zt_stats hold to ZeRO's volume. comm_single.c. */
+ * `ztier plan` and zt_stats hold to ZeRO's volume. comm.c. */
 ZT_INTERNAL int zt__comm_control_all_gather(zt__comm_t *c, const void *mine, void *all,
                                             size_t bytes);
 /* The same, counted as traffic. Both go through a buffer of their own: when
@@ -216,6 +293,9 @@ ZT_INTERNAL size_t zt__red_size(zt__red_dtype_t dt);
  * launched by mpirun or MPI is already initialised, single otherwise). */
 ZT_INTERNAL int zt__comm_create(const zt_config_t *cfg, zt__err_t *err,
                                 zt__comm_t **out);
+/* A comm of backend `be` (the NCCL backend bootstraps over one of MPI). */
+ZT_INTERNAL int zt__comm_create_on(const zt__comm_backend_t *be, const zt_config_t *cfg,
+                                   zt__err_t *err, zt__comm_t **out);
 ZT_INTERNAL void zt__comm_destroy(zt__comm_t *c);
 
 /* 1 when the environment says this process is one rank of an MPI launch

@@ -59,35 +59,10 @@
  * Such a rank exits without it; mpirun then ends the job.
  *
  * Requests. Every collective is nonblocking MPI (MPI_Iallreduce, ...). Its
- * MPI_Request lives in a small record that req->impl points to, next to the
- * int counts and displacements of the v-variants, which MPI reads until the
- * collective completes. The records of a comm form a list: wait() and test()
- * accept only a request found there, and a request still in flight is
- * refused (-EBUSY) rather than reissued.
- *
- * Arguments (the checks comm_single.c shares, alike at any world size). In-place
- * forms: all_reduce always; reduce_scatter with send == recv (the input is
- * recv[0 .. W x count), the result recv[0 .. count)); all_gather with send ==
- * recv + rank x count; all_gatherv with send == recv + displs[rank]. Any other
- * overlap of send and recv is -EINVAL. Besides each count and displacement,
- * W x count of reduce_scatter and all_gather is held to ZT_COMM_MAX_COUNT:
- * OpenMPI's nonblocking collectives compute it in an int.
- *
- * Byte counts (bytes_sent / bytes_received), added when a collective is
- * issued. They count what this rank moves over the wire, never its own
- * piece, and they do not depend on the algorithm MPI picks:
- *   all_reduce      2(W-1)/W x the buffer, each way (what a ring moves);
- *   reduce_scatter  (W-1)/W x the send buffer (W x count), each way;
- *   all_gather      (W-1)/W x the recv buffer (W x count), each way;
- *   all_gatherv     sent (W-1) x this rank's count; received the counts of
- *                   the other ranks;
- *   alltoallv       sent the send counts to other ranks; received the recv
- *                   counts from other ranks;
- *   broadcast       the root sent (W-1) x the buffer; every other rank
- *                   received the buffer;
- *   barrier         nothing.
- * (W the world size, all in bytes.) Summed over the ranks, sent equals
- * received for every collective.
+ * MPI_Request lives in the state of the front end's record (comm.c), next
+ * to the int counts and displacements of the v-variants, which MPI reads
+ * until the collective completes. The front end checks every argument and
+ * counts the bytes (comm.c says how); this file only moves the data.
  */
 #include <mpi.h>
 #include <pthread.h>
@@ -102,14 +77,15 @@
 
 #include "comm/comm.h"
 
-/* One collective in flight. */
-typedef struct op {
+/* The state of one collective in flight (the front end's record holds
+ * it), followed by the v-variants' counts and displacements as MPI's ints. */
+typedef struct mop {
   MPI_Request mreq;
-  const char *fn; /* the collective, for the sentence of a failed completion */
   unsigned long long seq; /* its number among the comm's collectives, from 1 */
-  struct op *prev, *next;
-  int ints[]; /* counts and displacements of the v-variants, as MPI's ints */
-} op_t;
+} mop_t;
+
+static mop_t *S(zt__comm_op_t *o) { return (mop_t *)zt__comm_op_state(o); }
+static int *ints_of(zt__comm_op_t *o) { return (int *)(S(o) + 1); }
 
 /* A notice between ranks (see "Failures"). */
 enum { TAG_NOTE = 7 };
@@ -138,7 +114,6 @@ typedef struct mpi_comm {
   MPI_Comm ctl; /* notices only */
   int rank, world;
   const zt_config_t *cfg; /* the engine's, for the log */
-  op_t *inflight;
   double timeout_s;
   unsigned long long issued;   /* collectives issued on comm */
   unsigned long long done;     /* the last one completed here */
@@ -479,82 +454,26 @@ static int broke(mpi_comm_t *m, const char *fn, const char *call, int mrc) {
                    m->world, s);
 }
 
-static void complete(zt__comm_req_t *req, int status) {
-  req->done = 1;
-  req->status = status;
-  req->impl = 0;
-}
-
-static int refuse(zt__comm_req_t *req, int rc) {
-  if (req) complete(req, rc);
-  return rc;
-}
-
-static op_t *find(mpi_comm_t *m, long long impl) {
-  for (op_t *o = m->inflight; o; o = o->next)
-    if ((long long)(intptr_t)o == impl) return o;
-  return NULL;
-}
-
-/* A request still in flight must not be issued again: its record and the
- * buffers are MPI's until it completes. The request is left untouched. */
-static int busy(mpi_comm_t *m, const char *fn, const zt__comm_req_t *req) {
-  if (req == NULL || req->done || find(m, req->impl) == NULL) return 0;
-  return zt__errf(m->base.err, -EBUSY,
-                  "%s: req is still in flight; wait for it (or test it to completion) "
-                  "before issuing another collective on it",
-                  fn);
-}
-
-static op_t *op_new(mpi_comm_t *m, const char *fn, int n_ints) {
-  op_t *o = calloc(1, sizeof *o + (size_t)n_ints * sizeof(int));
-  if (o == NULL) return NULL;
-  o->mreq = MPI_REQUEST_NULL;
-  o->fn = fn;
-  o->next = m->inflight;
-  if (m->inflight) m->inflight->prev = o;
-  m->inflight = o;
-  return o;
-}
-
-static void op_free(mpi_comm_t *m, op_t *o) {
-  if (o->prev)
-    o->prev->next = o->next;
-  else
-    m->inflight = o->next;
-  if (o->next) o->next->prev = o->prev;
-  free(o);
-}
-
-static int oom(mpi_comm_t *m, const char *fn, zt__comm_req_t *req) {
-  return refuse(req, zt__errf(m->base.err, -ENOMEM, "%s: out of memory", fn));
-}
-
 /* Before a collective is issued: a failed comm refuses it with its code,
  * and the tests' fault (zt__comm_fault_next) fails it as MPI would. */
-static int start(mpi_comm_t *m, const char *fn, zt__comm_req_t *req) {
-  if (m->failed || peer_fails(m, m->issued + 1) < 0) return refuse(req, zt__errf(m->base.err, m->failed, "%s", m->why));
+static int mpi_start(zt__comm_t *c, const char *fn) {
+  mpi_comm_t *m = M(c);
+  if (m->failed || peer_fails(m, m->issued + 1) < 0)
+    return zt__errf(m->base.err, m->failed, "%s", m->why);
   if (m->base.fault_fn && strcmp(m->base.fault_fn, fn) == 0) {
     m->base.fault_fn = NULL;
-    return refuse(req, fail_comm(m, -EIO, 1,
-                                 "%s: failed on rank %d of %d before it was issued (a fault "
-                                 "injected with zt__comm_fault_next)",
-                                 fn, m->rank, m->world));
+    return fail_comm(m, -EIO, 1,
+                     "%s: failed on rank %d of %d before it was issued (a fault "
+                     "injected with zt__comm_fault_next)",
+                     fn, m->rank, m->world);
   }
   return 0;
 }
 
-/* After MPI_I<collective>: hands the request to the caller, or reports. */
-static int post(mpi_comm_t *m, const char *fn, const char *call, int mrc, op_t *o,
-                zt__comm_req_t *req) {
-  if (mrc != MPI_SUCCESS) {
-    op_free(m, o);
-    return refuse(req, broke(m, fn, call, mrc));
-  }
-  o->seq = ++m->issued;
-  req->done = 0;
-  req->status = 0;
-  req->impl = (long long)(intptr_t)o;
+/* After MPI_I<collective>: numbered and in flight, or the comm fails. */
+static int post(mpi_comm_t *m, const char *fn, const char *call, int mrc, zt__comm_op_t *o) {
+  if (mrc != MPI_SUCCESS) return broke(m, fn, call, mrc);
+  S(o)->seq = ++m->issued;
   return 0;
 }
 
@@ -579,7 +498,6 @@ static int mpi_create(const zt_config_t *cfg, zt__err_t *err, zt__comm_t **out) 
   ZT_TRY(start_mpi(cfg, err));
   mpi_comm_t *m = calloc(1, sizeof *m);
   if (m == NULL) return zt__errf(err, -ENOMEM, "comm \"mpi\": out of memory");
-  m->base.ops = &zt__comm_mpi_ops;
   m->base.err = err;
   m->cfg = cfg;
   /* Under the caller's MPI, MPI_COMM_WORLD may keep MPI_ERRORS_ARE_FATAL (the
@@ -640,7 +558,7 @@ static void mpi_destroy(zt__comm_t *c) {
   MPI_Finalized(&fin);
   if (fin) {
     /* MPI is gone, and every request with it. */
-    while (m->inflight) op_free(m, m->inflight);
+    while (c->inflight) zt__comm_op_free(c, c->inflight);
     free(m->note_in);
   } else {
     /* A collective still in flight can neither be cancelled nor freed (MPI
@@ -650,14 +568,14 @@ static void mpi_destroy(zt__comm_t *c) {
      * communicator's end until they complete. That record is leaked
      * (zt__keep_abandoned). */
     size_t left = 0;
-    for (op_t *o = m->inflight, *next; o; o = next) {
+    for (zt__comm_op_t *o = c->inflight, *next; o; o = next) {
       next = o->next;
       int flag = 0;
-      if (MPI_Test(&o->mreq, &flag, MPI_STATUS_IGNORE) == MPI_SUCCESS && flag) {
-        op_free(m, o);
+      if (MPI_Test(&S(o)->mreq, &flag, MPI_STATUS_IGNORE) == MPI_SUCCESS && flag) {
+        zt__comm_op_free(c, o);
       } else {
         left++;
-        zt__keep_abandoned(o);
+        zt__comm_op_abandon(c, o);
       }
     }
     if (left && !m->failed)
@@ -690,178 +608,83 @@ static int mpi_world(const zt__comm_t *c) { return ((const mpi_comm_t *)c)->worl
 
 /* ---- collectives ------------------------------------------------------------------ */
 
+/* Each: the front end checked the call (comm.c); MPI_I<collective> issues
+ * it on `o`, and post() numbers it. */
+
 static int mpi_all_reduce(zt__comm_t *c, void *buf, size_t count, zt__red_dtype_t dt,
-                          zt__red_op_t op, zt__comm_req_t *req) {
+                          zt__red_op_t op, zt__comm_op_t *o) {
   mpi_comm_t *m = M(c);
-  const char *fn = "all_reduce";
-  ZT_TRY(busy(m, fn, req));
-  ZT_TRY(start(m, fn, req));
-  int rc = zt__comm_check(c, fn, dt, 1, op, req);
-  if (rc == 0) rc = zt__comm_check_count(c, fn, "count", count);
-  if (rc < 0) return refuse(req, rc);
-  op_t *o = op_new(m, fn, 0);
-  if (o == NULL) return oom(m, fn, req);
-  ZT_TRY(post(m, fn, "MPI_Iallreduce",
+  return post(m, o->fn, "MPI_Iallreduce",
               MPI_Iallreduce(MPI_IN_PLACE, buf, (int)count, mpi_type(dt), mpi_op(op),
-                             m->comm, &o->mreq),
-              o, req));
-  size_t W = (size_t)m->world, moved = 2 * (W - 1) * count * zt__red_size(dt) / W;
-  c->bytes_sent += moved;
-  c->bytes_received += moved;
-  return 0;
+                             m->comm, &S(o)->mreq),
+              o);
 }
 
 static int mpi_reduce_scatter(zt__comm_t *c, const void *send, void *recv, size_t count,
-                              zt__red_dtype_t dt, zt__red_op_t op, zt__comm_req_t *req) {
+                              zt__red_dtype_t dt, zt__red_op_t op, zt__comm_op_t *o) {
   mpi_comm_t *m = M(c);
-  const char *fn = "reduce_scatter";
-  size_t W = (size_t)m->world, es = zt__red_size(dt);
-  ZT_TRY(busy(m, fn, req));
-  ZT_TRY(start(m, fn, req));
-  int rc = zt__comm_check(c, fn, dt, 1, op, req);
-  if (rc == 0) rc = zt__comm_check_count(c, fn, "count", count);
-  /* MPI implementations compute world x count in an int. */
-  if (rc == 0) rc = zt__comm_check_count(c, fn, "count x world", count * W);
-  if (rc == 0 && send != recv)
-    rc = zt__comm_check_disjoint(c, fn, send, W * count * es, recv, count * es);
-  if (rc < 0) return refuse(req, rc);
-  op_t *o = op_new(m, fn, 0);
-  if (o == NULL) return oom(m, fn, req);
   /* In place, MPI reads the whole input from recv and leaves this rank's
    * block at recv[0 .. count): the documented result. */
-  ZT_TRY(
-      post(m, fn, "MPI_Ireduce_scatter_block",
-           MPI_Ireduce_scatter_block(send == recv ? MPI_IN_PLACE : send, recv, (int)count,
-                                     mpi_type(dt), mpi_op(op), m->comm, &o->mreq),
-           o, req));
-  c->bytes_sent += (W - 1) * count * es;
-  c->bytes_received += (W - 1) * count * es;
-  return 0;
+  return post(m, o->fn, "MPI_Ireduce_scatter_block",
+              MPI_Ireduce_scatter_block(o->in_place ? MPI_IN_PLACE : send, recv, (int)count,
+                                        mpi_type(dt), mpi_op(op), m->comm, &S(o)->mreq),
+              o);
 }
 
 static int mpi_all_gather(zt__comm_t *c, const void *send, void *recv, size_t count,
-                          zt__red_dtype_t dt, zt__comm_req_t *req) {
+                          zt__red_dtype_t dt, zt__comm_op_t *o) {
   mpi_comm_t *m = M(c);
-  const char *fn = "all_gather";
-  size_t W = (size_t)m->world, es = zt__red_size(dt);
-  ZT_TRY(busy(m, fn, req));
-  ZT_TRY(start(m, fn, req));
-  int rc = zt__comm_check(c, fn, dt, 0, ZT_OP_SUM, req);
-  if (rc == 0) rc = zt__comm_check_count(c, fn, "count", count);
-  if (rc == 0) rc = zt__comm_check_count(c, fn, "count x world", count * W);
-  const char *mine = (const char *)recv + (size_t)m->rank * count * es;
-  int in_place = rc == 0 && send == mine;
-  if (rc == 0 && !in_place)
-    rc = zt__comm_check_disjoint(c, fn, send, count * es, recv, W * count * es);
-  if (rc < 0) return refuse(req, rc);
-  op_t *o = op_new(m, fn, 0);
-  if (o == NULL) return oom(m, fn, req);
   MPI_Datatype t = mpi_type(dt);
-  ZT_TRY(post(m, fn, "MPI_Iallgather",
-              MPI_Iallgather(in_place ? MPI_IN_PLACE : send, (int)count, t, recv,
-                             (int)count, t, m->comm, &o->mreq),
-              o, req));
-  c->bytes_sent += (W - 1) * count * es;
-  c->bytes_received += (W - 1) * count * es;
-  return 0;
+  return post(m, o->fn, "MPI_Iallgather",
+              MPI_Iallgather(o->in_place ? MPI_IN_PLACE : send, (int)count, t, recv,
+                             (int)count, t, m->comm, &S(o)->mreq),
+              o);
 }
 
 static int mpi_all_gatherv(zt__comm_t *c, const void *send, size_t count, void *recv,
                            const size_t *counts, const size_t *displs, zt__red_dtype_t dt,
-                           zt__comm_req_t *req) {
+                           zt__comm_op_t *o) {
   mpi_comm_t *m = M(c);
-  const char *fn = "all_gatherv";
-  int W = m->world, me = m->rank, in_place;
-  size_t es = zt__red_size(dt), extent;
-  ZT_TRY(busy(m, fn, req));
-  ZT_TRY(start(m, fn, req));
-  int rc = zt__comm_check_all_gatherv(c, W, me, send, count, recv, counts, displs, dt, req,
-                                      &extent, &in_place);
-  if (rc < 0) return refuse(req, rc);
-  op_t *o = op_new(m, fn, 2 * W);
-  if (o == NULL) return oom(m, fn, req);
-  int *rcounts = o->ints, *rdispls = o->ints + W;
-  size_t others = 0;
+  int W = m->world;
+  int *rcounts = ints_of(o), *rdispls = rcounts + W;
   for (int r = 0; r < W; r++) {
     rcounts[r] = (int)counts[r];
     rdispls[r] = (int)displs[r];
-    if (r != me) others += counts[r];
   }
   MPI_Datatype t = mpi_type(dt);
-  ZT_TRY(post(m, fn, "MPI_Iallgatherv",
-              MPI_Iallgatherv(in_place ? MPI_IN_PLACE : send, (int)count, t, recv,
-                              rcounts, rdispls, t, m->comm, &o->mreq),
-              o, req));
-  c->bytes_sent += (size_t)(W - 1) * count * es;
-  c->bytes_received += others * es;
-  return 0;
+  return post(m, o->fn, "MPI_Iallgatherv",
+              MPI_Iallgatherv(o->in_place ? MPI_IN_PLACE : send, (int)count, t, recv, rcounts,
+                              rdispls, t, m->comm, &S(o)->mreq),
+              o);
 }
 
 static int mpi_alltoallv(zt__comm_t *c, const void *send, const size_t *send_counts,
                          const size_t *send_displs, void *recv, const size_t *recv_counts,
-                         const size_t *recv_displs, zt__red_dtype_t dt,
-                         zt__comm_req_t *req) {
+                         const size_t *recv_displs, zt__red_dtype_t dt, zt__comm_op_t *o) {
   mpi_comm_t *m = M(c);
-  const char *fn = "alltoallv";
-  int W = m->world, me = m->rank;
-  size_t es = zt__red_size(dt), sext, rext;
-  ZT_TRY(busy(m, fn, req));
-  ZT_TRY(start(m, fn, req));
-  int rc = zt__comm_check_alltoallv(c, W, me, send, send_counts, send_displs, recv,
-                                    recv_counts, recv_displs, dt, req, &sext, &rext);
-  if (rc < 0) return refuse(req, rc);
-  op_t *o = op_new(m, fn, 4 * W);
-  if (o == NULL) return oom(m, fn, req);
-  int *sc = o->ints, *sd = sc + W, *rcn = sd + W, *rd = rcn + W;
-  size_t sent = 0, received = 0;
+  int W = m->world;
+  int *sc = ints_of(o), *sd = sc + W, *rcn = sd + W, *rd = rcn + W;
   for (int r = 0; r < W; r++) {
     sc[r] = (int)send_counts[r];
     sd[r] = (int)send_displs[r];
     rcn[r] = (int)recv_counts[r];
     rd[r] = (int)recv_displs[r];
-    if (r != me) {
-      sent += send_counts[r];
-      received += recv_counts[r];
-    }
   }
   MPI_Datatype t = mpi_type(dt);
-  ZT_TRY(post(m, fn, "MPI_Ialltoallv",
-              MPI_Ialltoallv(send, sc, sd, t, recv, rcn, rd, t, m->comm, &o->mreq), o,
-              req));
-  c->bytes_sent += sent * es;
-  c->bytes_received += received * es;
-  return 0;
+  return post(m, o->fn, "MPI_Ialltoallv",
+              MPI_Ialltoallv(send, sc, sd, t, recv, rcn, rd, t, m->comm, &S(o)->mreq), o);
 }
 
 static int mpi_broadcast(zt__comm_t *c, void *buf, size_t count, zt__red_dtype_t dt,
-                         int root, zt__comm_req_t *req) {
+                         int root, zt__comm_op_t *o) {
   mpi_comm_t *m = M(c);
-  const char *fn = "broadcast";
-  ZT_TRY(busy(m, fn, req));
-  ZT_TRY(start(m, fn, req));
-  int rc = zt__comm_check(c, fn, dt, 0, ZT_OP_SUM, req);
-  if (rc == 0) rc = zt__comm_check_count(c, fn, "count", count);
-  if (rc == 0 && (root < 0 || root >= m->world))
-    rc = zt__errf(c->err, -EINVAL, "%s: root is %d; expected a rank in [0, %d)", fn, root,
-                  m->world);
-  if (rc < 0) return refuse(req, rc);
-  op_t *o = op_new(m, fn, 0);
-  if (o == NULL) return oom(m, fn, req);
-  ZT_TRY(post(m, fn, "MPI_Ibcast",
-              MPI_Ibcast(buf, (int)count, mpi_type(dt), root, m->comm, &o->mreq), o,
-              req));
-  size_t bytes = count * zt__red_size(dt);
-  if (m->rank == root)
-    c->bytes_sent += (size_t)(m->world - 1) * bytes;
-  else
-    c->bytes_received += bytes;
-  return 0;
+  return post(m, o->fn, "MPI_Ibcast",
+              MPI_Ibcast(buf, (int)count, mpi_type(dt), root, m->comm, &S(o)->mreq), o);
 }
 
 static int mpi_barrier(zt__comm_t *c) {
   mpi_comm_t *m = M(c);
   const char *fn = "barrier";
-  ZT_TRY(start(m, fn, NULL));
   MPI_Request r = MPI_REQUEST_NULL;
   int mrc = MPI_Ibarrier(m->comm, &r);
   if (mrc != MPI_SUCCESS) return broke(m, fn, "MPI_Ibarrier", mrc);
@@ -876,65 +699,33 @@ static int mpi_barrier(zt__comm_t *c) {
 
 /* ---- completion ------------------------------------------------------------------- */
 
-/* The record of req, or NULL with req already settled (done, or never
- * issued). A request that is neither is an error: not this comm's. */
-static int lookup(mpi_comm_t *m, const char *fn, zt__comm_req_t *req, op_t **out) {
-  *out = NULL;
-  if (req == NULL)
-    return zt__errf(m->base.err, -EINVAL, "%s: req is NULL; expected a request", fn);
-  if (req->done) return 0;
-  if (req->impl == 0) {
-    /* Zeroed and never issued: nothing is in flight. */
-    complete(req, 0);
-    return 0;
-  }
-  *out = find(m, req->impl);
-  if (*out == NULL)
-    return zt__errf(m->base.err, -EINVAL,
-                    "%s: req was not issued on this comm, or was reaped already; "
-                    "expected a request in flight here (or a zeroed one)",
-                    fn);
-  return 0;
+static int finish(mpi_comm_t *m, const char *call, zt__comm_op_t *o, int mrc) {
+  if (mrc == MPI_SUCCESS && S(o)->seq > m->done) m->done = S(o)->seq;
+  return mrc == MPI_SUCCESS ? 0 : broke(m, o->fn, call, mrc);
 }
 
-static void finish(mpi_comm_t *m, const char *call, zt__comm_req_t *req, op_t *o,
-                   int mrc) {
-  if (mrc == MPI_SUCCESS && o->seq > m->done) m->done = o->seq;
-  int rc = mrc == MPI_SUCCESS ? 0 : broke(m, o->fn, call, mrc);
-  op_free(m, o);
-  complete(req, rc);
+/* A collective of a failed comm completes with its code at once. It may
+ * never complete in MPI: its record stays in the list, for destroy to
+ * abandon. */
+static int give_up(mpi_comm_t *m, zt__comm_op_t *o) {
+  o->keep = 1;
+  return zt__errf(m->base.err, m->failed, "%s", m->why);
 }
 
-/* A request of a failed comm completes with its code at once. Its
- * collective may never complete: the record stays in the list, for destroy
- * to abandon. */
-static int give_up(mpi_comm_t *m, zt__comm_req_t *req) {
-  complete(req, zt__errf(m->base.err, m->failed, "%s", m->why));
-  return req->status;
-}
-
-static int mpi_wait(zt__comm_t *c, zt__comm_req_t *req) {
+static int mpi_wait(zt__comm_t *c, zt__comm_op_t *o) {
   mpi_comm_t *m = M(c);
-  op_t *o;
-  ZT_TRY(lookup(m, "wait", req, &o));
-  if (o == NULL) return req->status;
   int mrc = MPI_SUCCESS;
-  if (m->failed || await(m, &o->mreq, o->fn, o->seq, &mrc) < 0) return give_up(m, req);
-  finish(m, "MPI_Wait", req, o, mrc);
-  return req->status;
+  if (m->failed || await(m, &S(o)->mreq, o->fn, S(o)->seq, &mrc) < 0) return give_up(m, o);
+  return finish(m, "MPI_Wait", o, mrc);
 }
 
-static int mpi_test(zt__comm_t *c, zt__comm_req_t *req) {
+static int mpi_test(zt__comm_t *c, zt__comm_op_t *o) {
   mpi_comm_t *m = M(c);
-  op_t *o;
-  ZT_TRY(lookup(m, "test", req, &o));
-  if (o) {
-    if (m->failed || peer_fails(m, o->seq) < 0) return give_up(m, req);
-    int flag = 0, mrc = MPI_Test(&o->mreq, &flag, MPI_STATUS_IGNORE);
-    if (mrc == MPI_SUCCESS && !flag) return 0;
-    finish(m, "MPI_Test", req, o, mrc);
-  }
-  return req->status < 0 ? req->status : 1;
+  if (m->failed || peer_fails(m, S(o)->seq) < 0) return give_up(m, o);
+  int flag = 0, mrc = MPI_Test(&S(o)->mreq, &flag, MPI_STATUS_IGNORE);
+  if (mrc == MPI_SUCCESS && !flag) return 0;
+  int rc = finish(m, "MPI_Test", o, mrc);
+  return rc < 0 ? rc : 1;
 }
 
 /* World size 1 has nobody to tell, and its comm stays usable (as the
@@ -947,12 +738,15 @@ static void mpi_abort(zt__comm_t *c, int code, const char *sentence) {
 
 static int mpi_failed(const zt__comm_t *c) { return ((const mpi_comm_t *)c)->failed; }
 
-const zt__comm_ops_t zt__comm_mpi_ops = {
+const zt__comm_backend_t zt__comm_mpi_backend = {
     .name = "mpi",
+    .op_bytes = sizeof(mop_t),
+    .op_rank_bytes = 4 * sizeof(int), /* alltoallv's four vectors */
     .create = mpi_create,
     .destroy = mpi_destroy,
     .rank = mpi_rank,
     .world = mpi_world,
+    .start = mpi_start,
     .all_reduce = mpi_all_reduce,
     .reduce_scatter = mpi_reduce_scatter,
     .all_gather = mpi_all_gather,

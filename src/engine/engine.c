@@ -29,11 +29,11 @@ const char *zt_last_error(const zt_engine_t *eng) {
  * mismatch is an error on every rank instead of a hang in a collective (the
  * loss scaler's keys too: a scale that moves differently on two ranks
  * unscales their summed gradients wrongly). Doubles are compared bit for
- * bit. The same all-gather carries each rank's status: whether its own
+ * bit. The same vote carries each rank's status: whether its own
  * config, CPU optimizer and backend came up (see zt_engine_create). */
 #define N_SHARED 18
 typedef struct shared_cfg {
-  double status; /* 0, or the code this rank failed with */
+  double status; /* 0: the vote carries the status beside the record */
   double v[N_SHARED];
 } shared_cfg_t;
 static const char *const shared_names[N_SHARED] = {
@@ -85,45 +85,37 @@ static int check_ranks_agree(zt_engine_t *eng, int local) {
   zt__comm_t *c = eng->comm;
   int world = c->ops->world(c), rank = c->ops->rank(c);
   if (world == 1) return local;
+  /* The status travels beside the record, which holds the settings only. */
   shared_cfg_t mine = local ? (shared_cfg_t){0} : shared_of(&eng->cfg);
-  mine.status = local;
-  shared_cfg_t *all = calloc((size_t)world, sizeof *all);
-  if (all == NULL) return zt__errf(&eng->err, -ENOMEM, "out of memory");
-  /* Through the comm's own buffer, which a failed comm leaves to MPI. */
-  int rc = zt__comm_gather_wait(c, &mine, all, sizeof mine);
+  mine.status = 0;
+  zt__vote_t v;
+  int rc = zt__comm_vote(c, local, &mine, sizeof mine, &v);
   if (rc == 0 && local) rc = local; /* this rank's own sentence stands */
-  if (rc == 0) {
-    char who[128] = "";
-    size_t len = 0;
-    int first = -1;
-    for (int r = 0; r < world; r++) {
-      if (all[r].status == 0) continue;
-      if (first < 0) first = r;
-      int k = len < sizeof who ? snprintf(who + len, sizeof who - len, "%s%d",
-                                          len ? ", " : "", r)
-                               : 0;
-      if (k > 0) len += (size_t)k;
-    }
-    if (first >= 0)
-      rc = zt__errf(&eng->err, ZT_ECONFIG,
-                    "rank(s) %s could not create their engine (%s on rank %d: its config, "
-                    "CPU optimizer or backend; the sentence is on that rank), so no rank "
-                    "creates one",
-                    who, zt_err_name((int)all[first].status), first);
-  }
-  for (int r = 0; rc == 0 && r < world; r++)
+  if (rc == 0 && v.first_failed >= 0)
+    rc = zt__errf(&eng->err, ZT_ECONFIG,
+                  "rank(s) %s could not create their engine (%s on rank %d: its config, "
+                  "CPU optimizer or backend; the sentence is on that rank), so no rank "
+                  "creates one",
+                  v.failed, zt_err_name(v.first_code), v.first_failed);
+  if (rc == 0 && v.differs >= 0) {
+    /* Each rank names the first rank whose settings differ from its own:
+     * rank 0 where this rank's differ from rank 0's, else the vote's. */
+    const shared_cfg_t *r0 = zt__vote_record(&v, 0, sizeof mine);
+    int r = memcmp(&mine, r0, sizeof mine) != 0 ? 0 : v.differs;
+    const shared_cfg_t *o = zt__vote_record(&v, r, sizeof mine);
     for (int k = 0; k < N_SHARED; k++)
-      if (memcmp(&all[r].v[k], &mine.v[k], sizeof(double)) != 0) {
+      if (memcmp(&o->v[k], &mine.v[k], sizeof(double)) != 0) {
         char a[32], b[32];
         slot_text(&mine, k, a, sizeof a);
-        slot_text(&all[r], k, b, sizeof b);
+        slot_text(o, k, b, sizeof b);
         rc = zt__errf(&eng->err, ZT_ECONFIG,
                       "config key '%s' differs between ranks: %s on rank %d, %s on rank "
                       "%d; every rank must use the same config",
                       shared_names[k], a, rank, b, r);
         break;
       }
-  free(all);
+  }
+  zt__vote_free(&v);
   return rc;
 }
 

@@ -165,34 +165,19 @@ static int check_units(zt_engine_t *eng, const zt_unit_t *units, size_t n, size_
 
 /* Every rank must register the same model: compared before anything is
  * allocated, so that a mismatch is an error on every rank, not a hang. The
- * same all-gather carries each rank's own verdict on its arguments: a rank
- * whose checks failed still joins it (its peers are already waiting in it),
- * and then every rank fails. */
+ * same vote carries each rank's own verdict on its arguments: a rank whose
+ * checks failed still joins it (its peers are already waiting in it), and
+ * then every rank fails. */
 typedef struct model_sig {
-  int64_t status; /* 0, or the code this rank's own checks gave */
   uint64_t numel, n_units, dtypes, units_hash;
 } model_sig_t;
-
-/* "1", "1, 3", ...: the ranks whose status is not 0, into buf. */
-static void failed_ranks(const int64_t *status, size_t stride, int world, char *buf,
-                         size_t n) {
-  size_t len = 0;
-  buf[0] = '\0';
-  for (int r = 0; r < world && len < n; r++) {
-    const int64_t *st = (const int64_t *)((const char *)status + (size_t)r * stride);
-    if (*st == 0) continue;
-    int k = snprintf(buf + len, n - len, "%s%d", len ? ", " : "", r);
-    if (k < 0) break;
-    len += (size_t)k;
-  }
-}
 
 static int check_ranks_agree(zt_engine_t *eng, int local, size_t numel, zt_dtype_t pdt,
                              zt_dtype_t gdt, const zt_unit_t *units, size_t n) {
   zt__comm_t *c = eng->comm;
   int world = c->ops->world(c), rank = c->ops->rank(c);
   if (world == 1) return local;
-  model_sig_t mine = {local, 0, 0, 0, 0};
+  model_sig_t mine = {0, 0, 0, 0};
   if (local == 0) {
     /* Only a rank whose arguments passed may read its unit table. */
     uint64_t h = 0;
@@ -201,28 +186,25 @@ static int check_ranks_agree(zt_engine_t *eng, int local, size_t numel, zt_dtype
                        (uint64_t)units[i].weight_decay};
       h = XXH3_64bits_withSeed(f, sizeof f, h);
     }
-    mine = (model_sig_t){0, numel, n, (uint64_t)pdt << 8 | (uint64_t)gdt, h};
+    mine = (model_sig_t){numel, n, (uint64_t)pdt << 8 | (uint64_t)gdt, h};
   }
-  model_sig_t *all = calloc((size_t)world, sizeof *all);
-  if (all == NULL) return zt__errf(&eng->err, -ENOMEM, "out of memory");
-  /* Through the comm's own buffer, which a failed comm leaves to MPI. */
-  int rc = zt__comm_gather_wait(c, &mine, all, sizeof mine);
-  int first_bad = -1;
-  for (int r = 0; rc == 0 && r < world; r++)
-    if (all[r].status != 0 && first_bad < 0) first_bad = r;
+  zt__vote_t v;
+  int rc = zt__comm_vote(c, local, &mine, sizeof mine, &v);
   if (rc == 0 && local != 0) {
     rc = local; /* this rank's own sentence stands */
-  } else if (rc == 0 && first_bad >= 0) {
-    char who[128];
-    failed_ranks(&all[0].status, sizeof *all, world, who, sizeof who);
-    rc = zt__errf(&eng->err, (int)all[first_bad].status,
+  } else if (rc == 0 && v.first_failed >= 0) {
+    rc = zt__errf(&eng->err, v.first_code,
                   "the arguments of rank(s) %s failed their checks (%s on rank %d; the "
                   "sentence is on that rank), so every rank refuses the registration; "
                   "nothing was registered",
-                  who, zt_err_name((int)all[first_bad].status), first_bad);
+                  v.failed, zt_err_name(v.first_code), v.first_failed);
   }
-  for (int r = 0; rc == 0 && r < world; r++) {
-    const model_sig_t *o = &all[r];
+  if (rc == 0 && v.differs >= 0) {
+    /* Each rank names the first rank whose model differs from its own:
+     * rank 0 where this rank's differs from rank 0's, else the vote's. */
+    int r = memcmp(&mine, zt__vote_record(&v, 0, sizeof mine), sizeof mine) != 0 ? 0
+                                                                               : v.differs;
+    const model_sig_t *o = zt__vote_record(&v, r, sizeof mine);
     if (o->numel != mine.numel || o->n_units != mine.n_units || o->dtypes != mine.dtypes)
       rc = zt__errf(&eng->err, -EINVAL,
                     "rank %d registers %llu elements in %llu units (dtypes %llx) but rank "
@@ -231,13 +213,13 @@ static int check_ranks_agree(zt_engine_t *eng, int local, size_t numel, zt_dtype
                     rank, (unsigned long long)mine.numel, (unsigned long long)mine.n_units,
                     (unsigned long long)mine.dtypes, r, (unsigned long long)o->numel,
                     (unsigned long long)o->n_units, (unsigned long long)o->dtypes);
-    else if (o->units_hash != mine.units_hash)
+    else
       rc = zt__errf(&eng->err, -EINVAL,
                     "the unit table of rank %d differs from rank %d's (offsets, sizes, "
                     "groups or decay flags); every rank must register the same model",
                     rank, r);
   }
-  free(all);
+  zt__vote_free(&v);
   return rc;
 }
 
@@ -248,27 +230,19 @@ static int check_ranks_agree(zt_engine_t *eng, int local, size_t numel, zt_dtype
  * 0 when every rank succeeded. */
 static int check_ranks_allocated(zt_engine_t *eng, int local) {
   zt__comm_t *c = eng->comm;
-  int world = c->ops->world(c);
-  if (world == 1) return local;
-  int64_t mine = local, *all = calloc((size_t)world, sizeof *all);
-  if (all == NULL) return zt__errf(&eng->err, -ENOMEM, "out of memory");
-  /* Through the comm's own buffer, which a failed comm leaves to MPI. */
-  int rc = zt__comm_gather_wait(c, &mine, all, sizeof mine);
-  int first_bad = -1;
-  for (int r = 0; rc == 0 && r < world; r++)
-    if (all[r] != 0 && first_bad < 0) first_bad = r;
+  if (c->ops->world(c) == 1) return local;
+  zt__vote_t v;
+  int rc = zt__comm_vote(c, local, NULL, 0, &v);
   if (rc == 0 && local != 0) {
     rc = local;
-  } else if (rc == 0 && first_bad >= 0) {
-    char who[128];
-    failed_ranks(all, sizeof *all, world, who, sizeof who);
-    rc = zt__errf(&eng->err, (int)all[first_bad],
+  } else if (rc == 0 && v.first_failed >= 0) {
+    rc = zt__errf(&eng->err, v.first_code,
                   "the optimizer states could not be set up on rank(s) %s (%s on rank %d; "
                   "the sentence is on that rank), so every rank undoes the registration; "
                   "nothing is registered",
-                  who, zt_err_name((int)all[first_bad]), first_bad);
+                  v.failed, zt_err_name(v.first_code), v.first_failed);
   }
-  free(all);
+  zt__vote_free(&v);
   return rc;
 }
 
