@@ -13,8 +13,9 @@
  *     GPU (or no CUDA in the build): a clean error naming the driver.
  * With a GPU (cudaGetDeviceCount > 0): the collectives at world size 1 on
  * random data, on device and on host buffers, against the single backend;
- * the same bad calls refused with the same codes. Without one these print
- * "skipped: no GPU" and are reported as skipped.
+ * the same bad calls refused with the same codes and sentences (the front
+ * end's). Without one these print "skipped: no GPU" and are reported as
+ * skipped.
  */
 #define _GNU_SOURCE
 #include "harness.h"
@@ -553,6 +554,7 @@ static void world1_same_refusals(void **state) {
   assert_int_equal(zt__comm_create(&scfg, &err, &sc), 0);
   zt__comm_t *cs[2] = {sc, nc};
   int codes[2][8];
+  static char says[2][8][ZT_ERRMSG_LEN];
   float *d = dev_alloc(64 * sizeof(float));
   static float h[64];
   for (int b = 0; b < 2; b++) {
@@ -569,7 +571,10 @@ static void world1_same_refusals(void **state) {
     codes[b][6] = c->ops->all_gather(c, p, p + 1, 4, ZT_RED_F32, &req);
     codes[b][7] = c->ops->all_gatherv(c, p, 2, p + 8, &one, &zero, ZT_RED_F32, &req);
     (void)two;
+    /* The last sentence: the front end's, so the same from both. */
+    snprintf(says[b][7], sizeof says[b][7], "%s", err.msg);
   }
+  assert_string_equal(says[1][7], says[0][7]);
   for (int i = 0; i < 8; i++) {
     print_message("# bad call %d: single %s, nccl %s\n", i, zt_err_name(codes[0][i]),
                   zt_err_name(codes[1][i]));
@@ -580,7 +585,32 @@ static void world1_same_refusals(void **state) {
   zt__comm_destroy(nc);
   zt__comm_destroy(sc);
 }
+
+/* The NCCL backend is transport only: the front end (comm.c) gives it its
+ * checks, counts and requests, so its table holds every transport call and
+ * the release of a collective's event. */
+static void nccl_transport_table(void **state) {
+  const zt__comm_backend_t *be = &zt__comm_nccl_backend;
+  assert_string_equal(be->name, "nccl");
+  assert_true(be->op_bytes > 0);
+  assert_non_null(be->create);
+  assert_non_null(be->destroy);
+  assert_non_null(be->all_reduce);
+  assert_non_null(be->reduce_scatter);
+  assert_non_null(be->all_gather);
+  assert_non_null(be->all_gatherv);
+  assert_non_null(be->alltoallv);
+  assert_non_null(be->broadcast);
+  assert_non_null(be->barrier);
+  assert_non_null(be->wait);
+  assert_non_null(be->test);
+  assert_non_null(be->op_release);
+}
 #else
+static void nccl_transport_table(void **state) {
+  printf("skipped: built without CUDA (no NCCL comm)\n");
+  skip();
+}
 static void world1_collectives(void **state) {
   printf("skipped: built without CUDA (no NCCL comm)\n");
   skip();
@@ -603,6 +633,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(create_without_gpu, setup, teardown),
       cmocka_unit_test(world1_collectives),
       cmocka_unit_test(world1_same_refusals),
+      cmocka_unit_test(nccl_transport_table),
   };
   return T_RUN(tests);
 }
