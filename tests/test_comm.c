@@ -1,6 +1,7 @@
 /*
- * test_comm.c — the comm backends (src/comm/comm_single.c, src/comm/comm_mpi.c) and the
- * choice between them.
+ * test_comm.c — the comm front end (src/comm/comm.c), its backends
+ * (comm_single.c, comm_mpi.c), the choice between them, and the vote
+ * (comm_vote.c).
  *
  * What it holds, at world sizes 1, 2, 3 and 4 (one mpirun per size, every
  * scenario in turn in each rank) and on the single backend without mpirun:
@@ -30,7 +31,16 @@
  *     at exit only (engines come and go); an MPI the caller initialised is
  *     used, never finalised, and its traffic never matches ztier's;
  *   - "auto" picks mpi under mpirun (or with MPI initialised) and single
- *     otherwise; "nccl" reaches the NCCL backend (test_comm_nccl.c).
+ *     otherwise; "nccl" reaches the NCCL backend (test_comm_nccl.c);
+ *   - the vote: every rank learns the first failed rank and its code, how
+ *     many failed and which, and the first rank whose record differs from
+ *     rank 0's (none fail, one, two, records differing at rank 2, rank 0
+ *     differing from all), as control traffic;
+ *   - the front end over a backend of this test's own (world 3, rank 1):
+ *     no bad call reaches the transport, bytes are counted by the front
+ *     end's formulas, a request in flight is refused, one never issued is
+ *     refused, a failing transport completes the request with its error, and
+ *     a collective the backend gives up on stays for its destroy.
  */
 #include <mpi.h> // defines: MPI_* for the scenario where the caller owns MPI
 #include <math.h>

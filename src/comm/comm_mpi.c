@@ -481,7 +481,7 @@ static MPI_Datatype mpi_type(zt__red_dtype_t dt) {
   switch (dt) {
   case ZT_RED_F32: return MPI_FLOAT;
   case ZT_RED_F64: return MPI_DOUBLE;
-  /* 16-bit data is only moved, never reduced here (see zt__comm_check). */
+  /* 16-bit data is only moved, never reduced here (the front end refuses it). */
   case ZT_RED_BF16:
   case ZT_RED_F16: return MPI_UINT16_T;
   case ZT_RED_U8: return MPI_BYTE;
