@@ -55,16 +55,16 @@ typedef struct zt__footprint {
 
 /* The host tier's staging ring (unsharded): gradients arrive here from the
  * device and cast parameters leave from here, one window per slot. */
-#define ZT_TIER_STAGING_SLOTS 3
-typedef struct zt__tier_staging {
-  void *grads[ZT_TIER_STAGING_SLOTS];  /* chunk_elems * grad element size, pinned */
-  void *params[ZT_TIER_STAGING_SLOTS]; /* chunk_elems * param element size, pinned */
-  zt__event_t *grads_ready[ZT_TIER_STAGING_SLOTS]; /* D2H of the slot done        */
-  zt__event_t *params_sent[ZT_TIER_STAGING_SLOTS]; /* H2D of the slot done        */
+#define ZT_STAGING_SLOTS 3
+typedef struct zt__staging {
+  void *grads[ZT_STAGING_SLOTS];  /* chunk_elems * grad element size, pinned */
+  void *params[ZT_STAGING_SLOTS]; /* chunk_elems * param element size, pinned */
+  zt__event_t *grads_ready[ZT_STAGING_SLOTS]; /* D2H of the slot done        */
+  zt__event_t *params_sent[ZT_STAGING_SLOTS]; /* H2D of the slot done        */
   zt__event_t *compute_mark; /* the user's compute stream at the step's start */
-  zt__seg_t *pieces[ZT_TIER_STAGING_SLOTS]; /* a window's pieces                  */
+  zt__seg_t *pieces[ZT_STAGING_SLOTS]; /* a window's pieces                  */
   size_t chunk_elems;
-} zt__tier_staging_t;
+} zt__staging_t;
 
 struct zt__opt_tier_ops;
 
@@ -81,7 +81,7 @@ typedef struct zt__opt_tier {
   float *master, *m, *v;    /* memory tiers; master NULL: the fp32 params
                                are their own master (device, unsharded)   */
   size_t state_bytes;       /* of master, m and v in memory               */
-  zt__tier_staging_t staging;    /* host tier, unsharded                       */
+  zt__staging_t staging;    /* host tier, unsharded                       */
   zt__opt_nvme_t *nvme;     /* nvme tier; NULL for an empty shard         */
 } zt__opt_tier_t;
 

@@ -13,6 +13,9 @@ static int alloc(zt__opt_tier_t *t) {
   const zt__opt_nvme_view_t *v = &t->view;
   size_t bytes = t->n * sizeof(float);
   if (t->shard) {
+    /* The update writes the room's buffer; the engine hands it to a
+     * parameter tier, so no sink is kept (zt__opt_nvme_view_t). */
+    t->view.params_sink = NULL;
     ZT_TRY(zt__tier_mem_shard_alloc(t, 0, bytes, &t->master));
     ZT_TRY(zt__tier_mem_shard_alloc(t, 0, bytes, &t->m));
     ZT_TRY(zt__tier_mem_shard_alloc(t, 0, bytes, &t->v));

@@ -28,6 +28,9 @@ static int alloc(zt__opt_tier_t *t) {
   const zt__opt_nvme_view_t *v = &t->view;
   size_t bytes = t->n * sizeof(float);
   if (t->shard) {
+    /* The update writes the room's buffer; the engine hands it to a
+     * parameter tier, so no sink is kept (zt__opt_nvme_view_t). */
+    t->view.params_sink = NULL;
     ZT_TRY(zt__tier_mem_shard_alloc(t, 1, bytes, &t->master));
     ZT_TRY(zt__tier_mem_shard_alloc(t, 1, bytes, &t->m));
     ZT_TRY(zt__tier_mem_shard_alloc(t, 1, bytes, &t->v));
@@ -35,7 +38,7 @@ static int alloc(zt__opt_tier_t *t) {
     if (t->n) zt__cpu_cast(c->cpu, t->master, ZT_FP32, v->params, v->param_dtype, t->n);
     return 0;
   }
-  zt__tier_staging_t *st = &t->staging;
+  zt__staging_t *st = &t->staging;
   size_t psz = zt__dtype_size(v->param_dtype), gsz = zt__dtype_size(v->grad_dtype);
   const zt__seg_t *first = &v->segs[0], *last = &v->segs[v->n_segs - 1];
   st->chunk_elems = chunk_of(c->cfg->chunk_bytes, last->index + last->n - first->index);
@@ -43,7 +46,7 @@ static int alloc(zt__opt_tier_t *t) {
   ZT_TRY(zt__pinned_alloc(t->pin, bytes, (void **)&t->m));
   ZT_TRY(zt__pinned_alloc(t->pin, bytes, (void **)&t->v));
   t->state_bytes = 3 * bytes;
-  for (int s = 0; s < ZT_TIER_STAGING_SLOTS; s++) {
+  for (int s = 0; s < ZT_STAGING_SLOTS; s++) {
     ZT_TRY(zt__pinned_alloc(t->pin, st->chunk_elems * gsz, &st->grads[s]));
     ZT_TRY(zt__pinned_alloc(t->pin, st->chunk_elems * psz, &st->params[s]));
     ZT_TRY(be->event_create(c->be, &st->grads_ready[s]));
@@ -75,7 +78,7 @@ static int alloc(zt__opt_tier_t *t) {
 static int issue_grads(zt__opt_tier_t *t, const zt__window_t *w, int s) {
   const zt__ctx_t *c = t->ctx;
   const zt__backend_ops_t *be = c->be_ops;
-  zt__tier_staging_t *st = &t->staging;
+  zt__staging_t *st = &t->staging;
   size_t gsz = zt__dtype_size(t->view.grad_dtype);
   double t0 = zt__now();
   ZT_TRY(be->event_sync(c->be, st->params_sent[s]));
@@ -95,7 +98,7 @@ static int issue_grads(zt__opt_tier_t *t, const zt__window_t *w, int s) {
 static int send_params(zt__opt_tier_t *t, const zt__window_t *w, int s, size_t n_pieces) {
   const zt__ctx_t *c = t->ctx;
   const zt__backend_ops_t *be = c->be_ops;
-  zt__tier_staging_t *st = &t->staging;
+  zt__staging_t *st = &t->staging;
   const zt__seg_t *pieces = st->pieces[s];
   size_t psz = zt__dtype_size(t->view.param_dtype);
   for (size_t k = 0; k < n_pieces;) {
@@ -114,8 +117,8 @@ static int update(zt__opt_tier_t *t, const zt__adam_hp_t *hp) {
   const zt__ctx_t *c = t->ctx;
   const zt__backend_ops_t *be = c->be_ops;
   const zt__opt_nvme_view_t *v = &t->view;
-  zt__tier_staging_t *st = &t->staging;
-  zt__window_t win[ZT_TIER_STAGING_SLOTS], next;
+  zt__staging_t *st = &t->staging;
+  zt__window_t win[ZT_STAGING_SLOTS], next;
   size_t j = 0;
 
   /* The gradients are final once the user's work on the compute stream is:
@@ -127,12 +130,12 @@ static int update(zt__opt_tier_t *t, const zt__adam_hp_t *hp) {
     ZT_TRY(issue_grads(t, &win[0], 0));
   }
   for (size_t w = 0; have; w++) {
-    int s = (int)(w % ZT_TIER_STAGING_SLOTS);
+    int s = (int)(w % ZT_STAGING_SLOTS);
     /* Start the next window's D2H before updating this one. */
     have = zt__window_next(v->segs, v->n_segs, st->chunk_elems, &j, win[s].first + win[s].n,
                            &next);
     if (have) {
-      int s1 = (int)((w + 1) % ZT_TIER_STAGING_SLOTS);
+      int s1 = (int)((w + 1) % ZT_STAGING_SLOTS);
       win[s1] = next;
       ZT_TRY(issue_grads(t, &win[s1], s1));
     }
@@ -185,10 +188,10 @@ static void free_states(zt__opt_tier_t *t) {
     zt__pinned_free(t->pin, t->master, bytes);
     zt__pinned_free(t->pin, t->m, bytes);
     zt__pinned_free(t->pin, t->v, bytes);
-    zt__tier_staging_t *st = &t->staging;
+    zt__staging_t *st = &t->staging;
     size_t pb = st->chunk_elems * zt__dtype_size(t->view.param_dtype);
     size_t gb = st->chunk_elems * zt__dtype_size(t->view.grad_dtype);
-    for (int s = 0; s < ZT_TIER_STAGING_SLOTS; s++) {
+    for (int s = 0; s < ZT_STAGING_SLOTS; s++) {
       zt__pinned_free(t->pin, st->grads[s], gb);
       zt__pinned_free(t->pin, st->params[s], pb);
       if (st->grads_ready[s]) c->be_ops->event_destroy(c->be, st->grads_ready[s]);
@@ -212,9 +215,9 @@ static void footprint(const zt__tier_shape_t *s, zt__footprint_t *out) {
   }
   uint64_t psz = zt__dtype_size(s->param_dtype), gsz = zt__dtype_size(s->grad_dtype);
   uint64_t chunk = chunk_of(s->chunk_bytes, s->extent);
-  out->host = 3 * s->n * 4 + ZT_TIER_STAGING_SLOTS * chunk * (psz + gsz);
+  out->host = 3 * s->n * 4 + ZT_STAGING_SLOTS * chunk * (psz + gsz);
   out->pinned_pages = 3 * zt__page_round(s->n * 4) +
-                      ZT_TIER_STAGING_SLOTS * (zt__page_round(chunk * psz) +
+                      ZT_STAGING_SLOTS * (zt__page_round(chunk * psz) +
                                           zt__page_round(chunk * gsz));
 }
 

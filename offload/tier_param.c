@@ -61,15 +61,20 @@ static void nvme_destroy(zt__param_tier_t *t) {
   t->nvme = NULL;
 }
 
+/* An empty shard has no file (and no span to move). */
 static int nvme_get(zt__param_tier_t *t, size_t a, size_t b, void *dst) {
+  if (t->nvme == NULL) return 0;
   return zt__param_nvme_get(t->nvme, a - t->first, b - a, dst);
 }
 
 static int nvme_put(zt__param_tier_t *t, size_t a, size_t b, const void *src) {
+  if (t->nvme == NULL) return 0;
   return zt__param_nvme_put(t->nvme, a - t->first, b - a, src);
 }
 
-static int nvme_done(zt__param_tier_t *t) { return zt__param_nvme_flush(t->nvme); }
+static int nvme_done(zt__param_tier_t *t) {
+  return t->nvme ? zt__param_nvme_flush(t->nvme) : 0;
+}
 
 /* The file, in 4 KiB blocks, and the two pinned pages the writes go
  * through (param_nvme.c); reads ahead are zt_stats' read_ahead_bytes. */

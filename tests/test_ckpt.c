@@ -360,7 +360,7 @@ static int64_t fail_reads(void *arg, const zt__swap_hook_io_t *io, int64_t res) 
  * is nvme, else the optimizer tier's. */
 static zt__swap_t *save_swap(run_t *r) {
   return r->eng->param_nvme ? zt__param_nvme_swap(r->eng->param_nvme)
-                            : zt__opt_nvme_swap(r->eng->opt_nvme);
+                            : zt__opt_nvme_swap(r->eng->opt.nvme);
 }
 
 /* ---- directories and files ----------------------------------------------------------- */

@@ -367,7 +367,7 @@ static void test_io_error_mid_step(void **state) {
   int rc = flat_create(&f, &cfg, 8 * 1024);
   T_OK(rc, f.eng);
   T_OK(one_step(&f, 1), f.eng);
-  zt__swap_t *sw = zt__opt_nvme_swap(f.eng->opt_nvme);
+  zt__swap_t *sw = zt__opt_nvme_swap(f.eng->opt.nvme);
   zt__swap_set_hook(sw, fail_window_3, NULL);
   rc = one_step(&f, 2);
   printf("# %s\n", zt_last_error(f.eng));
@@ -388,7 +388,7 @@ static void test_flipped_byte(void **state) {
   flat_t f;
   int rc = flat_create(&f, &cfg, 8 * 1024);
   T_OK(rc, f.eng);
-  zt__swap_t *sw = zt__opt_nvme_swap(f.eng->opt_nvme);
+  zt__swap_t *sw = zt__opt_nvme_swap(f.eng->opt.nvme);
   zt__swap_info_t info;
   zt__swap_info(sw, &info);
   int fd = open(zt__swap_path(sw, 0), O_RDWR);

@@ -364,7 +364,7 @@ static void run_host_tier(size_t budget, int node, float *params_out, zt_stats_t
   zt__hostpool_info_t pi;
   zt__hostpool_info(eng->pinned.pool, &pi); // NULL: zeros
   uintptr_t lo = (uintptr_t)pi.base, hi = lo + pi.budget;
-  const float *states[3] = {eng->master, eng->m, eng->v};
+  const float *states[3] = {eng->opt.master, eng->opt.m, eng->opt.v};
   *use = (pool_use_t){eng->pinned.pool != NULL, pi.in_use, eng->pinned.bytes, 0};
   for (int i = 0; i < 3; i++) {
     uintptr_t a = (uintptr_t)states[i];

@@ -64,7 +64,7 @@ static void model_destroy(model_t *md) {
 static void read_states(model_t *md, int which, float *out) {
   zt_engine_t *eng = md->eng;
   size_t n = eng->state_numel;
-  float *src = which == 0 ? eng->master : which == 1 ? eng->m : eng->v;
+  float *src = which == 0 ? eng->opt.master : which == 1 ? eng->opt.m : eng->opt.v;
   if (which == 0 && src == NULL) { /* fp32 params are their own master */
     model_fetch_params(md);
     for (size_t k = 0; k < eng->n_segs; k++)

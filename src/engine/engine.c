@@ -300,7 +300,7 @@ int zt_stats(const zt_engine_t *eng, zt_stats_t *out) {
   out->device_bytes = eng->be_ops->device_bytes(eng->be);
   out->host_bytes = eng->pinned.bytes;
   zt__opt_nvme_stats_t nv;
-  zt__opt_nvme_stats(eng->opt_nvme, &nv);
+  zt__opt_nvme_stats(eng->opt.nvme, &nv);
   out->nvme_bytes = nv.file_bytes;
   out->swap_read_bytes = nv.read_bytes;
   out->swap_write_bytes = nv.write_bytes;

@@ -17,21 +17,10 @@
 #include "base/internal.h"  // defines: zt__err_t
 #include "offload/context.h" // defines: zt__ctx_t, zt__counters_t
 #include "offload/pinned.h" // defines: zt__pinned_t
+#include "offload/tier.h"   // defines: zt__opt_tier_t, zt__param_tier_t, ZT_STAGING_SLOTS
 #include "zero/zero.h"      // defines: zt__zero_t, zt__unit_t
 
 #define ZT_ENGINE_MAGIC 0x7a74656e67696e65ull /* "ztengine" */
-
-/* The host tier's staging ring: gradients arrive here from the device and
- * cast parameters leave from here, one chunk per slot. */
-#define ZT_STAGING_SLOTS 3
-typedef struct zt__staging {
-  void *grads[ZT_STAGING_SLOTS];  /* chunk_elems * grad element size, pinned */
-  void *params[ZT_STAGING_SLOTS]; /* chunk_elems * param element size, pinned */
-  zt__event_t *grads_ready[ZT_STAGING_SLOTS]; /* D2H of the slot done        */
-  zt__event_t *params_sent[ZT_STAGING_SLOTS]; /* H2D of the slot done        */
-  zt__event_t *compute_mark; /* the user's compute stream at the step's start */
-  size_t chunk_elems;
-} zt__staging_t;
 
 /* Dynamic loss scaler state. */
 typedef struct zt__scaler {
@@ -74,20 +63,14 @@ struct zt_engine {
    * zero.prefetch, stage 3's trace, reads ahead and stats. */
   int partitioned;
   zt__zero_t zero;
-  struct zt__param_nvme *param_nvme; /* param_tier nvme: the shard on disk   */
+  /* Stage 3's parameter tier (offload/tier.h): the shard between steps. */
+  zt__param_tier_t ptier;
+  struct zt__param_nvme *param_nvme; /* param_tier nvme: ptier's file, lent */
 
-  /* Optimizer states (fp32), in cfg.optimizer_tier. master is NULL when the
-   * fp32 user buffer is itself the master (device tier, fp32 params). */
-  float *master;
-  float *m;
-  float *v;
-  size_t state_bytes;     /* bytes of master + m + v allocated            */
-  zt__staging_t staging;  /* host tier only                               */
-  size_t staging_bytes;
-  zt__seg_t *window_segs[ZT_STAGING_SLOTS]; /* host tier: a window's pieces */
+  /* The optimizer states (fp32), in their tier (offload/tier.h): opt.ops
+   * is cfg.optimizer_tier's table once registered. */
+  zt__opt_tier_t opt;
   zt__pinned_t pinned;    /* pinned host memory: its pool and what is held */
-  struct zt__opt_nvme *opt_nvme; /* nvme tier: the states in swap files,
-                                    NULL for an empty shard (opt_nvme.h) */
 
   zt__scaler_t scaler;
   int broken; /* an error left states half-updated: refuse further steps */

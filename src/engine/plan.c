@@ -8,7 +8,7 @@
  */
 #include <errno.h>
 
-#include "offload/tier.h"   // defines: zt__opt_tier_ops, zt__param_tier_ops, ZT_TIER_STAGING_SLOTS
+#include "offload/tier.h"   // defines: zt__opt_tier_ops, zt__param_tier_ops, ZT_STAGING_SLOTS
 #include "zero/partition.h" // defines: ZT_SHARD_ALIGN, ZT_XFER_SLOTS, ZT_COMM_MAX_COUNT
 #include "engine/plan.h"
 
@@ -158,7 +158,7 @@ int zt__plan(const zt__plan_in_t *in, zt__plan_t *out) {
       out->supported = 0;
       out->note = "pinned_budget_bytes is below chunk_bytes, which the config refuses";
     } else if (in->optimizer_tier == ZT_TIER_HOST &&
-               budget / (2 * ZT_TIER_STAGING_SLOTS) < in->chunk_bytes) {
+               budget / (2 * ZT_STAGING_SLOTS) < in->chunk_bytes) {
       out->supported = 0;
       out->note = "pinned_budget_bytes is below 6 * chunk_bytes, the host tier's staging "
                   "ring, which the config refuses";

@@ -15,9 +15,7 @@
 
 #include "base/ckjson.h" // defines: zt__ckjson_dup
 #include "engine/engine.h"
-#include "offload/opt_nvme.h" // defines: zt__opt_nvme_create, zt__opt_nvme_destroy
-#include "offload/param_nvme.h" // defines: zt__param_nvme_create, _put, _flush, _destroy
-#include "offload/pinned.h" // defines: zt__pinned_alloc, zt__pinned_free
+#include "offload/param_nvme.h" // defines: zt__param_nvme_put, zt__param_nvme_flush
 
 #define XXH_INLINE_ALL
 #include <xxhash.h> // defines: XXH3_64bits_withSeed
@@ -249,123 +247,23 @@ static int check_ranks_allocated(zt_engine_t *eng, int local) {
 /* ---- optimizer states ------------------------------------------------------ */
 
 static void free_states(zt_engine_t *eng) {
-  size_t n = eng->state_numel;
-  zt__opt_nvme_destroy(eng->opt_nvme);
-  eng->opt_nvme = NULL;
+  zt__opt_tier_free(&eng->opt);
   if (eng->partitioned) {
-    zt__part_t *p = &eng->zero.part;
-    size_t bytes = (p->end - p->begin) * sizeof(float);
-    zt__part_release(p, eng->master, bytes);
-    zt__part_release(p, eng->m, bytes);
-    zt__part_release(p, eng->v, bytes);
     zt__zero_free(&eng->zero); /* its reads ahead use the parameter tier: first */
-    zt__param_nvme_destroy(eng->param_nvme);
+    if (eng->ptier.ops) eng->ptier.ops->destroy(&eng->ptier);
+    memset(&eng->ptier, 0, sizeof eng->ptier);
     eng->param_nvme = NULL;
     eng->partitioned = 0;
-  } else if (eng->cfg.optimizer_tier == ZT_TIER_NVME) {
-    /* Only the swapper above holds anything. */
-  } else if (eng->cfg.optimizer_tier == ZT_TIER_HOST) {
-    zt__pinned_free(&eng->pinned, eng->master, n * sizeof(float));
-    zt__pinned_free(&eng->pinned, eng->m, n * sizeof(float));
-    zt__pinned_free(&eng->pinned, eng->v, n * sizeof(float));
-    zt__staging_t *st = &eng->staging;
-    size_t pb = st->chunk_elems * zt__dtype_size(eng->param_dtype);
-    size_t gb = st->chunk_elems * zt__dtype_size(eng->grad_dtype);
-    for (int s = 0; s < ZT_STAGING_SLOTS; s++) {
-      zt__pinned_free(&eng->pinned, st->grads[s], gb);
-      zt__pinned_free(&eng->pinned, st->params[s], pb);
-      if (st->grads_ready[s]) eng->be_ops->event_destroy(eng->be, st->grads_ready[s]);
-      if (st->params_sent[s]) eng->be_ops->event_destroy(eng->be, st->params_sent[s]);
-      free(eng->window_segs[s]);
-      eng->window_segs[s] = NULL;
-    }
-    if (st->compute_mark) eng->be_ops->event_destroy(eng->be, st->compute_mark);
-    memset(st, 0, sizeof *st);
-  } else {
-    if (eng->master) eng->be_ops->free(eng->be, eng->master, n * sizeof(float));
-    if (eng->m) eng->be_ops->free(eng->be, eng->m, n * sizeof(float));
-    if (eng->v) eng->be_ops->free(eng->be, eng->v, n * sizeof(float));
   }
-  eng->master = eng->m = eng->v = NULL;
-  eng->state_bytes = 0;
 }
 
-/* Device tier: states in backend memory; the master is cast from the params
- * on the device, except for fp32 params, which are their own master. */
-static int alloc_device_states(zt_engine_t *eng) {
-  const zt__backend_ops_t *be = eng->be_ops;
-  size_t bytes = eng->state_numel * sizeof(float);
-  if (eng->param_dtype != ZT_FP32) ZT_TRY(be->alloc(eng->be, bytes, (void **)&eng->master));
-  ZT_TRY(be->alloc(eng->be, bytes, (void **)&eng->m));
-  ZT_TRY(be->alloc(eng->be, bytes, (void **)&eng->v));
-  eng->state_bytes = bytes * (eng->master ? 3 : 2);
-  ZT_TRY(be->memset_zero(eng->be, eng->m, bytes, ZT_STREAM_COMPUTE));
-  ZT_TRY(be->memset_zero(eng->be, eng->v, bytes, ZT_STREAM_COMPUTE));
-  if (eng->master) {
-    size_t psz = zt__dtype_size(eng->param_dtype);
-    for (size_t j = 0; j < eng->n_segs; j++) {
-      const zt__seg_t *s = &eng->segs[j];
-      ZT_TRY(be->cast(eng->be, eng->master + s->state_off, ZT_FP32,
-                      (const char *)eng->params + s->index * psz, eng->param_dtype, s->n,
-                      ZT_STREAM_COMPUTE));
-    }
-  }
-  return be->stream_sync(eng->be, ZT_STREAM_COMPUTE);
-}
-
-/* Host tier: states in pinned memory, plus the staging ring through which
- * gradients come in and parameters go out. The master is initialised through
- * the same D2H path a step uses. */
-static int alloc_host_states(zt_engine_t *eng) {
-  const zt__backend_ops_t *be = eng->be_ops;
-  zt__staging_t *st = &eng->staging;
-  size_t bytes = eng->state_numel * sizeof(float);
-  size_t psz = zt__dtype_size(eng->param_dtype), gsz = zt__dtype_size(eng->grad_dtype);
-  /* A window never needs to be longer than the registered extent: a small
-   * model gets small staging slots, not chunk_bytes of mlock'ed memory. */
-  const zt__seg_t *first = &eng->segs[0], *last = &eng->segs[eng->n_segs - 1];
-  size_t extent = last->index + last->n - first->index;
-  st->chunk_elems = eng->cfg.chunk_bytes / sizeof(float);
-  if (st->chunk_elems > extent) st->chunk_elems = extent;
-  if (st->chunk_elems == 0) st->chunk_elems = 1;
-  ZT_TRY(zt__pinned_alloc(&eng->pinned, bytes, (void **)&eng->master));
-  ZT_TRY(zt__pinned_alloc(&eng->pinned, bytes, (void **)&eng->m));
-  ZT_TRY(zt__pinned_alloc(&eng->pinned, bytes, (void **)&eng->v));
-  eng->state_bytes = 3 * bytes;
-  for (int s = 0; s < ZT_STAGING_SLOTS; s++) {
-    ZT_TRY(zt__pinned_alloc(&eng->pinned, st->chunk_elems * gsz, &st->grads[s]));
-    ZT_TRY(zt__pinned_alloc(&eng->pinned, st->chunk_elems * psz, &st->params[s]));
-    ZT_TRY(be->event_create(eng->be, &st->grads_ready[s]));
-    ZT_TRY(be->event_create(eng->be, &st->params_sent[s]));
-    eng->window_segs[s] = calloc(eng->n_segs, sizeof(zt__seg_t));
-    if (eng->window_segs[s] == NULL) return zt__errf(&eng->err, -ENOMEM, "out of memory");
-  }
-  ZT_TRY(be->event_create(eng->be, &st->compute_mark));
-  eng->staging_bytes = ZT_STAGING_SLOTS * st->chunk_elems * (psz + gsz);
-  /* mmap gave zeroed pages: m and v start at 0 as Adam requires. */
-  for (size_t j = 0; j < eng->n_segs; j++) {
-    const zt__seg_t *s = &eng->segs[j];
-    for (size_t k = 0; k < s->n; k += st->chunk_elems) {
-      size_t n = s->n - k < st->chunk_elems ? s->n - k : st->chunk_elems;
-      ZT_TRY(be->copy(eng->be, st->params[0], (const char *)eng->params + (s->index + k) * psz,
-                      n * psz, ZT_COPY_D2H, ZT_STREAM_D2H));
-      ZT_TRY(be->stream_sync(eng->be, ZT_STREAM_D2H));
-      zt__cpu_cast(eng->cpu, eng->master + s->state_off + k, ZT_FP32, st->params[0],
-                   eng->param_dtype, n);
-      eng->d2h_bytes += n * psz;
-    }
-  }
-  return 0;
-}
-
-/* NVMe tier, unpartitioned: the states go straight to swap files, streamed
- * from the user's buffers through the tier's pinned slots. */
-static int alloc_nvme_states(zt_engine_t *eng) {
+/* Stage 0: the states of every segment in their tier, the master cast from
+ * the registered parameters, which the update writes back. */
+static int alloc_states(zt_engine_t *eng) {
   zt__opt_nvme_view_t v = {eng->segs,       eng->n_segs, eng->grads,       0,
                            eng->grad_dtype, eng->params, 0, eng->param_dtype, NULL, 0};
-  ZT_TRY(zt__opt_nvme_create(&eng->ctx, &eng->pinned, &eng->counters, &v, &eng->opt_nvme));
-  eng->state_bytes = 0; /* on disk, not in memory */
-  return 0;
+  return zt__opt_tier_create(&eng->opt, zt__opt_tier_ops(eng->cfg.optimizer_tier), &eng->ctx,
+                             &eng->pinned, &eng->counters, &v, 0, 0, eng->state_numel);
 }
 
 /* Stages 1 to 3: this rank's shard of the states, in its tier, the master
@@ -386,37 +284,37 @@ static int alloc_shard_states(zt_engine_t *eng) {
                         .pinned = &eng->pinned};
   eng->partitioned = 1;
   ZT_TRY(zt__zero_init(&eng->zero, &eng->ctx, &reg));
-  size_t mine = p->end - p->begin, bytes = mine * sizeof(float);
+  size_t mine = p->end - p->begin;
   size_t psz = zt__dtype_size(eng->param_dtype);
-  int nvme = eng->cfg.optimizer_tier == ZT_TIER_NVME;
-  if (!nvme) {
-    ZT_TRY(zt__part_alloc(p, bytes, (void **)&eng->master));
-    ZT_TRY(zt__part_alloc(p, bytes, (void **)&eng->m));
-    ZT_TRY(zt__part_alloc(p, bytes, (void **)&eng->v));
-    eng->state_bytes = 3 * bytes;
-  }
-  if (mine == 0) return 0;
   /* The shard's parameters, from which the master is cast. */
-  zt__copy_kind_t kind = p->params_pinned ? ZT_COPY_D2H : ZT_COPY_D2D;
-  ZT_TRY(zt__part_walk(&eng->ctx, eng->segs, eng->n_segs, ZT_SPAN_PACK, p->params,
-                       eng->params, psz, p->begin, p->end, kind, ZT_STREAM_D2H));
-  ZT_TRY(eng->be_ops->stream_sync(eng->be, ZT_STREAM_D2H));
-  if (kind == ZT_COPY_D2H) eng->d2h_bytes += mine * psz;
-  if (eng->cfg.param_tier == ZT_TIER_NVME)
-    ZT_TRY(zt__param_nvme_create(&eng->ctx, &eng->pinned, mine, eng->param_dtype, &eng->param_nvme));
-  eng->zero.prefetch.tier = eng->param_nvme; /* lent to the reads ahead */
-  if (nvme) {
-    /* The swapper casts its master window by window into its records; it
-     * reads the gradient shard and writes the parameter shard where they
-     * are, in pinned memory (partition.c), or its steps' parameters go to
-     * the parameter tier's file when there is one. */
-    zt__opt_nvme_view_t v = {p->segs,  p->n_segs, p->grads, p->begin,
-                             ZT_FP32,  p->params, p->begin, eng->param_dtype,
-                             eng->param_nvme, p->on_pinned};
-    ZT_TRY(zt__opt_nvme_create(&eng->ctx, &eng->pinned, &eng->counters, &v, &eng->opt_nvme));
-  } else {
-    zt__cpu_cast(eng->cpu, eng->master, ZT_FP32, p->params, eng->param_dtype, mine);
+  if (mine) {
+    zt__copy_kind_t kind = p->params_pinned ? ZT_COPY_D2H : ZT_COPY_D2D;
+    ZT_TRY(zt__part_walk(&eng->ctx, eng->segs, eng->n_segs, ZT_SPAN_PACK, p->params,
+                         eng->params, psz, p->begin, p->end, kind, ZT_STREAM_D2H));
+    ZT_TRY(eng->be_ops->stream_sync(eng->be, ZT_STREAM_D2H));
+    if (kind == ZT_COPY_D2H) eng->d2h_bytes += mine * psz;
   }
+  /* The parameter tier: the room's buffer, or (nvme) a file, made here
+   * for a shard that has elements. */
+  eng->ptier = (zt__param_tier_t){.ops = zt__param_tier_ops(eng->cfg.param_tier),
+                                  .ctx = &eng->ctx,
+                                  .pin = &eng->pinned,
+                                  .first = p->begin,
+                                  .n = mine,
+                                  .dtype = eng->param_dtype,
+                                  .mem = &p->params,
+                                  .mem_on_host = p->params_pinned};
+  if (mine) ZT_TRY(eng->ptier.ops->create(&eng->ptier));
+  eng->param_nvme = eng->ptier.nvme;
+  eng->zero.prefetch.tier = eng->param_nvme; /* lent to the reads ahead */
+  /* The states read the gradient shard and write the parameter shard where
+   * they are, in the room's memory (partition.c); the nvme tier sends its
+   * steps' parameters to the parameter tier's file when there is one. */
+  zt__opt_nvme_view_t v = {p->segs,  p->n_segs, p->grads, p->begin,
+                           ZT_FP32,  p->params, p->begin, eng->param_dtype,
+                           eng->param_nvme, p->on_pinned};
+  ZT_TRY(zt__opt_tier_create(&eng->opt, zt__opt_tier_ops(eng->cfg.optimizer_tier), &eng->ctx,
+                             &eng->pinned, &eng->counters, &v, 1, p->begin, mine));
   if (eng->param_nvme == NULL) return 0;
   /* From here on the shard's parameters are on disk between steps. */
   ZT_TRY(zt__param_nvme_put(eng->param_nvme, 0, mine, p->params));
@@ -520,10 +418,7 @@ int zt_register_units(zt_engine_t *eng, void *params, void *grads, size_t numel,
   if (rc == 0) rc = check_unique_names(eng);
   if (rc == 0) rc = build_segments(eng, order);
   if (rc == 0)
-    rc = eng->cfg.stage >= 1                         ? alloc_shard_states(eng)
-         : eng->cfg.optimizer_tier == ZT_TIER_NVME ? alloc_nvme_states(eng)
-         : eng->cfg.optimizer_tier == ZT_TIER_HOST ? alloc_host_states(eng)
-                                                   : alloc_device_states(eng);
+    rc = eng->cfg.stage >= 1 ? alloc_shard_states(eng) : alloc_states(eng);
   /* Every rank learns whether every rank's states exist (no collective
    * above this point can be left half done: allocation is local). */
   rc = check_ranks_allocated(eng, rc);
@@ -537,9 +432,7 @@ int zt_register_units(zt_engine_t *eng, void *params, void *grads, size_t numel,
           "registered %zu units (%zu elements with optimizer states, %s params, %s grads) "
           "in the %s tier",
           n_units, eng->state_numel, zt__dtype_name(param_dtype), zt__dtype_name(grad_dtype),
-          eng->cfg.optimizer_tier == ZT_TIER_NVME   ? "nvme"
-          : eng->cfg.optimizer_tier == ZT_TIER_HOST ? "host"
-                                                    : "device");
+          eng->opt.ops->name);
   goto done;
 
 fail:

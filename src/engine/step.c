@@ -1,15 +1,7 @@
 /*
  * step.c — zt_step(): gradient norm and overflow check, loss scaling,
- * clipping, and the update in the optimizer states' tier.
- *
- *   device tier: one kernel launch over every segment, on the backend.
- *   host tier:   the gradients stream device→host through a ring of pinned
- *                staging slots, the CPU updates the pinned states, and the
- *                cast parameters stream back host→device:
- *                    D2H window w+1  ∥  CPU update window w  ∥  H2D window w-1
- *                ordered by events, never by a host sync of a whole stream.
- *   nvme tier:   the same ring, with the states themselves streamed from and
- *                to swap files around the update (offload/opt_nvme.c).
+ * clipping, and the update through the optimizer states' tier (its ops
+ * table, offload/tier.h: tier_device.c, tier_host.c, tier_nvme.c).
  *
  * Every tier computes the norm on the gradients where they live and applies the
  * same zt_adam_update to the same inputs, so they give identical bits.
@@ -19,9 +11,7 @@
 
 #include "base/abi.h" // defines: zt__abi_size, ZT__STEP_ARGS_SIZE_0_1
 #include "engine/engine.h"
-#include "offload/opt_nvme.h" // defines: zt__opt_nvme_step
 #include "offload/param_nvme.h" // defines: zt__param_nvme_put, zt__param_nvme_flush
-#include "cpu/window.h" // defines: zt__window_*
 #include "zero/agree.h" // defines: zt__agree_sum_ranks
 #include "zero/gather.h" // defines: zt__gather_shards
 #include "zero/reduce.h" // defines: zt__reduce_all, zt__reduce_reset
@@ -162,156 +152,23 @@ int zt_grad_norm(zt_engine_t *eng, float grad_scale, double *norm) {
   return 0;
 }
 
-/* ---- the update in each tier ------------------------------------------------ */
-
-static int update_device_tier(zt_engine_t *eng, const zt__adam_hp_t *hp) {
-  zt__adam_launch_t l = {
-      .hp = hp,
-      .master = eng->master, /* NULL for fp32 params: they are the master */
-      .m = eng->m,
-      .v = eng->v,
-      .grads = eng->grads,
-      .grads_first = 0,
-      .grad_dtype = eng->grad_dtype,
-      .params = eng->params,
-      .params_first = 0,
-      .param_dtype = eng->param_dtype,
-      .segs = eng->segs,
-      .n_segs = eng->n_segs,
-  };
-  double t0 = zt__now();
-  ZT_TRY(eng->be_ops->adam(eng->be, &l, ZT_STREAM_COMPUTE));
-  ZT_TRY(eng->be_ops->stream_sync(eng->be, ZT_STREAM_COMPUTE));
-  eng->optimizer_seconds += zt__now() - t0;
-  return 0;
-}
-
-/* D2H of window w's gradients into slot s, after the slot's last H2D and
- * after the user's work on the compute stream. */
-static int issue_grads(zt_engine_t *eng, const zt__window_t *w, int s, zt__event_t *after_compute) {
-  const zt__backend_ops_t *be = eng->be_ops;
-  zt__staging_t *st = &eng->staging;
-  size_t gsz = zt__dtype_size(eng->grad_dtype);
-  double t0 = zt__now();
-  ZT_TRY(be->event_sync(eng->be, st->params_sent[s]));
-  eng->copy_seconds += zt__now() - t0;
-  ZT_TRY(be->stream_wait(eng->be, ZT_STREAM_D2H, after_compute));
-  ZT_TRY(be->copy(eng->be, st->grads[s], (const char *)eng->grads + w->first * gsz,
-                  w->n * gsz, ZT_COPY_D2H, ZT_STREAM_D2H));
-  ZT_TRY(be->event_record(eng->be, st->grads_ready[s], ZT_STREAM_D2H));
-  eng->d2h_bytes += w->n * gsz;
-  return 0;
-}
-
-/* H2D of the updated parameters of window w from slot s: one copy per
- * contiguous run of pieces, so frozen elements between units stay as the
- * user left them. */
-static int send_params(zt_engine_t *eng, const zt__window_t *w, int s, const zt__seg_t *pieces,
-                       size_t n_pieces) {
-  const zt__backend_ops_t *be = eng->be_ops;
-  zt__staging_t *st = &eng->staging;
-  size_t psz = zt__dtype_size(eng->param_dtype);
-  for (size_t k = 0; k < n_pieces;) {
-    size_t a = pieces[k].index, b = a + pieces[k].n;
-    for (k++; k < n_pieces && pieces[k].index == b; k++) b += pieces[k].n;
-    ZT_TRY(be->copy(eng->be, (char *)eng->params + a * psz,
-                    (const char *)st->params[s] + (a - w->first) * psz, (b - a) * psz,
-                    ZT_COPY_H2D, ZT_STREAM_H2D));
-    eng->h2d_bytes += (b - a) * psz;
-  }
-  return be->event_record(eng->be, st->params_sent[s], ZT_STREAM_H2D);
-}
-
-static int update_host_tier(zt_engine_t *eng, const zt__adam_hp_t *hp) {
-  const zt__backend_ops_t *be = eng->be_ops;
-  zt__staging_t *st = &eng->staging;
-  zt__window_t win[ZT_STAGING_SLOTS], next;
-  size_t j = 0;
-
-  /* The gradients are final once the user's work on the compute stream is:
-   * every D2H waits for this mark, on the device, not the host. */
-  ZT_TRY(be->event_record(eng->be, st->compute_mark, ZT_STREAM_COMPUTE));
-  int have = zt__window_next(eng->segs, eng->n_segs, st->chunk_elems, &j, 0, &next);
-  if (have) {
-    win[0] = next;
-    ZT_TRY(issue_grads(eng, &win[0], 0, st->compute_mark));
-  }
-  for (size_t w = 0; have; w++) {
-    int s = (int)(w % ZT_STAGING_SLOTS);
-    /* Start the next window's D2H before updating this one. */
-    have = zt__window_next(eng->segs, eng->n_segs, st->chunk_elems, &j,
-                           win[s].first + win[s].n, &next);
-    if (have) {
-      int s1 = (int)((w + 1) % ZT_STAGING_SLOTS);
-      win[s1] = next;
-      ZT_TRY(issue_grads(eng, &win[s1], s1, st->compute_mark));
-    }
-    double t0 = zt__now();
-    ZT_TRY(be->event_sync(eng->be, st->grads_ready[s]));
-    double t1 = zt__now();
-    eng->copy_seconds += t1 - t0;
-
-    size_t n_pieces =
-        zt__window_pieces(eng->segs, eng->n_segs, &win[s], 0, eng->window_segs[s]);
-    zt__adam_launch_t l = {
-        .hp = hp,
-        .master = eng->master,
-        .m = eng->m,
-        .v = eng->v,
-        .grads = st->grads[s],
-        .grads_first = win[s].first,
-        .grad_dtype = eng->grad_dtype,
-        .params = st->params[s],
-        .params_first = win[s].first,
-        .param_dtype = eng->param_dtype,
-        .segs = eng->window_segs[s],
-        .n_segs = n_pieces,
-    };
-    zt__cpu_adam(eng->cpu, &l);
-    eng->optimizer_seconds += zt__now() - t1;
-    ZT_TRY(send_params(eng, &win[s], s, eng->window_segs[s], n_pieces));
-  }
-  double t0 = zt__now();
-  ZT_TRY(be->stream_sync(eng->be, ZT_STREAM_H2D));
-  eng->copy_seconds += zt__now() - t0;
-  return 0;
-}
-
-/* The CPU AdamW over this rank's shard, from its reduced gradient sums into
- * part.params. */
-static void update_shard_in_memory(zt_engine_t *eng, const zt__adam_hp_t *hp) {
-  zt__part_t *p = &eng->zero.part;
-  zt__adam_launch_t l = {
-      .hp = hp,
-      .master = eng->master,
-      .m = eng->m,
-      .v = eng->v,
-      .grads = p->grads,
-      .grads_first = p->begin,
-      .grad_dtype = ZT_FP32,
-      .params = p->params,
-      .params_first = p->begin,
-      .param_dtype = eng->param_dtype,
-      .segs = p->segs,
-      .n_segs = p->n_segs,
-  };
-  double t0 = zt__now();
-  if (p->n_segs) zt__cpu_adam(eng->cpu, &l);
-  eng->optimizer_seconds += zt__now() - t0;
-}
+/* ---- the update of a shard ---------------------------------------------------- */
 
 /* With param_tier "nvme" the shard's parameters are on disk between
- * steps: the nvme optimizer tier streams each window's into the file; the
- * others update them in memory, which is written out and freed after. */
+ * steps: a tier that sends its parameters to the file itself (the nvme
+ * optimizer tier streams each window's) updates alone; the others update
+ * them in the room's memory, which is written out and freed after. */
 static int update_params_on_disk(zt_engine_t *eng, const zt__adam_hp_t *hp) {
   zt__part_t *p = &eng->zero.part;
+  zt__opt_tier_t *t = &eng->opt;
   int rc = 0;
-  if (eng->cfg.optimizer_tier == ZT_TIER_NVME) {
-    rc = zt__opt_nvme_step(eng->opt_nvme, hp);
+  if (t->view.params_sink) {
+    rc = t->ops->update(t, hp);
   } else {
     ZT_TRY(zt__part_params_alloc(p));
-    update_shard_in_memory(eng, hp);
-    rc = zt__param_nvme_put(eng->param_nvme, 0, p->end - p->begin, p->params);
+    t->view.params = p->params; /* a fresh buffer each step */
+    rc = t->ops->update(t, hp);
+    if (rc == 0) rc = zt__param_nvme_put(eng->param_nvme, 0, p->end - p->begin, p->params);
   }
   int flushed = zt__param_nvme_flush(eng->param_nvme);
   zt__part_params_free(p);
@@ -321,14 +178,10 @@ static int update_params_on_disk(zt_engine_t *eng, const zt__adam_hp_t *hp) {
 /* Stages 1 to 3: the update of this rank's shard, in its tier, then (stages
  * 1, 2) every rank's updated parameters back into every rank's buffer. */
 static int update_shard(zt_engine_t *eng, const zt__adam_hp_t *hp) {
-  if (eng->param_nvme) {
+  if (eng->param_nvme)
     ZT_TRY(update_params_on_disk(eng, hp));
-  } else if (eng->cfg.optimizer_tier == ZT_TIER_NVME) {
-    /* The swapper times its own update and copies. */
-    ZT_TRY(zt__opt_nvme_step(eng->opt_nvme, hp));
-  } else {
-    update_shard_in_memory(eng, hp);
-  }
+  else
+    ZT_TRY(eng->opt.ops->update(&eng->opt, hp));
   double t1 = zt__now();
   /* Stage 3 gathers when a group is fetched, not after the step. */
   if (eng->cfg.stage < 3) ZT_TRY(zt__gather_shards(&eng->zero.part));
@@ -418,10 +271,7 @@ int zt_step(zt_engine_t *eng, const zt_step_args_t *args, zt_step_info_t *info) 
                      eng->cfg.optimizer == ZT_ADAM_L2 ? ZT_MODE_ADAM_L2 : ZT_MODE_ADAMW,
                      eng->cfg.rounding == ZT_ROUND_STOCHASTIC && eng->param_dtype == ZT_BF16,
                      zt_sr_key(eng->cfg.seed, args->t), &hp);
-    rc = eng->partitioned                         ? update_shard(eng, &hp)
-         : eng->cfg.optimizer_tier == ZT_TIER_NVME ? zt__opt_nvme_step(eng->opt_nvme, &hp)
-         : eng->cfg.optimizer_tier == ZT_TIER_HOST ? update_host_tier(eng, &hp)
-                                                   : update_device_tier(eng, &hp);
+    rc = eng->partitioned ? update_shard(eng, &hp) : eng->opt.ops->update(&eng->opt, &hp);
     if (rc < 0) {
       /* Some states may be updated and others not: refuse to go on from a
        * state that no step produced. The peers, past the same vote, are
