@@ -1,10 +1,11 @@
 /*
  * plan.h — bytes per rank in each tier for a model, a world size, a stage
  * and tiers, before anything is allocated (`ztier plan`). The figures are
- * what this version's engine allocates (register.c, partition.c), written
- * out again from the sizes alone, so a test can hold zt_stats() to them,
- * plus what the training loop itself holds (its parameter and gradient
- * buffers), which together give the ZeRO paper's per-parameter table.
+ * what this version's engine allocates: each tier's own footprint
+ * (offload/tier.h), and the ZeRO room's shards and buckets sized as
+ * partition.c sizes them, so a test can hold zt_stats() to them; plus what
+ * the training loop itself holds (its parameter and gradient buffers),
+ * which together give the ZeRO paper's per-parameter table.
  */
 #ifndef ZT_PLAN_H
 #define ZT_PLAN_H
