@@ -81,6 +81,8 @@ TEST_SUPPORT_SRC := tests/harness.c tests/reference.c
 TEST_SUPPORT_OBJ := $(TEST_SUPPORT_SRC:%.c=$(BUILD)/%.o)
 TEST_SRC := $(wildcard tests/test_*.c)
 TEST_BIN := $(TEST_SRC:%.c=$(BUILD)/%)
+# The layer check of docs/design.md (tests/layers.py), run like the others.
+TEST_BIN += $(BUILD)/tests/test_layers
 # Tests in CUDA C++ whose kernels run on the host (tests/test_*_host.cu):
 # nvcc compiles them, the C compiler links them, sanitizers included.
 ifeq ($(CUDA),1)
@@ -140,6 +142,11 @@ $(BUILD)/libztier.so: $(LIB_OBJ) src/libztier.map $(STAMP)
 
 $(BUILD)/ztier: $(TOOL_OBJ) $(BUILD)/libztier.a
 	$(CC) $(SANFLAGS) -pthread -o $@ $(TOOL_OBJ) $(BUILD)/libztier.a $(LDLIBS)
+
+$(BUILD)/tests/test_layers: tests/layers.py
+	@mkdir -p $(dir $@)
+	printf '#!/bin/sh\nexec python3 "%s/tests/layers.py" "$$@"\n' "$(CURDIR)" > $@
+	chmod +x $@
 
 # Tests link the static library so they can reach internal functions too.
 $(BUILD)/tests/test_%: $(BUILD)/tests/test_%.o $(TEST_SUPPORT_OBJ) $(BUILD)/libztier.a

@@ -42,8 +42,8 @@
 #include "base/ckjson.h"      // defines: zt__ckjson_parse_text, zt__ckjson_fmt_num
 #include "engine/config.h"    // defines: zt__config_import, zt__config_doc
 #include "engine/config_impl.h"
-#include "engine/engine.h"    // defines: ZT_STAGING_SLOTS (the host tier's staging ring)
 #include "offload/swap.h"     // defines: ZT__SWAP_MAX_PATHS, ZT__SWAP_MAX_RINGS
+#include "offload/tier.h"     // defines: ZT_STAGING_SLOTS (the host tier's staging ring)
 
 static const char *const backend_names[] = {"host", "cuda"};
 static const char *const comm_names[] = {"single", "mpi", "nccl", "auto"};
