@@ -81,6 +81,8 @@ typedef struct zt__opt_tier {
   float *master, *m, *v;    /* memory tiers; master NULL: the fp32 params
                                are their own master (device, unsharded)   */
   size_t state_bytes;       /* of master, m and v in memory               */
+  int params_are_master;    /* no master of its own: the fp32 parameters
+                               are it (checkpoints save them as master)   */
   zt__staging_t staging;    /* host tier, unsharded                       */
   zt__opt_nvme_t *nvme;     /* nvme tier; NULL for an empty shard         */
 } zt__opt_tier_t;

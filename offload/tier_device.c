@@ -27,6 +27,7 @@ static int alloc(zt__opt_tier_t *t) {
   ZT_TRY(be->alloc(c->be, bytes, (void **)&t->m));
   ZT_TRY(be->alloc(c->be, bytes, (void **)&t->v));
   t->state_bytes = bytes * (t->master ? 3 : 2);
+  t->params_are_master = t->master == NULL;
   ZT_TRY(be->memset_zero(c->be, t->m, bytes, ZT_STREAM_COMPUTE));
   ZT_TRY(be->memset_zero(c->be, t->v, bytes, ZT_STREAM_COMPUTE));
   if (t->master) {

@@ -283,7 +283,7 @@ static int write_rank_file(zt_engine_t *eng, const char *tmp, const char *final,
   put_ctx_t c = {w, lo};
   if (rc == 0) rc = zt__ckpt_walk_states(eng, 0, put_piece, &c);
   /* fp32 parameters without a master of their own are the master. */
-  if (rc == 0 && eng->opt.master == NULL && eng->cfg.optimizer_tier != ZT_TIER_NVME)
+  if (rc == 0 && eng->opt.params_are_master)
     rc = put_params(eng, w, ZT_CKPT_MASTER, lo, hi);
   if (rc == 0 && eng->param_dtype != ZT_FP32) rc = put_params(eng, w, ZT_CKPT_PARAMS, lo, hi);
   if (rc == 0) rc = zt__ckpt_writer_finish(w, t, digest);
