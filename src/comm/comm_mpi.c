@@ -47,7 +47,7 @@
  * A failed comm keeps its code and sentence and refuses every later call
  * with them at once, as an aborted NCCL comm does. The collectives it gave
  * up on may still complete inside MPI, reading and writing their buffers,
- * which are then never freed (zt__comm_gather_wait; partition.c keeps a
+ * which are then never freed (zt__comm_gather_wait; zero/reduce.c keeps a
  * bucket's); destroy abandons their records.
  *
  * Exit. The exit handler (registered once, at the first comm) tells the

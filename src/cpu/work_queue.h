@@ -2,7 +2,7 @@
  * work_queue.h — work run in order by a thread of its own, beside the
  * engine's calls: memcpys (the host backend's ZT_STREAM_PREFETCH, which
  * does for the stage-3 prefetch what a GPU's copy engine does) and calls
- * (the sums of landed gradient buckets, partition.c), so that they overlap
+ * (the sums of landed gradient buckets, zero/reduce.c), so that they overlap
  * the loop's compute instead of running inside its calls.
  *
  * Every item gets the next ticket number (1, 2, ...); items run in ticket

@@ -30,7 +30,7 @@
 
 /* Bytes of pinned memory the host tier's staging ring needs per chunk_bytes:
  * ZT_STAGING_SLOTS slots, each a gradient chunk and a parameter chunk of up
- * to 4 bytes per element (see alloc_host_states in register.c). */
+ * to 4 bytes per element (the host tier, offload/tier_host.c). */
 #define RING_CHUNKS (ZT_STAGING_SLOTS * 2)
 
 /* The enum fields are read and written as int. */
