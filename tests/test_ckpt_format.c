@@ -40,9 +40,9 @@
 
 #include <cjson/cJSON.h> // defines: the test's own JSON reading and editing
 
-#include "src/ckpt/ckpt.h"        // defines: zt__ckpt_consolidate
-#include "src/ckpt/manifest.h"    // defines: zt__manifest_*
-#include "src/ckpt/safetensors.h" // defines: zt__st_*
+#include "ckpt/ckpt.h"        // defines: zt__ckpt_consolidate
+#include "ckpt/manifest.h"    // defines: zt__manifest_*
+#include "ckpt/safetensors.h" // defines: zt__st_*
 
 #define EXACT ((uint64_t)1 << 53)
 

@@ -52,8 +52,8 @@
 #define XXH_INLINE_ALL
 #include <xxhash.h> // defines: XXH3_64bits, the format's checksums computed here
 
-#include "src/ckpt/ckpt.h"     // defines: zt__ckpt_consolidate
-#include "src/ckpt/manifest.h" // defines: ZT_CKPT_TRAILER
+#include "ckpt/ckpt.h"     // defines: zt__ckpt_consolidate
+#include "ckpt/manifest.h" // defines: ZT_CKPT_TRAILER
 
 #define NUMEL 6007 /* bf16 parameters, fp32 gradients */
 

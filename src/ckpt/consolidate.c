@@ -22,10 +22,10 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "src/ckpt/ckpt.h"
-#include "src/ckpt/manifest.h"    // defines: zt__manifest_t
+#include "ckpt/ckpt.h"
+#include "ckpt/manifest.h"    // defines: zt__manifest_t
 #include "cpu/optim_math.h"  // defines: zt_f32_to_bf16_rne
-#include "src/ckpt/safetensors.h" // defines: zt__st_*
+#include "ckpt/safetensors.h" // defines: zt__st_*
 
 #define PIECE ((size_t)1 << 20) /* elements read and written at once */
 

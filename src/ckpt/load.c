@@ -15,9 +15,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "src/ckpt/ckpt.h"
+#include "ckpt/ckpt.h"
 #include "engine/engine.h"   // defines: struct zt_engine
-#include "src/ckpt/manifest.h" // defines: zt__manifest_t
+#include "ckpt/manifest.h" // defines: zt__manifest_t
 #include "zero/prefetch.h" // defines: zt__prefetch_step_begin, zt__prefetch_resume
 #include "zero/reduce.h" // defines: zt__reduce_drop_buckets, zt__reduce_reset
 

@@ -36,7 +36,7 @@
 #include <xxhash.h> // defines: XXH3_64bits_*
 
 #include "base/ckjson.h"   // defines: zt__ckjson_parse, zt__ckjson_u53, zt__ckjson_buf_t, SHOW
-#include "src/ckpt/manifest.h"
+#include "ckpt/manifest.h"
 
 static const char *const rounding_names[] = {"nearest", "stochastic"};
 static const zt_dtype_t dtypes[] = {ZT_FP32, ZT_BF16, ZT_FP16};

@@ -15,8 +15,8 @@
 #define XXH_INLINE_ALL
 #include <xxhash.h> // defines: XXH3_state_t, XXH3_64bits_*
 
-#include "src/ckpt/ckpt.h"
-#include "src/ckpt/manifest.h" // defines: zt__manifest_t, ZT_CKPT_TRAILER
+#include "ckpt/ckpt.h"
+#include "ckpt/manifest.h" // defines: zt__manifest_t, ZT_CKPT_TRAILER
 
 int zt__ckpt_sections(zt_dtype_t param_dtype) { return param_dtype == ZT_FP32 ? 3 : 4; }
 

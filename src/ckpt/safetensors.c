@@ -14,7 +14,7 @@
 #include <cjson/cJSON.h> // defines: cJSON
 
 #include "base/ckjson.h" // defines: zt__ckjson_parse, zt__ckjson_buf_t, zt__ckjson_dup, SHOW
-#include "src/ckpt/safetensors.h"
+#include "ckpt/safetensors.h"
 
 #define META_KEY "__metadata__"
 

@@ -52,9 +52,9 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "src/ckpt/ckpt.h"
+#include "ckpt/ckpt.h"
 #include "engine/engine.h"   // defines: struct zt_engine
-#include "src/ckpt/manifest.h" // defines: zt__manifest_t, zt__manifest_to_json
+#include "ckpt/manifest.h" // defines: zt__manifest_t, zt__manifest_to_json
 #include "zero/prefetch.h" // defines: zt__prefetch_step_begin, zt__prefetch_resume
 
 int zt__ckpt_name(char *buf, size_t n, const char *dir, uint64_t gen, int rank,

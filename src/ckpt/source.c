@@ -12,8 +12,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "src/ckpt/ckpt.h"
-#include "src/ckpt/manifest.h"
+#include "ckpt/ckpt.h"
+#include "ckpt/manifest.h"
 
 /* A manifest is a few hundred bytes per unit and file. */
 #define MANIFEST_MAX ((size_t)256 << 20)

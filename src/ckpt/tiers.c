@@ -7,7 +7,7 @@
  * the nvme tiers are streamed by their own record and page machinery, so no
  * tier is ever gathered whole into RAM.
  */
-#include "src/ckpt/ckpt.h"
+#include "ckpt/ckpt.h"
 #include "engine/engine.h" // defines: struct zt_engine (its tiers, offload/tier.h)
 
 void zt__ckpt_state_range(const zt_engine_t *eng, size_t *lo, size_t *hi) {

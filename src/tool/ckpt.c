@@ -17,9 +17,9 @@
 
 #include <cjson/cJSON.h> // defines: cJSON (info --json)
 
-#include "src/ckpt/ckpt.h"        // defines: zt__ckpt_read_manifest, zt__ckpt_consolidate
-#include "src/ckpt/manifest.h"    // defines: zt__manifest_t
-#include "src/ckpt/safetensors.h" // defines: zt__st_*
+#include "ckpt/ckpt.h"        // defines: zt__ckpt_read_manifest, zt__ckpt_consolidate
+#include "ckpt/manifest.h"    // defines: zt__manifest_t
+#include "ckpt/safetensors.h" // defines: zt__st_*
 #include "tool/args.h"            // defines: zt_args_parse
 #include "tool/progress.h"        // defines: zt_progress_stream
 #include "tool/report.h"          // defines: zt_report_*, zt_table_*

@@ -9,7 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "src/ckpt/manifest.h"
+#include "ckpt/manifest.h"
 
 int LLVMFuzzerTestOneInput(const unsigned char *data, size_t size);
 

@@ -6,7 +6,7 @@
  */
 #include <string.h>
 
-#include "src/ckpt/safetensors.h"
+#include "ckpt/safetensors.h"
 
 int LLVMFuzzerTestOneInput(const unsigned char *data, size_t size);
 
