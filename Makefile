@@ -56,8 +56,9 @@ ISA_AVX512 := -mavx512f -mavx512bw -mavx512vl -mavx512dq -mfma -mf16c
 
 # ---- sources --------------------------------------------------------------
 
-# The library's rooms (docs/design.md); src/tool is the ztier command.
-LIB_ROOMS := base cpu backend comm offload zero engine ckpt
+# The library's rooms under src/ (docs/design.md), and offload/ beside them;
+# src/tool is the ztier command.
+LIB_ROOMS := base cpu backend comm zero engine ckpt
 LIB_SRC := $(filter-out src/backend/backend_nocuda.c, \
              $(foreach r,$(LIB_ROOMS),$(wildcard src/$(r)/*.c))) $(wildcard offload/*.c)
 ifeq ($(CUDA),1)
