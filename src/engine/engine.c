@@ -1,6 +1,9 @@
 /*
- * engine.c — engine create/destroy and statistics. The engine owns the CPU optimizer (thread pool), the backend,
- * the comm and, once registered, every optimizer state; see engine.h.
+ * engine.c — engine create/destroy, statistics, the loss scale handed to
+ * the loop, zt_last_error, and zt__engine_fail (an error that leaves the
+ * engine broken). The engine owns the CPU optimizer (thread pool), the
+ * backend, the comm and, once registered, every optimizer state; see
+ * engine.h.
  */
 #include <stdio.h>
 #include <stdlib.h>

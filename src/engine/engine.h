@@ -1,8 +1,10 @@
 /*
- * engine.h — the engine's private state, shared by the files that make up
- * the engine (engine.c: create/destroy/stats; register.c: the unit table and
- * optimizer-state allocation; step.c: the step). Nothing outside src/ and the
- * tests may depend on it.
+ * engine.h — the engine's private state, shared by the files of the engine
+ * room (engine.c: create/destroy, stats, the loss scale; register.c: the
+ * unit table and the tiers' allocation; step.c: the step; fetch.c: stage 3's
+ * fetch and release) and the checkpoints above it (src/ckpt/). The rooms
+ * below the engine never include it: they get zt__ctx_t (offload/context.h)
+ * and their own state (docs/design.md, "Rooms and layers").
  *
  * Ownership: the engine owns the backend, the CPU optimizer (thread pool),
  * the comm, the unit table and every optimizer state, in whatever tier. The
