@@ -31,6 +31,7 @@
 #include "cpu/cpu_optim.h"    // defines: zt__seg_t, zt__adam_hp_t
 #include "offload/context.h"  // defines: zt__ctx_t, zt__counters_t
 #include "offload/opt_nvme.h" // defines: zt__opt_nvme_view_t, zt__opt_nvme_t
+#include "offload/param_nvme.h" // defines: zt__param_read_t, zt__param_spans_t
 #include "offload/pinned.h"   // defines: zt__pinned_t
 
 /* What a tier is sized for (footprint). */
@@ -93,6 +94,10 @@ typedef int (*zt__tier_visit_fn)(void *arg, size_t first, size_t n, float *maste
 
 typedef struct zt__opt_tier_ops {
   const char *name; /* the config's word: "device", "host", "nvme" */
+  /* 1: a ZeRO shard's update runs on the CPU, so the shard's gradient
+   * sums and parameters, and the buckets they come through, must be memory
+   * the CPU reads: pinned host memory (partition.c, plan.c). */
+  int cpu_update;
   int (*alloc)(zt__opt_tier_t *t);
   int (*update)(zt__opt_tier_t *t, const zt__adam_hp_t *hp);
   /* Pieces of at most `piece` states (the nvme tier: its windows). */
@@ -150,19 +155,39 @@ typedef struct zt__param_tier {
   void *const *mem;  /* memory tiers: where the shard's buffer is (the ZeRO
                         room's, which it may move)                        */
   int mem_on_host;   /* that buffer is pinned host memory                 */
+  int on_medium;     /* set by create: between steps the shard is on the
+                        tier's own medium, not in the room's buffer (which
+                        the engine frees once put there); a fetch reads
+                        it back through the reads ahead below             */
   struct zt__param_nvme *nvme; /* nvme tier: the file                    */
 } zt__param_tier_t;
 
 typedef struct zt__param_tier_ops {
   const char *name;
+  /* 1: the room's buffer of the shard's parameters is pinned host memory
+   * (partition.c, plan.c), whatever the optimizer tier. */
+  int pinned_buffer;
   int (*create)(zt__param_tier_t *t);
   void (*destroy)(zt__param_tier_t *t);
   /* Elements [a, b) of the state space, inside the shard, to or from host
-   * memory; the puts of a load in order, then done. */
+   * memory; the puts of a load or a step in order, then done. */
   int (*get)(zt__param_tier_t *t, size_t a, size_t b, void *dst);
   int (*put)(zt__param_tier_t *t, size_t a, size_t b, const void *src);
   int (*done)(zt__param_tier_t *t);
   void (*footprint)(const zt__tier_shape_t *s, zt__footprint_t *out);
+  /* Reads ahead, called only when on_medium (the memory tiers leave them
+   * NULL): read starts reading the parts of a group's state spans that fall
+   * in the shard into pinned memory (-ENOMEM with a sentence when the
+   * pinned budget has no room: nothing started); wait blocks until r has
+   * landed (its error, if any); landed says 1 when it has, whole and well,
+   * without blocking; read_free waits if need be and frees r (NULL:
+   * nothing); trim frees the buffers kept for reuse. zt__param_read_t and
+   * zt__param_spans_t are param_nvme.h's. */
+  int (*read)(zt__param_tier_t *t, const zt__param_spans_t *spans, zt__param_read_t **out);
+  int (*wait)(zt__param_tier_t *t, zt__param_read_t *r);
+  int (*landed)(zt__param_tier_t *t, zt__param_read_t *r);
+  void (*read_free)(zt__param_tier_t *t, zt__param_read_t *r);
+  void (*trim)(zt__param_tier_t *t);
 } zt__param_tier_ops_t;
 
 ZT_INTERNAL extern const zt__param_tier_ops_t zt__param_tier_device, zt__param_tier_host,

@@ -101,5 +101,5 @@ static void footprint(const zt__tier_shape_t *s, zt__footprint_t *out) {
   }
 }
 
-const zt__opt_tier_ops_t zt__tier_device = {"device", alloc, update, export_states,
+const zt__opt_tier_ops_t zt__tier_device = {"device", 0, alloc, update, export_states,
                                             import_states, free_states, footprint};

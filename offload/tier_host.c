@@ -221,5 +221,5 @@ static void footprint(const zt__tier_shape_t *s, zt__footprint_t *out) {
                                           zt__page_round(chunk * gsz));
 }
 
-const zt__opt_tier_ops_t zt__tier_host = {"host", alloc, update, export_states,
+const zt__opt_tier_ops_t zt__tier_host = {"host", 1, alloc, update, export_states,
                                           import_states, free_states, footprint};

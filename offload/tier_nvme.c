@@ -68,5 +68,5 @@ static void footprint(const zt__tier_shape_t *s, zt__footprint_t *out) {
   out->nvme = (s->n + chunk - 1) / chunk * (uint64_t)zt__opt_nvme_stride(chunk);
 }
 
-const zt__opt_tier_ops_t zt__tier_nvme = {"nvme", alloc, update, export_states,
+const zt__opt_tier_ops_t zt__tier_nvme = {"nvme", 1, alloc, update, export_states,
                                           import_states, free_states, footprint};

@@ -2,8 +2,9 @@
  * tier_param.c — the parameter tiers, which hold stage 3's shard of the
  * parameters between steps: "device" and "host" keep it in the ZeRO room's
  * buffer (backend or pinned memory, the room's to allocate), "nvme" in a
- * swap file (param_nvme.c). Their ops: create, get and put of a span for
- * checkpoints, done, and footprint. See tier.h.
+ * swap file (param_nvme.c, its storage). Their ops: create, get and put of
+ * a span (checkpoints, the step), done, footprint, and for the nvme tier
+ * the reads ahead of a fetch. See tier.h.
  */
 #include <string.h>
 
@@ -45,20 +46,26 @@ static void mem_footprint(const zt__tier_shape_t *s, zt__footprint_t *out) {
   *out = (zt__footprint_t){.fits = 1};
 }
 
-const zt__param_tier_ops_t zt__param_tier_device = {"device", mem_create, mem_destroy, mem_get,
-                                                    mem_put, mem_done, mem_footprint};
-const zt__param_tier_ops_t zt__param_tier_host = {"host", mem_create, mem_destroy, mem_get,
-                                                  mem_put, mem_done, mem_footprint};
+/* The shard stays in the room's buffer (on_medium 0): no reads ahead. */
+const zt__param_tier_ops_t zt__param_tier_device = {
+    "device", 0, mem_create, mem_destroy, mem_get, mem_put, mem_done, mem_footprint,
+    NULL,     NULL,       NULL,        NULL,    NULL};
+const zt__param_tier_ops_t zt__param_tier_host = {
+    "host", 1, mem_create, mem_destroy, mem_get, mem_put, mem_done, mem_footprint,
+    NULL,   NULL,       NULL,        NULL,    NULL};
 
 /* ---- nvme: a swap file ----------------------------------------------------------------- */
 
 static int nvme_create(zt__param_tier_t *t) {
-  return zt__param_nvme_create(t->ctx, t->pin, t->n, t->dtype, &t->nvme);
+  ZT_TRY(zt__param_nvme_create(t->ctx, t->pin, t->n, t->dtype, &t->nvme));
+  t->on_medium = 1;
+  return 0;
 }
 
 static void nvme_destroy(zt__param_tier_t *t) {
   zt__param_nvme_destroy(t->nvme);
   t->nvme = NULL;
+  t->on_medium = 0;
 }
 
 /* An empty shard has no file (and no span to move). */
@@ -88,5 +95,25 @@ static void nvme_footprint(const zt__tier_shape_t *s, zt__footprint_t *out) {
   out->nvme = file;
 }
 
-const zt__param_tier_ops_t zt__param_tier_nvme = {"nvme", nvme_create, nvme_destroy, nvme_get,
-                                                  nvme_put, nvme_done, nvme_footprint};
+/* Reads ahead: the file's, at the shard's offsets. */
+static int nvme_read(zt__param_tier_t *t, const zt__param_spans_t *spans, zt__param_read_t **out) {
+  return zt__param_nvme_read(t->nvme, spans, t->first, out);
+}
+
+static int nvme_wait(zt__param_tier_t *t, zt__param_read_t *r) {
+  return zt__param_nvme_wait(t->nvme, r);
+}
+
+static int nvme_landed(zt__param_tier_t *t, zt__param_read_t *r) {
+  return zt__param_nvme_landed(t->nvme, r);
+}
+
+static void nvme_read_free(zt__param_tier_t *t, zt__param_read_t *r) {
+  zt__param_nvme_read_free(t->nvme, r);
+}
+
+static void nvme_trim(zt__param_tier_t *t) { zt__param_nvme_trim(t->nvme); }
+
+const zt__param_tier_ops_t zt__param_tier_nvme = {
+    "nvme", 0, nvme_create, nvme_destroy, nvme_get,       nvme_put,  nvme_done,
+    nvme_footprint, nvme_read,  nvme_wait,    nvme_landed,    nvme_read_free, nvme_trim};

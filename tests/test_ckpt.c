@@ -359,7 +359,7 @@ static int64_t fail_reads(void *arg, const zt__swap_hook_io_t *io, int64_t res) 
 /* The swap files a save reads states from: the parameter tier's when it
  * is nvme, else the optimizer tier's. */
 static zt__swap_t *save_swap(run_t *r) {
-  return r->eng->param_nvme ? zt__param_nvme_swap(r->eng->param_nvme)
+  return r->eng->ptier.nvme ? zt__param_nvme_swap(r->eng->ptier.nvme)
                             : zt__opt_nvme_swap(r->eng->opt.nvme);
 }
 

@@ -246,7 +246,7 @@ static void test_io_error_in_fetch(void **state) {
   zt_config_t cfg = config(ZT_TIER_NVME);
   cfg.swap_rings = 1;
   zt_engine_t *eng = make_engine(&cfg);
-  zt__swap_t *sw = zt__param_nvme_swap(eng->param_nvme);
+  zt__swap_t *sw = zt__param_nvme_swap(eng->ptier.nvme);
   assert_int_equal(zt__swap_outstanding(sw), 0);
   failing = 0;
   zt__swap_set_hook(sw, fail_reads, NULL);

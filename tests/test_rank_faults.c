@@ -137,7 +137,7 @@ static void user_loop(point_t at) {
   T_OK(zt_register_units(eng, dp, NULL, NUMEL, ZT_BF16, ZT_FP32, units, 2 * L), eng);
   t_buf_free(eng, dp, NUMEL * 2);
   free(p);
-  zt__swap_set_hook(zt__param_nvme_swap(eng->param_nvme), hook, NULL);
+  zt__swap_set_hook(zt__param_nvme_swap(eng->ptier.nvme), hook, NULL);
 
   for (int t = 1; t <= 3; t++) {
     int faulty = t == 2 && me == bad;

@@ -309,7 +309,7 @@ int zt_stats(const zt_engine_t *eng, zt_stats_t *out) {
   out->swap_write_bytes = nv.write_bytes;
   out->swap_wait_seconds = nv.wait_seconds;
   zt__param_nvme_stats_t pn;
-  zt__param_nvme_stats(eng->param_nvme, &pn);
+  zt__param_nvme_stats(eng->ptier.nvme, &pn);
   out->nvme_bytes += pn.file_bytes;
   out->param_read_bytes = pn.read_bytes;
   out->param_write_bytes = pn.write_bytes;
@@ -323,7 +323,7 @@ int zt_stats(const zt_engine_t *eng, zt_stats_t *out) {
   out->fetch_stall_seconds = pf->stall_seconds;
   out->live_bytes = pf->live_bytes;
   out->peak_live_bytes = pf->peak_live_bytes;
-  out->read_ahead_bytes = pf->staged_bytes + zt__param_nvme_spare_bytes(eng->param_nvme);
+  out->read_ahead_bytes = pf->staged_bytes + zt__param_nvme_spare_bytes(eng->ptier.nvme);
   out->host_locked = eng->pinned.bytes ? (uint64_t)eng->pinned.locked : 0;
   out->host_numa_node = eng->pinned.numa_node;
   out->warnings = eng->pinned.note;

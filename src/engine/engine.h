@@ -67,7 +67,6 @@ struct zt_engine {
   zt__zero_t zero;
   /* Stage 3's parameter tier (offload/tier.h): the shard between steps. */
   zt__param_tier_t ptier;
-  struct zt__param_nvme *param_nvme; /* param_tier nvme: ptier's file, lent */
 
   /* The optimizer states (fp32), in their tier (offload/tier.h): opt.ops
    * is cfg.optimizer_tier's table once registered. */

@@ -15,7 +15,6 @@
 
 #include "base/ckjson.h" // defines: zt__ckjson_dup
 #include "engine/engine.h"
-#include "offload/param_nvme.h" // defines: zt__param_nvme_put, zt__param_nvme_flush
 
 #define XXH_INLINE_ALL
 #include <xxhash.h> // defines: XXH3_64bits_withSeed
@@ -252,7 +251,6 @@ static void free_states(zt_engine_t *eng) {
     zt__zero_free(&eng->zero); /* its reads ahead use the parameter tier: first */
     if (eng->ptier.ops) eng->ptier.ops->destroy(&eng->ptier);
     memset(&eng->ptier, 0, sizeof eng->ptier);
-    eng->param_nvme = NULL;
     eng->partitioned = 0;
   }
 }
@@ -304,21 +302,22 @@ static int alloc_shard_states(zt_engine_t *eng) {
                                   .dtype = eng->param_dtype,
                                   .mem = &p->params,
                                   .mem_on_host = p->params_pinned};
-  if (mine) ZT_TRY(eng->ptier.ops->create(&eng->ptier));
-  eng->param_nvme = eng->ptier.nvme;
-  eng->zero.prefetch.tier = eng->param_nvme; /* lent to the reads ahead */
+  zt__param_tier_t *pt = &eng->ptier;
+  if (mine) ZT_TRY(pt->ops->create(pt));
+  zt__prefetch_lend(&eng->zero.prefetch, pt); /* the reads ahead use it */
   /* The states read the gradient shard and write the parameter shard where
    * they are, in the room's memory (partition.c); the nvme tier sends its
    * steps' parameters to the parameter tier's file when there is one. */
   zt__opt_nvme_view_t v = {p->segs,  p->n_segs, p->grads, p->begin,
                            ZT_FP32,  p->params, p->begin, eng->param_dtype,
-                           eng->param_nvme, p->on_pinned};
+                           pt->nvme, p->on_pinned};
   ZT_TRY(zt__opt_tier_create(&eng->opt, zt__opt_tier_ops(eng->cfg.optimizer_tier), &eng->ctx,
                              &eng->pinned, &eng->counters, &v, 1, p->begin, mine));
-  if (eng->param_nvme == NULL) return 0;
-  /* From here on the shard's parameters are on disk between steps. */
-  ZT_TRY(zt__param_nvme_put(eng->param_nvme, 0, mine, p->params));
-  ZT_TRY(zt__param_nvme_flush(eng->param_nvme));
+  if (!pt->on_medium) return 0;
+  /* From here on the shard's parameters are on the tier's medium between
+   * steps. */
+  ZT_TRY(pt->ops->put(pt, p->begin, p->end, p->params));
+  ZT_TRY(pt->ops->done(pt));
   zt__part_params_free(p);
   return 0;
 }

@@ -11,7 +11,6 @@
 
 #include "base/abi.h" // defines: zt__abi_size, ZT__STEP_ARGS_SIZE_0_1
 #include "engine/engine.h"
-#include "offload/param_nvme.h" // defines: zt__param_nvme_put, zt__param_nvme_flush
 #include "zero/agree.h" // defines: zt__agree_sum_ranks
 #include "zero/gather.h" // defines: zt__gather_shards
 #include "zero/reduce.h" // defines: zt__reduce_all, zt__reduce_reset
@@ -154,34 +153,27 @@ int zt_grad_norm(zt_engine_t *eng, float grad_scale, double *norm) {
 
 /* ---- the update of a shard ---------------------------------------------------- */
 
-/* With param_tier "nvme" the shard's parameters are on disk between
- * steps: a tier that sends its parameters to the file itself (the nvme
- * optimizer tier streams each window's) updates alone; the others update
- * them in the room's memory, which is written out and freed after. */
-static int update_params_on_disk(zt_engine_t *eng, const zt__adam_hp_t *hp) {
+/* Stages 1 to 3: the update of this rank's shard, in its tier, then (stages
+ * 1, 2) every rank's updated parameters back into every rank's buffer.
+ * With the shard's parameters on the parameter tier's own medium between
+ * steps (on_medium), an optimizer tier that sends its parameters there
+ * itself (params_sink, the nvme tier's windows) updates alone; the others
+ * update them in a fresh buffer of the room's, which is put to the tier and
+ * freed after. The tier's done makes the puts durable (memory tiers: 0). */
+static int update_shard(zt_engine_t *eng, const zt__adam_hp_t *hp) {
   zt__part_t *p = &eng->zero.part;
   zt__opt_tier_t *t = &eng->opt;
-  int rc = 0;
-  if (t->view.params_sink) {
-    rc = t->ops->update(t, hp);
-  } else {
+  zt__param_tier_t *pt = &eng->ptier;
+  int fresh = pt->on_medium && t->view.params_sink == NULL;
+  if (fresh) {
     ZT_TRY(zt__part_params_alloc(p));
     t->view.params = p->params; /* a fresh buffer each step */
-    rc = t->ops->update(t, hp);
-    if (rc == 0) rc = zt__param_nvme_put(eng->param_nvme, 0, p->end - p->begin, p->params);
   }
-  int flushed = zt__param_nvme_flush(eng->param_nvme);
-  zt__part_params_free(p);
-  return rc < 0 ? rc : flushed;
-}
-
-/* Stages 1 to 3: the update of this rank's shard, in its tier, then (stages
- * 1, 2) every rank's updated parameters back into every rank's buffer. */
-static int update_shard(zt_engine_t *eng, const zt__adam_hp_t *hp) {
-  if (eng->param_nvme)
-    ZT_TRY(update_params_on_disk(eng, hp));
-  else
-    ZT_TRY(eng->opt.ops->update(&eng->opt, hp));
+  int rc = t->ops->update(t, hp);
+  if (rc == 0 && fresh) rc = pt->ops->put(pt, p->begin, p->end, p->params);
+  int done = pt->ops->done(pt);
+  if (pt->on_medium) zt__part_params_free(p);
+  ZT_TRY(rc < 0 ? rc : done);
   double t1 = zt__now();
   /* Stage 3 gathers when a group is fetched, not after the step. */
   if (eng->cfg.stage < 3) ZT_TRY(zt__gather_shards(&eng->zero.part));

@@ -13,7 +13,7 @@
  */
 #include <stdlib.h>
 
-#include "offload/param_nvme.h" // defines: zt__param_read_t, zt__param_nvme_read_free
+#include "offload/param_nvme.h" // defines: zt__param_read_t
 #include "zero/agree.h"         // defines: zt__agree, ZT_AGREE_FETCH
 #include "zero/gather.h"
 #include "zero/partition.h"     // defines: zt__part_t, zt__span_t, zt__xfer_t
@@ -177,7 +177,7 @@ int zt__gather_fetch(zt__zero_t *z, zt__group_t *g) {
   }
   free(dst);
   free(src);
-  zt__param_nvme_read_free(pf->tier, r);
+  zt__prefetch_read_free(pf, r);
   if (rc < 0) {
     for (int s = 0; s < ZT_XFER_SLOTS; s++)
       if (p->gx[s].busy && p->gx[s].recv == NULL && g->params) {

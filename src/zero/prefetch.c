@@ -4,7 +4,7 @@
  * into the partition's table.
  *
  * Called by gather.c (a fetch, a release) and the engine (the step, a save
- * or load); calls the parameter tier (offload/param_nvme.h) and the
+ * or load); calls the parameter tier's reads ahead (offload/tier.h) and the
  * backend, and nothing of the room above it: the groups it drops, it drops
  * itself (zt__prefetch_drop).
  */
@@ -12,7 +12,7 @@
 #include <string.h>
 
 #include "backend/backend.h"    // defines: ZT_STREAM_PREFETCH, the copies and events
-#include "offload/param_nvme.h" // defines: zt__param_nvme_*, zt__param_read_t
+#include "offload/tier.h"       // defines: zt__param_tier_t, zt__param_read_t
 #include "zero/partition.h"     // defines: zt__part_t, zt__group_t
 #include "zero/prefetch.h"
 
@@ -32,10 +32,18 @@ static size_t shard_bytes(const zt__prefetch_t *pf, const zt__group_t *g) {
   return n * zt__dtype_size(p->reg.param_dtype);
 }
 
+void zt__prefetch_lend(zt__prefetch_t *pf, zt__param_tier_t *t) {
+  pf->tier = t && t->on_medium ? t : NULL;
+}
+
+void zt__prefetch_read_free(zt__prefetch_t *pf, zt__param_read_t *r) {
+  if (r) pf->tier->ops->read_free(pf->tier, r);
+}
+
 static void drop_read(zt__prefetch_t *pf, zt__group_t *g) {
   if (g->read == NULL) return;
   pf->staged_bytes -= g->read->bytes;
-  zt__param_nvme_read_free(pf->tier, g->read);
+  zt__prefetch_read_free(pf, g->read);
   g->read = NULL;
 }
 
@@ -104,7 +112,7 @@ static int finish_stage(zt__prefetch_t *pf, zt__stage_t *st) {
   int rc = p->ctx->be_ops->event_sync(p->ctx->be, st->done);
   if (st->read) {
     pf->staged_bytes -= st->read->bytes;
-    zt__param_nvme_read_free(pf->tier, st->read);
+    zt__prefetch_read_free(pf, st->read);
   }
   st->read = NULL;
   st->g = NULL;
@@ -211,24 +219,23 @@ void zt__prefetch_make_room(zt__prefetch_t *pf, const zt__group_t *g) {
 }
 
 int zt__prefetch_take(zt__prefetch_t *pf, zt__group_t *g, zt__param_read_t **out) {
-  zt__part_t *p = pf->part;
   *out = NULL;
   if (g->read == NULL) {
     /* A failed read may still have requests in flight into g->read: it is
      * counted until dropped, as any other. */
     zt__param_spans_t sp = {&g->spans->a, &g->spans->b, sizeof *g->spans, g->n_spans};
-    int rc = zt__param_nvme_read(pf->tier, &sp, p->begin, &g->read);
+    int rc = pf->tier->ops->read(pf->tier, &sp, &g->read);
     if (g->read) pf->staged_bytes += g->read->bytes;
     ZT_TRY(rc);
   } else {
     pf->read_ahead++;
   }
   zt__param_read_t *r = g->read;
-  int rc = zt__param_nvme_wait(pf->tier, r);
+  int rc = pf->tier->ops->wait(pf->tier, r);
   g->read = NULL;
   pf->staged_bytes -= r->bytes;
   if (rc < 0) {
-    zt__param_nvme_read_free(pf->tier, r);
+    zt__prefetch_read_free(pf, r);
     return rc;
   }
   *out = r;
@@ -287,7 +294,7 @@ static int stage_ahead(zt__prefetch_t *pf) {
     if (shard_bytes(pf, g) < p->ctx->cfg->stage_min_bytes) continue; /* copied in the fetch */
     zt__stage_t *st = stage_of(pf, NULL); /* a free slot */
     if (st == NULL) break;
-    if (pf->tier && (g->read == NULL || !zt__param_nvme_landed(pf->tier, g->read)))
+    if (pf->tier && (g->read == NULL || !pf->tier->ops->landed(pf->tier, g->read)))
       break;
     size_t need = gathered_bytes(pf, g);
     if (zt__spares_find(&pf->spares, need) < 0 &&
@@ -328,7 +335,7 @@ static int read_ahead(zt__prefetch_t *pf) {
       size_t need = shard_bytes(pf, g);
       if (pf->staged_bytes > 0 && pf->staged_bytes + need > budget) break;
       zt__param_spans_t sp = {&g->spans->a, &g->spans->b, sizeof *g->spans, g->n_spans};
-      int rc = zt__param_nvme_read(pf->tier, &sp, p->begin, &g->read);
+      int rc = pf->tier->ops->read(pf->tier, &sp, &g->read);
       if (rc == -ENOMEM && g->read == NULL) {
         /* The pinned budget is full: the read waits for the fetch. */
         zt__err_clear(p->ctx->err);
@@ -345,7 +352,7 @@ static int read_ahead(zt__prefetch_t *pf) {
 int zt__prefetch_ahead(zt__prefetch_t *pf) {
   zt__part_t *p = pf->part;
   ZT_TRY(read_ahead(pf));
-    if (!pf->following || p->ctx->cfg->prefetch_bytes == 0) return 0;
+  if (!pf->following || p->ctx->cfg->prefetch_bytes == 0) return 0;
   return stage_ahead(pf);
 }
 
@@ -367,7 +374,7 @@ void zt__prefetch_step_begin(zt__prefetch_t *pf) {
   zt__part_t *p = pf->part;
   drop_stages(pf);
   drop_reads(pf);
-  zt__param_nvme_trim(pf->tier);
+  if (pf->tier) pf->tier->ops->trim(pf->tier);
   for (size_t i = 0; i < p->n_groups; i++)
     if (p->groups[i].kept) zt__prefetch_drop(pf, &p->groups[i]);
   free_spares(pf);

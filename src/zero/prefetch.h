@@ -9,14 +9,15 @@
  *     allows (at least the next group), so zt_fetch finds them landed and
  *     only all-gathers (prefetch_bytes 0: no reads ahead, nothing kept);
  *   - the next ZT_STAGE_AHEAD groups of the trace whose reads have landed
- *     (or, with param_tier host, at once) are staged: a gathered buffer is
+ *     (or, with the shard in the room's buffer, at once) are staged: a gathered buffer is
  *     taken for each and this rank's part of it copied in on
  *     ZT_STREAM_PREFETCH, which runs beside the loop (a GPU's copy engine;
  *     the host backend's copy thread), so that zt_fetch only waits for that
  *     copy and all-gathers the other ranks' parts into place. Staged
  *     buffers count in live_bytes and are taken only within max_live_bytes;
- *     staging needs gathers into place (not with optimizer_tier host, whose
- *     gathers land in pinned buckets first);
+ *     staging needs gathers into place (not with an optimizer tier that
+ *     updates on the CPU, host or nvme, whose gathers land in pinned
+ *     buckets first);
  *   - a group released while the trace uses it again within prefetch_bytes
  *     of fetches is kept gathered rather than dropped and fetched again, as
  *     long as the groups held gathered (fetched or kept) stay within
@@ -42,8 +43,8 @@
  * staged fetch gathers as any other does, only with its part in place.
  *
  * Who calls what: the engine's fetch and release go to gather.c, which
- * calls this scheduler, which reads from the parameter tier
- * (offload/param_nvme.h); the engine calls it directly only around a step,
+ * calls this scheduler, which reads from the parameter tier through its
+ * ops (offload/tier.h); the engine calls it directly only around a step,
  * a save and a load. It never calls back up: a kept group it drops, it
  * drops itself (zt__prefetch_drop).
  *
@@ -59,7 +60,7 @@
 #include "offload/spares.h"  // defines: zt__spares_t
 #include "zero/partition.h"  // defines: zt__part_t, zt__group_t
 
-struct zt__param_nvme;
+struct zt__param_tier;
 struct zt__param_read;
 struct zt__event;
 
@@ -77,8 +78,9 @@ typedef struct zt__stage {
 
 typedef struct zt__prefetch {
   zt__part_t *part;            /* the groups and the shard (zero.c sets it) */
-  struct zt__param_nvme *tier; /* param_tier nvme: the shard on disk (the
-                                  engine's, register.c), else NULL       */
+  struct zt__param_tier *tier; /* the parameter tier when the shard is on
+                                  its own medium (the engine's, lent by
+                                  zt__prefetch_lend), else NULL          */
   int *trace;          /* group ids of the recorded iteration            */
   size_t n_trace, cap_trace;
   int *rec;            /* this iteration's fetches so far                */
@@ -113,10 +115,17 @@ ZT_INTERNAL int zt__prefetch_note(zt__prefetch_t *pf, zt__group_t *g);
  * is left to drop. A spare of g's size is kept: the gather takes it. */
 ZT_INTERNAL void zt__prefetch_make_room(zt__prefetch_t *pf, const zt__group_t *g);
 
-/* The parameter tier nvme: g's part of the shard, landed; read now when it
- * was not read ahead. The caller frees it (zt__param_nvme_read_free). */
+/* Lends the parameter tier t to the reads ahead, when its shard is on its
+ * own medium (t->on_medium); else the groups are copied from the room's
+ * buffer. t must outlive pf's reads (zt__zero_free first). */
+ZT_INTERNAL void zt__prefetch_lend(zt__prefetch_t *pf, struct zt__param_tier *t);
+
+/* A parameter tier on its medium: g's part of the shard, landed; read now
+ * when it was not read ahead. The caller frees it (zt__prefetch_read_free). */
 ZT_INTERNAL int zt__prefetch_take(zt__prefetch_t *pf, zt__group_t *g,
                                   struct zt__param_read **out);
+/* Frees a read of the lent tier (waits if it is in flight). NULL: nothing. */
+ZT_INTERNAL void zt__prefetch_read_free(zt__prefetch_t *pf, struct zt__param_read *r);
 
 /* g's gathered buffer when it was staged (*out, with this rank's part in
  * place once its copy is waited for here), else *out NULL. */

@@ -28,7 +28,7 @@ typedef struct zt__zero {
 
 /* Register time (partition.h, zt__part_init), the prefetch scheduler
  * pointed at the partition. The parameter tier, made after this, is lent
- * by setting z->prefetch.tier. */
+ * with zt__prefetch_lend. */
 ZT_INTERNAL int zt__zero_init(zt__zero_t *z, const zt__ctx_t *ctx, const zt__zero_reg_t *reg);
 
 /* Unregister: the groups' gathered parameters, then the prefetch
