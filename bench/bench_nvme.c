@@ -34,6 +34,7 @@
 #include "common.h"
 #include "disk.h" // defines: zt_bench_swap_pass
 #include "offload/swap.h" // defines: zt__swap_*
+#include "base/internal.h" // defines: zt__pwrite_all
 #include "base/units.h" // defines: zt__parse_bytes
 
 #define MAX_LIST 16
@@ -136,24 +137,19 @@ static double fio_pass(const char *file, int write, size_t space, size_t block,
   return gbps;
 }
 
-/* fio's file: preallocated and written once, like our space. */
+/* fio's file: preallocated and written once, like our space, from the
+ * n > 0 bytes at src over and over. */
 static int make_fio_file(const char *file, size_t space, const char *src, size_t n) {
+  if (n == 0) return -EINVAL;
   int fd = open(file, O_CREAT | O_EXCL | O_WRONLY, 0600);
   if (fd < 0) return -errno;
-  int rc = posix_fallocate(fd, 0, (off_t)space);
-  for (size_t off = 0; rc == 0 && off < space;) {
-    size_t len = space - off < n ? space - off : n;
-    ssize_t w = pwrite(fd, src, len, (off_t)off);
-    if (w <= 0) {
-      rc = w < 0 ? errno : EIO;
-      break;
-    }
-    off += (size_t)w;
-  }
-  if (rc == 0 && fsync(fd) != 0) rc = errno;
+  int rc = -posix_fallocate(fd, 0, (off_t)space);
+  for (size_t off = 0; rc == 0 && off < space; off += n)
+    rc = zt__pwrite_all(fd, src, space - off < n ? space - off : n, off);
+  if (rc == 0 && fsync(fd) != 0) rc = -errno;
   close(fd);
   if (rc) unlink(file);
-  return -rc;
+  return rc;
 }
 
 /* ---- output ------------------------------------------------------------------------ */

@@ -11,6 +11,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include "base/internal.h"   // defines: zt__round_up
 #include "cpu/optim_math.h" // defines: zt_f32_to_bf16_rne, zt_f32_to_f16_rne
 
 /* ---- statistics and output ---------------------------------------------------- */
@@ -35,17 +36,15 @@ double zt_bench_median(const double *x, int n) {
 
 #define HUGE_PAGE ((size_t)2 << 20)
 
-static size_t round_up(size_t x, size_t a) { return (x + a - 1) / a * a; }
-
 void *zt_bench_alloc(size_t bytes, int huge) {
-  size_t len = round_up(bytes ? bytes : 1, HUGE_PAGE);
+  size_t len = zt__round_up(bytes ? bytes : 1, HUGE_PAGE);
   /* Over-allocate by one huge page and trim, so the buffer starts on a
    * 2 MiB boundary where the kernel can map huge pages from the first byte. */
   size_t raw_len = len + HUGE_PAGE;
   char *raw =
       mmap(NULL, raw_len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   if (raw == MAP_FAILED) return NULL;
-  char *p = (char *)round_up((size_t)raw, HUGE_PAGE);
+  char *p = (char *)zt__round_up((size_t)raw, HUGE_PAGE);
   if (p > raw) munmap(raw, (size_t)(p - raw));
   size_t tail = (size_t)(raw + raw_len - (p + len));
   if (tail) munmap(p + len, tail);
@@ -54,7 +53,7 @@ void *zt_bench_alloc(size_t bytes, int huge) {
 }
 
 void zt_bench_free(void *p, size_t bytes) {
-  if (p) munmap(p, round_up(bytes ? bytes : 1, HUGE_PAGE));
+  if (p) munmap(p, zt__round_up(bytes ? bytes : 1, HUGE_PAGE));
 }
 
 long long zt_bench_thp_bytes(void) {

@@ -60,8 +60,6 @@ struct zt__opt_nvme {
   zt__opt_nvme_stats_t st;
 };
 
-static size_t round_up(size_t x, size_t a) { return (x + a - 1) / a * a; }
-
 /* The element sizes of a slot's gradients and parameters: 0 for those the
  * update reads or writes where they are (in_host). */
 static size_t slot_gsz(const zt__opt_nvme_view_t *v) {
@@ -80,7 +78,7 @@ static uint32_t swap_block(size_t rec_len) { return rec_len >= (64u << 10) ? 64u
 
 size_t zt__opt_nvme_stride(size_t chunk) {
   size_t rec = 3 * chunk * sizeof(float);
-  return round_up(rec, swap_block(rec));
+  return zt__round_up(rec, swap_block(rec));
 }
 
 /* As the pinned budget counts them: the bytes asked for. */
@@ -97,7 +95,7 @@ static size_t slot_pages(size_t chunk, size_t gsz, size_t psz) {
 size_t zt__opt_nvme_chunk(size_t extent, size_t chunk_bytes, size_t room, size_t gsz,
                           size_t psz) {
   size_t chunk = chunk_bytes / sizeof(float);
-  if (chunk > round_up(extent, CHUNK_ALIGN)) chunk = round_up(extent, CHUNK_ALIGN);
+  if (chunk > zt__round_up(extent, CHUNK_ALIGN)) chunk = zt__round_up(extent, CHUNK_ALIGN);
   if (room == 0) return chunk;
   while (chunk > CHUNK_ALIGN && ZT_NVME_SLOTS * slot_pages(chunk, gsz, psz) > room)
     chunk = (chunk / 2 + CHUNK_ALIGN - 1) / CHUNK_ALIGN * CHUNK_ALIGN;

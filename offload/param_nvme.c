@@ -39,8 +39,6 @@ struct zt__param_nvme {
   zt__param_nvme_stats_t st;
 };
 
-static size_t round_up(size_t x, size_t a) { return (x + a - 1) / a * a; }
-
 static uint64_t write_tag(unsigned page) { return (uint64_t)page << 1 | 1; }
 
 /* Reaps completions, at least one when `block`. */
@@ -79,8 +77,8 @@ int zt__param_nvme_create(const zt__ctx_t *ctx, zt__pinned_t *pin, size_t numel,
   pn->pin = pin;
   pn->numel = numel;
   pn->psz = zt__dtype_size(dt);
-  pn->file_bytes = round_up(numel ? numel * pn->psz : 1, BLOCK);
-  pn->page_bytes = round_up(ctx->cfg->chunk_bytes, BLOCK);
+  pn->file_bytes = zt__round_up(numel ? numel * pn->psz : 1, BLOCK);
+  pn->page_bytes = zt__round_up(ctx->cfg->chunk_bytes, BLOCK);
   if (pn->page_bytes > pn->file_bytes) pn->page_bytes = pn->file_bytes;
   pn->st.file_bytes = pn->file_bytes;
   int rc = 0;
@@ -207,7 +205,7 @@ int zt__param_nvme_get(zt__param_nvme_t *pn, size_t first, size_t n, void *dst) 
   while (pos < end) {
     /* An aligned run of at most a page around pos, read into page 0. */
     size_t lo = pos / BLOCK * BLOCK;
-    size_t hi = round_up(end, BLOCK);
+    size_t hi = zt__round_up(end, BLOCK);
     if (hi - lo > pn->page_bytes) hi = lo + pn->page_bytes;
     ZT_TRY(zt__swap_prep_read(pn->sw, pn->page[0], hi - lo, lo, 0));
     int rc = zt__swap_submit(pn->sw);
@@ -243,7 +241,7 @@ int zt__param_nvme_read(zt__param_nvme_t *pn, const zt__param_spans_t *spans, si
     span_at(spans, k, &sa, &sb);
     if (!zt__span_clip(sa, sb, begin, end, &a, &b)) continue;
     size_t lo = (a - begin) * pn->psz / BLOCK * BLOCK;
-    bytes += round_up((b - begin) * pn->psz, BLOCK) - lo;
+    bytes += zt__round_up((b - begin) * pn->psz, BLOCK) - lo;
     payload += (b - a) * pn->psz;
   }
   zt__param_read_t *r = calloc(1, sizeof *r);
@@ -272,7 +270,7 @@ int zt__param_nvme_read(zt__param_nvme_t *pn, const zt__param_spans_t *spans, si
     span_at(spans, k, &sa, &sb);
     if (!zt__span_clip(sa, sb, begin, end, &a, &b)) continue;
     size_t lo = (a - begin) * pn->psz / BLOCK * BLOCK;
-    size_t hi = round_up((b - begin) * pn->psz, BLOCK);
+    size_t hi = zt__round_up((b - begin) * pn->psz, BLOCK);
     r->at[k] = pos + (a - begin) * pn->psz - lo;
     if (rc == 0) rc = zt__swap_prep_read(pn->sw, (char *)r->buf + pos, hi - lo, lo,
                                          (uint64_t)(uintptr_t)r);

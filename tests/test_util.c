@@ -4,7 +4,9 @@
  * drains while the writer is interrupted), its errors, and zero bytes;
  * zt__page_round at 0, around one page, and at the top of size_t;
  * zt__span_clip over empty, disjoint, touching, inner, straddling and
- * covering spans.
+ * covering spans; zt__round_up for powers of two and others, and where it
+ * wraps; zt__min_sz / zt__max_sz; ZT__CKJSON_EXACT; zt__ckjson_escape's
+ * bytes (both forms), its snprintf-style truncation and its length.
  */
 #define _GNU_SOURCE
 #include <fcntl.h>
@@ -15,6 +17,7 @@
 #include <unistd.h>
 
 #include "harness.h"
+#include "base/ckjson.h"   // defines: zt__ckjson_escape, ZT__CKJSON_EXACT
 #include "base/internal.h" // defines: zt__write_all, zt__page_round, zt__span_clip
 
 /* ---- zt__write_all ------------------------------------------------------- */
@@ -164,6 +167,91 @@ static void test_page_round(void **state) {
   assert_true(zt__page_round(SIZE_MAX) == 0);
 }
 
+/* ---- zt__round_up, zt__min_sz, zt__max_sz ---------------------------------- */
+
+static void test_round_up(void **state) {
+  assert_true(zt__round_up(0, 4096) == 0);
+  assert_true(zt__round_up(1, 4096) == 4096);
+  assert_true(zt__round_up(4096, 4096) == 4096);
+  assert_true(zt__round_up(4097, 4096) == 8192);
+  /* Not only powers of two: opt_nvme's chunk alignment, a record of 3 floats. */
+  assert_true(zt__round_up(10, 12) == 12);
+  assert_true(zt__round_up(24, 12) == 24);
+  assert_true(zt__round_up(25, 12) == 36);
+  assert_true(zt__round_up(7, 1) == 7);
+  /* The 2 MiB huge page of the benchmarks' buffers, an address-sized value. */
+  size_t huge = (size_t)2 << 20;
+  assert_true(zt__round_up(((size_t)5 << 40) + 1, huge) == ((size_t)5 << 40) + huge);
+  /* Up to SIZE_MAX - a + 1 it rounds; above, x + a - 1 wraps and the result
+   * is 0 (never a small nonzero size a caller could take for a real one),
+   * even for the largest multiple itself. */
+  size_t top = SIZE_MAX / 12 * 12; /* SIZE_MAX - 3 */
+  assert_true(zt__round_up(top - 11, 12) == top);
+  assert_true(zt__round_up(SIZE_MAX - 11, 12) == top);
+  assert_true(zt__round_up(SIZE_MAX - 10, 12) == 0);
+  assert_true(zt__round_up(top, 12) == 0);
+  assert_true(zt__round_up(SIZE_MAX, 12) == 0);
+  assert_true(zt__round_up(SIZE_MAX, 4096) == 0);
+  /* It agrees with zt__page_round for the page. */
+  for (size_t x = 0; x < 3 * 4096; x += 511)
+    assert_true(zt__round_up(x, 4096) == zt__page_round(x));
+}
+
+static void test_min_max(void **state) {
+  assert_true(zt__min_sz(3, 5) == 3);
+  assert_true(zt__min_sz(5, 3) == 3);
+  assert_true(zt__min_sz(4, 4) == 4);
+  assert_true(zt__max_sz(3, 5) == 5);
+  assert_true(zt__max_sz(5, 3) == 5);
+  assert_true(zt__max_sz(0, SIZE_MAX) == SIZE_MAX);
+  assert_true(zt__min_sz(0, SIZE_MAX) == 0);
+}
+
+/* ---- JSON: the exactness limit and the escaping ---------------------------- */
+
+static void test_json_exact(void **state) {
+  /* 2^53: the first integer a double cannot follow by one. */
+  double d = (double)ZT__CKJSON_EXACT;
+  assert_true(ZT__CKJSON_EXACT == 9007199254740992ull);
+  assert_true(d + 1 == d);
+  assert_true(d - 1 != d);
+}
+
+/* The escaped text of s[0..len), with flags, into a roomy buffer. */
+static const char *esc(const char *s, size_t len, unsigned flags) {
+  static char out[256];
+  memset(out, 'X', sizeof out);
+  size_t n = zt__ckjson_escape(s, len, flags, out, sizeof out);
+  assert_int_equal(n, strlen(out));
+  return out;
+}
+
+static void test_json_escape(void **state) {
+  assert_string_equal(esc("", 0, 0), "");
+  assert_string_equal(esc("plain /path", 11, 0), "plain /path");
+  assert_string_equal(esc("a\"b\\c", 5, 0), "a\\\"b\\\\c");
+  /* Control bytes as \u00xx, lowercase; a NUL inside the length too. */
+  assert_string_equal(esc("\n\t\x01\x1f", 4, 0), "\\u000a\\u0009\\u0001\\u001f");
+  assert_string_equal(esc("a\0b", 3, 0), "a\\u0000b");
+  /* The short forms: only \n and \t change. */
+  assert_string_equal(esc("\n\t\x01\"", 4, ZT__CKJSON_ESC_SHORT), "\\n\\t\\u0001\\\"");
+  /* Bytes from 0x20 up, UTF-8 or not, as they are. */
+  assert_string_equal(esc(" ~\x7f\xc3\xa9\xff", 6, 0), " ~\x7f\xc3\xa9\xff");
+  /* The length is the whole text's; the output is cut as snprintf cuts,
+   * inside an escape too, and always ends in a NUL. */
+  char out[6];
+  memset(out, 'X', sizeof out);
+  assert_int_equal(zt__ckjson_escape("ab\x01", 3, 0, out, sizeof out), 8);
+  assert_string_equal(out, "ab\\u0");
+  assert_int_equal(zt__ckjson_escape("ab\x01", 3, 0, out, 1), 8);
+  assert_string_equal(out, "");
+  assert_int_equal(zt__ckjson_escape("ab\x01", 3, 0, NULL, 0), 8);
+  /* The worst case is 6 bytes a byte. */
+  char all[32];
+  for (int i = 0; i < 32; i++) all[i] = (char)i;
+  assert_int_equal(zt__ckjson_escape(all, 32, 0, NULL, 0), 6 * 32);
+}
+
 /* ---- zt__span_clip ------------------------------------------------------- */
 
 /* [a, b) clipped to the shard [10, 20): whether anything is left, and what. */
@@ -210,6 +298,10 @@ int main(void) {
       cmocka_unit_test(test_pwrite_all),
       cmocka_unit_test(test_page_round),
       cmocka_unit_test(test_span_clip),
+      cmocka_unit_test(test_round_up),
+      cmocka_unit_test(test_min_max),
+      cmocka_unit_test(test_json_exact),
+      cmocka_unit_test(test_json_escape),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

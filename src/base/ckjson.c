@@ -312,6 +312,26 @@ void zt__ckjson_putf(zt__ckjson_buf_t *b, const char *fmt, ...) {
   b->len += (size_t)n;
 }
 
+size_t zt__ckjson_escape(const char *s, size_t len, unsigned flags, char *out,
+                         size_t cap) {
+  size_t n = 0;
+  for (size_t i = 0; i < len; i++) {
+    unsigned char c = (unsigned char)s[i];
+    char e[8];
+    int k;
+    if (c == '"' || c == '\\') k = snprintf(e, sizeof e, "\\%c", c);
+    else if ((flags & ZT__CKJSON_ESC_SHORT) && c == '\n') k = snprintf(e, sizeof e, "\\n");
+    else if ((flags & ZT__CKJSON_ESC_SHORT) && c == '\t') k = snprintf(e, sizeof e, "\\t");
+    else if (c < 0x20) k = snprintf(e, sizeof e, "\\u%04x", c);
+    else k = snprintf(e, sizeof e, "%c", c);
+    /* snprintf's truncation: the bytes that fit before the NUL. */
+    for (int j = 0; j < k; j++, n++)
+      if (n + 1 < cap) out[n] = e[j];
+  }
+  if (cap) out[n < cap ? n : cap - 1] = '\0';
+  return n;
+}
+
 void zt__ckjson_put_str(zt__ckjson_buf_t *b, const char *s) {
   size_t n = strlen(s);
   /* The worst case: every byte as \u00XX. */
@@ -321,17 +341,7 @@ void zt__ckjson_put_str(zt__ckjson_buf_t *b, const char *s) {
   }
   char *o = b->p + b->len;
   *o++ = '"';
-  for (size_t i = 0; i < n; i++) {
-    unsigned char c = (unsigned char)s[i];
-    if (c == '"' || c == '\\') {
-      *o++ = '\\';
-      *o++ = (char)c;
-    } else if (c < 0x20) {
-      o += sprintf(o, "\\u%04x", c);
-    } else {
-      *o++ = (char)c;
-    }
-  }
+  o += zt__ckjson_escape(s, n, 0, o, 6 * n + 1);
   *o++ = '"';
   *o = '\0';
   b->len = (size_t)(o - b->p);

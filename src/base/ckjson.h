@@ -94,6 +94,22 @@ typedef struct zt__ckjson_buf {
   int oom;    /* set by the first failure to grow; later puts do nothing */
 } zt__ckjson_buf_t;
 
+/* zt__ckjson_escape's flag: a newline and a tab as \n and \t rather than
+ * \u000a and \u0009 (the tool's reports, read by people too). */
+#define ZT__CKJSON_ESC_SHORT 1u
+
+/* The `len` bytes at `s` escaped for a JSON string, without the quotes:
+ * '"' and '\\' after a backslash, other bytes below 0x20 as \u00xx
+ * (lowercase hex) or, with ZT__CKJSON_ESC_SHORT, \n and \t for those two;
+ * every other byte as it is (a path is bytes, not necessarily UTF-8, and
+ * cJSON gives them back unchanged). Writes as snprintf does: at most
+ * cap - 1 bytes, then a NUL when cap > 0 (out may be NULL when cap is 0).
+ * Returns the length of the whole escaped text, which is at most 6 * len.
+ * The one escaping of ztier's JSON writers: the checkpoint files, the
+ * config text and the tool's reports. */
+ZT_INTERNAL size_t zt__ckjson_escape(const char *s, size_t len, unsigned flags, char *out,
+                                     size_t cap);
+
 /* printf onto the end of b. */
 ZT_INTERNAL void zt__ckjson_putf(zt__ckjson_buf_t *b, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));

@@ -123,6 +123,16 @@ static inline size_t zt__page_round(size_t bytes) {
   return (bytes + ZT_PAGE_BYTES - 1) & ~(ZT_PAGE_BYTES - 1);
 }
 
+/* `x` rounded up to a whole multiple of `a` (a > 0, not necessarily a power
+ * of two); 0 stays 0. For x above SIZE_MAX - a + 1, x + a - 1 wraps and the
+ * result is 0 (even when x is a multiple), as for zt__page_round: callers
+ * that take sizes from outside bound them first. */
+static inline size_t zt__round_up(size_t x, size_t a) { return (x + a - 1) / a * a; }
+
+/* The smaller and the larger of two sizes. */
+static inline size_t zt__min_sz(size_t a, size_t b) { return a < b ? a : b; }
+static inline size_t zt__max_sz(size_t a, size_t b) { return a > b ? a : b; }
+
 /* ---- spans --------------------------------------------------------------- */
 
 /* [a, b) clipped to [lo, hi): the overlap [*ca, *cb) = [max(a, lo),

@@ -196,11 +196,14 @@ static int take_lock(zt_engine_t *eng, const char *dir, uint64_t nonce, int *fd)
                      (long)getpid(), host, (unsigned long long)nonce);
   /* Durable before the other ranks look for the nonce (over NFS they see
    * what reached the server). */
-  if (ftruncate(f, 0) != 0 || pwrite(f, text, (size_t)len, 0) != len || fsync(f) != 0) {
-    int err = errno ? errno : EIO;
+  /* zt__pwrite_all: a short write is finished or gives its own error, never
+   * a stale errno. */
+  int wrc = ftruncate(f, 0) != 0 ? -errno : zt__pwrite_all(f, text, (size_t)len, 0);
+  if (wrc == 0 && fsync(f) != 0) wrc = -errno;
+  if (wrc < 0) {
     close(f);
-    return zt__errf(&eng->err, -err, "zt_save: cannot write the lock %s: %s", path,
-                    strerror(err));
+    return zt__errf(&eng->err, wrc, "zt_save: cannot write the lock %s: %s", path,
+                    strerror(-wrc));
   }
   *fd = f;
   return 0;

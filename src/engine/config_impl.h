@@ -24,10 +24,6 @@
 /* A config file is a small object; anything bigger is a wrong path. */
 #define MAX_FILE_BYTES MiB
 
-/* cJSON keeps numbers as doubles: integers below 2^53 survive exactly, and
- * above it "9007199254740993" would silently become ...992. */
-#define EXACT_LIMIT 9007199254740992.0
-
 /* Bytes of pinned memory the host tier's staging ring needs per chunk_bytes:
  * ZT_STAGING_SLOTS slots, each a gradient chunk and a parameter chunk of up
  * to 4 bytes per element (the host tier, offload/tier_host.c). */

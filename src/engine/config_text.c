@@ -22,7 +22,7 @@
 
 #include <cjson/cJSON.h> // defines: cJSON
 
-#include "base/ckjson.h"      // defines: zt__ckjson_parse_text, zt__ckjson_fmt_num
+#include "base/ckjson.h"      // defines: zt__ckjson_parse_text, zt__ckjson_escape, ZT__CKJSON_EXACT
 #include "base/units.h"       // defines: zt__parse_bytes
 #include "engine/config.h"    // defines: zt__config_import, zt__config_doc
 #include "engine/config_impl.h"
@@ -288,15 +288,8 @@ static void put_value(out_t *o, const zt_config_t *c, const keydef_t *k) {
   const char *s = get_str(c, k);
   size_t len = strnlen(s, k->cap);
   put(o, "\"");
-  for (size_t i = 0; i < len; i++) {
-    unsigned char ch = (unsigned char)s[i];
-    if (ch == '"' || ch == '\\')
-      put(o, "\\%c", ch);
-    else if (ch < 0x20)
-      put(o, "\\u%04x", ch);
-    else
-      put(o, "%c", ch);
-  }
+  o->need += zt__ckjson_escape(s, len, 0, o->need < o->len ? o->buf + o->need : NULL,
+                               o->need < o->len ? o->len - o->need : 0);
   put(o, "\"");
 }
 
@@ -323,7 +316,8 @@ static void json_text(const zt_config_t *c, const keydef_t *k, char *b, size_t n
   case T_SIZE:
   case T_SEED: {
     uint64_t v = get_u64(c, k);
-    snprintf(b, n, (double)v < EXACT_LIMIT ? "%llu" : "\"%llu\"", (unsigned long long)v);
+    snprintf(b, n, (double)v < (double)ZT__CKJSON_EXACT ? "%llu" : "\"%llu\"",
+             (unsigned long long)v);
     break;
   }
   }
@@ -550,11 +544,11 @@ int zt__config_from_json(const ctx_t *c, const keydef_t *k, const cJSON *v,
     uint64_t u;
     if (cJSON_IsNumber(v)) {
       double d = v->valuedouble;
-      if (integral(d) && d >= 0 && d < EXACT_LIMIT) {
+      if (integral(d) && d >= 0 && d < (double)ZT__CKJSON_EXACT) {
         put_u64(w, k, (uint64_t)d);
         return 0;
       }
-      if (integral(d) && d >= EXACT_LIMIT && d < 18446744073709551616.0)
+      if (integral(d) && d >= (double)ZT__CKJSON_EXACT && d < 18446744073709551616.0)
         return zt__config_kfail(
             c, k, NULL, ZT_ECONFIG,
             "key '%s' is %s, a JSON number of 2^53 or more, which cannot be "

@@ -11,6 +11,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/ckjson.h" // defines: zt__ckjson_escape, ZT__CKJSON_EXACT
+
 /* ---- JSON ------------------------------------------------------------------------ */
 
 cJSON *zt_report_new(void) { return cJSON_CreateObject(); }
@@ -68,14 +70,12 @@ void zt_report_nums(cJSON *o, const char *key, const double *v, int n) {
 }
 
 static void put_string(FILE *f, const char *s) {
+  char buf[6 * 64 + 1]; /* 64 bytes escaped, each at most 6 */
   fputc('"', f);
-  for (; *s; s++) {
-    unsigned char c = (unsigned char)*s;
-    if (c == '"' || c == '\\') fprintf(f, "\\%c", c);
-    else if (c == '\n') fputs("\\n", f);
-    else if (c == '\t') fputs("\\t", f);
-    else if (c < 0x20) fprintf(f, "\\u%04x", c);
-    else fputc(c, f);
+  for (size_t n = strlen(s), i = 0; i < n; i += 64) {
+    size_t k = zt__ckjson_escape(s + i, n - i < 64 ? n - i : 64, ZT__CKJSON_ESC_SHORT, buf,
+                                 sizeof buf);
+    fwrite(buf, 1, k, f);
   }
   fputc('"', f);
 }
@@ -85,7 +85,7 @@ static void put_string(FILE *f, const char *s) {
  * whole number's digits. */
 static void put_number(FILE *f, double v) {
   if (!isfinite(v)) fputs("null", f);
-  else if (v == floor(v) && fabs(v) < 9007199254740992.0) fprintf(f, "%.0f", v);
+  else if (v == floor(v) && fabs(v) < (double)ZT__CKJSON_EXACT) fprintf(f, "%.0f", v);
   else if (fabs(v) >= 1e10) fprintf(f, "%.17g", v);
   else fprintf(f, "%.10g", v);
 }

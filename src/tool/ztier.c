@@ -56,14 +56,17 @@ static void list(FILE *f, const command_t *t, size_t n) {
   for (size_t i = 0; i < n; i++) fprintf(f, "  %-10s %s\n", t[i].name, t[i].summary);
 }
 
+/* What `ztier --help` and `ztier` alone print: written once, here. */
+#define USAGE "ztier <command> [arguments]"
+#define ABOUT                                                                            \
+  "ztier partitions and tiers the model states of data-parallel training\n(ZeRO stages " \
+  "1-3, offload to host memory and NVMe) for C training loops."
+#define MORE "'ztier <command> --help' describes a command."
+
 static void usage(FILE *f) {
-  fprintf(f,
-          "usage: ztier <command> [arguments]\n\n"
-          "ztier partitions and tiers the model states of data-parallel training\n"
-          "(ZeRO stages 1-3, offload to host memory and NVMe) for C training loops.\n\n"
-          "commands:\n");
+  fprintf(f, "usage: %s\n\n%s\n\ncommands:\n", USAGE, ABOUT);
   list(f, commands, COUNT(commands));
-  fprintf(f, "\n'ztier <command> --help' describes a command.\n");
+  fprintf(f, "\n%s\n", MORE);
 }
 
 /* Runs the row of `t` named by argv[0]; `what` names the table in errors. */
@@ -150,11 +153,7 @@ int main(int argc, char **argv) {
       {"version", ZT_FLAG_BOOL, &version, NULL, "print the version of ztier (as 'ztier version')",
        0, 0, NULL},
   };
-  const zt_cmd_t cmd = {"ztier", "ztier <command> [arguments]",
-                        "ztier partitions and tiers the model states of data-parallel "
-                        "training\n(ZeRO stages 1-3, offload to host memory and NVMe) for C "
-                        "training loops.\n'ztier <command> --help' describes a command.",
-                        flags, COUNT(flags), 0, 1};
+  const zt_cmd_t cmd = {"ztier", USAGE, ABOUT "\n" MORE, flags, COUNT(flags), 0, 1};
   int first = argc;
   int rc = zt_args_parse(&cmd, argc, argv, NULL, &first);
   if (rc == -1) {

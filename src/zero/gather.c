@@ -20,8 +20,6 @@
 #include "zero/prefetch.h"      // defines: zt__prefetch_*
 #include "zero/reduce.h"        // defines: zt__reduce_progress, zt__reduce_drain
 
-static size_t min_sz(size_t a, size_t b) { return a < b ? a : b; }
-static size_t max_sz(size_t a, size_t b) { return a > b ? a : b; }
 
 /* Whether span sp is gathered straight into where it goes: into a packed
  * buffer of the backend's memory, the memory the comm moves when the
@@ -101,16 +99,16 @@ static int gather_spans(zt__part_t *p, const zt__span_t *spans, const char *cons
     ZT_TRY(zt__reduce_drain(p));
   for (size_t i = 0; i < n; i++)
     for (size_t a = spans[i].a; a < spans[i].b; k++) {
-      size_t b = min_sz(spans[i].b, a + p->bucket_elems);
+      size_t b = zt__min_sz(spans[i].b, a + p->bucket_elems);
       char *at = spans[i].at ? spans[i].at + (a - spans[i].a) * psz : NULL;
       zt__span_t piece = {a, b, at};
       /* This rank's part of the piece starts at max(a, begin). */
-      size_t mine = max_sz(a, p->begin);
+      size_t mine = zt__max_sz(a, p->begin);
       const char *send =
           (const char *)p->params + (mine > p->begin ? mine - p->begin : 0) * psz;
       if (src)
-        send = src[i] ? src[i] + (mine > max_sz(spans[i].a, p->begin)
-                                      ? mine - max_sz(spans[i].a, p->begin)
+        send = src[i] ? src[i] + (mine > zt__max_sz(spans[i].a, p->begin)
+                                      ? mine - zt__max_sz(spans[i].a, p->begin)
                                       : 0) * psz
                       : NULL;
       zt__xfer_t *x = &slots[k % ZT_XFER_SLOTS];

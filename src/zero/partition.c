@@ -13,8 +13,6 @@
 #include "offload/pinned.h" // defines: zt__pinned_alloc, zt__pinned_free
 #include "zero/partition.h"
 
-static size_t min_sz(size_t a, size_t b) { return a < b ? a : b; }
-static size_t max_sz(size_t a, size_t b) { return a > b ? a : b; }
 
 /* ---- memory the CPU reads: pinned (host tier) or the host backend's ---------- */
 
@@ -53,7 +51,7 @@ int zt__part_walk(const zt__ctx_t *ctx, const zt__seg_t *segs, size_t n_segs, zt
   const zt__backend_ops_t *be = ctx->be_ops;
   for (size_t j = seg_of_state(segs, n_segs, a), s = a; s < b; j++) {
     const zt__seg_t *g = &segs[j];
-    size_t n = min_sz(b, g->state_off + g->n) - s;
+    size_t n = zt__min_sz(b, g->state_off + g->n) - s;
     char *u = (char *)user + (g->index + (s - g->state_off)) * esz;
     char *pk = (char *)packed + (s - a) * esz;
     if (op == ZT_SPAN_PACK) ZT_TRY(be->copy(ctx->be, pk, u, n * esz, kind, stream));
@@ -199,8 +197,8 @@ int zt__part_init(zt__part_t *p, const zt__ctx_t *ctx, const zt__zero_reg_t *reg
    * bucket edge cuts a span. */
   size_t max_spans = 1;
   for (size_t g = 0; g < p->n_groups; g++) max_spans += p->groups[g].n_spans;
-  size_t bucket = min_sz(p->bucket_elems, p->total);
-  size_t own = min_sz(bucket, p->shard);
+  size_t bucket = zt__min_sz(p->bucket_elems, p->total);
+  size_t own = zt__min_sz(bucket, p->shard);
   ZT_TRY(zt__work_queue_init(&p->sums, p->ctx->err));
   p->sums_ready = 1;
   for (int s = 0; s < ZT_XFER_SLOTS; s++) {
@@ -229,8 +227,8 @@ int zt__part_init(zt__part_t *p, const zt__ctx_t *ctx, const zt__zero_reg_t *reg
     x->rdispls = x->rcounts + p->world;
     /* send: a packed bucket of gradients, or a shard's piece of parameters;
      * recv: W runs of this rank's part of a bucket, or a gathered bucket. */
-    x->send_bytes = bucket * max_sz(gsz, psz);
-    x->recv_bytes = max_sz((size_t)p->world * own * gsz, bucket * psz);
+    x->send_bytes = bucket * zt__max_sz(gsz, psz);
+    x->recv_bytes = zt__max_sz((size_t)p->world * own * gsz, bucket * psz);
     ZT_TRY(zt__part_alloc(p, x->send_bytes, &x->send));
     ZT_TRY(zt__part_alloc(p, x->recv_bytes, &x->recv));
   }

@@ -23,7 +23,6 @@
 #include "zero/partition.h"
 #include "zero/reduce.h"
 
-static size_t min_sz(size_t a, size_t b) { return a < b ? a : b; }
 
 /* grads[j] += the sum over ranks, in rank order, of element j of each
  * rank's run in `recv` (runs `stride` elements apart, of dtype dt), for j
@@ -35,7 +34,7 @@ static void add_rank_sums(const zt__cpu_t *cpu, float *grads, const char *recv,
   float sum[BLOCK], run[BLOCK];
   size_t gsz = zt__dtype_size(dt);
   for (size_t j0 = 0; j0 < n; j0 += BLOCK) {
-    size_t m = min_sz(BLOCK, n - j0);
+    size_t m = zt__min_sz(BLOCK, n - j0);
     zt__cast_run(cpu->isa, sum, ZT_FP32, recv + j0 * gsz, dt, m, 0, 0, 0);
     for (int r = 1; r < world; r++) {
       zt__cast_run(cpu->isa, run, ZT_FP32, recv + ((size_t)r * stride + j0) * gsz, dt, m, 0,
@@ -199,7 +198,7 @@ static int reduce_spans(zt__part_t *p, const zt__span_t *spans, size_t n) {
         ZT_TRY(take_slot(p, &x));
         room = p->bucket_elems;
       }
-      size_t b = min_sz(spans[k].b, a + room);
+      size_t b = zt__min_sz(spans[k].b, a + room);
       char *at = spans[k].at;
       if (at != NULL && at != ZT_SPAN_ZERO)
         at += (a - spans[k].a) * zt__dtype_size(p->reg.grad_dtype);
