@@ -172,9 +172,10 @@ $(BUILD)/obj/examples/%.o: examples/%.c $(STAMP)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) $(ZT_CFLAGS) -MMD -MP -c $< -o $@
 
+# An example reads its command line with the tool's grammar (src/tool/args.c).
 define example_rule
 $(BUILD)/examples/$(1): $(patsubst %.c,$(BUILD)/obj/%.o,$(wildcard examples/$(1)/*.c)) \
-                        $(BUILD)/libztier.a
+                        $(BUILD)/src/tool/args.o $(BUILD)/libztier.a
 	@mkdir -p $$(dir $$@)
 	$$(CC) $$(SANFLAGS) -pthread -o $$@ $$(filter %.o,$$^) $(BUILD)/libztier.a $$(LDLIBS)
 endef

@@ -5,7 +5,8 @@
  * print one JSON object with the expected keys; bad arguments to every ztier
  * subcommand exit 2 with a message naming the argument.
  *
- * The one grammar (src/tool/args.c, examples/charlm/args.c, getopt_long):
+ * The one grammar (src/tool/args.c, getopt_long over flag tables; charlm
+ * builds it in too):
  * --flag=value and --flag value alike, an unknown flag or a missing value
  * named with the usage line and exit 2, --help exit 0, in every command, every
  * benchmark and charlm; --json on every command is one JSON object with its
@@ -543,8 +544,30 @@ static void test_missing_value(void **state) {
   if (rc != 2 || !strstr(out, "--steps needs a value"))
     fail_msg("charlm --steps: exit %d:\n%s", rc, out);
   rc = run_prog("examples/charlm", "--steps=x", 0, out, sizeof out);
-  if (rc != 2 || !strstr(out, "--steps: 'x' is not valid"))
+  if (rc != 2 || !strstr(out, "--steps 'x' is not a whole number") ||
+      !strstr(out, "usage: charlm"))
     fail_msg("charlm --steps=x: exit %d:\n%s", rc, out);
+  /* charlm's other kinds of value, worded as the tool words them. */
+  static const struct {
+    const char *args, *named;
+  } charlm_cases[] = {
+      {"--lr=abc", "--lr 'abc' is not a number; expected X from 0 to 10"},
+      {"--lr 11", "--lr 11 is out of range; expected 0 to 10"},
+      {"--weight-decay -1", "--weight-decay -1 is out of range"},
+      {"--optimizer-tier disk", "--optimizer-tier 'disk' is not valid; expected one of device, "
+                                "host, nvme"},
+      {"--dtype bf16", "--dtype 'bf16' is not valid; expected one of fp32"},
+      {"--seed -1", "--seed '-1' is not valid"},
+      {"--batch 0", "--batch 0 is out of range; expected 1 to 4096"},
+      {"--text=", "--text is empty"},
+  };
+  for (size_t i = 0; i < sizeof charlm_cases / sizeof charlm_cases[0]; i++) {
+    rc = run_prog("examples/charlm", charlm_cases[i].args, 0, out, sizeof out);
+    if (rc != 2 || !strstr(out, charlm_cases[i].named) || !strstr(out, "usage: charlm") ||
+        !strstr(out, "Run 'charlm --help'"))
+      fail_msg("charlm %s: exit %d; expected 2 and '%s' with the usage line:\n%s",
+               charlm_cases[i].args, rc, charlm_cases[i].named, out);
+  }
 }
 
 /* --help: exit 0, the usage on stdout, every flag listed. */
@@ -571,7 +594,10 @@ static void test_help(void **state) {
                rc, cases[i].flag, out);
   }
   assert_int_equal(run_prog("examples/charlm", "--help", 1, out, sizeof out), 0);
-  assert_non_null(strstr(out, "--pinned-budget"));
+  assert_non_null(strstr(out, "usage: charlm"));
+  assert_non_null(strstr(out, "--pinned-budget BYTES"));
+  assert_non_null(strstr(out, "--save-every N"));
+  assert_non_null(strstr(out, "-h, --help"));
   assert_non_null(strstr(out, "--flag=VALUE"));
 }
 

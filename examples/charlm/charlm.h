@@ -6,7 +6,8 @@
  *   model.c   the model: parameters, forward, backward, and the update that
  *             is ztier's (registration, fetch and release at stage 3)
  *   text.c    the text: bytes to symbol ids, examples, the validation loss
- *   args.c    the command line (getopt_long) and the config flags
+ *   args.c    the command line (the ztier tool's flag tables) and the config
+ *             flags
  *   output.c  what the run prints: statistics, a sample, the loss plot
  *   main.c    the training loop and main()
  */

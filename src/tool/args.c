@@ -104,6 +104,20 @@ static int set_value(const zt_cmd_t *c, const zt_flag_t *f, const char *val) {
     }
     return zt_args_fail(c, "--%s '%s' is not valid; expected one of %s", f->name, val, list);
   }
+  case ZT_FLAG_FLOAT: {
+    /* strtof, not strtod then a cast: one rounding, to the nearest float. */
+    char *end;
+    errno = 0;
+    float x = strtof(val, &end);
+    if (end == val || *end || errno)
+      return zt_args_fail(c, "--%s '%s' is not a number; expected %s from %g to %g", f->name,
+                          val, f->arg ? f->arg : "a number", f->min, f->max);
+    if (!((double)x >= f->min && (double)x <= f->max))
+      return zt_args_fail(c, "--%s %s is out of range; expected %g to %g", f->name, val,
+                          f->min, f->max);
+    *(float *)f->out = x;
+    return 0;
+  }
   case ZT_FLAG_STRING:
     if (*val == '\0')
       return zt_args_fail(c, "--%s is empty; expected %s", f->name, f->arg ? f->arg : "a value");

@@ -18,7 +18,8 @@ typedef enum zt_flag_kind {
   ZT_FLAG_BYTES,  /* --name BYTES: size_t in [min, max]; zt__parse_bytes'
                      text: 16M, 16Mi, 16MiB (1024-based), 16MB (1000-based)   */
   ZT_FLAG_CHOICE, /* --name WORD: one of `choices`; *(int *)out = its index  */
-  ZT_FLAG_STRING  /* --name TEXT: *(const char **)out = the argument (not "") */
+  ZT_FLAG_STRING, /* --name TEXT: *(const char **)out = the argument (not "") */
+  ZT_FLAG_FLOAT   /* --name X: float in [min, max], read by strtof ("3e-3")    */
 } zt_flag_kind_t;
 
 typedef struct zt_flag {
@@ -27,7 +28,7 @@ typedef struct zt_flag {
   void *out;
   const char *arg;            /* how the value is shown in --help: "N", "fp32|bf16" */
   const char *help;           /* one line */
-  double min, max;            /* for INT, COUNT and BYTES */
+  double min, max;            /* for INT, COUNT, BYTES and FLOAT */
   const char *const *choices; /* NULL-terminated, for CHOICE */
 } zt_flag_t;
 
