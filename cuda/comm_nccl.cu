@@ -271,7 +271,7 @@ static int check_device(const zt_config_t *cfg, zt__err_t *err) {
   return 0;
 }
 
-/* The id, rank and world from MPI: every rank's device check is gathered
+/* The id, rank and world from MPI: every rank's device check is voted on
  * first, so one rank without a usable GPU fails them all (naming it), then
  * rank 0's id and the status of making it are broadcast. */
 static int boot_mpi(const zt_config_t *cfg, zt__err_t *err, int local, ncclUniqueId *id,
@@ -281,29 +281,22 @@ static int boot_mpi(const zt_config_t *cfg, zt__err_t *err, int local, ncclUniqu
   const zt__comm_ops_t *ops = mc->ops;
   *rank = ops->rank(mc);
   *world = ops->world(mc);
-  int W = *world, rc = 0;
-  int *all = (int *)calloc((size_t)W, sizeof(int));
-  if (all == NULL) {
-    zt__comm_destroy(mc);
-    return zt__errf(err, -ENOMEM, "comm \"nccl\": out of memory");
-  }
   struct {
     int status;
     ncclUniqueId id;
   } msg;
   memset(&msg, 0, sizeof msg);
   zt__comm_req_t req = {0, 0, 0};
-  /* Every rank joins the gather, even one that failed: it says so there. */
-  int mine = local;
-  rc = ops->all_gather(mc, &mine, all, sizeof(int), ZT_RED_U8, &req);
-  if (rc == 0) rc = ops->wait(mc, &req);
+  /* Every rank joins the vote, even one that failed: it says so there. */
+  zt__vote_t v;
+  int rc = zt__comm_vote(mc, local, NULL, 0, &v);
   if (rc == 0 && local < 0) rc = local; /* this rank's own sentence stands */
-  for (int r = 0; rc == 0 && r < W; r++)
-    if (all[r] != 0)
-      rc = zt__errf(err, all[r] < 0 ? all[r] : -EIO,
-                    "comm \"nccl\": rank %d cannot use its GPU (%s; the sentence is on that "
-                    "rank), so no rank starts NCCL",
-                    r, zt_err_name(all[r]));
+  if (rc == 0 && v.first_failed >= 0)
+    rc = zt__errf(err, v.first_code < 0 ? v.first_code : -EIO,
+                  "comm \"nccl\": rank %d cannot use its GPU (%s; the sentence is on that "
+                  "rank), so no rank starts NCCL",
+                  v.first_failed, zt_err_name(v.first_code));
+  zt__vote_free(&v);
   if (rc == 0) {
     if (*rank == 0) {
       msg.status = new_id(&msg.id, err);
@@ -318,7 +311,6 @@ static int boot_mpi(const zt_config_t *cfg, zt__err_t *err, int local, ncclUniqu
                                  zt_err_name(msg.status));
   }
   if (rc == 0) *id = msg.id;
-  free(all);
   zt__comm_destroy(mc);
   return rc;
 }

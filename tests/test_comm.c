@@ -934,6 +934,16 @@ static void check_vote(zt__comm_t *c) {
   assert_int_equal(v.first_failed, -1);
   assert_null(v.records);
   C_ERR(zt__comm_vote(c, 0, &v, 8, NULL), -EINVAL, "out is NULL");
+  /* Without a comm the vote is still emptied, so that freeing it, as every
+   * caller does whatever the call returned, frees nothing. */
+  memset(&v, 0xa5, sizeof v);
+  assert_int_equal(zt__comm_vote(NULL, 0, NULL, 0, &v), -EINVAL);
+  assert_non_null(strstr(zt__err_thread()->msg, "c is NULL"));
+  assert_null(v.status);
+  assert_null(v.records);
+  assert_int_equal(v.first_failed, -1);
+  assert_int_equal(v.differs, -1);
+  zt__vote_free(&v);
   /* No record: statuses only. */
   C_OK(zt__comm_vote(c, W > 1 && c->ops->rank(c) == 1 ? -EPERM : 0, NULL, 0, &v));
   assert_int_equal(v.n_failed, W > 1 ? 1 : 0);

@@ -5,19 +5,23 @@
  * another group's parameters or gradients and the user's gradients are
  * untouched; a nested fetch one rank still holds is caught the same way;
  * destroying an engine with a bucket its peers have not completed returns;
- * and the bucket cap that keeps alltoallv displacements in range.
+ * the bucket cap that keeps alltoallv displacements in range; and the
+ * step's sum of squares, one exchange counted as 8(W - 1) bytes.
  *
  * A regression must fail, not hang: each launch runs under the harness's
  * timeout (ZT_TEST_MPI_TIMEOUT, set to 60 s here unless given).
  */
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
+#include "comm/comm.h"     // defines: zt__comm_t (issued, bytes_sent, bytes_received)
 #include "engine/engine.h" // defines: struct zt_engine (its partition)
 #include "harness.h"
+#include "zero/agree.h" // defines: zt__agree_sum_ranks
 #include "zero/partition.h" // defines: ZT_COMM_MAX_COUNT, ZT_XFER_SLOTS
 #include "engine/plan.h"      // defines: zt__plan
 
@@ -302,6 +306,55 @@ static void o_destroy_in_flight(void **state) {
   }
 }
 
+/* The step's sum of squares is one exchange, the vote that carries every
+ * rank's verdict and flag, and its double is counted as the model's
+ * traffic, 8(W - 1) bytes each way, only when every rank takes part. The
+ * sum is added in rank order with each x's sign bit cleared: rank 0's 2^53
+ * swallows each 1 added to it alone, which another order would not. */
+static void o_sum_one_exchange(void **state) {
+  int rank, world;
+  world_of(&rank, &world);
+  const size_t sizes[] = {NUMEL};
+  float *p, *g;
+  zt_engine_t *e = make(1, sizes, 1, &p, &g, rank);
+  zt__comm_t *c = e->comm;
+  static const double xs[] = {9007199254740992.0, -1.0, 1.0};
+  double x = xs[rank % 3], want = 0.0;
+  for (int r = 0; r < world; r++) want += fabs(xs[r % 3]);
+  size_t issued = c->issued, sent = c->bytes_sent, received = c->bytes_received;
+  int bad_rank, bad_code, flag_rank;
+  T_OK(zt__agree_sum_ranks(&e->zero.part, &x, 0, rank == world - 1, &bad_rank, &bad_code,
+                           &flag_rank),
+       e);
+  printf("# rank %d: sum %.17g in %zu exchange(s), %zu bytes sent\n", rank, x,
+         c->issued - issued, c->bytes_sent - sent);
+  assert_int_equal(c->issued - issued, 1);
+  assert_int_equal(c->bytes_sent - sent, 8 * (world - 1));
+  assert_int_equal(c->bytes_received - received, 8 * (world - 1));
+  assert_memory_equal(&x, &want, sizeof x);
+  assert_int_equal(bad_rank, -1);
+  assert_int_equal(flag_rank, world - 1);
+  /* The last rank refuses: every rank learns it, no sum, nothing counted. */
+  x = 3.0;
+  issued = c->issued, sent = c->bytes_sent, received = c->bytes_received;
+  T_OK(zt__agree_sum_ranks(&e->zero.part, &x, rank == world - 1 ? -EPERM : 0, 0, &bad_rank,
+                           &bad_code, &flag_rank),
+       e);
+  assert_int_equal(c->issued - issued, 1);
+  assert_int_equal(c->bytes_sent - sent, 0);
+  assert_int_equal(c->bytes_received - received, 0);
+  assert_true(x == 3.0);
+  assert_int_equal(bad_rank, world - 1);
+  assert_int_equal(bad_code, -EPERM);
+  assert_int_equal(flag_rank, -1);
+  /* The engine goes on as before. */
+  zt_step_args_t a = ZT_STEP_ARGS_INIT;
+  a.lr = 1e-3f;
+  a.t = 1;
+  T_OK(zt_step(e, &a, NULL), e);
+  unmake(e, p, g);
+}
+
 /* The bucket cap: with bucket_bytes 4 GiB and 3 ranks a bucket is
  * ZT_COMM_MAX_COUNT / 3 elements, so the alltoallv's displacements, up to
  * (W - 1) x a rank's part, stay within what comm accepts; `ztier plan`
@@ -352,6 +405,7 @@ static const struct CMUnitTest scenarios[] = {
     cmocka_unit_test(o_ready_groups),    cmocka_unit_test(o_ready_then_step),
     cmocka_unit_test(o_nested_fetch),    cmocka_unit_test(o_destroy_in_flight),
     cmocka_unit_test(o_bucket_cap),      cmocka_unit_test(o_staging_differs),
+    cmocka_unit_test(o_sum_one_exchange),
 };
 
 /* One launch per scenario: a scenario that fails ends its launch. */

@@ -160,7 +160,9 @@ static int busy(zt__comm_t *c, const char *fn, const zt__comm_req_t *req) {
 static int begin(zt__comm_t *c, const char *fn, zt__comm_req_t *req) {
   ZT_TRY(busy(c, fn, req));
   int rc = c->be->start ? c->be->start(c, fn) : 0;
-  return rc < 0 ? refuse(req, rc) : 0;
+  if (rc < 0) return refuse(req, rc);
+  c->issued++;
+  return 0;
 }
 
 static zt__comm_op_t *op_new(zt__comm_t *c, const char *fn) {

@@ -178,6 +178,7 @@ struct zt__comm {
   zt__err_t *err;
   size_t bytes_sent;
   size_t bytes_received;
+  size_t issued; /* for tests: collectives begun on this comm, votes and barriers too */
   zt__comm_op_t *inflight; /* the front end's records of collectives in flight */
   /* For tests (zt__comm_fault_next): the collective whose next issue on
    * this rank fails as an MPI error would; NULL for none. */
@@ -257,6 +258,13 @@ typedef struct zt__vote {
  * Synchronous. */
 ZT_INTERNAL int zt__comm_vote(zt__comm_t *c, int status, const void *record, size_t bytes,
                               zt__vote_t *out);
+/* The same, where the first `counted` bytes of every record (counted <=
+ * bytes) are the model's traffic rather than control: when the exchange
+ * happened and every rank's status was 0, bytes_sent and bytes_received
+ * each grow by (world - 1) x counted, as an all-gather of those bytes
+ * would count them. zt__comm_vote is this with counted 0. */
+ZT_INTERNAL int zt__comm_vote_counted(zt__comm_t *c, int status, const void *record,
+                                      size_t bytes, size_t counted, zt__vote_t *out);
 /* Record r of a vote of `bytes`-long records. */
 ZT_INTERNAL const void *zt__vote_record(const zt__vote_t *v, int r, size_t bytes);
 /* Frees what a vote holds; an empty or freed one (or NULL) is fine. */

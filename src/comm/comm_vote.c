@@ -11,6 +11,11 @@
  * On the wire each rank sends one slot: its status as an int64, then its
  * record. Every rank reads the same slots, so every rank computes the same
  * first failed rank and the same first differing rank.
+ *
+ * The vote is control traffic, kept out of bytes_sent / bytes_received,
+ * but for the part of a record that zt__comm_vote_counted names as the
+ * model's (the step's sum of squares rides in one, so that the step makes
+ * one exchange instead of two).
  */
 #include <stdint.h>
 #include <stdio.h>
@@ -31,6 +36,13 @@ static void empty(zt__vote_t *v, int world) {
 
 int zt__comm_vote(zt__comm_t *c, int status, const void *record, size_t bytes,
                   zt__vote_t *out) {
+  return zt__comm_vote_counted(c, status, record, bytes, 0, out);
+}
+
+int zt__comm_vote_counted(zt__comm_t *c, int status, const void *record, size_t bytes,
+                          size_t counted, zt__vote_t *out) {
+  /* Emptied first: a caller frees its vote whatever the call returned. */
+  if (out) empty(out, 0);
   if (c == NULL || out == NULL)
     return zt__errf(c ? c->err : zt__err_thread(), -EINVAL,
                     "vote: %s is NULL; expected a comm and a zt__vote_t to fill",
@@ -47,6 +59,11 @@ int zt__comm_vote(zt__comm_t *c, int status, const void *record, size_t bytes,
                     "vote: bytes is %zu; expected a small record (at most %zu bytes at "
                     "world size %d)",
                     bytes, ZT_COMM_MAX_COUNT / 2 / (size_t)world, world);
+  if (counted > bytes)
+    return zt__errf(c->err, -EINVAL,
+                    "vote: counted is %zu with bytes = %zu; expected at most the record's "
+                    "size",
+                    counted, bytes);
   size_t slot = SLOT_HEAD + bytes, W = (size_t)world;
   unsigned char *mine = calloc(1, slot);
   unsigned char *all = calloc(W, slot);
@@ -91,6 +108,13 @@ int zt__comm_vote(zt__comm_t *c, int status, const void *record, size_t bytes,
     }
   }
   free(all);
+  /* The counted part is the model's traffic, as an all-gather of it would
+   * count it; only when every rank's status was 0, since otherwise the
+   * callers drop what it carries. */
+  if (out->n_failed == 0) {
+    c->bytes_sent += (W - 1) * counted;
+    c->bytes_received += (W - 1) * counted;
+  }
   out->status = st;
   out->records = recs;
   return 0;

@@ -32,11 +32,11 @@ const char *zt_last_error(const zt_engine_t *eng) {
  * mismatch is an error on every rank instead of a hang in a collective (the
  * loss scaler's keys too: a scale that moves differently on two ranks
  * unscales their summed gradients wrongly). Doubles are compared bit for
- * bit. The same vote carries each rank's status: whether its own
- * config, CPU optimizer and backend came up (see zt_engine_create). */
+ * bit. The vote that carries them carries each rank's status beside
+ * them: whether its own config, CPU optimizer and backend came up (see
+ * zt_engine_create). */
 #define N_SHARED 18
 typedef struct shared_cfg {
-  double status; /* 0: the vote carries the status beside the record */
   double v[N_SHARED];
 } shared_cfg_t;
 static const char *const shared_names[N_SHARED] = {
@@ -54,8 +54,7 @@ static const char *const shared_names[N_SHARED] = {
                      (k) == LIVE_SLOT)
 
 static shared_cfg_t shared_of(const zt_config_t *c) {
-  shared_cfg_t s = {0.0,
-                    {c->stage, c->backend, c->optimizer, c->optimizer_tier, c->param_tier,
+  shared_cfg_t s = {{c->stage, c->backend, c->optimizer, c->optimizer_tier, c->param_tier,
                      c->rounding, 0.0, c->loss_scaling, c->clip_grad_norm,
                      c->initial_loss_scale, 0.0, c->loss_scale_window, c->loss_scale_growth,
                      c->loss_scale_backoff, c->min_loss_scale, c->comm}};
@@ -90,7 +89,6 @@ static int check_ranks_agree(zt_engine_t *eng, int local) {
   if (world == 1) return local;
   /* The status travels beside the record, which holds the settings only. */
   shared_cfg_t mine = local ? (shared_cfg_t){0} : shared_of(&eng->cfg);
-  mine.status = 0;
   zt__vote_t v;
   int rc = zt__comm_vote(c, local, &mine, sizeof mine, &v);
   if (rc == 0 && local) rc = local; /* this rank's own sentence stands */

@@ -18,7 +18,8 @@
  * piggybacked on the data: the data's counts follow from the group, so they
  * are only known to agree once the groups are known to; a vote of records
  * of a fixed size cannot truncate. One per fetch, hand-over and step
- * reduction, a record of 120 bytes a rank, waited at once.
+ * reduction, a record of 120 bytes a rank (128 on the wire, with the
+ * vote's status), waited at once.
  *
  * The step's record also carries zt_step's arguments (words ARGS_AT..):
  * ranks that step with another lr, betas, eps, weight decay, t, grad_scale
@@ -32,7 +33,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "comm/comm.h" // defines: zt__comm_vote, zt__comm_gather_wait, zt__comm_abort
+#include "comm/comm.h" // defines: zt__comm_vote, zt__comm_vote_counted, zt__comm_abort
 #include "zero/agree.h"
 
 #define AGREE_MAGIC 0x7a74696572ll /* "ztier" */
@@ -200,39 +201,44 @@ int zt__agree_fail(zt__part_t *p, int rc) {
 
 /* ---- the step's sum of squares ------------------------------------------------ */
 
-/* Two exchanges: the vote says whether every rank takes part (its status)
- * and shares the flag; only then does one double per rank travel, in the
- * comm's counted traffic (docs/stages.md counts those 8 bytes a rank, and
- * test_zero checks them). The sum is added in rank order on every rank,
- * each x with its sign bit cleared as it always was (a NaN's included). */
+/* One exchange, the vote: each rank's record is its x (its bits, with the
+ * sign bit cleared as it always was, a NaN's included) and its flag; the
+ * status says whether it takes part. The x is the model's traffic, counted
+ * in bytes_sent / bytes_received as a gather of one double per rank would
+ * be (docs/stages.md counts those 8 bytes a rank, and test_zero checks
+ * them), and only when every rank takes part, since the sum only means
+ * something then. It is added in rank order, the same on every rank. */
 int zt__agree_sum_ranks(zt__part_t *p, double *x, int status, int flag, int *bad_rank,
                         int *bad_code, int *flag_rank) {
   *bad_rank = status ? p->rank : -1;
   *bad_code = status;
   *flag_rank = -1;
   if (p->world == 1) return 0;
-  unsigned char f = flag != 0;
+  /* [0]: the bits of x (the counted part, first), [1]: the flag. */
+  uint64_t mine[2] = {0, flag != 0};
+  if (status == 0) memcpy(&mine[0], x, sizeof mine[0]);
+  mine[0] &= ~0x8000000000000000ull;
   zt__vote_t v;
-  ZT_TRY(zt__comm_vote(p->ctx->comm, status, &f, sizeof f, &v));
+  int rc = zt__comm_vote_counted(p->ctx->comm, status, mine, sizeof mine, sizeof mine[0], &v);
+  if (rc < 0) {
+    zt__vote_free(&v);
+    return rc;
+  }
   *bad_rank = v.first_failed;
   *bad_code = v.first_code;
-  *flag_rank = v.differs;
-  zt__vote_free(&v);
+  const uint64_t *all = v.records;
+  for (int r = 1; r < p->world && *flag_rank < 0; r++)
+    if (all[2 * (size_t)r + 1] != all[1]) *flag_rank = r;
   /* The sum only means something when every rank sends one. */
-  if (*bad_rank >= 0) return 0;
-  uint64_t u;
-  memcpy(&u, x, sizeof u);
-  u &= ~0x8000000000000000ull;
-  double mine;
-  memcpy(&mine, &u, sizeof mine);
-  double *all = calloc((size_t)p->world, sizeof *all);
-  if (all == NULL) return zt__errf(p->ctx->err, -ENOMEM, "out of memory");
-  int rc = zt__comm_gather_wait(p->ctx->comm, &mine, all, sizeof mine);
-  if (rc == 0) {
+  if (*bad_rank < 0) {
     double s = 0.0;
-    for (int r = 0; r < p->world; r++) s += all[r];
+    for (int r = 0; r < p->world; r++) {
+      double d;
+      memcpy(&d, &all[2 * (size_t)r], sizeof d);
+      s += d;
+    }
     *x = s;
   }
-  free(all);
-  return rc;
+  zt__vote_free(&v);
+  return 0;
 }

@@ -31,9 +31,11 @@ typedef struct zt__zero {
  * with zt__prefetch_lend. */
 ZT_INTERNAL int zt__zero_init(zt__zero_t *z, const zt__ctx_t *ctx, const zt__zero_reg_t *reg);
 
-/* Unregister: the groups' gathered parameters, then the prefetch
- * scheduler (its reads, staged groups, spares and trace), then the
- * partition. Before the parameter tier goes: the reads ahead use it. */
+/* Unregister: the buckets and gathers still in flight reaped (or their
+ * buffers left to the comm), then the groups' gathered parameters, the
+ * prefetch scheduler (its reads, staged groups, spares and trace), and
+ * last the partition. Before the parameter tier goes: the reads ahead use
+ * it. */
 ZT_INTERNAL void zt__zero_free(zt__zero_t *z);
 
 #endif /* ZT_ZERO_H */
