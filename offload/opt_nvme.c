@@ -1,6 +1,7 @@
 /*
- * opt_nvme.c — the optimizer tier "nvme": states in swap files, streamed
- * through ZT_NVME_SLOTS pinned slots per step; see opt_nvme.h.
+ * opt_nvme.c — the storage of the optimizer tier "nvme" (its ops table is
+ * tier_nvme.c): states in swap files, streamed through ZT_NVME_SLOTS pinned
+ * slots per step; see opt_nvme.h.
  *
  * A slot holds one window: its record (master | m | v, `chunk` floats each,
  * padded to the swap block), its gradients as they came from the device and

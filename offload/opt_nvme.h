@@ -1,5 +1,6 @@
 /*
- * opt_nvme.h — the optimizer tier "nvme" (offload/opt_nvme.c): the fp32
+ * opt_nvme.h — the storage of the optimizer tier "nvme" (offload/opt_nvme.c;
+ * the tier, its ops table, is offload/tier_nvme.c): the fp32
  * master weights and Adam moments of a segment list live in swap files
  * (swap.h), and a step streams them through a fixed ring of pinned slots:
  *

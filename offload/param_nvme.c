@@ -1,7 +1,7 @@
 /*
- * param_nvme.c — the parameter tier "nvme": the shard's parameters in a
- * swap file, read a group at a time, written back a page at a time; see
- * param_nvme.h.
+ * param_nvme.c — the storage of the parameter tier "nvme" (its ops table is
+ * offload/tier_param.c): the shard's parameters in a swap file, read a
+ * group at a time, written back a page at a time; see param_nvme.h.
  *
  * Tags: a read's tag is its zt__param_read_t (pointers are 8-aligned, so
  * bit 0 is free); a write's is page slot << 1 | 1.

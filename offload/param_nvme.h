@@ -1,5 +1,6 @@
 /*
- * param_nvme.h — the parameter tier "nvme" (offload/param_nvme.c): at stage
+ * param_nvme.h — the storage of the parameter tier "nvme" (offload/
+ * param_nvme.c; the tier, its ops table, is offload/tier_param.c): at stage
  * 3, this rank's shard of the parameters lives in a swap file (swap.h)
  * between uses. zt_fetch reads the group's part of the shard into pinned
  * memory, from where it is all-gathered; zt_step writes the updated shard

@@ -1,5 +1,6 @@
 /*
- * pinned.c — pinned host memory for the host tier: page-aligned regions with
+ * pinned.c — pinned host memory for every user of it (pinned.h says who):
+ * page-aligned regions with
  * huge pages advised, locked in RAM where RLIMIT_MEMLOCK allows, registered
  * with the backend (cudaHostRegister on CUDA) so copies to and from the
  * device run asynchronously at full speed, and counted against the engine's
@@ -150,7 +151,7 @@ void zt__pinned_free(zt__pinned_t *pin, void *p, size_t bytes) {
   if (p == NULL) return;
   const zt__ctx_t *ctx = pin->ctx;
   if (pin->pool) {
-    /* A pointer the pool refuses is not a block the host tier holds, so its
+    /* A pointer the pool refuses is not a block this engine holds, so its
      * bytes are not in pin->bytes: taking them out would let later
      * allocations past pinned_budget_bytes. The pool's sentence stays in the
      * engine's error buffer and goes to the log (a free has no result). */

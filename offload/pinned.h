@@ -1,5 +1,8 @@
 /*
- * pinned.h — pinned host memory of the host tier (offload/pinned.c).
+ * pinned.h — pinned host memory (offload/pinned.c), under the engine's
+ * pinned_budget_bytes: the host tier's states and staging ring, the nvme
+ * tiers' slots and pages, the ZeRO room's shard buffers and buckets when
+ * the optimizer tier updates on the CPU, and the reads ahead of stage 3.
  */
 #ifndef ZT_PINNED_H
 #define ZT_PINNED_H

@@ -40,13 +40,21 @@ void zt__opt_tier_shape(const zt__opt_nvme_view_t *view, int shard, size_t n,
     const zt__seg_t *a = &view->segs[0], *b = &view->segs[view->n_segs - 1];
     extent = b->index + b->n - a->index;
   }
-  *out = (zt__tier_shape_t){.n = n,
+  *out = zt__tier_shape(n, extent, shard, view->params_sink != NULL, view->param_dtype,
+                        view->grad_dtype, cfg->chunk_bytes, cfg->pinned_budget_bytes,
+                        pin->pages);
+}
+
+zt__tier_shape_t zt__tier_shape(uint64_t n, uint64_t extent, int shard, int sink,
+                                zt_dtype_t param_dtype, zt_dtype_t grad_dtype,
+                                size_t chunk_bytes, uint64_t budget, uint64_t pinned) {
+  return (zt__tier_shape_t){.n = n,
                             .extent = extent,
                             .shard = shard,
-                            .sink = view->params_sink != NULL,
-                            .param_dtype = view->param_dtype,
-                            .grad_dtype = view->grad_dtype,
-                            .chunk_bytes = cfg->chunk_bytes,
-                            .budget = cfg->pinned_budget_bytes,
-                            .pinned = pin->pages};
+                            .sink = sink,
+                            .param_dtype = param_dtype,
+                            .grad_dtype = grad_dtype,
+                            .chunk_bytes = chunk_bytes,
+                            .budget = budget,
+                            .pinned = pinned};
 }

@@ -4,14 +4,14 @@
  * parameter tier (offload/tier_param.c), so that the engine, the
  * checkpoints and `ztier plan` never branch on where states live.
  *
- * An optimizer tier holds the fp32 master, m and v of a run of the state
- * space and offers:
+ * An optimizer tier holds the master, m and v of a run of the state space,
+ * stored as it likes (the existing tiers: fp32), and offers:
  *   alloc      its states for a view (the segments, and the buffers the
  *              gradients come from and the parameters go to), the master
  *              cast from the view's parameters, m = v = 0;
  *   update     the optimizer step over the view's elements;
- *   export,    the states visited in state order, a piece at a time, in
- *   import     host memory (what checkpoints read and write);
+ *   export,    the states visited in state order, a piece at a time, as
+ *   import     fp32 spans in host memory (what checkpoints read and write);
  *   footprint  the bytes per tier that alloc takes for a shape, computed
  *              without allocating (what `ztier plan` adds up);
  *   free       everything alloc took.
@@ -81,11 +81,13 @@ typedef struct zt__opt_tier {
   size_t n;                 /* states                                     */
   float *master, *m, *v;    /* memory tiers; master NULL: the fp32 params
                                are their own master (device, unsharded)   */
-  size_t state_bytes;       /* of master, m and v in memory               */
   int params_are_master;    /* no master of its own: the fp32 parameters
                                are it (checkpoints save them as master)   */
   zt__staging_t staging;    /* host tier, unsharded                       */
   zt__opt_nvme_t *nvme;     /* nvme tier; NULL for an empty shard         */
+  void *own;                /* the storage of a tier other than these: the
+                               engine and checkpoints see states only
+                               through export and import                 */
 } zt__opt_tier_t;
 
 /* fn gets states [first, first + n) of the state space in host memory. */
@@ -123,23 +125,41 @@ ZT_INTERNAL int zt__opt_tier_create(zt__opt_tier_t *t, const zt__opt_tier_ops_t 
 /* Frees what t holds and zeroes it; a zeroed t: nothing. */
 ZT_INTERNAL void zt__opt_tier_free(zt__opt_tier_t *t);
 
-/* The shape alloc sees for `view` (its extent and flags) with the config
- * and pin's pages. */
+/* The one place a shape is filled: from its fields (`ztier plan`, whose
+ * model is one run: extent n), or, zt__opt_tier_shape, what alloc sees for
+ * `view` (its extent and flags) with the config and pin's pages. */
+ZT_INTERNAL zt__tier_shape_t zt__tier_shape(uint64_t n, uint64_t extent, int shard, int sink,
+                                            zt_dtype_t param_dtype, zt_dtype_t grad_dtype,
+                                            size_t chunk_bytes, uint64_t budget,
+                                            uint64_t pinned);
 ZT_INTERNAL void zt__opt_tier_shape(const zt__opt_nvme_view_t *view, int shard, size_t n,
                                     const zt_config_t *cfg, const zt__pinned_t *pin,
                                     zt__tier_shape_t *out);
 
-/* Shared by the memory tiers (tier_mem.c): a shard's CPU update, and the
- * walk of states in memory, in place (host) or through a bounce buffer. */
+/* Shared by the memory tiers (tier_mem.c), and by the ZeRO room for its
+ * buffers. A buffer the CPU reads: pinned (from pin) with `pinned`, else
+ * the backend's, zeroed; an empty one still takes 64 bytes (a rank with an
+ * empty shard keeps a buffer), which zt__tier_mem_bytes says. */
+ZT_INTERNAL uint64_t zt__tier_mem_bytes(uint64_t bytes);
+ZT_INTERNAL int zt__tier_mem_alloc(const zt__ctx_t *c, zt__pinned_t *pin, int pinned,
+                                   size_t bytes, void **out);
+ZT_INTERNAL void zt__tier_mem_release(const zt__ctx_t *c, zt__pinned_t *pin, int pinned,
+                                      void *p, size_t bytes);
+/* A ZeRO shard's master, m and v (pinned with `pinned`), the master cast
+ * from the view's parameters; their release; their footprint; and the
+ * shard's update on the CPU. */
+ZT_INTERNAL int zt__tier_mem_shard_alloc(zt__opt_tier_t *t, int pinned);
+ZT_INTERNAL void zt__tier_mem_shard_free(zt__opt_tier_t *t, int pinned);
+ZT_INTERNAL void zt__tier_mem_shard_footprint(const zt__tier_shape_t *s, int pinned,
+                                              zt__footprint_t *out);
 ZT_INTERNAL int zt__tier_mem_update_shard(zt__opt_tier_t *t, const zt__adam_hp_t *hp);
+/* The AdamW launch over t's view and its master, m and v. */
+ZT_INTERNAL zt__adam_launch_t zt__tier_mem_launch(const zt__opt_tier_t *t,
+                                                  const zt__adam_hp_t *hp);
+/* The walk of states in memory: handed to fn in place (host) or through a
+ * bounce buffer of `piece` states per array (backend memory). */
 ZT_INTERNAL int zt__tier_mem_walk(zt__opt_tier_t *t, int import, int on_host, size_t piece,
                                   zt__tier_visit_fn fn, void *arg);
-/* A shard's state array (at least 64 bytes, zeroed): backend memory, or
- * pinned with `pinned`. */
-ZT_INTERNAL int zt__tier_mem_shard_alloc(zt__opt_tier_t *t, int pinned, size_t bytes,
-                                         float **out);
-ZT_INTERNAL void zt__tier_mem_shard_free(zt__opt_tier_t *t, int pinned, float *p,
-                                         size_t bytes);
 
 /* ---- parameter tiers ------------------------------------------------------------- */
 

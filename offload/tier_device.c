@@ -8,25 +8,14 @@
 #include "offload/tier.h"
 
 static int alloc(zt__opt_tier_t *t) {
+  if (t->shard) return zt__tier_mem_shard_alloc(t, 0);
   const zt__ctx_t *c = t->ctx;
   const zt__backend_ops_t *be = c->be_ops;
   const zt__opt_nvme_view_t *v = &t->view;
   size_t bytes = t->n * sizeof(float);
-  if (t->shard) {
-    /* The update writes the room's buffer; the engine hands it to a
-     * parameter tier, so no sink is kept (zt__opt_nvme_view_t). */
-    t->view.params_sink = NULL;
-    ZT_TRY(zt__tier_mem_shard_alloc(t, 0, bytes, &t->master));
-    ZT_TRY(zt__tier_mem_shard_alloc(t, 0, bytes, &t->m));
-    ZT_TRY(zt__tier_mem_shard_alloc(t, 0, bytes, &t->v));
-    t->state_bytes = 3 * bytes;
-    if (t->n) zt__cpu_cast(c->cpu, t->master, ZT_FP32, v->params, v->param_dtype, t->n);
-    return 0;
-  }
   if (v->param_dtype != ZT_FP32) ZT_TRY(be->alloc(c->be, bytes, (void **)&t->master));
   ZT_TRY(be->alloc(c->be, bytes, (void **)&t->m));
   ZT_TRY(be->alloc(c->be, bytes, (void **)&t->v));
-  t->state_bytes = bytes * (t->master ? 3 : 2);
   t->params_are_master = t->master == NULL;
   ZT_TRY(be->memset_zero(c->be, t->m, bytes, ZT_STREAM_COMPUTE));
   ZT_TRY(be->memset_zero(c->be, t->v, bytes, ZT_STREAM_COMPUTE));
@@ -45,21 +34,7 @@ static int alloc(zt__opt_tier_t *t) {
 static int update(zt__opt_tier_t *t, const zt__adam_hp_t *hp) {
   if (t->shard) return zt__tier_mem_update_shard(t, hp);
   const zt__ctx_t *c = t->ctx;
-  const zt__opt_nvme_view_t *v = &t->view;
-  zt__adam_launch_t l = {
-      .hp = hp,
-      .master = t->master, /* NULL for fp32 params: they are the master */
-      .m = t->m,
-      .v = t->v,
-      .grads = v->grads,
-      .grads_first = v->grads_first,
-      .grad_dtype = v->grad_dtype,
-      .params = v->params,
-      .params_first = v->params_first,
-      .param_dtype = v->param_dtype,
-      .segs = v->segs,
-      .n_segs = v->n_segs,
-  };
+  zt__adam_launch_t l = zt__tier_mem_launch(t, hp);
   double t0 = zt__now();
   ZT_TRY(c->be_ops->adam(c->be, &l, ZT_STREAM_COMPUTE));
   ZT_TRY(c->be_ops->stream_sync(c->be, ZT_STREAM_COMPUTE));
@@ -76,29 +51,25 @@ static int import_states(zt__opt_tier_t *t, size_t piece, zt__tier_visit_fn fn, 
 }
 
 static void free_states(zt__opt_tier_t *t) {
-  size_t bytes = t->n * sizeof(float);
   if (t->shard) {
-    zt__tier_mem_shard_free(t, 0, t->master, bytes);
-    zt__tier_mem_shard_free(t, 0, t->m, bytes);
-    zt__tier_mem_shard_free(t, 0, t->v, bytes);
-  } else {
-    const zt__ctx_t *c = t->ctx;
-    if (t->master) c->be_ops->free(c->be, t->master, bytes);
-    if (t->m) c->be_ops->free(c->be, t->m, bytes);
-    if (t->v) c->be_ops->free(c->be, t->v, bytes);
+    zt__tier_mem_shard_free(t, 0);
+    return;
   }
+  const zt__ctx_t *c = t->ctx;
+  size_t bytes = t->n * sizeof(float);
+  if (t->master) c->be_ops->free(c->be, t->master, bytes);
+  if (t->m) c->be_ops->free(c->be, t->m, bytes);
+  if (t->v) c->be_ops->free(c->be, t->v, bytes);
   t->master = t->m = t->v = NULL;
-  t->state_bytes = 0;
 }
 
 static void footprint(const zt__tier_shape_t *s, zt__footprint_t *out) {
-  *out = (zt__footprint_t){.fits = 1};
   if (s->shard) {
-    uint64_t b = s->n ? s->n * 4 : 64; /* an empty shard's arrays take 64 bytes */
-    out->device = 3 * b;
-  } else {
-    out->device = s->n * 4 * (s->param_dtype == ZT_FP32 ? 2 : 3);
+    zt__tier_mem_shard_footprint(s, 0, out);
+    return;
   }
+  *out = (zt__footprint_t){.fits = 1};
+  out->device = s->n * 4 * (s->param_dtype == ZT_FP32 ? 2 : 3);
 }
 
 const zt__opt_tier_ops_t zt__tier_device = {"device", 0, alloc, update, export_states,

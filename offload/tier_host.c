@@ -23,21 +23,11 @@ static size_t chunk_of(size_t chunk_bytes, size_t extent) {
 }
 
 static int alloc(zt__opt_tier_t *t) {
+  if (t->shard) return zt__tier_mem_shard_alloc(t, 1);
   const zt__ctx_t *c = t->ctx;
   const zt__backend_ops_t *be = c->be_ops;
   const zt__opt_nvme_view_t *v = &t->view;
   size_t bytes = t->n * sizeof(float);
-  if (t->shard) {
-    /* The update writes the room's buffer; the engine hands it to a
-     * parameter tier, so no sink is kept (zt__opt_nvme_view_t). */
-    t->view.params_sink = NULL;
-    ZT_TRY(zt__tier_mem_shard_alloc(t, 1, bytes, &t->master));
-    ZT_TRY(zt__tier_mem_shard_alloc(t, 1, bytes, &t->m));
-    ZT_TRY(zt__tier_mem_shard_alloc(t, 1, bytes, &t->v));
-    t->state_bytes = 3 * bytes;
-    if (t->n) zt__cpu_cast(c->cpu, t->master, ZT_FP32, v->params, v->param_dtype, t->n);
-    return 0;
-  }
   zt__staging_t *st = &t->staging;
   size_t psz = zt__dtype_size(v->param_dtype), gsz = zt__dtype_size(v->grad_dtype);
   const zt__seg_t *first = &v->segs[0], *last = &v->segs[v->n_segs - 1];
@@ -45,7 +35,6 @@ static int alloc(zt__opt_tier_t *t) {
   ZT_TRY(zt__pinned_alloc(t->pin, bytes, (void **)&t->master));
   ZT_TRY(zt__pinned_alloc(t->pin, bytes, (void **)&t->m));
   ZT_TRY(zt__pinned_alloc(t->pin, bytes, (void **)&t->v));
-  t->state_bytes = 3 * bytes;
   for (int s = 0; s < ZT_STAGING_SLOTS; s++) {
     ZT_TRY(zt__pinned_alloc(t->pin, st->chunk_elems * gsz, &st->grads[s]));
     ZT_TRY(zt__pinned_alloc(t->pin, st->chunk_elems * psz, &st->params[s]));
@@ -178,41 +167,36 @@ static int import_states(zt__opt_tier_t *t, size_t piece, zt__tier_visit_fn fn, 
 }
 
 static void free_states(zt__opt_tier_t *t) {
-  size_t bytes = t->n * sizeof(float);
   if (t->shard) {
-    zt__tier_mem_shard_free(t, 1, t->master, bytes);
-    zt__tier_mem_shard_free(t, 1, t->m, bytes);
-    zt__tier_mem_shard_free(t, 1, t->v, bytes);
-  } else {
-    const zt__ctx_t *c = t->ctx;
-    zt__pinned_free(t->pin, t->master, bytes);
-    zt__pinned_free(t->pin, t->m, bytes);
-    zt__pinned_free(t->pin, t->v, bytes);
-    zt__staging_t *st = &t->staging;
-    size_t pb = st->chunk_elems * zt__dtype_size(t->view.param_dtype);
-    size_t gb = st->chunk_elems * zt__dtype_size(t->view.grad_dtype);
-    for (int s = 0; s < ZT_STAGING_SLOTS; s++) {
-      zt__pinned_free(t->pin, st->grads[s], gb);
-      zt__pinned_free(t->pin, st->params[s], pb);
-      if (st->grads_ready[s]) c->be_ops->event_destroy(c->be, st->grads_ready[s]);
-      if (st->params_sent[s]) c->be_ops->event_destroy(c->be, st->params_sent[s]);
-      free(st->pieces[s]);
-    }
-    if (st->compute_mark) c->be_ops->event_destroy(c->be, st->compute_mark);
-    memset(st, 0, sizeof *st);
+    zt__tier_mem_shard_free(t, 1);
+    return;
   }
+  const zt__ctx_t *c = t->ctx;
+  size_t bytes = t->n * sizeof(float);
+  zt__pinned_free(t->pin, t->master, bytes);
+  zt__pinned_free(t->pin, t->m, bytes);
+  zt__pinned_free(t->pin, t->v, bytes);
+  zt__staging_t *st = &t->staging;
+  size_t pb = st->chunk_elems * zt__dtype_size(t->view.param_dtype);
+  size_t gb = st->chunk_elems * zt__dtype_size(t->view.grad_dtype);
+  for (int s = 0; s < ZT_STAGING_SLOTS; s++) {
+    zt__pinned_free(t->pin, st->grads[s], gb);
+    zt__pinned_free(t->pin, st->params[s], pb);
+    if (st->grads_ready[s]) c->be_ops->event_destroy(c->be, st->grads_ready[s]);
+    if (st->params_sent[s]) c->be_ops->event_destroy(c->be, st->params_sent[s]);
+    free(st->pieces[s]);
+  }
+  if (st->compute_mark) c->be_ops->event_destroy(c->be, st->compute_mark);
+  memset(st, 0, sizeof *st);
   t->master = t->m = t->v = NULL;
-  t->state_bytes = 0;
 }
 
 static void footprint(const zt__tier_shape_t *s, zt__footprint_t *out) {
-  *out = (zt__footprint_t){.fits = 1};
   if (s->shard) {
-    uint64_t b = s->n ? s->n * 4 : 64; /* an empty shard's arrays take 64 bytes */
-    out->host = 3 * b;
-    out->pinned_pages = 3 * zt__page_round(b);
+    zt__tier_mem_shard_footprint(s, 1, out);
     return;
   }
+  *out = (zt__footprint_t){.fits = 1};
   uint64_t psz = zt__dtype_size(s->param_dtype), gsz = zt__dtype_size(s->grad_dtype);
   uint64_t chunk = chunk_of(s->chunk_bytes, s->extent);
   out->host = 3 * s->n * 4 + ZT_STAGING_SLOTS * chunk * (psz + gsz);

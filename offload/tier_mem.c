@@ -1,40 +1,71 @@
 /*
- * tier_mem.c — what the memory tiers (device, host) share: a shard's state
- * arrays, its update on the CPU, and the walk of states in memory for
- * checkpoints; see tier.h.
+ * tier_mem.c — what the memory tiers (device, host) share: the rule for a
+ * buffer the CPU may read (pinned, or the backend's zeroed; 64 bytes for an
+ * empty shard), which the ZeRO room's buffers follow too; a shard's state
+ * arrays, their footprint and their update on the CPU; the kernel launch
+ * over a view; and the walk of states in memory for checkpoints; see
+ * tier.h.
  */
 #include <stdlib.h>
 
 #include "offload/tier.h"
 
-/* A rank with an empty shard still has a buffer. */
-static size_t shard_bytes(size_t bytes) { return bytes ? bytes : 64; }
+uint64_t zt__tier_mem_bytes(uint64_t bytes) { return bytes ? bytes : 64; }
 
-int zt__tier_mem_shard_alloc(zt__opt_tier_t *t, int pinned, size_t bytes, float **out) {
-  const zt__ctx_t *c = t->ctx;
+int zt__tier_mem_alloc(const zt__ctx_t *c, zt__pinned_t *pin, int pinned, size_t bytes,
+                       void **out) {
   *out = NULL;
-  bytes = shard_bytes(bytes);
-  if (pinned) return zt__pinned_alloc(t->pin, bytes, (void **)out);
-  ZT_TRY(c->be_ops->alloc(c->be, bytes, (void **)out));
+  bytes = zt__tier_mem_bytes(bytes);
+  if (pinned) return zt__pinned_alloc(pin, bytes, out);
+  ZT_TRY(c->be_ops->alloc(c->be, bytes, out));
   return c->be_ops->memset_zero(c->be, *out, bytes, ZT_STREAM_COMPUTE);
 }
 
-void zt__tier_mem_shard_free(zt__opt_tier_t *t, int pinned, float *p, size_t bytes) {
+void zt__tier_mem_release(const zt__ctx_t *c, zt__pinned_t *pin, int pinned, void *p,
+                          size_t bytes) {
   if (p == NULL) return;
-  bytes = shard_bytes(bytes);
+  bytes = zt__tier_mem_bytes(bytes);
   if (pinned)
-    zt__pinned_free(t->pin, p, bytes);
+    zt__pinned_free(pin, p, bytes);
   else
-    t->ctx->be_ops->free(t->ctx->be, p, bytes);
+    c->be_ops->free(c->be, p, bytes);
 }
 
-/* The CPU AdamW over the shard, from its reduced gradient sums (fp32) into
- * the view's parameters. */
-int zt__tier_mem_update_shard(zt__opt_tier_t *t, const zt__adam_hp_t *hp) {
+/* ---- a ZeRO shard's states: the same in both memory tiers but for where -------- */
+
+int zt__tier_mem_shard_alloc(zt__opt_tier_t *t, int pinned) {
   const zt__opt_nvme_view_t *v = &t->view;
-  zt__adam_launch_t l = {
+  size_t bytes = t->n * sizeof(float);
+  /* The update writes the room's buffer; the engine hands it to a
+   * parameter tier, so no sink is kept (zt__opt_nvme_view_t). */
+  t->view.params_sink = NULL;
+  ZT_TRY(zt__tier_mem_alloc(t->ctx, t->pin, pinned, bytes, (void **)&t->master));
+  ZT_TRY(zt__tier_mem_alloc(t->ctx, t->pin, pinned, bytes, (void **)&t->m));
+  ZT_TRY(zt__tier_mem_alloc(t->ctx, t->pin, pinned, bytes, (void **)&t->v));
+  if (t->n) zt__cpu_cast(t->ctx->cpu, t->master, ZT_FP32, v->params, v->param_dtype, t->n);
+  return 0;
+}
+
+void zt__tier_mem_shard_free(zt__opt_tier_t *t, int pinned) {
+  size_t bytes = t->n * sizeof(float);
+  zt__tier_mem_release(t->ctx, t->pin, pinned, t->master, bytes);
+  zt__tier_mem_release(t->ctx, t->pin, pinned, t->m, bytes);
+  zt__tier_mem_release(t->ctx, t->pin, pinned, t->v, bytes);
+  t->master = t->m = t->v = NULL;
+}
+
+void zt__tier_mem_shard_footprint(const zt__tier_shape_t *s, int pinned, zt__footprint_t *out) {
+  *out = (zt__footprint_t){.fits = 1};
+  uint64_t b = zt__tier_mem_bytes(s->n * 4);
+  *(pinned ? &out->host : &out->device) = 3 * b;
+  if (pinned) out->pinned_pages = 3 * zt__page_round(b);
+}
+
+zt__adam_launch_t zt__tier_mem_launch(const zt__opt_tier_t *t, const zt__adam_hp_t *hp) {
+  const zt__opt_nvme_view_t *v = &t->view;
+  return (zt__adam_launch_t){
       .hp = hp,
-      .master = t->master,
+      .master = t->master, /* NULL for fp32 params: they are the master */
       .m = t->m,
       .v = t->v,
       .grads = v->grads,
@@ -46,8 +77,14 @@ int zt__tier_mem_update_shard(zt__opt_tier_t *t, const zt__adam_hp_t *hp) {
       .segs = v->segs,
       .n_segs = v->n_segs,
   };
+}
+
+/* The CPU AdamW over the shard, from its reduced gradient sums (fp32) into
+ * the view's parameters. */
+int zt__tier_mem_update_shard(zt__opt_tier_t *t, const zt__adam_hp_t *hp) {
+  zt__adam_launch_t l = zt__tier_mem_launch(t, hp);
   double t0 = zt__now();
-  if (v->n_segs) zt__cpu_adam(t->ctx->cpu, &l);
+  if (t->view.n_segs) zt__cpu_adam(t->ctx->cpu, &l);
   *t->cnt.optimizer_seconds += zt__now() - t0;
   return 0;
 }

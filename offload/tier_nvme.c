@@ -6,9 +6,7 @@
 #include "offload/tier.h"
 
 static int alloc(zt__opt_tier_t *t) {
-  ZT_TRY(zt__opt_nvme_create(t->ctx, t->pin, &t->cnt, &t->view, &t->nvme));
-  t->state_bytes = 0; /* on disk, not in memory */
-  return 0;
+  return zt__opt_nvme_create(t->ctx, t->pin, &t->cnt, &t->view, &t->nvme);
 }
 
 /* The swapper times its own update and copies. */

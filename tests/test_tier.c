@@ -4,9 +4,16 @@
  * pinned pages the budget counts and on disk (what `ztier plan` adds up), for
  * the unsharded and the shard layout, both dtypes, with and without a pinned
  * budget; the parameter tier "nvme" likewise. A footprint that drifts from
- * its allocator fails here before the plan and the engine disagree.
+ * its allocator fails here before the plan and the engine disagree. Then
+ * the parameter tier's reads ahead through its ops (the spans prefetch.c
+ * asks for, at a shard that does not start at 0), and the flags the ZeRO
+ * room and `ztier plan` read instead of the tier's name: which buffers are
+ * pinned, whether the shard is on the tier's medium, and the shard and
+ * bucket sizes zt__part_footprint gives against what zt__part_init took.
  */
+#include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "engine/engine.h" // defines: struct zt_engine (ctx, pinned, counters)
@@ -117,11 +124,106 @@ static void test_param_nvme_matches_footprint(void **state) {
   }
 }
 
+/* A group's spans read through the nvme tier's ops land at r->at[k] with
+ * the bytes put there; spans outside the shard are SIZE_MAX. */
+static void test_param_reads_through_ops(void **state) {
+  enum { FIRST = 100, N = 5000 };
+  zt_config_t cfg = t_config();
+  cfg.chunk_bytes = 4096 * 3;
+  snprintf(cfg.swap_path, sizeof cfg.swap_path, "%s", t_swap_dir());
+  zt_engine_t *eng = t_engine(&cfg);
+  zt__param_tier_t t = {.ops = zt__param_tier_ops(ZT_TIER_NVME), .ctx = &eng->ctx,
+                        .pin = &eng->pinned, .first = FIRST, .n = N, .dtype = ZT_BF16};
+  assert_non_null(t.ops->read);
+  T_OK(t.ops->create(&t), eng);
+  assert_true(t.on_medium);
+  uint16_t *shard = malloc(N * 2);
+  t_rng_t rng;
+  t_rng_init(&rng, t_seed());
+  t_fill_bits(shard, N * 2, &rng);
+  T_OK(t.ops->put(&t, FIRST, FIRST + N / 2, shard), eng);
+  T_OK(t.ops->put(&t, FIRST + N / 2, FIRST + N, shard + N / 2), eng);
+  T_OK(t.ops->done(&t), eng);
+  zt__span_t spans[] = {{0, 50, NULL}, {90, 300, NULL}, {1000, 1200, NULL},
+                        {4900, 6000, NULL}};
+  zt__param_spans_t sp = {&spans[0].a, &spans[0].b, sizeof spans[0], 4};
+  zt__param_read_t *r = NULL;
+  T_OK(t.ops->read(&t, &sp, &r), eng);
+  T_OK(t.ops->wait(&t, r), eng);
+  assert_int_equal(t.ops->landed(&t, r), 1);
+  assert_true(r->at[0] == SIZE_MAX);
+  for (int k = 1; k < 4; k++) {
+    size_t a = spans[k].a > FIRST ? spans[k].a : FIRST;
+    size_t b = spans[k].b < FIRST + N ? spans[k].b : FIRST + N;
+    assert_memory_equal((const char *)r->buf + r->at[k], shard + (a - FIRST), (b - a) * 2);
+  }
+  t.ops->read_free(&t, r);
+  t.ops->trim(&t);
+  t.ops->destroy(&t);
+  assert_false(t.on_medium);
+  free(shard);
+  zt_engine_destroy(eng);
+}
+
+/* Stage 3 on one rank, every pairing of tiers: the room pins what the
+ * tables' flags say, lends the reads ahead the tier only when the shard is
+ * on its medium, and sizes its shard and buckets as zt__part_footprint
+ * does (what `ztier plan` adds up). */
+static void test_flags_and_part_footprint(void **state) {
+  enum { L = 3, WN = 3000, BN = 70 };
+  zt_unit_t units[2 * L];
+  for (int l = 0; l < L; l++) {
+    units[2 * l] = (zt_unit_t){NULL, (size_t)l * WN, WN, l, 1, ZT_BF16};
+    units[2 * l + 1] = (zt_unit_t){NULL, (size_t)L * WN + (size_t)l * BN, BN, l, 0, ZT_BF16};
+  }
+  size_t numel = (size_t)L * (WN + BN);
+  assert_int_equal(zt__opt_tier_ops(ZT_TIER_DEVICE)->cpu_update, 0);
+  assert_int_equal(zt__opt_tier_ops(ZT_TIER_HOST)->cpu_update, 1);
+  assert_int_equal(zt__opt_tier_ops(ZT_TIER_NVME)->cpu_update, 1);
+  static const zt_tier_t tiers[] = {ZT_TIER_DEVICE, ZT_TIER_HOST, ZT_TIER_NVME};
+  for (int o = 0; o < 3; o++)
+    for (int q = 0; q < 3; q++) {
+      zt_config_t cfg = t_config();
+      cfg.stage = 3;
+      cfg.optimizer_tier = tiers[o];
+      cfg.param_tier = tiers[q];
+      cfg.bucket_bytes = 4096;
+      snprintf(cfg.swap_path, sizeof cfg.swap_path, "%s", t_swap_dir());
+      zt_engine_t *eng = t_engine(&cfg);
+      void *dp = t_buf_alloc(eng, numel * 2);
+      T_OK(zt_register_units(eng, dp, NULL, numel, ZT_BF16, ZT_FP32, units, 2 * L), eng);
+      t_buf_free(eng, dp, numel * 2);
+      const zt__part_t *p = &eng->zero.part;
+      const zt__opt_tier_ops_t *ot = zt__opt_tier_ops(tiers[o]);
+      const zt__param_tier_ops_t *pt = zt__param_tier_ops(tiers[q]);
+      assert_int_equal(p->on_pinned, ot->cpu_update);
+      assert_int_equal(p->params_pinned, ot->cpu_update || pt->pinned_buffer);
+      assert_int_equal(eng->ptier.on_medium, pt->read != NULL);
+      assert_ptr_equal(eng->zero.prefetch.tier, pt->read ? &eng->ptier : NULL);
+      zt__part_footprint_t f;
+      zt__part_footprint(&(zt__part_shape_t){numel, 1, 0, 3, cfg.bucket_bytes, ZT_BF16,
+                                              ZT_FP32, ot->cpu_update},
+                         &f);
+      assert_int_equal(f.shard, p->shard);
+      assert_int_equal(f.begin, p->begin);
+      assert_int_equal(f.end, p->end);
+      assert_int_equal(f.bucket_elems, p->bucket_elems);
+      for (int s = 0; s < ZT_XFER_SLOTS; s++) {
+        assert_int_equal(f.send_bytes, p->xfer[s].send_bytes);
+        assert_int_equal(f.recv_bytes, p->xfer[s].recv_bytes);
+        assert_int_equal(f.gx_recv_bytes, p->gx[s].recv_bytes);
+      }
+      zt_engine_destroy(eng);
+    }
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_opt_tiers_match_footprint),
       cmocka_unit_test(test_empty_shard),
       cmocka_unit_test(test_param_nvme_matches_footprint),
+      cmocka_unit_test(test_param_reads_through_ops),
+      cmocka_unit_test(test_flags_and_part_footprint),
   };
   return T_RUN(tests);
 }

@@ -2,20 +2,18 @@
  * plan.c — the bytes of plan.h. The tiers' own figures are their footprint
  * (offload/tier.h: what each tier's alloc takes, computed the same way, so
  * the plan and the engine cannot drift; tests/test_tier.c holds the two
- * together); the ZeRO room's shards and buckets are sized here as
- * partition.c sizes them (tests/test_zero.c holds zt_stats() to the plan on
- * every rank).
+ * together); the ZeRO room's shards and buckets are zt__part_footprint's,
+ * the sizes zt__part_init allocates (tests/test_zero.c holds zt_stats() to
+ * the plan on every rank).
  */
 #include <errno.h>
 
 #include "offload/tier.h"   // defines: zt__opt_tier_ops, zt__param_tier_ops, ZT_STAGING_SLOTS
-#include "zero/partition.h" // defines: ZT_SHARD_ALIGN, ZT_XFER_SLOTS, ZT_COMM_MAX_COUNT
+#include "zero/partition.h" // defines: zt__part_footprint, ZT_XFER_SLOTS
 #include "engine/plan.h"
 
-static uint64_t min_u(uint64_t a, uint64_t b) { return a < b ? a : b; }
-static uint64_t max_u(uint64_t a, uint64_t b) { return a > b ? a : b; }
-/* zt__part_alloc gives an empty buffer 64 bytes. */
-static uint64_t part_bytes(uint64_t b) { return b ? b : 64; }
+/* zt__part_alloc gives an empty buffer 64 bytes (offload/tier_mem.c). */
+static uint64_t part_bytes(uint64_t b) { return zt__tier_mem_bytes(b); }
 
 /* Pinned memory comes in 4 KiB pages: what the budget bounds (pinned.c). */
 static uint64_t pages(uint64_t b) { return zt__page_round(b); }
@@ -24,15 +22,8 @@ static uint64_t pages(uint64_t b) { return zt__page_round(b); }
  * one unit), with `pinned` pages pinned before it. */
 static zt__tier_shape_t shape_of(const zt__plan_in_t *in, uint64_t n, int shard, int sink,
                                  uint64_t pinned) {
-  return (zt__tier_shape_t){.n = n,
-                            .extent = n,
-                            .shard = shard,
-                            .sink = sink,
-                            .param_dtype = in->param_dtype,
-                            .grad_dtype = in->grad_dtype,
-                            .chunk_bytes = in->chunk_bytes,
-                            .budget = in->pinned_budget_bytes,
-                            .pinned = pinned};
+  return zt__tier_shape(n, n, shard, sink, in->param_dtype, in->grad_dtype, in->chunk_bytes,
+                        in->pinned_budget_bytes, pinned);
 }
 
 /* The optimizer tier's footprint, added to the totals. */
@@ -73,55 +64,53 @@ int zt__plan(const zt__plan_in_t *in, zt__plan_t *out) {
     zt__tier_shape_t s = shape_of(in, n, 0, 0, 0);
     opt_tier(in, &s, &device, &host, &nvme, out);
   } else {
-    uint64_t per = (n + (uint64_t)in->ranks - 1) / (uint64_t)in->ranks;
-    uint64_t shard = (per + ZT_SHARD_ALIGN - 1) / ZT_SHARD_ALIGN * ZT_SHARD_ALIGN;
-    uint64_t lo = min_u((uint64_t)in->rank * shard, n);
-    uint64_t hi = min_u((uint64_t)(in->rank + 1) * shard, n);
-    uint64_t mine = hi - lo;
+    /* The ZeRO room's shard and buckets, sized by zt__part_footprint as
+     * zt__part_init sizes them; their buffers are pinned when the
+     * optimizer tier updates on the CPU (cpu_update). */
+    const zt__opt_tier_ops_t *ot = zt__opt_tier_ops(in->optimizer_tier);
+    const zt__param_tier_ops_t *pto = zt__param_tier_ops(in->param_tier);
+    zt__part_footprint_t f;
+    zt__part_footprint(&(zt__part_shape_t){n, in->ranks, in->rank, in->stage, in->bucket_bytes,
+                                            in->param_dtype, in->grad_dtype, ot->cpu_update},
+                       &f);
+    uint64_t mine = f.end - f.begin;
     out->shard_params = mine;
     /* The shard's gradient sums (fp32) and updated params. */
-    uint64_t shard_bufs = part_bytes(mine * 4) + part_bytes(mine * psz);
-    /* Buckets: ZT_XFER_SLOTS of (send, recv), sized as zt__part_init does. */
-    /* zt__part_init caps a bucket at ZT_COMM_MAX_COUNT / W elements (an
-     * alltoallv displacement reaches (W - 1) x a rank's part of it). */
-    uint64_t bucket =
-        min_u(min_u(in->bucket_bytes / 4, ZT_COMM_MAX_COUNT / (uint64_t)in->ranks), n);
-    uint64_t own = min_u(bucket, shard);
-    uint64_t send = part_bytes(bucket * max_u(gsz, psz));
-    uint64_t recv = part_bytes(max_u((uint64_t)in->ranks * own * gsz, bucket * psz));
+    uint64_t grads = part_bytes(f.grads_bytes), params = part_bytes(f.params_bytes);
+    /* Buckets: ZT_XFER_SLOTS of (send, recv), and with pinned buckets at
+     * stage 3 a gather slot's recv bucket each. */
+    uint64_t send = part_bytes(f.send_bytes), recv = part_bytes(f.recv_bytes);
     uint64_t buckets = ZT_XFER_SLOTS * (send + recv);
     uint64_t bucket_pages = ZT_XFER_SLOTS * (pages(send) + pages(recv));
-    /* Stage 3's gathers through pinned buckets have buckets of their own. */
-    if (in->stage == 3 && in->optimizer_tier != ZT_TIER_DEVICE) {
-      buckets += ZT_XFER_SLOTS * part_bytes(bucket * psz);
-      bucket_pages += ZT_XFER_SLOTS * pages(part_bytes(bucket * psz));
+    if (f.gx_recv_bytes) {
+      buckets += ZT_XFER_SLOTS * part_bytes(f.gx_recv_bytes);
+      bucket_pages += ZT_XFER_SLOTS * pages(part_bytes(f.gx_recv_bytes));
     }
     /* In allocation order (register.c): the partition's buffers, the
-     * states, the parameter tier's pages, the nvme tier's slots. The host
-     * and nvme tiers update on the CPU, so the partition's buffers are
-     * pinned (partition.c); the nvme tier's states are on disk. */
-    uint64_t params = part_bytes(mine * psz);
-    int params_on_disk = in->stage == 3 && in->param_tier == ZT_TIER_NVME;
-    if (in->optimizer_tier == ZT_TIER_DEVICE) {
-      device = shard_bufs + buckets;
-      if (in->stage == 3 && in->param_tier == ZT_TIER_HOST) {
+     * states, the parameter tier's pages, the nvme tier's slots. A
+     * parameter tier with reads ahead keeps the shard on its own medium
+     * between steps (nvme); the nvme tier's states are on disk. */
+    int params_on_disk = in->stage == 3 && pto->read != NULL;
+    if (!ot->cpu_update) {
+      device = grads + params + buckets;
+      if (in->stage == 3 && pto->pinned_buffer) {
         /* The shard's parameters in pinned memory (partition.c). */
         device -= params;
         host += params;
         out->pinned_bytes += pages(params);
       }
     } else {
-      host = shard_bufs + buckets;
-      out->pinned_bytes += pages(part_bytes(mine * 4)) + pages(params) + bucket_pages;
+      host = grads + params + buckets;
+      out->pinned_bytes += pages(grads) + pages(params) + bucket_pages;
     }
     if (params_on_disk) {
       /* The parameter tier's own: on disk between steps. */
       zt__tier_shape_t s = shape_of(in, mine, 1, 0, 0);
-      zt__footprint_t f;
-      zt__param_tier_ops(in->param_tier)->footprint(&s, &f);
-      host += f.host;
-      out->pinned_bytes += f.pinned_pages;
-      nvme += f.nvme;
+      zt__footprint_t pf;
+      pto->footprint(&s, &pf);
+      host += pf.host;
+      out->pinned_bytes += pf.pinned_pages;
+      nvme += pf.nvme;
     }
     /* The shard's states, in their tier: the nvme tier's slots read the
      * gradient sums and write the parameters where they are, or send the
@@ -137,7 +126,7 @@ int zt__plan(const zt__plan_in_t *in, zt__plan_t *out) {
        * scheduler keeps it (zt_stats' live_bytes, not counted here). With
        * param_tier nvme the shard's parameters are freed once written. */
       out->loop_device = 0;
-      if (params_on_disk) *(in->optimizer_tier == ZT_TIER_DEVICE ? &device : &host) -= params;
+      if (params_on_disk) *(ot->cpu_update ? &host : &device) -= params;
     } else {
       /* Stage 2 counts the loop without a gradient buffer of its own (it
        * takes each group's from zt_grads()); registering one adds n * gsz. */

@@ -10,27 +10,19 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "offload/pinned.h" // defines: zt__pinned_alloc, zt__pinned_free
+#include "offload/tier.h" // defines: zt__tier_mem_alloc, zt__opt_tier_ops, zt__param_tier_ops
 #include "zero/partition.h"
 
 
-/* ---- memory the CPU reads: pinned (host tier) or the host backend's ---------- */
+/* ---- memory the CPU reads: pinned (host, nvme tiers) or the backend's -------- */
 
+/* The memory tiers' rule (offload/tier_mem.c): 64 bytes for an empty one. */
 int zt__part_alloc(zt__part_t *p, size_t bytes, void **out) {
-  *out = NULL;
-  if (bytes == 0) bytes = 64; /* a rank with an empty shard still has a buffer */
-  if (p->on_pinned) return zt__pinned_alloc(p->reg.pinned, bytes, out);
-  ZT_TRY(p->ctx->be_ops->alloc(p->ctx->be, bytes, out));
-  return p->ctx->be_ops->memset_zero(p->ctx->be, *out, bytes, ZT_STREAM_COMPUTE);
+  return zt__tier_mem_alloc(p->ctx, p->reg.pinned, p->on_pinned, bytes, out);
 }
 
 void zt__part_release(zt__part_t *p, void *ptr, size_t bytes) {
-  if (ptr == NULL) return;
-  if (bytes == 0) bytes = 64;
-  if (p->on_pinned)
-    zt__pinned_free(p->reg.pinned, ptr, bytes);
-  else
-    p->ctx->be_ops->free(p->ctx->be, ptr, bytes);
+  zt__tier_mem_release(p->ctx, p->reg.pinned, p->on_pinned, ptr, bytes);
 }
 
 /* ---- state spans and the user's buffers ------------------------------------- */
@@ -157,6 +149,37 @@ static int build_shard_segs(zt__part_t *p) {
   return 0;
 }
 
+/* ---- sizes --------------------------------------------------------------------- */
+
+void zt__part_footprint(const zt__part_shape_t *s, zt__part_footprint_t *out) {
+  size_t world = (size_t)s->world;
+  size_t gsz = zt__dtype_size(s->grad_dtype), psz = zt__dtype_size(s->param_dtype);
+  size_t per = (s->total + world - 1) / world;
+  out->shard = (per + ZT_SHARD_ALIGN - 1) / ZT_SHARD_ALIGN * ZT_SHARD_ALIGN;
+  size_t a = (size_t)s->rank * out->shard, b = a + out->shard;
+  out->begin = zt__min_sz(a, s->total);
+  out->end = zt__min_sz(b, s->total);
+  size_t mine = out->end - out->begin;
+  out->grads_bytes = mine * sizeof(float);
+  out->params_bytes = mine * psz;
+  /* The alltoallv's receive displacements reach (W - 1) x this rank's part
+   * of a bucket, and comm refuses any displacement above ZT_COMM_MAX_COUNT
+   * (MPI's int): capped at MAX / W, a displacement never is. The same on
+   * every rank (bucket_bytes agreed at create), so no rank alone is refused
+   * while the others wait in the collective. */
+  out->bucket_elems = s->bucket_bytes / sizeof(float);
+  if (out->bucket_elems > ZT_COMM_MAX_COUNT / world)
+    out->bucket_elems = ZT_COMM_MAX_COUNT / world;
+  size_t bucket = zt__min_sz(out->bucket_elems, s->total);
+  size_t own = zt__min_sz(bucket, out->shard);
+  /* send: a packed bucket of gradients, or a shard's piece of parameters;
+   * recv: W runs of this rank's part of a bucket, or a gathered bucket. */
+  out->send_bytes = bucket * zt__max_sz(gsz, psz);
+  out->recv_bytes = zt__max_sz(world * own * gsz, bucket * psz);
+  /* Stage 3's gathers through pinned buckets have a recv bucket each. */
+  out->gx_recv_bytes = s->stage >= 3 && s->on_pinned ? bucket * psz : 0;
+}
+
 /* ---- init / free -------------------------------------------------------------- */
 
 int zt__part_init(zt__part_t *p, const zt__ctx_t *ctx, const zt__zero_reg_t *reg) {
@@ -168,28 +191,25 @@ int zt__part_init(zt__part_t *p, const zt__ctx_t *ctx, const zt__zero_reg_t *reg
   p->world = c->ops->world(c);
   p->rank = c->ops->rank(c);
   p->total = p->reg.state_numel;
-  size_t per = (p->total + (size_t)p->world - 1) / (size_t)p->world;
-  p->shard = (per + ZT_SHARD_ALIGN - 1) / ZT_SHARD_ALIGN * ZT_SHARD_ALIGN;
-  zt__part_shard_of(p, p->rank, &p->begin, &p->end);
-  p->bucket_elems = p->ctx->cfg->bucket_bytes / sizeof(float);
-  /* The alltoallv's receive displacements reach (W - 1) x this rank's part
-   * of a bucket, and comm refuses any displacement above ZT_COMM_MAX_COUNT
-   * (MPI's int): capped at MAX / W, a displacement never is. The same on
-   * every rank (bucket_bytes agreed at create), so no rank alone is refused
-   * while the others wait in the collective. plan.c mirrors this cap. */
-  if (p->bucket_elems > ZT_COMM_MAX_COUNT / (size_t)p->world)
-    p->bucket_elems = ZT_COMM_MAX_COUNT / (size_t)p->world;
-  /* The host and nvme tiers update the shard on the CPU: its gradient sums
-   * and parameters, and the buckets they come through, are pinned host
-   * memory (on cuda the CPU cannot touch device memory). */
-  p->on_pinned = p->ctx->cfg->optimizer_tier != ZT_TIER_DEVICE;
-  p->params_pinned = p->on_pinned || p->ctx->cfg->param_tier == ZT_TIER_HOST;
+  /* The optimizer tiers that update the shard on the CPU (host, nvme) want
+   * its gradient sums and parameters, and the buckets they come through,
+   * in pinned host memory (on cuda the CPU cannot touch device memory). */
+  p->on_pinned = zt__opt_tier_ops(p->ctx->cfg->optimizer_tier)->cpu_update;
+  p->params_pinned =
+      p->on_pinned || zt__param_tier_ops(p->ctx->cfg->param_tier)->pinned_buffer;
+  zt__part_footprint_t f;
+  zt__part_footprint(&(zt__part_shape_t){p->total, p->world, p->rank, p->ctx->cfg->stage,
+                                          p->ctx->cfg->bucket_bytes, p->reg.param_dtype,
+                                          p->reg.grad_dtype, p->on_pinned},
+                     &f);
+  p->shard = f.shard;
+  p->begin = f.begin;
+  p->end = f.end;
+  p->bucket_elems = f.bucket_elems;
   ZT_TRY(build_groups(p));
   ZT_TRY(build_shard_segs(p));
 
-  size_t mine = p->end - p->begin;
-  size_t gsz = zt__dtype_size(p->reg.grad_dtype), psz = zt__dtype_size(p->reg.param_dtype);
-  ZT_TRY(zt__part_alloc(p, mine * sizeof(float), (void **)&p->grads));
+  ZT_TRY(zt__part_alloc(p, f.grads_bytes, (void **)&p->grads));
   /* With param_tier "nvme" too, until register.c has written them out. */
   ZT_TRY(zt__part_params_alloc(p));
 
@@ -197,8 +217,6 @@ int zt__part_init(zt__part_t *p, const zt__ctx_t *ctx, const zt__zero_reg_t *reg
    * bucket edge cuts a span. */
   size_t max_spans = 1;
   for (size_t g = 0; g < p->n_groups; g++) max_spans += p->groups[g].n_spans;
-  size_t bucket = zt__min_sz(p->bucket_elems, p->total);
-  size_t own = zt__min_sz(bucket, p->shard);
   ZT_TRY(zt__work_queue_init(&p->sums, p->ctx->err));
   p->sums_ready = 1;
   for (int s = 0; s < ZT_XFER_SLOTS; s++) {
@@ -209,8 +227,8 @@ int zt__part_init(zt__part_t *p, const zt__ctx_t *ctx, const zt__zero_reg_t *reg
     if (x->spans == NULL || x->counts == NULL)
       return zt__errf(p->ctx->err, -ENOMEM, "out of memory");
     x->displs = x->counts + p->world;
-    if (p->ctx->cfg->stage >= 3 && p->on_pinned) {
-      x->recv_bytes = bucket * psz;
+    if (f.gx_recv_bytes) {
+      x->recv_bytes = f.gx_recv_bytes;
       ZT_TRY(zt__part_alloc(p, x->recv_bytes, &x->recv));
     }
   }
@@ -227,8 +245,8 @@ int zt__part_init(zt__part_t *p, const zt__ctx_t *ctx, const zt__zero_reg_t *reg
     x->rdispls = x->rcounts + p->world;
     /* send: a packed bucket of gradients, or a shard's piece of parameters;
      * recv: W runs of this rank's part of a bucket, or a gathered bucket. */
-    x->send_bytes = bucket * zt__max_sz(gsz, psz);
-    x->recv_bytes = zt__max_sz((size_t)p->world * own * gsz, bucket * psz);
+    x->send_bytes = f.send_bytes;
+    x->recv_bytes = f.recv_bytes;
     ZT_TRY(zt__part_alloc(p, x->send_bytes, &x->send));
     ZT_TRY(zt__part_alloc(p, x->recv_bytes, &x->recv));
   }
@@ -237,20 +255,12 @@ int zt__part_init(zt__part_t *p, const zt__ctx_t *ctx, const zt__zero_reg_t *reg
 
 int zt__part_params_alloc(zt__part_t *p) {
   size_t bytes = (p->end - p->begin) * zt__dtype_size(p->reg.param_dtype);
-  if (bytes == 0) bytes = 64;
-  if (p->params_pinned) return zt__pinned_alloc(p->reg.pinned, bytes, &p->params);
-  ZT_TRY(p->ctx->be_ops->alloc(p->ctx->be, bytes, &p->params));
-  return p->ctx->be_ops->memset_zero(p->ctx->be, p->params, bytes, ZT_STREAM_COMPUTE);
+  return zt__tier_mem_alloc(p->ctx, p->reg.pinned, p->params_pinned, bytes, &p->params);
 }
 
 void zt__part_params_free(zt__part_t *p) {
-  if (p->params == NULL) return;
   size_t bytes = (p->end - p->begin) * zt__dtype_size(p->reg.param_dtype);
-  if (bytes == 0) bytes = 64;
-  if (p->params_pinned)
-    zt__pinned_free(p->reg.pinned, p->params, bytes);
-  else
-    p->ctx->be_ops->free(p->ctx->be, p->params, bytes);
+  zt__tier_mem_release(p->ctx, p->reg.pinned, p->params_pinned, p->params, bytes);
   p->params = NULL;
 }
 
@@ -261,7 +271,7 @@ void zt__part_free(zt__part_t *p) {
    * bucket that has landed is reaped; one that has not keeps its send and
    * recv buffers, leaked, because MPI may still read and write them. The
    * pinned pool is unmapped with the engine, so a pinned bucket cannot be
-   * left behind: that case still waits (the host tier's buckets). */
+   * left behind: that case still waits (the host and nvme tiers' buckets). */
   for (int s = 0; s < ZT_XFER_SLOTS; s++) {
     zt__xfer_t *x = &p->xfer[s];
     if (!x->busy) continue;

@@ -14,7 +14,8 @@
  *
  * Memory: in this version the shard's states, its reduced gradients and the
  * bucket buffers live in memory the CPU reads (the host backend's, or pinned
- * host memory for optimizer_tier "host"); comm moves host buffers.
+ * host memory when the optimizer tier updates on the CPU: "host" and
+ * "nvme", whose ops say cpu_update); comm moves host buffers.
  *
  * What it sees of the engine: the narrow context (offload/context.h) and
  * the registration's view below, both lent at zt__part_init; never the
@@ -154,7 +155,8 @@ typedef struct zt__part {
   void *params;  /* the shard's updated parameters, param dtype; with param_tier
                     "nvme" only inside the step (between steps: on disk)       */
   int on_pinned; /* grads/buckets (and params) are pinned host memory (host, nvme) */
-  int params_pinned; /* params are pinned host memory (or param_tier "host")   */
+  int params_pinned; /* params are pinned host memory (on_pinned, or a parameter
+                        tier whose ops say pinned_buffer: "host")              */
 
   /* Collectives agreed on so far (agree.c): the ranks compare it, which
    * catches a rank that skipped one. */
@@ -192,8 +194,35 @@ ZT_INTERNAL int zt__part_init(zt__part_t *p, const zt__ctx_t *ctx, const zt__zer
  * parameters are the prefetch scheduler's to free first (zero.c). */
 ZT_INTERNAL void zt__part_free(zt__part_t *p);
 
-/* Memory of the shard and the buckets: pinned with optimizer_tier "host",
- * else the backend's (zeroed). Pairs with zt__part_release. */
+/* What the shard and the buckets are sized from (zt__part_init reads it
+ * from the config, the comm and the registration; `ztier plan` from its
+ * inputs): the state space's elements, the ranks, this rank, the stage,
+ * bucket_bytes, the dtypes, and whether the buffers are pinned (on_pinned:
+ * the optimizer tier's cpu_update). */
+typedef struct zt__part_shape {
+  size_t total;
+  int world, rank, stage;
+  size_t bucket_bytes;
+  zt_dtype_t param_dtype, grad_dtype;
+  int on_pinned;
+} zt__part_shape_t;
+
+/* The sizes zt__part_init allocates, computed without allocating (plan.c
+ * adds them up; each buffer takes zt__tier_mem_bytes of its bytes). */
+typedef struct zt__part_footprint {
+  size_t shard, begin, end; /* elements per rank, and this rank's [begin, end) */
+  size_t bucket_elems;      /* after the comm's cap                          */
+  size_t grads_bytes;       /* the shard's gradient sums (fp32)              */
+  size_t params_bytes;      /* the shard's parameters                        */
+  size_t send_bytes, recv_bytes; /* each of the ZT_XFER_SLOTS buckets          */
+  size_t gx_recv_bytes;     /* each gather slot's pinned bucket; 0: none     */
+} zt__part_footprint_t;
+
+ZT_INTERNAL void zt__part_footprint(const zt__part_shape_t *s, zt__part_footprint_t *out);
+
+/* Memory of the shard and the buckets: pinned with on_pinned (the host and
+ * nvme optimizer tiers), else the backend's (zeroed); an empty one takes 64
+ * bytes (offload/tier_mem.c). Pairs with zt__part_release. */
 ZT_INTERNAL int zt__part_alloc(zt__part_t *p, size_t bytes, void **out);
 ZT_INTERNAL void zt__part_release(zt__part_t *p, void *ptr, size_t bytes);
 
