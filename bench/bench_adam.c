@@ -83,7 +83,7 @@ static void init_task(void *ctx, size_t t, int worker) {
 
 static void bufs_free(bufs_t *b) {
   for (int k = 0; k < 5; k++)
-    if (b->blk[k]) zt_bench_free(b->blk[k], b->bytes[k] + 4 * b->stagger);
+    if (b->blk[k]) bench_free(b->blk[k], b->bytes[k] + 4 * b->stagger);
 }
 
 /* Each array in its own 2 MiB aligned mapping, as the engine's pinned
@@ -100,7 +100,7 @@ static int bufs_alloc(bufs_t *b, size_t n, zt_dtype_t dt, int huge, size_t stagg
   void *p[5] = {0};
   for (int k = 0; k < 5; k++) {
     if (b->bytes[k] == 0) continue;
-    b->blk[k] = zt_bench_alloc(b->bytes[k] + 4 * stagger, huge);
+    b->blk[k] = bench_alloc(b->bytes[k] + 4 * stagger, huge);
     if (b->blk[k] == NULL) {
       bufs_free(b);
       return -1;
@@ -313,47 +313,47 @@ static int check_update(zt__cpu_t *cpu, zt_dtype_t dt, int stochastic, char *why
 
 /* ---- main --------------------------------------------------------------------- */
 
-int zt_bench_adam_main(int argc, char **argv) {
+int bench_adam_main(int argc, char **argv) {
   const char *prog = "ztier bench adam";
   size_t n = 200 * 1000 * 1000;
   int threads = zt__cpu_count(), reps = 5, dtype_i = 0, json = 0, stochastic = 0;
   int isa_i = -1, no_huge = 0;
   size_t stagger = 0;
-  const zt_flag_t flags[] = {
-      {"params", ZT_FLAG_COUNT, &n, "N", "parameters updated (default 200M)", 1,
+  const tool_flag_t flags[] = {
+      {"params", TOOL_FLAG_COUNT, &n, "N", "parameters updated (default 200M)", 1,
        1e12, NULL},
-      {"threads", ZT_FLAG_INT, &threads, "T",
+      {"threads", TOOL_FLAG_INT, &threads, "T",
        "optimizer threads, the caller's included (default: every CPU)", 1, 4096, NULL},
-      {"reps", ZT_FLAG_INT, &reps, "R",
+      {"reps", TOOL_FLAG_INT, &reps, "R",
        "timed pairs of passes; medians (default 5)", 1, 1000, NULL},
-      {"dtype", ZT_FLAG_CHOICE, &dtype_i, "fp32|bf16|fp16",
+      {"dtype", TOOL_FLAG_CHOICE, &dtype_i, "fp32|bf16|fp16",
        "gradient and parameter dtype (default fp32: the params are the master)", 0, 0,
        dtype_names},
-      {"stochastic", ZT_FLAG_BOOL, &stochastic, NULL,
+      {"stochastic", TOOL_FLAG_BOOL, &stochastic, NULL,
        "bf16 copy-out rounds stochastically (default: to nearest even)", 0, 0, NULL},
-      {"isa", ZT_FLAG_CHOICE, &isa_i, "scalar|avx2|avx512",
+      {"isa", TOOL_FLAG_CHOICE, &isa_i, "scalar|avx2|avx512",
        "at most this ISA (default: the best the CPU has)", 0, 0, isa_names},
-      {"no-huge-pages", ZT_FLAG_BOOL, &no_huge, NULL,
+      {"no-huge-pages", TOOL_FLAG_BOOL, &no_huge, NULL,
        "4 KiB pages instead of transparent huge pages", 0, 0, NULL},
-      {"stagger", ZT_FLAG_BYTES, &stagger, "BYTES",
+      {"stagger", TOOL_FLAG_BYTES, &stagger, "BYTES",
        "start array k at k*BYTES past its 2 MiB boundary (default 0)", 0, 1 << 20, NULL},
-      {"json", ZT_FLAG_BOOL, &json, NULL,
+      {"json", TOOL_FLAG_BOOL, &json, NULL,
        "print one JSON object instead of a table", 0, 0, NULL},
   };
-  const zt_cmd_t cmd = {
+  const tool_cmd_t cmd = {
       prog, NULL,
       "The AdamW update of the CPU optimizer (zt__cpu_adam) beside a plain "
       "memory pass\nwith the same access pattern, interleaved, medians "
       "over --reps. See docs/bench.md.",
       flags, sizeof flags / sizeof flags[0], 0, 0};
-  int rc = zt_args_parse(&cmd, argc, argv, NULL, NULL);
+  int rc = tool_args_parse(&cmd, argc, argv, NULL, NULL);
   if (rc) return rc < 0 ? 0 : rc;
-  zt_progress_start(prog);
+  tool_progress_start(prog);
   if (isa_i >= 0) setenv("ZT_CPU_ISA", isa_names[isa_i], 1); /* lowers only */
   zt_dtype_t dt = dtype_of[dtype_i];
   if (stochastic && dt != ZT_BF16) {
-    return zt_args_fail(&cmd, "--stochastic applies to --dtype bf16 only (got --dtype %s)",
-                        dtype_names[dtype_i]);
+    return tool_args_fail(&cmd, "--stochastic applies to --dtype bf16 only (got --dtype %s)",
+                          dtype_names[dtype_i]);
   }
 
   zt__cpu_t *cpu = NULL;
@@ -377,11 +377,11 @@ int zt_bench_adam_main(int argc, char **argv) {
     return 1;
   }
   size_t n_chunks = (n + CHUNK - 1) / CHUNK;
-  zt_progress("faulting in %.2f GB from %d threads", (double)n * 16 / 1e9, threads);
-  long long thp0 = zt_bench_thp_bytes();
+  tool_progress("faulting in %.2f GB from %d threads", (double)n * 16 / 1e9, threads);
+  long long thp0 = bench_thp_bytes();
   /* First touch from the pool, chunk by chunk as the passes will go. */
   zt__pool_run(cpu->pool, n_chunks, init_task, &b);
-  long long thp1 = zt_bench_thp_bytes();
+  long long thp1 = bench_thp_bytes();
 
   /* Bytes the update moves per parameter: read master (or fp32 params), m, v
    * and the gradient; write master, m, v and, when the params are not the
@@ -415,13 +415,13 @@ int zt_bench_adam_main(int argc, char **argv) {
     if (r >= 0) {
       t_limit[r] = t1 - t0;
       t_adam[r] = t2 - t1;
-      zt_progress("rep %d/%d: limit %.1f GB/s, adamw %.1f GB/s", r + 1, reps,
+      tool_progress("rep %d/%d: limit %.1f GB/s, adamw %.1f GB/s", r + 1, reps,
                         bytes / t_limit[r] / 1e9, bytes / t_adam[r] / 1e9);
     }
   }
-  zt_progress_end();
+  tool_progress_end();
 
-  double adam_s = zt_bench_median(t_adam, reps), limit_s = zt_bench_median(t_limit, reps);
+  double adam_s = bench_median(t_adam, reps), limit_s = bench_median(t_limit, reps);
   double gbps = bytes / adam_s / 1e9, limit_gbps = bytes / limit_s / 1e9;
   double ratio = gbps / limit_gbps, pps = (double)n / adam_s;
   long long thp = thp0 >= 0 && thp1 >= 0 ? thp1 - thp0 : -1;
@@ -431,27 +431,27 @@ int zt_bench_adam_main(int argc, char **argv) {
 
   int status = 0;
   if (json) {
-    cJSON *j = zt_report_new();
-    zt_report_str(j, "bench", "adam");
-    zt_report_num(j, "gbps", gbps);
-    zt_report_num(j, "limit_gbps", limit_gbps);
-    zt_report_num(j, "ratio", ratio);
-    zt_report_num(j, "params_per_s", pps);
-    zt_report_int(j, "params", (long long)n);
-    zt_report_str(j, "dtype", dtype_names[dtype_i]);
-    zt_report_bool(j, "stochastic", stochastic);
-    zt_report_int(j, "threads", threads);
-    zt_report_str(j, "isa", zt__isa_name(cpu->isa));
-    zt_report_int(j, "reps", reps);
-    zt_report_num(j, "bytes_per_param", read_b + write_b);
-    zt_report_bool(j, "huge_pages_requested", !no_huge);
-    zt_report_num(j, "huge_page_fraction", thp_frac);
-    zt_report_num(j, "adam_s_median", adam_s);
-    zt_report_num(j, "limit_s_median", limit_s);
-    zt_report_nums(j, "adam_s", t_adam, reps);
-    zt_report_nums(j, "limit_s", t_limit, reps);
-    zt_report_str(j, "check", "bit-identical to the scalar kernel");
-    status = zt_report_print(stdout, j, prog) < 0;
+    cJSON *j = tool_report_new();
+    tool_report_str(j, "bench", "adam");
+    tool_report_num(j, "gbps", gbps);
+    tool_report_num(j, "limit_gbps", limit_gbps);
+    tool_report_num(j, "ratio", ratio);
+    tool_report_num(j, "params_per_s", pps);
+    tool_report_int(j, "params", (long long)n);
+    tool_report_str(j, "dtype", dtype_names[dtype_i]);
+    tool_report_bool(j, "stochastic", stochastic);
+    tool_report_int(j, "threads", threads);
+    tool_report_str(j, "isa", zt__isa_name(cpu->isa));
+    tool_report_int(j, "reps", reps);
+    tool_report_num(j, "bytes_per_param", read_b + write_b);
+    tool_report_bool(j, "huge_pages_requested", !no_huge);
+    tool_report_num(j, "huge_page_fraction", thp_frac);
+    tool_report_num(j, "adam_s_median", adam_s);
+    tool_report_num(j, "limit_s_median", limit_s);
+    tool_report_nums(j, "adam_s", t_adam, reps);
+    tool_report_nums(j, "limit_s", t_limit, reps);
+    tool_report_str(j, "check", "bit-identical to the scalar kernel");
+    status = tool_report_print(stdout, j, prog) < 0;
   } else {
     printf("ztier bench adam: %zu params, %s%s, %d threads, %s, %d reps, huge pages %s",
            n, dtype_names[dtype_i], stochastic ? " (stochastic)" : "", threads,
@@ -460,13 +460,13 @@ int zt_bench_adam_main(int argc, char **argv) {
     printf("\ncheck: zt__cpu_adam bit-identical to the scalar kernel\n");
     printf("bytes per param: %.0f (read %.0f, write %.0f)\n\n", read_b + write_b, read_b,
            write_b);
-    zt_table_t *t = zt_table_new("lrrr");
-    zt_table_row(t, "\tmedian s\tGB/s\tGparams/s");
-    zt_table_row(t, "memory limit\t%.4f\t%.2f\t%.3f", limit_s, limit_gbps,
-                 (double)n / limit_s / 1e9);
-    zt_table_row(t, "AdamW update\t%.4f\t%.2f\t%.3f", adam_s, gbps, pps / 1e9);
-    zt_table_row(t, "ratio (update/limit)\t\t%.3f", ratio);
-    zt_table_print(t, stdout, 0, NULL);
+    tool_table_t *t = tool_table_new("lrrr");
+    tool_table_row(t, "\tmedian s\tGB/s\tGparams/s");
+    tool_table_row(t, "memory limit\t%.4f\t%.2f\t%.3f", limit_s, limit_gbps,
+                   (double)n / limit_s / 1e9);
+    tool_table_row(t, "AdamW update\t%.4f\t%.2f\t%.3f", adam_s, gbps, pps / 1e9);
+    tool_table_row(t, "ratio (update/limit)\t\t%.3f", ratio);
+    tool_table_print(t, stdout, 0, NULL);
   }
   free(t_adam);
   free(t_limit);

@@ -32,7 +32,7 @@
 #include <unistd.h>
 
 #include "common.h"
-#include "disk.h" // defines: zt_bench_swap_pass
+#include "disk.h" // defines: bench_swap_pass
 #include "offload/swap.h" // defines: zt__swap_*
 #include "base/internal.h" // defines: zt__pwrite_all
 #include "base/units.h" // defines: zt__parse_bytes
@@ -158,14 +158,14 @@ static double ratio(double a, double b) { return b > 0 && a > 0 ? a / b : -1; }
 
 /* Figures that were not measured (negative) are written as null. */
 static void json_num_or_null(cJSON *j, const char *key, double v) {
-  if (v >= 0) zt_report_num(j, key, v);
-  else zt_report_null(j, key);
+  if (v >= 0) tool_report_num(j, key, v);
+  else tool_report_null(j, key);
 }
 
 static void json_nums_or_null(cJSON *j, const char *key, const double *v, int n) {
   double x[MAX_LIST * MAX_LIST * MAX_LIST];
   for (int i = 0; i < n; i++) x[i] = v[i] >= 0 ? v[i] : NAN;
-  zt_report_nums(j, key, x, n);
+  tool_report_nums(j, key, x, n);
 }
 
 /* GB/s against block size, reads and writes side by side: one line per queue
@@ -241,24 +241,24 @@ static int space_open(space_t *sp, const char *prog, const zt__swap_config_t *cf
   sp->fixed = a >= 0 && b >= 0;
 
   /* The check, which also writes the whole space once. */
-  zt_progress("%u ring%s: writing and checking %.2f GB in %s", cfg->rings,
+  tool_progress("%u ring%s: writing and checking %.2f GB in %s", cfg->rings,
            cfg->rings > 1 ? "s" : "", (double)space / 1e9, cfg->paths[0]);
-  zt_bench_fill_bytes(region, region_bytes, 0x5eed);
-  if (zt_bench_swap_pass(sp->sw, 1, space, block, inflight, region, region_bytes) < 0) {
-    zt_progress_end();
+  bench_fill_bytes(region, region_bytes, 0x5eed);
+  if (bench_swap_pass(sp->sw, 1, space, block, inflight, region, region_bytes) < 0) {
+    tool_progress_end();
     fprintf(stderr, "%s: the check write failed: %s\n", prog, err->msg);
     return 1;
   }
   memcpy(ring, region, block); /* request 0's bytes: it took the first slot */
   memset(region, 0xa5, region_bytes);
-  if (zt_bench_swap_pass(sp->sw, 0, space, block, inflight, region, region_bytes) < 0 ||
-      zt_bench_swap_pass(sp->sw, 0, block, block, 1, region, block) < 0) {
-    zt_progress_end();
+  if (bench_swap_pass(sp->sw, 0, space, block, inflight, region, region_bytes) < 0 ||
+      bench_swap_pass(sp->sw, 0, block, block, 1, region, block) < 0) {
+    tool_progress_end();
     fprintf(stderr, "%s: the check read failed: %s\n", prog, err->msg);
     return 1;
   }
   if (memcmp(ring, region, block) != 0) {
-    zt_progress_end();
+    tool_progress_end();
     fprintf(stderr, "%s: the check failed: bytes read back differ from those written\n",
             prog);
     return 1;
@@ -297,76 +297,76 @@ static int space_close(space_t *sp, const char *prog, const zt__err_t *err, int 
 
 /* ---- main -------------------------------------------------------------------------- */
 
-int zt_bench_nvme_main(int argc, char **argv) {
+int bench_nvme_main(int argc, char **argv) {
   const char *prog = "ztier bench nvme";
   const char *path = NULL, *plot_file = NULL, *block_s = "1MiB,8MiB", *qd_s = "8,32";
   const char *size_s = "1GiB", *threads_s = "1";
   size_t space = (size_t)1 << 30;
   int reps = 3, json = 0, sqpoll = 0;
-  const zt_flag_t flags[] = {
-      {"path", ZT_FLAG_STRING, &path, "DIR", "directory on the disk to measure (required)", 0,
+  const tool_flag_t flags[] = {
+      {"path", TOOL_FLAG_STRING, &path, "DIR", "directory on the disk to measure (required)", 0,
        0, NULL},
-      {"size", ZT_FLAG_STRING, &size_s, "BYTES",
+      {"size", TOOL_FLAG_STRING, &size_s, "BYTES",
        "swap space and fio file size (default 1GiB; 64MiB, 1GiB, 1G)", 0, 0, NULL},
-      {"block", ZT_FLAG_STRING, &block_s, "LIST",
+      {"block", TOOL_FLAG_STRING, &block_s, "LIST",
        "request sizes, powers of two from 4KiB to 64MiB (default 1MiB,8MiB)", 0, 0, NULL},
-      {"qd", ZT_FLAG_STRING, &qd_s, "LIST",
+      {"qd", TOOL_FLAG_STRING, &qd_s, "LIST",
        "requests in flight per ring / fio job (default 8,32)", 0, 0, NULL},
-      {"threads", ZT_FLAG_STRING, &threads_s, "LIST",
+      {"threads", TOOL_FLAG_STRING, &threads_s, "LIST",
        "rings of the swap space, one thread each, and fio's jobs (default 1; e.g. 1,2,4)", 0,
        0, NULL},
-      {"plot", ZT_FLAG_STRING, &plot_file, "FILE.png",
+      {"plot", TOOL_FLAG_STRING, &plot_file, "FILE.png",
        "GB/s against block size, one line per queue depth and thread count (gnuplot)", 0, 0,
        NULL},
-      {"reps", ZT_FLAG_INT, &reps, "R", "repetitions per cell (default 3)", 1, 1000, NULL},
-      {"sqpoll", ZT_FLAG_BOOL, &sqpoll, NULL,
+      {"reps", TOOL_FLAG_INT, &reps, "R", "repetitions per cell (default 3)", 1, 1000, NULL},
+      {"sqpoll", TOOL_FLAG_BOOL, &sqpoll, NULL,
        "rings with a kernel submission thread (IORING_SETUP_SQPOLL)", 0, 0, NULL},
-      {"json", ZT_FLAG_BOOL, &json, NULL, "print one JSON object", 0, 0, NULL},
+      {"json", TOOL_FLAG_BOOL, &json, NULL, "print one JSON object", 0, 0, NULL},
   };
-  const zt_cmd_t cmd = {
+  const tool_cmd_t cmd = {
       prog, NULL,
       "The io_uring swap engine's whole-space writes and reads beside fio's on the\n"
       "same disk, size and pattern, interleaved, medians per block size x queue "
       "depth x threads.",
       flags, sizeof flags / sizeof flags[0], 0, 0};
-  int rc = zt_args_parse(&cmd, argc, argv, NULL, NULL);
+  int rc = tool_args_parse(&cmd, argc, argv, NULL, NULL);
   if (rc) return rc < 0 ? 0 : rc;
   if (parse_list(size_s, &space, 1, 1) != 1 || space < (1 << 20))
-    return zt_args_fail(&cmd, "--size '%s': expected one size of at least 1MiB, like 1GiB",
-                        size_s);
+    return tool_args_fail(&cmd, "--size '%s': expected one size of at least 1MiB, like 1GiB",
+                          size_s);
   size_t blocks[MAX_LIST], qds[MAX_LIST], ths[MAX_LIST];
   int nb = parse_list(block_s, blocks, MAX_LIST, 1);
   int nq = parse_list(qd_s, qds, MAX_LIST, 0);
   int nt = parse_list(threads_s, ths, MAX_LIST, 0);
   if (nb < 0)
-    return zt_args_fail(&cmd, "--block '%s': expected a list of sizes like 1MiB,8MiB",
-                        block_s);
+    return tool_args_fail(&cmd, "--block '%s': expected a list of sizes like 1MiB,8MiB",
+                          block_s);
   for (int i = 0; i < nb; i++)
     if (blocks[i] < MIN_BLOCK || blocks[i] > MAX_BLOCK || (blocks[i] & (blocks[i] - 1)))
-      return zt_args_fail(&cmd,
-                          "--block %zu: expected powers of two from 4KiB to 64MiB (4096 .. "
-                          "67108864 bytes), the values the config key swap_block_bytes takes",
-                          blocks[i]);
+      return tool_args_fail(&cmd,
+                            "--block %zu: expected powers of two from 4KiB to 64MiB (4096 .. "
+                            "67108864 bytes), the values the config key swap_block_bytes takes",
+                            blocks[i]);
   if (nq < 0)
-    return zt_args_fail(&cmd, "--qd '%s': expected a list of counts like 8,32", qd_s);
+    return tool_args_fail(&cmd, "--qd '%s': expected a list of counts like 8,32", qd_s);
   for (int i = 0; i < nq; i++)
-    if (qds[i] > 1024) return zt_args_fail(&cmd, "--qd %zu: expected 1 .. 1024", qds[i]);
+    if (qds[i] > 1024) return tool_args_fail(&cmd, "--qd %zu: expected 1 .. 1024", qds[i]);
   if (nt < 0)
-    return zt_args_fail(&cmd, "--threads '%s': expected a list of counts like 1,2,4",
-                        threads_s);
+    return tool_args_fail(&cmd, "--threads '%s': expected a list of counts like 1,2,4",
+                          threads_s);
   for (int i = 0; i < nt; i++)
     if (ths[i] > ZT__SWAP_MAX_RINGS)
-      return zt_args_fail(&cmd, "--threads %zu: expected 1 .. %u", ths[i], ZT__SWAP_MAX_RINGS);
+      return tool_args_fail(&cmd, "--threads %zu: expected 1 .. %u", ths[i], ZT__SWAP_MAX_RINGS);
   if (path == NULL)
-    return zt_args_fail(&cmd, "--path DIR is required (a directory on the disk to measure)");
+    return tool_args_fail(&cmd, "--path DIR is required (a directory on the disk to measure)");
   size_t max_block = 0, max_qd = 0, max_t = 0;
   for (int i = 0; i < nb; i++) max_block = blocks[i] > max_block ? blocks[i] : max_block;
   for (int i = 0; i < nq; i++) max_qd = qds[i] > max_qd ? qds[i] : max_qd;
   for (int i = 0; i < nt; i++) max_t = ths[i] > max_t ? ths[i] : max_t;
   if (space % max_block || space < max_block)
-    return zt_args_fail(&cmd, "--size %zu: expected a multiple of the largest block (%zu)",
-                        space, max_block);
-  zt_progress_start(prog);
+    return tool_args_fail(&cmd, "--size %zu: expected a multiple of the largest block (%zu)",
+                          space, max_block);
+  tool_progress_start(prog);
   struct stat st;
   if (stat(path, &st) != 0 || !S_ISDIR(st.st_mode)) {
     fprintf(stderr, "%s: --path %s: not a directory\n", prog, path);
@@ -437,10 +437,10 @@ int zt_bench_nvme_main(int argc, char **argv) {
     if (fio && !fio_file[0]) {
       /* fio's file, once, from the region the check filled */
       snprintf(fio_file, sizeof fio_file, "%s/ztier-bench-%ld.fio", path, (long)getpid());
-      zt_progress("writing fio's %.2f GB file", (double)space / 1e9);
+      tool_progress("writing fio's %.2f GB file", (double)space / 1e9);
       rc = make_fio_file(fio_file, space, region, region_bytes);
       if (rc < 0) {
-        zt_progress_end();
+        tool_progress_end();
         fprintf(stderr, "%s: cannot make fio's file %s: %s\n", prog, fio_file,
                 strerror(-rc));
         fio_file[0] = '\0';
@@ -456,21 +456,21 @@ int zt_bench_nvme_main(int argc, char **argv) {
         c->threads = (unsigned)ths[t];
         unsigned inflight = c->qd * c->threads;
         for (int r = 0; r < reps; r++) {
-          zt_progress("cell %d/%d: %u thread%s, block %zu KiB, qd %u: rep %d/%d", ci + 1, nc,
+          tool_progress("cell %d/%d: %u thread%s, block %zu KiB, qd %u: rep %d/%d", ci + 1, nc,
                    c->threads, c->threads > 1 ? "s" : "", c->block >> 10, c->qd, r + 1,
                    reps);
           double s;
           double *o = v + r * 5;
-          s = zt_bench_swap_pass(sp.sw, 1, space, c->block, inflight, region, region_bytes);
+          s = bench_swap_pass(sp.sw, 1, space, c->block, inflight, region, region_bytes);
           if (s < 0) goto fail;
           o[0] = (double)space / s / 1e9;
           o[3] = fio ? fio_pass(fio_file, 1, space, c->block, c->qd, c->threads) : -1;
-          s = zt_bench_swap_pass(sp.sw, 0, space, c->block, inflight, region, region_bytes);
+          s = bench_swap_pass(sp.sw, 0, space, c->block, inflight, region, region_bytes);
           if (s < 0) goto fail;
           o[1] = (double)space / s / 1e9;
           o[4] = fio ? fio_pass(fio_file, 0, space, c->block, c->qd, c->threads) : -1;
           size_t rb = c->block * inflight < ring_bytes ? c->block * inflight : ring_bytes;
-          s = zt_bench_swap_pass(sp.sw, 0, space, c->block, inflight, ring, rb);
+          s = bench_swap_pass(sp.sw, 0, space, c->block, inflight, ring, rb);
           if (s < 0) goto fail;
           o[2] = (double)space / s / 1e9;
         }
@@ -480,12 +480,12 @@ int zt_bench_nvme_main(int argc, char **argv) {
           int m = 0;
           for (int r = 0; r < reps; r++)
             if (v[r * 5 + k] >= 0) col[m++] = v[r * 5 + k];
-          *dst[k] = m ? zt_bench_median(col, m) : -1;
+          *dst[k] = m ? bench_median(col, m) : -1;
         }
       }
     if (space_close(&sp, prog, &err, &held) != 0) goto out;
   }
-  zt_progress_end();
+  tool_progress_end();
 
   /* The best cells: reads use the better of the two buffer patterns. */
   int br = 0, bw = 0;
@@ -504,27 +504,27 @@ int zt_bench_nvme_main(int argc, char **argv) {
   int sq_on = sqpoll && sq_granted;
 
   if (json) {
-    cJSON *j = zt_report_new();
-    zt_report_num(j, "read_gbps", best_r);
-    zt_report_num(j, "write_gbps", best_w);
+    cJSON *j = tool_report_new();
+    tool_report_num(j, "read_gbps", best_r);
+    tool_report_num(j, "write_gbps", best_w);
     json_num_or_null(j, "fio_read_gbps", best_fr);
     json_num_or_null(j, "fio_write_gbps", best_fw);
     json_num_or_null(j, "read_ratio", rr);
     json_num_or_null(j, "write_ratio", wr);
-    zt_report_int(j, "block_bytes", (long long)cells[br].block);
-    zt_report_int(j, "queue_depth", cells[br].qd);
-    zt_report_int(j, "threads", cells[br].threads);
-    zt_report_int(j, "write_block_bytes", (long long)cells[bw].block);
-    zt_report_int(j, "write_queue_depth", cells[bw].qd);
-    zt_report_int(j, "write_threads", cells[bw].threads);
-    zt_report_num(j, "read_gbps_small_ring", best_small);
-    zt_report_int(j, "size_bytes", (long long)space);
-    zt_report_int(j, "reps", reps);
-    zt_report_str(j, "path", path);
-    zt_report_bool(j, "o_direct", o_direct);
-    zt_report_bool(j, "fixed_bufs", fixed);
-    zt_report_bool(j, "sqpoll", sq_on);
-    zt_report_str(j, "note", note);
+    tool_report_int(j, "block_bytes", (long long)cells[br].block);
+    tool_report_int(j, "queue_depth", cells[br].qd);
+    tool_report_int(j, "threads", cells[br].threads);
+    tool_report_int(j, "write_block_bytes", (long long)cells[bw].block);
+    tool_report_int(j, "write_queue_depth", cells[bw].qd);
+    tool_report_int(j, "write_threads", cells[bw].threads);
+    tool_report_num(j, "read_gbps_small_ring", best_small);
+    tool_report_int(j, "size_bytes", (long long)space);
+    tool_report_int(j, "reps", reps);
+    tool_report_str(j, "path", path);
+    tool_report_bool(j, "o_direct", o_direct);
+    tool_report_bool(j, "fixed_bufs", fixed);
+    tool_report_bool(j, "sqpoll", sq_on);
+    tool_report_str(j, "note", note);
     /* the per-cell table, one array per column; cell i is threads
      * i / (nb * nq), block (i / nq) % nb, qd i % nq */
     double col[MAX_LIST * MAX_LIST * MAX_LIST];
@@ -541,26 +541,26 @@ int zt_bench_nvme_main(int argc, char **argv) {
       }
       json_nums_or_null(j, keys[k], col, nc);
     }
-    if (zt_report_print(stdout, j, prog) < 0) goto out;
+    if (tool_report_print(stdout, j, prog) < 0) goto out;
   } else {
     printf("ztier bench nvme: %s, %.2f GiB, %d reps per cell (medians), O_DIRECT %s, "
            "fixed buffers %s, SQPOLL %s\n",
            path, (double)space / (1 << 30), reps, o_direct ? "yes" : "no",
            fixed ? "yes" : "no", sq_on ? "yes" : sqpoll ? "refused" : "no");
     if (note[0]) printf("engine: %s\n", note);
-    zt_table_t *tab = zt_table_new("rrrlrrrlrrl");
-    zt_table_row(tab, "threads\tblock\tqd\t|\twrite\tread\tread(ring)\t|\tfio wr\tfio rd\t"
+    tool_table_t *tab = tool_table_new("rrrlrrrlrrl");
+    tool_table_row(tab, "threads\tblock\tqd\t|\twrite\tread\tread(ring)\t|\tfio wr\tfio rd\t"
                       "(GB/s)");
     for (int i = 0; i < nc; i++) {
       const cell_t *c = &cells[i];
       char fw[16] = "-", fr[16] = "-";
       if (c->fw >= 0) snprintf(fw, sizeof fw, "%.2f", c->fw);
       if (c->fr >= 0) snprintf(fr, sizeof fr, "%.2f", c->fr);
-      zt_table_row(tab, "%u\t%zu KiB\t%u\t|\t%.2f\t%.2f\t%.2f\t|\t%s\t%s", c->threads,
-                   c->block >> 10, c->qd, c->w, c->r, c->r_small, fw, fr);
+      tool_table_row(tab, "%u\t%zu KiB\t%u\t|\t%.2f\t%.2f\t%.2f\t|\t%s\t%s", c->threads,
+                     c->block >> 10, c->qd, c->w, c->r, c->r_small, fw, fr);
     }
     printf("\n");
-    zt_table_print(tab, stdout, 0, NULL);
+    tool_table_print(tab, stdout, 0, NULL);
     printf("\nbest read  %.2f GB/s (block %zu KiB, qd %u, %u thread%s)", best_r,
            cells[br].block >> 10, cells[br].qd, cells[br].threads,
            cells[br].threads > 1 ? "s" : "");
@@ -583,10 +583,10 @@ int zt_bench_nvme_main(int argc, char **argv) {
   status = 0;
   goto out;
 fail:
-  zt_progress_end();
+  tool_progress_end();
   fprintf(stderr, "%s: a timed pass failed: %s\n", prog, err.msg);
 out:
-  zt_progress_end();
+  tool_progress_end();
   free(v);
   free(cells);
   if (fio_file[0]) unlink(fio_file);

@@ -32,7 +32,7 @@
 #include <unistd.h>
 
 #include "common.h"
-#include "disk.h"     // defines: zt_bench_disk_rates
+#include "disk.h"     // defines: bench_disk_rates
 #include "base/internal.h"   // defines: zt__now, zt__dtype_size
 #include "ztier.h"
 
@@ -65,15 +65,15 @@ static int model_open(model_t *md, const zt_config_t *cfg, size_t n, zt_dtype_t 
   memset(md, 0, sizeof *md);
   md->n = n;
   md->pbytes = md->gbytes = n * zt__dtype_size(dt);
-  md->params = zt_bench_alloc(md->pbytes, 1);
-  md->grads = zt_bench_alloc(md->gbytes, 1);
+  md->params = bench_alloc(md->pbytes, 1);
+  md->grads = bench_alloc(md->gbytes, 1);
   if (md->params == NULL || md->grads == NULL) {
     fprintf(stderr, "%s: cannot allocate %zu bytes for the loop's buffers\n", prog,
             md->pbytes + md->gbytes);
     return 1;
   }
-  zt_bench_fill_values(md->params, dt, n, 2.0, 0x9e3779b97f4a7c15ull);
-  zt_bench_fill_values(md->grads, dt, n, 0.02, 0xd1b54a32d192ed03ull);
+  bench_fill_values(md->params, dt, n, 2.0, 0x9e3779b97f4a7c15ull);
+  bench_fill_values(md->grads, dt, n, 0.02, 0xd1b54a32d192ed03ull);
   double t0 = zt__now();
   if (zt_engine_create(cfg, &md->eng) < 0 ||
       zt_register_flat(md->eng, md->params, md->grads, n, dt, dt) < 0) {
@@ -86,8 +86,8 @@ static int model_open(model_t *md, const zt_config_t *cfg, size_t n, zt_dtype_t 
 
 static void model_close(model_t *md) {
   zt_engine_destroy(md->eng);
-  if (md->params) zt_bench_free(md->params, md->pbytes);
-  if (md->grads) zt_bench_free(md->grads, md->gbytes);
+  if (md->params) bench_free(md->params, md->pbytes);
+  if (md->grads) bench_free(md->grads, md->gbytes);
   memset(md, 0, sizeof *md);
 }
 
@@ -114,7 +114,7 @@ static int memory_rate(const zt_config_t *base, size_t n, zt_dtype_t dt, double 
   int rc = model_open(&md, &cfg, m, dt);
   double s[4];
   for (int k = 0; rc == 0 && k < 4; k++) rc = step(&md, (uint64_t)k + 1, &s[k]);
-  if (rc == 0) *per_param = zt_bench_median(s + 1, 3) / (double)m;
+  if (rc == 0) *per_param = bench_median(s + 1, 3) / (double)m;
   model_close(&md);
   return rc;
 }
@@ -146,47 +146,47 @@ static int check_tiers(const zt_config_t *nvme, zt_dtype_t dt) {
 
 static double max_d(double a, double b) { return a > b ? a : b; }
 
-int zt_bench_offload_main(int argc, char **argv) {
+int bench_offload_main(int argc, char **argv) {
   const char *path = NULL;
   size_t n = 0, budget = (size_t)4 << 30, chunk = (size_t)16 << 20, disk = (size_t)4 << 30;
   int steps = 3, dtype_i = 1, json = 0, threads = 0;
   zt_config_t cfg = ZT_CONFIG_INIT;
   int rings = cfg.swap_rings;
-  const zt_flag_t flags[] = {
-      {"params", ZT_FLAG_COUNT, &n, "N", "parameters (2G, 500M, ... ; required)", 1,
+  const tool_flag_t flags[] = {
+      {"params", TOOL_FLAG_COUNT, &n, "N", "parameters (2G, 500M, ... ; required)", 1,
        1e12, NULL},
-      {"ram-budget", ZT_FLAG_BYTES, &budget, "BYTES",
+      {"ram-budget", TOOL_FLAG_BYTES, &budget, "BYTES",
        "pinned_budget_bytes: ztier's host memory (default 4Gi)", 1 << 20, 1e15, NULL},
-      {"chunk", ZT_FLAG_BYTES, &chunk, "BYTES",
+      {"chunk", TOOL_FLAG_BYTES, &chunk, "BYTES",
        "chunk_bytes: fp32 bytes per array per window (default 16Mi)", 4096, 4.0 * (1u << 30),
        NULL},
-      {"steps", ZT_FLAG_INT, &steps, "S",
+      {"steps", TOOL_FLAG_INT, &steps, "S",
        "timed steps; the first is a warm-up when S > 1 (default 3)", 1, MAX_STEPS, NULL},
-      {"dtype", ZT_FLAG_CHOICE, &dtype_i, "fp32|bf16|fp16",
+      {"dtype", TOOL_FLAG_CHOICE, &dtype_i, "fp32|bf16|fp16",
        "the loop's parameter and gradient dtype (default bf16)", 0, 0, dtype_names},
-      {"disk-bytes", ZT_FLAG_BYTES, &disk, "BYTES",
+      {"disk-bytes", TOOL_FLAG_BYTES, &disk, "BYTES",
        "size of the disk's scratch passes (default 4Gi, at most the states)", 1 << 20, 1e15,
        NULL},
-      {"threads", ZT_FLAG_INT, &threads, "T", "CPU optimizer threads (default: all)",
+      {"threads", TOOL_FLAG_INT, &threads, "T", "CPU optimizer threads (default: all)",
        0, 4096, NULL},
-      {"rings", ZT_FLAG_INT, &rings, "N",
+      {"rings", TOOL_FLAG_INT, &rings, "N",
        "swap_rings: 1 hashes on the step's thread, more on ring threads (default: the "
        "config's)", 1, 64, NULL},
-      {"path", ZT_FLAG_STRING, &path, "DIR", "directory of the swap files (required)",
+      {"path", TOOL_FLAG_STRING, &path, "DIR", "directory of the swap files (required)",
        0, 0, NULL},
-      {"json", ZT_FLAG_BOOL, &json, NULL, "print one JSON object instead of a table",
+      {"json", TOOL_FLAG_BOOL, &json, NULL, "print one JSON object instead of a table",
        0, 0, NULL},
   };
-  const zt_cmd_t cmd = {prog, NULL,
-                        "An optimizer step whose fp32 states live on NVMe, against the "
-                        "disk's read and\nwrite and the in-memory step measured in the same "
-                        "run. See docs/offload.md.",
-                        flags, sizeof flags / sizeof flags[0], 0, 0};
-  int rc = zt_args_parse(&cmd, argc, argv, NULL, NULL);
+  const tool_cmd_t cmd = {prog, NULL,
+                          "An optimizer step whose fp32 states live on NVMe, against the "
+                          "disk's read and\nwrite and the in-memory step measured in the same "
+                          "run. See docs/offload.md.",
+                          flags, sizeof flags / sizeof flags[0], 0, 0};
+  int rc = tool_args_parse(&cmd, argc, argv, NULL, NULL);
   if (rc) return rc < 0 ? 0 : rc;
-  zt_progress_start(prog);
+  tool_progress_start(prog);
   if (path == NULL || n == 0)
-    return zt_args_fail(&cmd, "--path DIR and --params N are required");
+    return tool_args_fail(&cmd, "--path DIR and --params N are required");
   zt_dtype_t dt = dtype_of[dtype_i];
   cfg.optimizer_tier = ZT_TIER_NVME;
   cfg.pinned_budget_bytes = budget;
@@ -198,16 +198,16 @@ int zt_bench_offload_main(int argc, char **argv) {
     return 2;
   }
 
-  zt_progress("checking the nvme tier against the device tier");
+  tool_progress("checking the nvme tier against the device tier");
   if (check_tiers(&cfg, dt)) return 1;
 
   uint64_t states = 12ull * n;
   if (disk > states) disk = (size_t)states;
   double w0 = 0, r0 = 0, w1 = 0, r1 = 0, per_param = 0;
-  zt_progress("disk: scratch write and read of %zu bytes", disk);
-  if (zt_bench_disk_rates(prog, &cfg, path, disk, &w0, &r0)) return 1;
+  tool_progress("disk: scratch write and read of %zu bytes", disk);
+  if (bench_disk_rates(prog, &cfg, path, disk, &w0, &r0)) return 1;
 
-  zt_progress("registering %zu parameters: writing %llu bytes of states", n,
+  tool_progress("registering %zu parameters: writing %llu bytes of states", n,
                                (unsigned long long)states);
   model_t md;
   if (model_open(&md, &cfg, n, dt)) {
@@ -219,7 +219,7 @@ int zt_bench_offload_main(int argc, char **argv) {
   zt_stats_t st0 = ZT_STATS_INIT, st1 = ZT_STATS_INIT;
   zt_stats(md.eng, &st0);
   for (int k = 0; k < steps; k++) {
-    zt_progress("step %d of %d", k + 1, steps);
+    tool_progress("step %d of %d", k + 1, steps);
     if (step(&md, (uint64_t)k + 1, &s[k])) {
       model_close(&md);
       return 1;
@@ -229,13 +229,13 @@ int zt_bench_offload_main(int argc, char **argv) {
   long peak_kib = vm_kib("VmHWM:");
   model_close(&md);
 
-  zt_progress("disk again, and the in-memory step");
-  if (zt_bench_disk_rates(prog, &cfg, path, disk, &w1, &r1)) return 1;
+  tool_progress("disk again, and the in-memory step");
+  if (bench_disk_rates(prog, &cfg, path, disk, &w1, &r1)) return 1;
   if (memory_rate(&cfg, n, dt, &per_param)) return 1;
-  zt_progress_end();
+  tool_progress_end();
 
   double read_gbps = max_d(r0, r1), write_gbps = max_d(w0, w1);
-  double step_s = steps > 1 ? zt_bench_median(s + 1, steps - 1) : s[0];
+  double step_s = steps > 1 ? bench_median(s + 1, steps - 1) : s[0];
   double rd = (double)(st1.swap_read_bytes - st0.swap_read_bytes) / steps;
   double wr = (double)(st1.swap_write_bytes - st0.swap_write_bytes) / steps;
   double io_s = rd / (read_gbps * 1e9) + wr / (write_gbps * 1e9);
@@ -246,23 +246,23 @@ int zt_bench_offload_main(int argc, char **argv) {
   uint64_t loop_bytes = 2ull * n * zt__dtype_size(dt);
 
   if (json) {
-    cJSON *j = zt_report_new();
-    zt_report_num(j, "step_s", step_s);
-    zt_report_num(j, "bound_s", bound_s);
-    zt_report_num(j, "efficiency", efficiency);
-    zt_report_num(j, "read_gbps", read_gbps);
-    zt_report_num(j, "write_gbps", write_gbps);
-    zt_report_int(j, "peak_rss_bytes", (long long)peak);
-    zt_report_int(j, "params", (long long)n);
-    zt_report_int(j, "states_bytes", (long long)st1.nvme_bytes);
-    zt_report_int(j, "ram_budget_bytes", (long long)budget);
-    zt_report_int(j, "pinned_bytes", (long long)st1.host_bytes);
-    zt_report_int(j, "loop_buffer_bytes", (long long)loop_bytes);
-    zt_report_num(j, "io_bound_s", io_s);
-    zt_report_num(j, "memory_step_s", mem_s);
-    zt_report_num(j, "register_s", register_s);
-    zt_report_nums(j, "steps_s", s, steps);
-    return zt_report_print(stdout, j, prog) < 0;
+    cJSON *j = tool_report_new();
+    tool_report_num(j, "step_s", step_s);
+    tool_report_num(j, "bound_s", bound_s);
+    tool_report_num(j, "efficiency", efficiency);
+    tool_report_num(j, "read_gbps", read_gbps);
+    tool_report_num(j, "write_gbps", write_gbps);
+    tool_report_int(j, "peak_rss_bytes", (long long)peak);
+    tool_report_int(j, "params", (long long)n);
+    tool_report_int(j, "states_bytes", (long long)st1.nvme_bytes);
+    tool_report_int(j, "ram_budget_bytes", (long long)budget);
+    tool_report_int(j, "pinned_bytes", (long long)st1.host_bytes);
+    tool_report_int(j, "loop_buffer_bytes", (long long)loop_bytes);
+    tool_report_num(j, "io_bound_s", io_s);
+    tool_report_num(j, "memory_step_s", mem_s);
+    tool_report_num(j, "register_s", register_s);
+    tool_report_nums(j, "steps_s", s, steps);
+    return tool_report_print(stdout, j, prog) < 0;
   }
   printf("optimizer step, %zu parameters (%s), fp32 states on NVMe in %s\n", n,
          dtype_names[dtype_i], path);

@@ -24,7 +24,7 @@
 #include <time.h>
 
 #include "common.h"
-#include "disk.h"       // defines: zt_bench_disk_rates
+#include "disk.h"       // defines: bench_disk_rates
 #include "base/internal.h"   // defines: zt__now
 #include "ztier.h"
 
@@ -61,7 +61,7 @@ static int loop_open(loop_t *lp, const zt_config_t *cfg, int layers, size_t laye
   if (rc == 0) {
     for (int l = 0; l < layers; l++)
       units[l] = (zt_unit_t){NULL, (size_t)l * layer_params, layer_params, l, 1, ZT_BF16};
-    zt_bench_fill_values(params, ZT_BF16, n, 2.0, 0x9e3779b97f4a7c15ull);
+    bench_fill_values(params, ZT_BF16, n, 2.0, 0x9e3779b97f4a7c15ull);
     rc = zt_engine_create(cfg, &lp->eng);
   }
   if (rc == 0)
@@ -98,8 +98,8 @@ static int iteration(loop_t *lp, uint64_t t, uint16_t *grad_host, double *loop_s
     compute(lp->compute_s);
     void *g[1];
     if (zt_grads(lp->eng, l, g, 1) < 0) return fail(lp, "zt_grads");
-    zt_bench_fill_values(grad_host, ZT_BF16, lp->layer_params, 0.02,
-                         t * 1000003u + (uint64_t)l);
+    bench_fill_values(grad_host, ZT_BF16, lp->layer_params, 0.02,
+                      t * 1000003u + (uint64_t)l);
     memcpy(g[0], grad_host, lp->layer_params * 2); /* host backend */
     if (zt_grads_ready(lp->eng, l) < 0) return fail(lp, "zt_grads_ready");
     if (zt_release(lp->eng, l) < 0) return fail(lp, "zt_release");
@@ -159,48 +159,48 @@ static int check_tier(const zt_config_t *cfg) {
   return rc;
 }
 
-int zt_bench_stage3_main(int argc, char **argv) {
+int bench_stage3_main(int argc, char **argv) {
   const char *path = NULL;
   zt_config_t cfg = ZT_CONFIG_INIT;
   int layers = 24, iters = 4, tier_i = 1, json = 0, rings = cfg.swap_rings;
   size_t layer_params = (size_t)4 << 20, prefetch = 0, live = 0;
   int compute_ms = 20;
-  const zt_flag_t flags[] = {
-      {"layers", ZT_FLAG_INT, &layers, "L", "layers, one group each (default 24)", 1,
+  const tool_flag_t flags[] = {
+      {"layers", TOOL_FLAG_INT, &layers, "L", "layers, one group each (default 24)", 1,
        4096, NULL},
-      {"layer-params", ZT_FLAG_COUNT, &layer_params, "P",
+      {"layer-params", TOOL_FLAG_COUNT, &layer_params, "P",
        "parameters per layer, bf16 (default 4Mi)", 1024, 1e10, NULL},
-      {"compute-ms", ZT_FLAG_INT, &compute_ms, "C",
+      {"compute-ms", TOOL_FLAG_INT, &compute_ms, "C",
        "milliseconds of compute per layer, forward and backward (default 20)", 0, 100000,
        NULL},
-      {"param-tier", ZT_FLAG_CHOICE, &tier_i, "host|nvme",
+      {"param-tier", TOOL_FLAG_CHOICE, &tier_i, "host|nvme",
        "where the parameter shards live (default nvme)", 0, 0, tier_names},
-      {"iters", ZT_FLAG_INT, &iters, "N",
+      {"iters", TOOL_FLAG_INT, &iters, "N",
        "iterations; the first records the trace and is not counted (default 4)", 2,
        MAX_ITERS, NULL},
-      {"prefetch-bytes", ZT_FLAG_BYTES, &prefetch, "BYTES",
+      {"prefetch-bytes", TOOL_FLAG_BYTES, &prefetch, "BYTES",
        "prefetch_bytes (default: 3 layers)", 0, 1e15, NULL},
-      {"max-live-bytes", ZT_FLAG_BYTES, &live, "BYTES",
+      {"max-live-bytes", TOOL_FLAG_BYTES, &live, "BYTES",
        "max_live_bytes (default: 2 layers, so every fetch reads)", 0, 1e15, NULL},
-      {"path", ZT_FLAG_STRING, &path, "DIR",
+      {"path", TOOL_FLAG_STRING, &path, "DIR",
        "directory of the swap file (required for nvme)", 0, 0, NULL},
-      {"rings", ZT_FLAG_INT, &rings, "N",
+      {"rings", TOOL_FLAG_INT, &rings, "N",
        "swap_rings: 1 reaps and checks reads on the loop's thread, more on ring threads "
        "(default: the config's)", 1, 64, NULL},
-      {"json", ZT_FLAG_BOOL, &json, NULL, "print one JSON object instead of a table",
+      {"json", TOOL_FLAG_BOOL, &json, NULL, "print one JSON object instead of a table",
        0, 0, NULL},
   };
-  const zt_cmd_t cmd = {prog, NULL,
-                        "A stage-3 loop that fetches each layer, computes for C ms and "
-                        "releases it, with the\nparameter shards on host or NVMe: the "
-                        "time spent waiting in zt_fetch. See docs/offload.md.",
-                        flags, sizeof flags / sizeof flags[0], 0, 0};
-  int rc = zt_args_parse(&cmd, argc, argv, NULL, NULL);
+  const tool_cmd_t cmd = {prog, NULL,
+                          "A stage-3 loop that fetches each layer, computes for C ms and "
+                          "releases it, with the\nparameter shards on host or NVMe: the "
+                          "time spent waiting in zt_fetch. See docs/offload.md.",
+                          flags, sizeof flags / sizeof flags[0], 0, 0};
+  int rc = tool_args_parse(&cmd, argc, argv, NULL, NULL);
   if (rc) return rc < 0 ? 0 : rc;
-  zt_progress_start(prog);
+  tool_progress_start(prog);
   zt_tier_t tier = tier_of[tier_i];
   if (tier == ZT_TIER_NVME && path == NULL)
-    return zt_args_fail(&cmd, "--param-tier nvme needs --path DIR");
+    return tool_args_fail(&cmd, "--param-tier nvme needs --path DIR");
   size_t layer_bytes = layer_params * 2;
   cfg.comm = ZT_COMM_SINGLE;
   cfg.stage = 3;
@@ -213,19 +213,19 @@ int zt_bench_stage3_main(int argc, char **argv) {
     return 2;
   }
 
-  zt_progress("checking the %s tier against the device tier",
+  tool_progress("checking the %s tier against the device tier",
                                tier_names[tier_i]);
   if (check_tier(&cfg)) return 1;
 
   double disk_w = 0, disk_r = 0;
   size_t model_bytes = (size_t)layers * layer_bytes;
   if (tier == ZT_TIER_NVME) {
-    zt_progress("disk: scratch write and read of %zu bytes", model_bytes);
-    if (zt_bench_disk_rates(prog, &cfg, path, model_bytes, &disk_w, &disk_r)) return 1;
+    tool_progress("disk: scratch write and read of %zu bytes", model_bytes);
+    if (bench_disk_rates(prog, &cfg, path, model_bytes, &disk_w, &disk_r)) return 1;
   }
 
   loop_t lp;
-  zt_progress("registering %d layers of %zu parameters", layers,
+  tool_progress("registering %d layers of %zu parameters", layers,
                                layer_params);
   if (loop_open(&lp, &cfg, layers, layer_params, compute_ms / 1e3)) {
     loop_close(&lp);
@@ -237,7 +237,7 @@ int zt_bench_stage3_main(int argc, char **argv) {
   zt_stats_t st0 = ZT_STATS_INIT, st1 = ZT_STATS_INIT;
   rc = g ? 0 : 1;
   for (int k = 0; rc == 0 && k < iters; k++) {
-    zt_progress("iteration %d of %d", k + 1, iters);
+    tool_progress("iteration %d of %d", k + 1, iters);
     zt_stats(lp.eng, &st0);
     rc = iteration(&lp, (uint64_t)k + 1, g, &loop_s[k], &step_s[k]);
     zt_stats(lp.eng, &st1);
@@ -252,42 +252,42 @@ int zt_bench_stage3_main(int argc, char **argv) {
   if (tier == ZT_TIER_NVME) {
     /* The disk again, after: it drifts; the better figure is its limit. */
     double w1 = 0, r1 = 0;
-    zt_progress("disk again");
-    if (zt_bench_disk_rates(prog, &cfg, path, model_bytes, &w1, &r1)) return 1;
+    tool_progress("disk again");
+    if (bench_disk_rates(prog, &cfg, path, model_bytes, &w1, &r1)) return 1;
     if (r1 > disk_r) disk_r = r1;
   }
-  zt_progress_end();
+  tool_progress_end();
 
   int n = iters - 1;
-  double m_loop = zt_bench_median(loop_s + 1, n), m_step = zt_bench_median(step_s + 1, n);
-  double m_frac = zt_bench_median(frac + 1, n), m_gbps = zt_bench_median(gbps + 1, n);
+  double m_loop = bench_median(loop_s + 1, n), m_step = bench_median(step_s + 1, n);
+  double m_frac = bench_median(frac + 1, n), m_gbps = bench_median(gbps + 1, n);
   double compute_s = 2.0 * layers * compute_ms / 1e3;
   double layer_read_ms = disk_r > 0 ? (double)layer_bytes / (disk_r * 1e9) * 1e3 : 0.0;
   if (json) {
-    cJSON *j = zt_report_new();
-    zt_report_num(j, "stall_fraction", m_frac);
-    zt_report_num(j, "fetch_gbps", m_gbps);
-    zt_report_num(j, "loop_s", m_loop);
-    zt_report_num(j, "compute_s", compute_s);
-    zt_report_num(j, "step_s", m_step);
-    zt_report_num(j, "disk_read_gbps", disk_r);
-    zt_report_num(j, "disk_write_gbps", disk_w);
-    zt_report_num(j, "layer_read_ms", layer_read_ms);
-    zt_report_num(j, "compute_ms", compute_ms);
-    zt_report_bool(j, "disk_keeps_up", layer_read_ms <= compute_ms);
-    zt_report_str(j, "param_tier", tier_names[tier_i]);
-    zt_report_int(j, "layers", layers);
-    zt_report_int(j, "layer_params", (long long)layer_params);
-    zt_report_int(j, "prefetch_bytes", (long long)cfg.prefetch_bytes);
-    zt_report_int(j, "max_live_bytes", (long long)cfg.max_live_bytes);
-    zt_report_int(j, "fetches", (long long)st1.fetches);
-    zt_report_int(j, "fetch_gathers", (long long)st1.fetch_gathers);
-    zt_report_int(j, "fetch_read_ahead", (long long)st1.fetch_read_ahead);
-    zt_report_int(j, "fetch_staged", (long long)st1.fetch_staged);
-    zt_report_int(j, "fetch_kept", (long long)st1.fetch_kept);
-    zt_report_int(j, "peak_live_bytes", (long long)st1.peak_live_bytes);
-    zt_report_nums(j, "stall_fractions", frac, iters);
-    return zt_report_print(stdout, j, prog) < 0;
+    cJSON *j = tool_report_new();
+    tool_report_num(j, "stall_fraction", m_frac);
+    tool_report_num(j, "fetch_gbps", m_gbps);
+    tool_report_num(j, "loop_s", m_loop);
+    tool_report_num(j, "compute_s", compute_s);
+    tool_report_num(j, "step_s", m_step);
+    tool_report_num(j, "disk_read_gbps", disk_r);
+    tool_report_num(j, "disk_write_gbps", disk_w);
+    tool_report_num(j, "layer_read_ms", layer_read_ms);
+    tool_report_num(j, "compute_ms", compute_ms);
+    tool_report_bool(j, "disk_keeps_up", layer_read_ms <= compute_ms);
+    tool_report_str(j, "param_tier", tier_names[tier_i]);
+    tool_report_int(j, "layers", layers);
+    tool_report_int(j, "layer_params", (long long)layer_params);
+    tool_report_int(j, "prefetch_bytes", (long long)cfg.prefetch_bytes);
+    tool_report_int(j, "max_live_bytes", (long long)cfg.max_live_bytes);
+    tool_report_int(j, "fetches", (long long)st1.fetches);
+    tool_report_int(j, "fetch_gathers", (long long)st1.fetch_gathers);
+    tool_report_int(j, "fetch_read_ahead", (long long)st1.fetch_read_ahead);
+    tool_report_int(j, "fetch_staged", (long long)st1.fetch_staged);
+    tool_report_int(j, "fetch_kept", (long long)st1.fetch_kept);
+    tool_report_int(j, "peak_live_bytes", (long long)st1.peak_live_bytes);
+    tool_report_nums(j, "stall_fractions", frac, iters);
+    return tool_report_print(stdout, j, prog) < 0;
   }
   printf("stage 3, %d layers of %zu bf16 parameters (%zu bytes each), shards in the %s "
          "tier\n",

@@ -21,7 +21,7 @@ static int cmp_double(const void *a, const void *b) {
   return (x > y) - (x < y);
 }
 
-double zt_bench_median(const double *x, int n) {
+double bench_median(const double *x, int n) {
   if (n <= 0) return NAN;
   double *s = malloc((size_t)n * sizeof *s);
   if (s == NULL) return NAN;
@@ -36,7 +36,7 @@ double zt_bench_median(const double *x, int n) {
 
 #define HUGE_PAGE ((size_t)2 << 20)
 
-void *zt_bench_alloc(size_t bytes, int huge) {
+void *bench_alloc(size_t bytes, int huge) {
   size_t len = zt__round_up(bytes ? bytes : 1, HUGE_PAGE);
   /* Over-allocate by one huge page and trim, so the buffer starts on a
    * 2 MiB boundary where the kernel can map huge pages from the first byte. */
@@ -52,11 +52,11 @@ void *zt_bench_alloc(size_t bytes, int huge) {
   return p;
 }
 
-void zt_bench_free(void *p, size_t bytes) {
+void bench_free(void *p, size_t bytes) {
   if (p) munmap(p, zt__round_up(bytes ? bytes : 1, HUGE_PAGE));
 }
 
-long long zt_bench_thp_bytes(void) {
+long long bench_thp_bytes(void) {
   FILE *f = fopen("/proc/self/smaps_rollup", "r");
   if (f == NULL) return -1;
   char line[256];
@@ -76,7 +76,7 @@ static uint64_t xorshift(uint64_t x) {
   return x;
 }
 
-void zt_bench_fill_values(void *buf, zt_dtype_t dt, size_t n, double scale, uint64_t seed) {
+void bench_fill_values(void *buf, zt_dtype_t dt, size_t n, double scale, uint64_t seed) {
   uint64_t x = seed | 1;
   for (size_t i = 0; i < n; i++) {
     x = xorshift(x);
@@ -87,7 +87,7 @@ void zt_bench_fill_values(void *buf, zt_dtype_t dt, size_t n, double scale, uint
   }
 }
 
-void zt_bench_fill_bytes(void *buf, size_t bytes, uint64_t seed) {
+void bench_fill_bytes(void *buf, size_t bytes, uint64_t seed) {
   uint64_t *q = buf, x = seed | 1;
   for (size_t i = 0; i < bytes / 8; i++) q[i] = x = xorshift(x);
 }

@@ -14,7 +14,7 @@
  *   - a human table on stdout by default, one JSON object with --json;
  *   - a progress line on stderr (src/tool/progress.h) while it runs.
  *
- * A benchmark is `int zt_bench_<name>_main(int argc, char **argv)`, with
+ * A benchmark is `int bench_<name>_main(int argc, char **argv)`, with
  * argv[0] its own name ("adam"), and one row in src/tool/ztier.c.
  */
 #ifndef ZT_BENCH_COMMON_H
@@ -24,42 +24,42 @@
 #include <stdint.h>
 #include <stdio.h>
 
-#include "tool/args.h"     // defines: zt_flag_t, zt_cmd_t, zt_args_parse
-#include "tool/progress.h" // defines: zt_progress
-#include "tool/report.h"   // defines: zt_report_*, zt_table_*
+#include "tool/args.h"     // defines: tool_flag_t, tool_cmd_t, tool_args_parse
+#include "tool/progress.h" // defines: tool_progress
+#include "tool/report.h"   // defines: tool_report_*, tool_table_*
 #include "ztier.h"         // defines: zt_dtype_t
 
 /* ---- the benchmarks ------------------------------------------------------- */
 
-int zt_bench_adam_main(int argc, char **argv);
-int zt_bench_nvme_main(int argc, char **argv);
-int zt_bench_offload_main(int argc, char **argv);
-int zt_bench_stage3_main(int argc, char **argv);
+int bench_adam_main(int argc, char **argv);
+int bench_nvme_main(int argc, char **argv);
+int bench_offload_main(int argc, char **argv);
+int bench_stage3_main(int argc, char **argv);
 
 /* ---- statistics and output ---------------------------------------------------- */
 
 /* Median of n values (n >= 1); `x` is left as it was. */
-double zt_bench_median(const double *x, int n);
+double bench_median(const double *x, int n);
 
 /* ---- data ------------------------------------------------------------------------ */
 
 /* n values of dt, uniform in [-scale/2, scale/2), deterministic from seed
  * (xorshift; never all zeros), converted as the library converts. */
-void zt_bench_fill_values(void *buf, zt_dtype_t dt, size_t n, double scale, uint64_t seed);
+void bench_fill_values(void *buf, zt_dtype_t dt, size_t n, double scale, uint64_t seed);
 /* The first bytes / 8 words of buf, deterministic from seed and never zero:
  * a disk or file system that elides zero pages would flatter the figures. */
-void zt_bench_fill_bytes(void *buf, size_t bytes, uint64_t seed);
+void bench_fill_bytes(void *buf, size_t bytes, uint64_t seed);
 
 /* ---- memory ---------------------------------------------------------------------- */
 
 /* `bytes` of anonymous memory, 2 MiB aligned, with MADV_HUGEPAGE when `huge`
  * (transparent huge pages in "madvise" mode give them only on request).
  * Untouched: fault it in from the threads that will use it. NULL on failure. */
-void *zt_bench_alloc(size_t bytes, int huge);
-void zt_bench_free(void *p, size_t bytes);
+void *bench_alloc(size_t bytes, int huge);
+void bench_free(void *p, size_t bytes);
 
 /* Bytes of this process's memory backed by transparent huge pages
  * (AnonHugePages of /proc/self/smaps_rollup), or -1 when unknown. */
-long long zt_bench_thp_bytes(void);
+long long bench_thp_bytes(void);
 
 #endif /* ZT_BENCH_COMMON_H */

@@ -7,7 +7,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "common.h" // defines: zt_bench_fill_bytes
+#include "common.h" // defines: bench_fill_bytes
 #include "disk.h"
 #include "base/internal.h" // defines: zt__now
 
@@ -18,7 +18,7 @@
  * and no two requests in flight ever share memory, in whatever order they
  * complete (with several rings they complete out of order). The slot rides
  * in the tag's high half. Returns the seconds, or -1 with a message. */
-double zt_bench_swap_pass(zt__swap_t *sw, int write, size_t space, size_t block, unsigned qd,
+double bench_swap_pass(zt__swap_t *sw, int write, size_t space, size_t block, unsigned qd,
                    char *region, size_t region_bytes) {
   size_t n_req = space / block, next = 0, done = 0;
   size_t n_slots = region_bytes / block, head = 0, n_free = n_slots;
@@ -64,8 +64,8 @@ out:
 }
 
 
-int zt_bench_disk_rates(const char *prog, const zt_config_t *cfg, const char *path,
-                        size_t space, double *w, double *r) {
+int bench_disk_rates(const char *prog, const zt_config_t *cfg, const char *path,
+                     size_t space, double *w, double *r) {
   const char *paths[1] = {path};
   char name[64];
   snprintf(name, sizeof name, "bench-disk-%ld", (long)getpid());
@@ -94,10 +94,10 @@ int zt_bench_disk_rates(const char *prog, const zt_config_t *cfg, const char *pa
     zt__swap_destroy(sw);
     return 1;
   }
-  zt_bench_fill_bytes(region, region_bytes, 0x9e3779b97f4a7c15ull);
+  bench_fill_bytes(region, region_bytes, 0x9e3779b97f4a7c15ull);
   unsigned qd = (unsigned)cfg->swap_queue_depth;
-  double tw = zt_bench_swap_pass(sw, 1, space, block, qd, region, region_bytes);
-  double tr = tw < 0 ? -1 : zt_bench_swap_pass(sw, 0, space, block, qd, region, region_bytes);
+  double tw = bench_swap_pass(sw, 1, space, block, qd, region, region_bytes);
+  double tr = tw < 0 ? -1 : bench_swap_pass(sw, 0, space, block, qd, region, region_bytes);
   zt__swap_buf_free(region);
   zt__swap_destroy(sw);
   if (tw <= 0 || tr <= 0) return 1;

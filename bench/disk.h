@@ -14,13 +14,13 @@
  * memory): slots are taken in order and given back as their requests
  * complete, so no two requests in flight share memory. Returns the seconds,
  * or -1 with a message on stderr. */
-double zt_bench_swap_pass(zt__swap_t *sw, int write, size_t space, size_t block, unsigned qd,
-                          char *region, size_t region_bytes);
+double bench_swap_pass(zt__swap_t *sw, int write, size_t space, size_t block, unsigned qd,
+                       char *region, size_t region_bytes);
 
 /* The swap engine's best whole-space write and read (GB/s, into *w and *r)
  * over `space` bytes of a scratch space in `path`, with cfg's swap block
  * and queue depth. Returns 0, or 1 with a message naming `prog`. */
-int zt_bench_disk_rates(const char *prog, const zt_config_t *cfg, const char *path,
-                        size_t space, double *w, double *r);
+int bench_disk_rates(const char *prog, const zt_config_t *cfg, const char *path,
+                     size_t space, double *w, double *r);
 
 #endif /* ZT_BENCH_DISK_H */

@@ -20,11 +20,11 @@
 #include "ckpt/ckpt.h"        // defines: zt__ckpt_read_manifest, zt__ckpt_consolidate
 #include "ckpt/manifest.h"    // defines: zt__manifest_t
 #include "ckpt/safetensors.h" // defines: zt__st_*
-#include "tool/args.h"            // defines: zt_args_parse
-#include "tool/progress.h"        // defines: zt_progress_stream
-#include "tool/report.h"          // defines: zt_report_*, zt_table_*
+#include "tool/args.h"            // defines: tool_args_parse
+#include "tool/progress.h"        // defines: tool_progress_stream
+#include "tool/report.h"          // defines: tool_report_*, tool_table_*
 
-int zt_ckpt_main(int argc, char **argv);
+int tool_ckpt_main(int argc, char **argv);
 
 static const char *err(void) { return zt_last_error(NULL); }
 
@@ -72,7 +72,7 @@ static int verify_all(const char *dir, const zt__manifest_t *m, cJSON *arr) {
 /* ---- info ------------------------------------------------------------------------ */
 
 /* Prints `o` as one line of JSON and frees it. */
-static void print_json(cJSON *o) { zt_report_print(stdout, o, "ztier ckpt info"); }
+static void print_json(cJSON *o) { tool_report_print(stdout, o, "ztier ckpt info"); }
 
 static int info_safetensors(const char *path, int json) {
   int fd = open(path, O_RDONLY | O_CLOEXEC);
@@ -140,17 +140,17 @@ static int info_safetensors(const char *path, int json) {
 
 static int cmd_info(int argc, char **argv) {
   int json = 0;
-  const zt_flag_t flags[] = {
-      {"json", ZT_FLAG_BOOL, &json, NULL, "one JSON object instead of the lines", 0, 0, NULL},
+  const tool_flag_t flags[] = {
+      {"json", TOOL_FLAG_BOOL, &json, NULL, "one JSON object instead of the lines", 0, 0, NULL},
   };
-  const zt_cmd_t cmd = {"ztier ckpt info", "ztier ckpt info DIR | FILE.safetensors [--json]",
-                        "What a checkpoint directory (zt_save) holds, every file's checksum\n"
-                        "verified; or the tensors of a safetensors file.",
-                        flags, 1, 1, 0};
+  const tool_cmd_t cmd = {"ztier ckpt info", "ztier ckpt info DIR | FILE.safetensors [--json]",
+                          "What a checkpoint directory (zt_save) holds, every file's checksum\n"
+                          "verified; or the tensors of a safetensors file.",
+                          flags, 1, 1, 0};
   const char *dir = NULL;
-  int rc = zt_args_parse(&cmd, argc, argv, &dir, NULL);
+  int rc = tool_args_parse(&cmd, argc, argv, &dir, NULL);
   if (rc) return rc < 0 ? 0 : rc;
-  if (dir == NULL) return zt_args_fail(&cmd, "DIR or FILE.safetensors is required");
+  if (dir == NULL) return tool_args_fail(&cmd, "DIR or FILE.safetensors is required");
   struct stat st;
   if (stat(dir, &st) == 0 && S_ISREG(st.st_mode)) return info_safetensors(dir, json);
   zt__manifest_t m;
@@ -225,13 +225,13 @@ static int cmd_info(int argc, char **argv) {
 static int cmd_consolidate(int argc, char **argv) {
   static const char *const dtypes[] = {"fp32", "bf16", NULL};
   int dtype = 0, force = 0, json = 0;
-  const zt_flag_t flags[] = {
-      {"dtype", ZT_FLAG_CHOICE, &dtype, "fp32|bf16",
+  const tool_flag_t flags[] = {
+      {"dtype", TOOL_FLAG_CHOICE, &dtype, "fp32|bf16",
        "the exported dtype (default fp32; bf16 rounds to nearest even)", 0, 0, dtypes},
-      {"force", ZT_FLAG_BOOL, &force, NULL, "replace OUT, or write it inside DIR", 0, 0, NULL},
-      {"json", ZT_FLAG_BOOL, &json, NULL, "one JSON object instead of the line", 0, 0, NULL},
+      {"force", TOOL_FLAG_BOOL, &force, NULL, "replace OUT, or write it inside DIR", 0, 0, NULL},
+      {"json", TOOL_FLAG_BOOL, &json, NULL, "one JSON object instead of the line", 0, 0, NULL},
   };
-  const zt_cmd_t cmd = {
+  const tool_cmd_t cmd = {
       "ztier ckpt consolidate",
       "ztier ckpt consolidate DIR OUT.safetensors [--dtype fp32|bf16] [--force] [--json]",
       "The full fp32 master weights of the checkpoint in DIR, one tensor per unit\nnamed by "
@@ -240,41 +240,41 @@ static int cmd_consolidate(int argc, char **argv) {
       flags, 3, 2, 0};
   const char *pos[2] = {NULL, NULL};
   int n_pos = 0;
-  int rc = zt_args_parse(&cmd, argc, argv, pos, &n_pos);
+  int rc = tool_args_parse(&cmd, argc, argv, pos, &n_pos);
   if (rc) return rc < 0 ? 0 : rc;
   if (n_pos == 0)
-    return zt_args_fail(&cmd, "DIR (the checkpoint) and OUT.safetensors are required");
-  if (n_pos == 1) return zt_args_fail(&cmd, "OUT.safetensors (the file to write) is required");
+    return tool_args_fail(&cmd, "DIR (the checkpoint) and OUT.safetensors are required");
+  if (n_pos == 1) return tool_args_fail(&cmd, "OUT.safetensors (the file to write) is required");
   uint64_t size = 0;
   zt_dtype_t dt = dtype == 1 ? ZT_BF16 : ZT_FP32;
   /* Its progress, a line per tenth, goes through the tool's progress line. */
-  zt_progress_start(cmd.prog);
-  FILE *progress = zt_progress_stream();
+  tool_progress_start(cmd.prog);
+  FILE *progress = tool_progress_stream();
   rc = zt__ckpt_consolidate(pos[0], pos[1], dt, force, progress ? progress : stderr, &size,
                             zt__err_thread());
   if (progress) fclose(progress);
-  zt_progress_end();
+  tool_progress_end();
   if (rc < 0) {
     fprintf(stderr, "ztier ckpt consolidate: %s\n", err());
     return 1;
   }
   double rss = peak_rss_mib();
   if (json) {
-    cJSON *j = zt_report_new();
-    zt_report_str(j, "path", pos[1]);
-    zt_report_str(j, "checkpoint", pos[0]);
-    zt_report_str(j, "dtype", zt__dtype_name(dt));
-    zt_report_uint(j, "bytes", (unsigned long long)size);
-    zt_report_num(j, "peak_rss_mib", rss);
-    return zt_report_print(stdout, j, cmd.prog) < 0;
+    cJSON *j = tool_report_new();
+    tool_report_str(j, "path", pos[1]);
+    tool_report_str(j, "checkpoint", pos[0]);
+    tool_report_str(j, "dtype", zt__dtype_name(dt));
+    tool_report_uint(j, "bytes", (unsigned long long)size);
+    tool_report_num(j, "peak_rss_mib", rss);
+    return tool_report_print(stdout, j, cmd.prog) < 0;
   }
   printf("%s: %s, %llu bytes; peak RSS %.1f MiB\n", pos[1], zt__dtype_name(dt),
          (unsigned long long)size, rss);
   return 0;
 }
 
-int zt_ckpt_main(int argc, char **argv) {
-  const zt_cmd_t cmd = {
+int tool_ckpt_main(int argc, char **argv) {
+  const tool_cmd_t cmd = {
       "ztier ckpt",
       "ztier ckpt info DIR | FILE.safetensors [--json]\n"
       "       ztier ckpt consolidate DIR OUT.safetensors [--dtype fp32|bf16] [--force] [--json]",
@@ -287,11 +287,11 @@ int zt_ckpt_main(int argc, char **argv) {
       "See docs/checkpoints.md.",
       NULL, 0, 0, 1};
   int first = argc;
-  int rc = zt_args_parse(&cmd, argc, argv, NULL, &first);
+  int rc = tool_args_parse(&cmd, argc, argv, NULL, &first);
   if (rc) return rc < 0 ? 0 : rc;
-  if (first >= argc) return zt_args_fail(&cmd, "no command; expected info or consolidate");
+  if (first >= argc) return tool_args_fail(&cmd, "no command; expected info or consolidate");
   if (strcmp(argv[first], "info") == 0) return cmd_info(argc - first, argv + first);
   if (strcmp(argv[first], "consolidate") == 0)
     return cmd_consolidate(argc - first, argv + first);
-  return zt_args_fail(&cmd, "unknown command '%s'; expected info or consolidate", argv[first]);
+  return tool_args_fail(&cmd, "unknown command '%s'; expected info or consolidate", argv[first]);
 }

@@ -7,55 +7,55 @@
 #include <stdio.h>
 
 #include "engine/plan.h"  // defines: zt__plan
-#include "tool/args.h"    // defines: zt_args_parse
-#include "tool/report.h"  // defines: zt_report_*, zt_table_*
+#include "tool/args.h"    // defines: tool_args_parse
+#include "tool/report.h"  // defines: tool_report_*, tool_table_*
 #include "ztier.h"
 
-int zt_plan_main(int argc, char **argv);
+int tool_plan_main(int argc, char **argv);
 
 static const char *const dtype_names[] = {"fp32", "bf16", "fp16", NULL};
 static const zt_dtype_t dtype_values[] = {ZT_FP32, ZT_BF16, ZT_FP16};
 static const char *const offload_names[] = {"none", "host", "nvme", NULL};
 static const zt_tier_t offload_values[] = {ZT_TIER_DEVICE, ZT_TIER_HOST, ZT_TIER_NVME};
 
-static void row(zt_table_t *t, const char *tier, uint64_t loop, uint64_t ours, uint64_t n) {
+static void row(tool_table_t *t, const char *tier, uint64_t loop, uint64_t ours, uint64_t n) {
   uint64_t total = loop + ours;
-  zt_table_row(t, "%s\t%llu\t%llu\t%llu\t%.2f", tier, (unsigned long long)loop,
-               (unsigned long long)ours, (unsigned long long)total, (double)total / (double)n);
+  tool_table_row(t, "%s\t%llu\t%llu\t%llu\t%.2f", tier, (unsigned long long)loop,
+                 (unsigned long long)ours, (unsigned long long)total, (double)total / (double)n);
 }
 
-int zt_plan_main(int argc, char **argv) {
+int tool_plan_main(int argc, char **argv) {
   size_t params = 0, bucket = (size_t)16 << 20, chunk = (size_t)16 << 20, pinned = 0;
   int ranks = 1, stage = 0, dtype = 1, opt = 0, par = 0, rank = 0, json = 0;
-  const zt_flag_t flags[] = {
-      {"params", ZT_FLAG_COUNT, &params, "N",
+  const tool_flag_t flags[] = {
+      {"params", TOOL_FLAG_COUNT, &params, "N",
        "parameters of the model: 7B, 7G, 1.5B, 125M, 1e9 (powers of 1000), 1Gi (2^30), "
        "plain",
        1, 1e15, NULL},
-      {"ranks", ZT_FLAG_INT, &ranks, "R", "data-parallel ranks (default 1)", 1, 65536,
+      {"ranks", TOOL_FLAG_INT, &ranks, "R", "data-parallel ranks (default 1)", 1, 65536,
        NULL},
-      {"stage", ZT_FLAG_INT, &stage, "S", "ZeRO stage 0..3 (default 0)", 0, 3, NULL},
-      {"dtype", ZT_FLAG_CHOICE, &dtype, "fp32|bf16|fp16",
+      {"stage", TOOL_FLAG_INT, &stage, "S", "ZeRO stage 0..3 (default 0)", 0, 3, NULL},
+      {"dtype", TOOL_FLAG_CHOICE, &dtype, "fp32|bf16|fp16",
        "parameter and gradient dtype (default bf16)", 0, 0, dtype_names},
-      {"offload-optimizer", ZT_FLAG_CHOICE, &opt, "none|host|nvme",
+      {"offload-optimizer", TOOL_FLAG_CHOICE, &opt, "none|host|nvme",
        "where the optimizer states live (default none: the device)", 0, 0, offload_names},
-      {"offload-params", ZT_FLAG_CHOICE, &par, "none|host|nvme",
+      {"offload-params", TOOL_FLAG_CHOICE, &par, "none|host|nvme",
        "where the parameter shards live at stage 3 (default none)", 0, 0, offload_names},
-      {"bucket", ZT_FLAG_BYTES, &bucket, "BYTES",
+      {"bucket", TOOL_FLAG_BYTES, &bucket, "BYTES",
        "config bucket_bytes (default 16Mi)", 4096, 4.0 * (1ull << 30), NULL},
-      {"chunk", ZT_FLAG_BYTES, &chunk, "BYTES",
+      {"chunk", TOOL_FLAG_BYTES, &chunk, "BYTES",
        "config chunk_bytes (default 16Mi)", 4096, 4.0 * (1ull << 30), NULL},
-      {"pinned-budget", ZT_FLAG_BYTES, &pinned, "BYTES",
+      {"pinned-budget", TOOL_FLAG_BYTES, &pinned, "BYTES",
        "config pinned_budget_bytes (default 0: no limit); the nvme tier's chunk shrinks "
        "to fit it",
        0, 1e15, NULL},
-      {"rank", ZT_FLAG_INT, &rank, "K",
+      {"rank", TOOL_FLAG_INT, &rank, "K",
        "the rank to plan for (default 0, which holds the most)", 0, 65535, NULL},
-      {"json", ZT_FLAG_BOOL, &json, NULL, "one JSON object instead of the table", 0, 0,
+      {"json", TOOL_FLAG_BOOL, &json, NULL, "one JSON object instead of the table", 0, 0,
        NULL},
   };
   const char *prog = "ztier plan";
-  const zt_cmd_t cmd = {
+  const tool_cmd_t cmd = {
       prog,
       "ztier plan --params N [--ranks R] [--stage S] [--dtype fp32|bf16|fp16]\n"
       "                  [--offload-optimizer none|host|nvme] [--offload-params none|host|nvme]\n"
@@ -67,18 +67,18 @@ int zt_plan_main(int argc, char **argv) {
       "below the pinned memory it needs, whose\nleast is printed), 2 for bad flags. The "
       "figures are printed either way.",
       flags, sizeof flags / sizeof flags[0], 0, 0};
-  int rc = zt_args_parse(&cmd, argc, argv, NULL, NULL);
+  int rc = tool_args_parse(&cmd, argc, argv, NULL, NULL);
   if (rc == -1) return 0;
   if (rc) return rc;
   if (params == 0) {
-    return zt_args_fail(&cmd, "--params is required (the model's parameter count)");
+    return tool_args_fail(&cmd, "--params is required (the model's parameter count)");
   }
   if (rank >= ranks) {
-    return zt_args_fail(&cmd, "--rank is %d; expected 0 .. %d (--ranks - 1)", rank, ranks - 1);
+    return tool_args_fail(&cmd, "--rank is %d; expected 0 .. %d (--ranks - 1)", rank, ranks - 1);
   }
   if (par != 0 && stage != 3) {
-    return zt_args_fail(&cmd, "--offload-params is %s; parameter offload needs --stage 3",
-                        offload_names[par]);
+    return tool_args_fail(&cmd, "--offload-params is %s; parameter offload needs --stage 3",
+                          offload_names[par]);
   }
   zt__plan_in_t in = {params, ranks, rank, stage, dtype_values[dtype], dtype_values[dtype],
                       offload_values[opt], offload_values[par], bucket, chunk, pinned};
@@ -101,27 +101,27 @@ int zt_plan_main(int argc, char **argv) {
   else if (!p.supported)
     snprintf(why, sizeof why, "%s", p.note);
   if (json) {
-    cJSON *j = zt_report_new();
-    zt_report_int(j, "device_bytes", (long long)dev);
-    zt_report_int(j, "host_bytes", (long long)p.ztier_host);
-    zt_report_int(j, "nvme_bytes", (long long)p.ztier_nvme);
-    zt_report_int(j, "loop_device_bytes", (long long)p.loop_device);
-    zt_report_int(j, "ztier_device_bytes", (long long)p.ztier_device);
-    zt_report_int(j, "shard_params", (long long)p.shard_params);
-    zt_report_int(j, "pinned_bytes", (long long)p.pinned_bytes);
-    zt_report_int(j, "pinned_budget_bytes", (long long)pinned);
-    zt_report_int(j, "least_pinned_budget_bytes", least_rc == 0 ? (long long)least : -1);
-    zt_report_num(j, "device_bytes_per_param", (double)dev / (double)params);
-    zt_report_int(j, "params", (long long)params);
-    zt_report_int(j, "ranks", ranks);
-    zt_report_int(j, "rank", rank);
-    zt_report_int(j, "stage", stage);
-    zt_report_str(j, "dtype", dtype_names[dtype]);
-    zt_report_str(j, "offload_optimizer", offload_names[opt]);
-    zt_report_str(j, "offload_params", offload_names[par]);
-    zt_report_bool(j, "supported", p.supported);
-    zt_report_str(j, "note", why);
-    if (zt_report_print(stdout, j, prog) < 0) return 1;
+    cJSON *j = tool_report_new();
+    tool_report_int(j, "device_bytes", (long long)dev);
+    tool_report_int(j, "host_bytes", (long long)p.ztier_host);
+    tool_report_int(j, "nvme_bytes", (long long)p.ztier_nvme);
+    tool_report_int(j, "loop_device_bytes", (long long)p.loop_device);
+    tool_report_int(j, "ztier_device_bytes", (long long)p.ztier_device);
+    tool_report_int(j, "shard_params", (long long)p.shard_params);
+    tool_report_int(j, "pinned_bytes", (long long)p.pinned_bytes);
+    tool_report_int(j, "pinned_budget_bytes", (long long)pinned);
+    tool_report_int(j, "least_pinned_budget_bytes", least_rc == 0 ? (long long)least : -1);
+    tool_report_num(j, "device_bytes_per_param", (double)dev / (double)params);
+    tool_report_int(j, "params", (long long)params);
+    tool_report_int(j, "ranks", ranks);
+    tool_report_int(j, "rank", rank);
+    tool_report_int(j, "stage", stage);
+    tool_report_str(j, "dtype", dtype_names[dtype]);
+    tool_report_str(j, "offload_optimizer", offload_names[opt]);
+    tool_report_str(j, "offload_params", offload_names[par]);
+    tool_report_bool(j, "supported", p.supported);
+    tool_report_str(j, "note", why);
+    if (tool_report_print(stdout, j, prog) < 0) return 1;
     if (why[0]) fprintf(stderr, "ztier plan: this configuration cannot run: %s\n", why);
     return why[0] ? 1 : 0;
   }
@@ -130,12 +130,12 @@ int zt_plan_main(int argc, char **argv) {
          params, dtype_names[dtype], ranks, ranks == 1 ? "" : "s", stage,
          opt ? offload_names[opt] : "the device", par ? offload_names[par] : "the device",
          rank);
-  zt_table_t *t = zt_table_new("lrrrr");
-  zt_table_row(t, "tier\tloop (bytes)\tztier (bytes)\ttotal (bytes)\tB/param");
+  tool_table_t *t = tool_table_new("lrrrr");
+  tool_table_row(t, "tier\tloop (bytes)\tztier (bytes)\ttotal (bytes)\tB/param");
   row(t, "device", p.loop_device, p.ztier_device, params);
   row(t, "host", 0, p.ztier_host, params);
   row(t, "nvme", 0, p.ztier_nvme, params);
-  zt_table_print(t, stdout, 2, NULL);
+  tool_table_print(t, stdout, 2, NULL);
   printf("\nThis rank owns the optimizer states of %llu parameters.\n",
          (unsigned long long)p.shard_params);
   if (p.pinned_bytes && least_rc == 0)

@@ -84,13 +84,13 @@ static void begin(void) {
   have_thread = pthread_create(&ticker, NULL, tick, NULL) == 0;
 }
 
-void zt_progress_start(const char *name) {
+void tool_progress_start(const char *name) {
   pthread_mutex_lock(&lock);
   snprintf(prog, sizeof prog, "%s", name);
   pthread_mutex_unlock(&lock);
 }
 
-void zt_progress(const char *fmt, ...) {
+void tool_progress(const char *fmt, ...) {
   pthread_mutex_lock(&lock);
   va_list ap;
   va_start(ap, fmt);
@@ -104,7 +104,7 @@ void zt_progress(const char *fmt, ...) {
   pthread_mutex_unlock(&lock);
 }
 
-void zt_progress_end(void) {
+void tool_progress_end(void) {
   pthread_mutex_lock(&lock);
   if (!started) {
     pthread_mutex_unlock(&lock);
@@ -136,7 +136,7 @@ static ssize_t stream_write(void *cookie, const char *data, size_t size) {
   for (size_t i = 0; i < size; i++) {
     if (data[i] == '\n') {
       l->buf[l->n] = '\0';
-      if (l->n) zt_progress("%s", l->buf);
+      if (l->n) tool_progress("%s", l->buf);
       l->n = 0;
     } else if (l->n + 1 < sizeof l->buf) {
       l->buf[l->n++] = data[i];
@@ -150,7 +150,7 @@ static int stream_close(void *cookie) {
   return 0;
 }
 
-FILE *zt_progress_stream(void) {
+FILE *tool_progress_stream(void) {
   line_t *l = calloc(1, sizeof *l);
   if (l == NULL) return NULL;
   cookie_io_functions_t io = {NULL, stream_write, NULL, stream_close};

@@ -15,16 +15,16 @@
 
 /* Sets the name the lines start with ("ztier bench nvme"); progress calls
  * before it say "ztier". */
-void zt_progress_start(const char *prog);
+void tool_progress_start(const char *prog);
 /* The state now, printf-style. */
-void zt_progress(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+void tool_progress(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 /* Clears the line on a terminal, stops the thread elsewhere. Safe to call
  * more than once, and without progress. */
-void zt_progress_end(void);
+void tool_progress_end(void);
 
-/* A stream whose lines become zt_progress states, for code that reports
+/* A stream whose lines become tool_progress states, for code that reports
  * progress to a FILE * (the checkpoint consolidation). NULL on failure;
- * fclose it, then zt_progress_end. */
-FILE *zt_progress_stream(void);
+ * fclose it, then tool_progress_end. */
+FILE *tool_progress_stream(void);
 
 #endif /* ZT_TOOL_PROGRESS_H */

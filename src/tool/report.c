@@ -15,11 +15,11 @@
 
 /* ---- JSON ------------------------------------------------------------------------ */
 
-cJSON *zt_report_new(void) { return cJSON_CreateObject(); }
+cJSON *tool_report_new(void) { return cJSON_CreateObject(); }
 
 /* Integers are kept as their decimal text (cJSON's raw items): a double
  * would round those above 2^53. */
-cJSON *zt_report_int_item(long long v) {
+cJSON *tool_report_int_item(long long v) {
   char text[24];
   snprintf(text, sizeof text, "%lld", v);
   return cJSON_CreateRaw(text);
@@ -29,33 +29,33 @@ static void add(cJSON *o, const char *key, cJSON *item) {
   if (o == NULL || item == NULL || !cJSON_AddItemToObject(o, key, item)) cJSON_Delete(item);
 }
 
-void zt_report_num(cJSON *o, const char *key, double v) {
+void tool_report_num(cJSON *o, const char *key, double v) {
   if (o) add(o, key, isfinite(v) ? cJSON_CreateNumber(v) : cJSON_CreateNull());
 }
 
-void zt_report_int(cJSON *o, const char *key, long long v) {
-  if (o) add(o, key, zt_report_int_item(v));
+void tool_report_int(cJSON *o, const char *key, long long v) {
+  if (o) add(o, key, tool_report_int_item(v));
 }
 
-void zt_report_uint(cJSON *o, const char *key, unsigned long long v) {
+void tool_report_uint(cJSON *o, const char *key, unsigned long long v) {
   char text[24];
   snprintf(text, sizeof text, "%llu", v);
   if (o) add(o, key, cJSON_CreateRaw(text));
 }
 
-void zt_report_str(cJSON *o, const char *key, const char *v) {
+void tool_report_str(cJSON *o, const char *key, const char *v) {
   if (o) add(o, key, v ? cJSON_CreateString(v) : cJSON_CreateNull());
 }
 
-void zt_report_bool(cJSON *o, const char *key, int v) {
+void tool_report_bool(cJSON *o, const char *key, int v) {
   if (o) add(o, key, cJSON_CreateBool(v != 0));
 }
 
-void zt_report_null(cJSON *o, const char *key) {
+void tool_report_null(cJSON *o, const char *key) {
   if (o) add(o, key, cJSON_CreateNull());
 }
 
-void zt_report_nums(cJSON *o, const char *key, const double *v, int n) {
+void tool_report_nums(cJSON *o, const char *key, const double *v, int n) {
   if (o == NULL) return;
   cJSON *a = cJSON_CreateArray();
   for (int i = 0; a && i < n; i++) {
@@ -116,7 +116,7 @@ static void put(FILE *f, const cJSON *j) {
   }
 }
 
-int zt_report_print(FILE *f, cJSON *o, const char *prog) {
+int tool_report_print(FILE *f, cJSON *o, const char *prog) {
   if (o == NULL) {
     fprintf(stderr, "%s: out of memory for the JSON report\n", prog);
     return -1;
@@ -133,7 +133,7 @@ int zt_report_print(FILE *f, cJSON *o, const char *prog) {
 
 /* ---- tables --------------------------------------------------------------------- */
 
-struct zt_table {
+struct tool_table {
   char align[16];
   int cols;
   char **cells; /* rows * cols, NULL for empty */
@@ -141,15 +141,15 @@ struct zt_table {
   int failed;
 };
 
-zt_table_t *zt_table_new(const char *align) {
-  zt_table_t *t = calloc(1, sizeof *t);
+tool_table_t *tool_table_new(const char *align) {
+  tool_table_t *t = calloc(1, sizeof *t);
   if (t == NULL) return NULL;
   snprintf(t->align, sizeof t->align, "%s", align);
   t->cols = (int)strlen(t->align);
   return t;
 }
 
-void zt_table_row(zt_table_t *t, const char *fmt, ...) {
+void tool_table_row(tool_table_t *t, const char *fmt, ...) {
   if (t == NULL || t->failed) return;
   if (t->rows == t->cap) {
     size_t cap = t->cap ? 2 * t->cap : 16;
@@ -182,7 +182,7 @@ void zt_table_row(zt_table_t *t, const char *fmt, ...) {
   t->rows++;
 }
 
-void zt_table_print(zt_table_t *t, FILE *f, int indent, const char *sep) {
+void tool_table_print(tool_table_t *t, FILE *f, int indent, const char *sep) {
   if (t == NULL) {
     fprintf(f, "%*s(out of memory for the table)\n", indent, "");
     return;

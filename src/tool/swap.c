@@ -11,11 +11,11 @@
 
 #include "offload/swap.h"      // defines: ZT__SWAP_MAX_PATHS
 #include "offload/swapspace.h" // defines: zt__swapspace_scan
-#include "tool/args.h"         // defines: zt_args_parse
-#include "tool/report.h"       // defines: zt_report_*, zt_table_*
+#include "tool/args.h"         // defines: tool_args_parse
+#include "tool/report.h"       // defines: tool_report_*, tool_table_*
 #include "ztier.h"             // defines: zt_last_error
 
-int zt_swap_main(int argc, char **argv);
+int tool_swap_main(int argc, char **argv);
 
 static const char usage_line[] = "ztier swap list PATH [--json]\n"
                                  "       ztier swap clean PATH [--json]";
@@ -30,7 +30,7 @@ static const char about[] =
 
 typedef struct out {
   cJSON *files;      /* --json: one object per file */
-  zt_table_t *table; /* the table otherwise */
+  tool_table_t *table; /* the table otherwise */
   int failed;
   unsigned running, leftover, removed;
   unsigned long long removed_bytes, leftover_bytes;
@@ -44,34 +44,34 @@ static void on_file(void *arg, const zt__swap_leftover_t *f) {
   else o->leftover++, o->leftover_bytes += f->bytes;
   if (f->err) o->failed = 1;
   if (o->files) {
-    cJSON *j = zt_report_new();
-    zt_report_str(j, "path", f->path);
-    zt_report_int(j, "pid", f->pid);
-    zt_report_int(j, "rank", f->rank);
-    zt_report_uint(j, "bytes", (unsigned long long)f->bytes);
-    zt_report_str(j, "state", state);
-    if (f->err) zt_report_str(j, "error", strerror(-f->err));
+    cJSON *j = tool_report_new();
+    tool_report_str(j, "path", f->path);
+    tool_report_int(j, "pid", f->pid);
+    tool_report_int(j, "rank", f->rank);
+    tool_report_uint(j, "bytes", (unsigned long long)f->bytes);
+    tool_report_str(j, "state", state);
+    if (f->err) tool_report_str(j, "error", strerror(-f->err));
     if (j == NULL || !cJSON_AddItemToArray(o->files, j)) cJSON_Delete(j), o->failed = 1;
   } else {
-    zt_table_row(o->table, "%s\t%ld\t%d\t%llu\t%s%s%s%s", state, f->pid, f->rank,
-                 (unsigned long long)f->bytes, f->path, f->err ? "  (cannot remove: " : "",
-                 f->err ? strerror(-f->err) : "", f->err ? ")" : "");
+    tool_table_row(o->table, "%s\t%ld\t%d\t%llu\t%s%s%s%s", state, f->pid, f->rank,
+                   (unsigned long long)f->bytes, f->path, f->err ? "  (cannot remove: " : "",
+                   f->err ? strerror(-f->err) : "", f->err ? ")" : "");
   }
 }
 
-int zt_swap_main(int argc, char **argv) {
+int tool_swap_main(int argc, char **argv) {
   int json = 0;
-  const zt_flag_t flags[] = {
-      {"json", ZT_FLAG_BOOL, &json, NULL, "one JSON object instead of the table", 0, 0, NULL},
+  const tool_flag_t flags[] = {
+      {"json", TOOL_FLAG_BOOL, &json, NULL, "one JSON object instead of the table", 0, 0, NULL},
   };
-  zt_cmd_t cmd = {"ztier swap", usage_line, about, flags, 1, 0, 1};
+  tool_cmd_t cmd = {"ztier swap", usage_line, about, flags, 1, 0, 1};
   int first = argc;
-  int rc = zt_args_parse(&cmd, argc, argv, NULL, &first);
+  int rc = tool_args_parse(&cmd, argc, argv, NULL, &first);
   if (rc) return rc < 0 ? 0 : rc;
   const char *sub = first < argc ? argv[first] : NULL;
-  if (!sub) return zt_args_fail(&cmd, "no command; expected list or clean");
+  if (!sub) return tool_args_fail(&cmd, "no command; expected list or clean");
   if (strcmp(sub, "list") != 0 && strcmp(sub, "clean") != 0)
-    return zt_args_fail(&cmd, "unknown command '%s'; expected list or clean", sub);
+    return tool_args_fail(&cmd, "unknown command '%s'; expected list or clean", sub);
   char prog[32];
   snprintf(prog, sizeof prog, "ztier swap %s", sub);
   cmd.prog = prog;
@@ -79,17 +79,17 @@ int zt_swap_main(int argc, char **argv) {
   cmd.max_operands = 1;
   const char *path = NULL;
   int n = 0;
-  rc = zt_args_parse(&cmd, argc - first, argv + first, &path, &n);
+  rc = tool_args_parse(&cmd, argc - first, argv + first, &path, &n);
   if (rc) return rc < 0 ? 0 : rc;
-  if (!path || !path[0]) return zt_args_fail(&cmd, "PATH is required (the swap directory)");
+  if (!path || !path[0]) return tool_args_fail(&cmd, "PATH is required (the swap directory)");
   int clean = strcmp(sub, "clean") == 0;
   char buf[4096];
   const char *dirs[ZT__SWAP_MAX_PATHS];
   unsigned n_dirs = zt__swapspace_split_paths(path, buf, sizeof buf, dirs);
   out_t o = {0};
   if (json) o.files = cJSON_CreateArray();
-  else o.table = zt_table_new("lrrrl");
-  zt_table_row(o.table, "state\tpid\trank\tbytes\tpath");
+  else o.table = tool_table_new("lrrrl");
+  tool_table_row(o.table, "state\tpid\trank\tbytes\tpath");
   for (unsigned k = 0; k < n_dirs; k++) {
     zt__err_t e = {{0}};
     if (zt__swapspace_scan(dirs[k], clean, on_file, &o, &e) < 0) {
@@ -98,19 +98,19 @@ int zt_swap_main(int argc, char **argv) {
     }
   }
   if (json) {
-    cJSON *j = zt_report_new();
-    zt_report_str(j, "path", path);
+    cJSON *j = tool_report_new();
+    tool_report_str(j, "path", path);
     if (j && o.files) cJSON_AddItemToObject(j, "files", o.files);
     else cJSON_Delete(o.files);
-    zt_report_int(j, "running", o.running);
-    zt_report_int(j, "leftover", o.leftover);
-    zt_report_uint(j, "leftover_bytes", o.leftover_bytes);
-    zt_report_int(j, "removed", o.removed);
-    zt_report_uint(j, "removed_bytes", o.removed_bytes);
-    if (zt_report_print(stdout, j, prog) < 0) o.failed = 1;
+    tool_report_int(j, "running", o.running);
+    tool_report_int(j, "leftover", o.leftover);
+    tool_report_uint(j, "leftover_bytes", o.leftover_bytes);
+    tool_report_int(j, "removed", o.removed);
+    tool_report_uint(j, "removed_bytes", o.removed_bytes);
+    if (tool_report_print(stdout, j, prog) < 0) o.failed = 1;
   } else {
     printf("%s %s\n", prog, path);
-    zt_table_print(o.table, stdout, 2, NULL);
+    tool_table_print(o.table, stdout, 2, NULL);
     if (clean)
       printf("\nRemoved %u leftover file%s (%llu bytes); %u file%s of running processes "
              "kept.\n", o.removed, o.removed == 1 ? "" : "s", o.removed_bytes, o.running,

@@ -13,10 +13,10 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "bench/common.h"     // defines: zt_bench_*_main
-#include "tool/args.h"         // defines: zt_args_parse
-#include "tool/progress.h"     // defines: zt_progress_end
-#include "tool/report.h"       // defines: zt_report_*
+#include "bench/common.h"     // defines: bench_*_main
+#include "tool/args.h"         // defines: tool_args_parse
+#include "tool/progress.h"     // defines: tool_progress_end
+#include "tool/report.h"       // defines: tool_report_*
 #include "ztier.h"             // defines: zt_version
 
 typedef struct command {
@@ -27,26 +27,26 @@ typedef struct command {
 
 static int cmd_bench(int argc, char **argv);
 static int cmd_version(int argc, char **argv);
-int zt_plan_main(int argc, char **argv); /* src/tool/plan.c */
-int zt_ckpt_main(int argc, char **argv); /* src/tool/ckpt.c */
-int zt_swap_main(int argc, char **argv); /* src/tool/swap.c */
+int tool_plan_main(int argc, char **argv); /* src/tool/plan.c */
+int tool_ckpt_main(int argc, char **argv); /* src/tool/ckpt.c */
+int tool_swap_main(int argc, char **argv); /* src/tool/swap.c */
 
 static const command_t commands[] = {
     {"bench", cmd_bench, "measure a part of ztier beside its hardware limit"},
-    {"ckpt", zt_ckpt_main, "inspect a checkpoint, or export its weights as safetensors"},
-    {"plan", zt_plan_main, "memory per rank in each tier, before you run"},
-    {"swap", zt_swap_main, "list or remove the swap files that killed processes left"},
+    {"ckpt", tool_ckpt_main, "inspect a checkpoint, or export its weights as safetensors"},
+    {"plan", tool_plan_main, "memory per rank in each tier, before you run"},
+    {"swap", tool_swap_main, "list or remove the swap files that killed processes left"},
     {"version", cmd_version, "print the version of ztier"},
 };
 
 static const command_t benches[] = {
-    {"adam", zt_bench_adam_main,
+    {"adam", bench_adam_main,
      "the CPU AdamW update against the memory bandwidth of the same access pattern"},
-    {"nvme", zt_bench_nvme_main,
+    {"nvme", bench_nvme_main,
      "the io_uring swap engine against fio on the same disk, and the settings to use"},
-    {"offload", zt_bench_offload_main,
+    {"offload", bench_offload_main,
      "an optimizer step with its states on NVMe against the disk and the in-memory step"},
-    {"stage3", zt_bench_stage3_main,
+    {"stage3", bench_stage3_main,
      "a stage-3 loop with parameters on host or NVMe: time stalled in zt_fetch"},
 };
 
@@ -84,13 +84,13 @@ static int dispatch(const char *what, const command_t *t, size_t n, int argc,
 }
 
 static int cmd_bench(int argc, char **argv) {
-  const zt_cmd_t cmd = {"ztier bench", "ztier bench <name> [flags]",
-                        "Each benchmark prints its figure beside a limit measured in the same "
-                        "run\n(medians over --reps), checks what it times first, and takes "
-                        "--json; see\n'ztier bench <name> --help' and docs/bench.md.",
-                        NULL, 0, 0, 1};
+  const tool_cmd_t cmd = {"ztier bench", "ztier bench <name> [flags]",
+                          "Each benchmark prints its figure beside a limit measured in the same "
+                          "run\n(medians over --reps), checks what it times first, and takes "
+                          "--json; see\n'ztier bench <name> --help' and docs/bench.md.",
+                          NULL, 0, 0, 1};
   int first = argc;
-  int rc = zt_args_parse(&cmd, argc, argv, NULL, &first);
+  int rc = tool_args_parse(&cmd, argc, argv, NULL, &first);
   if (rc == -1) {
     printf("\nbenchmarks:\n");
     list(stdout, benches, COUNT(benches));
@@ -98,14 +98,14 @@ static int cmd_bench(int argc, char **argv) {
   }
   if (rc) return rc;
   if (first >= argc) {
-    rc = zt_args_fail(&cmd, "a benchmark name is required");
+    rc = tool_args_fail(&cmd, "a benchmark name is required");
     fprintf(stderr, "\nbenchmarks:\n");
     list(stderr, benches, COUNT(benches));
     return rc;
   }
   rc = dispatch("ztier bench", benches, COUNT(benches), argc - first, argv + first);
   /* A benchmark may return early, on a failure, with its line still up. */
-  zt_progress_end();
+  tool_progress_end();
   return rc;
 }
 
@@ -120,42 +120,42 @@ static int cmd_bench(int argc, char **argv) {
 
 static int cmd_version(int argc, char **argv) {
   int json = 0;
-  const zt_flag_t flags[] = {
-      {"json", ZT_FLAG_BOOL, &json, NULL, "one JSON object instead of the version line", 0, 0,
+  const tool_flag_t flags[] = {
+      {"json", TOOL_FLAG_BOOL, &json, NULL, "one JSON object instead of the version line", 0, 0,
        NULL},
   };
-  const zt_cmd_t cmd = {"ztier version", "ztier version [--json]",
-                        "Prints the version of ztier; with --json, one JSON object that\nalso "
-                        "names what this build has: \"cuda\" (the cuda backend and NCCL "
-                        "compiled\nin), \"mpi\" (the comm \"mpi\" backend), \"io_uring\" "
-                        "(the nvme tier's I/O) and\n\"liburing_version\" (null when "
-                        "liburing's headers do not state it).",
-                        flags, COUNT(flags), 0, 0};
-  int rc = zt_args_parse(&cmd, argc, argv, NULL, NULL);
+  const tool_cmd_t cmd = {"ztier version", "ztier version [--json]",
+                          "Prints the version of ztier; with --json, one JSON object that\nalso "
+                          "names what this build has: \"cuda\" (the cuda backend and NCCL "
+                          "compiled\nin), \"mpi\" (the comm \"mpi\" backend), \"io_uring\" "
+                          "(the nvme tier's I/O) and\n\"liburing_version\" (null when "
+                          "liburing's headers do not state it).",
+                          flags, COUNT(flags), 0, 0};
+  int rc = tool_args_parse(&cmd, argc, argv, NULL, NULL);
   if (rc) return rc < 0 ? 0 : rc;
   if (!json) {
     printf("ztier %s\n", zt_version());
     return 0;
   }
-  cJSON *j = zt_report_new();
-  zt_report_str(j, "version", zt_version());
-  zt_report_bool(j, "cuda", ZT_HAVE_CUDA);
-  zt_report_bool(j, "nccl", ZT_HAVE_CUDA);
-  zt_report_bool(j, "mpi", 1);
-  zt_report_bool(j, "io_uring", 1);
-  zt_report_str(j, "liburing_version", LIBURING_VERSION);
-  return zt_report_print(stdout, j, cmd.prog) < 0;
+  cJSON *j = tool_report_new();
+  tool_report_str(j, "version", zt_version());
+  tool_report_bool(j, "cuda", ZT_HAVE_CUDA);
+  tool_report_bool(j, "nccl", ZT_HAVE_CUDA);
+  tool_report_bool(j, "mpi", 1);
+  tool_report_bool(j, "io_uring", 1);
+  tool_report_str(j, "liburing_version", LIBURING_VERSION);
+  return tool_report_print(stdout, j, cmd.prog) < 0;
 }
 
 int main(int argc, char **argv) {
   int version = 0;
-  const zt_flag_t flags[] = {
-      {"version", ZT_FLAG_BOOL, &version, NULL, "print the version of ztier (as 'ztier version')",
+  const tool_flag_t flags[] = {
+      {"version", TOOL_FLAG_BOOL, &version, NULL, "print the version of ztier (as 'ztier version')",
        0, 0, NULL},
   };
-  const zt_cmd_t cmd = {"ztier", USAGE, ABOUT "\n" MORE, flags, COUNT(flags), 0, 1};
+  const tool_cmd_t cmd = {"ztier", USAGE, ABOUT "\n" MORE, flags, COUNT(flags), 0, 1};
   int first = argc;
-  int rc = zt_args_parse(&cmd, argc, argv, NULL, &first);
+  int rc = tool_args_parse(&cmd, argc, argv, NULL, &first);
   if (rc == -1) {
     printf("\ncommands:\n");
     list(stdout, commands, COUNT(commands));
