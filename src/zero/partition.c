@@ -264,33 +264,37 @@ void zt__part_params_free(zt__part_t *p) {
   p->params = NULL;
 }
 
-void zt__part_free(zt__part_t *p) {
-  /* A bucket still in flight (an error stopped a step, or this rank handed
-   * over a group its peers never did): waiting could hang for good, since
-   * the peers may never issue their half (comm_mpi.c, mpi_destroy). A
-   * bucket that has landed is reaped; one that has not keeps its send and
-   * recv buffers, leaked, because MPI may still read and write them. The
-   * pinned pool is unmapped with the engine, so a pinned bucket cannot be
-   * left behind: that case still waits (the host and nvme tiers' buckets). */
+/* The buckets and gathers still in flight (an error stopped a step or a
+ * fetch, or this rank handed over a group its peers never did), reaped
+ * before the room frees a byte, so that no collective is in flight while
+ * the memory around it goes. Waiting could hang for good, since the peers
+ * may never issue their half (comm_mpi.c, mpi_destroy): a bucket that has
+ * landed is reaped; one that has not keeps its send and recv buffers,
+ * leaked, because MPI may still read and write them. The pinned pool is
+ * unmapped with the engine, so a pinned bucket cannot be left behind: that
+ * case still waits (the host tier's buckets). zt__part_free reaps
+ * first too, so a partition freed alone is safe. */
+void zt__part_reap(zt__part_t *p) {
+  zt__comm_t *c = p->ctx ? p->ctx->comm : NULL;
+  if (c == NULL) return;
   for (int s = 0; s < ZT_XFER_SLOTS; s++) {
     zt__xfer_t *x = &p->xfer[s];
     if (!x->busy) continue;
     x->busy = 0;
     if (p->on_pinned) {
-      p->ctx->comm->ops->wait(p->ctx->comm, &x->req);
+      c->ops->wait(c, &x->req);
       continue;
     }
     /* Landed, or failed; but a failed comm gives up on a collective MPI may
      * still complete (comm.h), which is then in flight for all we know. */
-    if (p->ctx->comm->ops->test(p->ctx->comm, &x->req) != 0 && !zt__comm_failed(p->ctx->comm))
-      continue;
+    if (c->ops->test(c, &x->req) != 0 && !zt__comm_failed(c)) continue;
     zt__log(p->ctx->cfg, ZT_LOG_WARN,
             "zt_engine_destroy: a gradient or parameter bucket is still in flight on "
             "rank %d (%s); its %zu + %zu bytes of buffers are leaked rather than waited for",
             p->rank,
-            zt__comm_failed(p->ctx->comm) ? "a rank failed"
-                                          : "the ranks did not make the same "
-                                            "zt_grads_ready/zt_fetch/zt_step calls",
+            zt__comm_failed(c) ? "a rank failed"
+                               : "the ranks did not make the same "
+                                 "zt_grads_ready/zt_fetch/zt_step calls",
             x->send_bytes, x->recv_bytes);
     zt__keep_abandoned(x->send);
     zt__keep_abandoned(x->recv);
@@ -300,9 +304,13 @@ void zt__part_free(zt__part_t *p) {
    * the failed fetch left abandoned (zt__gather_fetch): nothing to keep. One
    * into a gather slot's pinned bucket is waited for, as above. */
   for (int s = 0; s < ZT_XFER_SLOTS; s++) {
-    if (p->gx[s].busy && p->gx[s].recv) p->ctx->comm->ops->wait(p->ctx->comm, &p->gx[s].req);
+    if (p->gx[s].busy && p->gx[s].recv) c->ops->wait(c, &p->gx[s].req);
     p->gx[s].busy = 0;
   }
+}
+
+void zt__part_free(zt__part_t *p) {
+  zt__part_reap(p);
   /* The sums read the buckets and write the shard's gradients. */
   if (p->sums_ready) zt__work_queue_destroy(&p->sums);
   size_t mine = p->end - p->begin;

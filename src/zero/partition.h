@@ -192,6 +192,9 @@ ZT_INTERNAL int zt__part_init(zt__part_t *p, const zt__ctx_t *ctx, const zt__zer
 /* Buckets still in flight are reaped (or their buffers left to the comm,
  * see partition.c), then everything above freed. The groups' gathered
  * parameters are the prefetch scheduler's to free first (zero.c). */
+/* Buckets and gathers still in flight, reaped (or, where MPI may still use
+ * them, abandoned) before any memory around them goes. */
+ZT_INTERNAL void zt__part_reap(zt__part_t *p);
 ZT_INTERNAL void zt__part_free(zt__part_t *p);
 
 /* What the shard and the buckets are sized from (zt__part_init reads it
