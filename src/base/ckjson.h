@@ -1,7 +1,9 @@
 /*
- * ckjson.h — JSON helpers the checkpoint formats share (manifest.c,
- * safetensors.c): reading text nobody vouches for with cJSON, and writing
- * JSON text whose numbers read back exactly.
+ * ckjson.h — the JSON helpers every room shares: the checkpoint formats
+ * (manifest.c, safetensors.c), the config (config_text.c, config_json.c),
+ * registration (duplicate unit names) and the tool's writer. Reading text nobody
+ * vouches for with cJSON, and writing JSON text whose strings are escaped
+ * once (zt__ckjson_escape) and whose numbers read back exactly.
  *
  * Reading. cJSON alone accepts things a checkpoint must not: a NUL byte in
  * the text ends the text early, "\u0000" cuts a string short, a key given
