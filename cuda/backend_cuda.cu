@@ -85,7 +85,9 @@ struct zt__backend {
   size_t budget;
   size_t held;
 
-  cudaStream_t streams[ZT_STREAM_COUNT]; /* [COMPUTE] is 0, the legacy stream */
+  cudaStream_t streams[ZT_STREAM_COUNT]; /* [COMPUTE]: the loop's (set_stream),
+                                            else 0, the legacy stream        */
+  uint64_t host_syncs;                   /* zt_stats' host_syncs (backend.h) */
   cudaEvent_t compute_mark;              /* see the ordering rule above       */
 
   table_cache_t adam_tables;
@@ -440,6 +442,7 @@ static void cuda_free(zt__backend_t *be, void *p, size_t bytes) {
     (void)zt__errf(be->err, -EINVAL, "free: %p is not memory this backend allocated", p);
     return;
   }
+  be->host_syncs++; /* cudaFree waits for the whole device */
   if (bytes != be->allocs[i].bytes)
     (void)zt__errf(be->err, -EINVAL,
                    "free: bytes is %zu; %p was allocated with %zu (freed with that)", bytes,
@@ -564,6 +567,7 @@ static int cuda_stream_wait(zt__backend_t *be, zt__stream_t stream, zt__event_t 
 static int cuda_event_sync(zt__backend_t *be, zt__event_t *ev) {
   if (ev == NULL) return zt__errf(be->err, -EINVAL, "event_sync: ev is NULL");
   device_scope scope(be->device);
+  be->host_syncs++;
   CU_TRY(be, cudaEventSynchronize(ev->ev));
   return 0;
 }
@@ -571,6 +575,7 @@ static int cuda_event_sync(zt__backend_t *be, zt__event_t *ev) {
 static int cuda_stream_sync(zt__backend_t *be, zt__stream_t stream) {
   ZT_TRY(check_stream(be, "stream_sync", stream));
   device_scope scope(be->device);
+  be->host_syncs++;
   CU_TRY(be, cudaStreamSynchronize(be->streams[stream]));
   return 0;
 }
@@ -609,18 +614,21 @@ static int cuda_adam(zt__backend_t *be, const zt__adam_launch_t *l, zt__stream_t
                       i, s->index, l->grads_first, l->params_first);
   }
 
-  ZT_TRY(plan_reserve(be, l->n_segs));
+  /* The table is the segments and, after them, each block's segment. */
   size_t count = 0;
-  unsigned long long blocks = zt__cuda_adam_plan(l->segs, l->n_segs, be->plan, &count);
+  unsigned long long blocks = 0;
+  size_t entries = zt__cuda_adam_plan(l->segs, l->n_segs, NULL, &count, &blocks);
   if (blocks == 0) return 0;
   if (blocks > MAX_GRID)
     return zt__errf(be->err, -EOVERFLOW, "adam: %llu blocks of %d elements exceed one "
                     "launch; split the segments", blocks, ZT_CUDA_ADAM_CHUNK);
+  ZT_TRY(plan_reserve(be, entries));
+  (void)zt__cuda_adam_plan(l->segs, l->n_segs, be->plan, &count, &blocks);
 
   device_scope scope(be->device);
   ZT_TRY(order_after_compute(be, stream));
   table_entry_t *t = NULL;
-  ZT_TRY(table_bind(be, &be->adam_tables, count, stream, &t));
+  ZT_TRY(table_bind(be, &be->adam_tables, entries, stream, &t));
   CU_TRY(be, zt__cuda_adam(l, t->dev, count, blocks, be->streams[stream]));
   return table_release(be, t, stream);
 }
@@ -672,6 +680,7 @@ static int cuda_sumsq(zt__backend_t *be, const void *grads, zt_dtype_t dtype,
   ZT_TRY(table_release(be, t, stream));
   CU_TRY(be, cudaMemcpyAsync(be->partials_host, be->partials, pieces * sizeof(double),
                              cudaMemcpyDeviceToHost, s));
+  be->host_syncs++;
   CU_TRY(be, cudaStreamSynchronize(s));
   double total = 0.0;
   for (unsigned long long i = 0; i < pieces; i++) total += be->partials_host[i];
@@ -691,6 +700,20 @@ static int cuda_cast(zt__backend_t *be, void *dst, zt_dtype_t dst_dtype, const v
   device_scope scope(be->device);
   ZT_TRY(order_after_compute(be, stream));
   CU_TRY(be, zt__cuda_cast(dst, dst_dtype, src, src_dtype, n, be->streams[stream]));
+  return 0;
+}
+
+static uint64_t cuda_host_syncs(const zt__backend_t *be) { return be->host_syncs; }
+
+/* The loop's stream orders everything ztier does after the loop's work:
+ * nothing waits on the legacy stream once it is set. What is already
+ * enqueued on the previous compute stream is waited for first, so work
+ * ordered after it stays ordered. */
+static int cuda_set_stream(zt__backend_t *be, void *stream) {
+  device_scope scope(be->device);
+  be->host_syncs++;
+  CU_TRY(be, cudaStreamSynchronize(be->streams[ZT_STREAM_COMPUTE]));
+  be->streams[ZT_STREAM_COMPUTE] = (cudaStream_t)stream;
   return 0;
 }
 
@@ -718,4 +741,6 @@ extern "C" const zt__backend_ops_t zt__backend_cuda_ops = {
     cuda_adam,
     cuda_sumsq,
     cuda_cast,
+    cuda_host_syncs,
+    cuda_set_stream,
 };

@@ -108,7 +108,9 @@ typedef enum zt_dtype {
 
 typedef enum zt_backend {
   ZT_BACKEND_HOST = 0, /* "device memory" is host memory; kernels are C */
-  ZT_BACKEND_CUDA = 1  /* cudaMalloc'd memory, CUDA streams and kernels  */
+  ZT_BACKEND_CUDA = 1, /* cudaMalloc'd memory, CUDA streams and kernels  */
+  ZT_BACKEND_SIM = 2   /* a GPU modelled on the CPU, for tests and
+                          benchmarks, not for training (docs/gpu.md)   */
 } zt_backend_t;
 
 /* Where a model state lives between uses. */
@@ -174,8 +176,8 @@ typedef struct zt_config {
   size_t size;      /* sizeof(zt_config_t), set by ZT_CONFIG_INIT       */
   unsigned version; /* ZT_CONFIG_VERSION, set by ZT_CONFIG_INIT         */
 
-  zt_backend_t backend; /* "host" | "cuda"                     */
-  int device;           /* CUDA device ordinal, >= 0           */
+  zt_backend_t backend; /* "host" | "cuda" | "sim"             */
+  int device;           /* CUDA device ordinal; -1 = local rank */
   int stage;            /* ZeRO stage 0..3                     */
   zt_comm_kind_t comm;  /* "auto" | "single" | "mpi" | "nccl"  */
 
@@ -239,7 +241,7 @@ typedef struct zt_config {
  * of the library it runs with. */
 #define ZT_CONFIG_INIT                                                       \
   {                                                                          \
-    sizeof(zt_config_t), ZT_CONFIG_VERSION, ZT_BACKEND_HOST, 0, 0,           \
+    sizeof(zt_config_t), ZT_CONFIG_VERSION, ZT_BACKEND_HOST, -1, 0,          \
         ZT_COMM_AUTO, ZT_ADAMW, ZT_TIER_DEVICE, ZT_TIER_DEVICE,            \
         ZT_ROUND_NEAREST, 0x5eed, 0, 0.0, ZT_LOSS_SCALE_AUTO, 65536.0, 2.0,  \
         0.5, 2000, 1.0, (size_t)16 << 20, 0, 0, ZT_LOG_WARN, NULL, NULL,     \
@@ -317,6 +319,16 @@ ZT_API int zt_engine_create(const zt_config_t *cfg, zt_engine_t **out);
  * nothing. Synchronous: waits for the engine's own work in flight.
  */
 ZT_API void zt_engine_destroy(zt_engine_t *eng);
+
+/*
+ * The loop's compute stream (a cudaStream_t with backend "cuda"; NULL, the
+ * default, is the legacy default stream there, and the only value backend
+ * "host" takes). ztier orders its work after what the loop enqueued on it
+ * before each call, and the loop's later work on it after what ztier's
+ * call hands back (gradients read, parameters written). Changeable between
+ * calls; what the previous stream holds is waited for first.
+ */
+ZT_API int zt_set_stream(zt_engine_t *eng, void *stream);
 
 /*
  * The sentence describing the last failure of a call on `eng`: which
@@ -612,11 +624,17 @@ typedef struct zt_stats_data {
                                 host_bytes)                               */
   uint64_t fetch_staged;     /* gathers whose own part was staged ahead
                                 (copied beside the loop, prefetch.h)      */
+
+  /* Calls that blocked the host on the device since the engine was
+   * created: event and stream syncs, synchronous reductions, frees of
+   * device memory (docs/design.md, "Sync points", says where a step has
+   * them). */
+  uint64_t host_syncs;
 } zt_stats_t;
 
 #define ZT_STATS_INIT                                                        \
   { sizeof(zt_stats_t), 0, 0, 0, 0, 0, 0, 0, 0, 0.0, 0.0, 0.0, 0.0, 0, 0, NULL, \
-    0, 1, 0, 0, 0, -1, NULL, 0, 0, 0.0, 0, 0, 0, 0, 0, 0, 0, 0.0, 0, 0, 0, 0 }
+    0, 1, 0, 0, 0, -1, NULL, 0, 0, 0.0, 0, 0, 0, 0, 0, 0, 0, 0.0, 0, 0, 0, 0, 0 }
 
 /* Fills *out: the caller's out->size bytes of it (sizeof(zt_stats_t) as the
  * program's header has it: use ZT_STATS_INIT; a larger struct's unknown

@@ -1,13 +1,16 @@
 /*
  * backend.h — the device backend interface: memory, copies, streams, events
- * and the few kernels a step needs. Two implementations:
+ * and the few kernels a step needs. Three implementations:
  *   host (src/backend/backend_host.c): "device memory" is host memory, kernels run on
  *        the CPU optimizer's threads, copies are memcpy done at once (so those
  *        streams are always idle and their events complete), except on
  *        ZT_STREAM_PREFETCH, whose copies a thread of its own runs in order;
  *   cuda (cuda/backend_cuda.cu): cudaMalloc with budget accounting, ztier's own
  *        streams for H2D and D2H ordered after the compute stream by events,
- *        kernels from cuda/kernels.cu, host pinning by cudaHostRegister.
+ *        kernels from cuda/kernels.cu, host pinning by cudaHostRegister;
+ *   sim  (src/backend/backend_sim.c): a GPU modelled on the CPU for tests and
+ *        benchmarks: device memory the CPU cannot touch, a thread per
+ *        stream, real events, copies timed by a modelled link.
  * Builds without nvcc link src/backend/backend_nocuda.c, whose create says so.
  *
  * Every function returns 0 or a negative code and writes its sentence into
@@ -27,7 +30,8 @@ extern "C" {
 #endif
 
 typedef enum zt__stream {
-  ZT_STREAM_COMPUTE = 0, /* the user's stream (the default stream on CUDA) */
+  ZT_STREAM_COMPUTE = 0, /* the loop's stream: set_stream's, else the
+                            backend's own compute stream                */
   ZT_STREAM_H2D = 1,     /* ztier's host-to-device copies                   */
   ZT_STREAM_D2H = 2,     /* ztier's device-to-host copies                   */
   ZT_STREAM_PREFETCH = 3, /* stage 3: a group's own shard part staged into
@@ -106,10 +110,21 @@ typedef struct zt__backend_ops {
   int (*cast)(zt__backend_t *be, void *dst, zt_dtype_t dst_dtype,
               const void *src, zt_dtype_t src_dtype, size_t n,
               zt__stream_t stream);
+
+  /* ---- the loop's side ---- */
+
+  /* Calls so far that blocked the host on the device: event and stream
+   * syncs, synchronous kernels (sumsq), and frees (a device-wide sync on
+   * CUDA). zt_stats' host_syncs. */
+  uint64_t (*host_syncs)(const zt__backend_t *be);
+  /* The loop's compute stream (a cudaStream_t on cuda, a zt__sim_stream_t
+   * on sim; NULL: the backend's own): ZT_STREAM_COMPUTE from now on. */
+  int (*set_stream)(zt__backend_t *be, void *stream);
 } zt__backend_ops_t;
 
 ZT_INTERNAL extern const zt__backend_ops_t zt__backend_host_ops;
 ZT_INTERNAL extern const zt__backend_ops_t zt__backend_cuda_ops;
+ZT_INTERNAL extern const zt__backend_ops_t zt__backend_sim_ops;
 
 #ifdef __cplusplus
 }

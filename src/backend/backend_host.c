@@ -28,6 +28,7 @@ struct zt__backend {
   size_t budget;
   size_t held;
   zt__work_queue_t prefetch; /* ZT_STREAM_PREFETCH */
+  uint64_t host_syncs;
 };
 
 struct zt__event {
@@ -128,6 +129,7 @@ static int host_event_record(zt__backend_t *be, zt__event_t *ev, zt__stream_t st
 }
 
 static int host_event_sync(zt__backend_t *be, zt__event_t *ev) {
+  be->host_syncs++;
   zt__work_queue_wait(&be->prefetch, ev->ticket);
   return 0;
 }
@@ -136,10 +138,12 @@ static int host_event_sync(zt__backend_t *be, zt__event_t *ev) {
  * the device is for the host to wait. The prefetch stream runs in order,
  * and no other stream has anything pending: it waits for nothing. */
 static int host_stream_wait(zt__backend_t *be, zt__stream_t stream, zt__event_t *ev) {
-  return stream == ZT_STREAM_PREFETCH ? 0 : host_event_sync(be, ev);
+  if (stream != ZT_STREAM_PREFETCH) zt__work_queue_wait(&be->prefetch, ev->ticket);
+  return 0;
 }
 
 static int host_stream_sync(zt__backend_t *be, zt__stream_t stream) {
+  be->host_syncs++;
   after_queued(be, stream);
   return 0;
 }
@@ -165,6 +169,17 @@ static int host_cast(zt__backend_t *be, void *dst, zt_dtype_t dst_dtype, const v
   return 0;
 }
 
+static uint64_t host_host_syncs(const zt__backend_t *be) { return be->host_syncs; }
+
+/* The loop's stream is the CPU itself: there is no other to set. */
+static int host_set_stream(zt__backend_t *be, void *stream) {
+  if (stream != NULL)
+    return zt__errf(be->err, -EINVAL,
+                    "zt_set_stream: stream is not NULL but backend is \"host\", which has "
+                    "no streams; pass NULL");
+  return 0;
+}
+
 const zt__backend_ops_t zt__backend_host_ops = {
     .name = "host",
     .create = host_create,
@@ -187,4 +202,6 @@ const zt__backend_ops_t zt__backend_host_ops = {
     .adam = host_adam,
     .sumsq = host_sumsq,
     .cast = host_cast,
+    .host_syncs = host_host_syncs,
+    .set_stream = host_set_stream,
 };

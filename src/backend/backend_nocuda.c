@@ -79,6 +79,9 @@ static int nocuda_cast(zt__backend_t *be, void *dst, zt_dtype_t dst_dtype, const
 
 static const char *nocuda_pci_bus_id(zt__backend_t *be) { return NULL; }
 
+static uint64_t nocuda_host_syncs(const zt__backend_t *be) { return 0; }
+static int nocuda_set_stream(zt__backend_t *be, void *stream) { return ZT_ENOCUDA; }
+
 const zt__backend_ops_t zt__backend_cuda_ops = {
     .name = "cuda",
     .create = nocuda_create,
@@ -101,4 +104,6 @@ const zt__backend_ops_t zt__backend_cuda_ops = {
     .adam = nocuda_adam,
     .sumsq = nocuda_sumsq,
     .cast = nocuda_cast,
+    .host_syncs = nocuda_host_syncs,
+    .set_stream = nocuda_set_stream,
 };

@@ -45,7 +45,7 @@
 #include "offload/swap.h"     // defines: ZT__SWAP_MAX_PATHS, ZT__SWAP_MAX_RINGS
 #include "offload/tier.h"     // defines: ZT_STAGING_SLOTS (the host tier's staging ring)
 
-static const char *const backend_names[] = {"host", "cuda"};
+static const char *const backend_names[] = {"host", "cuda", "sim"};
 static const char *const comm_names[] = {"single", "mpi", "nccl", "auto"};
 static const char *const optimizer_names[] = {"adamw", "adam"};
 static const char *const tier_names[] = {"device", "host", "nvme"};
@@ -58,12 +58,15 @@ static const char *const level_names[] = {"error", "warn", "info", "debug"};
 #define NAMES(a) .names = (a), .n_names = (int)(sizeof(a) / sizeof((a)[0]))
 
 const keydef_t zt__config_keys[] = {
-    {FIELD(backend), .type = T_ENUM, NAMES(backend_names), .supported = 0x3,
+    {FIELD(backend), .type = T_ENUM, NAMES(backend_names), .supported = 0x7,
      .doc = "where the engine's memory and kernels are: `host` (host memory, C "
-            "kernels) or `cuda` (a GPU)"},
-    {FIELD(device), .type = T_INT, .lo = 0, .hi = 1023, .sup = 1023,
-     .also = "0 with backend \"host\"",
-     .doc = "CUDA device ordinal; only meaningful with backend `cuda`"},
+            "kernels), `cuda` (a GPU), or `sim` (a GPU modelled on the CPU, for "
+            "tests and benchmarks; docs/gpu.md)"},
+    {FIELD(device), .type = T_INT, .lo = -1, .hi = 1023, .sup = 1023,
+     .also = "-1 or 0 with backend \"host\"",
+     .doc = "CUDA device ordinal; -1 = local_rank % device_count, the local rank from "
+            "MPI or the launcher (docs/gpu.md, \"Which GPU each rank uses\"); only "
+            "meaningful with backend `cuda`"},
     {FIELD(stage), .type = T_INT, .lo = 0, .hi = 3, .sup = 3,
      .doc = "ZeRO stage: 0 replicates everything (one rank), 1 partitions the "
             "optimizer states across ranks, 2 the gradients too, 3 the parameters "
@@ -87,8 +90,9 @@ const keydef_t zt__config_keys[] = {
     {FIELD(nccl_id_timeout_s), .type = T_NUM, .lo = 0, .lo_open = 1, .hi = 86400,
      .doc = "seconds a rank other than 0 waits for nccl_id_file to appear"},
     {FIELD(comm_timeout_s), .type = T_NUM, .lo = 0, .lo_open = 1, .hi = 86400,
-     .doc = "seconds a rank waits in a collective (comm `mpi`) for the other ranks; "
-            "then the call fails with ETIMEDOUT naming the ranks that did not come. "
+     .doc = "seconds a rank waits in a collective (comm `mpi`, and comm `nccl` with "
+            "its init) for the other ranks; then the call fails with ETIMEDOUT (comm "
+            "`mpi` names the ranks that did not come; comm `nccl` is aborted). "
             "It must exceed the longest time one rank works alone between two "
             "collectives (a checkpoint write, a slow first step)"},
     {FIELD(optimizer), .type = T_ENUM, NAMES(optimizer_names), .supported = 0x3,
@@ -475,11 +479,11 @@ static int check_nccl_boot(const ctx_t *c, const zt_config_t *cfg) {
 static int check_combos(const ctx_t *c, const zt_config_t *cfg) {
   const keydef_t *backend = zt__config_find_key("backend"),
                  *device = zt__config_find_key("device");
-  if (cfg->backend == ZT_BACKEND_HOST && cfg->device != 0)
+  if (cfg->backend == ZT_BACKEND_HOST && cfg->device != 0 && cfg->device != -1)
     return zt__config_kfail(
         c, device, backend, ZT_ECONFIG,
         "key 'device' is %d but backend is \"host\": device is only meaningful "
-        "for backend \"cuda\"; remove device or set it to 0",
+        "for backend \"cuda\"; remove device or set it to -1 (or 0)",
         cfg->device);
 
   /* NCCL moves device memory; with backend "host" there is none. */

@@ -130,15 +130,15 @@ static int check_world(zt_engine_t *eng) {
                     "ranks are not supported by this version; use stage 1 (the same "
                     "parameters and gradients, 1/%d of the optimizer states)",
                     world, world);
-  /* The shard's reduction and norm run on the CPU: on cuda its buffers must
-   * be pinned host memory, which the host and nvme tiers' are and the
+  /* The shard's reduction and norm run on the CPU: on a GPU its buffers
+   * must be pinned host memory, which the host and nvme tiers' are and the
    * device tier's are not. */
-  if (c->stage >= 1 && c->backend == ZT_BACKEND_CUDA && c->optimizer_tier == ZT_TIER_DEVICE)
+  if (c->stage >= 1 && c->backend != ZT_BACKEND_HOST && c->optimizer_tier == ZT_TIER_DEVICE)
     return zt__errf(&eng->err, ZT_ECONFIG,
-                    "stage %d on the cuda backend needs optimizer_tier \"host\" or \"nvme\" "
+                    "stage %d on the %s backend needs optimizer_tier \"host\" or \"nvme\" "
                     "in this version (optimizer_tier is \"device\": shards of the optimizer "
                     "states in device memory are not in this version)",
-                    c->stage);
+                    c->stage, eng->be_ops->name);
   return 0;
 }
 
@@ -167,7 +167,9 @@ int zt__engine_fail(zt_engine_t *eng, int rc) {
 }
 
 static const zt__backend_ops_t *backend_ops(zt_backend_t b) {
-  return b == ZT_BACKEND_CUDA ? &zt__backend_cuda_ops : &zt__backend_host_ops;
+  return b == ZT_BACKEND_CUDA ? &zt__backend_cuda_ops
+         : b == ZT_BACKEND_SIM ? &zt__backend_sim_ops
+                               : &zt__backend_host_ops;
 }
 
 /* Whether a config that failed validation, but whose size and version can
@@ -283,6 +285,12 @@ void zt_engine_destroy(zt_engine_t *eng) {
   free(eng);
 }
 
+int zt_set_stream(zt_engine_t *eng, void *stream) {
+  if (!zt__engine_valid(eng))
+    return zt__errf(zt__err_thread(), -EINVAL, "zt_set_stream: eng is not a live engine");
+  return eng->be_ops->set_stream(eng->be, stream);
+}
+
 /* ---- statistics ----------------------------------------------------------------- */
 
 int zt_stats(const zt_engine_t *eng, zt_stats_t *out) {
@@ -342,6 +350,7 @@ int zt_stats(const zt_engine_t *eng, zt_stats_t *out) {
                                        : eng->state_numel;
   out->comm_bytes_sent = eng->comm->bytes_sent;
   out->comm_bytes_received = eng->comm->bytes_received;
+  out->host_syncs = eng->be_ops->host_syncs(eng->be);
   memcpy(user, out, have);
   return 0;
 }
