@@ -51,6 +51,7 @@
 #include <cuda_runtime.h> // defines: the CUDA runtime API
 
 #include "backend/backend.h"      // defines: zt__backend_ops_t, zt__seg_t, zt__adam_launch_t
+#include "backend/device_select.h" // defines: zt__device_select, zt__cuda_device_count
 #include "cuda/kernels.cuh"    // defines: zt__cuda_adam/sumsq/cast and their plans
 
 /* Tables cached per kernel kind. */
@@ -303,6 +304,19 @@ static int is_no_gpu(cudaError_t rc) {
          rc == cudaErrorSystemDriverMismatch;
 }
 
+int zt__cuda_device_count(zt__err_t *err, int *out) {
+  *out = 0;
+  cudaError_t rc = cudaGetDeviceCount(out);
+  if (rc != cudaSuccess) {
+    (void)cudaGetLastError();
+    *out = 0;
+    return zt__errf(err, ZT_ENOGPU, "cudaGetDeviceCount failed: %s (%s)",
+                    cudaGetErrorString(rc), cudaGetErrorName(rc));
+  }
+  if (*out <= 0) return zt__errf(err, ZT_ENOGPU, "the CUDA driver reports no device");
+  return 0;
+}
+
 static int cuda_create(const zt_config_t *cfg, zt__cpu_t *cpu, zt__err_t *err,
                        zt__backend_t **out) {
   (void)cpu;
@@ -321,27 +335,28 @@ static int cuda_create(const zt_config_t *cfg, zt__cpu_t *cpu, zt__err_t *err,
   if (count <= 0)
     return zt__errf(err, ZT_ENOGPU, "backend \"cuda\": the CUDA driver reports no device; "
                     "use backend \"host\"");
-  if (cfg->device < 0 || cfg->device >= count)
-    return zt__errf(err, -EINVAL,
-                    "device is %d; expected a CUDA device ordinal in [0, %d) (this machine "
-                    "has %d device%s)",
-                    cfg->device, count, count, count == 1 ? "" : "s");
+  /* `device` -1: the local rank chooses (device_select.h). The engine
+   * resolves it before this call, from MPI where the comm is "mpi"; a
+   * backend created on its own reads the launcher's environment. */
+  int device = -1, local_rank = -1;
+  if (cfg->device < 0) ZT_TRY(zt__device_env_local_rank(err, &local_rank, NULL));
+  ZT_TRY(zt__device_select(cfg->device, local_rank, count, err, &device));
   /* On success the device stays current in the creating thread (the user's
    * loop works on it too); a failed create gives the caller's device back. */
   int prev_device = -1;
   if (cudaGetDevice(&prev_device) != cudaSuccess) prev_device = -1;
-  rc = cudaSetDevice(cfg->device);
+  rc = cudaSetDevice(device);
   if (rc != cudaSuccess) {
     (void)cudaGetLastError();
     return zt__errf(err, is_no_gpu(rc) ? ZT_ENOGPU : ZT_ECUDA,
-                    "backend \"cuda\": cudaSetDevice(%d) failed: %s (%s)", cfg->device,
+                    "backend \"cuda\": cudaSetDevice(%d) failed: %s (%s)", device,
                     cudaGetErrorString(rc), cudaGetErrorName(rc));
   }
 
   zt__backend_t *be = (zt__backend_t *)calloc(1, sizeof *be);
   if (be == NULL) return zt__errf(err, -ENOMEM, "cuda backend: out of host memory");
   be->err = err;
-  be->device = cfg->device;
+  be->device = device;
   be->budget = cfg->device_budget_bytes;
   be->streams[ZT_STREAM_COMPUTE] = 0;
 

@@ -589,7 +589,7 @@ static void test_budget(void **state) {
 
 static void test_bad_device(void **state) {
   (void)state;
-  static const int bad[] = {-1, 1000};
+  static const int bad[] = {-2, 1000};
   for (size_t i = 0; i < 2; i++) {
     zt_config_t cfg = ZT_CONFIG_INIT;
     cfg.backend = ZT_BACKEND_CUDA;
