@@ -283,8 +283,11 @@ void *zt__sim_reach(zt__backend_t *be, const void *p) {
 static size_t elem_size(zt_dtype_t t) { return t == ZT_FP32 ? 4 : 2; }
 
 /* Runs one op, outside the lock. Its modelled time is reserved first on
- * the resource it holds (a link direction, or the device's compute); the
- * op ends at the later of that and its real end, as seen by the stream. */
+ * the resource it holds (a link direction, or the device's compute), and
+ * its bytes land at the end of that time, as a GPU's do: until then its
+ * destination holds what it held, so work that reads it early reads old
+ * bytes. When the CPU takes longer than the model, the resource is held
+ * that much longer. */
 static void run_op(zt__backend_t *be, op_t *op) {
   double seconds = be->launch_s, *resource;
   pthread_mutex_lock(&be->mu);
@@ -297,6 +300,7 @@ static void run_op(zt__backend_t *be, op_t *op) {
   }
   double end = reserve(resource, seconds);
   pthread_mutex_unlock(&be->mu);
+  sleep_until(end);
   switch (op->kind) {
   case OP_COPY:
     memmove(op->dst, op->src, op->bytes);
@@ -322,13 +326,9 @@ static void run_op(zt__backend_t *be, op_t *op) {
     break;
   }
   double real_end = now_s();
-  if (real_end > end) {
-    /* The CPU was slower than the model: the resource was held that long. */
-    pthread_mutex_lock(&be->mu);
-    if (*resource < real_end) *resource = real_end;
-    pthread_mutex_unlock(&be->mu);
-  }
-  sleep_until(end);
+  pthread_mutex_lock(&be->mu);
+  if (*resource < real_end) *resource = real_end;
+  pthread_mutex_unlock(&be->mu);
 }
 
 static void *stream_main(void *arg) {

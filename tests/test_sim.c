@@ -1,0 +1,396 @@
+/*
+ * test_sim.c — the sim backend as a model of a GPU: its device memory faults
+ * when the CPU touches it; its streams run beside the caller, so work that
+ * is not ordered by an event races (and work that is, does not); copies
+ * take the time of the modelled link, the two directions at once; host
+ * syncs are counted; its kernels give the host backend's bits; and an
+ * engine on it orders its step after the loop's own stream (zt_set_stream).
+ * Fresh random data each run.
+ */
+#define _GNU_SOURCE
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "backend/backend.h"
+#include "backend/backend_sim.h"
+#include "engine/engine.h" // defines: struct zt_engine (its backend)
+#include "harness.h"
+
+typedef struct sim {
+  zt__backend_t *be;
+  zt__cpu_t *cpu;
+  zt__err_t err;
+} sim_t;
+
+static const zt__backend_ops_t *ops = &zt__backend_sim_ops;
+
+static void sim_open(sim_t *s, const char *link_gbps) {
+  zt_config_t cfg = t_config();
+  memset(s, 0, sizeof *s);
+  if (link_gbps) setenv("ZT_SIM_LINK_GBPS", link_gbps, 1);
+  else unsetenv("ZT_SIM_LINK_GBPS");
+  assert_int_equal(zt__cpu_create(1, &s->err, &s->cpu), 0);
+  int rc = ops->create(&cfg, s->cpu, &s->err, &s->be);
+  if (rc != 0) fail_msg("sim create: %s", s->err.msg);
+  unsetenv("ZT_SIM_LINK_GBPS");
+}
+
+static void sim_close(sim_t *s) {
+  ops->destroy(s->be);
+  zt__cpu_destroy(s->cpu);
+}
+
+static double now_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* Pinned host memory, as ztier's pool is: copies may use it after return. */
+static void *pinned(sim_t *s, size_t bytes) {
+  void *p = calloc(1, bytes);
+  assert_non_null(p);
+  assert_int_equal(ops->host_register(s->be, p, bytes), 0);
+  return p;
+}
+
+static void unpin(sim_t *s, void *p) {
+  ops->host_unregister(s->be, p);
+  free(p);
+}
+
+/* A read of device memory by the CPU kills the process that tries. */
+static void test_cpu_touch_faults(void **state) {
+  sim_t s;
+  sim_open(&s, NULL);
+  void *d = NULL;
+  assert_int_equal(ops->alloc(s.be, 4096, &d), 0);
+  assert_true(ops->is_device_ptr(s.be, d));
+  assert_false(ops->is_device_ptr(s.be, &s));
+  fflush(NULL);
+  pid_t pid = fork();
+  assert_true(pid >= 0);
+  if (pid == 0) {
+    signal(SIGSEGV, SIG_DFL); /* not the test framework's handler */
+    volatile unsigned char *p = d;
+    unsigned char c = p[100]; /* must fault here */
+    _exit(c == 0xEE ? 3 : 0);
+  }
+  int status = 0;
+  assert_int_equal(waitpid(pid, &status, 0), pid);
+  /* Killed by SIGSEGV, or a sanitizer's report of it: never a clean exit. */
+  printf("# child: %s %d\n", WIFSIGNALED(status) ? "signal" : "exit",
+         WIFSIGNALED(status) ? WTERMSIG(status) : WEXITSTATUS(status));
+  assert_false(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+  assert_true((WIFSIGNALED(status) && WTERMSIG(status) == SIGSEGV) ||
+              (WIFEXITED(status) && WEXITSTATUS(status) != 3));
+  ops->free(s.be, d, 4096);
+  assert_int_equal(ops->device_bytes(s.be), 0);
+  sim_close(&s);
+}
+
+/* Host -> device -> device -> host gives the bytes back, through pageable
+ * and pinned memory alike. */
+static void test_round_trip(void **state) {
+  sim_t s;
+  sim_open(&s, NULL);
+  t_rng_t rng;
+  t_rng_init(&rng, t_seed() ^ 0x5101);
+  const size_t n = (3 << 20) + 17;
+  unsigned char *src = malloc(n), *back = calloc(1, n), *pin = pinned(&s, n);
+  t_fill_bits(src, n, &rng);
+  void *a = NULL, *b = NULL;
+  assert_int_equal(ops->alloc(s.be, n, &a), 0);
+  assert_int_equal(ops->alloc(s.be, n, &b), 0);
+  assert_int_equal(ops->copy(s.be, a, src, n, ZT_COPY_H2D, ZT_STREAM_COMPUTE), 0);
+  /* A pageable source is taken at once: changing it now changes nothing. */
+  unsigned char first = src[0];
+  src[0] ^= 0xFF;
+  assert_int_equal(ops->copy(s.be, b, a, n, ZT_COPY_D2D, ZT_STREAM_COMPUTE), 0);
+  assert_int_equal(ops->copy(s.be, pin, b, n, ZT_COPY_D2H, ZT_STREAM_COMPUTE), 0);
+  assert_int_equal(ops->stream_sync(s.be, ZT_STREAM_COMPUTE), 0);
+  /* A pageable destination is written before the call returns. */
+  assert_int_equal(ops->copy(s.be, back, b, n, ZT_COPY_D2H, ZT_STREAM_COMPUTE), 0);
+  src[0] = first;
+  t_expect_same("pinned", pin, src, 1, n);
+  t_expect_same("pageable", back, src, 1, n);
+  ops->free(s.be, a, n);
+  ops->free(s.be, b, n);
+  unpin(&s, pin);
+  free(src);
+  free(back);
+  sim_close(&s);
+}
+
+/* A copy on ztier's H2D stream that the compute stream does not wait for is
+ * still in flight when compute reads its destination (the model races, as
+ * a GPU would); with an event between them it is not. */
+static void test_event_orders_streams(void **state) {
+  sim_t s;
+  sim_open(&s, "0.02"); /* 20 MB/s: 4 MiB take 200 ms */
+  t_rng_t rng;
+  t_rng_init(&rng, t_seed() ^ 0x5102);
+  const size_t n = 4 << 20;
+  unsigned char *src = pinned(&s, n), *out = pinned(&s, n), *zero = calloc(1, n);
+  t_fill_bits(src, n, &rng);
+  void *a = NULL, *b = NULL;
+  assert_int_equal(ops->alloc(s.be, n, &a), 0);
+  assert_int_equal(ops->alloc(s.be, n, &b), 0);
+  zt__event_t *ev = NULL;
+  assert_int_equal(ops->event_create(s.be, &ev), 0);
+  for (int ordered = 0; ordered <= 1; ordered++) {
+    assert_int_equal(ops->memset_zero(s.be, a, n, ZT_STREAM_COMPUTE), 0);
+    assert_int_equal(ops->memset_zero(s.be, b, n, ZT_STREAM_COMPUTE), 0);
+    assert_int_equal(ops->stream_sync(s.be, ZT_STREAM_COMPUTE), 0);
+    assert_int_equal(ops->copy(s.be, a, src, n, ZT_COPY_H2D, ZT_STREAM_H2D), 0);
+    assert_int_equal(ops->event_record(s.be, ev, ZT_STREAM_H2D), 0);
+    if (ordered) assert_int_equal(ops->stream_wait(s.be, ZT_STREAM_COMPUTE, ev), 0);
+    assert_int_equal(ops->copy(s.be, b, a, n, ZT_COPY_D2D, ZT_STREAM_COMPUTE), 0);
+    assert_int_equal(ops->copy(s.be, out, b, n, ZT_COPY_D2H, ZT_STREAM_COMPUTE), 0);
+    assert_int_equal(ops->stream_sync(s.be, ZT_STREAM_COMPUTE), 0);
+    if (ordered) t_expect_same("after the wait", out, src, 1, n);
+    else assert_memory_equal(out, zero, n); /* read before the copy landed */
+    assert_int_equal(ops->event_sync(s.be, ev), 0);
+  }
+  ops->event_destroy(s.be, ev);
+  ops->free(s.be, a, n);
+  ops->free(s.be, b, n);
+  unpin(&s, src);
+  unpin(&s, out);
+  free(zero);
+  sim_close(&s);
+}
+
+/* Copies take bytes / link: one direction's copies queue behind each other
+ * on the link even from two streams, while the two directions overlap. */
+static void test_link_model(void **state) {
+  sim_t s;
+  sim_open(&s, "0.1"); /* 100 MB/s: 8 MB take 80 ms */
+  const size_t n = 8000000;
+  const double one = (double)n / 1e8;
+  unsigned char *h1 = pinned(&s, n), *h2 = pinned(&s, n);
+  void *d1 = NULL, *d2 = NULL;
+  assert_int_equal(ops->alloc(s.be, n, &d1), 0);
+  assert_int_equal(ops->alloc(s.be, n, &d2), 0);
+
+  double t0 = now_s();
+  assert_int_equal(ops->copy(s.be, d1, h1, n, ZT_COPY_H2D, ZT_STREAM_H2D), 0);
+  assert_int_equal(ops->stream_sync(s.be, ZT_STREAM_H2D), 0);
+  double single = now_s() - t0;
+
+  t0 = now_s();
+  assert_int_equal(ops->copy(s.be, d1, h1, n, ZT_COPY_H2D, ZT_STREAM_H2D), 0);
+  assert_int_equal(ops->copy(s.be, d2, h2, n, ZT_COPY_H2D, ZT_STREAM_PREFETCH), 0);
+  assert_int_equal(ops->stream_sync(s.be, ZT_STREAM_H2D), 0);
+  assert_int_equal(ops->stream_sync(s.be, ZT_STREAM_PREFETCH), 0);
+  double same_way = now_s() - t0;
+
+  t0 = now_s();
+  assert_int_equal(ops->copy(s.be, d1, h1, n, ZT_COPY_H2D, ZT_STREAM_H2D), 0);
+  assert_int_equal(ops->copy(s.be, h2, d2, n, ZT_COPY_D2H, ZT_STREAM_D2H), 0);
+  assert_int_equal(ops->stream_sync(s.be, ZT_STREAM_H2D), 0);
+  assert_int_equal(ops->stream_sync(s.be, ZT_STREAM_D2H), 0);
+  double both_ways = now_s() - t0;
+  printf("# modelled %.0f ms a copy; one copy %.1f ms, two one way %.1f ms, one each "
+         "way %.1f ms\n", 1e3 * one, 1e3 * single, 1e3 * same_way, 1e3 * both_ways);
+  /* Lower bounds hold on any machine; the last check has a whole copy's
+   * time (80 ms) of slack for a loaded one. */
+  assert_true(single >= one);
+  assert_true(same_way >= 2 * one);
+  assert_true(both_ways >= one);
+  assert_true(both_ways < same_way);
+  ops->free(s.be, d1, n);
+  ops->free(s.be, d2, n);
+  unpin(&s, h1);
+  unpin(&s, h2);
+  sim_close(&s);
+}
+
+/* The calls that block the host are counted, and only those. */
+static void test_host_syncs_counted(void **state) {
+  sim_t s;
+  sim_open(&s, NULL);
+  const size_t n = 1 << 16;
+  unsigned char *h = pinned(&s, n);
+  void *d = NULL;
+  assert_int_equal(ops->alloc(s.be, n, &d), 0);
+  zt__event_t *ev = NULL;
+  assert_int_equal(ops->event_create(s.be, &ev), 0);
+  uint64_t before = ops->host_syncs(s.be);
+  assert_int_equal(ops->copy(s.be, d, h, n, ZT_COPY_H2D, ZT_STREAM_H2D), 0);
+  assert_int_equal(ops->event_record(s.be, ev, ZT_STREAM_H2D), 0);
+  assert_int_equal(ops->stream_wait(s.be, ZT_STREAM_COMPUTE, ev), 0);
+  assert_int_equal(ops->copy(s.be, h, d, n, ZT_COPY_D2H, ZT_STREAM_D2H), 0);
+  assert_int_equal(ops->host_syncs(s.be), before);
+  assert_int_equal(ops->event_sync(s.be, ev), 0);
+  assert_int_equal(ops->stream_sync(s.be, ZT_STREAM_D2H), 0);
+  assert_int_equal(ops->host_syncs(s.be), before + 2);
+  ops->free(s.be, d, n); /* waits for the device, as cudaFree does */
+  assert_int_equal(ops->host_syncs(s.be), before + 3);
+  ops->event_destroy(s.be, ev);
+  unpin(&s, h);
+  sim_close(&s);
+}
+
+/* The update on sim gives the host backend's bits, on fresh random data. */
+static void test_adam_bits(void **state) {
+  t_rng_t rng;
+  t_rng_init(&rng, t_seed() ^ 0x5103);
+  const size_t n = 50000;
+  float *p = malloc(n * 4), *g = malloc(n * 4), *m = malloc(n * 4), *v = malloc(n * 4);
+  t_fill_normal(p, ZT_FP32, n, 1.0, &rng);
+  t_fill_normal(g, ZT_FP32, n, 0.1, &rng);
+  t_fill_normal(m, ZT_FP32, n, 0.01, &rng);
+  t_fill_uniform(v, ZT_FP32, n, 0.0, 1e-3, &rng);
+  zt__seg_t segs[3] = {{0, 0, 777, 1}, {777, 777, 30000, 0}, {30777, 30777, n - 30777, 1}};
+  zt_step_args_t a = ZT_STEP_ARGS_INIT;
+  a.lr = 1e-3f;
+  a.weight_decay = 0.1f;
+  a.t = 3;
+  zt__adam_hp_t hp;
+  zt__adam_hp_make(&a, 1.0, ZT_MODE_ADAMW, 0, 0, &hp);
+
+  /* The host's answer. */
+  float *hp_ = malloc(n * 4), *hm = malloc(n * 4), *hv = malloc(n * 4);
+  memcpy(hp_, p, n * 4);
+  memcpy(hm, m, n * 4);
+  memcpy(hv, v, n * 4);
+  zt__err_t err = {0};
+  zt__cpu_t *cpu = NULL;
+  assert_int_equal(zt__cpu_create(2, &err, &cpu), 0);
+  zt__adam_launch_t l = {&hp, NULL, hm, hv, g, 0, ZT_FP32, hp_, 0, ZT_FP32, segs, 3};
+  zt__cpu_adam(cpu, &l);
+  zt__cpu_destroy(cpu);
+
+  sim_t s;
+  sim_open(&s, NULL);
+  void *dp, *dg, *dm, *dv;
+  assert_int_equal(ops->alloc(s.be, n * 4, &dp), 0);
+  assert_int_equal(ops->alloc(s.be, n * 4, &dg), 0);
+  assert_int_equal(ops->alloc(s.be, n * 4, &dm), 0);
+  assert_int_equal(ops->alloc(s.be, n * 4, &dv), 0);
+  assert_int_equal(ops->copy(s.be, dp, p, n * 4, ZT_COPY_H2D, ZT_STREAM_COMPUTE), 0);
+  assert_int_equal(ops->copy(s.be, dg, g, n * 4, ZT_COPY_H2D, ZT_STREAM_COMPUTE), 0);
+  assert_int_equal(ops->copy(s.be, dm, m, n * 4, ZT_COPY_H2D, ZT_STREAM_COMPUTE), 0);
+  assert_int_equal(ops->copy(s.be, dv, v, n * 4, ZT_COPY_H2D, ZT_STREAM_COMPUTE), 0);
+  zt__adam_launch_t dl = {&hp, NULL, dm, dv, dg, 0, ZT_FP32, dp, 0, ZT_FP32, segs, 3};
+  assert_int_equal(ops->adam(s.be, &dl, ZT_STREAM_COMPUTE), 0);
+  /* The launch's tables are the backend's copies: the caller's may go. */
+  memset(&hp, 0xFF, sizeof hp);
+  memset(segs, 0xFF, sizeof segs);
+  assert_int_equal(ops->copy(s.be, p, dp, n * 4, ZT_COPY_D2H, ZT_STREAM_COMPUTE), 0);
+  assert_int_equal(ops->copy(s.be, m, dm, n * 4, ZT_COPY_D2H, ZT_STREAM_COMPUTE), 0);
+  assert_int_equal(ops->copy(s.be, v, dv, n * 4, ZT_COPY_D2H, ZT_STREAM_COMPUTE), 0);
+  t_expect_same("params", p, hp_, 4, n);
+  t_expect_same("m", m, hm, 4, n);
+  t_expect_same("v", v, hv, 4, n);
+  ops->free(s.be, dp, n * 4);
+  ops->free(s.be, dg, n * 4);
+  ops->free(s.be, dm, n * 4);
+  ops->free(s.be, dv, n * 4);
+  sim_close(&s);
+  free(p), free(g), free(m), free(v), free(hp_), free(hm), free(hv);
+}
+
+/* ---- an engine on sim ------------------------------------------------------------ */
+
+typedef struct backward {
+  zt__backend_t *be;
+  float *grads; /* device */
+  const float *from;
+  size_t n;
+} backward_t;
+
+/* The loop's backward: writes the gradients on its stream, late. */
+static void backward_run(void *arg) {
+  backward_t *b = arg;
+  struct timespec ts = {0, 30 * 1000 * 1000};
+  nanosleep(&ts, NULL);
+  memcpy(zt__sim_reach(b->be, b->grads), b->from, b->n * sizeof(float));
+}
+
+/* One step of a flat fp32 model whose gradients the loop writes on its own
+ * stream: with zt_set_stream the step waits for them and matches the host
+ * engine's bits; the step's host syncs are what docs/design.md says. */
+static void test_step_after_loop_stream(void **state) {
+  t_rng_t rng;
+  t_rng_init(&rng, t_seed() ^ 0x5104);
+  const size_t n = 20000;
+  float *p0 = malloc(n * 4), *g = malloc(n * 4), *want = malloc(n * 4), *got = malloc(n * 4);
+  t_fill_normal(p0, ZT_FP32, n, 1.0, &rng);
+  t_fill_normal(g, ZT_FP32, n, 0.1, &rng);
+  zt_step_args_t a = ZT_STEP_ARGS_INIT;
+  a.lr = 1e-2f;
+  a.t = 1;
+
+  zt_config_t hc = t_config();
+  hc.backend = ZT_BACKEND_HOST;
+  zt_engine_t *h = t_engine(&hc);
+  memcpy(want, p0, n * 4);
+  float *hg = malloc(n * 4);
+  memcpy(hg, g, n * 4);
+  T_OK(zt_register_flat(h, want, hg, n, ZT_FP32, ZT_FP32), h);
+  T_OK(zt_step(h, &a, NULL), h);
+  zt_engine_destroy(h);
+  free(hg);
+
+  zt_config_t sc = t_config();
+  sc.backend = ZT_BACKEND_SIM;
+  zt_engine_t *e = t_engine(&sc);
+  float *dp = t_buf_alloc(e, n * 4), *dg = t_buf_alloc(e, n * 4);
+  t_buf_upload(e, dp, p0, n * 4);
+  float *zeros = calloc(n, 4);
+  t_buf_upload(e, dg, zeros, n * 4);
+  T_OK(zt_register_flat(e, dp, dg, n, ZT_FP32, ZT_FP32), e);
+  zt__sim_stream_t *loop = NULL;
+  assert_int_equal(zt__sim_stream_create(e->be, &loop), 0);
+  T_OK(zt_set_stream(e, loop), e);
+  backward_t b = {e->be, dg, g, n};
+  assert_int_equal(zt__sim_launch(e->be, ZT_STREAM_COMPUTE, backward_run, &b, n * 4), 0);
+  zt_stats_t s0 = ZT_STATS_INIT, s1 = ZT_STATS_INIT;
+  T_OK(zt_stats(e, &s0), e);
+  T_OK(zt_step(e, &a, NULL), e);
+  T_OK(zt_stats(e, &s1), e);
+  printf("# host syncs in a stage-0 device-tier step on sim: %llu\n",
+         (unsigned long long)(s1.host_syncs - s0.host_syncs));
+  t_buf_download(e, got, dp, n * 4);
+  t_expect_same("params after the step", got, want, 4, n);
+  T_OK(zt_set_stream(e, NULL), e);
+  zt__sim_stream_destroy(e->be, loop);
+  t_buf_free(e, dp, n * 4);
+  t_buf_free(e, dg, n * 4);
+  zt_engine_destroy(e);
+  free(p0), free(g), free(want), free(got), free(zeros);
+}
+
+/* A model figure that is not a positive number is refused by name. */
+static void test_bad_model_figure(void **state) {
+  zt_config_t cfg = t_config();
+  cfg.backend = ZT_BACKEND_SIM;
+  setenv("ZT_SIM_LINK_GBPS", "fast", 1);
+  zt_engine_t *e = NULL;
+  int rc = zt_engine_create(&cfg, &e);
+  unsetenv("ZT_SIM_LINK_GBPS");
+  printf("# %s\n", zt_last_error(NULL));
+  assert_int_equal(rc, -EINVAL);
+  assert_null(e);
+  assert_non_null(strstr(zt_last_error(NULL), "ZT_SIM_LINK_GBPS"));
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_cpu_touch_faults),
+      cmocka_unit_test(test_round_trip),
+      cmocka_unit_test(test_event_orders_streams),
+      cmocka_unit_test(test_link_model),
+      cmocka_unit_test(test_host_syncs_counted),
+      cmocka_unit_test(test_adam_bits),
+      cmocka_unit_test(test_step_after_loop_stream),
+      cmocka_unit_test(test_bad_model_figure),
+  };
+  return T_RUN(tests);
+}
