@@ -350,7 +350,7 @@ static void test_step_after_loop_stream(void **state) {
   assert_int_equal(zt__sim_stream_create(e->be, &loop), 0);
   T_OK(zt_set_stream(e, loop), e);
   backward_t b = {e->be, dg, g, n};
-  assert_int_equal(zt__sim_launch(e->be, ZT_STREAM_COMPUTE, backward_run, &b, n * 4), 0);
+  assert_int_equal(zt__sim_launch(e->be, loop, backward_run, &b, n * 4), 0);
   zt_stats_t s0 = ZT_STATS_INIT, s1 = ZT_STATS_INIT;
   T_OK(zt_stats(e, &s0), e);
   T_OK(zt_step(e, &a, NULL), e);

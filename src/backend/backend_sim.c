@@ -382,13 +382,6 @@ static int push_locked(zt__backend_t *be, sim_stream_t *s, const op_t *op) {
   return 0;
 }
 
-static int push(zt__backend_t *be, zt__stream_t stream, op_t *op) {
-  pthread_mutex_lock(&be->mu);
-  int rc = push_locked(be, stream_of(be, stream), op);
-  pthread_mutex_unlock(&be->mu);
-  return rc;
-}
-
 static void wait_stream_locked(zt__backend_t *be, sim_stream_t *s) {
   uint64_t upto = s->pushed;
   while (s->done < upto) pthread_cond_wait(&be->cv, &be->mu);
@@ -697,10 +690,14 @@ static uint64_t sim_host_syncs(const zt__backend_t *be) {
 
 /* ---- for tests: the loop's own work on a stream ------------------------------------- */
 
-int zt__sim_launch(zt__backend_t *be, zt__stream_t stream, void (*fn)(void *arg), void *arg,
-                   size_t bytes) {
+int zt__sim_launch(zt__backend_t *be, zt__sim_stream_t *stream, void (*fn)(void *arg),
+                   void *arg, size_t bytes) {
   op_t op = {.kind = OP_CALL, .link = -1, .fn = fn, .arg = arg, .cost = bytes};
-  return push(be, stream, &op);
+  pthread_mutex_lock(&be->mu);
+  sim_stream_t *s = stream ? (sim_stream_t *)stream : &be->streams[ZT_STREAM_COMPUTE];
+  int rc = push_locked(be, s, &op);
+  pthread_mutex_unlock(&be->mu);
+  return rc;
 }
 
 int zt__sim_stream_create(zt__backend_t *be, zt__sim_stream_t **out) {

@@ -19,10 +19,11 @@ typedef struct zt__sim_stream zt__sim_stream_t; /* a stream of the loop's own */
 ZT_INTERNAL int zt__sim_stream_create(zt__backend_t *be, zt__sim_stream_t **out);
 ZT_INTERNAL void zt__sim_stream_destroy(zt__backend_t *be, zt__sim_stream_t *s);
 
-/* fn(arg) run on `stream` in its order, as a kernel of the loop would be,
- * holding the device for `bytes` of memory traffic in the model. fn reaches
- * device memory only through zt__sim_reach. */
-ZT_INTERNAL int zt__sim_launch(zt__backend_t *be, zt__stream_t stream,
+/* fn(arg) run on `stream` (NULL: the backend's own compute stream) in its
+ * order, as a kernel of the loop would be, holding the device for `bytes`
+ * of memory traffic in the model. fn reaches device memory only through
+ * zt__sim_reach. */
+ZT_INTERNAL int zt__sim_launch(zt__backend_t *be, zt__sim_stream_t *stream,
                                void (*fn)(void *arg), void *arg, size_t bytes);
 
 /* The read-write view of device address p (p itself for host memory). */
