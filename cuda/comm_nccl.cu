@@ -2,6 +2,12 @@
  * comm_nccl.cu — the NCCL comm backend: the collectives of comm.h on the
  * GPU of cfg->device, over NCCL's own transports (NVLink, PCIe, IB, TCP).
  *
+ * Device. Config key `device`, or with -1 local_rank % device_count
+ * (src/backend/device_select.h), the local rank from the bootstrap's MPI comm
+ * (its ranks split by node) or else the launcher's environment. Under MPI
+ * the ranks vote on their (host, PCI bus id) before NCCL starts, so two
+ * ranks on one GPU fail every rank with a sentence naming both.
+ *
  * Bootstrap. NCCL needs one unique id, made by rank 0 and known to every
  * rank before ncclCommInitRank:
  *   - nccl_id_file set: rank 0 writes it to that file, the others wait for
@@ -28,10 +34,14 @@
  * Host buffers. NCCL moves device memory only, and the engine passes host
  * memory for its control traffic (the rank agreement, order records) and for
  * host-tier buckets. A buffer that is not device (or managed) memory is
- * therefore staged through a device buffer from cudaMallocAsync on the comm
- * stream: copied in before the collective, out after it, freed after that,
- * all stream-ordered. A pageable host buffer makes the copy out (and so the
- * call that issues it) wait for the collective; pinned memory does not.
+ * therefore staged through the comm's scratch buffer: copied in before the
+ * collective, out after it, stream-ordered. Every collective runs on the
+ * one comm stream, in order, so one scratch buffer serves them all; it is
+ * allocated by the first collective that stages and grows (never shrinks)
+ * when a larger one comes, so it is as large as the largest staged
+ * collective so far, rounded up to 1 MiB. A pageable host buffer makes the
+ * copy out (and so the call that issues it) wait for the collective; pinned
+ * memory does not.
  *
  * NCCL has no all-gather-v nor all-to-all-v: all_gatherv is a group of one
  * broadcast per rank, alltoallv a group of sends and receives (a rank's own
@@ -44,6 +54,18 @@
  *
  * Errors: an ncclResult_t is ZT_ENCCL, a cudaError_t ZT_ECUDA (ZT_ENOGPU when
  * there is no driver or device), each with a sentence naming the call.
+ *
+ * Failures. The NCCL comm is non-blocking (config.blocking = 0): its init
+ * and every call that NCCL leaves in progress are polled with
+ * ncclCommGetAsyncError, and a wait polls its event and NCCL's asynchronous
+ * error, each for at most cfg->comm_timeout_s. Any error of a collective,
+ * or a timeout, aborts the NCCL comm (ncclCommAbort ends its kernels) and
+ * fails the comm: the front end then refuses every later call with the same
+ * code and sentence (start), so the engine's failure path runs; a peer
+ * waiting for this rank sees NCCL's error or its own timeout, and fails too.
+ * Destroying a failed comm, or one with collectives still in flight, aborts
+ * it instead of waiting; a healthy one is finalised (ncclCommFinalize, under
+ * the same timeout) and destroyed.
  */
 #include <sched.h>
 #include <stdint.h>
@@ -55,12 +77,14 @@
 #include <cuda_runtime.h> // defines: streams, events, cudaMallocAsync
 #include <nccl.h>         // defines: ncclComm_t, the collectives
 
+#include "backend/device_select.h" // defines: zt__device_select, zt__device_id_t
 #include "comm/comm.h" // defines: zt__comm_backend_t, zt__boot_id_*
 
 /* The state of one collective in flight (the front end's record holds it):
  * its completion event. */
 typedef struct nop {
   cudaEvent_t done;
+  double issued; /* zt__now() at its issue, for test()'s timeout */
 } nop_t;
 
 static nop_t *S(zt__comm_op_t *o) { return (nop_t *)zt__comm_op_state(o); }
@@ -72,7 +96,12 @@ typedef struct nccl_comm {
   cudaEvent_t barrier_done;
   cudaEvent_t compute_mark; /* the compute stream at each collective's issue */
   float *word; /* the barrier's device word */
+  char *scratch;      /* the staging of host buffers (see the file comment) */
+  size_t scratch_cap; /* its bytes */
   int device, rank, world;
+  double timeout_s;          /* cfg->comm_timeout_s */
+  int failed;                /* 0, or the code every later call returns */
+  char why[ZT_ERRMSG_LEN];   /* and its sentence */
   const zt_config_t *cfg; /* the engine's, for the log */
 } nccl_comm_t;
 
@@ -109,11 +138,55 @@ static int nccl_fail(zt__err_t *err, ncclComm_t comm, const char *fn, const char
     if (cu_rc_ != cudaSuccess) return cuda_fail((err), (fn), #call, cu_rc_);  \
   } while (0)
 
-#define NC_TRY(err, comm, fn, call)                                           \
-  do {                                                                        \
-    ncclResult_t nc_rc_ = (call);                                             \
-    if (nc_rc_ != ncclSuccess) return nccl_fail((err), (comm), (fn), #call, nc_rc_); \
-  } while (0)
+/* The comm fails with `code`, whose sentence is in the comm's error buffer:
+ * the NCCL comm is aborted (its kernels end, so nothing waits for a peer
+ * that will not come) and every later call is refused with the same code
+ * and sentence. A comm that failed already keeps its first failure. Never
+ * blocks. Returns the code. */
+static void mark_failed(nccl_comm_t *m, int code, const char *why) {
+  m->failed = code;
+  snprintf(m->why, sizeof m->why, "%s", why);
+  zt__log(m->cfg, ZT_LOG_ERROR, "comm \"nccl\": rank %d: %s; the NCCL comm is aborted",
+          m->rank, m->why);
+  if (m->comm) (void)ncclCommAbort(m->comm);
+  m->comm = NULL;
+}
+
+static int fail_comm(nccl_comm_t *m, int code) {
+  if (!m->failed) mark_failed(m, code, m->base.err->msg);
+  return code;
+}
+
+/* Between polls: a yield for the first 64, then 50 us naps. */
+static void nap(unsigned spins) {
+  if (spins < 64) {
+    sched_yield();
+  } else {
+    struct timespec ts = {0, 50000};
+    nanosleep(&ts, NULL);
+  }
+}
+
+/* NCCL's answer to one call on the non-blocking comm: ncclInProgress means
+ * the call goes on inside NCCL, polled with ncclCommGetAsyncError until it
+ * settles, for at most the comm's timeout. 0, or the comm fails (an error
+ * or the timeout) with a sentence naming fn and the call. */
+static int settle(nccl_comm_t *m, const char *fn, const char *call, ncclResult_t rc) {
+  double start = zt__now();
+  for (unsigned spins = 0; rc == ncclInProgress; spins++) {
+    if (zt__now() - start >= m->timeout_s)
+      return fail_comm(m, zt__errf(m->base.err, -ETIMEDOUT,
+                                   "%s: %s did not complete within comm_timeout_s = %g s on "
+                                   "rank %d (a peer that never joined, or a stuck "
+                                   "transport); the NCCL comm is aborted",
+                                   fn, call, m->timeout_s, m->rank));
+    nap(spins);
+    ncclResult_t q = ncclCommGetAsyncError(m->comm, &rc);
+    if (q != ncclSuccess) rc = q;
+  }
+  if (rc != ncclSuccess) return fail_comm(m, nccl_fail(m->base.err, m->comm, fn, call, rc));
+  return 0;
+}
 
 /* Makes the comm's device current for the duration of a call and gives the
  * caller's back (as backend_cuda.cu does). */
@@ -160,12 +233,26 @@ static int on_device(const void *p) {
  * copied in whole first, so in-place inputs and the parts a collective does
  * not write keep their values, and copied back after the collective. */
 typedef struct stage {
-  char *scratch;   /* cudaMallocAsync'd, or NULL */
   void *host_recv; /* where the recv image goes back to, or NULL */
   size_t rbytes;
   const char *dsend;
   char *drecv;
 } stage_t;
+
+/* Room for `need` bytes in m->scratch. The collectives still in flight on
+ * the comm stream may read the old buffer: it is freed stream-ordered,
+ * after them, and the new one is allocated on the same stream. */
+static int scratch_reserve(nccl_comm_t *m, const char *fn, size_t need) {
+  if (need <= m->scratch_cap) return 0;
+  const size_t MiB = (size_t)1 << 20;
+  size_t cap = (need + MiB - 1) & ~(MiB - 1);
+  char *p = NULL;
+  CU_TRY(m->base.err, fn, cudaMallocAsync((void **)&p, cap, m->stream));
+  if (m->scratch) (void)cudaFreeAsync(m->scratch, m->stream);
+  m->scratch = p;
+  m->scratch_cap = cap;
+  return 0;
+}
 
 static int stage_in(nccl_comm_t *m, const char *fn, const void *send, size_t sbytes,
                     void *recv, size_t rbytes, stage_t *s) {
@@ -177,11 +264,11 @@ static int stage_in(nccl_comm_t *m, const char *fn, const void *send, size_t sby
   /* The send staging follows the receive staging, 256-byte aligned. */
   size_t soff = recv_host ? (rbytes + 255) & ~(size_t)255 : 0;
   size_t need = soff + (send_host ? sbytes : 0);
-  if (need) CU_TRY(m->base.err, fn, cudaMallocAsync((void **)&s->scratch, need, m->stream));
+  ZT_TRY(scratch_reserve(m, fn, need));
   s->drecv = (char *)recv;
   s->dsend = (const char *)send;
   if (recv_host) {
-    s->drecv = s->scratch;
+    s->drecv = m->scratch;
     s->host_recv = recv;
     s->rbytes = rbytes;
     CU_TRY(m->base.err, fn,
@@ -190,39 +277,36 @@ static int stage_in(nccl_comm_t *m, const char *fn, const void *send, size_t sby
   if (inside)
     s->dsend = s->drecv + (ps - pr);
   else if (send_host) {
-    s->dsend = s->scratch + soff;
+    s->dsend = m->scratch + soff;
     CU_TRY(m->base.err, fn,
-           cudaMemcpyAsync(s->scratch + soff, send, sbytes, cudaMemcpyHostToDevice,
+           cudaMemcpyAsync(m->scratch + soff, send, sbytes, cudaMemcpyHostToDevice,
                            m->stream));
   }
   return 0;
 }
 
-/* After the collective (or after a failure to issue it: the staging is
- * freed either way). Stream-ordered. */
-static int stage_out(nccl_comm_t *m, const char *fn, stage_t *s, int issued) {
-  int rc = 0;
+/* After the collective: the staged recv image back to the host buffer.
+ * Stream-ordered. */
+static int stage_out(nccl_comm_t *m, const char *fn, stage_t *s) {
   cudaError_t e;
-  if (issued && s->host_recv &&
+  if (s->host_recv &&
       (e = cudaMemcpyAsync(s->host_recv, s->drecv, s->rbytes, cudaMemcpyDeviceToHost,
                            m->stream)) != cudaSuccess)
-    rc = cuda_fail(m->base.err, fn, "cudaMemcpyAsync (device to host)", e);
-  if (s->scratch && (e = cudaFreeAsync(s->scratch, m->stream)) != cudaSuccess && rc == 0)
-    rc = cuda_fail(m->base.err, fn, "cudaFreeAsync", e);
-  s->scratch = NULL;
-  return rc;
+    return cuda_fail(m->base.err, fn, "cudaMemcpyAsync (device to host)", e);
+  return 0;
 }
 
-/* The end of every collective: the staging back and freed, the completion
- * recorded, or the failure reported (the front end then releases o). `rc`
- * is what enqueuing the collective returned. */
+/* The end of every collective: the staging back, the completion recorded,
+ * or the failure reported (the front end then releases o). `rc` is what
+ * enqueuing the collective returned. A failure after the collective began
+ * leaves the peers in it: the comm fails (fail_comm aborts NCCL). */
 static int post(nccl_comm_t *m, const char *fn, zt__comm_op_t *o, stage_t *s, int rc) {
-  int out = stage_out(m, fn, s, rc == 0);
-  if (rc == 0) rc = out;
+  if (rc == 0) rc = stage_out(m, fn, s);
   cudaError_t e;
   if (rc == 0 && (e = cudaEventRecord(S(o)->done, m->stream)) != cudaSuccess)
     rc = cuda_fail(m->base.err, fn, "cudaEventRecord", e);
-  return rc;
+  S(o)->issued = zt__now();
+  return rc < 0 ? fail_comm(m, rc) : 0;
 }
 
 static ncclDataType_t nccl_type(zt__red_dtype_t dt) {
@@ -249,8 +333,11 @@ int zt__comm_nccl_unique_id(void *id, size_t n, zt__err_t *err) {
   return (int)sizeof u;
 }
 
-/* Whether this process can drive cfg->device: 0, or a code with a sentence. */
-static int check_device(const zt_config_t *cfg, zt__err_t *err) {
+/* The device this rank drives: cfg->device, or with -1 local_rank % count
+ * (device_select.h; local_rank -1: not known, so 0). 0 and *dev, or a code
+ * with a sentence. */
+static int pick_device(const zt_config_t *cfg, int local_rank, zt__err_t *err, int *dev) {
+  *dev = -1;
   int count = 0;
   cudaError_t rc = cudaGetDeviceCount(&count);
   if (rc != cudaSuccess) {
@@ -264,23 +351,49 @@ static int check_device(const zt_config_t *cfg, zt__err_t *err) {
     return zt__errf(err, ZT_ENOGPU,
                     "comm \"nccl\": the CUDA driver reports no device; NCCL needs a GPU on "
                     "every rank");
-  if (cfg->device < 0 || cfg->device >= count)
+  if (cfg->device >= count)
     return zt__errf(err, -EINVAL,
                     "comm \"nccl\": device is %d; expected a CUDA device ordinal in [0, %d)",
                     cfg->device, count);
-  return 0;
+  return zt__device_select(cfg->device, local_rank, count, err, dev);
 }
 
-/* The id, rank and world from MPI: every rank's device check is voted on
- * first, so one rank without a usable GPU fails them all (naming it), then
- * rank 0's id and the status of making it are broadcast. */
-static int boot_mpi(const zt_config_t *cfg, zt__err_t *err, int local, ncclUniqueId *id,
-                    int *rank, int *world) {
+/* The launcher's local rank, for a rank without MPI: 0, or a code with a
+ * sentence (a variable that does not parse). */
+static int env_local_rank(const zt_config_t *cfg, zt__err_t *err, int *local_rank) {
+  *local_rank = -1;
+  if (cfg->device >= 0) return 0; /* not needed */
+  return zt__device_env_local_rank(err, local_rank, NULL);
+}
+
+/* The id, rank, world and device from MPI: each rank picks its device from
+ * its place on its node (the MPI comm's split), then every rank's device
+ * check and (host, PCI bus id) are voted on, so one rank without a usable
+ * GPU, or two ranks on one GPU, fail them all (naming the ranks); then rank
+ * 0's id and the status of making it are broadcast. */
+static int boot_mpi(const zt_config_t *cfg, zt__err_t *err, ncclUniqueId *id, int *rank,
+                    int *world, int *local_rank, int *dev) {
   zt__comm_t *mc = NULL;
   ZT_TRY(zt__comm_create_on(&zt__comm_mpi_backend, cfg, err, &mc));
   const zt__comm_ops_t *ops = mc->ops;
   *rank = ops->rank(mc);
   *world = ops->world(mc);
+  int local = 0;
+  if (mc->local_rank_known)
+    *local_rank = mc->local_rank;
+  else
+    local = env_local_rank(cfg, err, local_rank);
+  if (local == 0) local = pick_device(cfg, *local_rank, err, dev);
+  zt__device_id_t me;
+  memset(&me, 0, sizeof me);
+  if (local == 0) {
+    char pci[32] = "";
+    if (cudaDeviceGetPCIBusId(pci, (int)sizeof pci, *dev) != cudaSuccess) {
+      (void)cudaGetLastError();
+      pci[0] = '\0';
+    }
+    zt__device_id_fill(&me, pci);
+  }
   struct {
     int status;
     ncclUniqueId id;
@@ -289,13 +402,17 @@ static int boot_mpi(const zt_config_t *cfg, zt__err_t *err, int local, ncclUniqu
   zt__comm_req_t req = {0, 0, 0};
   /* Every rank joins the vote, even one that failed: it says so there. */
   zt__vote_t v;
-  int rc = zt__comm_vote(mc, local, NULL, 0, &v);
+  int rc = zt__comm_vote(mc, local, &me, sizeof me, &v);
   if (rc == 0 && local < 0) rc = local; /* this rank's own sentence stands */
   if (rc == 0 && v.first_failed >= 0)
     rc = zt__errf(err, v.first_code < 0 ? v.first_code : -EIO,
                   "comm \"nccl\": rank %d cannot use its GPU (%s; the sentence is on that "
                   "rank), so no rank starts NCCL",
                   v.first_failed, zt_err_name(v.first_code));
+  int a, b;
+  if (rc == 0 &&
+      zt__device_find_duplicate((const zt__device_id_t *)v.records, v.world, &a, &b))
+    rc = zt__device_duplicate_error(err, (const zt__device_id_t *)v.records, a, b);
   zt__vote_free(&v);
   if (rc == 0) {
     if (*rank == 0) {
@@ -345,10 +462,8 @@ static void nccl_destroy(zt__comm_t *c);
 static int nccl_create(const zt_config_t *cfg, zt__err_t *err, zt__comm_t **out) {
   *out = NULL;
   const char *fn = "comm \"nccl\"";
-  /* Checked before the bootstrap, whose other ranks learn of a failure. */
-  int local = check_device(cfg, err);
   ncclUniqueId id;
-  int rank = 0, world = 1, rc = 0;
+  int rank = 0, world = 1, rc = 0, local_rank = -1, dev = -1, local_known = 0;
   const char *how;
   if (cfg->nccl_id_file[0] != '\0') {
     /* zt_config_validate holds these; a config that failed it still makes
@@ -361,14 +476,19 @@ static int nccl_create(const zt_config_t *cfg, zt__err_t *err, zt__comm_t **out)
     rank = cfg->rank;
     world = cfg->world_size;
     how = "nccl_id_file";
+    /* Checked before the bootstrap, whose other ranks learn of a failure. */
+    int local = env_local_rank(cfg, err, &local_rank);
+    if (local == 0) local = pick_device(cfg, local_rank, err, &dev);
     rc = boot_file(cfg, err, local, &id);
   } else if (zt__comm_launched_by_mpi() || zt__comm_mpi_active()) {
     how = "MPI";
-    rc = boot_mpi(cfg, err, local, &id, &rank, &world);
+    rc = boot_mpi(cfg, err, &id, &rank, &world, &local_rank, &dev);
+    local_known = 1;
   } else {
     /* A lone process: nothing to agree with. */
     how = "a lone process";
-    rc = local;
+    rc = env_local_rank(cfg, err, &local_rank);
+    if (rc == 0) rc = pick_device(cfg, local_rank, err, &dev);
     if (rc == 0) rc = new_id(&id, err);
   }
   if (rc < 0) return rc;
@@ -376,17 +496,29 @@ static int nccl_create(const zt_config_t *cfg, zt__err_t *err, zt__comm_t **out)
   nccl_comm_t *m = (nccl_comm_t *)calloc(1, sizeof *m);
   if (m == NULL) return zt__errf(err, -ENOMEM, "%s: out of memory", fn);
   m->base.err = err;
+  /* What picked the device, so that the engine's backend picks the same
+   * (src/engine/device_check.c): MPI's split, or the environment again. */
+  m->base.local_rank_known = local_known;
+  m->base.local_rank = local_rank;
   m->cfg = cfg;
-  m->device = cfg->device;
+  m->device = dev;
   m->rank = rank;
   m->world = world;
+  m->timeout_s = cfg->comm_timeout_s > 0 ? cfg->comm_timeout_s : 300.0;
   {
     device_scope scope(m->device);
     cudaError_t crc;
-    ncclResult_t nrc = ncclCommInitRank(&m->comm, world, id, rank);
-    if (nrc != ncclSuccess) {
+    /* Non-blocking, so that neither the init nor a collective can hold this
+     * thread past comm_timeout_s (see "Failures" above). */
+    ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+    config.blocking = 0;
+    ncclResult_t nrc = ncclCommInitRankConfig(&m->comm, world, id, rank, &config);
+    if (nrc != ncclSuccess && nrc != ncclInProgress) {
+      rc = nccl_fail(err, NULL, fn, "ncclCommInitRankConfig", nrc);
+      if (m->comm) (void)ncclCommAbort(m->comm);
       m->comm = NULL;
-      rc = nccl_fail(err, NULL, fn, "ncclCommInitRank", nrc);
+    } else if ((rc = settle(m, fn, "ncclCommInitRankConfig", nrc)) < 0) {
+      /* settle aborted it */
     } else if ((crc = cudaStreamCreateWithFlags(&m->stream, cudaStreamNonBlocking)) !=
                cudaSuccess) {
       rc = cuda_fail(err, fn, "cudaStreamCreateWithFlags", crc);
@@ -416,27 +548,36 @@ static int nccl_create(const zt_config_t *cfg, zt__err_t *err, zt__comm_t **out)
   return 0;
 }
 
+/* A failed comm was aborted when it failed; one with collectives still in
+ * flight is aborted now (they may wait for a peer that never issues its
+ * half); a healthy one is finalised, for at most comm_timeout_s, then
+ * destroyed. */
 static void nccl_destroy(zt__comm_t *c) {
   nccl_comm_t *m = N(c);
   device_scope scope(m->device);
-  /* A collective still in flight may wait for a peer that never issues its
-   * half: abort the comm (NCCL ends its kernels) instead of waiting. */
   size_t left = 0;
   for (zt__comm_op_t *o = c->inflight; o; o = o->next)
     if (cudaEventQuery(S(o)->done) != cudaSuccess) left++;
   (void)cudaGetLastError();
-  if (left)
+  if (left && m->comm)
     zt__log(m->cfg, ZT_LOG_WARN,
             "comm \"nccl\": destroyed with %zu collective(s) still in flight on rank %d; "
             "the NCCL comm is aborted; wait for every request before destroying the "
             "engine",
             left, m->rank);
-  if (m->comm) {
-    if (left)
-      (void)ncclCommAbort(m->comm);
-    else
+  if (m->comm && left) {
+    (void)ncclCommAbort(m->comm);
+  } else if (m->comm) {
+    /* The comm's own sentence buffer keeps what the caller last read. */
+    zt__err_t note;
+    zt__err_t *keep = m->base.err;
+    m->base.err = &note;
+    if (settle(m, "comm \"nccl\" destroy", "ncclCommFinalize", ncclCommFinalize(m->comm)) == 0)
       (void)ncclCommDestroy(m->comm);
+    m->base.err = keep;
   }
+  m->comm = NULL;
+  if (m->scratch && m->stream) (void)cudaFreeAsync(m->scratch, m->stream);
   if (m->stream) (void)cudaStreamSynchronize(m->stream);
   while (c->inflight) zt__comm_op_free(c, c->inflight);
   if (m->word) (void)cudaFree(m->word);
@@ -462,14 +603,16 @@ static int after_compute(nccl_comm_t *m, const char *fn) {
   return 0;
 }
 
+/* A failure here leaves the peers in a collective this rank never issues:
+ * the comm fails. */
 static int begin(nccl_comm_t *m, const char *fn, const void *send, size_t sbytes,
                  void *recv, size_t rbytes, zt__comm_op_t *o, stage_t *s) {
   memset(s, 0, sizeof *s);
-  CU_TRY(m->base.err, fn, cudaEventCreateWithFlags(&S(o)->done, cudaEventDisableTiming));
-  int rc = after_compute(m, fn);
+  cudaError_t e = cudaEventCreateWithFlags(&S(o)->done, cudaEventDisableTiming);
+  int rc = e == cudaSuccess ? 0 : cuda_fail(m->base.err, fn, "cudaEventCreateWithFlags", e);
+  if (rc == 0) rc = after_compute(m, fn);
   if (rc == 0) rc = stage_in(m, fn, send, sbytes, recv, rbytes, s);
-  if (rc < 0) (void)stage_out(m, fn, s, 0);
-  return rc;
+  return rc < 0 ? fail_comm(m, rc) : 0;
 }
 
 static int nccl_all_reduce(zt__comm_t *c, void *buf, size_t count, zt__red_dtype_t dt,
@@ -480,9 +623,9 @@ static int nccl_all_reduce(zt__comm_t *c, void *buf, size_t count, zt__red_dtype
   device_scope scope(m->device);
   stage_t s;
   ZT_TRY(begin(m, fn, buf, bytes, buf, bytes, o, &s));
-  ncclResult_t nrc = ncclAllReduce(s.drecv, s.drecv, count, nccl_type(dt), nccl_op(op),
-                                   m->comm, m->stream);
-  int rc = nrc == ncclSuccess ? 0 : nccl_fail(c->err, m->comm, fn, "ncclAllReduce", nrc);
+  int rc = settle(m, fn, "ncclAllReduce",
+                  ncclAllReduce(s.drecv, s.drecv, count, nccl_type(dt), nccl_op(op), m->comm,
+                                m->stream));
   return post(m, fn, o, &s, rc);
 }
 
@@ -499,9 +642,9 @@ static int nccl_reduce_scatter(zt__comm_t *c, const void *send, void *recv, size
    * it at recv + rank x count, from where it is moved down. */
   size_t mine = (size_t)m->rank * count * es;
   char *dst = in_place ? s.drecv + mine : s.drecv;
-  ncclResult_t nrc = ncclReduceScatter(s.dsend, dst, count, nccl_type(dt), nccl_op(op),
-                                       m->comm, m->stream);
-  int rc = nrc == ncclSuccess ? 0 : nccl_fail(c->err, m->comm, fn, "ncclReduceScatter", nrc);
+  int rc = settle(m, fn, "ncclReduceScatter",
+                  ncclReduceScatter(s.dsend, dst, count, nccl_type(dt), nccl_op(op), m->comm,
+                                    m->stream));
   cudaError_t e;
   if (rc == 0 && in_place && mine > 0 && count > 0 &&
       (e = cudaMemcpyAsync(s.drecv, dst, count * es, cudaMemcpyDeviceToDevice,
@@ -519,9 +662,8 @@ static int nccl_all_gather(zt__comm_t *c, const void *send, void *recv, size_t c
   stage_t s;
   ZT_TRY(begin(m, fn, send, count * es, recv, W * count * es, o, &s));
   /* In place (send == recv + rank x count) is NCCL's in-place form too. */
-  ncclResult_t nrc =
-      ncclAllGather(s.dsend, s.drecv, count * es, ncclUint8, m->comm, m->stream);
-  int rc = nrc == ncclSuccess ? 0 : nccl_fail(c->err, m->comm, fn, "ncclAllGather", nrc);
+  int rc = settle(m, fn, "ncclAllGather",
+                  ncclAllGather(s.dsend, s.drecv, count * es, ncclUint8, m->comm, m->stream));
   return post(m, fn, o, &s, rc);
 }
 
@@ -546,13 +688,10 @@ static int nccl_all_gatherv(zt__comm_t *c, const void *send, size_t count, void 
                         ncclUint8, r, m->comm, m->stream);
     call = "ncclBroadcast";
   }
-  /* A group that was opened is closed, even after a failed call in it. */
+  /* A group that was opened is closed, even after a failed call in it; on
+   * the non-blocking comm its end may be in progress. */
   ncclResult_t end = ncclGroupEnd();
-  if (nrc == ncclSuccess && end != ncclSuccess) {
-    nrc = end;
-    call = "ncclGroupEnd";
-  }
-  int rc = nrc == ncclSuccess ? 0 : nccl_fail(c->err, m->comm, fn, call, nrc);
+  int rc = nrc != ncclSuccess ? settle(m, fn, call, nrc) : settle(m, fn, "ncclGroupEnd", end);
   return post(m, fn, o, &s, rc);
 }
 
@@ -592,11 +731,7 @@ static int nccl_alltoallv(zt__comm_t *c, const void *send, const size_t *send_co
       }
     }
     ncclResult_t end = ncclGroupEnd();
-    if (nrc == ncclSuccess && end != ncclSuccess) {
-      nrc = end;
-      call = "ncclGroupEnd";
-    }
-    rc = nrc == ncclSuccess ? 0 : nccl_fail(c->err, m->comm, fn, call, nrc);
+    rc = nrc != ncclSuccess ? settle(m, fn, call, nrc) : settle(m, fn, "ncclGroupEnd", end);
   }
   return post(m, fn, o, &s, rc);
 }
@@ -609,34 +744,50 @@ static int nccl_broadcast(zt__comm_t *c, void *buf, size_t count, zt__red_dtype_
   device_scope scope(m->device);
   stage_t s;
   ZT_TRY(begin(m, fn, buf, bytes, buf, bytes, o, &s));
-  ncclResult_t nrc =
-      ncclBroadcast(s.drecv, s.drecv, bytes, ncclUint8, root, m->comm, m->stream);
-  int rc = nrc == ncclSuccess ? 0 : nccl_fail(c->err, m->comm, fn, "ncclBroadcast", nrc);
+  int rc = settle(m, fn, "ncclBroadcast",
+                  ncclBroadcast(s.drecv, s.drecv, bytes, ncclUint8, root, m->comm, m->stream));
   return post(m, fn, o, &s, rc);
 }
 
-/* ---- completion -------------------------------------------------------------------- */
+/* ---- completion and failure ------------------------------------------------------ */
 
-/* Polls ev until it completes, or NCCL reports an asynchronous error (a
- * peer that failed or vanished: NCCL's own timeout sets it), so a wait ends
- * instead of hanging. Spins briefly, then sleeps 50 us between polls. */
+/* The refusal of every call on a failed comm: its code and sentence. */
+static int refused(nccl_comm_t *m) { return zt__errf(m->base.err, m->failed, "%s", m->why); }
+
+/* Whether ev has completed: 1, 0 (not yet), or the comm fails with NCCL's
+ * asynchronous error (a peer that failed or vanished) or a CUDA error. */
+static int poll_event(nccl_comm_t *m, const char *fn, cudaEvent_t ev) {
+  cudaError_t e = cudaEventQuery(ev);
+  if (e == cudaSuccess) return 1;
+  if (e != cudaErrorNotReady) return fail_comm(m, cuda_fail(m->base.err, fn, "cudaEventQuery", e));
+  ncclResult_t a = ncclSuccess;
+  ncclResult_t nrc = ncclCommGetAsyncError(m->comm, &a);
+  if (nrc != ncclSuccess)
+    return fail_comm(m, nccl_fail(m->base.err, m->comm, fn, "ncclCommGetAsyncError", nrc));
+  if (a != ncclSuccess && a != ncclInProgress)
+    return fail_comm(m, nccl_fail(m->base.err, m->comm, fn, "a collective (asynchronous error)",
+                                  a));
+  return 0;
+}
+
+/* The timeout of a collective issued at `since`: the comm fails. */
+static int timed_out(nccl_comm_t *m, const char *fn, double since) {
+  return fail_comm(m, zt__errf(m->base.err, -ETIMEDOUT,
+                               "%s: rank %d waited %.3g s (comm_timeout_s = %g) for its peers "
+                               "to complete the collective; a rank that did not issue it, or "
+                               "failed; the NCCL comm is aborted",
+                               fn, m->rank, zt__now() - since, m->timeout_s));
+}
+
+/* Polls ev until it completes, NCCL reports an asynchronous error, or
+ * comm_timeout_s passes, so a wait ends instead of hanging. */
 static int drain(nccl_comm_t *m, const char *fn, cudaEvent_t ev) {
+  double start = zt__now();
   for (unsigned spins = 0;; spins++) {
-    cudaError_t e = cudaEventQuery(ev);
-    if (e == cudaSuccess) return 0;
-    if (e != cudaErrorNotReady) return cuda_fail(m->base.err, fn, "cudaEventQuery", e);
-    ncclResult_t a = ncclSuccess;
-    ncclResult_t nrc = ncclCommGetAsyncError(m->comm, &a);
-    if (nrc != ncclSuccess)
-      return nccl_fail(m->base.err, m->comm, fn, "ncclCommGetAsyncError", nrc);
-    if (a != ncclSuccess && a != ncclInProgress)
-      return nccl_fail(m->base.err, m->comm, fn, "a collective (asynchronous error)", a);
-    if (spins < 64) {
-      sched_yield();
-    } else {
-      struct timespec ts = {0, 50000};
-      nanosleep(&ts, NULL);
-    }
+    int rc = poll_event(m, fn, ev);
+    if (rc != 0) return rc < 0 ? rc : 0;
+    if (zt__now() - start >= m->timeout_s) return timed_out(m, fn, start);
+    nap(spins);
   }
 }
 
@@ -645,31 +796,48 @@ static int nccl_barrier(zt__comm_t *c) {
   const char *fn = "barrier";
   device_scope scope(m->device);
   /* A one-float all-reduce completes on no rank before every rank joined. */
-  NC_TRY(c->err, m->comm, fn,
-         ncclAllReduce(m->word, m->word, 1, ncclFloat32, ncclSum, m->comm, m->stream));
-  CU_TRY(c->err, fn, cudaEventRecord(m->barrier_done, m->stream));
+  ZT_TRY(settle(m, fn, "ncclAllReduce",
+                ncclAllReduce(m->word, m->word, 1, ncclFloat32, ncclSum, m->comm, m->stream)));
+  cudaError_t e = cudaEventRecord(m->barrier_done, m->stream);
+  if (e != cudaSuccess) return fail_comm(m, cuda_fail(c->err, fn, "cudaEventRecord", e));
   return drain(m, fn, m->barrier_done);
 }
 
 static int nccl_wait(zt__comm_t *c, zt__comm_op_t *o) {
   nccl_comm_t *m = N(c);
+  if (m->failed) return refused(m);
   device_scope scope(m->device);
   return drain(m, o->fn, S(o)->done);
 }
 
+/* Never blocks; a collective older than comm_timeout_s fails the comm as a
+ * wait would. */
 static int nccl_test(zt__comm_t *c, zt__comm_op_t *o) {
   nccl_comm_t *m = N(c);
+  if (m->failed) return refused(m);
   device_scope scope(m->device);
-  cudaError_t e = cudaEventQuery(S(o)->done);
-  if (e == cudaSuccess) return 1;
-  if (e != cudaErrorNotReady) return cuda_fail(c->err, o->fn, "cudaEventQuery", e);
-  ncclResult_t a = ncclSuccess;
-  ncclResult_t nrc = ncclCommGetAsyncError(m->comm, &a);
-  if (nrc == ncclSuccess && (a == ncclSuccess || a == ncclInProgress)) return 0;
-  return nrc != ncclSuccess
-             ? nccl_fail(c->err, m->comm, o->fn, "ncclCommGetAsyncError", nrc)
-             : nccl_fail(c->err, m->comm, o->fn, "a collective (asynchronous error)", a);
+  int rc = poll_event(m, o->fn, S(o)->done);
+  if (rc == 0 && zt__now() - S(o)->issued >= m->timeout_s) return timed_out(m, o->fn, S(o)->issued);
+  return rc;
 }
+
+/* Before every call: a failed comm refuses it with its own failure. */
+static int nccl_start(zt__comm_t *c, const char *fn) {
+  nccl_comm_t *m = N(c);
+  return m->failed ? refused(m) : 0;
+}
+
+/* zt__comm_abort: this rank failed where its peers cannot see it; the NCCL
+ * comm is aborted, so the peers' collectives with this rank fail in NCCL
+ * or time out. Never blocks. */
+static void nccl_abort(zt__comm_t *c, int code, const char *sentence) {
+  nccl_comm_t *m = N(c);
+  if (m->failed) return;
+  device_scope scope(m->device);
+  mark_failed(m, code < 0 ? code : -EIO, sentence ? sentence : "this rank aborted the comm");
+}
+
+static int nccl_failed(const zt__comm_t *c) { return ((const nccl_comm_t *)c)->failed; }
 
 extern "C" const zt__comm_backend_t zt__comm_nccl_backend = {
     /* .name = */ "nccl",
@@ -679,7 +847,7 @@ extern "C" const zt__comm_backend_t zt__comm_nccl_backend = {
     /* .destroy = */ nccl_destroy,
     /* .rank = */ nccl_rank,
     /* .world = */ nccl_world,
-    /* .start = */ NULL,
+    /* .start = */ nccl_start,
     /* .all_reduce = */ nccl_all_reduce,
     /* .reduce_scatter = */ nccl_reduce_scatter,
     /* .all_gather = */ nccl_all_gather,
@@ -690,6 +858,6 @@ extern "C" const zt__comm_backend_t zt__comm_nccl_backend = {
     /* .wait = */ nccl_wait,
     /* .test = */ nccl_test,
     /* .op_release = */ nccl_op_release,
-    /* .abort = */ NULL,
-    /* .failed = */ NULL,
+    /* .abort = */ nccl_abort,
+    /* .failed = */ nccl_failed,
 };

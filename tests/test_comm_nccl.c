@@ -605,6 +605,37 @@ static void nccl_transport_table(void **state) {
   assert_non_null(be->wait);
   assert_non_null(be->test);
   assert_non_null(be->op_release);
+  /* A failed comm refuses every later call (start), says so (failed), and
+   * zt__comm_abort reaches NCCL (abort). */
+  assert_non_null(be->start);
+  assert_non_null(be->abort);
+  assert_non_null(be->failed);
+}
+
+/* An aborted comm: every later call is refused at once with the abort's code
+ * and sentence, and destroying it does not wait. */
+static void world1_abort(void **state) {
+  if (!have_gpu()) {
+    printf("skipped: no GPU (the NCCL comm needs one)\n");
+    skip();
+  }
+  zt_config_t cfg = nccl_config();
+  zt__comm_t *nc = NULL;
+  if (zt__comm_create(&cfg, &err, &nc) != 0) fail_msg("comm nccl: %s", err.msg);
+  assert_int_equal(zt__comm_failed(nc), 0);
+  static float h[16];
+  zt__comm_req_t req = {0};
+  assert_int_equal(nc->ops->all_reduce(nc, h, 16, ZT_RED_F32, ZT_OP_SUM, &req), 0);
+  assert_int_equal(nc->ops->wait(nc, &req), 0);
+  zt__comm_abort(nc, -EPIPE, "rank 0 gave up on purpose");
+  assert_int_equal(zt__comm_failed(nc), -EPIPE);
+  memset(&req, 0, sizeof req);
+  assert_int_equal(nc->ops->all_reduce(nc, h, 16, ZT_RED_F32, ZT_OP_SUM, &req), -EPIPE);
+  assert_non_null(strstr(err.msg, "gave up on purpose"));
+  assert_int_equal(nc->ops->barrier(nc), -EPIPE);
+  double t0 = zt__now();
+  zt__comm_destroy(nc);
+  assert_true(zt__now() - t0 < 10.0);
 }
 #else
 static void nccl_transport_table(void **state) {
@@ -616,6 +647,10 @@ static void world1_collectives(void **state) {
   skip();
 }
 static void world1_same_refusals(void **state) {
+  printf("skipped: built without CUDA (no NCCL comm)\n");
+  skip();
+}
+static void world1_abort(void **state) {
   printf("skipped: built without CUDA (no NCCL comm)\n");
   skip();
 }
@@ -634,6 +669,7 @@ int main(void) {
       cmocka_unit_test(world1_collectives),
       cmocka_unit_test(world1_same_refusals),
       cmocka_unit_test(nccl_transport_table),
+      cmocka_unit_test(world1_abort),
   };
   return T_RUN(tests);
 }

@@ -6,13 +6,17 @@
  * explicit `device` kept, checked against the count; -1 giving
  * local_rank % count; the config's default being -1, and -1 or 0 allowed
  * with backend "host"; the shared-GPU check over every rank's (host, PCI bus
- * id) and its sentence.
+ * id) and its sentence. Under mpirun (3 ranks): comm "mpi" knows each rank's
+ * place on its node (MPI_COMM_TYPE_SHARED), which is mpirun's
+ * OMPI_COMM_WORLD_LOCAL_RANK, and a vote of the ranks' device identities
+ * finds the same shared pair on every rank.
  */
 #define _GNU_SOURCE
 #include <string.h>
 
 #include "harness.h"
 #include "backend/device_select.h" // defines: zt__device_*
+#include "comm/comm.h"             // defines: zt__comm_create_on, zt__comm_vote
 
 static const char *const vars[] = {"OMPI_COMM_WORLD_LOCAL_RANK", "SLURM_LOCALID",
                                    "LOCAL_RANK"};
@@ -220,7 +224,62 @@ static void test_duplicates(void **state) {
   assert_string_equal(me.pci, "");
 }
 
-int main(void) {
+/* ---- under mpirun -------------------------------------------------------------------- */
+
+static zt__comm_t *mpi_comm(zt_config_t *cfg, zt__err_t *err) {
+  *cfg = (zt_config_t)ZT_CONFIG_INIT;
+  cfg->comm = ZT_COMM_MPI;
+  zt__comm_t *c = NULL;
+  int rc = zt__comm_create_on(&zt__comm_mpi_backend, cfg, err, &c);
+  if (rc != 0) fail_msg("comm \"mpi\": %s: %s", zt_err_name(rc), err->msg);
+  return c;
+}
+
+/* One node: the place on the node is the rank, as mpirun says. */
+static void mpi_local_rank(void **state) {
+  (void)state;
+  zt_config_t cfg;
+  zt__err_t err = {0};
+  zt__comm_t *c = mpi_comm(&cfg, &err);
+  assert_int_equal(c->local_rank_known, 1);
+  const char *v = getenv("OMPI_COMM_WORLD_LOCAL_RANK");
+  assert_non_null(v);
+  assert_int_equal(c->local_rank, atoi(v));
+  assert_int_equal(c->local_rank, c->ops->rank(c));
+  zt__comm_destroy(c);
+}
+
+/* Ranks 0 and 2 claim one GPU: every rank finds that pair in the vote. */
+static void mpi_duplicate_vote(void **state) {
+  (void)state;
+  zt_config_t cfg;
+  zt__err_t err = {0};
+  zt__comm_t *c = mpi_comm(&cfg, &err);
+  int me = c->ops->rank(c);
+  zt__device_id_t mine;
+  zt__device_id_fill(&mine, me == 1 ? "0000:02:00.0" : "0000:01:00.0");
+  zt__vote_t v;
+  assert_int_equal(zt__comm_vote(c, 0, &mine, sizeof mine, &v), 0);
+  int a, b;
+  assert_int_equal(zt__device_find_duplicate(v.records, v.world, &a, &b), 1);
+  assert_int_equal(a, 0);
+  assert_int_equal(b, 2);
+  zt__vote_free(&v);
+  zt__comm_destroy(c);
+}
+
+static const struct CMUnitTest scenarios[] = {
+    cmocka_unit_test(mpi_local_rank),
+    cmocka_unit_test(mpi_duplicate_vote),
+};
+
+static void world_3(void **state) {
+  (void)state;
+  T_MPIRUN(3, "mpi_*");
+}
+
+int main(int argc, char **argv) {
+  T_MPI_WORKER(argc, argv, scenarios);
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup(test_env_none, setup),
       cmocka_unit_test_setup(test_env_order, setup),
@@ -228,6 +287,7 @@ int main(void) {
       cmocka_unit_test(test_select),
       cmocka_unit_test(test_config_default),
       cmocka_unit_test(test_duplicates),
+      cmocka_unit_test(world_3),
   };
-  return cmocka_run_group_tests(tests, NULL, NULL);
+  return T_RUN(tests);
 }

@@ -183,6 +183,13 @@ struct zt__comm {
   /* For tests (zt__comm_fault_next): the collective whose next issue on
    * this rank fails as an MPI error would; NULL for none. */
   const char *fault_fn;
+  /* This rank's place among the ranks of its node, for the choice of its
+   * GPU (src/backend/device_select.h): comm "mpi" splits its ranks by node
+   * at create (MPI_COMM_TYPE_SHARED), comm "nccl" keeps what its bootstrap
+   * found. local_rank_known 0: the comm does not know (the environment
+   * says). */
+  int local_rank_known;
+  int local_rank;
 };
 
 ZT_INTERNAL extern const zt__comm_backend_t zt__comm_single_backend;

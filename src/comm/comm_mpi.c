@@ -522,6 +522,17 @@ static int mpi_create(const zt_config_t *cfg, zt__err_t *err, zt__comm_t **out) 
   if (mrc == MPI_SUCCESS) call = "MPI_Comm_set_errhandler";
   if (mrc == MPI_SUCCESS) mrc = MPI_Comm_set_errhandler(m->comm, MPI_ERRORS_RETURN);
   if (mrc == MPI_SUCCESS) mrc = MPI_Comm_set_errhandler(m->ctl, MPI_ERRORS_RETURN);
+  /* This rank's place on its node, which picks its GPU when config key
+   * `device` is unset (comm.h, local_rank). Collective, as the duplicates
+   * are, so every rank that creates a comm makes it. */
+  if (mrc == MPI_SUCCESS) {
+    MPI_Comm node = MPI_COMM_NULL;
+    call = "MPI_Comm_split_type (MPI_COMM_TYPE_SHARED)";
+    mrc = MPI_Comm_split_type(m->comm, MPI_COMM_TYPE_SHARED, m->rank, MPI_INFO_NULL, &node);
+    if (mrc == MPI_SUCCESS) mrc = MPI_Comm_rank(node, &m->base.local_rank);
+    if (node != MPI_COMM_NULL) MPI_Comm_free(&node);
+    m->base.local_rank_known = mrc == MPI_SUCCESS;
+  }
   m->reached = calloc((size_t)m->world, sizeof *m->reached);
   m->note_in = calloc(1, sizeof *m->note_in);
   if (mrc != MPI_SUCCESS || m->reached == NULL || m->note_in == NULL) {

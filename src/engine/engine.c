@@ -11,12 +11,14 @@
 
 #include "base/abi.h" // defines: zt__abi_size, ZT__STATS_SIZE_0_1
 #include "engine/config.h" // defines: zt__config_import
+#include "engine/device_check.h" // defines: zt__engine_pick_device, zt__engine_check_devices
 #include "engine/engine.h"
 #include "offload/opt_nvme.h" // defines: zt__opt_nvme_stats
 #include "offload/param_nvme.h" // defines: zt__param_nvme_stats
 #include "offload/pinned.h" // defines: zt__pinned_fini, zt__pinned_abandon, zt__pinned_check_budget
 #include "offload/swapspace.h" // defines: zt__swapspace_clean
 #include "zero/agree.h" // defines: zt__agree_fail
+#include "zero/partition.h" // defines: zt__part_reap
 
 int zt__engine_valid(const zt_engine_t *eng) {
   return eng != NULL && eng->magic == ZT_ENGINE_MAGIC;
@@ -243,12 +245,16 @@ int zt_engine_create(const zt_config_t *cfg, zt_engine_t **out) {
    * through the agreement below on every rank. */
   if (local == 0) local = zt__pinned_check_budget(eng->cfg.pinned_budget_bytes, &eng->err);
   if (local == 0) local = zt__cpu_create(eng->cfg.threads, &eng->err, &eng->cpu);
-  if (local == 0) local = eng->be_ops->create(&eng->cfg, eng->cpu, &eng->err, &eng->be);
   ZT_TRY_GOTO(zt__comm_create(&eng->cfg, &eng->err, &eng->comm), rc, fail);
+  /* The backend after the comm: `device` -1 takes the comm's local rank
+   * (device_check.c). */
+  if (local == 0) local = zt__engine_pick_device(eng);
+  if (local == 0) local = eng->be_ops->create(&eng->cfg, eng->cpu, &eng->err, &eng->be);
   eng->ctx = (zt__ctx_t){.cfg = &eng->cfg, .err = &eng->err, .be_ops = eng->be_ops,
                         .be = eng->be, .comm = eng->comm, .cpu = eng->cpu};
   ZT_TRY_GOTO(check_ranks_agree(eng, local), rc, fail);
   ZT_TRY_GOTO(check_world(eng), rc, fail);
+  ZT_TRY_GOTO(zt__engine_check_devices(eng), rc, fail);
   /* Swap files that killed processes left would take the space this
    * engine's swap needs; a live process's files are never touched. */
   if (eng->cfg.swap_path[0]) zt__swapspace_clean(&eng->cfg);
@@ -272,6 +278,17 @@ fail:
 
 void zt_engine_destroy(zt_engine_t *eng) {
   if (!zt__engine_valid(eng)) return;
+  /* The comm first, before the device is synced or any of its memory freed
+   * (cudaFree waits for the whole device, so an NCCL collective that cannot
+   * complete would hold the destroy for ever): the buckets and gathers in
+   * flight are reaped (each wait bounded by comm_timeout_s; a failed comm,
+   * whose NCCL comm was aborted when it failed, gives them up), and a comm
+   * with collectives still in flight after that is aborted. */
+  if (eng->partitioned) zt__part_reap(&eng->zero.part);
+  if (eng->comm->inflight && !zt__comm_failed(eng->comm))
+    zt__comm_abort(eng->comm, -ECANCELED,
+                   "zt_engine_destroy: this rank destroyed its engine with collectives "
+                   "still in flight");
   for (int s = 0; s < ZT_STREAM_COUNT; s++) eng->be_ops->stream_sync(eng->be, s);
   zt__engine_unregister(eng);
   if (zt__comm_failed(eng->comm))
