@@ -69,69 +69,296 @@ typedef struct adam_args {
   u64 params_first;
 } adam_args_t;
 
-/* Thread `tid` of block `b`, whose segment is `seg`: elements k0 + tid,
- * k0 + tid + 256, ... of the block's chunk, so each warp touches
- * consecutive elements. */
-template <int GD, int PD>
-HD void adam_thread(const adam_args_t &a, const zt__cuda_seg_t &seg, u64 b, unsigned tid) {
-  const zt__adam_hp_t hp = a.hp;
-  const u64 k0 = (b - seg.first) * (u64)ZT_CUDA_ADAM_CHUNK;
-  const u64 end = seg.n < k0 + ZT_CUDA_ADAM_CHUNK ? seg.n : k0 + ZT_CUDA_ADAM_CHUNK;
-  const int decay = seg.decay;
-  for (u64 k = k0 + tid; k < end; k += ZT_CUDA_ADAM_THREADS) {
-    const u64 gi = seg.index + k;
-    const u64 st = seg.state_off + k;
-    const float g = load_elem<GD>(a.grads, gi - a.grads_first);
-    float p = PD == P_SELF ? ((const float *)a.params)[gi - a.params_first] : a.master[st];
-    float mv = a.m[st];
-    float vv = a.v[st];
-    zt_adam_update(&hp, decay, g, &p, &mv, &vv);
-    a.m[st] = mv;
-    a.v[st] = vv;
-    if (PD == P_SELF) {
-      ((float *)a.params)[gi - a.params_first] = p;
-      continue;
-    }
-    a.master[st] = p;
-    const u64 pi = gi - a.params_first;
-    if (PD == P_FP32) {
-      ((float *)a.params)[pi] = p;
-    } else if (PD == P_BF16) {
-      ((uint16_t *)a.params)[pi] = hp.stochastic
-                                       ? zt_f32_to_bf16_sr(p, zt_sr_bits(hp.sr_key, gi))
-                                       : zt_f32_to_bf16_rne(p);
-    } else if (PD == P_FP16) {
-      ((uint16_t *)a.params)[pi] = zt_f32_to_f16_rne(p);
+/* A host build of this file (tests/test_cuda_kernels_host.cu) may define
+ * these to see each 16-byte access (a misaligned one faults on the GPU,
+ * while the host's memcpy would hide it) and how many elements take the
+ * vector path. */
+#if defined(__CUDA_ARCH__) || !defined(ZT_KERNELS_HOST_ALIGN)
+#define HOST_ALIGN(p) ((void)0)
+#else
+#define HOST_ALIGN(p) ZT_KERNELS_HOST_ALIGN(p)
+#endif
+#if defined(__CUDA_ARCH__) || !defined(ZT_KERNELS_HOST_COUNT)
+#define HOST_COUNT(vector, n) ((void)0)
+#else
+#define HOST_COUNT(vector, n) ZT_KERNELS_HOST_COUNT(vector, n)
+#endif
+
+/* Elements one vector holds: 16 bytes of a 16-bit array, two of an fp32. */
+#define VEC 8
+/* Vectors one thread takes per block: a chunk is ZT_CUDA_ADAM_THREADS x
+ * VPT vectors, all loaded before any is computed. */
+#define VPT (ZT_CUDA_ADAM_CHUNK / (ZT_CUDA_ADAM_THREADS * VEC))
+
+/* 16-byte loads and stores. On the device a plain vector access (the
+ * caller has proven the alignment); on the host memcpy, which is how C++
+ * reads a uint16_t array as a uint4 without breaking the aliasing rules. */
+HD uint4 ld16(const void *p) {
+  HOST_ALIGN(p);
+#if defined(__CUDA_ARCH__)
+  return *(const uint4 *)p;
+#else
+  uint4 x;
+  memcpy(&x, p, sizeof x);
+  return x;
+#endif
+}
+
+HD void st16(void *p, uint4 x) {
+  HOST_ALIGN(p);
+#if defined(__CUDA_ARCH__)
+  *(uint4 *)p = x;
+#else
+  memcpy(p, &x, sizeof x);
+#endif
+}
+
+/* VEC floats from an fp32 array (two 16-byte loads) or a 16-bit one (one),
+ * element `at` first; element u of a 16-bit vector is the low half of word
+ * u / 2 when u is even (little-endian, as the GPU and x86 are). */
+template <int DT>
+HD void load_vec(const void *base, u64 at, float *x) {
+  if (DT == ZT_FP32) {
+    const float *p = (const float *)base + at;
+    const uint4 a = ld16(p), b = ld16(p + 4);
+    const uint32_t w[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
+    UNROLL
+    for (int u = 0; u < VEC; u++) x[u] = zt_f32_from_bits(w[u]);
+  } else {
+    const uint4 a = ld16((const uint16_t *)base + at);
+    const uint32_t w[4] = {a.x, a.y, a.z, a.w};
+    UNROLL
+    for (int u = 0; u < VEC; u++) {
+      const uint16_t h = (uint16_t)(u & 1 ? w[u / 2] >> 16 : w[u / 2] & 0xffffu);
+      x[u] = DT == ZT_BF16 ? zt_bf16_to_f32(h) : zt_f16_to_f32(h);
     }
   }
 }
 
+HD void store_vec_f32(float *base, u64 at, const float *x) {
+  uint4 a, b;
+  a.x = zt_f32_bits(x[0]);
+  a.y = zt_f32_bits(x[1]);
+  a.z = zt_f32_bits(x[2]);
+  a.w = zt_f32_bits(x[3]);
+  b.x = zt_f32_bits(x[4]);
+  b.y = zt_f32_bits(x[5]);
+  b.z = zt_f32_bits(x[6]);
+  b.w = zt_f32_bits(x[7]);
+  st16(base + at, a);
+  st16(base + at + 4, b);
+}
+
+HD void store_vec_u16(uint16_t *base, u64 at, const uint16_t *h) {
+  uint4 a;
+  a.x = (uint32_t)h[0] | (uint32_t)h[1] << 16;
+  a.y = (uint32_t)h[2] | (uint32_t)h[3] << 16;
+  a.z = (uint32_t)h[4] | (uint32_t)h[5] << 16;
+  a.w = (uint32_t)h[6] | (uint32_t)h[7] << 16;
+  st16(base + at, a);
+}
+
+/* The parameter of global index gi in the 16-bit dtype PD. */
+template <int PD>
+HD uint16_t param_u16(const zt__adam_hp_t &hp, float p, u64 gi) {
+  if (PD == P_BF16)
+    return hp.stochastic ? zt_f32_to_bf16_sr(p, zt_sr_bits(hp.sr_key, gi))
+                         : zt_f32_to_bf16_rne(p);
+  return zt_f32_to_f16_rne(p);
+}
+
+/* One element k of segment `seg`: the scalar form, for a segment's
+ * unaligned head and tail and for segments whose arrays share no
+ * alignment. */
+template <int GD, int PD>
+HD void adam_elem(const adam_args_t &a, const zt__cuda_seg_t &seg, u64 k) {
+  const zt__adam_hp_t &hp = a.hp;
+  const u64 gi = seg.index + k;
+  const u64 st = seg.state_off + k;
+  const float g = load_elem<GD>(a.grads, gi - a.grads_first);
+  float p = PD == P_SELF ? ((const float *)a.params)[gi - a.params_first] : a.master[st];
+  float mv = a.m[st];
+  float vv = a.v[st];
+  zt_adam_update(&hp, seg.decay, g, &p, &mv, &vv);
+  a.m[st] = mv;
+  a.v[st] = vv;
+  if (PD == P_SELF) {
+    ((float *)a.params)[gi - a.params_first] = p;
+    return;
+  }
+  a.master[st] = p;
+  const u64 pi = gi - a.params_first;
+  if (PD == P_FP32) ((float *)a.params)[pi] = p;
+  else if (PD == P_BF16 || PD == P_FP16) ((uint16_t *)a.params)[pi] = param_u16<PD>(hp, p, gi);
+}
+
+/* Whether the array of elements of `esz` bytes at `base`, element `at`,
+ * is 16-byte aligned `h` elements on. */
+HD bool aligned_at(const void *base, u64 at, u64 esz, u64 h) {
+  return (((uintptr_t)base + (at + h) * esz) & 15u) == 0;
+}
+
+/* The segment's vector head: the least h in [0, VEC) at which every array
+ * the update touches is 16-byte aligned (then every h + VEC j is too), or
+ * -1 when there is none (arrays whose offsets differ mod 16 bytes). The
+ * same for every thread of a block: a few integer operations on values
+ * each thread already holds. */
+template <int GD, int PD>
+HD int adam_head(const adam_args_t &a, const zt__cuda_seg_t &seg) {
+  const u64 gsz = GD == ZT_FP32 ? 4 : 2;
+  const u64 psz = PD == P_BF16 || PD == P_FP16 ? 2 : 4;
+  const u64 gat = seg.index - a.grads_first, pat = seg.index - a.params_first;
+  /* Every element size divides 16, so the first aligned element of one
+   * array fixes h; the others must agree. A 16-bit array fixes it mod 8, an
+   * fp32 one only mod 4, so a 16-bit one goes first. */
+  const uintptr_t gb = (uintptr_t)a.grads + gat * gsz;
+  const uintptr_t mb = (uintptr_t)(a.m + seg.state_off);
+  uintptr_t lead = mb, lsz = 4;
+  if (gsz == 2) {
+    lead = gb;
+    lsz = 2;
+  } else if (psz == 2) {
+    lead = (uintptr_t)a.params + pat * psz;
+    lsz = 2;
+  }
+  if (lead % lsz) return -1;
+  const u64 h = ((16u - (lead & 15u)) & 15u) / lsz;
+  bool ok = aligned_at(a.grads, gat, gsz, h) && aligned_at(a.m, seg.state_off, 4, h) &&
+            aligned_at(a.v, seg.state_off, 4, h);
+  if (PD != P_SELF) ok = ok && aligned_at(a.master, seg.state_off, 4, h);
+  if (PD != P_NONE) ok = ok && aligned_at(a.params, pat, psz, h);
+  return ok ? (int)h : -1;
+}
+
+/* Thread `tid` of block `b`, whose segment is `seg`. With a vector head h,
+ * the segment is a scalar head [0, h), VEC-element vectors from h on, and a
+ * scalar tail of fewer than VEC elements; block i of the segment takes
+ * vectors [i, i + 1) x ZT_CUDA_ADAM_CHUNK / VEC (thread tid the vectors
+ * tid, tid + 256, ...: each warp's accesses are consecutive), its first
+ * block the head and its last the tail. There are never more vector chunks
+ * than the plan's blocks (VEC x vectors <= n). Without one, block i takes
+ * the elements [i, i + 1) x ZT_CUDA_ADAM_CHUNK one by one, as a strided
+ * loop. Every element is updated by exactly one thread either way. */
+template <int GD, int PD>
+HD void adam_thread(const adam_args_t &a, const zt__cuda_seg_t &seg, u64 b, unsigned tid) {
+  const u64 i = b - seg.first;
+  const u64 n = seg.n;
+  const int h = adam_head<GD, PD>(a, seg);
+  if (h < 0) {
+    const u64 k0 = i * (u64)ZT_CUDA_ADAM_CHUNK;
+    const u64 end = n < k0 + ZT_CUDA_ADAM_CHUNK ? n : k0 + ZT_CUDA_ADAM_CHUNK;
+    for (u64 k = k0 + tid; k < end; k += ZT_CUDA_ADAM_THREADS) adam_elem<GD, PD>(a, seg, k);
+    HOST_COUNT(0, k0 + tid < end ? (end - k0 - tid + ZT_CUDA_ADAM_THREADS - 1) /
+                                                  ZT_CUDA_ADAM_THREADS
+                                            : 0);
+    return;
+  }
+  const u64 head = (u64)h < n ? (u64)h : n;
+  const u64 nvec = (n - head) / VEC;
+  const u64 tail = head + nvec * VEC;
+  const u64 last = (n + ZT_CUDA_ADAM_CHUNK - 1) / ZT_CUDA_ADAM_CHUNK - 1;
+  if (i == 0 && tid < head) {
+    adam_elem<GD, PD>(a, seg, tid);
+    HOST_COUNT(0, 1);
+  }
+  if (i == last && tail + tid < n) {
+    adam_elem<GD, PD>(a, seg, tail + tid);
+    HOST_COUNT(0, 1);
+  }
+
+  /* This thread's vectors, all loaded first: VPT x 4 arrays x 16 or 32
+   * bytes in flight per thread. */
+  const zt__adam_hp_t &hp = a.hp;
+  const int decay = seg.decay;
+  u64 kv[VPT];
+  bool on[VPT];
+  float g[VPT][VEC], p[VPT][VEC], mv[VPT][VEC], vv[VPT][VEC];
+  UNROLL
+  for (int j = 0; j < VPT; j++) {
+    const u64 q = i * (ZT_CUDA_ADAM_CHUNK / VEC) + tid + (u64)j * ZT_CUDA_ADAM_THREADS;
+    on[j] = q < nvec;
+    kv[j] = head + q * VEC;
+    if (!on[j]) continue;
+    const u64 gi = seg.index + kv[j], st = seg.state_off + kv[j];
+    load_vec<GD>(a.grads, gi - a.grads_first, g[j]);
+    if (PD == P_SELF) load_vec<ZT_FP32>(a.params, gi - a.params_first, p[j]);
+    else load_vec<ZT_FP32>(a.master, st, p[j]);
+    load_vec<ZT_FP32>(a.m, st, mv[j]);
+    load_vec<ZT_FP32>(a.v, st, vv[j]);
+  }
+  UNROLL
+  for (int j = 0; j < VPT; j++) {
+    if (!on[j]) continue;
+    HOST_COUNT(1, VEC);
+    UNROLL
+    for (int u = 0; u < VEC; u++) zt_adam_update(&hp, decay, g[j][u], &p[j][u], &mv[j][u], &vv[j][u]);
+    const u64 gi = seg.index + kv[j], st = seg.state_off + kv[j];
+    store_vec_f32(a.m, st, mv[j]);
+    store_vec_f32(a.v, st, vv[j]);
+    if (PD == P_SELF) {
+      store_vec_f32((float *)a.params, gi - a.params_first, p[j]);
+      continue;
+    }
+    store_vec_f32(a.master, st, p[j]);
+    if (PD == P_FP32) {
+      store_vec_f32((float *)a.params, gi - a.params_first, p[j]);
+    } else if (PD == P_BF16 || PD == P_FP16) {
+      uint16_t out[VEC];
+      UNROLL
+      for (int u = 0; u < VEC; u++) out[u] = param_u16<PD>(hp, p[j][u], gi + u);
+      store_vec_u16((uint16_t *)a.params, gi - a.params_first, out);
+    }
+  }
+}
+
+/* Each block reads its segment's place in the table from the map that
+ * follows the segments (zt__cuda_adam_plan): one load every thread of the
+ * block makes at the same address, where a search took log2(segments)
+ * dependent loads by one thread and a barrier. */
 template <int GD, int PD>
 __global__ void __launch_bounds__(ZT_CUDA_ADAM_THREADS)
-adam_kernel(adam_args_t a, const zt__cuda_seg_t *segs, size_t n_segs) {
-  __shared__ zt__cuda_seg_t seg;
-  if (threadIdx.x == 0) seg = segs[find_seg(segs, n_segs, blockIdx.x)];
-  __syncthreads();
+adam_kernel(adam_args_t a, const zt__cuda_seg_t *__restrict__ segs, size_t n_segs) {
+  const uint32_t *map = (const uint32_t *)(segs + n_segs);
+  const zt__cuda_seg_t seg = segs[map[blockIdx.x]];
   adam_thread<GD, PD>(a, seg, blockIdx.x, threadIdx.x);
 }
 
-unsigned long long zt__cuda_adam_plan(const zt__seg_t *segs, size_t n_segs,
-                                      zt__cuda_seg_t *out, size_t *n_out) {
+/* zt__cuda_adam_map's work, under a name of this file's own (a host build
+ * in a namespace would find both by argument-dependent lookup). */
+static void adam_map(const zt__cuda_seg_t *segs, size_t n_segs, u64 n_blocks, uint32_t *map) {
+  for (size_t s = 0; s < n_segs; s++) {
+    const u64 end = s + 1 < n_segs ? segs[s + 1].first : n_blocks;
+    for (u64 b = segs[s].first; b < end; b++) map[b] = (uint32_t)s;
+  }
+}
+
+void zt__cuda_adam_map(const zt__cuda_seg_t *segs, size_t n_segs, unsigned long long n_blocks,
+                       uint32_t *map) {
+  adam_map(segs, n_segs, n_blocks, map);
+}
+
+size_t zt__cuda_adam_plan(const zt__seg_t *segs, size_t n_segs, zt__cuda_seg_t *out,
+                          size_t *n_out, unsigned long long *n_blocks) {
   u64 blocks = 0;
   size_t j = 0;
   for (size_t i = 0; i < n_segs; i++) {
     if (segs[i].n == 0) continue;
-    zt__cuda_seg_t d = {};
-    d.index = segs[i].index;
-    d.state_off = segs[i].state_off;
-    d.n = segs[i].n;
-    d.first = blocks;
-    d.decay = segs[i].decay ? 1 : 0;
-    out[j++] = d;
+    if (out) {
+      zt__cuda_seg_t d = {};
+      d.index = segs[i].index;
+      d.state_off = segs[i].state_off;
+      d.n = segs[i].n;
+      d.first = blocks;
+      d.decay = segs[i].decay ? 1 : 0;
+      out[j] = d;
+    }
+    j++;
     blocks += (segs[i].n + ZT_CUDA_ADAM_CHUNK - 1) / ZT_CUDA_ADAM_CHUNK;
   }
+  if (out) adam_map(out, j, blocks, (uint32_t *)(out + j));
   *n_out = j;
-  return blocks;
+  *n_blocks = blocks;
+  return j + (size_t)ZT_CUDA_ADAM_MAP_ENTRIES(blocks);
 }
 
 template <int GD, int PD>

@@ -13,7 +13,15 @@
  *   - one launch covers every segment of a call: block b works on chunk
  *     b - segs[s].first of the segment s whose range of blocks holds b;
  *   - the plan drops empty segments and keeps table order, and `first` is
- *     increasing, so a block finds its segment by binary search;
+ *     increasing; the adam table carries, after its segments, the map from
+ *     block to segment (zt__cuda_adam_map), built on the host with the plan
+ *     and uploaded and cached with it, so an adam block reads its segment
+ *     in one load; a sumsq warp finds its piece's segment by binary search;
+ *   - adam moves 16 bytes per access (4 fp32 or 8 bf16/fp16 elements)
+ *     wherever all of a segment's arrays are 16-byte aligned at the same
+ *     element, and the unaligned head and tail, or a whole segment whose
+ *     arrays share no such element, one element at a time: each element
+ *     gets the same zt_adam_update either way;
  *   - sumsq is deterministic and bit-identical to the CPU's: pieces are
  *     cpu_optim.c's (a segment's elements inside one ZT_NORM_BLOCK-aligned
  *     window of the global index), each summed by one warp in the lane
@@ -23,6 +31,7 @@
 #ifndef ZT_CUDA_KERNELS_CUH
 #define ZT_CUDA_KERNELS_CUH
 
+#include <stdint.h>       // defines: uint32_t
 #include <cuda_runtime.h> // defines: cudaError_t, cudaStream_t
 
 #include "backend/backend.h"      // defines: zt__seg_t, zt__adam_launch_t, ZT_INTERNAL
@@ -45,19 +54,35 @@ typedef struct zt__cuda_seg {
   int pad_;
 } zt__cuda_seg_t;
 
-/* Writes the non-empty segments of `segs` into `out` (room for n_segs) with
- * their first blocks for the adam kernel; *n_out is how many were written.
- * Returns the number of blocks the launch needs. */
-ZT_INTERNAL unsigned long long zt__cuda_adam_plan(const zt__seg_t *segs, size_t n_segs,
-                                                  zt__cuda_seg_t *out, size_t *n_out);
+/* Entries of zt__cuda_seg_t that the block -> segment map of a launch of
+ * `blocks` blocks takes (one uint32_t per block, packed). */
+#define ZT_CUDA_ADAM_MAP_ENTRIES(blocks) \
+  (((unsigned long long)(blocks) * 4u + sizeof(zt__cuda_seg_t) - 1) / sizeof(zt__cuda_seg_t))
+
+/* The adam table of `segs`: their non-empty segments with their first
+ * blocks (*n_out of them), then the map of each block to its segment
+ * (zt__cuda_adam_map) in the entries after them. *n_blocks is the number
+ * of blocks the launch needs. Returns the entries the whole table takes;
+ * with `out` NULL only counts (to size the buffer), otherwise writes them.
+ * The map's entries are 32-bit: fewer than 2^32 non-empty segments. */
+ZT_INTERNAL size_t zt__cuda_adam_plan(const zt__seg_t *segs, size_t n_segs,
+                                      zt__cuda_seg_t *out, size_t *n_out,
+                                      unsigned long long *n_blocks);
+
+/* map[b] = s for every block b in [segs[s].first, segs[s + 1].first) (the
+ * last segment's range ends at n_blocks): the segment each adam block works
+ * on, for the `n_segs` planned segments of a launch of n_blocks blocks. */
+ZT_INTERNAL void zt__cuda_adam_map(const zt__cuda_seg_t *segs, size_t n_segs,
+                                   unsigned long long n_blocks, uint32_t *map);
 
 /* The same for sumsq: `first` counts pieces. Returns the number of pieces. */
 ZT_INTERNAL unsigned long long zt__cuda_sumsq_plan(const zt__seg_t *segs, size_t n_segs,
                                                    zt__cuda_seg_t *out, size_t *n_out);
 
 /* One step of the update described by `l` (its arrays in device memory)
- * over the planned table `d_segs` (device memory, n_segs entries, n_blocks
- * blocks). The caller has checked the dtypes and pointers. Stream-ordered. */
+ * over the planned table `d_segs` (device memory: zt__cuda_adam_plan's
+ * whole table, n_segs segments followed by the map of n_blocks blocks).
+ * The caller has checked the dtypes and pointers. Stream-ordered. */
 ZT_INTERNAL cudaError_t zt__cuda_adam(const zt__adam_launch_t *l,
                                       const zt__cuda_seg_t *d_segs, size_t n_segs,
                                       unsigned long long n_blocks, cudaStream_t stream);

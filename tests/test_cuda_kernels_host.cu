@@ -9,8 +9,8 @@
  * namespace kern, so its launchers do not collide with libztier.a's) and
  * calls those functions for every block and thread of the grid the launcher
  * would start. What is mirrored here, not run from kernels.cu, is only what
- * cannot run on a host: the few lines of each __global__ body (thread 0
- * fetching the block's segment, the warp-to-piece mapping, the
+ * cannot run on a host: the few lines of each __global__ body (the block's
+ * segment read from the map, the warp-to-piece mapping, the
  * __shfl_down_sync fold, the grid-stride loop) and each launcher's choice
  * of template and grid size. Each mirror names the lines it copies.
  *
@@ -55,6 +55,21 @@ extern "C" {
 #include "cuda/kernels.cuh"   // defines: zt__cuda_seg_t, ZT_CUDA_ADAM_*, ZT_CUDA_SUMSQ_THREADS
 #include "cpu/optim_math.h"  // defines: zt__adam_hp_t, zt_sr_key, ZT_NORM_BLOCK
 
+/* The adam kernel's 16-byte accesses must be 16-byte aligned, as the GPU
+ * needs them (the host build reads through memcpy, which would hide one
+ * that is not), and the elements it updates by vector and one by one are
+ * counted, so a test can tell that the vector path ran. kernels.cu calls
+ * these from its host build only. */
+static unsigned long long misaligned_16, elems_vector, elems_scalar;
+[[maybe_unused]] static void align_hook(const void *p) {
+  if ((uintptr_t)p & 15u) misaligned_16++;
+}
+[[maybe_unused]] static void count_hook(int vector, unsigned long long n) {
+  (vector ? elems_vector : elems_scalar) += n;
+}
+#define ZT_KERNELS_HOST_ALIGN(p) ::align_hook(p)
+#define ZT_KERNELS_HOST_COUNT(vector, n) ::count_hook(vector, n)
+
 /* The kernels' code itself. In a namespace, its launchers and plans are
  * kern::zt__cuda_* and do not clash with the C++ symbols of libztier.a's
  * kernels.o; the headers it includes are already in, so their guards keep
@@ -71,6 +86,14 @@ static const zt_dtype_t dtypes[] = {ZT_FP32, ZT_BF16, ZT_FP16};
 
 static void *xalloc(size_t bytes) {
   void *p = malloc(bytes ? bytes : 1);
+  assert_non_null(p);
+  return p;
+}
+
+/* 16-byte aligned, as cudaMalloc's are (and more): malloc's alignment
+ * varies with the allocator (a sanitizer's, for one). */
+static void *xalloc16(size_t bytes) {
+  void *p = aligned_alloc(16, (bytes + 15) & ~(size_t)15);
   assert_non_null(p);
   return p;
 }
@@ -155,16 +178,17 @@ static void layout_make(layout_t *L, size_t base, size_t straddle, int big, t_rn
 
 /* ---- adam: the kernel's grid, on the host ------------------------------------------ */
 
-/* adam_kernel's body for every block of the grid: thread 0 puts the block's
- * segment in shared memory, then each of the block's threads runs
- * adam_thread. Threads touch disjoint elements, so running them one after
+/* adam_kernel's body for every block of the grid: the block's segment
+ * from the map after the table's segments, then each of the block's
+ * threads runs adam_thread. Threads touch disjoint elements, so running them one after
  * another gives what the GPU's concurrent threads give; a thread that
  * touched another's element would update it twice and show. */
 template <int GD, int PD>
 static void grid_adam(const kern::adam_args_t &a, const zt__cuda_seg_t *plan, size_t n_plan,
                       u64 blocks) {
+  const uint32_t *map = (const uint32_t *)(plan + n_plan);
   for (u64 b = 0; b < blocks; b++) {
-    const zt__cuda_seg_t seg = plan[kern::find_seg(plan, n_plan, b)];
+    const zt__cuda_seg_t seg = plan[map[b]];
     for (unsigned t = 0; t < ZT_CUDA_ADAM_THREADS; t++)
       kern::adam_thread<GD, PD>(a, seg, b, t);
   }
@@ -187,9 +211,14 @@ static void grid_adam_by_param(int pd, const kern::adam_args_t &a,
  * real plan, then the launcher's choice of template (mirrored) and its
  * arguments (adam_launch's, mirrored), then the grid. */
 static void gpu_adam(const zt__adam_launch_t *l) {
-  zt__cuda_seg_t *plan = (zt__cuda_seg_t *)xalloc(l->n_segs * sizeof *plan);
   size_t n_plan = 0;
-  const u64 blocks = kern::zt__cuda_adam_plan(l->segs, l->n_segs, plan, &n_plan);
+  u64 blocks = 0;
+  const size_t entries = kern::zt__cuda_adam_plan(l->segs, l->n_segs, NULL, &n_plan, &blocks);
+  zt__cuda_seg_t *plan = (zt__cuda_seg_t *)xalloc(entries * sizeof *plan);
+  /* Poison: the map must be written in full. */
+  memset(plan, 0xa5, entries * sizeof *plan);
+  assert_int_equal(kern::zt__cuda_adam_plan(l->segs, l->n_segs, plan, &n_plan, &blocks),
+                   entries);
   const int pd = l->master == NULL   ? kern::P_SELF
                  : l->params == NULL ? kern::P_NONE
                                      : (int)l->param_dtype;
@@ -443,6 +472,256 @@ static void test_adam_matches_cpu(void **state) {
           n++;
         }
   printf("# %d adam configurations bit-identical to the CPU scalar kernel\n", n);
+}
+
+/* ---- adam: the block -> segment map and the vector path ---------------------------- */
+
+/* A table of about `n` segments: lengths 1..37 mostly, one in 256 longer than a
+ * chunk (so it crosses block boundaries, with a few elements past one), one
+ * in 50 empty; at indices with gaps of 0..5 (odd offsets) from `base`. */
+static zt__seg_t *short_segs(size_t n, size_t base, t_rng_t *r, size_t *hi) {
+  zt__seg_t *s = (zt__seg_t *)xalloc(n * sizeof *s);
+  size_t idx = base;
+  for (size_t i = 0; i < n; i++) {
+    const uint64_t x = t_rng_next(r);
+    size_t len = 1 + x % 37;
+    if ((x >> 8) % 256 == 0) len = ZT_CUDA_ADAM_CHUNK * (1 + (x >> 16) % 3) - 9 + (x >> 24) % 19;
+    if ((x >> 32) % 50 == 0) len = 0;
+    idx += (x >> 40) % 6;
+    s[i].index = idx;
+    s[i].n = len;
+    s[i].state_off = 0;
+    s[i].decay = (int)((x >> 48) & 1);
+    idx += len;
+  }
+  *hi = idx;
+  return s;
+}
+
+/* The map against a count of its own: each non-empty segment in table
+ * order takes ceil(n / chunk) blocks, and every one of them maps to it. */
+static void expect_map(const zt__seg_t *segs, size_t n_segs) {
+  size_t n_plan = 0;
+  u64 blocks = 0;
+  const size_t entries = kern::zt__cuda_adam_plan(segs, n_segs, NULL, &n_plan, &blocks);
+  zt__cuda_seg_t *plan = (zt__cuda_seg_t *)xalloc((entries + 1) * sizeof *plan);
+  memset(plan, 0xa5, (entries + 1) * sizeof *plan);
+  const zt__cuda_seg_t guard = plan[entries];
+  size_t n2 = 0;
+  u64 blocks2 = 0;
+  assert_int_equal(kern::zt__cuda_adam_plan(segs, n_segs, plan, &n2, &blocks2), entries);
+  assert_int_equal(n2, n_plan);
+  assert_int_equal(blocks2, blocks);
+  assert_memory_equal(&plan[entries], &guard, sizeof guard); /* nothing past the table */
+  const uint32_t *map = (const uint32_t *)(plan + n_plan);
+  assert_true((const char *)(map + blocks) <= (const char *)(plan + entries));
+  u64 b = 0;
+  size_t j = 0;
+  for (size_t i = 0; i < n_segs; i++) {
+    if (segs[i].n == 0) continue;
+    if (plan[j].index != segs[i].index || plan[j].n != segs[i].n ||
+        plan[j].state_off != segs[i].state_off || plan[j].first != b)
+      fail_msg("adam plan: entry %zu is not segs[%zu] from block %llu", j, i, b);
+    for (u64 k = 0; k < (segs[i].n + ZT_CUDA_ADAM_CHUNK - 1) / ZT_CUDA_ADAM_CHUNK; k++, b++)
+      if (map[b] != j)
+        fail_msg("adam map: block %llu maps to segment %u, want %zu (segs[%zu], n %zu)", b,
+                 map[b], j, i, segs[i].n);
+    j++;
+  }
+  assert_int_equal(j, n_plan);
+  assert_int_equal(b, blocks);
+  /* The map alone, from the planned segments, gives the same. */
+  uint32_t *again = (uint32_t *)xalloc((blocks + 1) * sizeof *again);
+  zt__cuda_adam_map(plan, n_plan, blocks, again); /* libztier.a's, the one the launch uses */
+  assert_memory_equal(again, map, blocks * sizeof *again);
+  free(again);
+  free(plan);
+}
+
+static void test_adam_map(void **state) {
+  (void)state;
+  t_rng_t r;
+  t_rng_init(&r, t_seed() ^ 0x3a9);
+  size_t hi;
+  /* ~10k segments; the same with the long ones alone; empty tables. */
+  zt__seg_t *s = short_segs(10007, 5, &r, &hi);
+  expect_map(s, 10007);
+  for (size_t i = 0; i < 10007; i++) s[i].n = s[i].n > 37 ? s[i].n : 0;
+  expect_map(s, 10007);
+  for (size_t i = 0; i < 10007; i++) s[i].n = 0;
+  expect_map(s, 10007);
+  expect_map(s, 0);
+  /* One segment, exactly a chunk and one more. */
+  s[0].n = ZT_CUDA_ADAM_CHUNK;
+  expect_map(s, 1);
+  s[0].n = ZT_CUDA_ADAM_CHUNK + 1;
+  expect_map(s, 1);
+  free(s);
+}
+
+/* optim_math.h's formula, element by element, for the launch `l`: what
+ * every adam kernel must give bit for bit. */
+static void ref_math(const zt__adam_launch_t *l) {
+  for (size_t i = 0; i < l->n_segs; i++) {
+    const zt__seg_t *sg = &l->segs[i];
+    for (size_t k = 0; k < sg->n; k++) {
+      const size_t gi = sg->index + k, st = sg->state_off + k, pi = gi - l->params_first;
+      const size_t gk = gi - l->grads_first;
+      const float g = l->grad_dtype == ZT_FP32   ? ((const float *)l->grads)[gk]
+                      : l->grad_dtype == ZT_BF16 ? zt_bf16_to_f32(((const uint16_t *)l->grads)[gk])
+                                                 : zt_f16_to_f32(((const uint16_t *)l->grads)[gk]);
+      float *pp = l->master ? &l->master[st] : &((float *)l->params)[pi];
+      zt_adam_update(l->hp, sg->decay, g, pp, &l->m[st], &l->v[st]);
+      if (l->master == NULL || l->params == NULL) continue;
+      if (l->param_dtype == ZT_FP32) ((float *)l->params)[pi] = *pp;
+      else if (l->param_dtype == ZT_FP16) ((uint16_t *)l->params)[pi] = zt_f32_to_f16_rne(*pp);
+      else
+        ((uint16_t *)l->params)[pi] = l->hp->stochastic
+                                          ? zt_f32_to_bf16_sr(*pp, zt_sr_bits(l->hp->sr_key, gi))
+                                          : zt_f32_to_bf16_rne(*pp);
+    }
+  }
+}
+
+/* How a run lays out its arrays. ALIGNED: every segment's arrays meet
+ * 16-byte alignment at one element (a random head of 0..7 elements before
+ * it), as buffers from one allocator with element offsets alike mod 8 are.
+ * OFFSETS: aligned bases, offsets at random, so a few segments align by
+ * chance (at any head) and the rest go one element at a time. BASES: the
+ * arrays' bases shifted by 0..3 elements each as well: hardly any
+ * segment aligns. */
+enum { ALIGNED = 0, OFFSETS = 1, BASES = 2 };
+static const char *const layout_names[] = {"aligned", "random offsets", "random bases"};
+
+/* One run over ~10k short segments laid out as `how` says. */
+static void vector_run(zt_dtype_t gdt, int pmode, int sr, int how, t_rng_t *r) {
+  const int aligned = how == ALIGNED;
+  const size_t n_segs = 10007;
+  size_t hi;
+  const size_t lo = 8 + t_rng_next(r) % 8;
+  zt__seg_t *segs = short_segs(n_segs, lo, r, &hi);
+  t_shuffle_segs(segs, n_segs, r); /* table order is not index order */
+  /* The windows' firsts: alike mod 8 but with random bases (a 16-bit
+   * params window 4 elements off an fp32 grads one would leave no segment
+   * aligned, whatever its offsets). */
+  const size_t gfirst = aligned ? 0 : t_rng_next(r) % 8;
+  const size_t pfirst = how == OFFSETS ? gfirst % 8 : how == BASES ? t_rng_next(r) % 8 : 0;
+  size_t off = t_rng_next(r) % 8, total = 0;
+  for (size_t i = 0; i < n_segs; i++) {
+    off += t_rng_next(r) % 3;
+    if (aligned) off += (segs[i].index - off) % 8; /* state_off = index mod 8 */
+    segs[i].state_off = off;
+    off += segs[i].n;
+    total += segs[i].n;
+  }
+  t_shuffle_segs(segs, n_segs, r);
+  const size_t states = off + 5, gwin = hi + 3 - gfirst, pwin = hi + 3 - pfirst;
+  const int self = pmode == PARAMS_SELF, none = pmode == PARAMS_NONE;
+  const zt_dtype_t pdt = self || none ? ZT_FP32 : (zt_dtype_t)pmode;
+  const size_t gsz = t_dtype_size(gdt), psz = t_dtype_size(pdt);
+  /* Bases shifted by whole elements (random when not aligned): the
+   * alignment the kernel must find is of the addresses, not the offsets. */
+  size_t shift[5];
+  for (int i = 0; i < 5; i++) shift[i] = how == BASES ? t_rng_next(r) % 4 : 0;
+  float *buf[2][3];
+  char *g0 = (char *)xalloc16((gwin + 8) * gsz + 16);
+  char *p0[2];
+  for (int c = 0; c < 2; c++) {
+    for (int a = 0; a < 3; a++) buf[c][a] = (float *)xalloc16((states + 8) * 4 + 16);
+    p0[c] = (char *)xalloc16((pwin + 8) * psz + 16);
+  }
+  float *master[2], *m[2], *v[2];
+  void *params[2];
+  for (int c = 0; c < 2; c++) {
+    master[c] = buf[c][0] + shift[0];
+    m[c] = buf[c][1] + shift[1];
+    v[c] = buf[c][2] + shift[2];
+    params[c] = p0[c] + shift[3] * psz;
+  }
+  void *grads = g0 + shift[4] * gsz;
+  /* Fresh random data, never zeros; params only written are poisoned. */
+  t_fill_uniform(master[0], ZT_FP32, states, -1.0, 1.0, r);
+  t_fill_uniform(m[0], ZT_FP32, states, -1e-2, 1e-2, r);
+  t_fill_uniform(v[0], ZT_FP32, states, 1e-9, 1e-4, r);
+  t_fill_normal(grads, gdt, gwin, 0.5, r);
+  if (self) t_fill_uniform(params[0], ZT_FP32, pwin, -1.0, 1.0, r);
+  else t_fill_bits(params[0], pwin * psz, r);
+  memcpy(master[1], master[0], states * 4);
+  memcpy(m[1], m[0], states * 4);
+  memcpy(v[1], v[0], states * 4);
+  memcpy(params[1], params[0], pwin * psz);
+
+  step_in_t in;
+  in.lr = 1e-3 * (0.25 + t_rng_uniform(r));
+  in.beta1 = (float)(0.85 + 0.1 * t_rng_uniform(r));
+  in.beta2 = (float)(0.99 + 0.0099 * t_rng_uniform(r));
+  in.eps = (float)(1e-8 * (0.5 + t_rng_uniform(r)));
+  in.wd = (float)(0.2 * t_rng_uniform(r));
+  in.gmul = (float)(0.25 + t_rng_uniform(r));
+  in.t = 1 + t_rng_next(r) % 1000;
+  in.mode = (int)(t_rng_next(r) & 1);
+  const zt__adam_hp_t hp = hp_make(&in, sr, zt_sr_key(t_rng_next(r), in.t));
+
+  zt__adam_launch_t l;
+  memset(&l, 0, sizeof l);
+  l.hp = &hp;
+  l.grads = grads;
+  l.grads_first = gfirst;
+  l.grad_dtype = gdt;
+  l.params_first = pfirst;
+  l.param_dtype = pdt;
+  l.segs = segs;
+  l.n_segs = n_segs;
+  misaligned_16 = elems_vector = elems_scalar = 0;
+  for (int c = 0; c < 2; c++) {
+    l.master = self ? NULL : master[c];
+    l.m = m[c];
+    l.v = v[c];
+    l.params = none ? NULL : params[c];
+    if (c == 0) gpu_adam(&l);
+    else ref_math(&l);
+  }
+  char what[200];
+  snprintf(what, sizeof what, "adam layouts (%s) grads %s params %s%s", layout_names[how],
+           t_dtype_name(gdt), self ? "fp32 (master)" : none ? "none" : t_dtype_name(pdt),
+           sr ? " stochastic" : "");
+  printf("# %s: %zu elements, %llu by vector, %llu one by one\n", what, total, elems_vector,
+         elems_scalar);
+  if (misaligned_16) fail_msg("%s: %llu misaligned 16-byte accesses", what, misaligned_16);
+  /* Each element exactly once (a second update would also show below). */
+  if (elems_vector + elems_scalar != total)
+    fail_msg("%s: %llu elements updated, want %zu", what, elems_vector + elems_scalar, total);
+  if (aligned && elems_vector < total / 2)
+    fail_msg("%s: only %llu of %zu elements by vector", what, elems_vector, total);
+  if (how == OFFSETS && (elems_vector == 0 || elems_scalar < total / 2))
+    fail_msg("%s: %llu elements by vector, %llu one by one: expected some and most", what,
+             elems_vector, elems_scalar);
+  if (how == BASES && elems_scalar == 0) fail_msg("%s: no element one by one", what);
+  char w2[240];
+  snprintf(w2, sizeof w2, "%s: m", what);
+  t_expect_same(w2, m[0], m[1], 4, states);
+  snprintf(w2, sizeof w2, "%s: v", what);
+  t_expect_same(w2, v[0], v[1], 4, states);
+  snprintf(w2, sizeof w2, "%s: master", what);
+  t_expect_same(w2, master[0], master[1], 4, states);
+  snprintf(w2, sizeof w2, "%s: params", what);
+  t_expect_same(w2, params[0], params[1], psz, pwin);
+  for (int c = 0; c < 2; c++) {
+    for (int a = 0; a < 3; a++) free(buf[c][a]);
+    free(p0[c]);
+  }
+  free(g0);
+  free(segs);
+}
+
+static void test_adam_vector_layouts(void **state) {
+  (void)state;
+  t_rng_t r;
+  t_rng_init(&r, t_seed() ^ 0x7ec);
+  for (int gi = 0; gi < 3; gi++)
+    for (int pm = ZT_FP32; pm <= PARAMS_NONE; pm++)
+      for (int sr = 0; sr <= (pm == ZT_BF16); sr++)
+        for (int how = ALIGNED; how <= BASES; how++) vector_run(dtypes[gi], pm, sr, how, &r);
 }
 
 /* ---- sumsq ------------------------------------------------------------------------- */
@@ -720,6 +999,8 @@ static void test_cast_matches_cpu(void **state) {
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_adam_matches_cpu),
+      cmocka_unit_test(test_adam_map),
+      cmocka_unit_test(test_adam_vector_layouts),
       cmocka_unit_test(test_sumsq_matches_cpu),
       cmocka_unit_test(test_cast_matches_cpu),
   };
