@@ -35,6 +35,7 @@ int bench_adam_main(int argc, char **argv);
 int bench_nvme_main(int argc, char **argv);
 int bench_offload_main(int argc, char **argv);
 int bench_stage3_main(int argc, char **argv);
+int bench_step_main(int argc, char **argv);
 
 /* ---- statistics and output ---------------------------------------------------- */
 

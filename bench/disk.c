@@ -82,6 +82,9 @@ int bench_disk_rates(const char *prog, const zt_config_t *cfg, const char *path,
   sc.queue_depth = (unsigned)cfg->swap_queue_depth;
   size_t region_bytes = block * (size_t)cfg->swap_queue_depth;
   if (region_bytes > ((size_t)1 << 30)) region_bytes = (size_t)1 << 30;
+  /* No more requests than space / block are ever in flight: a larger
+   * region would only cost its filling. */
+  if (region_bytes > space) region_bytes = space;
   char *region = NULL;
   zt__err_t err;
   memset(&err, 0, sizeof err);

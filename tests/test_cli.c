@@ -18,6 +18,7 @@
  */
 #define _GNU_SOURCE
 #include <limits.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -374,6 +375,10 @@ static void test_bad_arguments(void **state) {
       {"bench adam --stagger 1e3", "--stagger"},
       {"bench offload --params 1B --ram-budget x", "--ram-budget"},
       {"bench stage3 --layer-params 1.5", "--layer-params"},
+      {"bench stage3 --backend gpu", "--backend"},
+      {"bench step --stage 4", "--stage"},
+      {"bench step --optimizer-tier disk", "--optimizer-tier"},
+      {"bench step --optimizer-tier nvme", "--path"},
       {"bench nvme --path /tmp --size 1Q", "--size"},
       {"bench nvme --path /tmp --block 3MiB", "--block"},
       {"nope", "nope"},
@@ -490,6 +495,7 @@ static void test_unknown_flag(void **state) {
       "bench nvme --nope",
       "bench offload --nope",
       "bench stage3 --nope",
+      "bench step --nope",
       "bench adam --nope=3",
   };
   static char out[1 << 14];
@@ -585,6 +591,7 @@ static void test_help(void **state) {
       {"bench --help", "stage3"},       {"bench adam --help", "--stagger"},
       {"bench nvme --help", "--threads LIST"}, {"bench offload --help", "--ram-budget"},
       {"bench stage3 --help", "--layer-params"}, {"bench adam -h", "--no-huge-pages"},
+      {"bench --help", "step"},         {"bench step --help", "--optimizer-tier"},
   };
   static char out[1 << 14];
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
@@ -678,6 +685,86 @@ static void test_json_everywhere(void **state) {
   has_keys(args, out, k_offload);
 }
 
+/* The number under `key` in `j`, failing the test when there is none. */
+static double num_of(const char *what, const cJSON *j, const char *key) {
+  const cJSON *v = cJSON_GetObjectItemCaseSensitive(j, key);
+  if (!cJSON_IsNumber(v)) fail_msg("%s: \"%s\" is not a number", what, key);
+  printf("# %s: %s = %g\n", what, key, v->valuedouble);
+  return v->valuedouble;
+}
+
+/* host_syncs_per_step: an integer >= 0. */
+static void expect_syncs(const char *what, const cJSON *j) {
+  double s = num_of(what, j, "host_syncs_per_step");
+  if (s < 0 || s != (double)(long long)s) fail_msg("%s: host_syncs_per_step %g", what, s);
+}
+
+/* The benchmarks of a loop on the modelled GPU, small and fast, in --json:
+ * `bench stage3 --backend sim` gives a stall fraction in [0, 1] and the
+ * layer's copy time beside the compute; `bench step` a positive step time,
+ * bound and efficiency, on sim and host, for each stage and the nvme tiers;
+ * a configuration the engine refuses (stage 1 with the device optimizer
+ * tier on sim) exits 1 with the engine's sentence and prints no figures. */
+static void test_bench_sim_json(void **state) {
+  (void)state;
+  need("ztier");
+  static char out[1 << 16], err[1 << 16];
+  static char args[3 * PATH_MAX];
+  const char *dir = scratch("cli-step");
+  static const char *const k_stage3[] = {"stall_fraction", "host_syncs_per_step",
+                                         "layer_copy_ms", "layer_link_ms", "link_keeps_up",
+                                         "fetch_host_fraction", "backend", NULL};
+  static const char *const k_step[] = {"step_s", "step_s_min", "step_s_max", "bound_s",
+                                       "efficiency", "bound", "host_syncs_per_step",
+                                       "steps_s", NULL};
+  const char *a3 = "bench stage3 --backend sim --param-tier host --layers 2 "
+                   "--layer-params 64Ki --compute-ms 2 --iters 2 --json";
+  int rc = run_split("", "ztier", a3, out, sizeof out, err, sizeof err);
+  if (rc != 0) fail_msg("ztier %s: exit %d:\n%s%s", a3, rc, out, err);
+  has_keys(a3, out, k_stage3);
+  cJSON *j = cJSON_Parse(out);
+  double stall = num_of(a3, j, "stall_fraction");
+  if (!(stall >= 0 && stall <= 1)) fail_msg("stall_fraction %g is not in [0, 1]", stall);
+  expect_syncs(a3, j);
+  if (!(num_of(a3, j, "layer_copy_ms") > 0)) fail_msg("layer_copy_ms is not > 0");
+  cJSON_Delete(j);
+
+  static const char *const steps[] = {
+      "--backend sim --stage 0 --optimizer-tier device",
+      "--backend sim --stage 1 --optimizer-tier host",
+      "--backend sim --stage 2 --optimizer-tier host",
+      "--backend sim --stage 3 --optimizer-tier host",
+      "--backend host --stage 1 --optimizer-tier device",
+      "--backend sim --stage 3 --optimizer-tier nvme --param-tier nvme --path",
+  };
+  for (size_t i = 0; i < sizeof steps / sizeof steps[0]; i++) {
+    snprintf(args, sizeof args, "bench step %s%s%s --params 256Ki --groups 2 --steps 2 --json",
+             steps[i], strstr(steps[i], "--path") ? " " : "",
+             strstr(steps[i], "--path") ? dir : "");
+    rc = run_split("", "ztier", args, out, sizeof out, err, sizeof err);
+    if (rc != 0) fail_msg("ztier %s: exit %d:\n%s%s", args, rc, out, err);
+    has_keys(args, out, k_step);
+    j = cJSON_Parse(out);
+    double s = num_of(args, j, "step_s"), b = num_of(args, j, "bound_s"),
+           e = num_of(args, j, "efficiency");
+    if (!(s > 0 && b > 0 && e > 0)) fail_msg("%s: step_s %g, bound_s %g, efficiency %g", args,
+                                             s, b, e);
+    if (fabs(e - b / s) > 1e-9 * e) fail_msg("%s: efficiency is not bound_s / step_s", args);
+    expect_syncs(args, j);
+    if (strstr(args, "nvme") && !(num_of(args, j, "disk_s") > 0))
+      fail_msg("%s: no disk time in the bound", args);
+    cJSON_Delete(j);
+  }
+
+  const char *refused = "bench step --backend sim --stage 1 --optimizer-tier device "
+                        "--params 64Ki --steps 1 --json";
+  rc = run_split("", "ztier", refused, out, sizeof out, err, sizeof err);
+  printf("# %s", err);
+  if (rc != 1 || out[0] != 0 || !strstr(err, "optimizer_tier") || !strstr(err, "stage 1"))
+    fail_msg("ztier %s: exit %d (expected 1, the engine's sentence, no figures):\n%s%s",
+             refused, rc, out, err);
+}
+
 /* On a pipe, a long command prints its state to stderr as whole lines,
  * one when it starts and one every ZT_PROGRESS_SECONDS, and stdout holds
  * the JSON alone; 0 turns the lines off. */
@@ -712,6 +799,7 @@ int main(void) {
       cmocka_unit_test(test_getopt_forms),   cmocka_unit_test(test_unknown_flag),
       cmocka_unit_test(test_missing_value),  cmocka_unit_test(test_help),
       cmocka_unit_test(test_json_everywhere), cmocka_unit_test(test_progress_on_pipe),
+      cmocka_unit_test(test_bench_sim_json),
   };
   return T_RUN(tests);
 }

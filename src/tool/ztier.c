@@ -48,6 +48,8 @@ static const command_t benches[] = {
      "an optimizer step with its states on NVMe against the disk and the in-memory step"},
     {"stage3", bench_stage3_main,
      "a stage-3 loop with parameters on host or NVMe: time stalled in zt_fetch"},
+    {"step", bench_step_main,
+     "one step's hand-over and zt_step against the link, disk and kernel bound"},
 };
 
 #define COUNT(a) (sizeof(a) / sizeof((a)[0]))
@@ -141,7 +143,7 @@ static int cmd_version(int argc, char **argv) {
   tool_report_str(j, "version", zt_version());
   tool_report_bool(j, "cuda", ZT_HAVE_CUDA);
   tool_report_bool(j, "nccl", ZT_HAVE_CUDA);
-  tool_report_bool(j, "mpi", 1);
+  tool_report_bool(j, "mpi", ZT_HAVE_MPI);
   tool_report_bool(j, "io_uring", 1);
   tool_report_str(j, "liburing_version", LIBURING_VERSION);
   return tool_report_print(stdout, j, cmd.prog) < 0;

@@ -1,0 +1,427 @@
+/*
+ * bench/bench_step.c — `ztier bench step`: one training step's own work in
+ * ztier (the gradients' hand-over and zt_step) for a stage, optimizer tier
+ * and parameter tier, against the bound that configuration sets, measured
+ * or modelled in the same run:
+ *
+ *   bound_s = max(link_s, disk_s, cpu_adam_s, device_kernel_s)
+ *
+ *   link_s          the bytes the step moved over the host link, the larger
+ *                   direction (zt_stats h2d_bytes, d2h_bytes), / the sim
+ *                   backend's modelled link (ZT_SIM_LINK_GBPS); none on host
+ *   disk_s          nvme tiers: bytes the step read / the disk's read rate +
+ *                   bytes it wrote / its write rate, the swap engine's best
+ *                   whole-space passes in the same directory (bench/disk.c),
+ *                   before and after the steps
+ *   cpu_adam_s      host and nvme optimizer tiers: the CPU AdamW update of
+ *                   this rank's shard through zt__cpu_adam on the engine's
+ *                   own CPU optimizer (what `bench adam` runs), with the
+ *                   tier's dtypes, interleaved with the steps
+ *   device_kernel_s device optimizer tier: the backend's AdamW kernel over
+ *                   the shard in device memory, interleaved with the steps
+ *
+ * Each is work the step cannot avoid, on a resource it cannot share with
+ * the others' parts of itself, so no schedule of the step beats the
+ * largest. step_s is the median of --steps steps after a warm-up one, with
+ * their range; efficiency = bound_s / step_s. host_syncs_per_step is what
+ * zt_stats counts in a step (ztier's calls that blocked the host).
+ *
+ * A step: the loop's "backward" writes the gradients on its stream (not
+ * timed), then the timed part: zt_grads_ready for each group (stage 3
+ * hands each over there; stages 0 to 2 only check) and zt_step. Stage 3
+ * fetches and releases every group before (its forward, not timed).
+ */
+#define _GNU_SOURCE
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/internal.h"  // defines: zt__now, zt__dtype_size
+#include "common.h"
+#include "cpu/cpu_optim.h"  // defines: zt__cpu_adam, zt__adam_hp_make
+#include "devloop.h"        // defines: bench_dev_t, bench_kernel_t
+#include "disk.h"           // defines: bench_disk_rates
+#include "engine/engine.h"  // defines: struct zt_engine (its CPU optimizer, tiers)
+#include "ztier.h"
+
+static const char *prog = "ztier bench step";
+static const char *const backend_names[] = {"host", "sim", "cuda", NULL};
+static const zt_backend_t backend_of[] = {ZT_BACKEND_HOST, ZT_BACKEND_SIM, ZT_BACKEND_CUDA};
+static const char *const tier_names[] = {"device", "host", "nvme", NULL};
+static const char *const stage_names[] = {"0", "1", "2", "3", NULL};
+
+#define MAX_STEPS 64
+
+typedef struct model {
+  zt_engine_t *eng;
+  bench_dev_t dev;
+  int groups;
+  size_t n;
+  void *params, *grads, *bank; /* device memory: the loop's buffers, gradient values */
+  bench_kernel_t kernel;
+} model_t;
+
+static int fail(model_t *md, const char *what) {
+  fprintf(stderr, "%s: %s: %s\n", prog, what, zt_last_error(md->eng));
+  return 1;
+}
+
+static void model_close(model_t *md) {
+  if (md->eng) {
+    /* The engine reads the loop's buffers only inside its calls. */
+    bench_dev_free(&md->dev, md->bank, md->n * 2);
+    bench_dev_free(&md->dev, md->grads, md->n * 2);
+    bench_dev_free(&md->dev, md->params, md->n * 2);
+    bench_dev_close(&md->dev);
+    zt_engine_destroy(md->eng);
+  }
+  memset(md, 0, sizeof *md);
+}
+
+/* bf16 parameters and gradients in device memory, `groups` units of one
+ * group each. */
+static int model_open(model_t *md, const zt_config_t *cfg, size_t n, int groups) {
+  memset(md, 0, sizeof *md);
+  md->n = n;
+  md->groups = groups;
+  if (zt_engine_create(cfg, &md->eng) < 0) {
+    fprintf(stderr, "%s: %s\n", prog, zt_last_error(NULL));
+    return 1;
+  }
+  if (bench_dev_open(&md->dev, md->eng, prog)) return 1;
+  uint16_t *host = malloc(n * 2);
+  zt_unit_t *units = calloc((size_t)groups, sizeof *units);
+  int rc = host && units ? 0 : 1;
+  if (rc) fprintf(stderr, "%s: out of memory\n", prog);
+  if (rc == 0)
+    rc = bench_dev_alloc(&md->dev, n * 2, &md->params, prog) ||
+         bench_dev_alloc(&md->dev, n * 2, &md->grads, prog) ||
+         bench_dev_alloc(&md->dev, n * 2, &md->bank, prog);
+  if (rc == 0) {
+    bench_fill_values(host, ZT_BF16, n, 2.0, 0x9e3779b97f4a7c15ull);
+    rc = bench_dev_upload(&md->dev, md->params, host, n * 2, prog);
+  }
+  if (rc == 0) {
+    bench_fill_values(host, ZT_BF16, n, 0.02, 0xd1b54a32d192ed03ull);
+    rc = bench_dev_upload(&md->dev, md->bank, host, n * 2, prog);
+  }
+  if (rc == 0) {
+    size_t per = n / (size_t)groups;
+    for (int g = 0; g < groups; g++) {
+      size_t first = (size_t)g * per;
+      units[g] = (zt_unit_t){NULL, first, g == groups - 1 ? n - first : per, g, 1, ZT_BF16};
+    }
+    if (zt_register_units(md->eng, md->params, md->grads, n, ZT_BF16, ZT_BF16, units,
+                          (size_t)groups) < 0)
+      rc = fail(md, "zt_register_units");
+  }
+  free(host);
+  free(units);
+  return rc;
+}
+
+/* The untimed part of step t: stage 3's forward, then the gradients
+ * written on the loop's stream, and the stream waited for. */
+static int before_step(model_t *md) {
+  void *ptr[1];
+  if (md->eng->cfg.stage == 3)
+    for (int g = 0; g < md->groups; g++) {
+      if (zt_fetch(md->eng, g, ptr, 1) < 0) return fail(md, "zt_fetch");
+      if (zt_release(md->eng, g) < 0) return fail(md, "zt_release");
+    }
+  md->kernel = (bench_kernel_t){&md->dev, 0.0, md->grads, md->bank, md->n * 2};
+  if (bench_dev_launch(&md->kernel, prog)) return 1;
+  return bench_dev_sync(&md->dev, prog);
+}
+
+/* The timed part: the hand-over, in the backward's order, and the step. */
+static int step(model_t *md, uint64_t t, double *seconds) {
+  zt_step_args_t a = ZT_STEP_ARGS_INIT;
+  a.lr = 1e-4f;
+  a.weight_decay = 0.01f;
+  a.t = t;
+  double t0 = zt__now();
+  for (int g = md->groups - 1; g >= 0; g--)
+    if (zt_grads_ready(md->eng, g) < 0) return fail(md, "zt_grads_ready");
+  if (zt_step(md->eng, &a, NULL) < 0) return fail(md, "zt_step");
+  *seconds = zt__now() - t0;
+  return 0;
+}
+
+/* ---- the kernels' own time ------------------------------------------------------ */
+
+/* The shard's update outside the step: the CPU optimizer's (host, nvme
+ * tiers) over host buffers, or the backend's kernel (device tier) over
+ * device ones, with the tier's dtypes. */
+typedef struct ref {
+  model_t *md;
+  int device;
+  size_t n;
+  zt_dtype_t gdt, pdt;
+  int master;
+  void *buf[5]; /* master, m, v, grads, params */
+  size_t bytes[5];
+} ref_t;
+
+static void ref_close(ref_t *r) {
+  for (int i = 0; i < 5; i++) {
+    if (r->buf[i] == NULL) continue;
+    if (r->device) bench_dev_free(&r->md->dev, r->buf[i], r->bytes[i]);
+    else bench_free(r->buf[i], r->bytes[i]);
+  }
+}
+
+static int ref_open(ref_t *r, model_t *md, size_t shard) {
+  const zt_engine_t *e = md->eng;
+  memset(r, 0, sizeof *r);
+  r->md = md;
+  r->device = e->cfg.optimizer_tier == ZT_TIER_DEVICE;
+  r->n = shard ? shard : 1;
+  r->gdt = e->opt.view.grad_dtype;
+  r->pdt = e->opt.view.param_dtype;
+  r->master = r->pdt != ZT_FP32;
+  size_t f = r->n * 4;
+  size_t bytes[5] = {r->master ? f : 0, f, f, r->n * zt__dtype_size(r->gdt),
+                     r->n * zt__dtype_size(r->pdt)};
+  for (int i = 0; i < 5; i++) {
+    r->bytes[i] = bytes[i];
+    if (bytes[i] == 0) continue;
+    r->buf[i] = bench_alloc(bytes[i], 1);
+    if (r->buf[i] == NULL) {
+      fprintf(stderr, "%s: cannot allocate %zu bytes\n", prog, bytes[i]);
+      return 1;
+    }
+  }
+  /* Values, not zeros: untouched zero pages would flatter the kernel. */
+  bench_fill_values(r->buf[1], ZT_FP32, r->n, 0.01, 11);
+  bench_fill_values(r->buf[2], ZT_FP32, r->n, 1e-4, 12);
+  bench_fill_values(r->buf[3], r->gdt, r->n, 0.02, 13);
+  bench_fill_values(r->buf[4], r->pdt, r->n, 2.0, 14);
+  if (r->master) bench_fill_values(r->buf[0], ZT_FP32, r->n, 2.0, 15);
+  if (!r->device) return 0;
+  /* The device tier's kernel runs on device memory: the values go there. */
+  for (int i = 0; i < 5; i++) {
+    if (r->buf[i] == NULL) continue;
+    void *d = NULL;
+    int rc = bench_dev_alloc(&md->dev, r->bytes[i], &d, prog) ||
+             bench_dev_upload(&md->dev, d, r->buf[i], r->bytes[i], prog);
+    bench_free(r->buf[i], r->bytes[i]);
+    r->buf[i] = d;
+    if (rc == 0) continue;
+    for (int j = i + 1; j < 5; j++) /* still host memory: not ref_close's */
+      if (r->buf[j]) bench_free(r->buf[j], r->bytes[j]), r->buf[j] = NULL;
+    return 1;
+  }
+  return 0;
+}
+
+/* One update of the shard; its seconds, or < 0. */
+static double ref_run(ref_t *r, uint64_t t) {
+  zt_engine_t *e = r->md->eng;
+  zt_step_args_t a = ZT_STEP_ARGS_INIT;
+  a.lr = 1e-4f;
+  a.weight_decay = 0.01f;
+  a.t = t;
+  zt__adam_hp_t hp;
+  zt__adam_hp_make(&a, 1.0, ZT_MODE_ADAMW, 0, 0, &hp);
+  zt__seg_t seg = {0, 0, r->n, 1};
+  zt__adam_launch_t l = {&hp,       r->buf[0], r->buf[1], r->buf[2], r->buf[3], 0,
+                         r->gdt,    r->buf[4], 0,         r->pdt,    &seg,      1};
+  double t0 = zt__now();
+  if (!r->device) {
+    zt__cpu_adam(e->cpu, &l);
+    return zt__now() - t0;
+  }
+  if (e->be_ops->adam(e->be, &l, ZT_STREAM_COMPUTE) != 0) return fail(r->md, "adam"), -1;
+  if (bench_dev_sync(&r->md->dev, prog)) return -1;
+  return zt__now() - t0;
+}
+
+static double max_d(double a, double b) { return a > b ? a : b; }
+
+int bench_step_main(int argc, char **argv) {
+  const char *path = NULL;
+  zt_config_t cfg = ZT_CONFIG_INIT;
+  size_t n = (size_t)16 << 20;
+  int backend_i = 1, stage_i = 1, opt_i = 1, param_i = 0, steps = 5, groups = 8, json = 0;
+  int threads = 0;
+  const tool_flag_t flags[] = {
+      {"backend", TOOL_FLAG_CHOICE, &backend_i, "host|sim|cuda",
+       "the device: host memory, the modelled GPU, or a GPU (default sim)", 0, 0,
+       backend_names},
+      {"stage", TOOL_FLAG_CHOICE, &stage_i, "0|1|2|3", "ZeRO stage (default 1)", 0, 0,
+       stage_names},
+      {"optimizer-tier", TOOL_FLAG_CHOICE, &opt_i, "device|host|nvme",
+       "where the optimizer states live (default host)", 0, 0, tier_names},
+      {"param-tier", TOOL_FLAG_CHOICE, &param_i, "device|host|nvme",
+       "stage 3: where the parameter shards live (default device)", 0, 0, tier_names},
+      {"params", TOOL_FLAG_COUNT, &n, "N", "parameters, bf16 (default 16Mi)", 1024, 1e11,
+       NULL},
+      {"groups", TOOL_FLAG_INT, &groups, "G", "groups (layers), one unit each (default 8)",
+       1, 4096, NULL},
+      {"steps", TOOL_FLAG_INT, &steps, "S", "timed steps, after one untimed (default 5)",
+       1, MAX_STEPS, NULL},
+      {"threads", TOOL_FLAG_INT, &threads, "T", "CPU optimizer threads (default: all)", 0,
+       4096, NULL},
+      {"path", TOOL_FLAG_STRING, &path, "DIR",
+       "directory of the swap files (required for an nvme tier)", 0, 0, NULL},
+      {"json", TOOL_FLAG_BOOL, &json, NULL, "print one JSON object instead of a table", 0,
+       0, NULL},
+  };
+  const tool_cmd_t cmd = {prog, NULL,
+                          "One step's work in ztier (the gradients' hand-over and zt_step) "
+                          "against the bound\nof the link, the disk and the update's kernel, "
+                          "measured or modelled in the same\nrun. See docs/bench.md.",
+                          flags, sizeof flags / sizeof flags[0], 0, 0};
+  int rc = tool_args_parse(&cmd, argc, argv, NULL, NULL);
+  if (rc) return rc < 0 ? 0 : rc;
+  tool_progress_start(prog);
+  int nvme = opt_i == ZT_TIER_NVME || param_i == ZT_TIER_NVME;
+  if (nvme && path == NULL)
+    return tool_args_fail(&cmd, "an nvme tier needs --path DIR");
+  if ((size_t)groups > n) return tool_args_fail(&cmd, "--groups %d is more than --params", groups);
+  cfg.backend = backend_of[backend_i];
+  cfg.comm = ZT_COMM_SINGLE;
+  cfg.stage = stage_i;
+  cfg.optimizer_tier = (zt_tier_t)opt_i;
+  cfg.param_tier = (zt_tier_t)param_i;
+  cfg.threads = threads;
+  if ((path && zt_config_set(&cfg, "swap_path", path) < 0) || zt_config_validate(&cfg) < 0) {
+    fprintf(stderr, "%s: %s\n", prog, zt_last_error(NULL));
+    return 2;
+  }
+
+  double disk_w = 0, disk_r = 0;
+  size_t disk_bytes = 0;
+  if (nvme) {
+    disk_bytes = (opt_i == ZT_TIER_NVME ? 12 * n : 0) + (param_i == ZT_TIER_NVME ? 2 * n : 0);
+    if (disk_bytes > ((size_t)1 << 30)) disk_bytes = (size_t)1 << 30;
+    if (disk_bytes < ((size_t)1 << 20)) disk_bytes = (size_t)1 << 20;
+    tool_progress("disk: scratch write and read of %zu bytes", disk_bytes);
+    if (bench_disk_rates(prog, &cfg, path, disk_bytes, &disk_w, &disk_r)) return 1;
+  }
+
+  tool_progress("registering %zu parameters", n);
+  model_t md;
+  if (model_open(&md, &cfg, n, groups)) {
+    model_close(&md);
+    return 1;
+  }
+  zt_stats_t st0 = ZT_STATS_INIT, st1 = ZT_STATS_INIT;
+  zt_stats(md.eng, &st0);
+  ref_t ref;
+  rc = ref_open(&ref, &md, (size_t)st0.shard_params);
+  double s[MAX_STEPS], k_s[MAX_STEPS], syncs[MAX_STEPS], h2d[MAX_STEPS], d2h[MAX_STEPS],
+      rd[MAX_STEPS], wr[MAX_STEPS];
+  /* One untimed step and kernel, then the timed ones, interleaved. */
+  for (int k = 0; rc == 0 && k <= steps; k++) {
+    tool_progress("step %d of %d", k + 1, steps + 1);
+    rc = before_step(&md);
+    if (rc == 0) rc = zt_stats(md.eng, &st0) < 0;
+    double sec = 0;
+    if (rc == 0) rc = step(&md, (uint64_t)k + 1, &sec);
+    if (rc == 0) rc = zt_stats(md.eng, &st1) < 0;
+    double ks = rc == 0 ? ref_run(&ref, (uint64_t)k + 1) : -1;
+    if (ks < 0) rc = 1;
+    if (rc || k == 0) continue;
+    int i = k - 1;
+    s[i] = sec;
+    k_s[i] = ks;
+    syncs[i] = (double)(st1.host_syncs - st0.host_syncs);
+    h2d[i] = (double)(st1.h2d_bytes - st0.h2d_bytes);
+    d2h[i] = (double)(st1.d2h_bytes - st0.d2h_bytes);
+    rd[i] = (double)(st1.swap_read_bytes - st0.swap_read_bytes + st1.param_read_bytes -
+                     st0.param_read_bytes);
+    wr[i] = (double)(st1.swap_write_bytes - st0.swap_write_bytes + st1.param_write_bytes -
+                     st0.param_write_bytes);
+  }
+  ref_close(&ref);
+  int isa_threads = st1.threads;
+  uint64_t shard = st1.shard_params;
+  model_close(&md);
+  if (rc) return 1;
+  if (nvme) {
+    double w1 = 0, r1 = 0;
+    tool_progress("disk again");
+    if (bench_disk_rates(prog, &cfg, path, disk_bytes, &w1, &r1)) return 1;
+    disk_w = max_d(disk_w, w1);
+    disk_r = max_d(disk_r, r1);
+  }
+  tool_progress_end();
+
+  double step_s = bench_median(s, steps), lo = s[0], hi = s[0];
+  for (int i = 1; i < steps; i++) {
+    if (s[i] < lo) lo = s[i];
+    if (s[i] > hi) hi = s[i];
+  }
+  double m_h2d = bench_median(h2d, steps), m_d2h = bench_median(d2h, steps);
+  double m_rd = bench_median(rd, steps), m_wr = bench_median(wr, steps);
+  double kernel_s = bench_median(k_s, steps);
+  int sim = cfg.backend == ZT_BACKEND_SIM;
+  double link_gbps = sim ? bench_sim_link_gbps() : 0;
+  double link_s = sim ? max_d(m_h2d, m_d2h) / (link_gbps * 1e9) : 0;
+  double disk_s = nvme ? m_rd / (disk_r * 1e9) + m_wr / (disk_w * 1e9) : 0;
+  int device = opt_i == ZT_TIER_DEVICE;
+  double bound_s = max_d(max_d(link_s, disk_s), kernel_s);
+  const char *bound = kernel_s >= max_d(link_s, disk_s) ? (device ? "device_kernel" : "cpu_adam")
+                      : link_s >= disk_s              ? "link"
+                                                      : "disk";
+  double efficiency = bound_s / step_s;
+  long long m_syncs = (long long)bench_median(syncs, steps);
+
+  if (json) {
+    cJSON *j = tool_report_new();
+    tool_report_num(j, "step_s", step_s);
+    tool_report_num(j, "step_s_min", lo);
+    tool_report_num(j, "step_s_max", hi);
+    tool_report_num(j, "bound_s", bound_s);
+    tool_report_num(j, "efficiency", efficiency);
+    tool_report_str(j, "bound", bound);
+    tool_report_int(j, "host_syncs_per_step", m_syncs);
+    if (sim) tool_report_num(j, "link_s", link_s);
+    else tool_report_null(j, "link_s");
+    if (nvme) tool_report_num(j, "disk_s", disk_s);
+    else tool_report_null(j, "disk_s");
+    tool_report_num(j, device ? "device_kernel_s" : "cpu_adam_s", kernel_s);
+    tool_report_null(j, device ? "cpu_adam_s" : "device_kernel_s");
+    tool_report_num(j, "h2d_bytes_per_step", m_h2d);
+    tool_report_num(j, "d2h_bytes_per_step", m_d2h);
+    tool_report_num(j, "disk_read_bytes_per_step", m_rd);
+    tool_report_num(j, "disk_write_bytes_per_step", m_wr);
+    if (sim) tool_report_num(j, "link_gbps", link_gbps);
+    else tool_report_null(j, "link_gbps");
+    tool_report_num(j, "disk_read_gbps", disk_r);
+    tool_report_num(j, "disk_write_gbps", disk_w);
+    tool_report_str(j, "backend", backend_names[backend_i]);
+    tool_report_int(j, "stage", stage_i);
+    tool_report_str(j, "optimizer_tier", tier_names[opt_i]);
+    tool_report_str(j, "param_tier", tier_names[param_i]);
+    tool_report_int(j, "params", (long long)n);
+    tool_report_int(j, "shard_params", (long long)shard);
+    tool_report_int(j, "groups", groups);
+    tool_report_int(j, "threads", isa_threads);
+    tool_report_nums(j, "steps_s", s, steps);
+    tool_report_nums(j, "kernel_s", k_s, steps);
+    tool_report_nums(j, "host_syncs", syncs, steps);
+    return tool_report_print(stdout, j, prog) < 0;
+  }
+  printf("step, %zu bf16 parameters in %d groups, stage %d, backend %s, optimizer tier %s, "
+         "parameter tier %s\n",
+         n, groups, stage_i, backend_names[backend_i], tier_names[opt_i],
+         tier_names[param_i]);
+  printf("  step (median of %d)   %8.4f s  (%.4f to %.4f)\n", steps, step_s, lo, hi);
+  printf("  bound                %8.4f s  (%s)\n", bound_s, bound);
+  if (sim)
+    printf("    link               %8.4f s  (%.0f bytes H2D, %.0f D2H at %.1f GB/s)\n", link_s,
+           m_h2d, m_d2h, link_gbps);
+  if (nvme)
+    printf("    disk               %8.4f s  (%.0f read at %.2f GB/s, %.0f written at %.2f "
+           "GB/s)\n",
+           disk_s, m_rd, disk_r, m_wr, disk_w);
+  printf("    %-18s %8.4f s  (%llu parameters of the shard, %d threads)\n",
+         device ? "device kernel" : "CPU AdamW", kernel_s, (unsigned long long)shard,
+         isa_threads);
+  printf("  efficiency           %8.3f\n", efficiency);
+  printf("  host syncs per step  %8lld\n", m_syncs);
+  return 0;
+}
