@@ -248,13 +248,13 @@ int zt_engine_create(const zt_config_t *cfg, zt_engine_t **out) {
   ZT_TRY_GOTO(zt__comm_create(&eng->cfg, &eng->err, &eng->comm), rc, fail);
   /* The backend after the comm: `device` -1 takes the comm's local rank
    * (device_check.c). */
-  if (local == 0) local = zt__engine_pick_device(eng);
+  if (local == 0) local = zt__engine_pick_device(&eng->cfg, eng->comm, &eng->err);
   if (local == 0) local = eng->be_ops->create(&eng->cfg, eng->cpu, &eng->err, &eng->be);
   eng->ctx = (zt__ctx_t){.cfg = &eng->cfg, .err = &eng->err, .be_ops = eng->be_ops,
                         .be = eng->be, .comm = eng->comm, .cpu = eng->cpu};
   ZT_TRY_GOTO(check_ranks_agree(eng, local), rc, fail);
   ZT_TRY_GOTO(check_world(eng), rc, fail);
-  ZT_TRY_GOTO(zt__engine_check_devices(eng), rc, fail);
+  ZT_TRY_GOTO(zt__engine_check_devices(&eng->ctx), rc, fail);
   /* Swap files that killed processes left would take the space this
    * engine's swap needs; a live process's files are never touched. */
   if (eng->cfg.swap_path[0]) zt__swapspace_clean(&eng->cfg);
@@ -344,8 +344,10 @@ int zt_stats(const zt_engine_t *eng, zt_stats_t *out) {
   out->fetch_kept = pf->kept_hits;
   out->trace_changes = pf->trace_changes;
   out->fetch_stall_seconds = pf->stall_seconds;
-  out->live_bytes = pf->live_bytes;
-  out->peak_live_bytes = pf->peak_live_bytes;
+  /* Group gradient buffers kept for reuse are held like gathered ones. */
+  size_t grad_spares = zt__spares_bytes(&eng->zero.part.grad_spares);
+  out->live_bytes = pf->live_bytes + grad_spares;
+  out->peak_live_bytes = zt__max_sz(pf->peak_live_bytes, out->live_bytes);
   out->read_ahead_bytes = pf->staged_bytes + zt__param_nvme_spare_bytes(eng->ptier.nvme);
   out->host_locked = eng->pinned.bytes ? (uint64_t)eng->pinned.locked : 0;
   out->host_numa_node = eng->pinned.numa_node;
