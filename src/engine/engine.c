@@ -344,10 +344,8 @@ int zt_stats(const zt_engine_t *eng, zt_stats_t *out) {
   out->fetch_kept = pf->kept_hits;
   out->trace_changes = pf->trace_changes;
   out->fetch_stall_seconds = pf->stall_seconds;
-  /* Group gradient buffers kept for reuse are held like gathered ones. */
-  size_t grad_spares = zt__spares_bytes(&eng->zero.part.grad_spares);
-  out->live_bytes = pf->live_bytes + grad_spares;
-  out->peak_live_bytes = zt__max_sz(pf->peak_live_bytes, out->live_bytes);
+  out->live_bytes = pf->live_bytes;
+  out->peak_live_bytes = pf->peak_live_bytes;
   out->read_ahead_bytes = pf->staged_bytes + zt__param_nvme_spare_bytes(eng->ptier.nvme);
   out->host_locked = eng->pinned.bytes ? (uint64_t)eng->pinned.locked : 0;
   out->host_numa_node = eng->pinned.numa_node;
