@@ -2,8 +2,8 @@
  * harness.h — what every ztier test shares: cmocka, a seeded random source
  * (fresh each run, printed so a failure can be replayed with ZT_TEST_SEED),
  * fills in every dtype, buffer hashes for "left untouched" checks, and the
- * backend a suite runs on (ZT_TEST_BACKEND=host|cuda; make test-gpu sets
- * cuda). Buffers for the engine are allocated through t_buf_* so the same test
+ * backend a suite runs on (ZT_TEST_BACKEND=host|cuda|sim; make test runs the
+ * suites on host and on sim, make test-gpu on cuda). Buffers for the engine are allocated through t_buf_* so the same test
  * runs on host memory or device memory.
  */
 #ifndef ZT_TEST_HARNESS_H
@@ -70,8 +70,16 @@ uint64_t t_hash(const void *p, size_t n);
 
 /* ---- backend --------------------------------------------------------------- */
 
-/* The backend this run tests: ZT_TEST_BACKEND, default host. */
+/* The backend this run tests: ZT_TEST_BACKEND (host, cuda or sim), default
+ * host; any other value ends the process with a message (exit 1). */
 zt_backend_t t_backend(void);
+
+/* The optimizer tier a test wanting `wanted` at ZeRO stage `stage` gets on
+ * the run's backend: `wanted` where the engine accepts it there, else "host"
+ * (the tier every backend accepts), so that a case written for the device
+ * tier still runs, on host shards, instead of failing at create. On the host
+ * backend it is always `wanted`. */
+zt_tier_t t_opt_tier(zt_tier_t wanted, int stage);
 
 /* A config with defaults and the run's backend, but stage_min_bytes 0: the
  * tests' small stage-3 groups are staged ahead as big ones would be. */
@@ -97,8 +105,9 @@ size_t t_status_bytes(const char *key);
  * Other failures fail the test. */
 zt_engine_t *t_engine(const zt_config_t *cfg);
 
-/* Memory of the engine's backend (device memory for cuda), and copies
- * between it and host memory; synchronous. They fail the test on error. */
+/* Memory of the engine's backend (device memory for cuda and sim, which the
+ * CPU cannot read), and copies between it and host memory; synchronous.
+ * They fail the test on error. */
 void *t_buf_alloc(zt_engine_t *eng, size_t bytes);
 void t_buf_free(zt_engine_t *eng, void *p, size_t bytes);
 void t_buf_upload(zt_engine_t *eng, void *dst, const void *src, size_t bytes);

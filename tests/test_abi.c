@@ -86,6 +86,7 @@ static void test_config_0_1_block(void **state) {
 
   /* An engine from it takes the library's default for what it lacks. */
   old->backend = t_backend();
+  old->optimizer_tier = t_opt_tier(old->optimizer_tier, old->stage);
   zt_engine_t *eng = t_engine(old);
   assert_true(eng->cfg.comm_timeout_s == 300.0);
   assert_int_equal(eng->cfg.size, sizeof(zt_config_t));

@@ -140,9 +140,9 @@ static const char *tier_name(zt_tier_t t) {
 
 static void describe(const setup_t *s, char *buf, size_t n) {
   snprintf(buf, n, "stage %d, optimizer %s, params on %s, %s params, %s grads%s%s", s->stage,
-           tier_name(s->otier), tier_name(s->ptier), t_dtype_name(s->pdt),
-           t_dtype_name(s->gdt), s->stochastic ? ", stochastic rounding" : "",
-           s->dynamic ? ", dynamic loss scale" : "");
+           tier_name(t_opt_tier(s->otier, s->stage)), tier_name(s->ptier),
+           t_dtype_name(s->pdt), t_dtype_name(s->gdt),
+           s->stochastic ? ", stochastic rounding" : "", s->dynamic ? ", dynamic loss scale" : "");
 }
 
 /* comm: ZT_COMM_AUTO (mpi under mpirun) or ZT_COMM_SINGLE (a reference).
@@ -153,7 +153,7 @@ static void open_run_rings(run_t *r, const setup_t *s, uint64_t seed, zt_comm_ki
   zt_config_t cfg = t_config();
   cfg.comm = comm;
   cfg.stage = s->stage;
-  cfg.optimizer_tier = s->otier;
+  cfg.optimizer_tier = t_opt_tier(s->otier, s->stage);
   cfg.param_tier = s->ptier;
   cfg.bucket_bytes = 4096;
   cfg.threads = 1; /* ranks share few cores; the model is small */
@@ -807,6 +807,7 @@ static void w_save_fails(void **state) {
 static zt_engine_t *tiny_engine(int stage, void **params, void **grads) {
   zt_config_t cfg = t_config();
   cfg.stage = stage;
+  cfg.optimizer_tier = t_opt_tier(ZT_TIER_DEVICE, cfg.stage);
   cfg.threads = 1;
   zt_engine_t *eng = t_engine(&cfg);
   uint16_t host[TINY];
@@ -1469,6 +1470,7 @@ static void check_refusals(int stage) {
   other[2].numel--;
   zt_config_t cfg = t_config();
   cfg.stage = stage;
+  cfg.optimizer_tier = t_opt_tier(ZT_TIER_DEVICE, cfg.stage);
   zt_engine_t *eng = t_engine(&cfg);
   void *p = t_buf_alloc(eng, NUMEL * 2), *g = t_buf_alloc(eng, NUMEL * 4);
   T_OK(zt_register_units(eng, p, stage >= 3 ? NULL : g, NUMEL, ZT_BF16, ZT_FP32, other,

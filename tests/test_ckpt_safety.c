@@ -72,6 +72,7 @@ static int model_open(model_t *md, int stage, zt_comm_kind_t comm, uint64_t init
   zt_config_t cfg = t_config();
   cfg.comm = comm;
   cfg.stage = stage;
+  cfg.optimizer_tier = t_opt_tier(ZT_TIER_DEVICE, cfg.stage);
   cfg.threads = 1;
   cfg.rounding = ZT_ROUND_STOCHASTIC;
   cfg.seed = 0x5eed0000ull + init;

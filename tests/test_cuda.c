@@ -18,6 +18,11 @@
  *
  * Without a GPU (or without CUDA in the build) the executable prints
  * "skipped: ..." and exits 77 before cmocka runs.
+ *
+ * With ZT_TEST_BACKEND=sim the backend-neutral cases (pointer queries,
+ * memset, the stream ordering rules) run on the sim backend instead, whose
+ * streams are threads and whose copies land at the end of a modelled link
+ * time: there a missing dependency gives wrong bytes on any machine.
  */
 #include <math.h>
 #include <stdint.h>
@@ -29,7 +34,8 @@
 #include "cpu/cpu_kernels.h" // defines: zt__adam_span_scalar, zt__sumsq_scalar, zt__cast_scalar
 #include "cpu/optim_math.h"  // defines: zt__adam_hp_t, zt_sr_key, ZT_NORM_BLOCK
 
-static const zt__backend_ops_t *const ops = &zt__backend_cuda_ops;
+/* The cuda backend's table; the sim backend's with ZT_TEST_BACKEND=sim. */
+static const zt__backend_ops_t *ops = &zt__backend_cuda_ops;
 static const zt_dtype_t dtypes[] = {ZT_FP32, ZT_BF16, ZT_FP16};
 
 /* ---- fixture ------------------------------------------------------------------ */
@@ -46,8 +52,18 @@ static int setup(void **state) {
   if (c == NULL) return -1;
   t_rng_init(&c->rng, t_seed() + 0x1000 * ++salt);
   zt_config_t cfg = ZT_CONFIG_INIT;
-  cfg.backend = ZT_BACKEND_CUDA;
+  cfg.backend = ops == &zt__backend_sim_ops ? ZT_BACKEND_SIM : ZT_BACKEND_CUDA;
+  /* On sim, a slow link (0.1 GB/s, read at create): the ordering case's
+   * windows last tens of milliseconds, far beyond a thread's wake-up. */
+  char *was = getenv("ZT_SIM_LINK_GBPS");
+  if (was) was = strdup(was);
+  if (cfg.backend == ZT_BACKEND_SIM) setenv("ZT_SIM_LINK_GBPS", "0.1", 1);
   int rc = ops->create(&cfg, NULL, &c->err, &c->be);
+  if (cfg.backend == ZT_BACKEND_SIM) {
+    if (was) setenv("ZT_SIM_LINK_GBPS", was, 1);
+    else unsetenv("ZT_SIM_LINK_GBPS");
+  }
+  free(was);
   if (rc != 0) {
     printf("# create: %s: %s\n", zt_err_name(rc), c->err.msg);
     free(c);
@@ -663,62 +679,93 @@ static void test_memset_zero(void **state) {
 }
 
 /*
- * The ordering rules, on buffers large enough that a missing dependency
- * shows: (1) a copy on a ztier stream after a kernel the caller enqueued on
- * the compute stream sees its result with no host sync in between; (2) the
- * compute stream made to wait for an event recorded after an upload on the
- * H2D stream reads the uploaded data.
+ * The ordering rules: (1) a copy on a ztier stream after a kernel the caller
+ * enqueued on the compute stream sees its result, with no host sync in
+ * between; (2) the compute stream made to wait for an event recorded after
+ * an upload on the H2D stream reads the uploaded data.
+ *
+ * The race window is work on the device, never on the host: a large upload
+ * (the ballast) on the H2D stream ahead of the data's, which the compute
+ * stream waits for. The host prepares each round (new data, the expected
+ * result, the poisoned output) before its first enqueue, then enqueues
+ * everything, the D2H copy included, long before the ballast has landed. A
+ * compute stream that did not wait would cast stale source bytes (2); a D2H
+ * copy not ordered after the compute stream would read the zeros the output
+ * held before the cast (1). Either gives wrong bytes.
  */
 static void test_stream_ordering(void **state) {
   ctx_t *c = *state;
   t_rng_t *r = &c->rng;
-  const size_t n = (size_t)32 << 20; /* 32 Mi elements */
+  /* On sim, 1 Mi elements through the test's 0.1 GB/s link: the ballast
+   * alone holds the H2D direction for 80 ms. On a GPU, 32 Mi elements and
+   * 256 MiB of ballast: milliseconds on any PCIe or NVLink generation. */
+  const int sim = ops == &zt__backend_sim_ops;
+  const size_t n = sim ? (size_t)1 << 20 : (size_t)32 << 20;
+  const size_t ballast = 8 * n;
   uint16_t *h_src = host_alloc(n * 2);
   float *want = host_alloc(n * 4), *got = host_alloc(n * 4);
+  void *h_ballast = host_alloc(ballast);
   t_fill_uniform(h_src, ZT_FP16, n, -4.0, 4.0, r);
+  memset(h_ballast, 0x3c, ballast);
+  /* Registered, so that every copy below is asynchronous. */
   BE_OK(c, ops->host_register(c->be, h_src, n * 2));
   BE_OK(c, ops->host_register(c->be, got, n * 4));
+  BE_OK(c, ops->host_register(c->be, h_ballast, ballast));
   void *d_src = dev_alloc(c, n * 2);
   float *d_dst = dev_alloc(c, n * 4);
-  float *d_tmp = dev_alloc(c, n * 4);
+  void *d_ballast = dev_alloc(c, ballast);
   zt__event_t *ev = NULL;
   BE_OK(c, ops->event_create(c->be, &ev));
 
   for (int round = 0; round < 3; round++) {
-    /* New data each round, so a copy that raced would read stale values. */
+    /* New data each round, so a cast that raced would read stale values;
+     * all the host's work is done before anything is enqueued. */
     for (size_t i = 0; i < n; i++) h_src[i] ^= 0x8000u;
     zt__cast_scalar(want, ZT_FP32, h_src, ZT_FP16, n, 0, 0, 0);
-    /* (2): upload on H2D, the compute stream waits on the device. */
+    memset(got, 0xa5, n * 4);
     BE_OK(c, ops->memset_zero(c->be, d_dst, n * 4, ZT_STREAM_COMPUTE));
     BE_OK(c, ops->stream_sync(c->be, ZT_STREAM_COMPUTE));
+    /* (2): the ballast, then the data, on H2D; the compute stream waits
+     * for both on the device, then casts. */
+    BE_OK(c, ops->copy(c->be, d_ballast, h_ballast, ballast, ZT_COPY_H2D, ZT_STREAM_H2D));
     BE_OK(c, ops->copy(c->be, d_src, h_src, n * 2, ZT_COPY_H2D, ZT_STREAM_H2D));
     BE_OK(c, ops->event_record(c->be, ev, ZT_STREAM_H2D));
     BE_OK(c, ops->stream_wait(c->be, ZT_STREAM_COMPUTE, ev));
-    /* Busy work first, so the compute stream is still running when the D2H
-     * copy below is enqueued. */
-    for (int k = 0; k < 4; k++)
-      BE_OK(c, ops->cast(c->be, d_tmp, ZT_FP32, d_src, ZT_FP16, n, ZT_STREAM_COMPUTE));
     BE_OK(c, ops->cast(c->be, d_dst, ZT_FP32, d_src, ZT_FP16, n, ZT_STREAM_COMPUTE));
-    /* (1): the D2H copy must see the cast. */
-    memset(got, 0xa5, n * 4);
+    /* (1): enqueued while the compute stream still waits for the ballast;
+     * the copy must see the cast. */
     BE_OK(c, ops->copy(c->be, got, d_dst, n * 4, ZT_COPY_D2H, ZT_STREAM_D2H));
     BE_OK(c, ops->event_record(c->be, ev, ZT_STREAM_D2H));
     BE_OK(c, ops->event_sync(c->be, ev));
     t_expect_same("ordered copy", got, want, 4, n);
   }
   BE_OK(c, ops->stream_sync(c->be, ZT_STREAM_COMPUTE));
+  BE_OK(c, ops->stream_sync(c->be, ZT_STREAM_H2D));
   ops->event_destroy(c->be, ev);
   ops->free(c->be, d_src, n * 2);
   ops->free(c->be, d_dst, n * 4);
-  ops->free(c->be, d_tmp, n * 4);
+  ops->free(c->be, d_ballast, ballast);
   ops->host_unregister(c->be, h_src);
   ops->host_unregister(c->be, got);
+  ops->host_unregister(c->be, h_ballast);
   free(h_src);
   free(want);
   free(got);
+  free(h_ballast);
 }
 
 int main(void) {
+#define T(fn) cmocka_unit_test_setup_teardown(fn, setup, teardown)
+  if (t_backend() == ZT_BACKEND_SIM) {
+    ops = &zt__backend_sim_ops;
+    const struct CMUnitTest on_sim[] = {
+        T(test_is_device_ptr),
+        T(test_memset_zero),
+        T(test_stream_ordering),
+    };
+    return T_RUN(on_sim);
+  }
+
   /* Skip before cmocka: with no GPU there is nothing here to run. */
   zt_config_t cfg = ZT_CONFIG_INIT;
   cfg.backend = ZT_BACKEND_CUDA;
@@ -740,7 +787,6 @@ int main(void) {
   }
   ops->destroy(be);
 
-#define T(fn) cmocka_unit_test_setup_teardown(fn, setup, teardown)
   const struct CMUnitTest tests[] = {
       T(test_adam_matches_cpu),
       T(test_adam_bad_input),

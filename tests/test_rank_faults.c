@@ -120,6 +120,7 @@ static void user_loop(point_t at) {
   make_units();
   zt_config_t cfg = t_config();
   cfg.stage = 3;
+  cfg.optimizer_tier = t_opt_tier(ZT_TIER_DEVICE, cfg.stage);
   cfg.param_tier = ZT_TIER_NVME;
   cfg.chunk_bytes = 8192;
   cfg.swap_rings = 1;    /* the hook runs inside the engine's calls */

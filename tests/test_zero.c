@@ -167,7 +167,7 @@ static uint64_t last_step_sent; /* comm bytes sent by the last step of a run */
 static zt_engine_t *run_partitioned(const run_t *rc, void *params_out, int *world_out) {
   zt_config_t cfg = t_config();
   cfg.stage = rc->stage;
-  cfg.optimizer_tier = rc->tier;
+  cfg.optimizer_tier = t_opt_tier(rc->tier, rc->stage);
   cfg.param_tier = rc->ptier;
   cfg.bucket_bytes = 4096;
   if (rc->tier == ZT_TIER_NVME || rc->ptier == ZT_TIER_NVME) {
@@ -364,9 +364,9 @@ static void check_run(const run_t *rc) {
   char what[128];
   snprintf(what, sizeof what,
            "stage %d, %s tier, params on %s, %s params, %s grads, %d micro-steps%s%s",
-           rc->stage, tier_name(rc->tier), tier_name(rc->ptier), t_dtype_name(rc->pdt),
-           t_dtype_name(rc->gdt), rc->micro, rc->tied ? ", tied group" : "",
-           rc->api ? ", fetch/grads" : "");
+           rc->stage, tier_name(t_opt_tier(rc->tier, rc->stage)), tier_name(rc->ptier),
+           t_dtype_name(rc->pdt), t_dtype_name(rc->gdt), rc->micro,
+           rc->tied ? ", tied group" : "", rc->api ? ", fetch/grads" : "");
   t_expect_same(what, got, want, psz, NUMEL);
   /* The frozen gaps kept their values and the update moved the rest. */
   init_params(init, rc->pdt);
@@ -507,8 +507,8 @@ static void w_stats(void **state) {
     /* run_partitioned's chunk_bytes: 4096 on the nvme tier. */
     size_t chunk = rc->tier == ZT_TIER_NVME ? 4096 : (size_t)16 << 20;
     if (rc->ptier == ZT_TIER_NVME) chunk = 4096;
-    zt__plan_in_t in = {states, world, st.rank, rc->stage, rc->pdt, rc->gdt, rc->tier,
-                        rc->ptier, 4096, chunk, 0};
+    zt__plan_in_t in = {states, world, st.rank, rc->stage, rc->pdt, rc->gdt,
+                        t_opt_tier(rc->tier, rc->stage), rc->ptier, 4096, chunk, 0};
     zt__plan_t p;
     assert_int_equal(zt__plan(&in, &p), 0);
     printf("# rank %d/%d stage %d: device %llu (plan %llu), host %llu (plan %llu), "
@@ -560,6 +560,7 @@ static void w_stats(void **state) {
 static void w_mismatch(void **state) {
   zt_config_t cfg = t_config();
   cfg.stage = 1;
+  cfg.optimizer_tier = t_opt_tier(ZT_TIER_DEVICE, 1); /* stage 2 below too */
   zt_engine_t *probe = t_engine(&cfg);
   zt_stats_t st = ZT_STATS_INIT;
   T_OK(zt_stats(probe, &st), probe);
@@ -591,6 +592,7 @@ static void w_mismatch(void **state) {
 static void bad_group_calls(void **state) {
   zt_config_t cfg = t_config();
   cfg.stage = 1;
+  cfg.optimizer_tier = t_opt_tier(ZT_TIER_DEVICE, 1); /* stage 3 below too */
   zt_engine_t *eng = t_engine(&cfg);
   float *p = t_buf_alloc(eng, NUMEL * 4);
   void *ptr[N_UNITS];

@@ -25,6 +25,7 @@ static const zt_unit_t units2[] = {
 static void rank_world(int *rank, int *world) {
   zt_config_t cfg = t_config();
   cfg.stage = 1;
+  cfg.optimizer_tier = t_opt_tier(ZT_TIER_DEVICE, cfg.stage);
   zt_engine_t *eng = t_engine(&cfg);
   zt_stats_t st = ZT_STATS_INIT;
   T_OK(zt_stats(eng, &st), eng);
@@ -71,6 +72,7 @@ typedef struct model {
 static model_t make_model(int stage, int rank) {
   zt_config_t cfg = t_config();
   cfg.stage = stage;
+  cfg.optimizer_tier = t_opt_tier(ZT_TIER_DEVICE, cfg.stage);
   cfg.bucket_bytes = 4096;
   model_t m = {t_engine(&cfg), NULL, NULL};
   m.p = t_buf_alloc(m.eng, NUMEL * 4);
@@ -102,6 +104,7 @@ static void a_reg_unit_past_end(void **state) {
   rank_world(&rank, &world);
   zt_config_t cfg = t_config();
   cfg.stage = 2;
+  cfg.optimizer_tier = t_opt_tier(ZT_TIER_DEVICE, cfg.stage);
   zt_engine_t *eng = t_engine(&cfg);
   float *p = t_buf_alloc(eng, NUMEL * 4), *g = t_buf_alloc(eng, NUMEL * 4);
   int bad = world - 1;
@@ -127,6 +130,7 @@ static void a_reg_grads_null(void **state) {
   rank_world(&rank, &world);
   zt_config_t cfg = t_config();
   cfg.stage = 1;
+  cfg.optimizer_tier = t_opt_tier(ZT_TIER_DEVICE, cfg.stage);
   zt_engine_t *eng = t_engine(&cfg);
   float *p = t_buf_alloc(eng, NUMEL * 4), *g = t_buf_alloc(eng, NUMEL * 4);
   int rc = zt_register_flat(eng, p, rank == 0 ? NULL : g, NUMEL, ZT_FP32, ZT_FP32);
@@ -176,6 +180,7 @@ static void a_create_invalid(void **state) {
   int bad = world - 1;
   zt_config_t cfg = t_config();
   cfg.stage = 1;
+  cfg.optimizer_tier = t_opt_tier(ZT_TIER_DEVICE, cfg.stage);
   if (rank == bad) cfg.min_loss_scale = 1e9; /* above initial_loss_scale */
   zt_engine_t *eng = NULL;
   int rc = zt_engine_create(&cfg, &eng);
@@ -196,6 +201,7 @@ static void a_create_scaler_keys(void **state) {
   for (int k = 0; k < 4; k++) {
     zt_config_t cfg = t_config();
     cfg.stage = 1;
+    cfg.optimizer_tier = t_opt_tier(ZT_TIER_DEVICE, cfg.stage);
     cfg.loss_scaling = ZT_LOSS_SCALE_DYNAMIC;
     if (rank == 0 && world > 1) { /* alone, comm "mpi" would start MPI */
       if (k == 0) cfg.loss_scale_growth = 4.0;
@@ -341,6 +347,7 @@ static void a_step_handed(void **state) {
   rank_world(&rank, &world);
   zt_config_t cfg = t_config();
   cfg.stage = 1;
+  cfg.optimizer_tier = t_opt_tier(ZT_TIER_DEVICE, cfg.stage);
   cfg.loss_scaling = ZT_LOSS_SCALE_DYNAMIC;
   zt_engine_t *eng = t_engine(&cfg);
   float *p = t_buf_alloc(eng, NUMEL * 4), *g = t_buf_alloc(eng, NUMEL * 4);

@@ -431,7 +431,7 @@ static void train_step(loop_t *lp, int t, acts_t *acts, float *loss, void *grads
 static void run_ztier(const run_t *rc, trace_t *out, int *world_out) {
   zt_config_t cfg = t_config();
   cfg.stage = rc->stage;
-  cfg.optimizer_tier = rc->tier;
+  cfg.optimizer_tier = t_opt_tier(rc->tier, rc->stage);
   cfg.bucket_bytes = 4096; /* the smallest: 1024 elements, less than a layer */
   loop_t lp = {t_engine(&cfg), 1, 0, malloc(NUMEL * sizeof(float)),
                malloc(NUMEL * sizeof(float)), {NULL}};
@@ -586,7 +586,7 @@ static void check_run(const run_t *rc) {
   const trace_t *want = reference(world, rc->stage < 2);
   char what[96];
   snprintf(what, sizeof what, "world %d, stage %d, %s tier, %s", world, rc->stage,
-           rc->tier == ZT_TIER_HOST ? "host" : "device",
+           t_opt_tier(rc->tier, rc->stage) == ZT_TIER_HOST ? "host" : "device",
            rc->own_grads ? "registered grads" : "engine-owned grads");
   for (int t = 0; t < STEPS; t++)
     for (int r = 0; r <= world; r++)
@@ -649,6 +649,7 @@ static void llm_stage1(void **state) {
 static void llm_stage3_unfetched(void **state) {
   zt_config_t cfg = t_config();
   cfg.stage = 3;
+  cfg.optimizer_tier = t_opt_tier(ZT_TIER_DEVICE, cfg.stage);
   cfg.bucket_bytes = 4096;
   loop_t lp = {t_engine(&cfg), 1, 0, malloc(NUMEL * sizeof(float)),
                malloc(NUMEL * sizeof(float)), {NULL}};

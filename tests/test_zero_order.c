@@ -30,6 +30,7 @@
 static void world_of(int *rank, int *world) {
   zt_config_t cfg = t_config();
   cfg.stage = 1;
+  cfg.optimizer_tier = t_opt_tier(ZT_TIER_DEVICE, cfg.stage);
   zt_engine_t *e = t_engine(&cfg);
   zt_stats_t st = ZT_STATS_INIT;
   T_OK(zt_stats(e, &st), e);
@@ -74,6 +75,7 @@ static zt_engine_t *make(int stage, const size_t *sizes, size_t n, float **param
                          float **grads, int rank) {
   zt_config_t cfg = t_config();
   cfg.stage = stage;
+  cfg.optimizer_tier = t_opt_tier(ZT_TIER_DEVICE, cfg.stage);
   cfg.bucket_bytes = 4096;
   return make_cfg(&cfg, sizes, n, params, grads, rank);
 }
@@ -203,6 +205,7 @@ static void o_staging_differs(void **state) {
   static const size_t sizes[] = {625, 625, 625, 625, 625, 625, 625, 625};
   zt_config_t cfg = t_config();
   cfg.stage = 3;
+  cfg.optimizer_tier = t_opt_tier(ZT_TIER_DEVICE, cfg.stage);
   cfg.bucket_bytes = 4096;
   cfg.param_tier = ZT_TIER_HOST;
   cfg.max_live_bytes = 2 * 625 * 4 + 1000;
@@ -261,6 +264,7 @@ static void o_destroy_in_flight(void **state) {
   signal_path(path, sizeof path);
   zt_config_t cfg = t_config();
   cfg.stage = 2;
+  cfg.optimizer_tier = t_opt_tier(ZT_TIER_DEVICE, cfg.stage);
   zt_engine_t *e = t_engine(&cfg);
   zt_unit_t u[2] = {{"a", 0, BIG, 0, 1, ZT_FP32}, {"b", BIG, 64, 1, 1, ZT_FP32}};
   float *p = t_buf_alloc(e, (BIG + 64) * 4), *g = t_buf_alloc(e, (BIG + 64) * 4);
@@ -387,6 +391,7 @@ static void plan_bucket_cap(void **state) {
 static void o_bucket_cap(void **state) {
   zt_config_t cfg = t_config();
   cfg.stage = 2;
+  cfg.optimizer_tier = t_opt_tier(ZT_TIER_DEVICE, cfg.stage);
   cfg.bucket_bytes = (size_t)4 << 30;
   zt_engine_t *e = t_engine(&cfg);
   float *p = t_buf_alloc(e, NUMEL * 4), *g = t_buf_alloc(e, NUMEL * 4);
