@@ -282,10 +282,11 @@ void zt_engine_destroy(zt_engine_t *eng) {
    * (cudaFree waits for the whole device, so an NCCL collective that cannot
    * complete would hold the destroy for ever): the buckets and gathers in
    * flight are reaped (each wait bounded by comm_timeout_s; a failed comm,
-   * whose NCCL comm was aborted when it failed, gives them up), and a comm
-   * with collectives still in flight after that is aborted. */
+   * whose NCCL comm was aborted when it failed, gives them up), and an NCCL
+   * comm with collectives still in flight after that is aborted. (MPI's
+   * collectives hold no device work; its comm abandons them at destroy.) */
   if (eng->partitioned) zt__part_reap(&eng->zero.part);
-  if (eng->comm->inflight && !zt__comm_failed(eng->comm))
+  if (eng->cfg.comm == ZT_COMM_NCCL && eng->comm->inflight && !zt__comm_failed(eng->comm))
     zt__comm_abort(eng->comm, -ECANCELED,
                    "zt_engine_destroy: this rank destroyed its engine with collectives "
                    "still in flight");
