@@ -587,6 +587,18 @@ static int cuda_event_sync(zt__backend_t *be, zt__event_t *ev) {
   return 0;
 }
 
+static int cuda_event_done(zt__backend_t *be, zt__event_t *ev) {
+  if (ev == NULL) return zt__errf(be->err, -EINVAL, "event_done: ev is NULL");
+  device_scope scope(be->device);
+  cudaError_t e = cudaEventQuery(ev->ev);
+  if (e == cudaErrorNotReady) {
+    (void)cudaGetLastError(); /* not an error: clear it */
+    return 0;
+  }
+  CU_TRY(be, e);
+  return 1;
+}
+
 static int cuda_stream_sync(zt__backend_t *be, zt__stream_t stream) {
   ZT_TRY(check_stream(be, "stream_sync", stream));
   device_scope scope(be->device);
@@ -752,6 +764,7 @@ extern "C" const zt__backend_ops_t zt__backend_cuda_ops = {
     cuda_event_record,
     cuda_stream_wait,
     cuda_event_sync,
+    cuda_event_done,
     cuda_stream_sync,
     cuda_adam,
     cuda_sumsq,

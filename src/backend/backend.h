@@ -88,6 +88,9 @@ typedef struct zt__backend_ops {
   int (*stream_wait)(zt__backend_t *be, zt__stream_t stream, zt__event_t *ev);
   /* The host blocks until `ev` has completed. */
   int (*event_sync)(zt__backend_t *be, zt__event_t *ev);
+  /* 1 when `ev` has completed (or was never recorded), 0 when not yet, or
+   * a negative code; never blocks (cudaEventQuery). */
+  int (*event_done)(zt__backend_t *be, zt__event_t *ev);
   int (*stream_sync)(zt__backend_t *be, zt__stream_t stream);
 
   /* ---- kernels, on device memory ---- */

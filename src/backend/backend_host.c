@@ -134,6 +134,10 @@ static int host_event_sync(zt__backend_t *be, zt__event_t *ev) {
   return 0;
 }
 
+static int host_event_done(zt__backend_t *be, zt__event_t *ev) {
+  return zt__work_queue_done(&be->prefetch, ev->ticket);
+}
+
 /* The other streams run what they are given at once: for them to wait on
  * the device is for the host to wait. The prefetch stream runs in order,
  * and no other stream has anything pending: it waits for nothing. */
@@ -198,6 +202,7 @@ const zt__backend_ops_t zt__backend_host_ops = {
     .event_record = host_event_record,
     .stream_wait = host_stream_wait,
     .event_sync = host_event_sync,
+    .event_done = host_event_done,
     .stream_sync = host_stream_sync,
     .adam = host_adam,
     .sumsq = host_sumsq,

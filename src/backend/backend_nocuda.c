@@ -59,6 +59,7 @@ static int nocuda_stream_wait(zt__backend_t *be, zt__stream_t stream, zt__event_
 }
 
 static int nocuda_event_sync(zt__backend_t *be, zt__event_t *ev) { return ZT_ENOCUDA; }
+static int nocuda_event_done(zt__backend_t *be, zt__event_t *ev) { return ZT_ENOCUDA; }
 static int nocuda_stream_sync(zt__backend_t *be, zt__stream_t stream) { return ZT_ENOCUDA; }
 
 static int nocuda_adam(zt__backend_t *be, const zt__adam_launch_t *l, zt__stream_t stream) {
@@ -100,6 +101,7 @@ const zt__backend_ops_t zt__backend_cuda_ops = {
     .event_record = nocuda_event_record,
     .stream_wait = nocuda_stream_wait,
     .event_sync = nocuda_event_sync,
+    .event_done = nocuda_event_done,
     .stream_sync = nocuda_stream_sync,
     .adam = nocuda_adam,
     .sumsq = nocuda_sumsq,

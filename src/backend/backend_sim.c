@@ -599,6 +599,13 @@ static int sim_event_sync(zt__backend_t *be, zt__event_t *ev) {
   return 0;
 }
 
+static int sim_event_done(zt__backend_t *be, zt__event_t *ev) {
+  pthread_mutex_lock(&be->mu);
+  int done = ev->completed >= ev->recorded;
+  pthread_mutex_unlock(&be->mu);
+  return done;
+}
+
 static int sim_stream_sync(zt__backend_t *be, zt__stream_t stream) {
   pthread_mutex_lock(&be->mu);
   be->host_syncs++;
@@ -741,6 +748,7 @@ const zt__backend_ops_t zt__backend_sim_ops = {
     .event_record = sim_event_record,
     .stream_wait = sim_stream_wait,
     .event_sync = sim_event_sync,
+    .event_done = sim_event_done,
     .stream_sync = sim_stream_sync,
     .adam = sim_adam,
     .sumsq = sim_sumsq,

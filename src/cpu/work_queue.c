@@ -87,3 +87,10 @@ void zt__work_queue_wait(zt__work_queue_t *q, uint64_t ticket) {
   while (q->done < ticket) pthread_cond_wait(&q->done_cv, &q->mu);
   pthread_mutex_unlock(&q->mu);
 }
+
+int zt__work_queue_done(zt__work_queue_t *q, uint64_t ticket) {
+  pthread_mutex_lock(&q->mu);
+  int done = q->done >= ticket;
+  pthread_mutex_unlock(&q->mu);
+  return done;
+}

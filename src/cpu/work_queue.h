@@ -65,5 +65,7 @@ ZT_INTERNAL int zt__work_queue_call(zt__work_queue_t *q, void (*fn)(void *arg), 
 ZT_INTERNAL uint64_t zt__work_queue_ticket(zt__work_queue_t *q);
 /* Blocks until every item up to `ticket` is done. */
 ZT_INTERNAL void zt__work_queue_wait(zt__work_queue_t *q, uint64_t ticket);
+/* 1 when every item up to `ticket` is done, else 0; never blocks. */
+ZT_INTERNAL int zt__work_queue_done(zt__work_queue_t *q, uint64_t ticket);
 
 #endif /* ZT_WORK_QUEUE_H */

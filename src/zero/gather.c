@@ -50,6 +50,7 @@ static int start_gather(zt__part_t *p, zt__xfer_t *x, const zt__span_t *sp,
   x->n_spans = 1;
   x->req = (zt__comm_req_t){0};
   void *recv = gathers_in_place(p, sp) ? sp->at : x->recv;
+  if (recv == x->recv) ZT_TRY(zt__part_recv_free(p, x));
   ZT_TRY(p->ctx->comm->ops->all_gatherv(p->ctx->comm, send, x->counts[p->rank], recv,
                                         x->counts, x->displs,
                                         zt__part_red_dtype(p->reg.param_dtype), &x->req));
@@ -58,7 +59,10 @@ static int start_gather(zt__part_t *p, zt__xfer_t *x, const zt__span_t *sp,
 }
 
 /* Slot x's gathered span, to where it goes: the registered parameters, or
- * the packed buffer its `at` points into. */
+ * the packed buffer its `at` points into. The copy is enqueued on the H2D
+ * stream and recorded; the loop's stream waits for it at the end of the
+ * gather (gather_spans), and the slot's next collective before writing its
+ * buffer (zt__part_recv_free): no host sync here. */
 static int land_gather(zt__part_t *p, zt__xfer_t *x) {
   size_t psz = zt__dtype_size(p->reg.param_dtype);
   x->busy = 0;
@@ -73,8 +77,9 @@ static int land_gather(zt__part_t *p, zt__xfer_t *x) {
   else
     ZT_TRY(p->ctx->be_ops->copy(p->ctx->be, sp->at, x->recv, n * psz, kind, ZT_STREAM_H2D));
   if (kind == ZT_COPY_H2D) *p->reg.counters->h2d_bytes += n * psz;
-  /* The recv buffer is reused by the next gather in this slot. */
-  return p->ctx->be_ops->stream_sync(p->ctx->be, ZT_STREAM_H2D);
+  ZT_TRY(p->ctx->be_ops->event_record(p->ctx->be, x->landed, ZT_STREAM_H2D));
+  x->landing = 1;
+  return 0;
 }
 
 /* Gathers the spans, cut into buckets, two in flight: the gather of bucket
@@ -93,10 +98,12 @@ static int gather_spans(zt__part_t *p, const zt__span_t *spans, const char *cons
    * and those land first. */
   int own_slots = in_place || p->gx[0].recv != NULL;
   zt__xfer_t *slots = own_slots ? p->gx : p->xfer;
-  if (own_slots)
+  if (own_slots) {
+    ZT_TRY(zt__reduce_flush(p));
     ZT_TRY(zt__reduce_progress(p));
-  else
+  } else {
     ZT_TRY(zt__reduce_drain(p));
+  }
   for (size_t i = 0; i < n; i++)
     for (size_t a = spans[i].a; a < spans[i].b; k++) {
       size_t b = zt__min_sz(spans[i].b, a + p->bucket_elems);
@@ -120,6 +127,10 @@ static int gather_spans(zt__part_t *p, const zt__span_t *spans, const char *cons
     zt__xfer_t *x = &slots[j % ZT_XFER_SLOTS];
     if (x->busy) ZT_TRY(land_gather(p, x));
   }
+  /* The loop's next work reads what landed. */
+  for (int s = 0; s < ZT_XFER_SLOTS; s++)
+    if (slots[s].landing)
+      ZT_TRY(p->ctx->be_ops->stream_wait(p->ctx->be, ZT_STREAM_COMPUTE, slots[s].landed));
   if (!own_slots) p->next_slot = 0;
   return 0;
 }
@@ -139,6 +150,7 @@ int zt__gather_fetch(zt__zero_t *z, zt__group_t *g) {
   zt__prefetch_t *pf = &z->prefetch;
   size_t psz = zt__dtype_size(p->reg.param_dtype);
   int held = g->params != NULL;
+  ZT_TRY(zt__reduce_flush(p));
   ZT_TRY(zt__agree(p, "zt_fetch", ZT_AGREE_FETCH, g->id, !held, g->numel, NULL));
   ZT_TRY(zt__prefetch_note(pf, g));
   if (held) {

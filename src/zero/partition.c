@@ -249,7 +249,20 @@ int zt__part_init(zt__part_t *p, const zt__ctx_t *ctx, const zt__zero_reg_t *reg
     x->recv_bytes = f.recv_bytes;
     ZT_TRY(zt__part_alloc(p, x->send_bytes, &x->send));
     ZT_TRY(zt__part_alloc(p, x->recv_bytes, &x->recv));
+    ZT_TRY(p->ctx->be_ops->event_create(p->ctx->be, &x->packed));
+    ZT_TRY(p->ctx->be_ops->event_create(p->ctx->be, &x->landed));
+    ZT_TRY(p->ctx->be_ops->event_create(p->ctx->be, &p->gx[s].landed));
   }
+  return 0;
+}
+
+int zt__part_recv_free(zt__part_t *p, zt__xfer_t *x) {
+  if (!x->landing) return 0;
+  const zt__backend_ops_t *be = p->ctx->be_ops;
+  int done = be->event_done(p->ctx->be, x->landed);
+  if (done == 0) done = be->event_sync(p->ctx->be, x->landed);
+  if (done < 0) return done;
+  x->landing = 0;
   return 0;
 }
 
@@ -279,6 +292,9 @@ void zt__part_reap(zt__part_t *p) {
   if (c == NULL) return;
   for (int s = 0; s < ZT_XFER_SLOTS; s++) {
     zt__xfer_t *x = &p->xfer[s];
+    /* A bucket packed and never sent: its copies still write its buffer. */
+    if (x->packing) (void)p->ctx->be_ops->event_sync(p->ctx->be, x->packed);
+    x->packing = 0;
     if (!x->busy) continue;
     x->busy = 0;
     if (p->on_pinned) {
@@ -318,6 +334,9 @@ void zt__part_free(zt__part_t *p) {
   zt__part_params_free(p);
   for (int s = 0; s < ZT_XFER_SLOTS; s++) {
     zt__xfer_t *x = &p->xfer[s];
+    if (x->packed) p->ctx->be_ops->event_destroy(p->ctx->be, x->packed);
+    if (x->landed) p->ctx->be_ops->event_destroy(p->ctx->be, x->landed);
+    if (p->gx[s].landed) p->ctx->be_ops->event_destroy(p->ctx->be, p->gx[s].landed);
     zt__part_release(p, x->send, x->send_bytes);
     zt__part_release(p, x->recv, x->recv_bytes);
     free(x->spans);
@@ -332,6 +351,7 @@ void zt__part_free(zt__part_t *p) {
     free(p->groups[g].pos);
     free(p->groups[g].units);
   }
+  zt__part_free_grad_spares(p);
   free(p->groups);
   free(p->segs);
   memset(p, 0, sizeof *p);
@@ -340,14 +360,30 @@ void zt__part_free(zt__part_t *p) {
 
 /* ---- engine-owned gradients of a group ----------------------------------------- */
 
+/* A spare buffer is reused on the compute stream, which waits for the
+ * copies out of it (reduce.c: at stage 2+ the loop's stream waits for
+ * every packed bucket), so it is zeroed only after they have read it. */
 int zt__part_group_grads(zt__part_t *p, zt__group_t *g) {
   if (g->grads) return 0;
   size_t bytes = g->numel * zt__dtype_size(p->reg.grad_dtype);
-  ZT_TRY(p->ctx->be_ops->alloc(p->ctx->be, bytes, &g->grads));
+  int i = zt__spares_find(&p->grad_spares, bytes);
+  if (i >= 0) g->grads = zt__spares_take(&p->grad_spares, i);
+  else ZT_TRY(p->ctx->be_ops->alloc(p->ctx->be, bytes, &g->grads));
   return p->ctx->be_ops->memset_zero(p->ctx->be, g->grads, bytes, ZT_STREAM_COMPUTE);
 }
+
+void zt__part_free_grad_spares(zt__part_t *p) {
+  while (p->grad_spares.n > 0) {
+    int last = p->grad_spares.n - 1;
+    size_t bytes = p->grad_spares.bytes[last];
+    p->ctx->be_ops->free(p->ctx->be, zt__spares_take(&p->grad_spares, last), bytes);
+  }
+}
+
 void zt__part_drop_grads(zt__part_t *p, zt__group_t *g) {
   if (g->grads == NULL) return;
-  p->ctx->be_ops->free(p->ctx->be, g->grads, g->numel * zt__dtype_size(p->reg.grad_dtype));
+  size_t bytes = g->numel * zt__dtype_size(p->reg.grad_dtype);
+  if (!zt__spares_put(&p->grad_spares, g->grads, bytes))
+    p->ctx->be_ops->free(p->ctx->be, g->grads, bytes);
   g->grads = NULL;
 }

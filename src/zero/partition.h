@@ -37,6 +37,7 @@
 #include "cpu/work_queue.h"  // defines: zt__work_queue_t
 #include "offload/context.h" // defines: zt__ctx_t, zt__counters_t
 #include "offload/pinned.h"  // defines: zt__pinned_t
+#include "offload/spares.h"  // defines: zt__spares_t
 
 /* Shards start on 64-element boundaries (256 bytes of fp32). */
 #define ZT_SHARD_ALIGN 64
@@ -106,6 +107,15 @@ struct zt__part;
 typedef struct zt__xfer {
   struct zt__part *part;    /* for its sums, which run on the sums thread   */
   int busy;                 /* a collective is in flight in this slot       */
+  int packing;              /* a gradient bucket's copies out of the user's
+                               buffer are enqueued, its collective not
+                               started yet (reduce.c)                       */
+  uint64_t pack_seq;        /* its place in the order buckets were packed   */
+  zt__event_t *packed;      /* recorded after those copies (and the clear
+                               behind them at stage 2+)                     */
+  int landing;              /* a gathered span's copy out of `recv` is
+                               enqueued and may not be done (gather.c)      */
+  zt__event_t *landed;      /* recorded after that copy                     */
   uint64_t sums;            /* ticket of its sums on the sums thread, not
                                waited for yet (0: none)                     */
   zt__span_t *spans;        /* the bucket's state spans (at most n_groups+1) */
@@ -134,6 +144,12 @@ typedef struct zt__part {
 
   zt__xfer_t xfer[ZT_XFER_SLOTS];
   unsigned next_slot;
+  uint64_t packs; /* gradient buckets packed so far: the next pack_seq */
+  /* Groups' engine-owned gradient buffers given back during a backward,
+   * kept for the next group of the same size (a device free and alloc per
+   * group would each sync the whole device, as cudaFree does) until the
+   * step ends (zt__part_free_grad_spares). */
+  zt__spares_t grad_spares;
   /* Stage 3's gathers have slots of their own, so that a fetch does not
    * wait for the gradient buckets and their sums: a gather into place needs
    * no buffer; with pinned buckets (on_pinned) each slot has a recv bucket
@@ -171,6 +187,10 @@ typedef struct zt__part {
 /* zt__part_t.disagreed: the ranks are in the same call with different
  * arguments (the step's), which leaves the engine as it was. */
 #define ZT_DISAGREED_ARGS 2
+
+/* Slot x's recv buffer may be written again: the copy out of it that
+ * landed its last gather is done (a host sync only when it is not). */
+ZT_INTERNAL int zt__part_recv_free(zt__part_t *p, zt__xfer_t *x);
 
 /* Rank r's elements of the state space: [lo, hi). */
 static inline void zt__part_shard_of(const zt__part_t *p, int r, size_t *lo, size_t *hi) {
@@ -263,5 +283,7 @@ ZT_INTERNAL void zt__part_params_free(zt__part_t *p);
  * scheduler's (zt__prefetch_drop). */
 ZT_INTERNAL int zt__part_group_grads(zt__part_t *p, zt__group_t *g);
 ZT_INTERNAL void zt__part_drop_grads(zt__part_t *p, zt__group_t *g);
+/* Frees the gradient buffers kept for reuse (at the end of a step). */
+ZT_INTERNAL void zt__part_free_grad_spares(zt__part_t *p);
 
 #endif /* ZT_PARTITION_H */

@@ -82,7 +82,42 @@ static void wait_sums(zt__part_t *p, zt__xfer_t *x) {
   x->sums = 0;
 }
 
+static int start_collective(zt__part_t *p, zt__xfer_t *x);
+
+/* The oldest bucket packed and not sent yet, or NULL. */
+static zt__xfer_t *oldest_packing(zt__part_t *p) {
+  zt__xfer_t *first = NULL;
+  for (int s = 0; s < ZT_XFER_SLOTS; s++) {
+    zt__xfer_t *x = &p->xfer[s];
+    if (x->packing && (first == NULL || x->pack_seq < first->pack_seq)) first = x;
+  }
+  return first;
+}
+
+/* Starts the collectives of packed buckets, oldest first, as far as their
+ * copies are done; with `block`, all of them, waiting for the copies.
+ * Every rank starts them in the same order, and before any other
+ * collective of the zero room (votes, gathers): nonblocking collectives on
+ * one communicator must be issued in one order on every rank. */
+static int start_packed(zt__part_t *p, int block) {
+  const zt__backend_ops_t *be = p->ctx->be_ops;
+  for (zt__xfer_t *x; (x = oldest_packing(p)) != NULL;) {
+    int done = be->event_done(p->ctx->be, x->packed);
+    if (done < 0) return done;
+    if (!done) {
+      if (!block) return 0;
+      ZT_TRY(be->event_sync(p->ctx->be, x->packed));
+    }
+    x->packing = 0;
+    ZT_TRY(start_collective(p, x));
+  }
+  return 0;
+}
+
+int zt__reduce_flush(zt__part_t *p) { return start_packed(p, 1); }
+
 static int wait_slot(zt__part_t *p, zt__xfer_t *x) {
+  if (x->packing) ZT_TRY(start_packed(p, 1));
   if (x->busy) {
     int rc = p->ctx->comm->ops->wait(p->ctx->comm, &x->req);
     if (rc < 0) {
@@ -95,8 +130,10 @@ static int wait_slot(zt__part_t *p, zt__xfer_t *x) {
   return 0;
 }
 
-/* Finishes the buckets that have landed, without blocking. */
+/* Starts the collectives whose buckets are packed and finishes the buckets
+ * that have landed, without blocking. */
 int zt__reduce_progress(zt__part_t *p) {
+  ZT_TRY(start_packed(p, 0));
   for (int s = 0; s < ZT_XFER_SLOTS; s++) {
     zt__xfer_t *x = &p->xfer[s];
     if (!x->busy) continue;
@@ -116,15 +153,16 @@ int zt__reduce_progress(zt__part_t *p) {
   return 0;
 }
 
-/* Packs the bucket's gradients out of the user's buffer, starts the
- * alltoallv, and then, at stage 2+, zeroes them in the user's buffer (they
- * are handed over). */
+/* Packs the bucket's gradients out of the user's buffer and, at stage 2+,
+ * zeroes them there (they are handed over), all enqueued on the D2H stream
+ * behind the loop's backward (the ordering rule of backend.h); the loop's
+ * next writes to those gradients wait for the zeroing on the device, not on
+ * the host. The collective starts once the copies are done
+ * (start_packed): at once on the host backend, later on a GPU. */
 static int start_bucket(zt__part_t *p, zt__xfer_t *x) {
   const zt__backend_ops_t *be = p->ctx->be_ops;
   size_t gsz = zt__dtype_size(p->reg.grad_dtype);
   zt__copy_kind_t kind = p->on_pinned ? ZT_COPY_D2H : ZT_COPY_D2D;
-  /* The user's backward wrote these gradients on the compute stream. */
-  ZT_TRY(be->stream_sync(p->ctx->be, ZT_STREAM_COMPUTE));
   size_t off = 0;
   for (size_t k = 0; k < x->n_spans; k++) {
     const zt__span_t *sp = &x->spans[k];
@@ -134,15 +172,32 @@ static int start_bucket(zt__part_t *p, zt__xfer_t *x) {
       ZT_TRY(zt__part_span_op(p, ZT_SPAN_PACK, dst, p->reg.grads, gsz, sp->a, sp->b, kind,
                      ZT_STREAM_D2H));
     } else if (sp->at == ZT_SPAN_ZERO) {
-      memset(dst, 0, n * gsz);
+      /* The slot is free (take_slot), so the CPU may write pinned memory. */
+      if (p->on_pinned) memset(dst, 0, n * gsz);
+      else ZT_TRY(be->memset_zero(p->ctx->be, dst, n * gsz, ZT_STREAM_D2H));
     } else {
       ZT_TRY(be->copy(p->ctx->be, dst, sp->at, n * gsz, kind, ZT_STREAM_D2H));
     }
     off += n;
   }
-  ZT_TRY(be->stream_sync(p->ctx->be, ZT_STREAM_D2H));
   if (kind == ZT_COPY_D2H) *p->reg.counters->d2h_bytes += off * gsz;
+  /* Handed over: the next micro-step accumulates from zero. Only the
+   * registered buffer: an engine-owned group buffer is dropped instead. */
+  if (p->ctx->cfg->stage >= 2)
+    for (size_t k = 0; k < x->n_spans; k++)
+      if (x->spans[k].at == NULL)
+        ZT_TRY(zt__part_span_op(p, ZT_SPAN_CLEAR, NULL, p->reg.grads, gsz, x->spans[k].a,
+                       x->spans[k].b, kind, ZT_STREAM_D2H));
+  ZT_TRY(be->event_record(p->ctx->be, x->packed, ZT_STREAM_D2H));
+  if (p->ctx->cfg->stage >= 2) ZT_TRY(be->stream_wait(p->ctx->be, ZT_STREAM_COMPUTE, x->packed));
+  x->packing = 1;
+  x->pack_seq = p->packs++;
+  return start_packed(p, 0);
+}
 
+/* The packed bucket's alltoallv. */
+static int start_collective(zt__part_t *p, zt__xfer_t *x) {
+  ZT_TRY(zt__part_recv_free(p, x)); /* a gather landed from it before */
   size_t pos = 0;
   for (int r = 0; r < p->world; r++) {
     size_t lo, hi, n = 0;
@@ -165,15 +220,6 @@ static int start_bucket(zt__part_t *p, zt__xfer_t *x) {
                                    x->rcounts, x->rdispls, zt__part_red_dtype(p->reg.grad_dtype),
                                    &x->req));
   x->busy = 1;
-  /* Handed over: the next micro-step accumulates from zero. Only now: had
-   * the alltoallv been refused, the gradients would be in neither place. */
-  if (p->ctx->cfg->stage >= 2) {
-    for (size_t k = 0; k < x->n_spans; k++)
-      if (x->spans[k].at == NULL)
-        ZT_TRY(zt__part_span_op(p, ZT_SPAN_CLEAR, NULL, p->reg.grads, gsz, x->spans[k].a,
-                       x->spans[k].b, kind, ZT_STREAM_D2H));
-    ZT_TRY(be->stream_sync(p->ctx->be, ZT_STREAM_D2H));
-  }
   return 0;
 }
 
@@ -231,6 +277,7 @@ static size_t grad_sources(zt__part_t *p, const zt__group_t *g, zt__span_t *out)
 
 int zt__reduce_group(zt__part_t *p, zt__group_t *g) {
   if (p->ctx->cfg->stage < 2) return 0; /* stage 1 reduces at the step */
+  ZT_TRY(zt__reduce_flush(p));
   ZT_TRY(zt__agree(p, "zt_grads_ready", ZT_AGREE_READY, g->id, 0, g->numel, NULL));
   ZT_TRY(zt__reduce_progress(p));
   zt__span_t *src = malloc(g->n_spans * sizeof *src);
@@ -252,6 +299,7 @@ static int by_start(const void *x, const void *y) {
 int zt__reduce_all(zt__part_t *p, const zt_step_args_t *args) {
   /* At stage 1 too, for the step's arguments (stage 1 has no other
    * collective to confuse the step's with). */
+  ZT_TRY(zt__reduce_flush(p));
   ZT_TRY(zt__agree(p, "zt_step", ZT_AGREE_STEP, -1, 0, p->total, args));
   /* The groups not handed over yet, as one sorted list so that small groups
    * share buckets. */
@@ -277,6 +325,7 @@ int zt__reduce_all(zt__part_t *p, const zt_step_args_t *args) {
 }
 
 int zt__reduce_drain(zt__part_t *p) {
+  ZT_TRY(zt__reduce_flush(p));
   for (int s = 0; s < ZT_XFER_SLOTS; s++) ZT_TRY(wait_slot(p, &p->xfer[s]));
   return 0;
 }
@@ -285,6 +334,12 @@ int zt__reduce_drop_buckets(zt__part_t *p) {
   int rc = 0;
   for (int s = 0; s < ZT_XFER_SLOTS; s++) {
     zt__xfer_t *x = &p->xfer[s];
+    /* Packed and never sent: dropped once its copies are done. */
+    if (x->packing) {
+      int w = p->ctx->be_ops->event_sync(p->ctx->be, x->packed);
+      x->packing = 0;
+      if (rc == 0) rc = w;
+    }
     wait_sums(p, x); /* they write the shard's gradients */
     if (!x->busy) continue;
     int w = p->ctx->comm->ops->wait(p->ctx->comm, &x->req);
@@ -295,6 +350,7 @@ int zt__reduce_drop_buckets(zt__part_t *p) {
 }
 
 int zt__reduce_reset(zt__part_t *p) {
+  zt__part_free_grad_spares(p);
   for (size_t g = 0; g < p->n_groups; g++) p->groups[g].reduced = 0;
   for (int s = 0; s < ZT_XFER_SLOTS; s++) wait_sums(p, &p->xfer[s]);
   memset(p->grads, 0, (p->end - p->begin) * sizeof(float));

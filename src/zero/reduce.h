@@ -20,8 +20,10 @@
 #include "zero/partition.h" // defines: zt__part_t, zt__group_t
 
 /* zt_grads_ready: hands a group's gradients to their owners (stage 2+;
- * stage 1: no-op). Asynchronous: returns once they are copied out of the
- * user's buffer or the group's engine-owned one (which is then freed). */
+ * stage 1: no-op). Asynchronous, and no host sync of its own: their copies
+ * out of the user's buffer (or the group's engine-owned one, which is then
+ * dropped) are enqueued behind the loop's work, and their collective starts
+ * when the copies are done, at a later call. */
 ZT_INTERNAL int zt__reduce_group(zt__part_t *p, zt__group_t *g);
 
 /* The step's reduction: every group not handed over yet, then waits for
@@ -32,9 +34,15 @@ ZT_INTERNAL int zt__reduce_group(zt__part_t *p, zt__group_t *g);
  * rank refuses itself (nothing to compare). */
 ZT_INTERNAL int zt__reduce_all(zt__part_t *p, const zt_step_args_t *args);
 
-/* Finishes the buckets that have landed, without blocking (their sums go to
- * the sums thread). */
+/* Starts the collectives of the buckets whose copies are done, and
+ * finishes the buckets that have landed (their sums go to the sums
+ * thread), without blocking. */
 ZT_INTERNAL int zt__reduce_progress(zt__part_t *p);
+
+/* Starts the collective of every packed bucket, waiting for its copies
+ * where they are not done: called before any other collective of the zero
+ * room, so that every rank issues them in one order. */
+ZT_INTERNAL int zt__reduce_flush(zt__part_t *p);
 
 /* Waits for every bucket in flight and its sums: the buckets' buffers are
  * free after it. */
