@@ -4,7 +4,8 @@
  * the plan and the engine cannot drift; tests/test_tier.c holds the two
  * together); the ZeRO room's shards and buckets are zt__part_footprint's,
  * the sizes zt__part_init allocates (tests/test_zero.c holds zt_stats() to
- * the plan on every rank).
+ * the plan on every rank); the device rows split the device total and add
+ * what the loop's steps hold for a while (device_rows).
  */
 #include <errno.h>
 
@@ -26,7 +27,8 @@ static zt__tier_shape_t shape_of(const zt__plan_in_t *in, uint64_t n, int shard,
                         in->pinned_budget_bytes, pinned);
 }
 
-/* The optimizer tier's footprint, added to the totals. */
+/* The optimizer tier's footprint, added to the totals (its device part is
+ * the device row `optimizer`). */
 static void opt_tier(const zt__plan_in_t *in, const zt__tier_shape_t *s, uint64_t *device,
                      uint64_t *host, uint64_t *nvme, zt__plan_t *out) {
   zt__footprint_t f;
@@ -36,15 +38,76 @@ static void opt_tier(const zt__plan_in_t *in, const zt__tier_shape_t *s, uint64_
     out->note = "pinned_budget_bytes cannot hold the nvme tier's slots";
   }
   *device += f.device;
+  out->dev.optimizer += f.device;
   *host += f.host;
   *nvme += f.nvme;
   out->pinned_bytes += f.pinned_pages;
 }
 
+/*
+ * The device rows that come and go with the loop, and the total. The
+ * others (loop, optimizer, shard, buckets) are filled as the totals are
+ * added up, so they add up to loop_device + ztier_device.
+ *   - gathered (stage 3): a fetched group's parameters are gathered into
+ *     backend memory (gather.c), and the prefetch scheduler keeps gathered
+ *     groups, staged ones and spare buffers within max_live_bytes
+ *     (prefetch.c): as many whole groups as fit, at least the one fetched,
+ *     at most all of them;
+ *   - group_grads (stages 2, 3): zt_grads() gives a group engine-owned
+ *     gradients in backend memory until zt_grads_ready() (partition.c);
+ *     a loop that holds one group's at a time holds these;
+ *   - comm_scratch (comm nccl): NCCL reads and writes device memory only,
+ *     so a collective over host buffers stages them in the comm's one
+ *     device scratch buffer (comm_nccl.cu), the receive side rounded up to
+ *     256 bytes and the send side after it; the buffer grows to the largest
+ *     staged collective, rounded up to 1 MiB, and stays. The engine's own
+ *     control records (agreement, votes) are small host buffers, so any
+ *     nccl run has 1 MiB; the pinned buckets of the host and nvme tiers
+ *     make it a bucket collective's staging.
+ */
+static void device_rows(const zt__plan_in_t *in, const zt__plan_run_t *run, zt__plan_t *out) {
+  zt__plan_device_t *d = &out->dev;
+  const uint64_t n = in->params, psz = zt__dtype_size(in->param_dtype),
+                 gsz = zt__dtype_size(in->grad_dtype);
+  const uint64_t group = run->group_params && run->group_params < n ? run->group_params : n;
+  d->loop = out->loop_device;
+  if (in->stage == 3) {
+    uint64_t groups = (n + group - 1) / group, fit = run->max_live_bytes / (group * psz);
+    d->live_groups = fit < 1 ? 1 : fit > groups ? groups : fit;
+    d->gathered = d->live_groups * group * psz;
+  }
+  if (in->stage >= 2) d->group_grads = group * gsz;
+  if (run->comm == ZT_COMM_NCCL) {
+    const uint64_t MiB = (uint64_t)1 << 20;
+    uint64_t need = 1; /* the control records: a few bytes */
+    if (in->stage >= 1 && zt__opt_tier_ops(in->optimizer_tier)->cpu_update) {
+      zt__part_footprint_t f;
+      zt__part_footprint(&(zt__part_shape_t){n, in->ranks, in->rank, in->stage,
+                                              in->bucket_bytes, in->param_dtype,
+                                              in->grad_dtype, 1},
+                         &f);
+      uint64_t recv = f.recv_bytes > f.gx_recv_bytes ? f.recv_bytes : f.gx_recv_bytes;
+      need = ((recv + 255) & ~(uint64_t)255) + f.send_bytes;
+    }
+    d->comm_scratch = (need + MiB - 1) / MiB * MiB;
+  }
+  d->total = d->loop + d->optimizer + d->shard + d->buckets + d->gathered + d->group_grads +
+             d->comm_scratch;
+  if (run->comm == ZT_COMM_NCCL && run->backend != ZT_BACKEND_CUDA && out->supported) {
+    out->supported = 0;
+    out->note = "comm nccl needs backend cuda, which the config refuses otherwise";
+  }
+}
+
 int zt__plan(const zt__plan_in_t *in, zt__plan_t *out) {
+  return zt__plan_with(in, &(zt__plan_run_t){0}, out);
+}
+
+int zt__plan_with(const zt__plan_in_t *in, const zt__plan_run_t *run, zt__plan_t *out) {
   *out = (zt__plan_t){0};
   if (in->params == 0 || in->ranks < 1 || in->rank < 0 || in->rank >= in->ranks ||
-      in->stage < 0 || in->stage > 3 || in->bucket_bytes < 4 || in->chunk_bytes < 4)
+      in->stage < 0 || in->stage > 3 || in->bucket_bytes < 4 || in->chunk_bytes < 4 ||
+      (unsigned)run->backend > ZT_BACKEND_SIM || (unsigned)run->comm > ZT_COMM_AUTO)
     return -EINVAL;
   uint64_t n = in->params, psz = zt__dtype_size(in->param_dtype),
            gsz = zt__dtype_size(in->grad_dtype);
@@ -93,9 +156,12 @@ int zt__plan(const zt__plan_in_t *in, zt__plan_t *out) {
     int params_on_disk = in->stage == 3 && pto->read != NULL;
     if (!ot->cpu_update) {
       device = grads + params + buckets;
+      out->dev.shard = grads + params;
+      out->dev.buckets = buckets;
       if (in->stage == 3 && pto->pinned_buffer) {
         /* The shard's parameters in pinned memory (partition.c). */
         device -= params;
+        out->dev.shard -= params;
         host += params;
         out->pinned_bytes += pages(params);
       }
@@ -127,6 +193,7 @@ int zt__plan(const zt__plan_in_t *in, zt__plan_t *out) {
        * param_tier nvme the shard's parameters are freed once written. */
       out->loop_device = 0;
       if (params_on_disk) *(ot->cpu_update ? &host : &device) -= params;
+      if (params_on_disk && !ot->cpu_update) out->dev.shard -= params;
     } else {
       /* Stage 2 counts the loop without a gradient buffer of its own (it
        * takes each group's from zt_grads()); registering one adds n * gsz. */
@@ -159,6 +226,7 @@ int zt__plan(const zt__plan_in_t *in, zt__plan_t *out) {
   out->ztier_device = device;
   out->ztier_host = host;
   out->ztier_nvme = nvme;
+  device_rows(in, run, out);
   return 0;
 }
 

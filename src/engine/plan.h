@@ -5,7 +5,10 @@
  * (offload/tier.h), and the ZeRO room's shards and buckets sized as
  * partition.c sizes them, so a test can hold zt_stats() to them; plus what
  * the training loop itself holds (its parameter and gradient buffers),
- * which together give the ZeRO paper's per-parameter table.
+ * which together give the ZeRO paper's per-parameter table; and the
+ * backend's (device) memory at its peak, row by row, with what exists only
+ * during a step (stage 3's gathered groups, a group's gradients, NCCL's
+ * staging).
  */
 #ifndef ZT_PLAN_H
 #define ZT_PLAN_H
@@ -26,6 +29,33 @@ typedef struct zt__plan_in {
   size_t pinned_budget_bytes; /* config pinned_budget_bytes (nvme tier)  */
 } zt__plan_in_t;
 
+/* What the device rows also depend on: the backend and comm of the run,
+ * the loop's groups and stage 3's cap on gathered groups. All zero (what
+ * zt__plan uses): backend host, comm single, the whole model one group,
+ * nothing kept gathered. */
+typedef struct zt__plan_run {
+  zt_backend_t backend;  /* host | cuda | sim: whose memory "device" is */
+  zt_comm_kind_t comm;   /* nccl stages host buckets in device scratch  */
+  uint64_t group_params; /* the largest group's parameters; 0: all      */
+  size_t max_live_bytes; /* config max_live_bytes (stage 3)             */
+} zt__plan_run_t;
+
+/* The device memory of a rank at its peak, row by row (plan.c says what
+ * each holds). On cuda and sim it is the GPU's memory (sim models one); on
+ * the host backend the same bytes are host memory standing in for it. */
+typedef struct zt__plan_device {
+  uint64_t loop;         /* the loop's params + grads buffers (loop_device) */
+  uint64_t optimizer;    /* the optimizer tier's device part: master + m + v
+                            on the device tier (the shard at stage >= 1)  */
+  uint64_t shard;        /* the ZeRO shard's gradient sums and parameters   */
+  uint64_t buckets;      /* reduce / gather buckets                         */
+  uint64_t gathered;     /* stage 3: the live groups' gathered parameters   */
+  uint64_t group_grads;  /* stages 2, 3: one group's gradients (zt_grads)   */
+  uint64_t comm_scratch; /* nccl: the comm's staging of host buffers       */
+  uint64_t live_groups;  /* how many groups `gathered` holds                */
+  uint64_t total;        /* the sum of the byte rows above                  */
+} zt__plan_device_t;
+
 typedef struct zt__plan {
   /* What ztier allocates, per tier (zt_stats' device/host/nvme_bytes). */
   uint64_t ztier_device, ztier_host, ztier_nvme;
@@ -38,10 +68,19 @@ typedef struct zt__plan {
   uint64_t pinned_bytes;
   int supported;         /* 0: this version's engine refuses the combination */
   const char *note;      /* why not, or NULL */
+  /* The backend's memory at its peak: loop_device + ztier_device, plus
+   * what exists only while the loop runs (gathered groups, a group's
+   * gradients, comm staging). */
+  zt__plan_device_t dev;
 } zt__plan_t;
 
 /* Fills *out; returns 0, or -EINVAL for inputs out of range. */
 ZT_INTERNAL int zt__plan(const zt__plan_in_t *in, zt__plan_t *out);
+
+/* The same for a run described by `run` (its device rows; the rest does
+ * not depend on it). */
+ZT_INTERNAL int zt__plan_with(const zt__plan_in_t *in, const zt__plan_run_t *run,
+                              zt__plan_t *out);
 
 /* The least pinned_budget_bytes with which `in` runs (its own budget
  * ignored): 0 when nothing is pinned. -EINVAL when no budget makes it run

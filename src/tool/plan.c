@@ -1,10 +1,14 @@
 /*
  * src/tool/plan.c — `ztier plan`: memory per rank in each tier for a model,
- * a world size, a stage and tiers, before anything runs. The figures come
- * from zt__plan (src/engine/plan.c), which the tests hold equal to what the engine
- * allocates.
+ * a world size, a stage and tiers, before anything runs, and the backend's
+ * (device) memory at its peak row by row. The figures come from zt__plan
+ * (src/engine/plan.c), which the tests hold equal to what the engine
+ * allocates. A config file (--config) gives the defaults of the flags that
+ * are config keys.
  */
+#include <stdint.h>
 #include <stdio.h>
+#include <string.h>
 
 #include "engine/plan.h"  // defines: zt__plan
 #include "tool/args.h"    // defines: tool_args_parse
@@ -17,6 +21,15 @@ static const char *const dtype_names[] = {"fp32", "bf16", "fp16", NULL};
 static const zt_dtype_t dtype_values[] = {ZT_FP32, ZT_BF16, ZT_FP16};
 static const char *const offload_names[] = {"none", "host", "nvme", NULL};
 static const zt_tier_t offload_values[] = {ZT_TIER_DEVICE, ZT_TIER_HOST, ZT_TIER_NVME};
+static const char *const backend_names[] = {"host", "cuda", "sim", NULL};
+static const zt_backend_t backend_values[] = {ZT_BACKEND_HOST, ZT_BACKEND_CUDA, ZT_BACKEND_SIM};
+static const char *const comm_names[] = {"auto", "single", "mpi", "nccl", NULL};
+static const zt_comm_kind_t comm_values[] = {ZT_COMM_AUTO, ZT_COMM_SINGLE, ZT_COMM_MPI,
+                                             ZT_COMM_NCCL};
+
+/* Flags left unset read these: the config's value (or its default) fills them. */
+#define UNSET_INT (-1)
+#define UNSET_SIZE SIZE_MAX
 
 static void row(tool_table_t *t, const char *tier, uint64_t loop, uint64_t ours, uint64_t n) {
   uint64_t total = loop + ours;
@@ -24,9 +37,31 @@ static void row(tool_table_t *t, const char *tier, uint64_t loop, uint64_t ours,
                  (unsigned long long)ours, (unsigned long long)total, (double)total / (double)n);
 }
 
+/* The device rows: what the backend's memory holds at its peak. */
+static void device_rows(const zt__plan_device_t *d, const char *backend, uint64_t group) {
+  printf("\nDevice memory at its peak (backend %s%s):\n\n", backend,
+         strcmp(backend, "host") == 0 ? ": host memory standing in for it" : "");
+  tool_table_t *t = tool_table_new("lr");
+  tool_table_row(t, "device row\tbytes");
+  tool_table_row(t, "loop params + grads\t%llu", (unsigned long long)d->loop);
+  tool_table_row(t, "optimizer states\t%llu", (unsigned long long)d->optimizer);
+  tool_table_row(t, "shard sums + params\t%llu", (unsigned long long)d->shard);
+  tool_table_row(t, "buckets\t%llu", (unsigned long long)d->buckets);
+  tool_table_row(t, "gathered groups (%llu x %llu params)\t%llu",
+                 (unsigned long long)d->live_groups, (unsigned long long)group,
+                 (unsigned long long)d->gathered);
+  tool_table_row(t, "group gradients\t%llu", (unsigned long long)d->group_grads);
+  tool_table_row(t, "comm scratch\t%llu", (unsigned long long)d->comm_scratch);
+  tool_table_row(t, "total\t%llu", (unsigned long long)d->total);
+  tool_table_print(t, stdout, 2, NULL);
+}
+
 int tool_plan_main(int argc, char **argv) {
-  size_t params = 0, bucket = (size_t)16 << 20, chunk = (size_t)16 << 20, pinned = 0;
-  int ranks = 1, stage = 0, dtype = 1, opt = 0, par = 0, rank = 0, json = 0;
+  size_t params = 0, bucket = UNSET_SIZE, chunk = UNSET_SIZE, pinned = UNSET_SIZE,
+         group = 0, live = UNSET_SIZE;
+  int ranks = 1, stage = UNSET_INT, dtype = 1, opt = UNSET_INT, par = UNSET_INT, rank = 0,
+      json = 0, backend = UNSET_INT, comm = UNSET_INT;
+  const char *config = NULL;
   const tool_flag_t flags[] = {
       {"params", TOOL_FLAG_COUNT, &params, "N",
        "parameters of the model: 7B, 7G, 1.5B, 125M, 1e9 (powers of 1000), 1Gi (2^30), "
@@ -34,6 +69,16 @@ int tool_plan_main(int argc, char **argv) {
        1, 1e15, NULL},
       {"ranks", TOOL_FLAG_INT, &ranks, "R", "data-parallel ranks (default 1)", 1, 65536,
        NULL},
+      {"config", TOOL_FLAG_STRING, &config, "PATH",
+       "a config file (JSON): its keys give the defaults of backend, comm, stage, the "
+       "tiers and the byte sizes",
+       0, 0, NULL},
+      {"backend", TOOL_FLAG_CHOICE, &backend, "host|cuda|sim",
+       "whose memory the device rows are (default: the config's backend, host)", 0, 0,
+       backend_names},
+      {"comm", TOOL_FLAG_CHOICE, &comm, "auto|single|mpi|nccl",
+       "the config's comm (default auto); nccl stages host buckets in device scratch", 0, 0,
+       comm_names},
       {"stage", TOOL_FLAG_INT, &stage, "S", "ZeRO stage 0..3 (default 0)", 0, 3, NULL},
       {"dtype", TOOL_FLAG_CHOICE, &dtype, "fp32|bf16|fp16",
        "parameter and gradient dtype (default bf16)", 0, 0, dtype_names},
@@ -49,6 +94,13 @@ int tool_plan_main(int argc, char **argv) {
        "config pinned_budget_bytes (default 0: no limit); the nvme tier's chunk shrinks "
        "to fit it",
        0, 1e15, NULL},
+      {"group-params", TOOL_FLAG_COUNT, &group, "N",
+       "parameters of the largest group the loop fetches (stage 3) or takes gradients of "
+       "(stages 2, 3); default: the whole model",
+       0, 1e15, NULL},
+      {"max-live", TOOL_FLAG_BYTES, &live, "BYTES",
+       "config max_live_bytes (default 1Gi): gathered groups kept at stage 3", 0, 1e15,
+       NULL},
       {"rank", TOOL_FLAG_INT, &rank, "K",
        "the rank to plan for (default 0, which holds the most)", 0, 65535, NULL},
       {"json", TOOL_FLAG_BOOL, &json, NULL, "one JSON object instead of the table", 0, 0,
@@ -59,10 +111,14 @@ int tool_plan_main(int argc, char **argv) {
       prog,
       "ztier plan --params N [--ranks R] [--stage S] [--dtype fp32|bf16|fp16]\n"
       "                  [--offload-optimizer none|host|nvme] [--offload-params none|host|nvme]\n"
-      "                  [--pinned-budget BYTES] [--json]",
+      "                  [--backend host|cuda|sim] [--comm auto|single|mpi|nccl]\n"
+      "                  [--group-params N] [--max-live BYTES] [--pinned-budget BYTES]\n"
+      "                  [--config PATH] [--json]",
       "Bytes per rank in each tier (device, host, nvme): what the training loop\nholds (its "
       "parameter and gradient buffers) and what ztier allocates (optimizer\nstates, shards, "
-      "buckets). docs/stages.md explains the figures.\n\nExit status: 0 when the "
+      "buckets); then the device memory at its peak, row by row,\nwith what a step holds for "
+      "a while (gathered groups, a group's gradients,\ncomm scratch). docs/stages.md explains "
+      "the figures.\n\nExit status: 0 when the "
       "configuration can run, 1 when it cannot (the reason\non stderr; e.g. a --pinned-budget "
       "below the pinned memory it needs, whose\nleast is printed), 2 for bad flags. The "
       "figures are printed either way.",
@@ -73,6 +129,27 @@ int tool_plan_main(int argc, char **argv) {
   if (params == 0) {
     return tool_args_fail(&cmd, "--params is required (the model's parameter count)");
   }
+  /* The config's keys (or the library's defaults) fill the flags not given. */
+  zt_config_t cfg;
+  zt_config_init(&cfg);
+  if (config && zt_config_load(&cfg, config) < 0)
+    return tool_args_fail(&cmd, "--config %s: %s", config, zt_last_error(NULL));
+  /* zt_config_load checked the values: each is in its table. */
+  for (int i = 0; i < 3; i++) {
+    if (backend == UNSET_INT && backend_values[i] == cfg.backend) backend = i;
+    if (opt == UNSET_INT && offload_values[i] == cfg.optimizer_tier) opt = i;
+    if (par == UNSET_INT && offload_values[i] == cfg.param_tier) par = i;
+  }
+  for (int i = 0; i < 4; i++)
+    if (comm == UNSET_INT && comm_values[i] == cfg.comm) comm = i;
+  if (backend == UNSET_INT || opt == UNSET_INT || par == UNSET_INT || comm == UNSET_INT)
+    return tool_args_fail(&cmd, "--config %s: a backend, comm or tier value this tool does "
+                          "not know", config ? config : "(defaults)");
+  if (stage == UNSET_INT) stage = cfg.stage;
+  if (bucket == UNSET_SIZE) bucket = cfg.bucket_bytes;
+  if (chunk == UNSET_SIZE) chunk = cfg.chunk_bytes;
+  if (pinned == UNSET_SIZE) pinned = cfg.pinned_budget_bytes;
+  if (live == UNSET_SIZE) live = cfg.max_live_bytes;
   if (rank >= ranks) {
     return tool_args_fail(&cmd, "--rank is %d; expected 0 .. %d (--ranks - 1)", rank, ranks - 1);
   }
@@ -82,8 +159,11 @@ int tool_plan_main(int argc, char **argv) {
   }
   zt__plan_in_t in = {params, ranks, rank, stage, dtype_values[dtype], dtype_values[dtype],
                       offload_values[opt], offload_values[par], bucket, chunk, pinned};
+  const zt__plan_run_t run = {backend_values[backend], comm_values[comm], group, live};
+  /* The group the rows count: the whole model unless a smaller one is given. */
+  uint64_t group_n = group && group < params ? group : params;
   zt__plan_t p;
-  if (zt__plan(&in, &p) < 0) {
+  if (zt__plan_with(&in, &run, &p) < 0) {
     fprintf(stderr, "ztier plan: the inputs are out of range\n");
     return 2;
   }
@@ -119,6 +199,19 @@ int tool_plan_main(int argc, char **argv) {
     tool_report_str(j, "dtype", dtype_names[dtype]);
     tool_report_str(j, "offload_optimizer", offload_names[opt]);
     tool_report_str(j, "offload_params", offload_names[par]);
+    tool_report_str(j, "backend", backend_names[backend]);
+    tool_report_str(j, "comm", comm_names[comm]);
+    tool_report_int(j, "group_params", (long long)group_n);
+    tool_report_int(j, "max_live_bytes", (long long)live);
+    tool_report_int(j, "device_loop_bytes", (long long)p.dev.loop);
+    tool_report_int(j, "device_optimizer_bytes", (long long)p.dev.optimizer);
+    tool_report_int(j, "device_shard_bytes", (long long)p.dev.shard);
+    tool_report_int(j, "device_buckets_bytes", (long long)p.dev.buckets);
+    tool_report_int(j, "device_gathered_bytes", (long long)p.dev.gathered);
+    tool_report_int(j, "device_live_groups", (long long)p.dev.live_groups);
+    tool_report_int(j, "device_group_grads_bytes", (long long)p.dev.group_grads);
+    tool_report_int(j, "device_comm_scratch_bytes", (long long)p.dev.comm_scratch);
+    tool_report_int(j, "device_peak_bytes", (long long)p.dev.total);
     tool_report_bool(j, "supported", p.supported);
     tool_report_str(j, "note", why);
     if (tool_report_print(stdout, j, prog) < 0) return 1;
@@ -142,6 +235,7 @@ int tool_plan_main(int argc, char **argv) {
     printf("Of the host bytes, %llu are pinned (4 KiB pages); the least pinned_budget_bytes "
            "that runs is %llu.\n",
            (unsigned long long)p.pinned_bytes, (unsigned long long)least);
+  device_rows(&p.dev, backend_names[backend], group_n);
   /* The reason says what the figures assume (plan.c): they are this
    * version's allocations, not a design's, so no claim about a design is
    * added. */
