@@ -367,6 +367,155 @@ static void test_step_after_loop_stream(void **state) {
   free(p0), free(g), free(want), free(got), free(zeros);
 }
 
+/* ---- stages 1-3 on sim against the host backend ---------------------------------- */
+
+#define GROUPS 4
+#define GROUP_N 3072
+#define STEPS 3
+
+typedef struct write_grads {
+  zt__backend_t *be;
+  void *dst; /* device */
+  const float *src;
+  size_t n;
+} write_grads_t;
+
+static void write_grads_run(void *arg) {
+  write_grads_t *w = arg;
+  memcpy(zt__sim_reach(w->be, w->dst), w->src, w->n * sizeof(float));
+}
+
+typedef struct syncs {
+  uint64_t ready, fetch, step; /* host syncs inside those calls, all steps */
+} syncs_t;
+
+static uint64_t host_syncs(zt_engine_t *e) {
+  zt_stats_t st = ZT_STATS_INIT;
+  T_OK(zt_stats(e, &st), e);
+  return st.host_syncs;
+}
+
+/* A loop of GROUPS groups, STEPS steps: forward fetches, backward fetches,
+ * writes the group's gradients (on the loop's own stream on sim), marks
+ * them ready and releases. The host pauses 5 ms before each call, as a loop
+ * with host work of its own would, so device work that needs no wait has
+ * finished by then: any host sync counted inside the calls is ztier's. */
+static void run_loop(zt_backend_t backend, int stage, const float *p0, float *const *g,
+                     float *out, syncs_t *sy) {
+  zt_config_t cfg = t_config();
+  cfg.backend = backend;
+  cfg.stage = stage;
+  cfg.optimizer_tier = ZT_TIER_HOST;
+  cfg.bucket_bytes = 4 * GROUP_N; /* a group a bucket (12 KiB) */
+  zt_engine_t *e = t_engine(&cfg);
+  const size_t n = GROUPS * GROUP_N;
+  zt_unit_t units[GROUPS];
+  for (int k = 0; k < GROUPS; k++)
+    units[k] = (zt_unit_t){NULL, (size_t)k * GROUP_N, GROUP_N, k, 1, ZT_FP32};
+  float *dp = t_buf_alloc(e, n * 4), *dg = t_buf_alloc(e, n * 4);
+  float *zeros = calloc(n, 4);
+  t_buf_upload(e, dp, p0, n * 4);
+  t_buf_upload(e, dg, zeros, n * 4);
+  T_OK(zt_register_units(e, dp, dg, n, ZT_FP32, ZT_FP32, units, GROUPS), e);
+  zt__sim_stream_t *loop = NULL;
+  if (backend == ZT_BACKEND_SIM) {
+    assert_int_equal(zt__sim_stream_create(e->be, &loop), 0);
+    T_OK(zt_set_stream(e, loop), e);
+  }
+  write_grads_t w[GROUPS];
+  struct timespec pause = {0, 5 * 1000 * 1000};
+  memset(sy, 0, sizeof *sy);
+  for (int t = 1; t <= STEPS; t++) {
+    void *ptr[1];
+    for (int k = 0; k < GROUPS; k++) {
+      nanosleep(&pause, NULL);
+      uint64_t before = host_syncs(e);
+      assert_int_equal(zt_fetch(e, k, ptr, 1), 1);
+      sy->fetch += host_syncs(e) - before;
+      T_OK(zt_release(e, k), e);
+    }
+    for (int k = GROUPS - 1; k >= 0; k--) {
+      nanosleep(&pause, NULL);
+      uint64_t before = host_syncs(e);
+      assert_int_equal(zt_fetch(e, k, ptr, 1), 1);
+      sy->fetch += host_syncs(e) - before;
+      assert_int_equal(zt_grads(e, k, ptr, 1), 1);
+      const float *src = g[t - 1] + (size_t)k * GROUP_N;
+      if (backend == ZT_BACKEND_SIM) {
+        w[k] = (write_grads_t){e->be, ptr[0], src, GROUP_N};
+        assert_int_equal(zt__sim_launch(e->be, loop, write_grads_run, &w[k], GROUP_N * 4), 0);
+      } else {
+        memcpy(ptr[0], src, GROUP_N * 4);
+      }
+      nanosleep(&pause, NULL);
+      before = host_syncs(e);
+      T_OK(zt_grads_ready(e, k), e);
+      sy->ready += host_syncs(e) - before;
+      T_OK(zt_release(e, k), e);
+    }
+    zt_step_args_t a = ZT_STEP_ARGS_INIT;
+    a.lr = 1e-2f;
+    a.weight_decay = 0.05f;
+    a.t = (uint64_t)t;
+    nanosleep(&pause, NULL);
+    uint64_t before = host_syncs(e);
+    T_OK(zt_step(e, &a, NULL), e);
+    sy->step += host_syncs(e) - before;
+  }
+  if (stage == 3) {
+    /* The parameters live in the engine: fetched group by group. */
+    for (int k = 0; k < GROUPS; k++) {
+      void *ptr[1];
+      assert_int_equal(zt_fetch(e, k, ptr, 1), 1);
+      t_buf_download(e, out + (size_t)k * GROUP_N, ptr[0], GROUP_N * 4);
+      T_OK(zt_release(e, k), e);
+    }
+  } else {
+    t_buf_download(e, out, dp, n * 4);
+  }
+  if (loop) {
+    T_OK(zt_set_stream(e, NULL), e);
+    zt__sim_stream_destroy(e->be, loop);
+  }
+  t_buf_free(e, dp, n * 4);
+  t_buf_free(e, dg, n * 4);
+  zt_engine_destroy(e);
+  free(zeros);
+}
+
+/* Stages 1-3 with the host optimizer tier on sim, its link slowed so that
+ * a copy not waited for is still in flight when read: the parameters equal
+ * the host backend's bit for bit, and zt_grads_ready and zt_fetch make no
+ * host sync of their own. */
+static void test_stages_on_slow_link(void **state) {
+  t_rng_t rng;
+  t_rng_init(&rng, t_seed() ^ 0x5105);
+  const size_t n = GROUPS * GROUP_N;
+  float *p0 = malloc(n * 4), *want = malloc(n * 4), *got = malloc(n * 4), *g[STEPS];
+  t_fill_normal(p0, ZT_FP32, n, 1.0, &rng);
+  for (int t = 0; t < STEPS; t++) {
+    g[t] = malloc(n * 4);
+    t_fill_normal(g[t], ZT_FP32, n, 0.1, &rng);
+  }
+  setenv("ZT_SIM_LINK_GBPS", "0.2", 1); /* 12 KB a group: 60 us */
+  for (int stage = 1; stage <= 3; stage++) {
+    syncs_t hs, ss;
+    run_loop(ZT_BACKEND_HOST, stage, p0, g, want, &hs);
+    run_loop(ZT_BACKEND_SIM, stage, p0, g, got, &ss);
+    printf("# stage %d on sim: host syncs per step %.1f (in zt_grads_ready %llu, in "
+           "zt_fetch %llu, in zt_step %llu over %d steps)\n",
+           stage, (double)(ss.ready + ss.fetch + ss.step) / STEPS,
+           (unsigned long long)ss.ready, (unsigned long long)ss.fetch,
+           (unsigned long long)ss.step, STEPS);
+    t_expect_same("params, sim against host", got, want, 4, n);
+    assert_int_equal(ss.ready, 0);
+    assert_int_equal(ss.fetch, 0);
+  }
+  unsetenv("ZT_SIM_LINK_GBPS");
+  for (int t = 0; t < STEPS; t++) free(g[t]);
+  free(p0), free(want), free(got);
+}
+
 /* A model figure that is not a positive number is refused by name. */
 static void test_bad_model_figure(void **state) {
   zt_config_t cfg = t_config();
@@ -390,6 +539,7 @@ int main(void) {
       cmocka_unit_test(test_host_syncs_counted),
       cmocka_unit_test(test_adam_bits),
       cmocka_unit_test(test_step_after_loop_stream),
+      cmocka_unit_test(test_stages_on_slow_link),
       cmocka_unit_test(test_bad_model_figure),
   };
   return T_RUN(tests);
