@@ -360,7 +360,8 @@ int bench_step_main(int argc, char **argv) {
   int sim = cfg.backend == ZT_BACKEND_SIM;
   double link_gbps = sim ? bench_sim_link_gbps() : 0;
   double link_s = sim ? max_d(m_h2d, m_d2h) / (link_gbps * 1e9) : 0;
-  double disk_s = nvme ? m_rd / (disk_r * 1e9) + m_wr / (disk_w * 1e9) : 0;
+  double disk_rs = nvme ? m_rd / (disk_r * 1e9) : 0, disk_ws = nvme ? m_wr / (disk_w * 1e9) : 0;
+  double disk_s = disk_rs + disk_ws;
   int device = opt_i == ZT_TIER_DEVICE;
   double bound_s = max_d(max_d(link_s, disk_s), kernel_s);
   const char *bound = kernel_s >= max_d(link_s, disk_s) ? (device ? "device_kernel" : "cpu_adam")
@@ -380,8 +381,13 @@ int bench_step_main(int argc, char **argv) {
     tool_report_int(j, "host_syncs_per_step", m_syncs);
     if (sim) tool_report_num(j, "link_s", link_s);
     else tool_report_null(j, "link_s");
-    if (nvme) tool_report_num(j, "disk_s", disk_s);
-    else tool_report_null(j, "disk_s");
+    if (nvme) {
+      tool_report_num(j, "disk_s", disk_s);
+      tool_report_num(j, "disk_read_s", disk_rs);
+      tool_report_num(j, "disk_write_s", disk_ws);
+    } else {
+      tool_report_null(j, "disk_s");
+    }
     tool_report_num(j, device ? "device_kernel_s" : "cpu_adam_s", kernel_s);
     tool_report_null(j, device ? "cpu_adam_s" : "device_kernel_s");
     tool_report_num(j, "h2d_bytes_per_step", m_h2d);

@@ -98,9 +98,9 @@ int bench_dev_launch(bench_kernel_t *k, const char *prog) {
       return fail(d, prog, "zt__sim_launch");
     return 0;
   }
-  /* cuda: the gradients are a copy on the loop's (the backend's compute)
-   * stream; the compute itself is a sleep of the host, as a loop whose
-   * kernels take that long would wait for them. Not timed on a GPU yet. */
+  /* cuda (and host): the gradients are a copy on the loop's (the backend's
+   * compute) stream; the compute itself is a sleep of the host, as a loop
+   * whose kernels take that long would wait for them. Not yet run on a GPU. */
   if (k->dst &&
       d->eng->be_ops->copy(d->eng->be, k->dst, k->src, k->bytes, ZT_COPY_D2D,
                            ZT_STREAM_COMPUTE) != 0)

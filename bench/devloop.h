@@ -4,7 +4,8 @@
  * backend (device memory is not the CPU's), its compute stream given to
  * zt_set_stream, and its per-layer compute as work on that stream that
  * takes a set time, so that a benchmark can say how long the loop's stream
- * sat idle waiting for ztier. On the host backend none of this is used.
+ * sat idle waiting for ztier. `bench step` uses it on the host backend too,
+ * where device memory is host memory and the stream calls return at once.
  */
 #ifndef ZT_BENCH_DEVLOOP_H
 #define ZT_BENCH_DEVLOOP_H
@@ -31,7 +32,7 @@ typedef struct bench_kernel {
 
 struct bench_dev {
   zt_engine_t *eng;
-  int sim;                  /* 1: sim; 0: cuda                                   */
+  int sim;                  /* 1: sim; 0: cuda or host                           */
   zt__sim_stream_t *stream; /* sim: the loop's stream, given to zt_set_stream   */
   double busy_s;            /* seconds the loop's kernels ran since reset        */
   uint64_t own_syncs;       /* host syncs the loop made itself (not ztier's)     */
