@@ -448,7 +448,8 @@ int bench_stage3_main(int argc, char **argv) {
          "first\n",
          cfg.prefetch_bytes, cfg.max_live_bytes, n);
   printf("  forward + backward   %8.3f s  (compute %.3f s)\n", m_loop, compute_s);
-  printf("  stall in zt_fetch    %8.4f of it (stall_fraction)\n", m_frac);
+  printf("  %s %8.4f of it (stall_fraction)\n",
+         on_device ? "loop's stream idle  " : "stall in zt_fetch   ", m_frac);
   printf("  parameters read      %8.3f GB/s (fetch_gbps)\n", m_gbps);
   if (tier == ZT_TIER_NVME)
     printf("  disk read, same dir  %8.3f GB/s: a layer in %.2f ms, %s the %d ms of "
@@ -456,8 +457,7 @@ int bench_stage3_main(int argc, char **argv) {
            disk_r, layer_read_ms, layer_read_ms <= compute_ms ? "within" : "beyond",
            compute_ms);
   if (on_device) {
-    printf("  host in zt_fetch     %8.4f of it (fetch_host_fraction; the stall is the "
-           "loop's stream idle)\n", m_host);
+    printf("  host in zt_fetch     %8.4f of it (fetch_host_fraction)\n", m_host);
     printf("  a layer over the link %7.2f ms in this run", layer_copy_ms);
     if (cfg.backend == ZT_BACKEND_SIM) printf(" (%.2f ms modelled)", layer_link_ms);
     printf(", %s the %d ms of compute\n",
