@@ -40,8 +40,9 @@
  * allocated by the first collective that stages and grows (never shrinks)
  * when a larger one comes, so it is as large as the largest staged
  * collective so far, rounded up to 1 MiB. A pageable host buffer makes the
- * copy out (and so the call that issues it) wait for the collective; pinned
- * memory does not.
+ * call that issues the collective wait for it (CUDA copies into pageable
+ * memory synchronously), as a wait() does: bounded, watching NCCL's errors;
+ * pinned memory does not.
  *
  * NCCL has no all-gather-v nor all-to-all-v: all_gatherv is a group of one
  * broadcast per rank, alltoallv a group of sends and receives (a rank's own
@@ -93,7 +94,7 @@ typedef struct nccl_comm {
   zt__comm_t base; /* first: the engine holds a zt__comm_t * */
   ncclComm_t comm;
   cudaStream_t stream;
-  cudaEvent_t barrier_done;
+  cudaEvent_t barrier_done; /* the barrier's; also what a pageable copy out waits for */
   cudaEvent_t compute_mark; /* the compute stream at each collective's issue */
   float *word; /* the barrier's device word */
   char *scratch;      /* the staging of host buffers (see the file comment) */
@@ -234,6 +235,7 @@ static int on_device(const void *p) {
  * not write keep their values, and copied back after the collective. */
 typedef struct stage {
   void *host_recv; /* where the recv image goes back to, or NULL */
+  int pageable;    /* host_recv is neither pinned nor registered */
   size_t rbytes;
   const char *dsend;
   char *drecv;
@@ -268,6 +270,10 @@ static int stage_in(nccl_comm_t *m, const char *fn, const void *send, size_t sby
   s->drecv = (char *)recv;
   s->dsend = (const char *)send;
   if (recv_host) {
+    cudaPointerAttributes a;
+    s->pageable = cudaPointerGetAttributes(&a, recv) != cudaSuccess ||
+                  a.type != cudaMemoryTypeHost;
+    (void)cudaGetLastError();
     s->drecv = m->scratch;
     s->host_recv = recv;
     s->rbytes = rbytes;
@@ -300,9 +306,20 @@ static int stage_out(nccl_comm_t *m, const char *fn, stage_t *s) {
  * or the failure reported (the front end then releases o). `rc` is what
  * enqueuing the collective returned. A failure after the collective began
  * leaves the peers in it: the comm fails (fail_comm aborts NCCL). */
+static int drain(nccl_comm_t *m, const char *fn, cudaEvent_t ev);
+
 static int post(nccl_comm_t *m, const char *fn, zt__comm_op_t *o, stage_t *s, int rc) {
-  if (rc == 0) rc = stage_out(m, fn, s);
+  /* CUDA copies into pageable memory synchronously, so the copy out would
+   * wait for the collective inside cudaMemcpyAsync, with no bound: the
+   * collective is waited for here instead, bounded and watching NCCL's
+   * errors, and the copy then finds it done. */
   cudaError_t e;
+  if (rc == 0 && s->host_recv && s->pageable) {
+    e = cudaEventRecord(m->barrier_done, m->stream);
+    rc = e == cudaSuccess ? drain(m, fn, m->barrier_done)
+                          : cuda_fail(m->base.err, fn, "cudaEventRecord", e);
+  }
+  if (rc == 0) rc = stage_out(m, fn, s);
   if (rc == 0 && (e = cudaEventRecord(S(o)->done, m->stream)) != cudaSuccess)
     rc = cuda_fail(m->base.err, fn, "cudaEventRecord", e);
   S(o)->issued = zt__now();
