@@ -92,8 +92,10 @@ for backend in "${backends[@]}"; do
     f=$(grep -E '^not ok [0-9]+' "$log" | grep -cv '# SKIP')
     if [ "$rc" -eq 77 ]; then
       reason=$(grep -m1 -i 'skipped:' "$log" || echo "skipped")
-      # io_uring refused by the kernel says nothing about the GPU.
-      if [ "$skip_fails" -eq 1 ] && [[ "$reason" != *io_uring* ]]; then
+      # io_uring refused by the kernel, or a build without MPI (the GPU
+      # bundle's), says nothing about the GPU.
+      if [ "$skip_fails" -eq 1 ] && [[ "$reason" != *io_uring* ]] &&
+        [[ "$reason" != *"built without MPI"* ]]; then
         printf '%-32s FAIL  %6ss  skipped on cuda on a machine with a GPU: %s\n' \
           "$label" "$secs" "$reason"
         echo "    !!! $label tested nothing on the GPU: a GPU suite that skips where a GPU is"

@@ -252,16 +252,27 @@ static void test_budget_exceeded_unwinds(void **state) {
       cfg.pinned_budget_bytes = 2 * ((4 * N + 4095) / 4096 * 4096) + 4096;
     else
       cfg.device_budget_bytes = 4 * N; /* m fits, v does not */
-    zt_engine_t *e = t_engine(&cfg);
     /* User buffers outside the engine's budget: plain host memory is device
-     * memory on the host backend; on cuda use the fixture's engine. */
-    T_EXPECT_ERR(zt_register_flat(e, f->params, f->grads, N, ZT_BF16, ZT_BF16), e, -ENOMEM,
-                 "budget");
+     * memory on the host backend. Elsewhere they must be the engine's own
+     * device memory (each sim engine is a device of its own), and the budget
+     * grows by their bytes so that the states see the same room. */
+    const int own = t_backend() != ZT_BACKEND_HOST;
+    const size_t user = sizeof f->h_params + 64;
+    if (own && !tier) cfg.device_budget_bytes += 2 * user;
+    zt_engine_t *e = t_engine(&cfg);
+    float *p = f->params, *g = f->grads;
+    if (own) {
+      p = t_buf_alloc(e, user);
+      g = t_buf_alloc(e, user);
+      t_buf_upload(e, p, f->h_params, sizeof f->h_params);
+      t_buf_upload(e, g, f->h_grads, sizeof f->h_grads);
+    }
+    T_EXPECT_ERR(zt_register_flat(e, p, g, N, ZT_BF16, ZT_BF16), e, -ENOMEM, "budget");
     zt_stats_t st = ZT_STATS_INIT;
     T_OK(zt_stats(e, &st), e);
     assert_int_equal(st.host_bytes, 0);
-    T_OK(zt_register_flat(e, f->params, f->grads, 100, ZT_FP32, ZT_FP32), e);
-    zt_engine_destroy(e);
+    T_OK(zt_register_flat(e, p, g, 100, ZT_FP32, ZT_FP32), e);
+    zt_engine_destroy(e); /* frees p and g where they are its own */
   }
   assert_untouched(f);
 }

@@ -600,11 +600,17 @@ static void bad_group_calls(void **state) {
   T_EXPECT_ERR(zt_register_units(eng, p, NULL, NUMEL, ZT_FP32, ZT_FP32, units_of(ZT_FP32),
                                  N_UNITS),
                eng, -EINVAL, "grads is NULL");
+  t_buf_free(eng, p, NUMEL * 4);
   zt_engine_destroy(eng);
 
   cfg.stage = 3;
   eng = t_engine(&cfg);
-  init_params(p, ZT_FP32);
+  /* The parameters, written where the CPU can (backend memory may not be). */
+  p = t_buf_alloc(eng, NUMEL * 4);
+  float *init = malloc(NUMEL * 4);
+  init_params(init, ZT_FP32);
+  t_buf_upload(eng, p, init, NUMEL * 4);
+  free(init);
   T_OK(zt_register_units(eng, p, NULL, NUMEL, ZT_FP32, ZT_FP32, units_of(ZT_FP32), N_UNITS),
        eng);
   T_EXPECT_ERR(zt_fetch(eng, 7, ptr, N_UNITS), eng, -EINVAL, "group is 7");

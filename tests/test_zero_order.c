@@ -237,7 +237,12 @@ static void o_staging_differs(void **state) {
   assert_int_equal(st.fetches, 3 * 16);
   assert_true(st.fetch_kept > 0);
   assert_true(st.peak_live_bytes <= cfg.max_live_bytes);
-  if (world > 1) assert_true(st.fetch_staged > 0 && st.fetch_staged < st.fetch_gathers);
+  /* Groups are staged ahead only from device shards (prefetch.c): where the
+   * backend takes none (cuda, sim), the gathers land in the buckets first. */
+  if (t_opt_tier(ZT_TIER_DEVICE, 3) != ZT_TIER_DEVICE)
+    assert_int_equal(st.fetch_staged, 0);
+  else if (world > 1)
+    assert_true(st.fetch_staged > 0 && st.fetch_staged < st.fetch_gathers);
   unmake(e, p, g);
 }
 
