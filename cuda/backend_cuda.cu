@@ -175,7 +175,8 @@ static int check_dtype(zt__backend_t *be, const char *fn, const char *name, zt_d
  * enqueued on the compute stream. Re-recording one event is safe: a wait
  * takes the event's state at the time it is enqueued. */
 static int order_after_compute(zt__backend_t *be, zt__stream_t stream) {
-  if (stream == ZT_STREAM_COMPUTE) return 0;
+  /* The prefetch stream is ordered by its users' events alone (backend.h). */
+  if (stream == ZT_STREAM_COMPUTE || stream == ZT_STREAM_PREFETCH) return 0;
   CU_TRY(be, cudaEventRecord(be->compute_mark, be->streams[ZT_STREAM_COMPUTE]));
   CU_TRY(be, cudaStreamWaitEvent(be->streams[stream], be->compute_mark, 0));
   return 0;

@@ -126,7 +126,7 @@ size_t zt__param_nvme_spare_bytes(const zt__param_nvme_t *pn) {
 static int read_buf_get(zt__param_nvme_t *pn, size_t bytes, void **out) {
   int i = zt__spares_find(&pn->spares, bytes);
   if (i >= 0) {
-    *out = zt__spares_take(&pn->spares, i);
+    *out = zt__spares_take(&pn->spares, i, NULL);
     return 0;
   }
   int rc = zt__pinned_alloc(pn->pin, bytes, out);
@@ -316,7 +316,7 @@ void zt__param_nvme_read_free(zt__param_nvme_t *pn, zt__param_read_t *r) {
       break;
     }
   *pn->ctx->err = keep;
-  if (r->buf && !zt__spares_put(&pn->spares, r->buf, r->bytes))
+  if (r->buf && !zt__spares_put(&pn->spares, r->buf, r->bytes, NULL))
     zt__pinned_free(pn->pin, r->buf, r->bytes);
   free(r->at);
   free(r);

@@ -7,19 +7,22 @@ int zt__spares_find(const zt__spares_t *s, size_t bytes) {
   return -1;
 }
 
-void *zt__spares_take(zt__spares_t *s, int i) {
+void *zt__spares_take(zt__spares_t *s, int i, void **note) {
   ZT_ASSERT(i >= 0 && i < s->n);
   void *buf = s->buf[i];
+  if (note) *note = s->note[i];
   s->n--;
   s->buf[i] = s->buf[s->n];
   s->bytes[i] = s->bytes[s->n];
+  s->note[i] = s->note[s->n];
   return buf;
 }
 
-int zt__spares_put(zt__spares_t *s, void *buf, size_t bytes) {
+int zt__spares_put(zt__spares_t *s, void *buf, size_t bytes, void *note) {
   if (s->n >= ZT_SPARES_MAX) return 0;
   s->buf[s->n] = buf;
-  s->bytes[s->n++] = bytes;
+  s->bytes[s->n] = bytes;
+  s->note[s->n++] = note;
   return 1;
 }
 

@@ -34,8 +34,10 @@ typedef enum zt__stream {
                             backend's own compute stream                */
   ZT_STREAM_H2D = 1,     /* ztier's host-to-device copies                   */
   ZT_STREAM_D2H = 2,     /* ztier's device-to-host copies                   */
-  ZT_STREAM_PREFETCH = 3, /* stage 3: a group's own shard part staged into
-                             its gathered buffer ahead of its fetch        */
+  ZT_STREAM_PREFETCH = 3, /* stage 3: copies into a group's gathered buffer
+                             (staged ahead, or landing in its fetch); the
+                             one own stream NOT ordered after the compute
+                             stream: its users order it by events         */
   ZT_STREAM_COUNT = 4
 } zt__stream_t;
 

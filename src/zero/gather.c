@@ -71,13 +71,19 @@ static int land_gather(zt__part_t *p, zt__xfer_t *x) {
   if (gathers_in_place(p, sp)) return 0;
   zt__copy_kind_t kind = p->on_pinned ? ZT_COPY_H2D : ZT_COPY_D2D;
   size_t n = sp->b - sp->a;
+  /* Into the loop's registered parameters: on the H2D stream, behind what
+   * the loop has enqueued (it may still read them). Into a group's gathered
+   * buffer: on the prefetch stream, which waits only for the loop's last
+   * use of that buffer (zt__prefetch_buf_get), so the copy overlaps the
+   * loop's work on the groups before. */
+  zt__stream_t stream = sp->at == NULL ? ZT_STREAM_H2D : ZT_STREAM_PREFETCH;
   if (sp->at == NULL)
     ZT_TRY(zt__part_span_op(p, ZT_SPAN_UNPACK, x->recv, p->reg.params, psz, sp->a, sp->b,
-                            kind, ZT_STREAM_H2D));
+                            kind, stream));
   else
-    ZT_TRY(p->ctx->be_ops->copy(p->ctx->be, sp->at, x->recv, n * psz, kind, ZT_STREAM_H2D));
+    ZT_TRY(p->ctx->be_ops->copy(p->ctx->be, sp->at, x->recv, n * psz, kind, stream));
   if (kind == ZT_COPY_H2D) *p->reg.counters->h2d_bytes += n * psz;
-  ZT_TRY(p->ctx->be_ops->event_record(p->ctx->be, x->landed, ZT_STREAM_H2D));
+  ZT_TRY(p->ctx->be_ops->event_record(p->ctx->be, x->landed, stream));
   x->landing = 1;
   return 0;
 }

@@ -367,7 +367,7 @@ int zt__part_group_grads(zt__part_t *p, zt__group_t *g) {
   if (g->grads) return 0;
   size_t bytes = g->numel * zt__dtype_size(p->reg.grad_dtype);
   int i = zt__spares_find(&p->grad_spares, bytes);
-  if (i >= 0) g->grads = zt__spares_take(&p->grad_spares, i);
+  if (i >= 0) g->grads = zt__spares_take(&p->grad_spares, i, NULL);
   else ZT_TRY(p->ctx->be_ops->alloc(p->ctx->be, bytes, &g->grads));
   return p->ctx->be_ops->memset_zero(p->ctx->be, g->grads, bytes, ZT_STREAM_COMPUTE);
 }
@@ -376,14 +376,14 @@ void zt__part_free_grad_spares(zt__part_t *p) {
   while (p->grad_spares.n > 0) {
     int last = p->grad_spares.n - 1;
     size_t bytes = p->grad_spares.bytes[last];
-    p->ctx->be_ops->free(p->ctx->be, zt__spares_take(&p->grad_spares, last), bytes);
+    p->ctx->be_ops->free(p->ctx->be, zt__spares_take(&p->grad_spares, last, NULL), bytes);
   }
 }
 
 void zt__part_drop_grads(zt__part_t *p, zt__group_t *g) {
   if (g->grads == NULL) return;
   size_t bytes = g->numel * zt__dtype_size(p->reg.grad_dtype);
-  if (!zt__spares_put(&p->grad_spares, g->grads, bytes))
+  if (!zt__spares_put(&p->grad_spares, g->grads, bytes, NULL))
     p->ctx->be_ops->free(p->ctx->be, g->grads, bytes);
   g->grads = NULL;
 }

@@ -96,6 +96,8 @@ typedef struct zt__group {
   int fetched;   /* zt_fetch() calls not yet released                           */
   int kept;      /* stage 3: released, its gathered parameters kept (prefetch.h) */
   void *params;  /* stage 3: the gathered parameters while fetched or kept      */
+  zt__event_t *released; /* stage 3: recorded on the loop's stream when its
+                            buffer was last given back (prefetch.c)          */
   void *grads;   /* engine-owned gradients from zt_grads() until handed over    */
   struct zt__param_read *read; /* param_tier nvme: its shard part, read ahead  */
 } zt__group_t;

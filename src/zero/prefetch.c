@@ -59,7 +59,7 @@ static void drop_reads(zt__prefetch_t *pf) {
 static void free_spare(zt__prefetch_t *pf, int i) {
   zt__part_t *p = pf->part;
   size_t bytes = pf->spares.bytes[i];
-  p->ctx->be_ops->free(p->ctx->be, zt__spares_take(&pf->spares, i), bytes);
+  p->ctx->be_ops->free(p->ctx->be, zt__spares_take(&pf->spares, i, NULL), bytes);
   pf->live_bytes -= bytes;
 }
 
@@ -71,8 +71,14 @@ int zt__prefetch_buf_get(zt__prefetch_t *pf, size_t bytes, void **out) {
   zt__part_t *p = pf->part;
   int i = zt__spares_find(&pf->spares, bytes);
   if (i >= 0) {
-    *out = zt__spares_take(&pf->spares, i);
-    return 0;
+    /* A spare the loop read last: what is copied into it, on the prefetch
+     * stream, waits for the loop's work up to its release. */
+    void *last_use = NULL;
+    *out = zt__spares_take(&pf->spares, i, &last_use);
+    if (last_use == NULL) return 0;
+    int rc = p->ctx->be_ops->stream_wait(p->ctx->be, ZT_STREAM_PREFETCH, last_use);
+    if (rc < 0) zt__prefetch_buf_put(pf, *out, bytes);
+    return rc;
   }
   ZT_TRY(p->ctx->be_ops->alloc(p->ctx->be, bytes, out));
   pf->live_bytes += bytes;
@@ -80,17 +86,40 @@ int zt__prefetch_buf_get(zt__prefetch_t *pf, size_t bytes, void **out) {
   return 0;
 }
 
-void zt__prefetch_buf_put(zt__prefetch_t *pf, void *buf, size_t bytes) {
+/* `last_use`: an event after the loop's last use of buf, or NULL. */
+static void put_spare(zt__prefetch_t *pf, void *buf, size_t bytes, zt__event_t *last_use) {
   zt__part_t *p = pf->part;
-  if (pf->live_bytes <= p->ctx->cfg->max_live_bytes && zt__spares_put(&pf->spares, buf, bytes))
+  if (pf->live_bytes <= p->ctx->cfg->max_live_bytes &&
+      zt__spares_put(&pf->spares, buf, bytes, last_use))
     return;
   p->ctx->be_ops->free(p->ctx->be, buf, bytes);
   pf->live_bytes -= bytes;
 }
 
+void zt__prefetch_buf_put(zt__prefetch_t *pf, void *buf, size_t bytes) {
+  put_spare(pf, buf, bytes, NULL);
+}
+
+/* The loop's stream may still read g's buffer: its next contents wait for
+ * that on the device (zt__prefetch_buf_get), marked by g's event. Where
+ * the mark cannot be made, the buffer goes (a free waits for the device). */
+static void put_used(zt__prefetch_t *pf, zt__group_t *g) {
+  zt__part_t *p = pf->part;
+  const zt__backend_ops_t *be = p->ctx->be_ops;
+  zt__err_t keep = *p->ctx->err;
+  if ((g->released || be->event_create(p->ctx->be, &g->released) == 0) &&
+      be->event_record(p->ctx->be, g->released, ZT_STREAM_COMPUTE) == 0) {
+    put_spare(pf, g->params, gathered_bytes(pf, g), g->released);
+    return;
+  }
+  *p->ctx->err = keep;
+  be->free(p->ctx->be, g->params, gathered_bytes(pf, g));
+  pf->live_bytes -= gathered_bytes(pf, g);
+}
+
 void zt__prefetch_drop(zt__prefetch_t *pf, zt__group_t *g) {
   if (g->params == NULL) return;
-  zt__prefetch_buf_put(pf, g->params, gathered_bytes(pf, g));
+  put_used(pf, g);
   g->params = NULL;
   g->kept = 0;
   /* The trace entries read ahead so far skipped it as held: they are
@@ -413,6 +442,11 @@ void zt__prefetch_free(zt__prefetch_t *pf) {
   for (int i = 0; i < ZT_STAGE_AHEAD; i++)
     if (pf->stage[i].done)
       p->ctx->be_ops->event_destroy(p->ctx->be, pf->stage[i].done);
+  for (size_t g = 0; p && g < p->n_groups; g++)
+    if (p->groups[g].released) {
+      p->ctx->be_ops->event_destroy(p->ctx->be, p->groups[g].released);
+      p->groups[g].released = NULL;
+    }
   free(pf->trace);
   free(pf->rec);
   memset(pf, 0, sizeof *pf);
