@@ -291,7 +291,8 @@ HD void adam_thread(const adam_args_t &a, const zt__cuda_seg_t &seg, u64 b, unsi
     if (!on[j]) continue;
     HOST_COUNT(1, VEC);
     UNROLL
-    for (int u = 0; u < VEC; u++) zt_adam_update(&hp, decay, g[j][u], &p[j][u], &mv[j][u], &vv[j][u]);
+    for (int u = 0; u < VEC; u++)
+      zt_adam_update(&hp, decay, g[j][u], &p[j][u], &mv[j][u], &vv[j][u]);
     const u64 gi = seg.index + kv[j], st = seg.state_off + kv[j];
     store_vec_f32(a.m, st, mv[j]);
     store_vec_f32(a.v, st, vv[j]);
