@@ -7,6 +7,8 @@
 #   make demo            the example training loop on the embedded default config
 #   make install PREFIX=/opt/ztier
 #   make CUDA=0          leave the CUDA backend out even where nvcc is present
+#   make MPI=0           leave comm "mpi" (and libmpi) out even where mpi.h is present
+#   make gpu-bundle      $(BUNDLE): the stripped tool, tests and run-gpu.sh for a GPU machine
 #   make fuzz            the checkpoint parsers under libFuzzer, FUZZ_SECONDS (300) each
 #   make fuzz-brief      the same for 20 s each (CI); both skip without clang's libFuzzer
 #
@@ -45,11 +47,27 @@ ZT_CFLAGS := -std=gnu11 -Wall -Wextra -Wshadow -Wno-unused-parameter \
              -fPIC -fvisibility=hidden -ffp-contract=off -pthread \
              -Iinclude -Isrc -I. -DZT_HAVE_CUDA=$(CUDA) $(SANFLAGS)
 # OpenMPI (Debian's libopenmpi-dev): only src/comm/comm_mpi.c and tests/test_comm.c
-# include mpi.h, but libmpi is linked everywhere libztier is (the comm "mpi"
-# backend is always in). Either can be set on the command line.
+# include mpi.h, but libmpi is linked everywhere libztier is while the comm
+# "mpi" backend is in: MPI=1, the default wherever mpi.h is found. MPI=0
+# builds src/comm/comm_nompi.c instead (comm "mpi" fails with a sentence
+# saying so) and links no libmpi; the tests that launch ranks under mpirun
+# skip with "skipped: built without MPI". Each can be set on the command line.
 MPI_CFLAGS := $(shell pkg-config --cflags ompi-c 2>/dev/null)
+ifeq ($(origin MPI),undefined)
+MPI := $(shell $(CC) $(MPI_CFLAGS) -include mpi.h -E -x c /dev/null >/dev/null 2>&1 && \
+         echo 1 || echo 0)
+endif
+ifeq ($(MPI),1)
 MPI_LIBS := $(or $(shell pkg-config --libs ompi-c 2>/dev/null),-lmpi)
+MPI_LEFT_OUT := src/comm/comm_nompi.c
+else
+MPI_LIBS :=
+MPI_LEFT_OUT := src/comm/comm_mpi.c
+endif
+ZT_CFLAGS += -DZT_HAVE_MPI=$(MPI)
 LDLIBS_BASE := -lcjson -luring -lnuma -lhwloc $(MPI_LIBS) -lm -lpthread
+# The test executables' framework; the GPU bundle links a static one.
+CMOCKA_LIBS := -lcmocka
 
 ISA_AVX2 := -mavx2 -mfma -mf16c
 ISA_AVX512 := -mavx512f -mavx512bw -mavx512vl -mavx512dq -mfma -mf16c
@@ -59,7 +77,7 @@ ISA_AVX512 := -mavx512f -mavx512bw -mavx512vl -mavx512dq -mfma -mf16c
 # The library's rooms under src/ (docs/design.md), and offload/ beside them;
 # src/tool is the ztier command.
 LIB_ROOMS := base cpu backend comm zero engine ckpt
-LIB_SRC := $(filter-out src/backend/backend_nocuda.c, \
+LIB_SRC := $(filter-out src/backend/backend_nocuda.c $(MPI_LEFT_OUT), \
              $(foreach r,$(LIB_ROOMS),$(wildcard src/$(r)/*.c))) $(wildcard offload/*.c)
 ifeq ($(CUDA),1)
 CU_SRC := $(wildcard cuda/*.cu)
@@ -95,15 +113,16 @@ endif
 EXAMPLES := $(notdir $(patsubst %/,%,$(wildcard examples/*/)))
 EXAMPLE_BIN := $(EXAMPLES:%=$(BUILD)/examples/%)
 
-# A change of CUDA, SAN or GPU_ARCH in the same build folder rebuilds
+# A change of CUDA, SAN, GPU_ARCH or MPI in the same build folder rebuilds
 # everything: the stamp's content changes, so its date does.
 STAMP := $(BUILD)/build-settings
-SETTINGS := CUDA=$(CUDA) SAN=$(SAN) GPU_ARCH=$(GPU_ARCH)
+# (MPI=0 only: the stamps of builds with MPI stay as they were.)
+SETTINGS := CUDA=$(CUDA) SAN=$(SAN) GPU_ARCH=$(GPU_ARCH)$(if $(filter 0,$(MPI)), MPI=0)
 $(shell mkdir -p $(BUILD); [ "$$(cat $(STAMP) 2>/dev/null)" = "$(SETTINGS)" ] || \
   echo "$(SETTINGS)" > $(STAMP))
 
 .PHONY: all lib tool tests examples test test-gpu demo deps install clean fuzz fuzz-brief \
-        fuzzers
+        fuzzers gpu-bundle
 all: lib tool
 lib: $(BUILD)/libztier.a $(BUILD)/libztier.so
 tool: $(BUILD)/ztier
@@ -152,7 +171,7 @@ $(BUILD)/tests/test_layers: tests/layers.py
 # Tests link the static library so they can reach internal functions too.
 $(BUILD)/tests/test_%: $(BUILD)/tests/test_%.o $(TEST_SUPPORT_OBJ) $(BUILD)/libztier.a
 	$(CC) $(SANFLAGS) -pthread -o $@ $< $(TEST_SUPPORT_OBJ) $(BUILD)/libztier.a \
-	  -lcmocka $(LDLIBS)
+	  $(CMOCKA_LIBS) $(LDLIBS)
 
 # -Xcompiler splits its argument at commas, so each sanitizer goes alone.
 NVCC_SANFLAGS := $(if $(SAN),$(foreach s,$(subst $(comma), ,$(SAN)),-Xcompiler -fsanitize=$(s)) \
@@ -166,7 +185,7 @@ $(BUILD)/tests/%_host.cu.o: tests/%_host.cu $(STAMP)
 
 $(BUILD)/tests/%_host: $(BUILD)/tests/%_host.cu.o $(TEST_SUPPORT_OBJ) $(BUILD)/libztier.a
 	$(CC) $(SANFLAGS) -pthread -o $@ $< $(TEST_SUPPORT_OBJ) $(BUILD)/libztier.a \
-	  -lcmocka $(LDLIBS) -lstdc++
+	  $(CMOCKA_LIBS) $(LDLIBS) -lstdc++
 
 $(BUILD)/obj/examples/%.o: examples/%.c $(STAMP)
 	@mkdir -p $(dir $@)
@@ -193,6 +212,17 @@ test: deps
 # The same suites on the cuda backend; each skips where there is no GPU.
 test-gpu: lib tool tests
 	@ZT_TEST_BACKEND=cuda bash tests/run.sh $(BUILD)
+
+# The GPU bundle (docs/gpu.md, "The GPU bundle"): a folder of at most 64 MiB
+# for a machine with a GPU and none of this machine's libraries. Its objects
+# go to $(BUNDLE)-obj/ (MPI=0, -O2 -g0; liburing, libnuma, hwloc, cJSON and
+# cmocka static, cudart static, NCCL found at run time); the folder holds the
+# stripped tool, test suites and examples, lib/ and run-gpu.sh.
+# scripts/check-bundle.sh checks its size and what its binaries load.
+BUNDLE ?= $(BUILD)-gpu-bundle
+gpu-bundle:
+	+@MAKE="$(MAKE)" GPU_ARCH="$(GPU_ARCH)" CUDA_HOME="$(CUDA_HOME)" \
+	  bash scripts/gpu-bundle.sh $(BUNDLE)
 
 # The demo's text ships with Debian's base-files package.
 DEMO_TEXT ?= /usr/share/common-licenses/GPL-3

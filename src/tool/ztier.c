@@ -143,7 +143,7 @@ static int cmd_version(int argc, char **argv) {
   tool_report_str(j, "version", zt_version());
   tool_report_bool(j, "cuda", ZT_HAVE_CUDA);
   tool_report_bool(j, "nccl", ZT_HAVE_CUDA);
-  tool_report_bool(j, "mpi", 1);
+  tool_report_bool(j, "mpi", ZT_HAVE_MPI);
   tool_report_bool(j, "io_uring", 1);
   tool_report_str(j, "liburing_version", LIBURING_VERSION);
   return tool_report_print(stdout, j, cmd.prog) < 0;

@@ -1,0 +1,227 @@
+#!/usr/bin/env bash
+# scripts/gpu-bundle.sh BUNDLE — builds the GPU bundle (make gpu-bundle): a
+# folder for a machine that has a GPU, the CUDA driver and PyTorch's NCCL, but
+# none of this machine's libraries and no OpenMPI (docs/gpu.md, "The GPU
+# bundle"). BUNDLE/ holds:
+#   ztier, tests/test_*, examples/*   stripped, built at -O2 -g0 with MPI=0;
+#                                     liburing, libnuma, hwloc, cJSON and cmocka
+#                                     linked statically, cudart statically,
+#                                     libnccl.so.2 left to the machine
+#   gpu-info                          CUDA runtime, driver and NCCL versions, devices
+#   lib/                              the shared objects that travel (libudev,
+#                                     which the static hwloc needs), found
+#                                     through the binaries' rpath ($ORIGIN)
+#   run-gpu.sh, run-tests.sh          the runner (scripts/run-gpu.sh) and a copy
+#                                     of tests/run.sh
+#   BUILD-INFO                        what was built, from what, how linked
+# Objects go to BUNDLE-obj/; Debian's sources of cJSON and cmocka are built
+# once under BUNDLE-deps/ (beside it: make reads every *.d under a build
+# folder). Ends with scripts/check-bundle.sh, whose failure fails the build.
+#
+# Environment: MAKE (the make to call), CUDA_HOME, NCCL_HOME, GPU_ARCH, CC,
+# BUNDLE_PTX (1: PTX beside the machine code).
+set -euo pipefail
+bundle=${1:?usage: scripts/gpu-bundle.sh BUNDLE}
+bundle=${bundle%/}
+case "$(basename "$bundle")" in
+*gpu-bundle*) ;;
+*)
+  echo "gpu-bundle: $bundle: the folder's name must contain gpu-bundle (it is removed and" \
+    "made again)" >&2
+  exit 1
+  ;;
+esac
+obj="$bundle-obj"
+deps="$bundle-deps"
+make=${MAKE:-make}
+cc=${CC:-cc}
+cuda_home=${CUDA_HOME:-/usr/local/cuda}
+nccl_home=${NCCL_HOME:-$cuda_home}
+gpu_arch=${GPU_ARCH:-90}
+say() { echo "gpu-bundle: $*"; }
+die() {
+  echo "gpu-bundle: $*" >&2
+  exit 1
+}
+
+[ -x "$cuda_home/bin/nvcc" ] ||
+  die "no nvcc at $cuda_home/bin/nvcc: the bundle is for the cuda backend; set CUDA_HOME"
+mkdir -p "$deps"
+deps_abs=$(cd "$deps" && pwd -P)
+
+# ---- cJSON and cmocka, static -------------------------------------------------
+# Debian ships them shared only. Build the installed version's own source
+# (apt-get source, Debian's patches applied) into a static archive, once; where
+# that cannot be fetched, link the shared library and carry a copy in lib/.
+
+# The deb-src twin of this machine's Debian sources, in a folder of our own.
+apt_opts=()
+apt_ready=0
+apt_setup() {
+  [ "$apt_ready" -eq 1 ] && return 0
+  local a="$deps_abs/apt"
+  mkdir -p "$a/lists/partial" "$a/sources.list.d"
+  : >"$a/sources.list"
+  [ -f /etc/apt/sources.list ] &&
+    sed -n 's/^deb \(.*\)$/deb-src \1/p' /etc/apt/sources.list >"$a/sources.list"
+  for f in /etc/apt/sources.list.d/*.sources; do
+    [ -f "$f" ] && sed 's/^Types: deb$/Types: deb-src/' "$f" >"$a/sources.list.d/$(basename "$f")"
+  done
+  apt_opts=(-o "Dir::Etc::SourceList=$a/sources.list" -o "Dir::Etc::SourceParts=$a/sources.list.d"
+    -o "Dir::State::Lists=$a/lists" -o "APT::Sandbox::User=$(id -un)")
+  timeout 300 apt-get "${apt_opts[@]}" -qq update >"$a/update.log" 2>&1 || return 1
+  apt_ready=1
+}
+
+# fetch BINARY_PACKAGE DIR: the source of the installed version, unpacked.
+fetch_source() {
+  local pkg=$1 dir=$2 src ver
+  src=$(dpkg-query -W -f='${source:Package}' "$pkg" 2>/dev/null) || return 1
+  ver=$(dpkg-query -W -f='${source:Version}' "$pkg" 2>/dev/null) || return 1
+  apt_setup || return 1
+  rm -rf "$dir" "$dir.dl" && mkdir -p "$dir.dl"
+  (cd "$dir.dl" && timeout 300 apt-get "${apt_opts[@]}" -qq source --download-only \
+    "$src=$ver") >"$dir.log" 2>&1 || return 1
+  dpkg-source -x "$dir.dl"/*.dsc "$dir" >>"$dir.log" 2>&1 || return 1
+  echo "$src $ver" >"$dir.version"
+}
+
+build_cjson() {
+  [ -f "$deps/libcjson.a" ] && return 0
+  fetch_source libcjson1 "$deps/cjson" || return 1
+  "$cc" -O2 -g0 -fPIC -c "$deps/cjson/cJSON.c" -o "$deps/cjson/cJSON.o" &&
+    ar rcs "$deps/libcjson.a" "$deps/cjson/cJSON.o" && cp "$deps/cjson.version" "$deps/libcjson.a.version"
+}
+
+build_cmocka() {
+  [ -f "$deps/libcmocka.a" ] && return 0
+  command -v cmake >/dev/null || return 1
+  fetch_source libcmocka0 "$deps/cmocka" || return 1
+  cmake -S "$deps/cmocka" -B "$deps/cmocka-build" -DWITH_STATIC_LIB=ON -DWITH_EXAMPLES=OFF \
+    -DCMAKE_BUILD_TYPE=Release -DCMAKE_POSITION_INDEPENDENT_CODE=ON \
+    -DCMAKE_C_COMPILER="$cc" >"$deps/cmocka.cmake.log" 2>&1 &&
+    cmake --build "$deps/cmocka-build" --target cmocka-static >>"$deps/cmocka.cmake.log" 2>&1 &&
+    cp "$deps/cmocka-build/src/libcmocka-static.a" "$deps/libcmocka.a" &&
+    cp "$deps/cmocka.version" "$deps/libcmocka.a.version"
+}
+
+ship=() # shared objects that travel in lib/
+if build_cjson; then
+  cjson_link="$deps_abs/libcjson.a"
+  cjson_how="static, built from Debian's source ($(cat "$deps/libcjson.a.version"))"
+else
+  say "cJSON: Debian's source could not be fetched or built (see $deps/cjson.log);" \
+    "linking libcjson.so.1 and carrying a copy in lib/ instead"
+  cjson_link="-lcjson"
+  cjson_how="shared: a copy of this machine's libcjson.so.1 in lib/"
+  ship+=(libcjson.so.1)
+fi
+if build_cmocka; then
+  cmocka_link="$deps_abs/libcmocka.a"
+  cmocka_how="static, built from Debian's source ($(cat "$deps/libcmocka.a.version"))"
+else
+  say "cmocka: Debian's source could not be fetched or built (see $deps/cmocka.log);" \
+    "linking libcmocka.so.0 and carrying a copy in lib/ instead"
+  cmocka_link="-lcmocka"
+  cmocka_how="shared: a copy of this machine's libcmocka.so.0 in lib/"
+  ship+=(libcmocka.so.0)
+fi
+
+# ---- the build ------------------------------------------------------------------
+# hwloc's static archive calls libudev, which Debian ships shared only: it is
+# linked shared and travels in lib/. The rpath finds lib/ beside ztier and
+# beside tests/ and examples/. '$$' is make's '$'; the quotes keep it from
+# the shell of make's recipe.
+#
+# Size: every executable links its own copy of the library, the kernels and
+# cudart, so the kernels' fat binary is compressed (from about 1 MiB to about
+# 120 KiB per executable) and unused sections are dropped at link time; the
+# folder must stay under 64 MiB.
+ldlibs="$cjson_link -l:liburing.a -l:libnuma.a -l:libhwloc.a -ludev -lm -lpthread"
+ldlibs+=" -Wl,--gc-sections '-Wl,-rpath,\$\$ORIGIN/lib:\$\$ORIGIN/../lib'"
+# The GPU machine's cards are sm_90 (H100, H200): machine code for GPU_ARCH
+# only, no PTX for later GPUs (another 4 MiB), unless BUNDLE_PTX=1.
+gencode="-gencode arch=compute_$gpu_arch,code=sm_$gpu_arch -Xfatbin -compress-all"
+[ "${BUNDLE_PTX:-0}" = 1 ] && gencode+=" -gencode arch=compute_$gpu_arch,code=compute_$gpu_arch"
+cflags="-O2 -g0 -ffunction-sections -fdata-sections"
+# The Makefile's stamp knows CUDA, SAN, GPU_ARCH and MPI, not these flags:
+# objects built with others are removed first.
+flags="$cflags | $gencode | $ldlibs | $cmocka_link"
+if [ "$(cat "$obj/bundle-flags" 2>/dev/null)" != "$flags" ]; then
+  rm -rf "$obj"
+  mkdir -p "$obj"
+  echo "$flags" >"$obj/bundle-flags"
+fi
+say "building into $obj (MPI=0, CUDA=1, GPU_ARCH=$gpu_arch, -O2 -g0)"
+"$make" --no-print-directory BUILD="$obj" CUDA=1 MPI=0 SAN= GPU_ARCH="$gpu_arch" \
+  CUDA_HOME="$cuda_home" NCCL_HOME="$nccl_home" NVCC_GENCODE="$gencode" \
+  CFLAGS="$cflags" \
+  LDLIBS_BASE="$ldlibs" CMOCKA_LIBS="$cmocka_link" \
+  "$obj/libztier.a" tool tests examples
+"$cc" -O2 -g0 -I"$cuda_home/include" -I"$nccl_home/include" scripts/gpu-info.c \
+  -o "$obj/gpu-info" -L"$cuda_home/lib64" -L"$nccl_home/lib64" -lnccl -lcudart_static \
+  -ldl -lrt -lpthread
+
+# ---- the folder -----------------------------------------------------------------
+tmp="$bundle.tmp"
+rm -rf "$tmp"
+mkdir -p "$tmp/tests" "$tmp/examples" "$tmp/lib"
+cp "$obj/ztier" "$obj/gpu-info" "$tmp/"
+for t in "$obj"/tests/test_*; do
+  [ -f "$t" ] && [ -x "$t" ] || continue
+  case "$t" in *.o | *.d) continue ;; esac
+  # The layer check reads the source tree, which does not travel.
+  [ "$(basename "$t")" = test_layers ] && continue
+  cp "$t" "$tmp/tests/"
+done
+for e in "$obj"/examples/*; do [ -f "$e" ] && [ -x "$e" ] && cp "$e" "$tmp/examples/"; done
+strip --strip-all "$tmp/ztier" "$tmp/gpu-info" "$tmp"/tests/* "$tmp"/examples/*
+
+# What travels in lib/: libudev (and cJSON or cmocka where they are shared),
+# this machine's copies, as ztier and the tests resolve them here.
+ship+=(libudev.so.1)
+for so in "${ship[@]}"; do
+  path=$(ldd "$tmp/tests/test_util" "$tmp/ztier" 2>/dev/null |
+    awk -v n="$so" '$1 == n && $3 ~ /^\// { print $3; exit }')
+  [ -n "$path" ] || die "$so: not found by ldd in the built binaries"
+  cp -L "$path" "$tmp/lib/$so"
+  strip --strip-unneeded "$tmp/lib/$so"
+done
+
+install -m 755 tests/run.sh "$tmp/run-tests.sh"
+install -m 755 scripts/run-gpu.sh "$tmp/run-gpu.sh"
+
+version() { dpkg-query -W -f='${Version}' "$1" 2>/dev/null || echo "?"; }
+glibc_needed=$(objdump -T "$tmp/ztier" "$tmp"/tests/* 2>/dev/null | grep -o 'GLIBC_[0-9.]*' |
+  sort -uV | tail -1)
+commit=$(git rev-parse --short HEAD 2>/dev/null || echo "?")
+git diff --quiet HEAD 2>/dev/null || commit="$commit plus uncommitted changes"
+{
+  echo "ztier GPU bundle (make gpu-bundle; docs/gpu.md, \"The GPU bundle\")"
+  echo "built: $(date -u '+%Y-%m-%d %H:%M UTC') on $(. /etc/os-release && echo "$PRETTY_NAME")"
+  echo "commit: $commit"
+  echo "ztier: $("$obj/ztier" version)"
+  echo "compiler: $("$cc" --version | head -1)"
+  echo "nvcc: $("$cuda_home/bin/nvcc" --version | tail -1)"
+  echo "cudart: static, CUDART_VERSION $(sed -n 's/^#define CUDART_VERSION *//p' \
+    "$cuda_home/include/cuda_runtime_api.h")"
+  echo "nccl: libnccl.so.2 from the machine at run time (headers here: $(sed -n \
+    's/^#define NCCL_\(MAJOR\|MINOR\|PATCH\) *\([0-9]*\).*/\2/p' "$nccl_home/include/nccl.h" |
+    paste -sd.))"
+  echo "GPU code: sm_$gpu_arch machine code$([ "${BUNDLE_PTX:-0}" = 1 ] &&
+    echo " and compute_$gpu_arch PTX"), compressed"
+  echo "MPI: left out (MPI=0): comm \"mpi\" fails with a sentence; the mpirun cases skip"
+  echo "cJSON: $cjson_how"
+  echo "cmocka: $cmocka_how"
+  echo "liburing, libnuma, hwloc: static (Debian $(version liburing-dev), $(version \
+    libnuma-dev), $(version libhwloc-dev))"
+  echo "libudev: shared, a copy in lib/ (hwloc needs it; Debian $(version libudev1))"
+  echo "glibc: at least ${glibc_needed#GLIBC_} on the machine that runs it"
+} >"$tmp/BUILD-INFO"
+
+rm -rf "$bundle"
+mv "$tmp" "$bundle"
+say "$bundle: $(find "$bundle"/tests -name 'test_*' | wc -l) suites, the tool, examples," \
+  "gpu-info, lib/ ($(ls "$bundle/lib" | paste -sd' '))"
+bash scripts/check-bundle.sh "$bundle" ||
+  die "$bundle fails its check (above): it would not run on the GPU machine, or not travel"

@@ -1,0 +1,290 @@
+#!/usr/bin/env bash
+# run-gpu.sh OUT [PART...] — the GPU bundle's runner (make gpu-bundle copies
+# scripts/run-gpu.sh into the bundle): on a machine with a GPU, runs what the
+# bundle holds and writes what it saw to the folder OUT, in six files:
+#   summary.txt    one line per part and the verdict ("run-gpu.sh: ok" or FAILED)
+#   env.txt        the machine: date, kernel, glibc, CPUs, memory, nvidia-smi, the
+#                  PCIe link, CUDA runtime and driver, NCCL, ztier version, BUILD-INFO
+#   suites.txt     every test suite on the cuda backend (the copy of tests/run.sh)
+#                  and which cases skipped, and why
+#   sanitizer.txt  compute-sanitizer's memcheck, racecheck and synccheck on test_cuda
+#   bench.json     every benchmark of `ztier bench --help`, run with --json
+#   logs.tar.gz    every log: one per suite, per sanitizer tool, per benchmark
+# PARTs: env, suites, sanitizer, bench (default: all four, in that order); a
+# run too long for one call can be split into calls of fewer parts.
+#
+# On a machine with a GPU a skipped case is a failure, except one that says
+# "built without MPI" (the bundle has no MPI; the multi-rank suites run on
+# the host backend with MPI, in make test). Without a GPU, skips are reported
+# and not counted.
+#
+# Environment: ZT_NCCL_LIB (the folder of libnccl.so.2, if it is not found),
+# ZT_TEST_TIMEOUT (s per suite, default 300), ZT_SANITIZER_TIMEOUT (s per tool,
+# default 240), ZT_BENCH_TIMEOUT (s per benchmark, default 240), ZT_BENCH_DIR
+# (scratch for the disk benchmarks, default /tmp/ztier-bench),
+# ZT_BENCH_<NAME>_ARGS (a benchmark's flags instead of the defaults below).
+set -u
+here=$(cd "$(dirname "$0")" && pwd)
+out=${1:?usage: run-gpu.sh OUT [env] [suites] [sanitizer] [bench]}
+shift
+parts=("$@")
+[ ${#parts[@]} -eq 0 ] && parts=(env suites sanitizer bench)
+for p in "${parts[@]}"; do
+  case "$p" in env | suites | sanitizer | bench) ;; *)
+    echo "run-gpu.sh: part \"$p\"; expected env, suites, sanitizer or bench" >&2
+    exit 2
+    ;;
+  esac
+done
+mkdir -p "$out/logs" || exit 2
+out=$(cd "$out" && pwd)
+logs="$out/logs"
+summary="$out/summary.txt"
+: >"$summary"
+failed_parts=()
+note() { echo "$*" | tee -a "$summary"; }
+fail_part() {
+  failed_parts+=("$1")
+  shift
+  note "$*"
+}
+
+gpu=0
+command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L 2>/dev/null | grep -q '^GPU ' && gpu=1
+
+# ---- NCCL: the machine's libnccl.so.2 ----------------------------------------
+# The binaries link it; it is not in the bundle (over 200 MB). First what the
+# caller names, then the loader's cache, then PyTorch's (pip's nvidia-nccl),
+# then any site-packages.
+find_nccl() {
+  local d
+  if [ -n "${ZT_NCCL_LIB:-}" ]; then
+    echo "$ZT_NCCL_LIB"
+    return
+  fi
+  if ldconfig -p 2>/dev/null | grep -q 'libnccl\.so\.2 '; then
+    echo system
+    return
+  fi
+  d=$(python3 -c 'import nvidia.nccl, os; print(os.path.join(list(nvidia.nccl.__path__)[0], "lib"))' \
+    2>/dev/null)
+  if [ -n "$d" ] && [ -f "$d/libnccl.so.2" ]; then
+    echo "$d"
+    return
+  fi
+  d=$(find / -xdev -path '*site-packages*' -name libnccl.so.2 2>/dev/null | head -1)
+  [ -n "$d" ] && dirname "$d"
+}
+nccl_dir=$(find_nccl)
+case "$nccl_dir" in
+"") nccl_where="not found (set ZT_NCCL_LIB to its folder)" ;;
+system) nccl_where="the loader's cache: $(ldconfig -p | awk '/libnccl\.so\.2 / { print $NF; exit }')" ;;
+*)
+  export LD_LIBRARY_PATH="$nccl_dir${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+  nccl_where="$nccl_dir/libnccl.so.2"
+  ;;
+esac
+missing=$(ldd "$here/ztier" 2>&1 | grep 'not found')
+if [ -n "$missing" ]; then
+  fail_part env "libraries: ztier cannot load: $(echo "$missing" | tr -s ' \t\n' ' ')"
+fi
+
+# ---- env ------------------------------------------------------------------------
+run_env() {
+  local f="$out/env.txt"
+  {
+    echo "== date: $(date -u '+%Y-%m-%d %H:%M:%S UTC')"
+    echo "== kernel: $(uname -srm)"
+    echo "== glibc: $(ldd --version 2>&1 | head -1)"
+    echo "== cpus: $(nproc); $(grep -m1 'model name' /proc/cpuinfo | sed 's/.*: //')"
+    echo "== memory: $(free -g | awk '/^Mem:/ { print $2 " GiB" }')"
+    echo "== libnccl.so.2: $nccl_where"
+    echo "== gpu-info (the bundle's CUDA runtime)"
+    "$here/gpu-info" 2>&1
+    echo "== ztier version"
+    "$here/ztier" version 2>&1
+    "$here/ztier" version --json 2>&1
+    echo "== nvidia-smi"
+    nvidia-smi 2>&1
+    nvidia-smi --query-gpu=name,driver_version,pci.bus_id,memory.total,clocks.max.sm,clocks.max.mem,pcie.link.gen.current,pcie.link.gen.max,pcie.link.width.current,pcie.link.width.max \
+      --format=csv 2>&1
+    echo "== nvidia-smi -q: the PCIe link"
+    nvidia-smi -q 2>&1 | sed -n '/GPU Link Info/,/Replays Since Reset\|Tx Throughput/p'
+    echo "== compute-sanitizer: $(sanitizer_path || echo none)"
+    echo "== BUILD-INFO"
+    cat "$here/BUILD-INFO" 2>&1
+  } >"$f" 2>&1
+  nvidia-smi -q >"$logs/nvidia-smi-q.txt" 2>&1
+  note "env: $(grep -m1 '^device 0:' "$f" || echo "no device (gpu-info: $(grep -m1 '^devices:' "$f"))");" \
+    "driver $(nvidia-smi --query-gpu=driver_version --format=csv,noheader 2>/dev/null | head -1);" \
+    "$(grep -m1 '^cuda_runtime_version' "$f")"
+}
+
+# ---- suites -------------------------------------------------------------------
+# Each skipped case with the last "skipped:" sentence printed before it (a
+# "built without MPI" anywhere in that stretch names the reason).
+skips_of() {
+  awk -v suite="$1" '
+    /^(ok|not ok) [0-9]+/ && !/# SKIP/ { why = ""; mpi = 0; next }
+    /skipped:/ { w = $0; sub(/^.*skipped: */, "", w); why = w }
+    /built without MPI/ { mpi = 1 }
+    /^not ok [0-9]+ .*# SKIP/ || /^not ok [0-9]+ # SKIP/ {
+      printf "%s %s\t%s\t%s\n", suite, $0, (mpi ? "mpi" : "other"),
+        (why == "" ? "(no reason printed)" : why)
+      why = ""; mpi = 0
+    }' "$2"
+}
+
+run_suites() {
+  local f="$out/suites.txt" rc skips other mpi whole
+  rm -rf "$here/tests/logs"
+  ZT_TEST_BACKEND=cuda ZT_TEST_TIMEOUT=${ZT_TEST_TIMEOUT:-300} \
+    bash "$here/run-tests.sh" "$here" >"$f" 2>&1
+  rc=$?
+  mkdir -p "$logs/suites"
+  [ -d "$here/tests/logs" ] && mv "$here/tests/logs"/* "$logs/suites/" 2>/dev/null
+  rm -rf "$here/tests/logs"
+  skips=$(for l in "$logs"/suites/*.log; do
+    [ -f "$l" ] && skips_of "$(basename "$l" .log)" "$l"
+  done)
+  local total
+  total=$(tail -1 "$f")
+  mpi=$(printf '%s\n' "$skips" | grep -c $'\tmpi\t')
+  other=$(printf '%s\n' "$skips" | grep -c $'\tother\t')
+  # Suites skipped as a whole (exit 77), as the copy of tests/run.sh reports them.
+  whole=$(grep -cE '^test_[^ ]*( \[[a-z]+\])? +SKIP ' "$f")
+  {
+    echo
+    echo "== skipped cases (suite, TAP line, kind, reason)"
+    printf '%s\n' "$skips" | grep -v '^$' | sed 's/^/  /'
+  } >>"$f"
+  if [ "$gpu" -eq 1 ] && [ $((other + whole)) -gt 0 ]; then
+    fail_part suites "suites: $total; FAILED: $other case(s) and $whole suite(s) skipped on a" \
+      "machine with a GPU (suites.txt lists them); $mpi case(s) skipped as built without MPI"
+  elif [ "$rc" -ne 0 ]; then
+    fail_part suites "suites: $total; FAILED (suites.txt)"
+  else
+    note "suites: $total; $mpi case(s) skipped as built without MPI, $other for other" \
+      "reasons, $whole suite(s) as a whole$([ "$gpu" -eq 0 ] && echo " (no GPU here: skips not counted)")"
+  fi
+}
+
+# ---- compute-sanitizer ----------------------------------------------------------
+sanitizer_path() {
+  local p
+  p=$(command -v compute-sanitizer 2>/dev/null) ||
+    p=$(ls /usr/local/cuda/bin/compute-sanitizer /usr/local/cuda*/bin/compute-sanitizer \
+      /opt/nvidia/*/compute-sanitizer 2>/dev/null | head -1)
+  [ -n "$p" ] && [ -x "$p" ] && echo "$p"
+}
+
+run_sanitizer() {
+  local f="$out/sanitizer.txt" cs tool rc extra line
+  : >"$f"
+  cs=$(sanitizer_path)
+  if [ -z "$cs" ]; then
+    echo "compute-sanitizer: not found on this machine" >>"$f"
+    note "sanitizer: compute-sanitizer not found; not run"
+    return
+  fi
+  local bad=()
+  for tool in memcheck racecheck synccheck; do
+    extra=()
+    [ "$tool" = memcheck ] && extra=(--leak-check full)
+    ZT_TEST_BACKEND=cuda CMOCKA_MESSAGE_OUTPUT=TAP timeout --kill-after=10 \
+      "${ZT_SANITIZER_TIMEOUT:-240}" "$cs" --tool "$tool" "${extra[@]}" --error-exitcode 9 \
+      "$here/tests/test_cuda" >"$logs/sanitizer-$tool.log" 2>&1
+    rc=$?
+    line=$(grep -m1 'ERROR SUMMARY' "$logs/sanitizer-$tool.log" || echo "no ERROR SUMMARY line")
+    local cases
+    cases=$(grep -cE '^ok [0-9]+' "$logs/sanitizer-$tool.log")
+    echo "$tool: exit $rc; $line; test_cuda: $cases case(s) ok" >>"$f"
+    # A run that tested nothing (skipped: no GPU) is not a clean bill.
+    if [ "$rc" -ne 0 ] || { [ "$gpu" -eq 1 ] && [ "$cases" -eq 0 ]; }; then
+      bad+=("$tool")
+      grep -E 'ERROR|Invalid|Race|Barrier|not ok|skipped' "$logs/sanitizer-$tool.log" |
+        head -20 | sed 's/^/    /' >>"$f"
+    fi
+  done
+  if [ ${#bad[@]} -gt 0 ]; then
+    fail_part sanitizer "sanitizer: FAILED: ${bad[*]} (sanitizer.txt)"
+  else
+    note "sanitizer: memcheck, racecheck and synccheck clean on test_cuda"
+  fi
+}
+
+# ---- benchmarks ----------------------------------------------------------------
+# Flags for the ones known today, sized for a few minutes in all; a new one
+# gets --json, --path when it takes one, and --backend cuda when it has it.
+bench_args() {
+  local name=$1 help=$2 var args
+  var="ZT_BENCH_$(echo "$name" | tr 'a-z-' 'A-Z_')_ARGS"
+  if [ -n "${!var:-}" ]; then
+    args=${!var}
+  else
+    case "$name" in
+    adam) args="--params 200M --reps 5" ;;
+    nvme) args="--size 1GiB" ;;
+    offload) args="--params 500M --ram-budget 2Gi --disk-bytes 1Gi --steps 3" ;;
+    stage3) args="" ;;
+    *) args="" ;;
+    esac
+  fi
+  grep -q -- '--backend' <<<"$help" && [[ "$args" != *--backend* ]] && args+=" --backend cuda"
+  grep -q -- '--path' <<<"$help" && [[ "$args" != *--path* ]] && args+=" --path $bench_dir/$name"
+  echo "$args --json"
+}
+
+run_bench() {
+  local names name help args rc bad=() ran=()
+  bench_dir=${ZT_BENCH_DIR:-/tmp/ztier-bench}
+  names=$("$here/ztier" bench --help 2>&1 | awk '/^benchmarks:/ { on = 1; next } on && NF { print $1 }')
+  mkdir -p "$logs/bench"
+  for name in $names; do
+    help=$("$here/ztier" bench "$name" --help 2>&1)
+    args=$(bench_args "$name" "$help")
+    rm -rf "${bench_dir:?}/$name" && mkdir -p "$bench_dir/$name"
+    echo "ztier bench $name $args" >"$logs/bench/$name.args"
+    # shellcheck disable=SC2086
+    timeout --kill-after=10 "${ZT_BENCH_TIMEOUT:-240}" "$here/ztier" bench "$name" $args \
+      >"$logs/bench/$name.json" 2>"$logs/bench/$name.log"
+    rc=$?
+    echo "$rc" >"$logs/bench/$name.rc"
+    rm -rf "${bench_dir:?}/$name"
+    ran+=("$name")
+    [ "$rc" -eq 0 ] || bad+=("$name (exit $rc)")
+  done
+  # One JSON object: each benchmark's command, exit status and result (its
+  # --json object, or null with the end of its error output).
+  python3 - "$logs/bench" "${ran[@]}" >"$out/bench.json" <<'EOF'
+import json, os, sys
+d, names = sys.argv[1], sys.argv[2:]
+res = {}
+for n in names:
+    rd = lambda ext: open(os.path.join(d, n + ext), errors="replace").read()
+    e = {"command": rd(".args").strip(), "exit": int(rd(".rc").strip() or -1)}
+    try:
+        e["result"] = json.loads(rd(".json"))
+    except ValueError:
+        e["result"] = None
+        e["output"] = rd(".json")[-2000:]
+    e["stderr"] = rd(".log")[-2000:]
+    res[n] = e
+json.dump(res, sys.stdout, indent=1)
+print()
+EOF
+  if [ ${#bad[@]} -gt 0 ]; then
+    fail_part bench "bench: ran ${ran[*]:-none}; FAILED: ${bad[*]} (bench.json)"
+  else
+    note "bench: ran ${ran[*]:-none} (bench.json)"
+  fi
+}
+
+for p in "${parts[@]}"; do "run_$p"; done
+
+tar -C "$out" -czf "$out/logs.tar.gz" logs && rm -rf "$logs"
+if [ ${#failed_parts[@]} -gt 0 ]; then
+  note "run-gpu.sh: FAILED (${failed_parts[*]}); logs in logs.tar.gz"
+  exit 1
+fi
+note "run-gpu.sh: ok ($([ "$gpu" -eq 1 ] && echo "on a GPU" || echo "no GPU here"))"
