@@ -94,7 +94,7 @@ static int land_gather(zt__part_t *p, zt__xfer_t *x) {
  * from part.params. */
 static int gather_spans(zt__part_t *p, const zt__span_t *spans, const char *const *src,
                         size_t n) {
-  size_t psz = zt__dtype_size(p->reg.param_dtype), k = 0;
+  size_t psz = zt__dtype_size(p->reg.param_dtype);
   int in_place = 1;
   for (size_t i = 0; i < n; i++) in_place &= gathers_in_place(p, &spans[i]);
   /* Gathers into place, and stage 3's through pinned buckets, have slots
@@ -110,6 +110,10 @@ static int gather_spans(zt__part_t *p, const zt__span_t *spans, const char *cons
   } else {
     ZT_TRY(zt__reduce_drain(p));
   }
+  /* Stage 3's slots take turns across fetches too: the slot a fetch uses
+   * first is not the one whose copy the last fetch enqueued last, so its
+   * buffer is free without waiting for that copy. */
+  size_t k = own_slots ? p->gx_next : 0;
   for (size_t i = 0; i < n; i++)
     for (size_t a = spans[i].a; a < spans[i].b; k++) {
       size_t b = zt__min_sz(spans[i].b, a + p->bucket_elems);
@@ -137,7 +141,8 @@ static int gather_spans(zt__part_t *p, const zt__span_t *spans, const char *cons
   for (int s = 0; s < ZT_XFER_SLOTS; s++)
     if (slots[s].landing)
       ZT_TRY(p->ctx->be_ops->stream_wait(p->ctx->be, ZT_STREAM_COMPUTE, slots[s].landed));
-  if (!own_slots) p->next_slot = 0;
+  if (own_slots) p->gx_next = (unsigned)(k % ZT_XFER_SLOTS);
+  else p->next_slot = 0;
   return 0;
 }
 

@@ -157,6 +157,7 @@ typedef struct zt__part {
    * no buffer; with pinned buckets (on_pinned) each slot has a recv bucket
    * of its own (bucket_elems parameters), pinned. */
   zt__xfer_t gx[ZT_XFER_SLOTS];
+  unsigned gx_next; /* the gx slot the next gather uses first */
   /* A landed gradient bucket is summed into `grads` on this thread, beside
    * the loop, in the order the loop sees the buckets land (as it summed
    * them itself before: an element's sum is the same). */

@@ -67,9 +67,24 @@ static void free_spares(zt__prefetch_t *pf) {
   while (pf->spares.n > 0) free_spare(pf, pf->spares.n - 1);
 }
 
+/* A spare of `bytes` whose last use by the loop is over, if one is: a
+ * copy into it need not wait (the loop may still be reading the group it
+ * released last); else the first of that size, or -1. */
+static int free_spare_of(zt__prefetch_t *pf, size_t bytes) {
+  zt__part_t *p = pf->part;
+  int first = -1;
+  for (int i = 0; i < pf->spares.n; i++) {
+    if (pf->spares.bytes[i] != bytes) continue;
+    zt__event_t *last_use = pf->spares.note[i];
+    if (last_use == NULL || p->ctx->be_ops->event_done(p->ctx->be, last_use) == 1) return i;
+    if (first < 0) first = i;
+  }
+  return first;
+}
+
 int zt__prefetch_buf_get(zt__prefetch_t *pf, size_t bytes, void **out) {
   zt__part_t *p = pf->part;
-  int i = zt__spares_find(&pf->spares, bytes);
+  int i = free_spare_of(pf, bytes);
   if (i >= 0) {
     /* A spare the loop read last: what is copied into it, on the prefetch
      * stream, waits for the loop's work up to its release. */

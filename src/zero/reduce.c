@@ -114,7 +114,8 @@ static int start_packed(zt__part_t *p, int block) {
   return 0;
 }
 
-int zt__reduce_flush(zt__part_t *p) { return start_packed(p, 1); }
+/* One rank has no order to keep with others: it never waits here. */
+int zt__reduce_flush(zt__part_t *p) { return start_packed(p, p->world > 1); }
 
 static int wait_slot(zt__part_t *p, zt__xfer_t *x) {
   if (x->packing) ZT_TRY(start_packed(p, 1));

@@ -41,7 +41,8 @@ ZT_INTERNAL int zt__reduce_progress(zt__part_t *p);
 
 /* Starts the collective of every packed bucket, waiting for its copies
  * where they are not done: called before any other collective of the zero
- * room, so that every rank issues them in one order. */
+ * room, so that every rank issues them in one order. With one rank there
+ * is no order to keep: it starts those that are done and never waits. */
 ZT_INTERNAL int zt__reduce_flush(zt__part_t *p);
 
 /* Waits for every bucket in flight and its sums: the buckets' buffers are
