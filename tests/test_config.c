@@ -59,7 +59,7 @@ typedef struct tkey {
 
 #define AT(f) #f, offsetof(zt_config_t, f)
 static const tkey_t tkeys[] = {
-    {AT(backend), K_ENUM, {"host", "cuda"}, 2},
+    {AT(backend), K_ENUM, {"host", "cuda", "sim"}, 3},
     {AT(device), K_INT, {0}, 0},
     {AT(stage), K_INT, {0}, 0},
     {AT(comm), K_ENUM, {"single", "mpi", "nccl", "auto"}, 4},
@@ -333,7 +333,7 @@ static void value_text(const tkey_t *k, tval_t v, int json, t_rng_t *r, char *b,
 /* A random valid config: every key at once, the combinations respected. */
 static zt_config_t random_config(t_rng_t *r) {
   zt_config_t c = ZT_CONFIG_INIT;
-  c.backend = (zt_backend_t)rnd(r, 2);
+  c.backend = (zt_backend_t)rnd(r, 3);
   c.device = c.backend == ZT_BACKEND_CUDA ? (int)rnd(r, 1024) : 0;
   c.stage = (int)rnd(r, 4);
   c.optimizer = (zt_optimizer_t)rnd(r, 2);
@@ -1228,7 +1228,7 @@ static void test_validate_code_struct(void **state) {
     const char *key;
     int value;
   } enums[] = {
-      {"backend", 2},       {"backend", -1},   {"comm", 4},        {"comm", -1},
+      {"backend", 3},       {"backend", -1},   {"comm", 4},        {"comm", -1},
       {"optimizer", 2},
       {"optimizer_tier", 3}, {"param_tier", 7}, {"rounding", 2},    {"loss_scaling", 4},
       {"loss_scaling", -2}, {"log_level", 4},  {"log_level", 100},
