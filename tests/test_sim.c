@@ -357,6 +357,8 @@ static void test_step_after_loop_stream(void **state) {
   T_OK(zt_stats(e, &s1), e);
   printf("# host syncs in a stage-0 device-tier step on sim: %llu\n",
          (unsigned long long)(s1.host_syncs - s0.host_syncs));
+  /* docs/design.md, "Sync points": at most the norm's sum of squares. */
+  assert_true(s1.host_syncs - s0.host_syncs <= 1);
   t_buf_download(e, got, dp, n * 4);
   t_expect_same("params after the step", got, want, 4, n);
   T_OK(zt_set_stream(e, NULL), e);
