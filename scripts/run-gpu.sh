@@ -20,7 +20,7 @@
 #
 # Environment: ZT_NCCL_LIB (the folder of libnccl.so.2, if it is not found),
 # ZT_TEST_TIMEOUT (s per suite, default 300), ZT_SANITIZER_TIMEOUT (s per tool,
-# default 240), ZT_BENCH_TIMEOUT (s per benchmark, default 240), ZT_BENCH_DIR
+# default 180), ZT_BENCH_TIMEOUT (s per benchmark, default 180), ZT_BENCH_DIR
 # (scratch for the disk benchmarks, default /tmp/ztier-bench),
 # ZT_BENCH_<NAME>_ARGS (a benchmark's flags instead of the defaults below).
 set -u
@@ -192,7 +192,7 @@ run_sanitizer() {
     extra=()
     [ "$tool" = memcheck ] && extra=(--leak-check full)
     ZT_TEST_BACKEND=cuda CMOCKA_MESSAGE_OUTPUT=TAP timeout --kill-after=10 \
-      "${ZT_SANITIZER_TIMEOUT:-240}" "$cs" --tool "$tool" "${extra[@]}" --error-exitcode 9 \
+      "${ZT_SANITIZER_TIMEOUT:-180}" "$cs" --tool "$tool" "${extra[@]}" --error-exitcode 9 \
       "$here/tests/test_cuda" >"$logs/sanitizer-$tool.log" 2>&1
     rc=$?
     line=$(grep -m1 'ERROR SUMMARY' "$logs/sanitizer-$tool.log" || echo "no ERROR SUMMARY line")
@@ -246,7 +246,7 @@ run_bench() {
     rm -rf "${bench_dir:?}/$name" && mkdir -p "$bench_dir/$name"
     echo "ztier bench $name $args" >"$logs/bench/$name.args"
     # shellcheck disable=SC2086
-    timeout --kill-after=10 "${ZT_BENCH_TIMEOUT:-240}" "$here/ztier" bench "$name" $args \
+    timeout --kill-after=10 "${ZT_BENCH_TIMEOUT:-180}" "$here/ztier" bench "$name" $args \
       >"$logs/bench/$name.json" 2>"$logs/bench/$name.log"
     rc=$?
     echo "$rc" >"$logs/bench/$name.rc"
