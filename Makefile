@@ -1,7 +1,8 @@
 # ztier — one Makefile for the library, the tool, tests, benchmarks and examples.
 #
 #   make                 build/libztier.a, build/libztier.so, build/ztier
-#   make test            install missing packages, build, run every test
+#   make test            install missing packages, build, run every test, on the
+#                        host backend and again on sim (TEST_BACKENDS="host sim")
 #   make test SAN=address,undefined   the same, sanitized, in build-address-undefined/
 #   make test-gpu        the test suites on the cuda backend (needs a GPU)
 #   make demo            the example training loop on the embedded default config
@@ -205,11 +206,16 @@ $(foreach e,$(EXAMPLES),$(eval $(call example_rule,$(e))))
 deps:
 	@bash scripts/deps.sh
 
+# The suites that ask for a backend run once per backend named here (one
+# tally over all: tests/run.sh); sim is the GPU modelled on the CPU.
+TEST_BACKENDS ?= host sim
 test: deps
 	@$(MAKE) --no-print-directory lib tool tests examples
-	@bash tests/run.sh $(BUILD)
+	@bash tests/run.sh $(BUILD) $(TEST_BACKENDS)
 
-# The same suites on the cuda backend; each skips where there is no GPU.
+# The same suites on the cuda backend; each skips where there is no GPU, and
+# fails where there is one (tests/run.sh: a GPU suite that skips on a GPU
+# machine has tested nothing).
 test-gpu: lib tool tests
 	@ZT_TEST_BACKEND=cuda bash tests/run.sh $(BUILD)
 
