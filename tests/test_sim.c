@@ -397,11 +397,18 @@ static uint64_t host_syncs(zt_engine_t *e) {
   return st.host_syncs;
 }
 
+/* Every stream of the engine's backend has run dry (the loop's stream is
+ * its compute stream): a host sync counted inside the next call is then
+ * one ztier makes whatever the device's pace, not a wait for work that was
+ * still running. */
+static void device_idle(zt_engine_t *e) {
+  for (int s = 0; s < ZT_STREAM_COUNT; s++)
+    assert_int_equal(e->be_ops->stream_sync(e->be, (zt__stream_t)s), 0);
+}
+
 /* A loop of GROUPS groups, STEPS steps: forward fetches, backward fetches,
  * writes the group's gradients (on the loop's own stream on sim), marks
- * them ready and releases. The host pauses 5 ms before each call, as a loop
- * with host work of its own would, so device work that needs no wait has
- * finished by then: any host sync counted inside the calls is ztier's. */
+ * them ready and releases. Each counted call starts with the device idle. */
 static void run_loop(zt_backend_t backend, int stage, const float *p0, float *const *g,
                      float *out, syncs_t *sy) {
   zt_config_t cfg = t_config();
@@ -425,19 +432,18 @@ static void run_loop(zt_backend_t backend, int stage, const float *p0, float *co
     T_OK(zt_set_stream(e, loop), e);
   }
   write_grads_t w[GROUPS];
-  struct timespec pause = {0, 5 * 1000 * 1000};
   memset(sy, 0, sizeof *sy);
   for (int t = 1; t <= STEPS; t++) {
     void *ptr[1];
     for (int k = 0; k < GROUPS; k++) {
-      nanosleep(&pause, NULL);
+      device_idle(e);
       uint64_t before = host_syncs(e);
       assert_int_equal(zt_fetch(e, k, ptr, 1), 1);
       sy->fetch += host_syncs(e) - before;
       T_OK(zt_release(e, k), e);
     }
     for (int k = GROUPS - 1; k >= 0; k--) {
-      nanosleep(&pause, NULL);
+      device_idle(e);
       uint64_t before = host_syncs(e);
       assert_int_equal(zt_fetch(e, k, ptr, 1), 1);
       sy->fetch += host_syncs(e) - before;
@@ -449,7 +455,7 @@ static void run_loop(zt_backend_t backend, int stage, const float *p0, float *co
       } else {
         memcpy(ptr[0], src, GROUP_N * 4);
       }
-      nanosleep(&pause, NULL);
+      device_idle(e);
       before = host_syncs(e);
       T_OK(zt_grads_ready(e, k), e);
       sy->ready += host_syncs(e) - before;
@@ -459,7 +465,7 @@ static void run_loop(zt_backend_t backend, int stage, const float *p0, float *co
     a.lr = 1e-2f;
     a.weight_decay = 0.05f;
     a.t = (uint64_t)t;
-    nanosleep(&pause, NULL);
+    device_idle(e);
     uint64_t before = host_syncs(e);
     T_OK(zt_step(e, &a, NULL), e);
     sy->step += host_syncs(e) - before;
