@@ -205,6 +205,23 @@ zt_engine_t *t_engine(const zt_config_t *cfg) {
   return eng;
 }
 
+void t_engine_probe(void) {
+  zt_config_t cfg = t_config();
+  zt_engine_t *eng = NULL;
+  int rc = zt_engine_create(&cfg, &eng);
+  if (rc == ZT_ENOGPU || rc == ZT_ENOCUDA) {
+    printf("skipped: %s (%s)\n", rc == ZT_ENOGPU ? "no GPU" : "built without CUDA",
+           zt_last_error(NULL));
+    fflush(stdout);
+    exit(77);
+  }
+  if (rc != 0) {
+    printf("# zt_engine_create: %s: %s\n", zt_strerror(rc), zt_last_error(NULL));
+    exit(1);
+  }
+  zt_engine_destroy(eng);
+}
+
 void *t_buf_alloc(zt_engine_t *eng, size_t bytes) {
   void *p = NULL;
   int rc = eng->be_ops->alloc(eng->be, bytes, &p);

@@ -105,6 +105,12 @@ size_t t_status_bytes(const char *key);
  * Other failures fail the test. */
 zt_engine_t *t_engine(const zt_config_t *cfg);
 
+/* For main(), before the cases, in suites whose engines are made elsewhere
+ * (save children, mpirun ranks): creates and destroys one engine on the
+ * run's backend, so that with no GPU the whole executable is skipped as
+ * t_engine does (exit 77); any other failure exits 1 with the sentence. */
+void t_engine_probe(void);
+
 /* Memory of the engine's backend (device memory for cuda and sim, which the
  * CPU cannot read), and copies between it and host memory; synchronous.
  * They fail the test on error. */

@@ -1060,6 +1060,7 @@ int main(int argc, char **argv) {
   if (argc == 6 && strcmp(argv[1], "--save-child") == 0)
     return save_child(argv[2], atoi(argv[3]), atoi(argv[4]), atoi(argv[5]));
   T_MPI_WORKER(argc, argv, scenarios);
+  t_engine_probe(); /* the engines are the children's and the ranks' */
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_unshared),
       cmocka_unit_test(test_torn),

@@ -436,5 +436,6 @@ static const struct CMUnitTest tests[] = {
 
 int main(int argc, char **argv) {
   T_MPI_WORKER(argc, argv, scenarios);
+  t_engine_probe(); /* the engines are the ranks' */
   return T_RUN(tests);
 }
