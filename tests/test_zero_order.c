@@ -315,6 +315,48 @@ static void o_destroy_in_flight(void **state) {
   }
 }
 
+/* Stage 2, a group of many buckets handed over and then a save and a load
+ * at once: on a GPU backend a bucket's collective starts when its copy out
+ * of the loop's buffer is done, which one rank may see before another, so
+ * every packed bucket is started before the save's and the load's votes
+ * (on sim, without that, the ranks' collectives cross: an MPI error or a
+ * crash). Every rank then saves and loads, and the load finds the save. */
+static void o_save_after_ready(void **state) {
+  int rank, world;
+  world_of(&rank, &world);
+  if (world == 1) return;
+  char dir[300];
+  signal_path(dir, sizeof dir);
+  strcat(dir, "_ckpt");
+  zt_config_t cfg = t_config();
+  cfg.stage = 2;
+  cfg.optimizer_tier = t_opt_tier(ZT_TIER_DEVICE, cfg.stage);
+  cfg.bucket_bytes = 4096;
+  zt_engine_t *e = t_engine(&cfg);
+  const size_t n = 64 * 1024;
+  zt_unit_t u[1] = {{"w", 0, n, 0, 1, ZT_FP32}};
+  float *p = t_buf_alloc(e, n * 4), *g = t_buf_alloc(e, n * 4), *host = malloc(n * 4);
+  for (size_t i = 0; i < n; i++) host[i] = init_value(i);
+  t_buf_upload(e, p, host, n * 4);
+  for (size_t i = 0; i < n; i++) host[i] = 1.0f + (float)rank;
+  t_buf_upload(e, g, host, n * 4);
+  T_OK(zt_register_units(e, p, g, n, ZT_FP32, ZT_FP32, u, 1), e);
+  for (int round = 0; round < 3; round++) {
+    T_OK(zt_grads_ready(e, 0), e);
+    T_OK(zt_save(e, dir), e);
+    T_OK(zt_load(e, dir), e);
+  }
+  zt_step_args_t a = ZT_STEP_ARGS_INIT;
+  a.lr = 1e-3f;
+  a.t = 1;
+  T_OK(zt_step(e, &a, NULL), e);
+  if (rank == 0) t_remove_tree(dir);
+  free(host);
+  t_buf_free(e, p, n * 4);
+  t_buf_free(e, g, n * 4);
+  zt_engine_destroy(e);
+}
+
 /* The step's sum of squares is one exchange, the vote that carries every
  * rank's verdict and flag, and its double is counted as the model's
  * traffic, 8(W - 1) bytes each way, only when every rank takes part. The
@@ -415,7 +457,7 @@ static const struct CMUnitTest scenarios[] = {
     cmocka_unit_test(o_ready_groups),    cmocka_unit_test(o_ready_then_step),
     cmocka_unit_test(o_nested_fetch),    cmocka_unit_test(o_destroy_in_flight),
     cmocka_unit_test(o_bucket_cap),      cmocka_unit_test(o_staging_differs),
-    cmocka_unit_test(o_sum_one_exchange),
+    cmocka_unit_test(o_sum_one_exchange), cmocka_unit_test(o_save_after_ready),
 };
 
 /* One launch per scenario: a scenario that fails ends its launch. */

@@ -371,6 +371,7 @@ static int push_locked(zt__backend_t *be, sim_stream_t *s, const op_t *op) {
     s->be = be;
     if (pthread_create(&s->thread, NULL, stream_main, s) != 0) {
       free(op->segs);
+      free(op->staged);
       return zt__errf(be->err, -EAGAIN, "sim backend: cannot start a stream thread");
     }
     s->started = 1;
@@ -726,6 +727,10 @@ void zt__sim_stream_destroy(zt__backend_t *be, zt__sim_stream_t *s) {
 /* The loop's stream: ZT_STREAM_COMPUTE from now on (NULL: the backend's own). */
 static int sim_set_stream(zt__backend_t *be, void *stream) {
   pthread_mutex_lock(&be->mu);
+  /* What the previous stream holds is waited for first, as on cuda: work
+   * ordered after it stays ordered, and no free or destroy misses it. */
+  be->host_syncs++;
+  wait_stream_locked(be, stream_of(be, ZT_STREAM_COMPUTE));
   be->user = stream;
   pthread_mutex_unlock(&be->mu);
   return 0;

@@ -19,7 +19,7 @@
 #include "engine/engine.h"   // defines: struct zt_engine
 #include "ckpt/manifest.h" // defines: zt__manifest_t
 #include "zero/prefetch.h" // defines: zt__prefetch_step_begin, zt__prefetch_resume
-#include "zero/reduce.h" // defines: zt__reduce_drop_buckets, zt__reduce_reset
+#include "zero/reduce.h" // defines: zt__reduce_flush, zt__reduce_drop_buckets, zt__reduce_reset
 
 /* The checkpoint is of this model: the same buffer, units and dtype. */
 static int check_model(zt_engine_t *eng, const zt__manifest_t *m, const char *dir) {
@@ -125,6 +125,12 @@ int zt_load(zt_engine_t *eng, const char *dir) {
       return zt__errf(&eng->err, -EBUSY, "zt_load: group %d is fetched; release it first",
                       eng->zero.part.groups[g].id);
   int bad;
+  /* Gradient buckets still packing start their collectives before the
+   * load's votes, on every rank in one order (reduce.h). */
+  if (eng->partitioned) {
+    int frc = zt__reduce_flush(&eng->zero.part);
+    if (frc < 0) return zt__engine_fail(eng, frc);
+  }
 
   /* Checks, on every rank, before anything changes. */
   zt__manifest_t m;

@@ -56,6 +56,7 @@
 #include "engine/engine.h"   // defines: struct zt_engine
 #include "ckpt/manifest.h" // defines: zt__manifest_t, zt__manifest_to_json
 #include "zero/prefetch.h" // defines: zt__prefetch_step_begin, zt__prefetch_resume
+#include "zero/reduce.h"   // defines: zt__reduce_flush
 
 int zt__ckpt_name(char *buf, size_t n, const char *dir, uint64_t gen, int rank,
                   const char *suffix) {
@@ -505,6 +506,12 @@ int zt_save(zt_engine_t *eng, const char *dir) {
                       "zt_save: group %d is fetched; release every group first (save "
                       "between zt_step() and the next forward)",
                       eng->zero.part.groups[g].id);
+  /* Gradient buckets still packing start their collectives before the
+   * save's votes, on every rank in one order (reduce.h). */
+  if (eng->partitioned) {
+    int frc = zt__reduce_flush(&eng->zero.part);
+    if (frc < 0) return zt__engine_fail(eng, frc);
+  }
   int world = eng->comm->ops->world(eng->comm), rank = eng->comm->ops->rank(eng->comm);
   /* Reads ahead would share the parameter tier's swap engine with the
    * save's reads; kept groups are dropped with them. */

@@ -15,6 +15,7 @@
 
 #include "base/ckjson.h" // defines: zt__ckjson_dup
 #include "engine/engine.h"
+#include "zero/reduce.h"   // defines: zt__reduce_flush
 
 #define XXH_INLINE_ALL
 #include <xxhash.h> // defines: XXH3_64bits_withSeed
@@ -392,7 +393,15 @@ int zt_register_units(zt_engine_t *eng, void *params, void *grads, size_t numel,
   if (local == 0)
     local = check_units(eng, units, n_units, numel, param_dtype, keys, order);
   /* A rank that failed (an engine already registered included: it keeps its
-   * model) returns from here, as does every other rank. */
+   * model) returns from here, as does every other rank. An engine already
+   * registered starts its packing buckets' collectives first, so that the
+   * vote comes after them on every rank (reduce.h). */
+  if (eng->partitioned) {
+    zt__err_t keep = eng->err;
+    int flushed = zt__reduce_flush(&eng->zero.part);
+    if (local == 0) local = flushed;
+    else eng->err = keep; /* the rank's own failure is the one it reports */
+  }
   int rc = check_ranks_agree(eng, local, numel, param_dtype, grad_dtype, units, n_units);
   if (rc < 0) goto done;
 

@@ -83,7 +83,15 @@ static int land_gather(zt__part_t *p, zt__xfer_t *x) {
   else
     ZT_TRY(p->ctx->be_ops->copy(p->ctx->be, sp->at, x->recv, n * psz, kind, stream));
   if (kind == ZT_COPY_H2D) *p->reg.counters->h2d_bytes += n * psz;
-  ZT_TRY(p->ctx->be_ops->event_record(p->ctx->be, x->landed, stream));
+  int rc = p->ctx->be_ops->event_record(p->ctx->be, x->landed, stream);
+  if (rc < 0) {
+    /* Nothing marks the copy's end: it is waited for here, so that the
+     * slot's buffer is free for the next collective. */
+    zt__err_t keep = *p->ctx->err;
+    (void)p->ctx->be_ops->stream_sync(p->ctx->be, stream);
+    *p->ctx->err = keep;
+    return rc;
+  }
   x->landing = 1;
   return 0;
 }

@@ -189,10 +189,17 @@ static int start_bucket(zt__part_t *p, zt__xfer_t *x) {
       if (x->spans[k].at == NULL)
         ZT_TRY(zt__part_span_op(p, ZT_SPAN_CLEAR, NULL, p->reg.grads, gsz, x->spans[k].a,
                        x->spans[k].b, kind, ZT_STREAM_D2H));
-  ZT_TRY(be->event_record(p->ctx->be, x->packed, ZT_STREAM_D2H));
-  if (p->ctx->cfg->stage >= 2) ZT_TRY(be->stream_wait(p->ctx->be, ZT_STREAM_COMPUTE, x->packed));
+  int rc = be->event_record(p->ctx->be, x->packed, ZT_STREAM_D2H);
+  if (rc < 0) {
+    /* Nothing marks the copies' end: they are waited for here. */
+    zt__err_t keep = *p->ctx->err;
+    (void)be->stream_sync(p->ctx->be, ZT_STREAM_D2H);
+    *p->ctx->err = keep;
+    return rc;
+  }
   x->packing = 1;
   x->pack_seq = p->packs++;
+  if (p->ctx->cfg->stage >= 2) ZT_TRY(be->stream_wait(p->ctx->be, ZT_STREAM_COMPUTE, x->packed));
   return start_packed(p, 0);
 }
 
@@ -332,7 +339,9 @@ int zt__reduce_drain(zt__part_t *p) {
 }
 
 int zt__reduce_drop_buckets(zt__part_t *p) {
-  int rc = 0;
+  /* A packed bucket is a collective its peers may have started: it starts
+   * here too, and is dropped with the others once it lands. */
+  int rc = zt__reduce_flush(p);
   for (int s = 0; s < ZT_XFER_SLOTS; s++) {
     zt__xfer_t *x = &p->xfer[s];
     /* Packed and never sent: dropped once its copies are done. */
