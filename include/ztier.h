@@ -443,8 +443,11 @@ typedef struct zt_step_info {
  * place, cast to its dtype. `info` may be NULL; otherwise info->size is
  * sizeof(zt_step_info_t) (use ZT_STEP_INFO_INIT), as the program's header
  * has it; the library fills info only when the step returns 0.
- * Synchronous: the parameters are updated when it returns (on CUDA: after
- * the work on the device is complete).
+ * On the host backend the parameters are updated when it returns. On a GPU
+ * backend (cuda, sim) their update is ordered on the loop's stream
+ * (zt_set_stream): the loop's work enqueued on that stream afterwards sees
+ * them, and the host or another stream sees them once that stream is
+ * synchronized (docs/design.md, "The data path on a GPU").
  * On a bad argument nothing is read or written.
  */
 ZT_API int zt_step(zt_engine_t *eng, const zt_step_args_t *args,
