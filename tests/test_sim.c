@@ -142,7 +142,14 @@ static void test_event_orders_streams(void **state) {
   assert_int_equal(ops->alloc(s.be, n, &b), 0);
   zt__event_t *ev = NULL;
   assert_int_equal(ops->event_create(s.be, &ev), 0);
+#if defined(__SANITIZE_THREAD__)
+  /* The unordered read is a data race by design: ThreadSanitizer reports
+   * it, rightly. Under it only the ordered case runs. */
+  printf("# ThreadSanitizer: the unordered case is left out\n");
+  for (int ordered = 1; ordered <= 1; ordered++) {
+#else
   for (int ordered = 0; ordered <= 1; ordered++) {
+#endif
     assert_int_equal(ops->memset_zero(s.be, a, n, ZT_STREAM_COMPUTE), 0);
     assert_int_equal(ops->memset_zero(s.be, b, n, ZT_STREAM_COMPUTE), 0);
     assert_int_equal(ops->stream_sync(s.be, ZT_STREAM_COMPUTE), 0);

@@ -111,6 +111,9 @@ struct zt__backend {
   zt__err_t *err;
   size_t budget, held;
   zt__cpu_t *cpu; /* the backend's own, one thread */
+  pthread_mutex_t kernel_mu; /* one kernel at a time on `cpu` (its scratch
+                                is shared), as the device's compute is one
+                                resource in the model */
 
   double link_bps, memory_bps, launch_s;
   /* The monotonic time (seconds) at which each link direction, and the
@@ -311,13 +314,19 @@ static void run_op(zt__backend_t *be, op_t *op) {
   case OP_ADAM:
     op->adam.hp = &op->hp;
     op->adam.segs = op->segs;
+    pthread_mutex_lock(&be->kernel_mu);
     zt__cpu_adam(be->cpu, &op->adam);
+    pthread_mutex_unlock(&be->kernel_mu);
     break;
   case OP_SUMSQ:
+    pthread_mutex_lock(&be->kernel_mu);
     op->out->value = zt__cpu_sumsq(be->cpu, op->src, 0, op->dtype, op->segs, op->n_segs);
+    pthread_mutex_unlock(&be->kernel_mu);
     break;
   case OP_CAST:
+    pthread_mutex_lock(&be->kernel_mu);
     zt__cpu_cast(be->cpu, op->dst, op->dtype, op->src, op->src_dtype, op->n);
+    pthread_mutex_unlock(&be->kernel_mu);
     break;
   case OP_CALL:
     op->fn(op->arg);
@@ -422,6 +431,7 @@ static int sim_create(const zt_config_t *cfg, zt__cpu_t *cpu, zt__err_t *err,
     return rc;
   }
   pthread_mutex_init(&be->mu, NULL);
+  pthread_mutex_init(&be->kernel_mu, NULL);
   pthread_cond_init(&be->cv, NULL);
   be->compute_mark = calloc(1, sizeof *be->compute_mark);
   if (be->compute_mark == NULL) {
@@ -456,6 +466,7 @@ static void sim_destroy(zt__backend_t *be) {
   free(be->compute_mark);
   zt__cpu_destroy(be->cpu);
   pthread_cond_destroy(&be->cv);
+  pthread_mutex_destroy(&be->kernel_mu);
   pthread_mutex_destroy(&be->mu);
   free(be);
 }
