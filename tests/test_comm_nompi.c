@@ -36,8 +36,9 @@ static void mpi_table(void **state) {
   assert_string_equal(zt__comm_mpi_backend.name, "mpi");
   assert_int_equal(zt__comm_mpi_active(), 0);
 #if ZT_HAVE_MPI
-  /* The real backend keeps an MPI_Request per collective, tells peers of
-   * failures and can fail: what the stub never needs. */
+  /* The MPI backend keeps an MPI_Request per collective, tells its peers of
+   * a failure and can itself fail; the table of an MPI=0 build has none of
+   * these, since it never makes a comm. */
   assert_true(zt__comm_mpi_backend.op_bytes > 0);
   assert_non_null(zt__comm_mpi_backend.abort);
   assert_non_null(zt__comm_mpi_backend.failed);
