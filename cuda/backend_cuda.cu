@@ -665,9 +665,9 @@ static int cuda_adam(zt__backend_t *be, const zt__adam_launch_t *l, zt__stream_t
  * piece order, cpu_optim.c's order, so the result is the CPU's to the bit.
  * (Adding ~15 k doubles per 10^9 gradients on the host costs less than one
  * more kernel launch would.) */
-static int cuda_sumsq(zt__backend_t *be, const void *grads, zt_dtype_t dtype,
-                      const zt__seg_t *segs, size_t n_segs, zt__stream_t stream,
-                      double *out) {
+static int cuda_sumsq(zt__backend_t *be, const void *grads, size_t grads_first,
+                      zt_dtype_t dtype, const zt__seg_t *segs, size_t n_segs,
+                      zt__stream_t stream, double *out) {
   if (out == NULL) return zt__errf(be->err, -EINVAL, "sumsq: out is NULL");
   *out = 0.0;
   ZT_TRY(check_stream(be, "sumsq", stream));
@@ -704,7 +704,8 @@ static int cuda_sumsq(zt__backend_t *be, const void *grads, zt_dtype_t dtype,
   ZT_TRY(order_after_compute(be, stream));
   table_entry_t *t = NULL;
   ZT_TRY(table_bind(be, &be->sumsq_tables, count, stream, &t));
-  CU_TRY(be, zt__cuda_sumsq(grads, dtype, t->dev, count, pieces, be->partials, s));
+  CU_TRY(be, zt__cuda_sumsq(grads, grads_first, dtype, t->dev, count, pieces, be->partials,
+                            s));
   ZT_TRY(table_release(be, t, stream));
   CU_TRY(be, cudaMemcpyAsync(be->partials_host, be->partials, pieces * sizeof(double),
                              cudaMemcpyDeviceToHost, s));
@@ -730,6 +731,24 @@ static int cuda_cast(zt__backend_t *be, void *dst, zt_dtype_t dst_dtype, const v
   CU_TRY(be, zt__cuda_cast(dst, dst_dtype, src, src_dtype, n, be->streams[stream]));
   return 0;
 }
+
+static int cuda_rank_sum(zt__backend_t *be, float *sums, const void *runs, size_t stride,
+                         zt_dtype_t dtype, int world, size_t n, zt__stream_t stream) {
+  ZT_TRY(check_stream(be, "rank_sum", stream));
+  ZT_TRY(check_dtype(be, "rank_sum", "dtype", dtype));
+  if (n == 0) return 0;
+  if (sums == NULL || runs == NULL || world < 1 || (world > 1 && stride < n))
+    return zt__errf(be->err, -EINVAL, "rank_sum: sums is %p, runs is %p, world %d, stride "
+                    "%zu; expected both non-NULL, world >= 1 and stride >= n (%zu)",
+                    (void *)sums, runs, world, stride, n);
+  device_scope scope(be->device);
+  ZT_TRY(order_after_compute(be, stream));
+  CU_TRY(be, zt__cuda_rank_sum(sums, runs, stride, dtype, world, n, be->streams[stream]));
+  return 0;
+}
+
+/* Its device memory is moved by NCCL only: a host comm has no view of it. */
+static void *cuda_comm_view(zt__backend_t *be, void *p) { return NULL; }
 
 static uint64_t cuda_host_syncs(const zt__backend_t *be) { return be->host_syncs; }
 
@@ -758,6 +777,7 @@ extern "C" const zt__backend_ops_t zt__backend_cuda_ops = {
     cuda_host_unregister,
     cuda_pci_bus_id,
     cuda_is_device_ptr,
+    cuda_comm_view,
     cuda_copy,
     cuda_memset_zero,
     cuda_event_create,
@@ -769,6 +789,7 @@ extern "C" const zt__backend_ops_t zt__backend_cuda_ops = {
     cuda_stream_sync,
     cuda_adam,
     cuda_sumsq,
+    cuda_rank_sum,
     cuda_cast,
     cuda_host_syncs,
     cuda_set_stream,

@@ -455,14 +455,16 @@ HD double sumsq_lane(const void *grads, u64 lo, u64 hi, unsigned lane) {
 
 template <int GD>
 __global__ void __launch_bounds__(ZT_CUDA_SUMSQ_THREADS)
-sumsq_kernel(const void *__restrict__ grads, const zt__cuda_seg_t *segs, size_t n_segs,
-             u64 n_pieces, double *__restrict__ partials) {
+sumsq_kernel(const void *__restrict__ grads, u64 grads_first, const zt__cuda_seg_t *segs,
+             size_t n_segs, u64 n_pieces, double *__restrict__ partials) {
   const unsigned lane = threadIdx.x & 31u;
   const u64 piece = (u64)blockIdx.x * (ZT_CUDA_SUMSQ_THREADS / 32) + (threadIdx.x >> 5);
   if (piece >= n_pieces) return; /* whole warps leave together */
   u64 lo, hi;
   piece_range(segs[find_seg(segs, n_segs, piece)], piece, &lo, &hi);
-  double acc = sumsq_lane<GD>(grads, lo, hi, lane);
+  /* Pieces follow the global index (as the CPU's blocks do); the lanes
+   * count from the piece's start, so the offset changes no sum. */
+  double acc = sumsq_lane<GD>(grads, lo - grads_first, hi - grads_first, lane);
   /* The CPU's fold: lane j += lane j + w, w = 16 ... 1. Lane j + w has
    * already been folded at the larger w, as on the CPU. */
   for (int w = 16; w >= 1; w >>= 1) {
@@ -493,27 +495,66 @@ unsigned long long zt__cuda_sumsq_plan(const zt__seg_t *segs, size_t n_segs,
 }
 
 template <int GD>
-static cudaError_t sumsq_launch(const void *grads, const zt__cuda_seg_t *d_segs,
-                                size_t n_segs, u64 n_pieces, double *d_partials,
-                                cudaStream_t stream) {
+static cudaError_t sumsq_launch(const void *grads, u64 grads_first,
+                                const zt__cuda_seg_t *d_segs, size_t n_segs, u64 n_pieces,
+                                double *d_partials, cudaStream_t stream) {
   const u64 per_block = ZT_CUDA_SUMSQ_THREADS / 32;
   const unsigned grid = (unsigned)((n_pieces + per_block - 1) / per_block);
-  sumsq_kernel<GD><<<grid, ZT_CUDA_SUMSQ_THREADS, 0, stream>>>(grads, d_segs, n_segs,
-                                                               n_pieces, d_partials);
+  sumsq_kernel<GD><<<grid, ZT_CUDA_SUMSQ_THREADS, 0, stream>>>(grads, grads_first, d_segs,
+                                                               n_segs, n_pieces, d_partials);
   return cudaGetLastError();
 }
 
-cudaError_t zt__cuda_sumsq(const void *grads, zt_dtype_t dtype,
+cudaError_t zt__cuda_sumsq(const void *grads, size_t grads_first, zt_dtype_t dtype,
                            const zt__cuda_seg_t *d_segs, size_t n_segs,
                            unsigned long long n_pieces, double *d_partials,
                            cudaStream_t stream) {
   switch (dtype) {
   case ZT_FP32:
-    return sumsq_launch<ZT_FP32>(grads, d_segs, n_segs, n_pieces, d_partials, stream);
+    return sumsq_launch<ZT_FP32>(grads, grads_first, d_segs, n_segs, n_pieces, d_partials,
+                                 stream);
   case ZT_BF16:
-    return sumsq_launch<ZT_BF16>(grads, d_segs, n_segs, n_pieces, d_partials, stream);
+    return sumsq_launch<ZT_BF16>(grads, grads_first, d_segs, n_segs, n_pieces, d_partials,
+                                 stream);
   case ZT_FP16:
-    return sumsq_launch<ZT_FP16>(grads, d_segs, n_segs, n_pieces, d_partials, stream);
+    return sumsq_launch<ZT_FP16>(grads, grads_first, d_segs, n_segs, n_pieces, d_partials,
+                                 stream);
+  }
+  return cudaErrorInvalidValue;
+}
+
+/* ---- a ZeRO owner's sums ------------------------------------------------------ */
+
+/* sums[j] += runs[j] + runs[stride + j] + ..., in rank order and in fp32:
+ * zt__cpu_rank_sum's additions, one element per thread, so the same bits
+ * (fp32 adds in one order; no fused multiply-add is involved). */
+template <int GD>
+__global__ void __launch_bounds__(256)
+rank_sum_kernel(float *__restrict__ sums, const void *__restrict__ runs, u64 stride,
+                int world, u64 n) {
+  const u64 step = (u64)gridDim.x * blockDim.x;
+  for (u64 j = (u64)blockIdx.x * blockDim.x + threadIdx.x; j < n; j += step) {
+    float sum = load_elem<GD>(runs, j);
+    for (int r = 1; r < world; r++) sum = __fadd_rn(sum, load_elem<GD>(runs, r * stride + j));
+    sums[j] = __fadd_rn(sums[j], sum);
+  }
+}
+
+template <int GD>
+static cudaError_t rank_sum_launch(float *sums, const void *runs, u64 stride, int world,
+                                   u64 n, cudaStream_t stream) {
+  u64 blocks = (n + 255) / 256;
+  if (blocks > (1u << 20)) blocks = 1u << 20;
+  rank_sum_kernel<GD><<<(unsigned)blocks, 256, 0, stream>>>(sums, runs, stride, world, n);
+  return cudaGetLastError();
+}
+
+cudaError_t zt__cuda_rank_sum(float *sums, const void *runs, size_t stride, zt_dtype_t dtype,
+                              int world, size_t n, cudaStream_t stream) {
+  switch (dtype) {
+  case ZT_FP32: return rank_sum_launch<ZT_FP32>(sums, runs, stride, world, n, stream);
+  case ZT_BF16: return rank_sum_launch<ZT_BF16>(sums, runs, stride, world, n, stream);
+  case ZT_FP16: return rank_sum_launch<ZT_FP16>(sums, runs, stride, world, n, stream);
   }
   return cudaErrorInvalidValue;
 }

@@ -91,10 +91,16 @@ ZT_INTERNAL cudaError_t zt__cuda_adam(const zt__adam_launch_t *l,
  * d_partials[piece] (n_pieces of them, in table order); the caller adds
  * them in that order. Grads are addressed by global index. Stream-ordered;
  * n_pieces >= 1. */
-ZT_INTERNAL cudaError_t zt__cuda_sumsq(const void *grads, zt_dtype_t dtype,
-                                       const zt__cuda_seg_t *d_segs, size_t n_segs,
-                                       unsigned long long n_pieces, double *d_partials,
-                                       cudaStream_t stream);
+ZT_INTERNAL cudaError_t zt__cuda_sumsq(const void *grads, size_t grads_first,
+                                       zt_dtype_t dtype, const zt__cuda_seg_t *d_segs,
+                                       size_t n_segs, unsigned long long n_pieces,
+                                       double *d_partials, cudaStream_t stream);
+
+/* sums[j] += the sum over ranks, in rank order and in fp32, of runs[r *
+ * stride + j] (dtype `dtype`), j in [0, n): zt__cpu_rank_sum's bits. */
+ZT_INTERNAL cudaError_t zt__cuda_rank_sum(float *sums, const void *runs, size_t stride,
+                                          zt_dtype_t dtype, int world, size_t n,
+                                          cudaStream_t stream);
 
 /* dst[i] = (dst_dtype) src[i], i < n, round to nearest even; a copy of the
  * bits when the dtypes are equal. Stream-ordered; n >= 1. */

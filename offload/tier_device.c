@@ -1,8 +1,9 @@
 /*
  * tier_device.c — the optimizer tier "device": master, m and v in backend
- * memory. Unsharded, the master is cast on the device and one kernel launch
- * updates every segment (fp32 parameters are their own master); a ZeRO
- * shard's states are the host backend's memory, updated on the CPU. See
+ * memory, the master cast on the device and one kernel launch updating
+ * every segment (fp32 parameters are their own master). A ZeRO shard's
+ * states are the same, over the shard's segments, beside the shard's
+ * gradient sums and parameters in device memory (zero/partition.h). See
  * tier.h.
  */
 #include "offload/tier.h"
@@ -32,7 +33,6 @@ static int alloc(zt__opt_tier_t *t) {
 }
 
 static int update(zt__opt_tier_t *t, const zt__adam_hp_t *hp) {
-  if (t->shard) return zt__tier_mem_update_shard(t, hp);
   const zt__ctx_t *c = t->ctx;
   zt__adam_launch_t l = zt__tier_mem_launch(t, hp);
   double t0 = zt__now();

@@ -42,8 +42,17 @@ int zt__tier_mem_shard_alloc(zt__opt_tier_t *t, int pinned) {
   ZT_TRY(zt__tier_mem_alloc(t->ctx, t->pin, pinned, bytes, (void **)&t->master));
   ZT_TRY(zt__tier_mem_alloc(t->ctx, t->pin, pinned, bytes, (void **)&t->m));
   ZT_TRY(zt__tier_mem_alloc(t->ctx, t->pin, pinned, bytes, (void **)&t->v));
-  if (t->n) zt__cpu_cast(t->ctx->cpu, t->master, ZT_FP32, v->params, v->param_dtype, t->n);
-  return 0;
+  if (t->n == 0) return 0;
+  if (pinned) {
+    zt__cpu_cast(t->ctx->cpu, t->master, ZT_FP32, v->params, v->param_dtype, t->n);
+    return 0;
+  }
+  /* In device memory: cast there, and waited for (once, at registration):
+   * the engine may free or move the parameters it reads next. */
+  const zt__backend_ops_t *be = t->ctx->be_ops;
+  ZT_TRY(be->cast(t->ctx->be, t->master, ZT_FP32, v->params, v->param_dtype, t->n,
+                  ZT_STREAM_COMPUTE));
+  return be->stream_sync(t->ctx->be, ZT_STREAM_COMPUTE);
 }
 
 void zt__tier_mem_shard_free(zt__opt_tier_t *t, int pinned) {

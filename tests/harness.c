@@ -163,10 +163,10 @@ zt_backend_t t_backend(void) {
 
 zt_tier_t t_opt_tier(zt_tier_t wanted, int stage) {
   /* The rule of engine.c's check_world, kept here in one place: from stage 1
-   * on, the shard's reduction and norm run on the CPU, so a backend whose
-   * device memory the CPU cannot read needs the optimizer states in host
-   * memory (host or nvme tier). Change both together. */
-  if (wanted == ZT_TIER_DEVICE && stage >= 1 && t_backend() != ZT_BACKEND_HOST)
+   * on, a shard in cuda's device memory is moved by comm "nccl" only, and
+   * the suites' comms are "single" and "mpi"; sim's MPI reaches its device
+   * memory. Change both together. */
+  if (wanted == ZT_TIER_DEVICE && stage >= 1 && t_backend() == ZT_BACKEND_CUDA)
     return ZT_TIER_HOST;
   return wanted;
 }

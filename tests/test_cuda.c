@@ -448,7 +448,7 @@ static void test_sumsq_matches_cpu(void **state) {
     double got[3];
     const zt__stream_t st[3] = {ZT_STREAM_COMPUTE, ZT_STREAM_H2D, ZT_STREAM_D2H};
     for (int run = 0; run < 3; run++)
-      BE_OK(c, ops->sumsq(c->be, d, dt, L.segs, L.n_segs, st[run], &got[run]));
+      BE_OK(c, ops->sumsq(c->be, d, 0, dt, L.segs, L.n_segs, st[run], &got[run]));
     printf("# sumsq %s: gpu %.17g cpu %.17g ref %.17Lg\n", t_dtype_name(dt), got[0], want,
            ref);
     for (int run = 0; run < 3; run++) {
@@ -458,22 +458,82 @@ static void test_sumsq_matches_cpu(void **state) {
     }
     /* Both sums are a double sum of exact squares: far inside 1e-12. */
     assert_true(fabsl((long double)got[0] - ref) <= 1e-12L * ref);
+    /* A ZeRO shard's gradients start at grads_first: the same pieces, the
+     * same bits. */
+    double shard = -1.0;
+    BE_OK(c, ops->sumsq(c->be, (char *)d + L.first * esz, L.first, dt, L.segs, L.n_segs,
+                        ZT_STREAM_COMPUTE, &shard));
+    assert_memory_equal(&shard, &want, sizeof(double));
 
     /* A non-finite gradient makes the sum non-finite. */
     if (dt == ZT_FP32) {
       float inf = INFINITY;
       upload(c, (float *)d + L.segs[0].index + L.segs[0].n - 1, &inf, sizeof inf);
       double s = 0.0;
-      BE_OK(c, ops->sumsq(c->be, d, dt, L.segs, L.n_segs, ZT_STREAM_COMPUTE, &s));
+      BE_OK(c, ops->sumsq(c->be, d, 0, dt, L.segs, L.n_segs, ZT_STREAM_COMPUTE, &s));
       assert_true(isinf(s));
     }
     double z = -1.0;
-    BE_OK(c, ops->sumsq(c->be, d, dt, L.segs, 0, ZT_STREAM_COMPUTE, &z));
+    BE_OK(c, ops->sumsq(c->be, d, 0, dt, L.segs, 0, ZT_STREAM_COMPUTE, &z));
     assert_true(z == 0.0);
     ops->free(c->be, d, n_elems * esz);
     free(h);
     free(L.segs);
   }
+}
+
+/* ---- a ZeRO owner's sums -------------------------------------------------------- */
+
+/* rank_sum: sums[j] += runs[j] + runs[stride + j] + ..., fp32 adds in rank
+ * order, the bits of the same adds written out here in C; and within fp32
+ * rounding of a long double sum. Fresh random data, world 1 to 4, odd
+ * lengths, every gradient dtype. */
+static void test_rank_sum_matches_cpu(void **state) {
+  ctx_t *c = *state;
+  t_rng_t *r = &c->rng;
+  for (int di = 0; di < 3; di++)
+    for (int world = 1; world <= 4; world++) {
+      zt_dtype_t dt = dtypes[di];
+      size_t esz = t_dtype_size(dt);
+      size_t n = 1 + t_rng_next(r) % 70000, stride = n + t_rng_next(r) % 100;
+      size_t run_elems = stride * (size_t)(world - 1) + n;
+      void *h_runs = host_alloc(run_elems * esz);
+      float *h_sums = host_alloc(n * sizeof(float)), *got = host_alloc(n * sizeof(float));
+      t_fill_normal(h_runs, dt, run_elems, 1.0, r);
+      t_fill_normal(h_sums, ZT_FP32, n, 1.0, r);
+      void *d_runs = dev_alloc(c, run_elems * esz);
+      float *d_sums = dev_alloc(c, n * sizeof(float));
+      upload(c, d_runs, h_runs, run_elems * esz);
+      upload(c, d_sums, h_sums, n * sizeof(float));
+      BE_OK(c, ops->rank_sum(c->be, d_sums, d_runs, stride, dt, world, n, ZT_STREAM_D2H));
+      BE_OK(c, ops->stream_sync(c->be, ZT_STREAM_D2H));
+      download(c, got, d_sums, n * sizeof(float));
+      for (size_t j = 0; j < n; j++) {
+        float sum = (float)t_load(h_runs, dt, j);
+        long double ref = t_load(h_runs, dt, j), mag = fabsl(ref);
+        for (int k = 1; k < world; k++) {
+          long double x = t_load(h_runs, dt, (size_t)k * stride + j);
+          sum = sum + (float)x;
+          ref += x;
+          mag += fabsl(x);
+        }
+        float want = h_sums[j] + sum;
+        ref += h_sums[j];
+        mag += fabsl((long double)h_sums[j]);
+        if (memcmp(&got[j], &want, sizeof want) != 0) {
+          printf("# rank_sum %s world %d: element %zu of %zu is %.9g, expected %.9g\n",
+                 t_dtype_name(dt), world, j, n, (double)got[j], (double)want);
+          fail();
+        }
+        /* world fp32 adds, each within half an ulp of the magnitudes. */
+        assert_true(fabsl((long double)got[j] - ref) <= world * 0x1p-24L * mag);
+      }
+      ops->free(c->be, d_runs, run_elems * esz);
+      ops->free(c->be, d_sums, n * sizeof(float));
+      free(h_runs);
+      free(h_sums);
+      free(got);
+    }
 }
 
 /* ---- cast ----------------------------------------------------------------------- */
@@ -762,6 +822,7 @@ int main(void) {
         T(test_is_device_ptr),
         T(test_memset_zero),
         T(test_stream_ordering),
+        T(test_rank_sum_matches_cpu),
     };
     return T_RUN(on_sim);
   }
@@ -791,6 +852,7 @@ int main(void) {
       T(test_adam_matches_cpu),
       T(test_adam_bad_input),
       T(test_sumsq_matches_cpu),
+      T(test_rank_sum_matches_cpu),
       T(test_cast_matches_cpu),
       cmocka_unit_test(test_budget),
       cmocka_unit_test(test_bad_device),

@@ -223,7 +223,12 @@ static void test_flags_and_part_footprint(void **state) {
       const zt__opt_tier_ops_t *ot = zt__opt_tier_ops(otier);
       const zt__param_tier_ops_t *pt = zt__param_tier_ops(tiers[q]);
       assert_int_equal(p->on_pinned, ot->cpu_update);
-      assert_int_equal(p->params_pinned, ot->cpu_update || pt->pinned_buffer);
+      int on_device = !ot->cpu_update && cfg.backend != ZT_BACKEND_HOST;
+      assert_int_equal(p->on_device, on_device);
+      /* A shard on the device goes to and from an nvme parameter tier
+       * through pinned memory. */
+      assert_int_equal(p->params_pinned,
+                       ot->cpu_update || pt->pinned_buffer || (on_device && pt->read != NULL));
       assert_int_equal(eng->ptier.on_medium, pt->read != NULL);
       assert_ptr_equal(eng->zero.prefetch.tier, pt->read ? &eng->ptier : NULL);
       zt__part_footprint_t f;

@@ -78,6 +78,11 @@ typedef struct zt__backend_ops {
    * always 1. */
   int (*is_device_ptr)(zt__backend_t *be, const void *p);
 
+  /* Where a comm that moves host memory (MPI, single) reads and writes the
+   * device memory at p: p itself on the host backend, the CPU's view of it
+   * on sim; NULL on cuda, whose device memory only comm "nccl" moves. */
+  void *(*comm_view)(zt__backend_t *be, void *p);
+
   int (*copy)(zt__backend_t *be, void *dst, const void *src, size_t bytes,
               zt__copy_kind_t kind, zt__stream_t stream);
   /* bytes of device memory at p set to 0 (cudaMemsetAsync). */
@@ -102,14 +107,21 @@ typedef struct zt__backend_ops {
   int (*adam)(zt__backend_t *be, const zt__adam_launch_t *l,
               zt__stream_t stream);
 
-  /* Sum of squares of the gradients over the segments, deterministic for a
-   * given device and segment table; synchronous (the result is a host
-   * double). It is also the overflow check: inf/nan in, inf/nan out. The
-   * unscale is not a kernel of its own: it is part of the update's gradient
-   * multiplier (zt__adam_hp_t.gmul). */
-  int (*sumsq)(zt__backend_t *be, const void *grads, zt_dtype_t dtype,
+  /* Sum of squares of the gradients over the segments (segment element k
+   * of grads at index + k - grads_first), in zt__cpu_sumsq's blocks and
+   * order, so the same bits on every backend; synchronous (the result is a
+   * host double). It is also the overflow check: inf/nan in, inf/nan out.
+   * The unscale is not a kernel of its own: it is part of the update's
+   * gradient multiplier (zt__adam_hp_t.gmul). */
+  int (*sumsq)(zt__backend_t *be, const void *grads, size_t grads_first, zt_dtype_t dtype,
                const zt__seg_t *segs, size_t n_segs, zt__stream_t stream,
                double *out);
+
+  /* A ZeRO owner's sums of its gradients (zt__cpu_rank_sum's, to the bit):
+   * sums[j] += runs[j] + runs[stride + j] + ... + runs[(world-1) * stride + j],
+   * the runs of dtype `dtype` added in rank order in fp32, j in [0, n). */
+  int (*rank_sum)(zt__backend_t *be, float *sums, const void *runs, size_t stride,
+                  zt_dtype_t dtype, int world, size_t n, zt__stream_t stream);
 
   /* dst[i] = (dst_dtype) src[i] for n elements, round to nearest even. */
   int (*cast)(zt__backend_t *be, void *dst, zt_dtype_t dst_dtype,

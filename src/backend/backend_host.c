@@ -158,12 +158,25 @@ static int host_adam(zt__backend_t *be, const zt__adam_launch_t *l, zt__stream_t
   return 0;
 }
 
-static int host_sumsq(zt__backend_t *be, const void *grads, zt_dtype_t dtype,
-                      const zt__seg_t *segs, size_t n_segs, zt__stream_t stream,
-                      double *out) {
+static int host_sumsq(zt__backend_t *be, const void *grads, size_t grads_first,
+                      zt_dtype_t dtype, const zt__seg_t *segs, size_t n_segs,
+                      zt__stream_t stream, double *out) {
   after_queued(be, stream);
-  *out = zt__cpu_sumsq(be->cpu, grads, 0, dtype, segs, n_segs);
+  *out = zt__cpu_sumsq(be->cpu, grads, grads_first, dtype, segs, n_segs);
   return 0;
+}
+
+static int host_rank_sum(zt__backend_t *be, float *sums, const void *runs, size_t stride,
+                         zt_dtype_t dtype, int world, size_t n, zt__stream_t stream) {
+  after_queued(be, stream);
+  zt__cpu_rank_sum(be->cpu, sums, runs, stride, dtype, world, n);
+  return 0;
+}
+
+/* Its device memory is host memory. */
+static void *host_comm_view(zt__backend_t *be, void *p) {
+  (void)be;
+  return p;
 }
 
 static int host_cast(zt__backend_t *be, void *dst, zt_dtype_t dst_dtype, const void *src,
@@ -195,6 +208,7 @@ const zt__backend_ops_t zt__backend_host_ops = {
     .host_unregister = host_unregister,
     .pci_bus_id = host_pci_bus_id,
     .is_device_ptr = host_is_device_ptr,
+    .comm_view = host_comm_view,
     .copy = host_copy,
     .memset_zero = host_memset_zero,
     .event_create = host_event_create,
@@ -206,6 +220,7 @@ const zt__backend_ops_t zt__backend_host_ops = {
     .stream_sync = host_stream_sync,
     .adam = host_adam,
     .sumsq = host_sumsq,
+    .rank_sum = host_rank_sum,
     .cast = host_cast,
     .host_syncs = host_host_syncs,
     .set_stream = host_set_stream,

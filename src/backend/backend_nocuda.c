@@ -66,12 +66,19 @@ static int nocuda_adam(zt__backend_t *be, const zt__adam_launch_t *l, zt__stream
   return ZT_ENOCUDA;
 }
 
-static int nocuda_sumsq(zt__backend_t *be, const void *grads, zt_dtype_t dtype,
-                        const zt__seg_t *segs, size_t n_segs, zt__stream_t stream,
-                        double *out) {
+static int nocuda_sumsq(zt__backend_t *be, const void *grads, size_t grads_first,
+                        zt_dtype_t dtype, const zt__seg_t *segs, size_t n_segs,
+                        zt__stream_t stream, double *out) {
   if (out) *out = 0.0;
   return ZT_ENOCUDA;
 }
+
+static int nocuda_rank_sum(zt__backend_t *be, float *sums, const void *runs, size_t stride,
+                           zt_dtype_t dtype, int world, size_t n, zt__stream_t stream) {
+  return ZT_ENOCUDA;
+}
+
+static void *nocuda_comm_view(zt__backend_t *be, void *p) { return NULL; }
 
 static int nocuda_cast(zt__backend_t *be, void *dst, zt_dtype_t dst_dtype, const void *src,
                        zt_dtype_t src_dtype, size_t n, zt__stream_t stream) {
@@ -94,6 +101,7 @@ const zt__backend_ops_t zt__backend_cuda_ops = {
     .host_unregister = nocuda_host_unregister,
     .pci_bus_id = nocuda_pci_bus_id,
     .is_device_ptr = nocuda_is_device_ptr,
+    .comm_view = nocuda_comm_view,
     .copy = nocuda_copy,
     .memset_zero = nocuda_memset_zero,
     .event_create = nocuda_event_create,
@@ -105,6 +113,7 @@ const zt__backend_ops_t zt__backend_cuda_ops = {
     .stream_sync = nocuda_stream_sync,
     .adam = nocuda_adam,
     .sumsq = nocuda_sumsq,
+    .rank_sum = nocuda_rank_sum,
     .cast = nocuda_cast,
     .host_syncs = nocuda_host_syncs,
     .set_stream = nocuda_set_stream,

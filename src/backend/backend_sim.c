@@ -50,6 +50,7 @@ typedef enum op_kind {
   OP_ADAM,
   OP_SUMSQ,
   OP_CAST,
+  OP_RANK_SUM,
   OP_CALL,
   OP_RECORD,
   OP_WAIT
@@ -78,8 +79,10 @@ typedef struct op {
   zt__seg_t *segs; /* owned (ADAM, SUMSQ)                       */
   void *staged;    /* owned: COPY's source, copied at enqueue   */
   size_t n_segs;
-  zt_dtype_t dtype, src_dtype; /* SUMSQ, CAST */
-  size_t n;                    /* CAST */
+  zt_dtype_t dtype, src_dtype; /* SUMSQ, CAST, RANK_SUM */
+  size_t n;                    /* CAST, RANK_SUM */
+  size_t first;                /* SUMSQ: grads_first; RANK_SUM: the stride */
+  int world;                   /* RANK_SUM */
   sumsq_out_t *out;            /* SUMSQ */
   void (*fn)(void *arg);       /* CALL */
   void *arg;
@@ -281,6 +284,10 @@ void *zt__sim_reach(zt__backend_t *be, const void *p) {
   return a;
 }
 
+/* MPI on sim moves device memory through the alias, as MPI with a
+ * GPU-aware transport moves a GPU's. */
+static void *sim_comm_view(zt__backend_t *be, void *p) { return zt__sim_reach(be, p); }
+
 /* ---- streams ------------------------------------------------------------------- */
 
 static size_t elem_size(zt_dtype_t t) { return t == ZT_FP32 ? 4 : 2; }
@@ -320,12 +327,18 @@ static void run_op(zt__backend_t *be, op_t *op) {
     break;
   case OP_SUMSQ:
     pthread_mutex_lock(&be->kernel_mu);
-    op->out->value = zt__cpu_sumsq(be->cpu, op->src, 0, op->dtype, op->segs, op->n_segs);
+    op->out->value =
+        zt__cpu_sumsq(be->cpu, op->src, op->first, op->dtype, op->segs, op->n_segs);
     pthread_mutex_unlock(&be->kernel_mu);
     break;
   case OP_CAST:
     pthread_mutex_lock(&be->kernel_mu);
     zt__cpu_cast(be->cpu, op->dst, op->dtype, op->src, op->src_dtype, op->n);
+    pthread_mutex_unlock(&be->kernel_mu);
+    break;
+  case OP_RANK_SUM:
+    pthread_mutex_lock(&be->kernel_mu);
+    zt__cpu_rank_sum(be->cpu, op->dst, op->src, op->first, op->dtype, op->world, op->n);
     pthread_mutex_unlock(&be->kernel_mu);
     break;
   case OP_CALL:
@@ -664,11 +677,12 @@ static int sim_adam(zt__backend_t *be, const zt__adam_launch_t *l, zt__stream_t 
   return rc;
 }
 
-static int sim_sumsq(zt__backend_t *be, const void *grads, zt_dtype_t dtype,
-                     const zt__seg_t *segs, size_t n_segs, zt__stream_t stream,
-                     double *out) {
+static int sim_sumsq(zt__backend_t *be, const void *grads, size_t grads_first,
+                     zt_dtype_t dtype, const zt__seg_t *segs, size_t n_segs,
+                     zt__stream_t stream, double *out) {
   sumsq_out_t result = {0};
-  op_t op = {.kind = OP_SUMSQ, .link = -1, .dtype = dtype, .n_segs = n_segs, .out = &result};
+  op_t op = {.kind = OP_SUMSQ, .link = -1, .dtype = dtype, .n_segs = n_segs, .out = &result,
+             .first = grads_first};
   for (size_t i = 0; i < n_segs; i++) op.cost += segs[i].n * elem_size(dtype);
   ZT_TRY(order_after_compute(be, stream));
   op.segs = segs_copy(be, segs, n_segs);
@@ -696,6 +710,22 @@ static int sim_cast(zt__backend_t *be, void *dst, zt_dtype_t dst_dtype, const vo
   pthread_mutex_lock(&be->mu);
   op.dst = reach(be, dst);
   op.src = reach(be, src);
+  int rc = push_locked(be, stream_of(be, stream), &op);
+  pthread_mutex_unlock(&be->mu);
+  return rc;
+}
+
+static int sim_rank_sum(zt__backend_t *be, float *sums, const void *runs, size_t stride,
+                        zt_dtype_t dtype, int world, size_t n, zt__stream_t stream) {
+  if (n == 0) return 0;
+  ZT_TRY(order_after_compute(be, stream));
+  op_t op = {.kind = OP_RANK_SUM, .link = -1, .dtype = dtype, .n = n, .first = stride,
+             .world = world};
+  /* Reads every run and reads and writes the sums. */
+  op.cost = n * ((size_t)world * elem_size(dtype) + 2 * sizeof(float));
+  pthread_mutex_lock(&be->mu);
+  op.dst = reach(be, sums);
+  op.src = reach(be, runs);
   int rc = push_locked(be, stream_of(be, stream), &op);
   pthread_mutex_unlock(&be->mu);
   return rc;
@@ -758,6 +788,7 @@ const zt__backend_ops_t zt__backend_sim_ops = {
     .host_unregister = sim_host_unregister,
     .pci_bus_id = sim_pci_bus_id,
     .is_device_ptr = sim_is_device_ptr,
+    .comm_view = sim_comm_view,
     .copy = sim_copy,
     .memset_zero = sim_memset_zero,
     .event_create = sim_event_create,
@@ -769,6 +800,7 @@ const zt__backend_ops_t zt__backend_sim_ops = {
     .stream_sync = sim_stream_sync,
     .adam = sim_adam,
     .sumsq = sim_sumsq,
+    .rank_sum = sim_rank_sum,
     .cast = sim_cast,
     .host_syncs = sim_host_syncs,
     .set_stream = sim_set_stream,

@@ -203,6 +203,28 @@ double zt__cpu_sumsq(zt__cpu_t *cpu, const void *grads, size_t grads_first,
   return total;
 }
 
+/* ---- a ZeRO owner's sums ------------------------------------------------------- */
+
+/* In blocks converted to fp32 first, so that every loop is a plain vector
+ * loop; each element's sum is the same as one at a time. */
+void zt__cpu_rank_sum(const zt__cpu_t *cpu, float *sums, const void *runs, size_t stride,
+                      zt_dtype_t dtype, int world, size_t n) {
+  enum { BLOCK = 2048 };
+  float sum[BLOCK], run[BLOCK];
+  size_t gsz = zt__dtype_size(dtype);
+  const char *at = runs;
+  for (size_t j0 = 0; j0 < n; j0 += BLOCK) {
+    size_t m = zt__min_sz(BLOCK, n - j0);
+    zt__cast_run(cpu->isa, sum, ZT_FP32, at + j0 * gsz, dtype, m, 0, 0, 0);
+    for (int r = 1; r < world; r++) {
+      zt__cast_run(cpu->isa, run, ZT_FP32, at + ((size_t)r * stride + j0) * gsz, dtype, m, 0,
+                   0, 0);
+      for (size_t j = 0; j < m; j++) sum[j] = sum[j] + run[j];
+    }
+    for (size_t j = 0; j < m; j++) sums[j0 + j] = sums[j0 + j] + sum[j];
+  }
+}
+
 /* ---- casts ------------------------------------------------------------------- */
 
 typedef struct cast_ctx {

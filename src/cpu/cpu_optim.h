@@ -78,6 +78,13 @@ ZT_INTERNAL double zt__cpu_sumsq(zt__cpu_t *cpu, const void *grads,
                                  size_t grads_first, zt_dtype_t dtype,
                                  const zt__seg_t *segs, size_t n_segs);
 
+/* A ZeRO owner's sums, on the calling thread: sums[j] += the sum over
+ * ranks, in rank order and in fp32, of element j of each rank's run in
+ * `runs` (runs `stride` elements apart, of dtype `dtype`), j in [0, n).
+ * Every backend's rank_sum gives these bits. */
+ZT_INTERNAL void zt__cpu_rank_sum(const zt__cpu_t *cpu, float *sums, const void *runs,
+                                  size_t stride, zt_dtype_t dtype, int world, size_t n);
+
 /* dst[i] = (dst_dtype) src[i], i in [0, n), all threads, round to nearest. */
 ZT_INTERNAL void zt__cpu_cast(zt__cpu_t *cpu, void *dst, zt_dtype_t dst_dtype,
                               const void *src, zt_dtype_t src_dtype, size_t n);

@@ -132,15 +132,17 @@ static int check_world(zt_engine_t *eng) {
                     "ranks are not supported by this version; use stage 1 (the same "
                     "parameters and gradients, 1/%d of the optimizer states)",
                     world, world);
-  /* The shard's reduction and norm run on the CPU: on a GPU its buffers
-   * must be pinned host memory, which the host and nvme tiers' are and the
-   * device tier's are not. */
-  if (c->stage >= 1 && c->backend != ZT_BACKEND_HOST && c->optimizer_tier == ZT_TIER_DEVICE)
+  /* A shard in device memory is moved by a comm that reaches it: on cuda
+   * only NCCL does (sim's MPI and single comms reach it through the
+   * backend's comm_view, zero/partition.h). */
+  if (c->stage >= 1 && c->optimizer_tier == ZT_TIER_DEVICE && c->comm != ZT_COMM_NCCL &&
+      eng->be_ops->comm_view(eng->be, eng->be) == NULL)
     return zt__errf(&eng->err, ZT_ECONFIG,
-                    "stage %d on the %s backend needs optimizer_tier \"host\" or \"nvme\" "
-                    "in this version (optimizer_tier is \"device\": shards of the optimizer "
-                    "states in device memory are not in this version)",
-                    c->stage, eng->be_ops->name);
+                    "stage %d with optimizer_tier \"device\" on the %s backend needs comm "
+                    "\"nccl\" (comm is \"%s\", which moves host memory only: its shards "
+                    "would be in device memory); set comm \"nccl\", or optimizer_tier "
+                    "\"host\" or \"nvme\"",
+                    c->stage, eng->be_ops->name, eng->comm->be->name);
   return 0;
 }
 

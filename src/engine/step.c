@@ -91,9 +91,12 @@ static int grad_sumsq(zt_engine_t *eng, const char *fn, int local, const zt_step
       return 0;
     }
     ZT_TRY(rc);
-    *out = p->n_segs ? zt__cpu_sumsq(eng->cpu, p->grads, p->begin, ZT_FP32, p->segs,
-                                     p->n_segs)
-                     : 0.0;
+    *out = 0.0;
+    if (p->on_device)
+      ZT_TRY(eng->be_ops->sumsq(eng->be, p->grads, p->begin, ZT_FP32, p->segs, p->n_segs,
+                                ZT_STREAM_COMPUTE, out));
+    else if (p->n_segs)
+      *out = zt__cpu_sumsq(eng->cpu, p->grads, p->begin, ZT_FP32, p->segs, p->n_segs);
     /* The loss scale is the same on every rank (the scaler moves on the
      * all-gathered sum), so "handed out the current one" is comparable; a
      * rank that did not would unscale by another value than its peers. */
@@ -123,7 +126,7 @@ static int grad_sumsq(zt_engine_t *eng, const char *fn, int local, const zt_step
       *refused = local; /* no peers to tell: the engine is not partitioned */
       return 0;
     }
-    ZT_TRY(eng->be_ops->sumsq(eng->be, eng->grads, eng->grad_dtype, eng->segs,
+    ZT_TRY(eng->be_ops->sumsq(eng->be, eng->grads, 0, eng->grad_dtype, eng->segs,
                               eng->n_segs, ZT_STREAM_COMPUTE, out));
     *avg = 1.0;
   }
@@ -170,6 +173,8 @@ static int update_shard(zt_engine_t *eng, const zt__adam_hp_t *hp) {
     t->view.params = p->params; /* a fresh buffer each step */
   }
   int rc = t->ops->update(t, hp);
+  if (rc == 0) rc = zt__part_updated(p);
+  if (rc == 0 && pt->on_medium) rc = zt__part_update_wait(p); /* the put reads them */
   if (rc == 0 && fresh) rc = pt->ops->put(pt, p->begin, p->end, p->params);
   int done = pt->ops->done(pt);
   if (pt->on_medium) zt__part_params_free(p);

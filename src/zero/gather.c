@@ -51,7 +51,8 @@ static int start_gather(zt__part_t *p, zt__xfer_t *x, const zt__span_t *sp,
   x->req = (zt__comm_req_t){0};
   void *recv = gathers_in_place(p, sp) ? sp->at : x->recv;
   if (recv == x->recv) ZT_TRY(zt__part_recv_free(p, x));
-  ZT_TRY(p->ctx->comm->ops->all_gatherv(p->ctx->comm, send, x->counts[p->rank], recv,
+  ZT_TRY(p->ctx->comm->ops->all_gatherv(p->ctx->comm, zt__part_comm_buf(p, send),
+                                        x->counts[p->rank], zt__part_comm_buf(p, recv),
                                         x->counts, x->displs,
                                         zt__part_red_dtype(p->reg.param_dtype), &x->req));
   x->busy = 1;
@@ -156,6 +157,7 @@ static int gather_spans(zt__part_t *p, const zt__span_t *spans, const char *cons
 
 int zt__gather_shards(zt__part_t *p) {
   zt__span_t all = {0, p->total, NULL};
+  ZT_TRY(zt__part_update_wait(p)); /* the comm reads the updated shard */
   return gather_spans(p, &all, NULL, 1);
 }
 
@@ -186,6 +188,9 @@ int zt__gather_fetch(zt__zero_t *z, zt__group_t *g) {
     zt__prefetch_make_room(pf, g);
     if (pf->tier) ZT_TRY(zt__prefetch_take(pf, g, &r));
   }
+  /* Sent from the shard itself: the comm reads the updated shard. (A group
+   * staged ahead, or read from disk, is sent from its own copy.) */
+  if (staged == NULL && r == NULL) ZT_TRY(zt__part_update_wait(p));
   zt__span_t *dst = malloc(g->n_spans * sizeof *dst);
   const char **src = malloc(g->n_spans * sizeof *src);
   int rc = dst && src ? 0 : zt__errf(p->ctx->err, -ENOMEM, "out of memory");

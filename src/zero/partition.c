@@ -195,8 +195,14 @@ int zt__part_init(zt__part_t *p, const zt__ctx_t *ctx, const zt__zero_reg_t *reg
    * its gradient sums and parameters, and the buckets they come through,
    * in pinned host memory (on cuda the CPU cannot touch device memory). */
   p->on_pinned = zt__opt_tier_ops(p->ctx->cfg->optimizer_tier)->cpu_update;
+  p->on_device = !p->on_pinned && p->ctx->cfg->backend != ZT_BACKEND_HOST;
+  /* A parameter tier with a medium of its own (reads ahead: "nvme") moves
+   * the shard's parameters to and from it through host memory: with the
+   * shard on the device they are pinned, and the update writes them there. */
+  const zt__param_tier_ops_t *pto = zt__param_tier_ops(p->ctx->cfg->param_tier);
   p->params_pinned =
-      p->on_pinned || zt__param_tier_ops(p->ctx->cfg->param_tier)->pinned_buffer;
+      p->on_pinned || pto->pinned_buffer || (p->on_device && pto->read != NULL);
+  if (p->on_device) ZT_TRY(p->ctx->be_ops->event_create(p->ctx->be, &p->updated));
   zt__part_footprint_t f;
   zt__part_footprint(&(zt__part_shape_t){p->total, p->world, p->rank, p->ctx->cfg->stage,
                                           p->ctx->cfg->bucket_bytes, p->reg.param_dtype,
@@ -250,6 +256,7 @@ int zt__part_init(zt__part_t *p, const zt__ctx_t *ctx, const zt__zero_reg_t *reg
     ZT_TRY(zt__part_alloc(p, x->send_bytes, &x->send));
     ZT_TRY(zt__part_alloc(p, x->recv_bytes, &x->recv));
     ZT_TRY(p->ctx->be_ops->event_create(p->ctx->be, &x->packed));
+    ZT_TRY(p->ctx->be_ops->event_create(p->ctx->be, &x->summed));
     ZT_TRY(p->ctx->be_ops->event_create(p->ctx->be, &x->landed));
     ZT_TRY(p->ctx->be_ops->event_create(p->ctx->be, &p->gx[s].landed));
   }
@@ -263,6 +270,39 @@ int zt__part_recv_free(zt__part_t *p, zt__xfer_t *x) {
   if (done == 0) done = be->event_sync(p->ctx->be, x->landed);
   if (done < 0) return done;
   x->landing = 0;
+  return 0;
+}
+
+void *zt__part_comm_buf(const zt__part_t *p, const void *buf) {
+  if (!p->on_device || buf == NULL || p->ctx->cfg->comm == ZT_COMM_NCCL) return (void *)buf;
+  return p->ctx->be_ops->comm_view(p->ctx->be, (void *)buf);
+}
+
+int zt__part_updated(zt__part_t *p) {
+  if (!p->on_device) return 0;
+  const zt__backend_ops_t *be = p->ctx->be_ops;
+  int rc = be->event_record(p->ctx->be, p->updated, ZT_STREAM_COMPUTE);
+  if (rc < 0) {
+    /* Nothing marks the update's end: it is waited for here. */
+    zt__err_t keep = *p->ctx->err;
+    (void)be->stream_sync(p->ctx->be, ZT_STREAM_COMPUTE);
+    *p->ctx->err = keep;
+    return rc;
+  }
+  p->update_pending = 1;
+  /* The stage-3 copies staged ahead read params on the prefetch stream,
+   * which is not ordered after the loop's (backend.h): from here on, after
+   * the update. */
+  return be->stream_wait(p->ctx->be, ZT_STREAM_PREFETCH, p->updated);
+}
+
+int zt__part_update_wait(zt__part_t *p) {
+  if (!p->update_pending) return 0;
+  const zt__backend_ops_t *be = p->ctx->be_ops;
+  int done = be->event_done(p->ctx->be, p->updated);
+  if (done == 0) done = be->event_sync(p->ctx->be, p->updated);
+  if (done < 0) return done;
+  p->update_pending = 0;
   return 0;
 }
 
@@ -292,9 +332,11 @@ void zt__part_reap(zt__part_t *p) {
   if (c == NULL) return;
   for (int s = 0; s < ZT_XFER_SLOTS; s++) {
     zt__xfer_t *x = &p->xfer[s];
-    /* A bucket packed and never sent: its copies still write its buffer. */
+    /* A bucket packed and never sent: its copies still write its buffer;
+     * one summed on the device: its sums still read it. */
     if (x->packing) (void)p->ctx->be_ops->event_sync(p->ctx->be, x->packed);
-    x->packing = 0;
+    if (x->summing) (void)p->ctx->be_ops->event_sync(p->ctx->be, x->summed);
+    x->packing = x->summing = 0;
     if (!x->busy) continue;
     x->busy = 0;
     if (p->on_pinned) {
@@ -335,6 +377,7 @@ void zt__part_free(zt__part_t *p) {
   for (int s = 0; s < ZT_XFER_SLOTS; s++) {
     zt__xfer_t *x = &p->xfer[s];
     if (x->packed) p->ctx->be_ops->event_destroy(p->ctx->be, x->packed);
+    if (x->summed) p->ctx->be_ops->event_destroy(p->ctx->be, x->summed);
     if (x->landed) p->ctx->be_ops->event_destroy(p->ctx->be, x->landed);
     if (p->gx[s].landed) p->ctx->be_ops->event_destroy(p->ctx->be, p->gx[s].landed);
     zt__part_release(p, x->send, x->send_bytes);
@@ -352,6 +395,7 @@ void zt__part_free(zt__part_t *p) {
     free(p->groups[g].units);
   }
   zt__part_free_grad_spares(p);
+  if (p->updated) p->ctx->be_ops->event_destroy(p->ctx->be, p->updated);
   free(p->groups);
   free(p->segs);
   memset(p, 0, sizeof *p);

@@ -12,10 +12,13 @@
  * rank r owns [r * shard, (r + 1) * shard) of it, clipped to the real size:
  * any world size, any unit size, units straddling shard boundaries.
  *
- * Memory: in this version the shard's states, its reduced gradients and the
- * bucket buffers live in memory the CPU reads (the host backend's, or pinned
- * host memory when the optimizer tier updates on the CPU: "host" and
- * "nvme", whose ops say cpu_update); comm moves host buffers.
+ * Memory: the shard's states, its reduced gradients and the bucket buffers
+ * are pinned host memory when the optimizer tier updates on the CPU ("host"
+ * and "nvme", whose ops say cpu_update: on_pinned), else the backend's. On a
+ * GPU backend that is device memory the CPU cannot read (on_device): the
+ * sums, the norm and the update are the backend's kernels, and a comm that
+ * moves host memory reaches the buffers through the backend's comm_view
+ * (zt__part_comm_buf).
  *
  * What it sees of the engine: the narrow context (offload/context.h) and
  * the registration's view below, both lent at zt__part_init; never the
@@ -120,6 +123,9 @@ typedef struct zt__xfer {
   zt__event_t *landed;      /* recorded after that copy                     */
   uint64_t sums;            /* ticket of its sums on the sums thread, not
                                waited for yet (0: none)                     */
+  int summing;              /* on_device: its sums are enqueued on the D2H
+                               stream, behind `summed`, not known done      */
+  zt__event_t *summed;      /* recorded after those sums                    */
   zt__span_t *spans;        /* the bucket's state spans (at most n_groups+1) */
   size_t n_spans, cap_spans;
   void *send, *recv;        /* CPU memory (see the header comment)          */
@@ -174,6 +180,13 @@ typedef struct zt__part {
   void *params;  /* the shard's updated parameters, param dtype; with param_tier
                     "nvme" only inside the step (between steps: on disk)       */
   int on_pinned; /* grads/buckets (and params) are pinned host memory (host, nvme) */
+  int on_device; /* grads/buckets/params are device memory the CPU cannot read
+                    (optimizer tier "device" on a GPU backend; see the top) */
+  /* on_device: the step's update of params is enqueued on the loop's
+   * stream, recorded in `updated`, and not known done: the next gather
+   * waits for it before the comm reads params (zt__part_updated). */
+  int update_pending;
+  zt__event_t *updated;
   int params_pinned; /* params are pinned host memory (on_pinned, or a parameter
                         tier whose ops say pinned_buffer: "host")              */
 
@@ -194,6 +207,16 @@ typedef struct zt__part {
 /* Slot x's recv buffer may be written again: the copy out of it that
  * landed its last gather is done (a host sync only when it is not). */
 ZT_INTERNAL int zt__part_recv_free(zt__part_t *p, zt__xfer_t *x);
+
+/* Where the comm reads and writes buffer `buf` of the room: buf itself,
+ * but for device memory (on_device) under a comm that moves host memory,
+ * which reaches it through the backend's comm_view. */
+ZT_INTERNAL void *zt__part_comm_buf(const zt__part_t *p, const void *buf);
+
+/* on_device: the step has enqueued the update of params (the host waits
+ * for it before a collective reads them: zt__part_update_wait). */
+ZT_INTERNAL int zt__part_updated(zt__part_t *p);
+ZT_INTERNAL int zt__part_update_wait(zt__part_t *p);
 
 /* Rank r's elements of the state space: [lo, hi). */
 static inline void zt__part_shard_of(const zt__part_t *p, int r, size_t *lo, size_t *hi) {

@@ -10,6 +10,10 @@
  * alltoallv send buffer as it is, and the owner receives W runs of the same
  * length, one per rank, in rank order.
  *
+ * With the shard in device memory (on_device) the sums are the backend's
+ * rank_sum kernel, enqueued on the D2H stream behind the bucket's landing
+ * and recorded, instead of the sums thread's: the same bits.
+ *
  * Calls agree.c (the vote before each hand-over and each step reduction)
  * and partition.c (spans, memory); called by the engine (zt_grads_ready, the
  * step, zt_load) and by gather.c, whose gathers move these buckets along.
@@ -18,32 +22,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cpu/cpu_kernels.h" // defines: zt__cast_run
 #include "zero/agree.h"      // defines: zt__agree
 #include "zero/partition.h"
 #include "zero/reduce.h"
 
-
-/* grads[j] += the sum over ranks, in rank order, of element j of each
- * rank's run in `recv` (runs `stride` elements apart, of dtype dt), for j
- * in [0, n). In blocks converted to fp32 first, so that every loop is a
- * plain vector loop; each element's sum is the same as one at a time. */
-static void add_rank_sums(const zt__cpu_t *cpu, float *grads, const char *recv,
-                          size_t stride, zt_dtype_t dt, int world, size_t n) {
-  enum { BLOCK = 2048 };
-  float sum[BLOCK], run[BLOCK];
-  size_t gsz = zt__dtype_size(dt);
-  for (size_t j0 = 0; j0 < n; j0 += BLOCK) {
-    size_t m = zt__min_sz(BLOCK, n - j0);
-    zt__cast_run(cpu->isa, sum, ZT_FP32, recv + j0 * gsz, dt, m, 0, 0, 0);
-    for (int r = 1; r < world; r++) {
-      zt__cast_run(cpu->isa, run, ZT_FP32, recv + ((size_t)r * stride + j0) * gsz, dt, m, 0,
-                   0, 0);
-      for (size_t j = 0; j < m; j++) sum[j] = sum[j] + run[j];
-    }
-    for (size_t j = 0; j < m; j++) grads[j0 + j] = grads[j0 + j] + sum[j];
-  }
-}
 
 /* On the sums thread: the landed bucket's W runs, summed in rank order into
  * the shard's gradients. */
@@ -55,31 +37,70 @@ static void sum_bucket(void *arg) {
   for (size_t k = 0; k < x->n_spans && mine; k++) {
     size_t a, b;
     if (!zt__span_clip(x->spans[k].a, x->spans[k].b, p->begin, p->end, &a, &b)) continue;
-    add_rank_sums(p->ctx->cpu, p->grads + (a - p->begin), (const char *)x->recv + i * gsz,
-                  mine, p->reg.grad_dtype, p->world, b - a);
+    zt__cpu_rank_sum(p->ctx->cpu, p->grads + (a - p->begin), (const char *)x->recv + i * gsz,
+                     mine, p->reg.grad_dtype, p->world, b - a);
     i += b - a;
   }
 }
 
-/* The bucket has landed: its sums go to the sums thread. Where that thread
- * cannot start, they are done here: a gradient is never lost. */
-static void finish(zt__part_t *p, zt__xfer_t *x) {
+/* On the device: the landed bucket's sums, enqueued on the D2H stream
+ * (which the packing of the next buckets shares, so the device orders them
+ * with it) and recorded. */
+static int sum_bucket_on_device(zt__part_t *p, zt__xfer_t *x) {
+  const zt__backend_ops_t *be = p->ctx->be_ops;
+  size_t mine = x->mine, i = 0;
+  size_t gsz = zt__dtype_size(p->reg.grad_dtype);
+  for (size_t k = 0; k < x->n_spans && mine; k++) {
+    size_t a, b;
+    if (!zt__span_clip(x->spans[k].a, x->spans[k].b, p->begin, p->end, &a, &b)) continue;
+    ZT_TRY(be->rank_sum(p->ctx->be, p->grads + (a - p->begin),
+                        (const char *)x->recv + i * gsz, mine, p->reg.grad_dtype, p->world,
+                        b - a, ZT_STREAM_D2H));
+    i += b - a;
+  }
+  int rc = be->event_record(p->ctx->be, x->summed, ZT_STREAM_D2H);
+  if (rc < 0) {
+    /* Nothing marks the sums' end: they are waited for here. */
+    zt__err_t keep = *p->ctx->err;
+    (void)be->stream_sync(p->ctx->be, ZT_STREAM_D2H);
+    *p->ctx->err = keep;
+    return rc;
+  }
+  x->summing = 1;
+  return 0;
+}
+
+/* The bucket has landed: its sums go to the device, or to the sums thread.
+ * Where that thread cannot start, they are done here: a gradient is never
+ * lost. */
+static int finish(zt__part_t *p, zt__xfer_t *x) {
   x->busy = 0;
+  if (p->on_device) return sum_bucket_on_device(p, x);
   zt__err_t keep = *p->ctx->err;
   if (zt__work_queue_call(&p->sums, sum_bucket, x, p->ctx->err) == 0) {
     x->sums = zt__work_queue_ticket(&p->sums);
-    return;
+    return 0;
   }
   *p->ctx->err = keep;
   sum_bucket(x);
+  return 0;
 }
 
 /* The slot's sums are done: its buffers may be reused, and the shard's
- * gradients hold them. */
-static void wait_sums(zt__part_t *p, zt__xfer_t *x) {
-  if (x->sums == 0) return;
+ * gradients hold them. On the device, a host sync only when they are not
+ * done yet. */
+static int wait_sums(zt__part_t *p, zt__xfer_t *x) {
+  if (x->summing) {
+    const zt__backend_ops_t *be = p->ctx->be_ops;
+    int done = be->event_done(p->ctx->be, x->summed);
+    if (done == 0) done = be->event_sync(p->ctx->be, x->summed);
+    if (done < 0) return done;
+    x->summing = 0;
+  }
+  if (x->sums == 0) return 0;
   zt__work_queue_wait(&p->sums, x->sums);
   x->sums = 0;
+  return 0;
 }
 
 static int start_collective(zt__part_t *p, zt__xfer_t *x);
@@ -117,7 +138,11 @@ static int start_packed(zt__part_t *p, int block) {
 /* One rank has no order to keep with others: it never waits here. */
 int zt__reduce_flush(zt__part_t *p) { return start_packed(p, p->world > 1); }
 
-static int wait_slot(zt__part_t *p, zt__xfer_t *x) {
+/* The slot's collective has landed and its sums are done. With
+ * `sums_on_stream`, sums on the device are not waited for by the host: the
+ * loop's stream waits for them, for the norm and the update it runs next
+ * (the slot stays `summing` until a host wait or event_done sees them). */
+static int wait_slot(zt__part_t *p, zt__xfer_t *x, int sums_on_stream) {
   if (x->packing) ZT_TRY(start_packed(p, 1));
   if (x->busy) {
     int rc = p->ctx->comm->ops->wait(p->ctx->comm, &x->req);
@@ -125,10 +150,11 @@ static int wait_slot(zt__part_t *p, zt__xfer_t *x) {
       x->busy = 0;
       return rc;
     }
-    finish(p, x);
+    ZT_TRY(finish(p, x));
   }
-  wait_sums(p, x);
-  return 0;
+  if (sums_on_stream && x->summing)
+    return p->ctx->be_ops->stream_wait(p->ctx->be, ZT_STREAM_COMPUTE, x->summed);
+  return wait_sums(p, x);
 }
 
 /* Starts the collectives whose buckets are packed and finishes the buckets
@@ -148,7 +174,7 @@ int zt__reduce_progress(zt__part_t *p) {
         x->busy = 0;
         return x->req.status;
       }
-      finish(p, x);
+      ZT_TRY(finish(p, x));
     }
   }
   return 0;
@@ -224,9 +250,10 @@ static int start_collective(zt__part_t *p, zt__xfer_t *x) {
     x->rdispls[r] = (size_t)r * x->mine;
   }
   x->req = (zt__comm_req_t){0};
-  ZT_TRY(p->ctx->comm->ops->alltoallv(p->ctx->comm, x->send, x->counts, x->displs, x->recv,
-                                   x->rcounts, x->rdispls, zt__part_red_dtype(p->reg.grad_dtype),
-                                   &x->req));
+  ZT_TRY(p->ctx->comm->ops->alltoallv(p->ctx->comm, zt__part_comm_buf(p, x->send), x->counts,
+                                      x->displs, zt__part_comm_buf(p, x->recv), x->rcounts,
+                                      x->rdispls, zt__part_red_dtype(p->reg.grad_dtype),
+                                      &x->req));
   x->busy = 1;
   return 0;
 }
@@ -235,7 +262,7 @@ static int start_collective(zt__part_t *p, zt__xfer_t *x) {
 static int take_slot(zt__part_t *p, zt__xfer_t **out) {
   zt__xfer_t *x = &p->xfer[p->next_slot];
   p->next_slot = (p->next_slot + 1) % ZT_XFER_SLOTS;
-  ZT_TRY(wait_slot(p, x));
+  ZT_TRY(wait_slot(p, x, 0));
   x->n_spans = 0;
   *out = x;
   return 0;
@@ -329,12 +356,16 @@ int zt__reduce_all(zt__part_t *p, const zt_step_args_t *args) {
     ZT_TRY(rc);
     for (size_t g = 0; g < p->n_groups; g++) zt__part_drop_grads(p, &p->groups[g]);
   }
-  return zt__reduce_drain(p);
+  /* The last buckets land; the norm and the update read their sums on the
+   * loop's stream. */
+  ZT_TRY(zt__reduce_flush(p));
+  for (int s = 0; s < ZT_XFER_SLOTS; s++) ZT_TRY(wait_slot(p, &p->xfer[s], 1));
+  return 0;
 }
 
 int zt__reduce_drain(zt__part_t *p) {
   ZT_TRY(zt__reduce_flush(p));
-  for (int s = 0; s < ZT_XFER_SLOTS; s++) ZT_TRY(wait_slot(p, &p->xfer[s]));
+  for (int s = 0; s < ZT_XFER_SLOTS; s++) ZT_TRY(wait_slot(p, &p->xfer[s], 0));
   return 0;
 }
 
@@ -350,9 +381,10 @@ int zt__reduce_drop_buckets(zt__part_t *p) {
       x->packing = 0;
       if (rc == 0) rc = w;
     }
-    wait_sums(p, x); /* they write the shard's gradients */
+    int w = wait_sums(p, x); /* they write the shard's gradients */
+    if (rc == 0) rc = w;
     if (!x->busy) continue;
-    int w = p->ctx->comm->ops->wait(p->ctx->comm, &x->req);
+    w = p->ctx->comm->ops->wait(p->ctx->comm, &x->req);
     x->busy = 0;
     if (rc == 0) rc = w;
   }
@@ -362,7 +394,12 @@ int zt__reduce_drop_buckets(zt__part_t *p) {
 int zt__reduce_reset(zt__part_t *p) {
   zt__part_free_grad_spares(p);
   for (size_t g = 0; g < p->n_groups; g++) p->groups[g].reduced = 0;
-  for (int s = 0; s < ZT_XFER_SLOTS; s++) wait_sums(p, &p->xfer[s]);
-  memset(p->grads, 0, (p->end - p->begin) * sizeof(float));
+  for (int s = 0; s < ZT_XFER_SLOTS; s++) ZT_TRY(wait_sums(p, &p->xfer[s]));
+  size_t bytes = (p->end - p->begin) * sizeof(float);
+  /* On the device behind the update, which read them, on the loop's stream;
+   * the next sums (D2H stream) are ordered after it (backend.h). */
+  if (p->on_device)
+    return p->ctx->be_ops->memset_zero(p->ctx->be, p->grads, bytes, ZT_STREAM_COMPUTE);
+  memset(p->grads, 0, bytes);
   return 0;
 }

@@ -27,7 +27,9 @@
 ZT_INTERNAL int zt__reduce_group(zt__part_t *p, zt__group_t *g);
 
 /* The step's reduction: every group not handed over yet, then waits for
- * every bucket in flight. After it, p->grads holds the shard's sums.
+ * every bucket in flight. After it, p->grads holds the shard's sums (with
+ * the shard on the device: for the work enqueued next on the loop's stream,
+ * which waits for the last sums there, not the host).
  * `args`: zt_step's arguments, which the ranks compare before anything
  * moves (a difference is -EINVAL on every rank naming them, with
  * p->disagreed = ZT_DISAGREED_ARGS); NULL for zt_grad_norm or a step this
