@@ -2,8 +2,9 @@
  * test_prefetch.c — stage 3's parameter tiers and the prefetch scheduler on
  * one rank (test_zero.c runs every tier pairing on 1 to 4 ranks against the
  * reference): reads ahead and groups kept once the order is traced, what
- * zt_stats says of them, a fetch order that changes mid-run, an I/O error
- * in a fetch, and configs that cannot work.
+ * zt_stats says of them, groups staged ahead (whose fetch makes the host
+ * wait for nothing), a fetch order that changes mid-run, an I/O error in a
+ * fetch, and configs that cannot work.
  *
  * The model is laid out as llm.c lays out its layers: tensor W is [L, 3001]
  * and tensor B is [L, 97], so layer l is two slices far apart. Gradients
@@ -35,11 +36,6 @@ static void make_units(void) {
     units[2 * l + 1] = (zt_unit_t){NULL, (size_t)L * WN + (size_t)l * BN, BN, l, 0, ZT_BF16};
   }
 }
-
-/* Whether this backend takes the optimizer's shards in device memory at
- * stage 3. Groups are staged ahead only then: with host shards (the host
- * and nvme optimizer tiers) the gathers land in the buckets first. */
-static int device_shards(void) { return t_opt_tier(ZT_TIER_DEVICE, 3) == ZT_TIER_DEVICE; }
 
 /* The config's stage_min_bytes (t_config's 0 unless a test sets it). */
 static size_t stage_min_bytes;
@@ -194,18 +190,16 @@ static void test_read_ahead_and_keep(void **state) {
   assert_int_equal(ho.fetch_kept, nv.fetch_kept);
   assert_int_equal(dev.fetch_read_ahead, 0);
   /* Once traced, the next layers are staged ahead in every tier (the copy
-   * thread of ZT_STREAM_PREFETCH puts this rank's part in place), except
-   * the first fetch after each step, issued before any was. */
+   * thread of ZT_STREAM_PREFETCH puts this rank's part, here the whole
+   * group, in place), with the optimizer's shards in device or in host
+   * memory alike, except the first fetch after each step, issued before
+   * any was. */
   printf("# staged ahead: device %llu, host %llu, nvme %llu of %llu gathers\n",
          (unsigned long long)dev.fetch_staged, (unsigned long long)ho.fetch_staged,
          (unsigned long long)nv.fetch_staged, (unsigned long long)nv.fetch_gathers);
-  if (device_shards()) {
-    assert_true(nv.fetch_staged > 0 && nv.fetch_staged <= later);
-    assert_true(ho.fetch_staged >= later - (STEPS - 1));
-    assert_true(dev.fetch_staged >= later - (STEPS - 1));
-  } else {
-    assert_int_equal(nv.fetch_staged + ho.fetch_staged + dev.fetch_staged, 0);
-  }
+  assert_true(nv.fetch_staged > 0 && nv.fetch_staged <= later);
+  assert_true(ho.fetch_staged >= later - (STEPS - 1));
+  assert_true(dev.fetch_staged >= later - (STEPS - 1));
   free(want);
   free(got);
   free(host);
@@ -286,11 +280,6 @@ static void test_io_error_in_fetch(void **state) {
  * are the device tier's either way. Layer l's part is its WN + BN bf16
  * elements here (one rank). */
 static void test_stage_min_bytes(void **state) {
-  if (!device_shards()) {
-    printf("# skipped: nothing is staged ahead without device shards (backend %d)\n",
-           (int)t_backend());
-    skip();
-  }
   enum { STEPS = 3 };
   step_plan_t plan[STEPS];
   for (int t = 0; t < STEPS; t++) plan[t] = (step_plan_t){forward, L};
@@ -380,6 +369,77 @@ static void test_room_across_sizes(void **state) {
   zt_engine_destroy(eng);
 }
 
+/* Fetches layer l in eng, counting the host syncs and stagings of that
+ * zt_fetch alone, and in ref (which stages nothing); both layers' bytes
+ * must be the same. */
+static void fetch_against(zt_engine_t *eng, zt_engine_t *ref, int l, uint64_t *syncs,
+                          int *staged) {
+  zt_stats_t a = ZT_STATS_INIT, b = ZT_STATS_INIT;
+  void *p[2], *q[2];
+  T_OK(zt_stats(eng, &a), eng);
+  assert_int_equal(zt_fetch(eng, l, p, 2), 2);
+  T_OK(zt_stats(eng, &b), eng);
+  *syncs = b.host_syncs - a.host_syncs;
+  *staged = b.fetch_staged > a.fetch_staged;
+  assert_int_equal(zt_fetch(ref, l, q, 2), 2);
+  uint16_t got[WN], want[WN];
+  t_buf_download(eng, got, p[0], WN * 2);
+  t_buf_download(ref, want, q[0], WN * 2);
+  t_expect_same("a staged layer's W vs unstaged", got, want, 2, WN);
+  t_buf_download(eng, got, p[1], BN * 2);
+  t_buf_download(ref, want, q[1], BN * 2);
+  t_expect_same("a staged layer's B vs unstaged", got, want, 2, BN);
+  T_OK(zt_release(eng, l), eng);
+  T_OK(zt_release(ref, l), ref);
+}
+
+/* With one rank a staged group is whole once its copy lands (prefetch.h):
+ * its zt_fetch makes the loop's stream wait for that copy, and the host
+ * waits for nothing (zt_stats' host_syncs unchanged across the call, on
+ * sim, where every host wait is counted), with the optimizer states in
+ * host memory too (the host tier's shard and buckets are pinned, and its
+ * gathers go through the buckets). The parameters fetched are those of an
+ * engine that stages nothing (prefetch_bytes 0), bit for bit, after steps
+ * that updated them. Parameter tiers host and nvme, each with the
+ * optimizer tier device (where the backend takes it) and host. */
+static void test_staged_fetch_no_host_sync(void **state) {
+  const zt_tier_t tiers[] = {ZT_TIER_HOST, ZT_TIER_NVME};
+  const zt_tier_t opt[] = {t_opt_tier(ZT_TIER_DEVICE, 3), ZT_TIER_HOST};
+  for (int i = 0; i < 4; i++) {
+    if (i == 1 && opt[0] == opt[1]) continue;
+    zt_config_t cfg = config(tiers[i / 2]);
+    cfg.optimizer_tier = opt[i % 2];
+    zt_config_t rcfg = cfg;
+    /* Reads ahead two layers: a group released in the forward is kept for
+     * the backward only when two layers' fetches come between, so kept
+     * groups leave max_live_bytes room to stage the next two. */
+    cfg.prefetch_bytes = 2 * LAYER_BYTES;
+    rcfg.prefetch_bytes = 0;
+    zt_engine_t *eng = make_engine(&cfg), *ref = make_engine(&rcfg);
+    for (int t = 1; t <= 2; t++) {
+      T_OK(iteration(eng, forward, L, t), eng);
+      T_OK(iteration(ref, forward, L, t), ref);
+    }
+    int n_staged = 0;
+    for (int l = 0; l < L; l++) {
+      uint64_t syncs;
+      int staged;
+      fetch_against(eng, ref, l, &syncs, &staged);
+      printf("# param_tier %s, optimizer_tier %s, layer %d: %s, %llu host syncs in "
+             "zt_fetch\n",
+             i / 2 ? "nvme" : "host", opt[i % 2] == ZT_TIER_HOST ? "host" : "device", l,
+             staged ? "staged" : "not staged", (unsigned long long)syncs);
+      if (staged) assert_int_equal(syncs, 0);
+      n_staged += staged;
+    }
+    /* From the host tier every layer is staged (the step stages the first
+     * ones); from nvme, those whose reads landed in time. */
+    if (tiers[i / 2] == ZT_TIER_HOST) assert_int_equal(n_staged, L);
+    zt_engine_destroy(eng);
+    zt_engine_destroy(ref);
+  }
+}
+
 /* Configs that cannot work are refused at once, naming both keys. */
 static void test_bad_config(void **state) {
   zt_config_t cfg = config(ZT_TIER_HOST);
@@ -408,6 +468,7 @@ int main(void) {
       cmocka_unit_test(test_stage_min_bytes),
       cmocka_unit_test(test_room_across_sizes),
       cmocka_unit_test(test_read_ahead_after_save),
+      cmocka_unit_test(test_staged_fetch_no_host_sync),
       cmocka_unit_test(test_bad_config),
   };
   return T_RUN(tests);

@@ -132,8 +132,18 @@ static void put_used(zt__prefetch_t *pf, zt__group_t *g) {
   pf->live_bytes -= gathered_bytes(pf, g);
 }
 
+static zt__stage_t *stage_of(zt__prefetch_t *pf, const zt__group_t *g);
+static void drop_stage(zt__prefetch_t *pf, zt__stage_t *st);
+
 void zt__prefetch_drop(zt__prefetch_t *pf, zt__group_t *g) {
   if (g->params == NULL) return;
+  zt__stage_t *st = stage_of(pf, g);
+  if (st) {
+    /* Staged whole, never fetched: the loop's stream never read it. */
+    drop_stage(pf, st);
+    pf->considered = pf->pos;
+    return;
+  }
   put_used(pf, g);
   g->params = NULL;
   g->kept = 0;
@@ -144,31 +154,50 @@ void zt__prefetch_drop(zt__prefetch_t *pf, zt__group_t *g) {
 
 /* ---- staging ahead ------------------------------------------------------------------ */
 
+/* g's stage slot; g NULL: a free slot (neither staging a group nor
+ * keeping the read of one handed over). */
 static zt__stage_t *stage_of(zt__prefetch_t *pf, const zt__group_t *g) {
   for (int i = 0; i < ZT_STAGE_AHEAD; i++)
-    if (pf->stage[i].g == g) return &pf->stage[i];
+    if (pf->stage[i].g == g && (g || pf->stage[i].read == NULL)) return &pf->stage[i];
   return NULL;
+}
+
+/* Whether a staged group is whole once its copy lands, so that it is held
+ * from then on (prefetch.h): with one rank, its part is all of it. */
+static int stages_whole(const zt__prefetch_t *pf) { return pf->part->world == 1; }
+
+static void free_stage_read(zt__prefetch_t *pf, zt__stage_t *st) {
+  if (st->read) {
+    pf->staged_bytes -= st->read->bytes;
+    zt__prefetch_read_free(pf, st->read);
+  }
+  st->read = NULL;
 }
 
 /* The copy into st's buffer is waited for; what it read from is freed. */
 static int finish_stage(zt__prefetch_t *pf, zt__stage_t *st) {
   zt__part_t *p = pf->part;
   int rc = p->ctx->be_ops->event_sync(p->ctx->be, st->done);
-  if (st->read) {
-    pf->staged_bytes -= st->read->bytes;
-    zt__prefetch_read_free(pf, st->read);
-  }
-  st->read = NULL;
+  free_stage_read(pf, st);
   st->g = NULL;
   return rc;
 }
 
 /* A staged group not fetched after all: its buffer goes back, unless the
- * copy into it could not be waited for (then it may still be written). */
+ * copy into it could not be waited for (then it may still be written). A
+ * slot that only keeps a handed-over group's read frees it once its copy
+ * is done. */
 static void drop_stage(zt__prefetch_t *pf, zt__stage_t *st) {
   zt__part_t *p = pf->part;
-  size_t bytes = gathered_bytes(pf, st->g);
   zt__err_t keep = *p->ctx->err;
+  if (st->g == NULL) {
+    (void)finish_stage(pf, st);
+    *p->ctx->err = keep;
+    return;
+  }
+  zt__group_t *g = st->g;
+  size_t bytes = gathered_bytes(pf, g);
+  if (g->params == st->buf) g->params = NULL; /* staged whole: held until now */
   if (finish_stage(pf, st) == 0) {
     zt__prefetch_buf_put(pf, st->buf, bytes);
   } else {
@@ -181,7 +210,33 @@ static void drop_stage(zt__prefetch_t *pf, zt__stage_t *st) {
 
 static void drop_stages(zt__prefetch_t *pf) {
   for (int i = 0; i < ZT_STAGE_AHEAD; i++)
-    if (pf->stage[i].g) drop_stage(pf, &pf->stage[i]);
+    if (pf->stage[i].g || pf->stage[i].read) drop_stage(pf, &pf->stage[i]);
+}
+
+/* Frees the reads of groups handed over whose copies are done (without a
+ * wait), so that their slots stage again. */
+static void reap_stages(zt__prefetch_t *pf) {
+  zt__part_t *p = pf->part;
+  for (int i = 0; i < ZT_STAGE_AHEAD; i++) {
+    zt__stage_t *st = &pf->stage[i];
+    if (st->g == NULL && st->read && p->ctx->be_ops->event_done(p->ctx->be, st->done) == 1)
+      free_stage_read(pf, st);
+  }
+}
+
+/* The fetch of g, staged whole (and so held): the loop's stream waits for
+ * its copy, on the device; the host does not. Its slot keeps the read the
+ * copy comes from (param_tier nvme) until the copy is done. */
+static int hand_over(zt__prefetch_t *pf, zt__group_t *g) {
+  zt__part_t *p = pf->part;
+  zt__stage_t *st = stage_of(pf, g);
+  if (st == NULL || g->params != st->buf) return 0;
+  st->g = NULL;
+  st->buf = NULL;
+  if (st->read) pf->read_ahead++;
+  pf->gathers++;
+  pf->staged++;
+  return p->ctx->be_ops->stream_wait(p->ctx->be, ZT_STREAM_COMPUTE, st->done);
 }
 
 int zt__prefetch_note(zt__prefetch_t *pf, zt__group_t *g) {
@@ -196,6 +251,8 @@ int zt__prefetch_note(zt__prefetch_t *pf, zt__group_t *g) {
     pf->cap_rec = cap;
   }
   pf->rec[pf->n_rec++] = (int)gi;
+  /* Before an order change drops what is staged: g is fetched now. */
+  ZT_TRY(hand_over(pf, g));
   if (!pf->following) return 0;
   if (pf->pos < pf->n_trace && pf->trace[pf->pos] == (int)gi) {
     pf->pos++;
@@ -215,12 +272,15 @@ int zt__prefetch_note(zt__prefetch_t *pf, zt__group_t *g) {
 
 /* Bytes of the groups held gathered (fetched or kept): the same on every
  * rank, unlike live_bytes, whose spares and staged groups are the rank's
- * own (a rank stages as its reads land). */
+ * own (a rank stages as its reads land). A group staged whole is not
+ * counted until it is fetched. */
 static size_t held_bytes(const zt__prefetch_t *pf) {
   const zt__part_t *p = pf->part;
   size_t n = 0;
-  for (size_t i = 0; i < p->n_groups; i++)
-    if (p->groups[i].params) n += gathered_bytes(pf, &p->groups[i]);
+  for (size_t i = 0; i < p->n_groups; i++) {
+    const zt__group_t *g = &p->groups[i];
+    if (g->params && stage_of((zt__prefetch_t *)pf, g) == NULL) n += gathered_bytes(pf, g);
+  }
   return n;
 }
 
@@ -288,7 +348,8 @@ int zt__prefetch_take(zt__prefetch_t *pf, zt__group_t *g, zt__param_read_t **out
 
 /* Takes a gathered buffer for g and queues the copies of this rank's part
  * of it (from g's landed read, or from the shard's parameters) into the
- * places the all-gather leaves it in. */
+ * places the all-gather leaves it in. With one rank that is all of g: it
+ * is held from here on (stages_whole). */
 static int start_stage(zt__prefetch_t *pf, zt__stage_t *st, zt__group_t *g) {
   zt__part_t *p = pf->part;
   const zt__backend_ops_t *be = p->ctx->be_ops;
@@ -306,6 +367,7 @@ static int start_stage(zt__prefetch_t *pf, zt__stage_t *st, zt__group_t *g) {
                         : (const char *)p->params + (a - p->begin) * psz;
     rc = be->copy(p->ctx->be, buf + (g->pos[k] + a - g->spans[k].a) * psz, src, (b - a) * psz,
                   kind, ZT_STREAM_PREFETCH);
+    if (rc == 0 && kind == ZT_COPY_H2D) *p->reg.counters->h2d_bytes += (b - a) * psz;
   }
   if (rc == 0) rc = be->event_record(p->ctx->be, st->done, ZT_STREAM_PREFETCH);
   if (rc < 0) {
@@ -322,16 +384,19 @@ static int start_stage(zt__prefetch_t *pf, zt__stage_t *st, zt__group_t *g) {
   }
   *st = (zt__stage_t){g, buf, g->read, st->done};
   g->read = NULL; /* the stage holds it until the copy is done */
+  if (stages_whole(pf)) g->params = buf; /* held: its fetch gathers nothing */
   return 0;
 }
 
 /* Stages the next groups of the trace, in order, while their reads have
  * landed and max_live_bytes has room (a spare of the size is counted
  * already); groups with less than stage_min_bytes of this rank's part are
- * left to their fetch. */
+ * left to their fetch. With pinned buckets and peers, nothing: the gather
+ * lands every rank's part, this one's too, through the buckets. */
 static int stage_ahead(zt__prefetch_t *pf) {
   zt__part_t *p = pf->part;
-  if (p->on_pinned) return 0; /* the gathers land in buckets first */
+  if (p->on_pinned && !stages_whole(pf)) return 0;
+  reap_stages(pf);
   for (size_t j = pf->pos; j < pf->n_trace && j < pf->pos + ZT_STAGE_AHEAD; j++) {
     zt__group_t *g = &p->groups[pf->trace[j]];
     if (g->params || stage_of(pf, g)) continue;

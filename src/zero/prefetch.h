@@ -14,10 +14,16 @@
  *     ZT_STREAM_PREFETCH, which runs beside the loop (a GPU's copy engine;
  *     the host backend's copy thread), so that zt_fetch only waits for that
  *     copy and all-gathers the other ranks' parts into place. Staged
- *     buffers count in live_bytes and are taken only within max_live_bytes;
- *     staging needs gathers into place (not with an optimizer tier that
- *     updates on the CPU, host or nvme, whose gathers land in pinned
- *     buckets first);
+ *     buffers count in live_bytes and are taken only within max_live_bytes.
+ *     With one rank, this rank's part is the whole group: the staged group
+ *     is held from then on, its zt_fetch gathers nothing and only makes the
+ *     loop's stream wait for the copy (an event: the host waits for
+ *     nothing), whatever the optimizer tier. With more ranks, staging needs
+ *     gathers into place; not with an optimizer tier that updates on the
+ *     CPU (host, nvme), whose gathers land every rank's part, this one's
+ *     too, in pinned buckets and copy each bucket to the device whole, so
+ *     that a copy of this rank's part ahead would save nothing (what would
+ *     is the all-gather itself ahead, which gather.c does not do);
  *   - a group released while the trace uses it again within prefetch_bytes
  *     of fetches is kept gathered rather than dropped and fetched again, as
  *     long as the groups held gathered (fetched or kept) stay within
@@ -40,7 +46,10 @@
  * agree.c), so every rank keeps and gathers alike: whether a fetch
  * gathers is part of the collective. Staging and spares are not (a rank
  * stages when its own reads land), so they never enter those decisions; a
- * staged fetch gathers as any other does, only with its part in place.
+ * staged fetch gathers as any other does, only with its part in place (a
+ * group staged whole, with one rank, is not counted as held until it is
+ * fetched: there is no peer to agree with, and the decisions stay those
+ * of the trace).
  *
  * Who calls what: the engine's fetch and release go to gather.c, which
  * calls this scheduler, which reads from the parameter tier through its
@@ -68,7 +77,9 @@ struct zt__event;
 
 /* A group staged ahead: its gathered buffer, with this rank's part copied
  * in on ZT_STREAM_PREFETCH until `done`, from `read` (param_tier nvme) or
- * the shard's parameters. */
+ * the shard's parameters. A group staged whole (one rank) is handed over
+ * at its fetch: g and buf go, and the slot keeps only `read`, until `done`
+ * says the copy out of it has run. */
 typedef struct zt__stage {
   zt__group_t *g; /* NULL: the slot is free */
   void *buf;
@@ -106,7 +117,8 @@ typedef struct zt__prefetch {
 } zt__prefetch_t;
 
 /* zt_fetch of g, once the ranks agreed on it: follows or records the trace
- * (an order change drains the reads ahead). */
+ * (an order change drains the reads ahead). A group staged whole is handed
+ * over here: the loop's stream waits for its copy. */
 ZT_INTERNAL int zt__prefetch_note(zt__prefetch_t *pf, zt__group_t *g);
 
 /* Before g is gathered: drops kept groups (not fetched ones) while the
@@ -128,7 +140,9 @@ ZT_INTERNAL int zt__prefetch_take(zt__prefetch_t *pf, zt__group_t *g,
 ZT_INTERNAL void zt__prefetch_read_free(zt__prefetch_t *pf, struct zt__param_read *r);
 
 /* g's gathered buffer when it was staged (*out, with this rank's part in
- * place once its copy is waited for here), else *out NULL. */
+ * place once its copy is waited for here), else *out NULL. Only with more
+ * than one rank: with one, a staged group is held (its fetch gathers
+ * nothing, and zt__prefetch_note makes the loop's stream wait for it). */
 ZT_INTERNAL int zt__prefetch_take_staged(zt__prefetch_t *pf, const zt__group_t *g,
                                          void **out);
 
