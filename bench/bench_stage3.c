@@ -25,7 +25,10 @@
  * loop's host thread runs ahead of its stream, so the time inside zt_fetch
  * is not what the device waited: stall_fraction is instead the share of the
  * forward and backward (up to the loop's stream running dry) in which that
- * stream ran no compute. The limit beside it is one layer's copy over the
+ * stream ran no compute, split into the gaps before the forward's kernels
+ * and before the backward's (stall_forward_fraction,
+ * stall_backward_fraction: a backward's gaps are also the gradients'
+ * way off the device). The limit beside it is one layer's copy over the
  * backend's link, timed in the same run, against --compute-ms.
  */
 #include <stdio.h>
@@ -59,6 +62,9 @@ typedef struct loop {
   void *bank;            /* gradient values the backward copies from  */
   size_t bank_bytes;
   bench_kernel_t *kernels; /* one per layer and pass of an iteration    */
+  double idle_s[2];        /* the last iteration's: seconds the loop's
+                              stream ran no compute before each kernel of
+                              the forward [0] and the backward [1]      */
 } loop_t;
 
 /* The gradient bank holds a layer and BANK_SLACK more values: layer l of
@@ -155,6 +161,7 @@ static int iteration_device(loop_t *lp, uint64_t t, double *loop_s, double *step
   void *ptr[1];
   bench_kernel_t *k = lp->kernels;
   lp->dev.busy_s = 0;
+  lp->dev.n_ran = 0;
   double t0 = zt__now();
   for (int l = 0; l < lp->layers; l++, k++) {
     if (zt_fetch(lp->eng, l, ptr, 1) < 0) return fail(lp, "zt_fetch");
@@ -175,6 +182,11 @@ static int iteration_device(loop_t *lp, uint64_t t, double *loop_s, double *step
   }
   if (bench_dev_sync(&lp->dev, prog)) return 1;
   double t1 = zt__now();
+  /* Where the stream waited: a gap before a kernel is charged to the pass
+   * the kernel is in. */
+  size_t L = (size_t)lp->layers;
+  lp->idle_s[0] = bench_dev_idle(&lp->dev, t0, 0, L);
+  lp->idle_s[1] = bench_dev_idle(&lp->dev, t0, L, 2 * L);
   zt_step_args_t a = ZT_STEP_ARGS_INIT;
   a.lr = 1e-4f;
   a.t = t;
@@ -323,8 +335,8 @@ int bench_stage3_main(int argc, char **argv) {
   cfg.max_live_bytes = live ? live : 2 * layer_bytes;
   cfg.swap_rings = rings;
   cfg.backend = backend_of[backend_i];
-  /* Shards of the optimizer states in device memory are refused on a GPU
-   * at stage 3 by this version: the CPU updates them there by default. */
+  /* On a GPU the CPU updates the shards by default (ZeRO-Offload's case);
+   * --optimizer-tier device keeps them in device memory. */
   if (opt_i < 0) opt_i = cfg.backend == ZT_BACKEND_HOST ? 0 : 1;
   cfg.optimizer_tier = (zt_tier_t)opt_i;
   if (cfg.optimizer_tier == ZT_TIER_NVME && path == NULL)
@@ -365,7 +377,8 @@ int bench_stage3_main(int argc, char **argv) {
   }
   uint16_t *g = malloc(layer_bytes);
   double loop_s[MAX_ITERS], step_s[MAX_ITERS], stall[MAX_ITERS], gbps[MAX_ITERS],
-      frac[MAX_ITERS], host_frac[MAX_ITERS], syncs[MAX_ITERS];
+      frac[MAX_ITERS], host_frac[MAX_ITERS], syncs[MAX_ITERS], fwd_frac[MAX_ITERS],
+      bwd_frac[MAX_ITERS];
   zt_stats_t st0 = ZT_STATS_INIT, st1 = ZT_STATS_INIT;
   rc = g ? 0 : 1;
   for (int k = 0; rc == 0 && k < iters; k++) {
@@ -378,6 +391,9 @@ int bench_stage3_main(int argc, char **argv) {
     host_frac[k] = frac[k] = stall[k] / loop_s[k];
     /* On a device, the share of the loop's time its stream ran no compute. */
     if (on_device) frac[k] = loop_s[k] > lp.dev.busy_s ? 1.0 - lp.dev.busy_s / loop_s[k] : 0.0;
+    /* ... and of it, the gaps before the forward's and the backward's kernels. */
+    fwd_frac[k] = on_device ? lp.idle_s[0] / loop_s[k] : 0.0;
+    bwd_frac[k] = on_device ? lp.idle_s[1] / loop_s[k] : 0.0;
     gbps[k] = (double)(st1.param_read_bytes - st0.param_read_bytes) / loop_s[k] / 1e9;
     /* ztier's own: the loop's wait for its stream is not counted. */
     syncs[k] = (double)(st1.host_syncs - st0.host_syncs - (lp.dev.own_syncs - own0));
@@ -399,6 +415,7 @@ int bench_stage3_main(int argc, char **argv) {
   double m_loop = bench_median(loop_s + 1, n), m_step = bench_median(step_s + 1, n);
   double m_frac = bench_median(frac + 1, n), m_gbps = bench_median(gbps + 1, n);
   double m_host = bench_median(host_frac + 1, n);
+  double m_fwd = bench_median(fwd_frac + 1, n), m_bwd = bench_median(bwd_frac + 1, n);
   long long m_syncs = (long long)bench_median(syncs + 1, n);
   double layer_link_ms = cfg.backend == ZT_BACKEND_SIM
                              ? (double)layer_bytes / (bench_sim_link_gbps() * 1e9) * 1e3
@@ -435,6 +452,8 @@ int bench_stage3_main(int argc, char **argv) {
     tool_report_str(j, "optimizer_tier", opt_names[opt_i]);
     if (on_device) {
       tool_report_num(j, "fetch_host_fraction", m_host);
+      tool_report_num(j, "stall_forward_fraction", m_fwd);
+      tool_report_num(j, "stall_backward_fraction", m_bwd);
       tool_report_num(j, "layer_copy_ms", layer_copy_ms);
       if (cfg.backend == ZT_BACKEND_SIM) tool_report_num(j, "layer_link_ms", layer_link_ms);
       tool_report_bool(j, "link_keeps_up", layer_copy_ms <= compute_ms);
@@ -458,6 +477,7 @@ int bench_stage3_main(int argc, char **argv) {
            compute_ms);
   if (on_device) {
     printf("  host in zt_fetch     %8.4f of it (fetch_host_fraction)\n", m_host);
+    printf("  stream idle in the forward %.4f, in the backward %.4f of it\n", m_fwd, m_bwd);
     printf("  a layer over the link %7.2f ms in this run", layer_copy_ms);
     if (cfg.backend == ZT_BACKEND_SIM) printf(" (%.2f ms modelled)", layer_link_ms);
     printf(", %s the %d ms of compute\n",

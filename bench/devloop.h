@@ -35,6 +35,9 @@ struct bench_dev {
   int sim;                  /* 1: sim; 0: cuda or host                           */
   zt__sim_stream_t *stream; /* sim: the loop's stream, given to zt_set_stream   */
   double busy_s;            /* seconds the loop's kernels ran since reset        */
+  double *ran;              /* (start, end) of each kernel, zt__now seconds, in
+                               the order they ran, since n_ran was reset      */
+  size_t n_ran, cap_ran;
   uint64_t own_syncs;       /* host syncs the loop made itself (not ztier's)     */
 };
 
@@ -43,6 +46,11 @@ struct bench_dev {
  * naming `prog`. Close before destroying the engine. */
 int bench_dev_open(bench_dev_t *d, zt_engine_t *eng, const char *prog);
 void bench_dev_close(bench_dev_t *d);
+
+/* Seconds the loop's stream ran no kernel from t0 up to kernel `from` of
+ * d->ran, and between kernels from and up to `to` (each gap charged to the
+ * kernel after it); the kernels must have run (bench_dev_sync). */
+double bench_dev_idle(const bench_dev_t *d, double t0, size_t from, size_t to);
 
 /* Device memory of the engine's backend; copies into and out of it on the
  * loop's stream, waited for (counted in own_syncs). 0, or 1 with a message. */
