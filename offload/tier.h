@@ -38,8 +38,11 @@
 typedef struct zt__tier_shape {
   uint64_t n;         /* states: elements of the state space it holds       */
   uint64_t extent;    /* elements its segments span in the buffers (>= n)  */
-  int shard;          /* a ZeRO shard: the view's buffers are memory the CPU
-                         reads, and the update runs on the CPU             */
+  int shard;          /* a ZeRO shard that the tier updates where it is: in
+                         memory the CPU reads (host, nvme tiers), or in
+                         device memory (device tier); a shard in device
+                         memory is no shard to the host and nvme tiers
+                         (register.c)                                       */
   int sink;           /* shard: the parameters go to the parameter tier    */
   zt_dtype_t param_dtype, grad_dtype;
   size_t chunk_bytes; /* config chunk_bytes                                */

@@ -4,7 +4,9 @@
  * through a ring of pinned staging slots and the cast parameters stream
  * back host→device:
  *     D2H window w+1  ∥  CPU update window w  ∥  H2D window w-1
- * ordered by events, never by a host sync of a whole stream. A ZeRO shard
+ * ordered by events, never by a host sync of a whole stream. So is a ZeRO
+ * shard whose gradient sums and parameters are in device memory (reduced
+ * there: zero/partition.h), its 1/W of the model; a shard in pinned memory
  * is updated where it is. See tier.h.
  */
 #include <stdlib.h>
@@ -24,6 +26,7 @@ static size_t chunk_of(size_t chunk_bytes, size_t extent) {
 
 static int alloc(zt__opt_tier_t *t) {
   if (t->shard) return zt__tier_mem_shard_alloc(t, 1);
+  if (t->n == 0) return 0; /* an empty shard in device memory: nothing to stream */
   const zt__ctx_t *c = t->ctx;
   const zt__backend_ops_t *be = c->be_ops;
   const zt__opt_nvme_view_t *v = &t->view;
@@ -103,6 +106,7 @@ static int send_params(zt__opt_tier_t *t, const zt__window_t *w, int s, size_t n
 
 static int update(zt__opt_tier_t *t, const zt__adam_hp_t *hp) {
   if (t->shard) return zt__tier_mem_update_shard(t, hp);
+  if (t->n == 0) return 0;
   const zt__ctx_t *c = t->ctx;
   const zt__backend_ops_t *be = c->be_ops;
   const zt__opt_nvme_view_t *v = &t->view;
@@ -171,6 +175,7 @@ static void free_states(zt__opt_tier_t *t) {
     zt__tier_mem_shard_free(t, 1);
     return;
   }
+  if (t->n == 0) return;
   const zt__ctx_t *c = t->ctx;
   size_t bytes = t->n * sizeof(float);
   zt__pinned_free(t->pin, t->master, bytes);
@@ -197,6 +202,7 @@ static void footprint(const zt__tier_shape_t *s, zt__footprint_t *out) {
     return;
   }
   *out = (zt__footprint_t){.fits = 1};
+  if (s->n == 0) return;
   uint64_t psz = zt__dtype_size(s->param_dtype), gsz = zt__dtype_size(s->grad_dtype);
   uint64_t chunk = chunk_of(s->chunk_bytes, s->extent);
   out->host = 3 * s->n * 4 + ZT_STAGING_SLOTS * chunk * (psz + gsz);

@@ -416,12 +416,12 @@ static void device_idle(zt_engine_t *e) {
 /* A loop of GROUPS groups, STEPS steps: forward fetches, backward fetches,
  * writes the group's gradients (on the loop's own stream on sim), marks
  * them ready and releases. Each counted call starts with the device idle. */
-static void run_loop(zt_backend_t backend, int stage, const float *p0, float *const *g,
-                     float *out, syncs_t *sy) {
+static void run_loop(zt_backend_t backend, int stage, zt_tier_t tier, const float *p0,
+                     float *const *g, float *out, syncs_t *sy) {
   zt_config_t cfg = t_config();
   cfg.backend = backend;
   cfg.stage = stage;
-  cfg.optimizer_tier = ZT_TIER_HOST;
+  cfg.optimizer_tier = tier;
   cfg.bucket_bytes = 4 * GROUP_N; /* a group a bucket (12 KiB) */
   zt_engine_t *e = t_engine(&cfg);
   const size_t n = GROUPS * GROUP_N;
@@ -498,10 +498,11 @@ static void run_loop(zt_backend_t backend, int stage, const float *p0, float *co
   free(zeros);
 }
 
-/* Stages 1-3 with the host optimizer tier on sim, its link slowed so that
- * a copy not waited for is still in flight when read: the parameters equal
- * the host backend's bit for bit, and zt_grads_ready and zt_fetch make no
- * host sync of their own. */
+/* Stages 1-3 on sim, with the host optimizer tier and with the shard in
+ * device memory (the device tier: sums, norm and update as kernels), its
+ * link slowed so that a copy not waited for is still in flight when read:
+ * the parameters equal the host backend's host tier bit for bit, and
+ * zt_grads_ready and zt_fetch make no host sync of their own. */
 static void test_stages_on_slow_link(void **state) {
   t_rng_t rng;
   t_rng_init(&rng, t_seed() ^ 0x5105);
@@ -513,18 +514,21 @@ static void test_stages_on_slow_link(void **state) {
     t_fill_normal(g[t], ZT_FP32, n, 0.1, &rng);
   }
   setenv("ZT_SIM_LINK_GBPS", "0.2", 1); /* 12 KB a group: 60 us */
+  static const zt_tier_t tiers[] = {ZT_TIER_HOST, ZT_TIER_DEVICE};
   for (int stage = 1; stage <= 3; stage++) {
     syncs_t hs, ss;
-    run_loop(ZT_BACKEND_HOST, stage, p0, g, want, &hs);
-    run_loop(ZT_BACKEND_SIM, stage, p0, g, got, &ss);
-    printf("# stage %d on sim: host syncs per step %.1f (in zt_grads_ready %llu, in "
-           "zt_fetch %llu, in zt_step %llu over %d steps)\n",
-           stage, (double)(ss.ready + ss.fetch + ss.step) / STEPS,
-           (unsigned long long)ss.ready, (unsigned long long)ss.fetch,
-           (unsigned long long)ss.step, STEPS);
-    t_expect_same("params, sim against host", got, want, 4, n);
-    assert_int_equal(ss.ready, 0);
-    assert_int_equal(ss.fetch, 0);
+    run_loop(ZT_BACKEND_HOST, stage, ZT_TIER_HOST, p0, g, want, &hs);
+    for (int k = 0; k < 2; k++) {
+      run_loop(ZT_BACKEND_SIM, stage, tiers[k], p0, g, got, &ss);
+      printf("# stage %d, optimizer tier %s on sim: host syncs per step %.1f (in "
+             "zt_grads_ready %llu, in zt_fetch %llu, in zt_step %llu over %d steps)\n",
+             stage, tiers[k] == ZT_TIER_HOST ? "host" : "device",
+             (double)(ss.ready + ss.fetch + ss.step) / STEPS, (unsigned long long)ss.ready,
+             (unsigned long long)ss.fetch, (unsigned long long)ss.step, STEPS);
+      t_expect_same("params, sim against host", got, want, 4, n);
+      assert_int_equal(ss.ready, 0);
+      assert_int_equal(ss.fetch, 0);
+    }
   }
   unsetenv("ZT_SIM_LINK_GBPS");
   for (int t = 0; t < STEPS; t++) free(g[t]);

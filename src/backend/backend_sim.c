@@ -526,9 +526,36 @@ static const char *sim_pci_bus_id(zt__backend_t *be) { return NULL; }
 
 static int order_after_compute(zt__backend_t *be, zt__stream_t stream);
 
+/* 1 when [p, p + bytes) is inside one allocation of device memory. Under
+ * be->mu. */
+static int in_device(zt__backend_t *be, const void *p, size_t bytes) {
+  const region_t *r = find_region(be, p);
+  return r && (size_t)((const char *)p - r->dev) + bytes <= r->bytes;
+}
+
+/* A copy whose device side is not device memory is refused, as CUDA
+ * refuses a copy of the wrong kind: the address is stale (freed) or not the
+ * device's, and a GPU would fault or corrupt where the model could not
+ * tell. */
+static int check_copy(zt__backend_t *be, void *dst, const void *src, size_t bytes,
+                      zt__copy_kind_t kind) {
+  pthread_mutex_lock(&be->mu);
+  int dst_ok = kind == ZT_COPY_D2H || in_device(be, dst, bytes);
+  int src_ok = kind == ZT_COPY_H2D || in_device(be, src, bytes);
+  pthread_mutex_unlock(&be->mu);
+  if (dst_ok && src_ok) return 0;
+  static const char *const kinds[] = {"host-to-device", "device-to-host", "device-to-device"};
+  return zt__errf(be->err, -EINVAL,
+                  "copy: %s [%p, +%zu) is not device memory of this backend; expected a "
+                  "%s copy's %s in memory from alloc",
+                  dst_ok ? "src" : "dst", dst_ok ? src : (const void *)dst, bytes,
+                  kinds[kind], dst_ok ? "source" : "destination");
+}
+
 static int sim_copy(zt__backend_t *be, void *dst, const void *src, size_t bytes,
                     zt__copy_kind_t kind, zt__stream_t stream) {
   if (bytes == 0) return 0;
+  ZT_TRY(check_copy(be, dst, src, bytes, kind));
   ZT_TRY(order_after_compute(be, stream));
   op_t op = {.kind = OP_COPY, .bytes = bytes, .cost = bytes};
   op.link = kind == ZT_COPY_H2D ? 0 : kind == ZT_COPY_D2H ? 1 : -1;

@@ -62,8 +62,8 @@ static void opt_tier(const zt__plan_in_t *in, const zt__tier_shape_t *s, uint64_
  *     256 bytes and the send side after it; the buffer grows to the largest
  *     staged collective, rounded up to 1 MiB, and stays. The engine's own
  *     control records (agreement, votes) are small host buffers, so any
- *     nccl run has 1 MiB; the pinned buckets of the host and nvme tiers
- *     make it a bucket collective's staging.
+ *     nccl run has 1 MiB; its buckets are device memory, whatever the
+ *     optimizer tier (zt__part_pinned), so nothing larger is staged.
  */
 static void device_rows(const zt__plan_in_t *in, const zt__plan_run_t *run, zt__plan_t *out) {
   zt__plan_device_t *d = &out->dev;
@@ -79,17 +79,9 @@ static void device_rows(const zt__plan_in_t *in, const zt__plan_run_t *run, zt__
   if (in->stage >= 2) d->group_grads = group * gsz;
   if (run->comm == ZT_COMM_NCCL) {
     const uint64_t MiB = (uint64_t)1 << 20;
-    uint64_t need = 1; /* the control records: a few bytes */
-    if (in->stage >= 1 && zt__opt_tier_ops(in->optimizer_tier)->cpu_update) {
-      zt__part_footprint_t f;
-      zt__part_footprint(&(zt__part_shape_t){n, in->ranks, in->rank, in->stage,
-                                              in->bucket_bytes, in->param_dtype,
-                                              in->grad_dtype, 1},
-                         &f);
-      uint64_t recv = f.recv_bytes > f.gx_recv_bytes ? f.recv_bytes : f.gx_recv_bytes;
-      need = ((recv + 255) & ~(uint64_t)255) + f.send_bytes;
-    }
-    d->comm_scratch = (need + MiB - 1) / MiB * MiB;
+    /* The control records, a few bytes: the buckets are device memory
+     * under nccl whatever the tier (zt__part_pinned). */
+    d->comm_scratch = MiB;
   }
   d->total = d->loop + d->optimizer + d->shard + d->buckets + d->gathered + d->group_grads +
              d->comm_scratch;
@@ -129,12 +121,15 @@ int zt__plan_with(const zt__plan_in_t *in, const zt__plan_run_t *run, zt__plan_t
   } else {
     /* The ZeRO room's shard and buckets, sized by zt__part_footprint as
      * zt__part_init sizes them; their buffers are pinned when the
-     * optimizer tier updates on the CPU (cpu_update). */
+     * optimizer tier updates on the CPU and the run's backend and comm do
+     * not reduce on the device (zt__part_pinned). */
     const zt__opt_tier_ops_t *ot = zt__opt_tier_ops(in->optimizer_tier);
     const zt__param_tier_ops_t *pto = zt__param_tier_ops(in->param_tier);
+    int on_pinned = zt__part_pinned(run->backend, run->comm, in->ranks, ot->cpu_update,
+                                    in->stage == 3 && in->param_tier != ZT_TIER_DEVICE);
     zt__part_footprint_t f;
     zt__part_footprint(&(zt__part_shape_t){n, in->ranks, in->rank, in->stage, in->bucket_bytes,
-                                            in->param_dtype, in->grad_dtype, ot->cpu_update},
+                                            in->param_dtype, in->grad_dtype, on_pinned},
                        &f);
     uint64_t mine = f.end - f.begin;
     out->shard_params = mine;
@@ -154,7 +149,7 @@ int zt__plan_with(const zt__plan_in_t *in, const zt__plan_run_t *run, zt__plan_t
      * parameter tier with reads ahead keeps the shard on its own medium
      * between steps (nvme); the nvme tier's states are on disk. */
     int params_on_disk = in->stage == 3 && pto->read != NULL;
-    if (!ot->cpu_update) {
+    if (!on_pinned) {
       device = grads + params + buckets;
       out->dev.shard = grads + params;
       out->dev.buckets = buckets;
@@ -183,7 +178,9 @@ int zt__plan_with(const zt__plan_in_t *in, const zt__plan_run_t *run, zt__plan_t
      * parameters to the parameter tier's file, with the room the budget
      * leaves after the pages above. */
     uint64_t pinned = out->pinned_bytes;
-    zt__tier_shape_t s = shape_of(in, mine, 1, params_on_disk, pinned);
+    zt__tier_shape_t s =
+        shape_of(in, mine, on_pinned || !ot->cpu_update, params_on_disk, pinned);
+    s.grad_dtype = ZT_FP32; /* the tier reads the shard's sums */
     opt_tier(in, &s, &device, &host, &nvme, out);
     if (in->stage == 3) {
       /* The loop holds no model buffer: ztier's shards (above) are the
@@ -192,8 +189,8 @@ int zt__plan_with(const zt__plan_in_t *in, const zt__plan_run_t *run, zt__plan_t
        * scheduler keeps it (zt_stats' live_bytes, not counted here). With
        * param_tier nvme the shard's parameters are freed once written. */
       out->loop_device = 0;
-      if (params_on_disk) *(ot->cpu_update ? &host : &device) -= params;
-      if (params_on_disk && !ot->cpu_update) out->dev.shard -= params;
+      if (params_on_disk) *(on_pinned ? &host : &device) -= params;
+      if (params_on_disk && !on_pinned) out->dev.shard -= params;
     } else {
       /* Stage 2 counts the loop without a gradient buffer of its own (it
        * takes each group's from zt_grads()); registering one adds n * gsz. */

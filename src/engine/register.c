@@ -312,8 +312,11 @@ static int alloc_shard_states(zt_engine_t *eng) {
   zt__opt_nvme_view_t v = {p->segs,  p->n_segs, p->grads, p->begin,
                            ZT_FP32,  p->params, p->begin, eng->param_dtype,
                            pt->nvme, p->on_pinned};
-  ZT_TRY(zt__opt_tier_create(&eng->opt, zt__opt_tier_ops(eng->cfg.optimizer_tier), &eng->ctx,
-                             &eng->pinned, &eng->counters, &v, 1, p->begin, mine));
+  /* A tier that updates on the CPU takes a shard in device memory as it
+   * takes a whole model on a GPU (not as a shard: through its slots). */
+  const zt__opt_tier_ops_t *ot = zt__opt_tier_ops(eng->cfg.optimizer_tier);
+  ZT_TRY(zt__opt_tier_create(&eng->opt, ot, &eng->ctx, &eng->pinned, &eng->counters, &v,
+                             p->on_pinned || !ot->cpu_update, p->begin, mine));
   if (!pt->on_medium) return 0;
   /* From here on the shard's parameters are on the tier's medium between
    * steps. */

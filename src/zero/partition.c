@@ -193,8 +193,12 @@ int zt__part_init(zt__part_t *p, const zt__ctx_t *ctx, const zt__zero_reg_t *reg
   p->total = p->reg.state_numel;
   /* The optimizer tiers that update the shard on the CPU (host, nvme) want
    * its gradient sums and parameters, and the buckets they come through,
-   * in pinned host memory (on cuda the CPU cannot touch device memory). */
-  p->on_pinned = zt__opt_tier_ops(p->ctx->cfg->optimizer_tier)->cpu_update;
+   * in pinned host memory, unless the reduction runs on the device
+   * (zt__part_pinned). */
+  const zt_config_t *cfg = p->ctx->cfg;
+  p->on_pinned = zt__part_pinned(cfg->backend, cfg->comm, p->world,
+                                 zt__opt_tier_ops(cfg->optimizer_tier)->cpu_update,
+                                 cfg->stage >= 3 && cfg->param_tier != ZT_TIER_DEVICE);
   p->on_device = !p->on_pinned && p->ctx->cfg->backend != ZT_BACKEND_HOST;
   /* A parameter tier with a medium of its own (reads ahead: "nvme") moves
    * the shard's parameters to and from it through host memory: with the

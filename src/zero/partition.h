@@ -225,6 +225,27 @@ static inline void zt__part_shard_of(const zt__part_t *p, int r, size_t *lo, siz
   *hi = b < p->total ? b : p->total;
 }
 
+/* Whether a shard's buffers (gradient sums, parameters, buckets) are pinned
+ * host memory (on_pinned): with an optimizer tier that updates on the CPU
+ * (cpu_update), unless
+ *   - the backend's device memory is not the host's and its comm moves it
+ *     (every comm on sim, through comm_view; nccl on cuda),
+ *   - there is more than one rank (with one, nothing is scattered, and the
+ *     gradients cross the link at the loop's dtype, not as fp32 sums), and
+ *   - the parameters are not offloaded (stage 3's param_tier "host" or
+ *     "nvme" keeps the shard's parameters, and so the shard, on the host).
+ * Then the gradients are reduced on the device first and only the rank's
+ * 1/W of their fp32 sums crosses the link, as the tier streams them to the
+ * CPU (the tier takes the shard as it takes a whole model on a GPU): 4/W
+ * bytes a parameter instead of the gradient's size. plan.c sizes by the
+ * same rule. */
+static inline int zt__part_pinned(zt_backend_t backend, zt_comm_kind_t comm, int world,
+                                  int cpu_update, int params_offloaded) {
+  if (!cpu_update) return 0;
+  if (backend == ZT_BACKEND_HOST || world < 2 || params_offloaded) return 1;
+  return backend == ZT_BACKEND_CUDA && comm != ZT_COMM_NCCL;
+}
+
 /* The comm's element type for a dtype the collectives move. */
 static inline zt__red_dtype_t zt__part_red_dtype(zt_dtype_t dt) {
   return dt == ZT_BF16 ? ZT_RED_BF16 : dt == ZT_FP16 ? ZT_RED_F16 : ZT_RED_F32;
