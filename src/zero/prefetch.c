@@ -391,8 +391,8 @@ static int start_stage(zt__prefetch_t *pf, zt__stage_t *st, zt__group_t *g) {
 /* Stages the next groups of the trace, in order, while their reads have
  * landed and max_live_bytes has room (a spare of the size is counted
  * already); groups with less than stage_min_bytes of this rank's part are
- * left to their fetch. With pinned buckets and peers, nothing: the gather
- * lands every rank's part, this one's too, through the buckets. */
+ * left to their fetch. With pinned buckets (on_pinned) and peers, nothing:
+ * the gather lands every rank's part, this one's too, through the buckets. */
 static int stage_ahead(zt__prefetch_t *pf) {
   zt__part_t *p = pf->part;
   if (p->on_pinned && !stages_whole(pf)) return 0;

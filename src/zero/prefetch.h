@@ -19,11 +19,13 @@
  *     is held from then on, its zt_fetch gathers nothing and only makes the
  *     loop's stream wait for the copy (an event: the host waits for
  *     nothing), whatever the optimizer tier. With more ranks, staging needs
- *     gathers into place; not with an optimizer tier that updates on the
- *     CPU (host, nvme), whose gathers land every rank's part, this one's
- *     too, in pinned buckets and copy each bucket to the device whole, so
- *     that a copy of this rank's part ahead would save nothing (what would
- *     is the all-gather itself ahead, which gather.c does not do);
+ *     gathers into place; not with the shard and buckets in pinned host
+ *     memory (on_pinned, zt__part_pinned: e.g. an optimizer tier that
+ *     updates on the CPU with the parameters offloaded), whose gathers land
+ *     every rank's part, this one's too, in the buckets and copy each
+ *     bucket to the device whole, so that a copy of this rank's part ahead
+ *     would save nothing (what would is the all-gather itself ahead, which
+ *     gather.c does not do);
  *   - a group released while the trace uses it again within prefetch_bytes
  *     of fetches is kept gathered rather than dropped and fetched again, as
  *     long as the groups held gathered (fetched or kept) stay within
