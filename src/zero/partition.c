@@ -394,6 +394,8 @@ void zt__part_free(zt__part_t *p) {
   }
   for (size_t g = 0; g < p->n_groups; g++) {
     zt__part_drop_grads(p, &p->groups[g]);
+    if (p->groups[g].grads_out)
+      p->ctx->be_ops->event_destroy(p->ctx->be, p->groups[g].grads_out);
     free(p->groups[g].spans);
     free(p->groups[g].pos);
     free(p->groups[g].units);
@@ -408,16 +410,62 @@ void zt__part_free(zt__part_t *p) {
 
 /* ---- engine-owned gradients of a group ----------------------------------------- */
 
-/* A spare buffer is reused on the compute stream, which waits for the
- * copies out of it (reduce.c: at stage 2+ the loop's stream waits for
- * every packed bucket), so it is zeroed only after they have read it. */
+/* Spares of `bytes`: a handed-over one whose zeroing is done (the loop's
+ * stream waits for nothing), else -1; *pending counts the others. */
+static int done_grad_spare(zt__part_t *p, size_t bytes, int *pending) {
+  *pending = 0;
+  for (int i = 0; i < p->grad_spares.n; i++) {
+    if (p->grad_spares.bytes[i] != bytes) continue;
+    zt__event_t *ev = p->grad_spares.note[i];
+    if (ev && p->ctx->be_ops->event_done(p->ctx->be, ev) == 1) return i;
+    (*pending)++;
+  }
+  return -1;
+}
+
+/* Two buffers of a size in turn: the loop writes one while the other's
+ * gradients leave the device. */
+#define GRAD_BUFS_AHEAD 2
+
+/* A handed-over spare comes zeroed on the D2H stream (zt__part_hand_grads):
+ * the loop's stream waits for that, if not done; a spare zeroed nowhere
+ * (dropped), or a new buffer, is zeroed on the loop's stream. A new buffer
+ * is taken rather than wait while fewer than GRAD_BUFS_AHEAD spares of the
+ * size are still being copied out. */
 int zt__part_group_grads(zt__part_t *p, zt__group_t *g) {
   if (g->grads) return 0;
+  const zt__backend_ops_t *be = p->ctx->be_ops;
   size_t bytes = g->numel * zt__dtype_size(p->reg.grad_dtype);
-  int i = zt__spares_find(&p->grad_spares, bytes);
-  if (i >= 0) g->grads = zt__spares_take(&p->grad_spares, i, NULL);
-  else ZT_TRY(p->ctx->be_ops->alloc(p->ctx->be, bytes, &g->grads));
-  return p->ctx->be_ops->memset_zero(p->ctx->be, g->grads, bytes, ZT_STREAM_COMPUTE);
+  int pending, i = done_grad_spare(p, bytes, &pending);
+  if (i < 0 && pending >= GRAD_BUFS_AHEAD) i = zt__spares_find(&p->grad_spares, bytes);
+  if (i < 0) {
+    ZT_TRY(be->alloc(p->ctx->be, bytes, &g->grads));
+    return be->memset_zero(p->ctx->be, g->grads, bytes, ZT_STREAM_COMPUTE);
+  }
+  void *zeroed = NULL;
+  g->grads = zt__spares_take(&p->grad_spares, i, &zeroed);
+  if (zeroed) return be->stream_wait(p->ctx->be, ZT_STREAM_COMPUTE, zeroed);
+  return be->memset_zero(p->ctx->be, g->grads, bytes, ZT_STREAM_COMPUTE);
+}
+
+void zt__part_hand_grads(zt__part_t *p, zt__group_t *g) {
+  if (g->grads == NULL) return;
+  const zt__backend_ops_t *be = p->ctx->be_ops;
+  size_t bytes = g->numel * zt__dtype_size(p->reg.grad_dtype);
+  zt__err_t keep = *p->ctx->err;
+  if (p->grad_spares.n < ZT_SPARES_MAX &&
+      (g->grads_out || be->event_create(p->ctx->be, &g->grads_out) == 0) &&
+      be->memset_zero(p->ctx->be, g->grads, bytes, ZT_STREAM_D2H) == 0 &&
+      be->event_record(p->ctx->be, g->grads_out, ZT_STREAM_D2H) == 0 &&
+      zt__spares_put(&p->grad_spares, g->grads, bytes, g->grads_out)) {
+    g->grads = NULL;
+    return;
+  }
+  /* Not marked: the copies out of it are waited for here, and the buffer
+   * goes as a spare zeroed by its next user, or freed. */
+  (void)be->stream_sync(p->ctx->be, ZT_STREAM_D2H);
+  *p->ctx->err = keep;
+  zt__part_drop_grads(p, g);
 }
 
 void zt__part_free_grad_spares(zt__part_t *p) {

@@ -102,6 +102,9 @@ typedef struct zt__group {
   zt__event_t *released; /* stage 3: recorded on the loop's stream when its
                             buffer was last given back (prefetch.c)          */
   void *grads;   /* engine-owned gradients from zt_grads() until handed over    */
+  zt__event_t *grads_out; /* stage 2+: recorded on the D2H stream after the
+                             copies out of its handed-over gradients and the
+                             zeroing behind them (zt__part_hand_grads)       */
   struct zt__param_read *read; /* param_tier nvme: its shard part, read ahead  */
 } zt__group_t;
 
@@ -330,6 +333,11 @@ ZT_INTERNAL void zt__part_params_free(zt__part_t *p);
  * scheduler's (zt__prefetch_drop). */
 ZT_INTERNAL int zt__part_group_grads(zt__part_t *p, zt__group_t *g);
 ZT_INTERNAL void zt__part_drop_grads(zt__part_t *p, zt__group_t *g);
+/* g's gradients are handed over (their copies out enqueued on the D2H
+ * stream): the buffer is zeroed there, behind them, and kept as a spare
+ * that the next zt_grads takes without the loop's stream waiting, once
+ * that is done. Falls back to zt__part_drop_grads. */
+ZT_INTERNAL void zt__part_hand_grads(zt__part_t *p, zt__group_t *g);
 /* Frees the gradient buffers kept for reuse (at the end of a step). */
 ZT_INTERNAL void zt__part_free_grad_spares(zt__part_t *p);
 

@@ -225,7 +225,13 @@ static int start_bucket(zt__part_t *p, zt__xfer_t *x) {
   }
   x->packing = 1;
   x->pack_seq = p->packs++;
-  if (p->ctx->cfg->stage >= 2) ZT_TRY(be->stream_wait(p->ctx->be, ZT_STREAM_COMPUTE, x->packed));
+  /* The loop's next writes to the registered gradients wait for their
+   * clearing; an engine-owned group buffer's next user waits for its own
+   * zeroing instead (zt__part_hand_grads). */
+  int cleared = 0;
+  for (size_t k = 0; k < x->n_spans; k++) cleared |= x->spans[k].at == NULL;
+  if (p->ctx->cfg->stage >= 2 && cleared)
+    ZT_TRY(be->stream_wait(p->ctx->be, ZT_STREAM_COMPUTE, x->packed));
   return start_packed(p, 0);
 }
 
@@ -321,7 +327,7 @@ int zt__reduce_group(zt__part_t *p, zt__group_t *g) {
   free(src);
   ZT_TRY(rc);
   /* Every bucket holding them is packed: the group's own buffer can go. */
-  zt__part_drop_grads(p, g);
+  zt__part_hand_grads(p, g);
   g->reduced = 1;
   return 0;
 }
