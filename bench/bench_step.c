@@ -328,13 +328,14 @@ int bench_step_main(int argc, char **argv) {
     uint64_t own0 = md.dev.own_syncs;
     if (rc == 0) rc = step(&md, (uint64_t)k + 1, &sec);
     if (rc == 0) rc = zt_stats(md.eng, &st1) < 0;
+    uint64_t own = md.dev.own_syncs - own0; /* the step's own sync (ref_run syncs too) */
     double ks = rc == 0 ? ref_run(&ref, (uint64_t)k + 1) : -1;
     if (ks < 0) rc = 1;
     if (rc || k == 0) continue;
     int i = k - 1;
     s[i] = sec;
     k_s[i] = ks;
-    syncs[i] = (double)(st1.host_syncs - st0.host_syncs - (md.dev.own_syncs - own0));
+    syncs[i] = (double)(st1.host_syncs - st0.host_syncs - own);
     h2d[i] = (double)(st1.h2d_bytes - st0.h2d_bytes);
     d2h[i] = (double)(st1.d2h_bytes - st0.d2h_bytes);
     rd[i] = (double)(st1.swap_read_bytes - st0.swap_read_bytes + st1.param_read_bytes -

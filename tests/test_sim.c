@@ -17,6 +17,7 @@
 
 #include "backend/backend.h"
 #include "backend/backend_sim.h"
+#include "ckpt/ckpt.h"     // defines: zt__ckpt_params_get
 #include "engine/engine.h" // defines: struct zt_engine (its backend)
 #include "harness.h"
 
@@ -535,6 +536,117 @@ static void test_stages_on_slow_link(void **state) {
   free(p0), free(want), free(got);
 }
 
+/* ---- device-resident shards: what the comm and the host read -------------------- */
+
+enum { SHARD_N = 4096 };
+
+/* Two groups of SHARD_N fp32 parameters, group k all k + 1, registered at
+ * stage 3 on sim with the single comm, the device optimizer tier and
+ * `ptier`, and the gradient buffer *dg (device memory, the caller's to
+ * free); staging ahead off, so that fetches gather. */
+static zt_engine_t *two_groups(zt_tier_t ptier, float **dg) {
+  zt_config_t cfg = t_config();
+  cfg.backend = ZT_BACKEND_SIM;
+  cfg.comm = ZT_COMM_SINGLE;
+  cfg.stage = 3;
+  cfg.optimizer_tier = ZT_TIER_DEVICE;
+  cfg.param_tier = ptier;
+  cfg.stage_min_bytes = (size_t)1 << 40;
+  zt_engine_t *e = t_engine(&cfg);
+  float *p0 = malloc(2 * SHARD_N * 4);
+  for (int i = 0; i < 2 * SHARD_N; i++) p0[i] = i < SHARD_N ? 1.0f : 2.0f;
+  zt_unit_t units[2] = {{NULL, 0, SHARD_N, 0, 1, ZT_FP32},
+                        {NULL, SHARD_N, SHARD_N, 1, 1, ZT_FP32}};
+  float *dp = t_buf_alloc(e, 2 * SHARD_N * 4);
+  *dg = t_buf_alloc(e, 2 * SHARD_N * 4);
+  t_buf_upload(e, dp, p0, 2 * SHARD_N * 4);
+  T_OK(zt_register_units(e, dp, *dg, 2 * SHARD_N, ZT_FP32, ZT_FP32, units, 2), e);
+  t_buf_free(e, dp, 2 * SHARD_N * 4);
+  free(p0);
+  return e;
+}
+
+typedef struct slow_read {
+  zt__backend_t *be;
+  const void *src;
+  float *dst;
+} slow_read_t;
+
+/* The loop's kernel: reads its group 200 ms after it starts. */
+static void slow_read_run(void *arg) {
+  slow_read_t *r = arg;
+  struct timespec ts = {0, 200 * 1000 * 1000};
+  nanosleep(&ts, NULL);
+  memcpy(r->dst, zt__sim_reach(r->be, r->src), SHARD_N * 4);
+}
+
+/* Stage 3 with the shard on the device: the comm gathers a fetched group
+ * into its buffer itself, so a buffer the loop released but may still be
+ * reading (a spare) is not written before that read is done. */
+static void test_fetch_after_unfinished_read(void **state) {
+  float *dg;
+  zt_engine_t *e = two_groups(ZT_TIER_DEVICE, &dg);
+  zt__sim_stream_t *loop = NULL;
+  assert_int_equal(zt__sim_stream_create(e->be, &loop), 0);
+  T_OK(zt_set_stream(e, loop), e);
+  float *seen = calloc(SHARD_N, 4);
+  void *ptr0[1], *ptr1[1];
+  assert_int_equal(zt_fetch(e, 0, ptr0, 1), 1);
+  slow_read_t r = {e->be, ptr0[0], seen};
+  assert_int_equal(zt__sim_launch(e->be, loop, slow_read_run, &r, SHARD_N * 4), 0);
+  T_OK(zt_release(e, 0), e);
+  assert_int_equal(zt_fetch(e, 1, ptr1, 1), 1);
+  for (int s = 0; s < ZT_STREAM_COUNT; s++)
+    assert_int_equal(e->be_ops->stream_sync(e->be, (zt__stream_t)s), 0);
+  printf("# group 1 in group 0's buffer: %s; the loop's read of group 0 saw %g\n",
+         ptr0[0] == ptr1[0] ? "yes" : "no", (double)seen[0]);
+  for (int i = 0; i < SHARD_N; i++) assert_true(seen[i] == 1.0f);
+  T_OK(zt_release(e, 1), e);
+  T_OK(zt_set_stream(e, NULL), e);
+  zt__sim_stream_destroy(e->be, loop);
+  t_buf_free(e, dg, 2 * SHARD_N * 4);
+  zt_engine_destroy(e);
+  free(seen);
+}
+
+/* Stage 3 with the device tier and the parameters on the host: the update
+ * writes them from the device after zt_step returns, and a checkpoint's
+ * read of them right after the step sees the updated values. (The loop's
+ * own gradient buffer: no engine-owned one is freed at the step, which
+ * would wait for the device.) */
+static void test_checkpoint_after_device_update(void **state) {
+  setenv("ZT_SIM_LAUNCH_US", "300000", 1); /* the update lands 0.3 s late */
+  float *dg;
+  zt_engine_t *e = two_groups(ZT_TIER_HOST, &dg);
+  unsetenv("ZT_SIM_LAUNCH_US");
+  float *g = malloc(SHARD_N * 4), *soon = malloc(2 * SHARD_N * 4),
+        *idle = malloc(2 * SHARD_N * 4);
+  for (int i = 0; i < SHARD_N; i++) g[i] = 0.5f;
+  void *ptr[1];
+  for (int k = 1; k >= 0; k--) {
+    assert_int_equal(zt_fetch(e, k, ptr, 1), 1);
+    t_buf_upload(e, dg + (size_t)k * SHARD_N, g, SHARD_N * 4);
+    T_OK(zt_grads_ready(e, k), e);
+    T_OK(zt_release(e, k), e);
+  }
+  zt_step_args_t a = ZT_STEP_ARGS_INIT;
+  a.lr = 1e-1f;
+  a.t = 1;
+  T_OK(zt_step(e, &a, NULL), e);
+  T_OK(zt__ckpt_params_get(e, 0, 2 * SHARD_N, soon), e);
+  for (int s = 0; s < ZT_STREAM_COUNT; s++)
+    assert_int_equal(e->be_ops->stream_sync(e->be, (zt__stream_t)s), 0);
+  T_OK(zt__ckpt_params_get(e, 0, 2 * SHARD_N, idle), e);
+  printf("# a checkpoint's read right after zt_step: %g; with the device idle: %g\n",
+         (double)soon[0], (double)idle[0]);
+  assert_true(idle[0] != 1.0f); /* the step moved them */
+  t_expect_same("params right after the step, and with the device idle", soon, idle, 4,
+                2 * SHARD_N);
+  t_buf_free(e, dg, 2 * SHARD_N * 4);
+  zt_engine_destroy(e);
+  free(g), free(soon), free(idle);
+}
+
 /* A model figure that is not a positive number is refused by name. */
 static void test_bad_model_figure(void **state) {
   zt_config_t cfg = t_config();
@@ -559,6 +671,8 @@ int main(void) {
       cmocka_unit_test(test_adam_bits),
       cmocka_unit_test(test_step_after_loop_stream),
       cmocka_unit_test(test_stages_on_slow_link),
+      cmocka_unit_test(test_fetch_after_unfinished_read),
+      cmocka_unit_test(test_checkpoint_after_device_update),
       cmocka_unit_test(test_bad_model_figure),
   };
   return T_RUN(tests);

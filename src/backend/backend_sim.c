@@ -470,10 +470,9 @@ static void sim_destroy(zt__backend_t *be) {
   if (be == NULL) return;
   if (be->user) stop_stream(be, be->user);
   for (int i = 0; i < ZT_STREAM_COUNT; i++) stop_stream(be, &be->streams[i]);
-  for (size_t i = 0; i < be->n_regions; i++) {
-    munmap(be->regions[i].dev, be->regions[i].mapped);
-    munmap(be->regions[i].alias, be->regions[i].mapped);
-  }
+  /* Regions still allocated are the ones the engine abandoned to a comm
+   * that may still write them (zt__part_reap): left mapped, as device
+   * memory that is never freed stays the device's. */
   free(be->regions);
   free(be->pinned);
   free(be->compute_mark);

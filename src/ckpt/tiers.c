@@ -26,9 +26,15 @@ int zt__ckpt_walk_states(zt_engine_t *eng, int import, zt__ckpt_piece_fn fn, voi
 
 /* ---- parameters ------------------------------------------------------------------- */
 
-/* Stages 0 to 2: the registered buffer; stage 3: the parameter tier. */
+/* Stages 0 to 2: the registered buffer; stage 3: the parameter tier, once
+ * the last step's update of the shard, which may still be enqueued on the
+ * device (zero/partition.h), is done: the tier reads and writes its memory
+ * from the host. */
 int zt__ckpt_params_get(zt_engine_t *eng, size_t a, size_t b, void *dst) {
-  if (eng->cfg.stage >= 3) return eng->ptier.ops->get(&eng->ptier, a, b, dst);
+  if (eng->cfg.stage >= 3) {
+    ZT_TRY(zt__part_update_wait(&eng->zero.part));
+    return eng->ptier.ops->get(&eng->ptier, a, b, dst);
+  }
   size_t psz = zt__dtype_size(eng->param_dtype);
   ZT_TRY(zt__part_walk(&eng->ctx, eng->segs, eng->n_segs, ZT_SPAN_PACK, dst, eng->params, psz,
                        a, b, ZT_COPY_D2H, ZT_STREAM_D2H));
@@ -36,7 +42,10 @@ int zt__ckpt_params_get(zt_engine_t *eng, size_t a, size_t b, void *dst) {
 }
 
 int zt__ckpt_params_put(zt_engine_t *eng, size_t a, size_t b, const void *src) {
-  if (eng->cfg.stage >= 3) return eng->ptier.ops->put(&eng->ptier, a, b, src);
+  if (eng->cfg.stage >= 3) {
+    ZT_TRY(zt__part_update_wait(&eng->zero.part));
+    return eng->ptier.ops->put(&eng->ptier, a, b, src);
+  }
   size_t psz = zt__dtype_size(eng->param_dtype);
   ZT_TRY(zt__part_walk(&eng->ctx, eng->segs, eng->n_segs, ZT_SPAN_UNPACK, (void *)src,
                        eng->params, psz, a, b, ZT_COPY_H2D, ZT_STREAM_H2D));

@@ -62,8 +62,9 @@ static void opt_tier(const zt__plan_in_t *in, const zt__tier_shape_t *s, uint64_
  *     256 bytes and the send side after it; the buffer grows to the largest
  *     staged collective, rounded up to 1 MiB, and stays. The engine's own
  *     control records (agreement, votes) are small host buffers, so any
- *     nccl run has 1 MiB; its buckets are device memory, whatever the
- *     optimizer tier (zt__part_pinned), so nothing larger is staged.
+ *     nccl run has 1 MiB; pinned buckets (zt__part_pinned: one rank, or
+ *     the parameters offloaded at stage 3, with the host or nvme tier)
+ *     make it a bucket collective's staging.
  */
 static void device_rows(const zt__plan_in_t *in, const zt__plan_run_t *run, zt__plan_t *out) {
   zt__plan_device_t *d = &out->dev;
@@ -79,9 +80,20 @@ static void device_rows(const zt__plan_in_t *in, const zt__plan_run_t *run, zt__
   if (in->stage >= 2) d->group_grads = group * gsz;
   if (run->comm == ZT_COMM_NCCL) {
     const uint64_t MiB = (uint64_t)1 << 20;
-    /* The control records, a few bytes: the buckets are device memory
-     * under nccl whatever the tier (zt__part_pinned). */
-    d->comm_scratch = MiB;
+    uint64_t need = 1; /* the control records: a few bytes */
+    if (in->stage >= 1 &&
+        zt__part_pinned(run->backend, run->comm, in->ranks,
+                        zt__opt_tier_ops(in->optimizer_tier)->cpu_update,
+                        in->stage == 3 && in->param_tier != ZT_TIER_DEVICE)) {
+      zt__part_footprint_t f;
+      zt__part_footprint(&(zt__part_shape_t){n, in->ranks, in->rank, in->stage,
+                                              in->bucket_bytes, in->param_dtype,
+                                              in->grad_dtype, 1},
+                         &f);
+      uint64_t recv = f.recv_bytes > f.gx_recv_bytes ? f.recv_bytes : f.gx_recv_bytes;
+      need = ((recv + 255) & ~(uint64_t)255) + f.send_bytes;
+    }
+    d->comm_scratch = (need + MiB - 1) / MiB * MiB;
   }
   d->total = d->loop + d->optimizer + d->shard + d->buckets + d->gathered + d->group_grads +
              d->comm_scratch;
@@ -148,13 +160,17 @@ int zt__plan_with(const zt__plan_in_t *in, const zt__plan_run_t *run, zt__plan_t
      * states, the parameter tier's pages, the nvme tier's slots. A
      * parameter tier with reads ahead keeps the shard on its own medium
      * between steps (nvme); the nvme tier's states are on disk. */
-    int params_on_disk = in->stage == 3 && pto->read != NULL;
+    int params_on_disk = in->stage == 3 && pto->read != NULL, params_pinned = 0;
     if (!on_pinned) {
       device = grads + params + buckets;
       out->dev.shard = grads + params;
       out->dev.buckets = buckets;
-      if (in->stage == 3 && pto->pinned_buffer) {
-        /* The shard's parameters in pinned memory (partition.c). */
+      /* The shard's parameters in pinned memory (partition.c): with
+       * param_tier "host", and with "nvme" on a GPU backend, which writes
+       * them to the file through host memory (freed once written, below). */
+      params_pinned = in->stage == 3 && (pto->pinned_buffer ||
+                                         (run->backend != ZT_BACKEND_HOST && pto->read != NULL));
+      if (params_pinned) {
         device -= params;
         out->dev.shard -= params;
         host += params;
@@ -189,8 +205,8 @@ int zt__plan_with(const zt__plan_in_t *in, const zt__plan_run_t *run, zt__plan_t
        * scheduler keeps it (zt_stats' live_bytes, not counted here). With
        * param_tier nvme the shard's parameters are freed once written. */
       out->loop_device = 0;
-      if (params_on_disk) *(on_pinned ? &host : &device) -= params;
-      if (params_on_disk && !on_pinned) out->dev.shard -= params;
+      if (params_on_disk) *(on_pinned || params_pinned ? &host : &device) -= params;
+      if (params_on_disk && !on_pinned && !params_pinned) out->dev.shard -= params;
     } else {
       /* Stage 2 counts the loop without a gradient buffer of its own (it
        * takes each group's from zt_grads()); registering one adds n * gsz. */

@@ -195,7 +195,8 @@ int zt__gather_fetch(zt__zero_t *z, zt__group_t *g) {
   const char **src = malloc(g->n_spans * sizeof *src);
   int rc = dst && src ? 0 : zt__errf(p->ctx->err, -ENOMEM, "out of memory");
   if (rc == 0 && staged) g->params = staged;
-  else if (rc == 0) rc = zt__prefetch_buf_get(pf, g->numel * psz, &g->params);
+  /* Without pinned buckets the comm gathers into the buffer itself. */
+  else if (rc == 0) rc = zt__prefetch_buf_get(pf, g->numel * psz, !p->on_pinned, &g->params);
   else if (staged) zt__prefetch_buf_put(pf, staged, g->numel * psz);
   if (rc == 0) {
     for (size_t k = 0; k < g->n_spans; k++) {

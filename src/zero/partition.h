@@ -12,13 +12,15 @@
  * rank r owns [r * shard, (r + 1) * shard) of it, clipped to the real size:
  * any world size, any unit size, units straddling shard boundaries.
  *
- * Memory: the shard's states, its reduced gradients and the bucket buffers
- * are pinned host memory when the optimizer tier updates on the CPU ("host"
- * and "nvme", whose ops say cpu_update: on_pinned), else the backend's. On a
- * GPU backend that is device memory the CPU cannot read (on_device): the
- * sums, the norm and the update are the backend's kernels, and a comm that
- * moves host memory reaches the buffers through the backend's comm_view
- * (zt__part_comm_buf).
+ * Memory: the shard's reduced gradients, its parameters and the bucket
+ * buffers are pinned host memory when the optimizer tier updates on the CPU
+ * and the gradients cannot be reduced on the device first (on_pinned: the
+ * rule is zt__part_pinned below), else the backend's. On a GPU backend
+ * that is device memory the CPU cannot read (on_device): the sums and the
+ * norm are the backend's kernels, and so is the update with the device
+ * tier (the host and nvme tiers stream the shard as they stream a whole
+ * model at stage 0); a comm that moves host memory reaches the buffers
+ * through the backend's comm_view (zt__part_comm_buf).
  *
  * What it sees of the engine: the narrow context (offload/context.h) and
  * the registration's view below, both lent at zt__part_init; never the
@@ -131,7 +133,8 @@ typedef struct zt__xfer {
   zt__event_t *summed;      /* recorded after those sums                    */
   zt__span_t *spans;        /* the bucket's state spans (at most n_groups+1) */
   size_t n_spans, cap_spans;
-  void *send, *recv;        /* CPU memory (see the header comment)          */
+  void *send, *recv;        /* pinned, or the backend's memory (on_device:
+                               device memory; see the header comment)      */
   size_t send_bytes, recv_bytes;
   size_t *counts;           /* 4 arrays of world entries: send counts, send */
   size_t *displs;           /* displacements, recv counts, recv displs      */
@@ -182,7 +185,8 @@ typedef struct zt__part {
   float *grads;  /* the shard's reduced gradient sums, fp32, zero between steps */
   void *params;  /* the shard's updated parameters, param dtype; with param_tier
                     "nvme" only inside the step (between steps: on disk)       */
-  int on_pinned; /* grads/buckets (and params) are pinned host memory (host, nvme) */
+  int on_pinned; /* grads/buckets (and params) are pinned host memory
+                    (zt__part_pinned)                                      */
   int on_device; /* grads/buckets/params are device memory the CPU cannot read
                     (optimizer tier "device" on a GPU backend; see the top) */
   /* on_device: the step's update of params is enqueued on the loop's
@@ -190,8 +194,9 @@ typedef struct zt__part {
    * waits for it before the comm reads params (zt__part_updated). */
   int update_pending;
   zt__event_t *updated;
-  int params_pinned; /* params are pinned host memory (on_pinned, or a parameter
-                        tier whose ops say pinned_buffer: "host")              */
+  int params_pinned; /* params are pinned host memory (on_pinned, a parameter
+                        tier whose ops say pinned_buffer: "host", or on_device
+                        with one that reads ahead from its medium: "nvme")    */
 
   /* Collectives agreed on so far (agree.c): the ranks compare it, which
    * catches a rank that skipped one. */

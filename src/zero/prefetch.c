@@ -82,16 +82,27 @@ static int free_spare_of(zt__prefetch_t *pf, size_t bytes) {
   return first;
 }
 
-int zt__prefetch_buf_get(zt__prefetch_t *pf, size_t bytes, void **out) {
+int zt__prefetch_buf_get(zt__prefetch_t *pf, size_t bytes, int comm_writes, void **out) {
   zt__part_t *p = pf->part;
+  const zt__backend_ops_t *be = p->ctx->be_ops;
   int i = free_spare_of(pf, bytes);
   if (i >= 0) {
     /* A spare the loop read last: what is copied into it, on the prefetch
-     * stream, waits for the loop's work up to its release. */
+     * stream, waits for the loop's work up to its release; what the comm
+     * writes into it, which no stream of ours orders, waits on the host
+     * (only when that work is not done: free_spare_of prefers a spare whose
+     * is). */
     void *last_use = NULL;
     *out = zt__spares_take(&pf->spares, i, &last_use);
     if (last_use == NULL) return 0;
-    int rc = p->ctx->be_ops->stream_wait(p->ctx->be, ZT_STREAM_PREFETCH, last_use);
+    int rc;
+    if (comm_writes) {
+      rc = be->event_done(p->ctx->be, last_use);
+      if (rc == 0) rc = be->event_sync(p->ctx->be, last_use);
+      if (rc > 0) rc = 0;
+    } else {
+      rc = be->stream_wait(p->ctx->be, ZT_STREAM_PREFETCH, last_use);
+    }
     if (rc < 0) zt__prefetch_buf_put(pf, *out, bytes);
     return rc;
   }
@@ -356,7 +367,7 @@ static int start_stage(zt__prefetch_t *pf, zt__stage_t *st, zt__group_t *g) {
   size_t psz = zt__dtype_size(p->reg.param_dtype), bytes = gathered_bytes(pf, g);
   if (st->done == NULL) ZT_TRY(be->event_create(p->ctx->be, &st->done));
   char *buf;
-  ZT_TRY(zt__prefetch_buf_get(pf, bytes, (void **)&buf));
+  ZT_TRY(zt__prefetch_buf_get(pf, bytes, 0, (void **)&buf));
   const zt__param_read_t *r = g->read;
   zt__copy_kind_t kind = r || p->params_pinned ? ZT_COPY_H2D : ZT_COPY_D2D;
   int rc = 0;

@@ -149,8 +149,12 @@ ZT_INTERNAL int zt__prefetch_take_staged(zt__prefetch_t *pf, const zt__group_t *
                                          void **out);
 
 /* A buffer for gathered parameters of `bytes` bytes: a spare of that size,
- * else the backend's memory; counted in live_bytes until given back. */
-ZT_INTERNAL int zt__prefetch_buf_get(zt__prefetch_t *pf, size_t bytes, void **out);
+ * else the backend's memory; counted in live_bytes until given back. A
+ * spare the loop may still read is free for the prefetch stream's copies
+ * (they wait for the loop on the device), and with `comm_writes`, for the
+ * comm's gather into it, on the host too. */
+ZT_INTERNAL int zt__prefetch_buf_get(zt__prefetch_t *pf, size_t bytes, int comm_writes,
+                                     void **out);
 
 /* Gives a buffer of zt__prefetch_buf_get back: kept as a spare while there
  * is a free slot and live_bytes is within max_live_bytes, else freed. */

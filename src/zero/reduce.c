@@ -50,17 +50,18 @@ static int sum_bucket_on_device(zt__part_t *p, zt__xfer_t *x) {
   const zt__backend_ops_t *be = p->ctx->be_ops;
   size_t mine = x->mine, i = 0;
   size_t gsz = zt__dtype_size(p->reg.grad_dtype);
-  for (size_t k = 0; k < x->n_spans && mine; k++) {
+  int rc = 0;
+  for (size_t k = 0; k < x->n_spans && mine && rc == 0; k++) {
     size_t a, b;
     if (!zt__span_clip(x->spans[k].a, x->spans[k].b, p->begin, p->end, &a, &b)) continue;
-    ZT_TRY(be->rank_sum(p->ctx->be, p->grads + (a - p->begin),
-                        (const char *)x->recv + i * gsz, mine, p->reg.grad_dtype, p->world,
-                        b - a, ZT_STREAM_D2H));
+    rc = be->rank_sum(p->ctx->be, p->grads + (a - p->begin), (const char *)x->recv + i * gsz,
+                      mine, p->reg.grad_dtype, p->world, b - a, ZT_STREAM_D2H);
     i += b - a;
   }
-  int rc = be->event_record(p->ctx->be, x->summed, ZT_STREAM_D2H);
+  if (rc == 0) rc = be->event_record(p->ctx->be, x->summed, ZT_STREAM_D2H);
   if (rc < 0) {
-    /* Nothing marks the sums' end: they are waited for here. */
+    /* Nothing marks the end of the sums already enqueued: they are waited
+     * for here. */
     zt__err_t keep = *p->ctx->err;
     (void)be->stream_sync(p->ctx->be, ZT_STREAM_D2H);
     *p->ctx->err = keep;
