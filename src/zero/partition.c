@@ -267,12 +267,16 @@ int zt__part_init(zt__part_t *p, const zt__ctx_t *ctx, const zt__zero_reg_t *reg
   return 0;
 }
 
+int zt__part_event_wait(const zt__part_t *p, zt__event_t *ev) {
+  const zt__backend_ops_t *be = p->ctx->be_ops;
+  int done = be->event_done(p->ctx->be, ev);
+  if (done == 0) done = be->event_sync(p->ctx->be, ev);
+  return done < 0 ? done : 0;
+}
+
 int zt__part_recv_free(zt__part_t *p, zt__xfer_t *x) {
   if (!x->landing) return 0;
-  const zt__backend_ops_t *be = p->ctx->be_ops;
-  int done = be->event_done(p->ctx->be, x->landed);
-  if (done == 0) done = be->event_sync(p->ctx->be, x->landed);
-  if (done < 0) return done;
+  ZT_TRY(zt__part_event_wait(p, x->landed));
   x->landing = 0;
   return 0;
 }
@@ -302,10 +306,7 @@ int zt__part_updated(zt__part_t *p) {
 
 int zt__part_update_wait(zt__part_t *p) {
   if (!p->update_pending) return 0;
-  const zt__backend_ops_t *be = p->ctx->be_ops;
-  int done = be->event_done(p->ctx->be, p->updated);
-  if (done == 0) done = be->event_sync(p->ctx->be, p->updated);
-  if (done < 0) return done;
+  ZT_TRY(zt__part_event_wait(p, p->updated));
   p->update_pending = 0;
   return 0;
 }

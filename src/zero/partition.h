@@ -212,6 +212,10 @@ typedef struct zt__part {
  * arguments (the step's), which leaves the engine as it was. */
 #define ZT_DISAGREED_ARGS 2
 
+/* The host waits for `ev` when it has not completed yet (event_done first,
+ * so a done event costs no sync): 0 or a negative code. */
+ZT_INTERNAL int zt__part_event_wait(const zt__part_t *p, zt__event_t *ev);
+
 /* Slot x's recv buffer may be written again: the copy out of it that
  * landed its last gather is done (a host sync only when it is not). */
 ZT_INTERNAL int zt__part_recv_free(zt__part_t *p, zt__xfer_t *x);

@@ -95,14 +95,8 @@ int zt__prefetch_buf_get(zt__prefetch_t *pf, size_t bytes, int comm_writes, void
     void *last_use = NULL;
     *out = zt__spares_take(&pf->spares, i, &last_use);
     if (last_use == NULL) return 0;
-    int rc;
-    if (comm_writes) {
-      rc = be->event_done(p->ctx->be, last_use);
-      if (rc == 0) rc = be->event_sync(p->ctx->be, last_use);
-      if (rc > 0) rc = 0;
-    } else {
-      rc = be->stream_wait(p->ctx->be, ZT_STREAM_PREFETCH, last_use);
-    }
+    int rc = comm_writes ? zt__part_event_wait(p, last_use)
+                         : be->stream_wait(p->ctx->be, ZT_STREAM_PREFETCH, last_use);
     if (rc < 0) zt__prefetch_buf_put(pf, *out, bytes);
     return rc;
   }

@@ -92,10 +92,7 @@ static int finish(zt__part_t *p, zt__xfer_t *x) {
  * done yet. */
 static int wait_sums(zt__part_t *p, zt__xfer_t *x) {
   if (x->summing) {
-    const zt__backend_ops_t *be = p->ctx->be_ops;
-    int done = be->event_done(p->ctx->be, x->summed);
-    if (done == 0) done = be->event_sync(p->ctx->be, x->summed);
-    if (done < 0) return done;
+    ZT_TRY(zt__part_event_wait(p, x->summed));
     x->summing = 0;
   }
   if (x->sums == 0) return 0;
