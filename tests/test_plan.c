@@ -59,7 +59,8 @@ static expect_t expect_rows(uint64_t n, int W, int stage, uint64_t p, uint64_t g
     if (e.live > groups) e.live = groups;
     e.gathered = e.live * group * p;
   }
-  if (stage >= 2) e.group_grads = group * g;
+  /* Two buffers of a group's gradients in turn, where there are two groups. */
+  if (stage >= 2) e.group_grads = (n > group ? 2 : 1) * group * g;
   /* The comm's staging buffer, one MiB for the control records: no host
    * bucket goes through nccl. */
   if (nccl) e.scratch = 1u << 20;

@@ -54,8 +54,9 @@ static void opt_tier(const zt__plan_in_t *in, const zt__tier_shape_t *s, uint64_
  *     (prefetch.c): as many whole groups as fit, at least the one fetched,
  *     at most all of them;
  *   - group_grads (stages 2, 3): zt_grads() gives a group engine-owned
- *     gradients in backend memory until zt_grads_ready() (partition.c);
- *     a loop that holds one group's at a time holds these;
+ *     gradients in backend memory until zt_grads_ready() (partition.c),
+ *     ZT_GROUP_GRAD_BUFS buffers of a group's in turn: a loop that holds
+ *     one group's at a time holds these;
  *   - comm_scratch (comm nccl): NCCL reads and writes device memory only,
  *     so a collective over host buffers stages them in the comm's one
  *     device scratch buffer (comm_nccl.cu), the receive side rounded up to
@@ -77,7 +78,10 @@ static void device_rows(const zt__plan_in_t *in, const zt__plan_run_t *run, zt__
     d->live_groups = fit < 1 ? 1 : fit > groups ? groups : fit;
     d->gathered = d->live_groups * group * psz;
   }
-  if (in->stage >= 2) d->group_grads = group * gsz;
+  if (in->stage >= 2) {
+    uint64_t groups = (n + group - 1) / group;
+    d->group_grads = (groups < ZT_GROUP_GRAD_BUFS ? groups : ZT_GROUP_GRAD_BUFS) * group * gsz;
+  }
   if (run->comm == ZT_COMM_NCCL) {
     const uint64_t MiB = (uint64_t)1 << 20;
     uint64_t need = 1; /* the control records: a few bytes */

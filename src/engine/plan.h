@@ -50,7 +50,8 @@ typedef struct zt__plan_device {
   uint64_t shard;        /* the ZeRO shard's gradient sums and parameters   */
   uint64_t buckets;      /* reduce / gather buckets                         */
   uint64_t gathered;     /* stage 3: the live groups' gathered parameters   */
-  uint64_t group_grads;  /* stages 2, 3: one group's gradients (zt_grads)   */
+  uint64_t group_grads;  /* stages 2, 3: the groups' gradients (zt_grads):
+                            ZT_GROUP_GRAD_BUFS buffers of a group's         */
   uint64_t comm_scratch; /* nccl: the comm's staging of host buffers       */
   uint64_t live_groups;  /* how many groups `gathered` holds                */
   uint64_t total;        /* the sum of the byte rows above                  */

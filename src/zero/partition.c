@@ -424,21 +424,28 @@ static int done_grad_spare(zt__part_t *p, size_t bytes, int *pending) {
   return -1;
 }
 
-/* Two buffers of a size in turn: the loop writes one while the other's
- * gradients leave the device. */
-#define GRAD_BUFS_AHEAD 2
+/* Buffers of `bytes` the groups hold now. */
+static int grads_held(const zt__part_t *p, size_t bytes) {
+  size_t esz = zt__dtype_size(p->reg.grad_dtype);
+  int n = 0;
+  for (size_t k = 0; k < p->n_groups; k++)
+    n += p->groups[k].grads != NULL && p->groups[k].numel * esz == bytes;
+  return n;
+}
 
 /* A handed-over spare comes zeroed on the D2H stream (zt__part_hand_grads):
  * the loop's stream waits for that, if not done; a spare zeroed nowhere
  * (dropped), or a new buffer, is zeroed on the loop's stream. A new buffer
- * is taken rather than wait while fewer than GRAD_BUFS_AHEAD spares of the
- * size are still being copied out. */
+ * is taken rather than wait while fewer than ZT_GROUP_GRAD_BUFS of the
+ * size exist (held or spare), which `ztier plan` counts; beyond that, only
+ * when no spare of the size is left (the loop holds that many at once). */
 int zt__part_group_grads(zt__part_t *p, zt__group_t *g) {
   if (g->grads) return 0;
   const zt__backend_ops_t *be = p->ctx->be_ops;
   size_t bytes = g->numel * zt__dtype_size(p->reg.grad_dtype);
   int pending, i = done_grad_spare(p, bytes, &pending);
-  if (i < 0 && pending >= GRAD_BUFS_AHEAD) i = zt__spares_find(&p->grad_spares, bytes);
+  if (i < 0 && pending + grads_held(p, bytes) >= ZT_GROUP_GRAD_BUFS)
+    i = zt__spares_find(&p->grad_spares, bytes);
   if (i < 0) {
     ZT_TRY(be->alloc(p->ctx->be, bytes, &g->grads));
     return be->memset_zero(p->ctx->be, g->grads, bytes, ZT_STREAM_COMPUTE);

@@ -48,6 +48,10 @@
 #define ZT_SHARD_ALIGN 64
 /* Buckets in flight at once; a new one waits for the oldest. */
 #define ZT_XFER_SLOTS 2
+/* Engine-owned gradient buffers of a size (stage 2+) a loop holding one
+ * group's at a time makes: it writes one while the other's gradients leave
+ * the device (zt__part_group_grads). */
+#define ZT_GROUP_GRAD_BUFS 2
 
 /* A registered unit, with its name copied (the engine's unit table). */
 typedef struct zt__unit {

@@ -491,7 +491,6 @@ void zt__prefetch_step_begin(zt__prefetch_t *pf) {
   if (pf->tier) pf->tier->ops->trim(pf->tier);
   for (size_t i = 0; i < p->n_groups; i++)
     if (p->groups[i].kept) zt__prefetch_drop(pf, &p->groups[i]);
-  free_spares(pf);
 }
 
 int zt__prefetch_step_end(zt__prefetch_t *pf) {

@@ -168,8 +168,10 @@ ZT_INTERNAL int zt__prefetch_ahead(zt__prefetch_t *pf);
 ZT_INTERNAL int zt__prefetch_keep(zt__prefetch_t *pf, const zt__group_t *g);
 
 /* zt_step: before the update, every read ahead and staged group is
- * dropped, every kept group too (their parameters are about to change) and
- * the spares freed; after it, the
+ * dropped, every kept group too (their parameters are about to change):
+ * their buffers become spares, which the next forward reuses (within
+ * max_live_bytes, as any spare: a free and an allocation a group and a
+ * step would each wait for the whole device on a GPU); after it, the
  * iteration ends (its order becomes the trace when it changed) and the
  * first groups of the next are read ahead. */
 ZT_INTERNAL void zt__prefetch_step_begin(zt__prefetch_t *pf);
