@@ -186,7 +186,8 @@ typedef struct zt_config {
   zt_tier_t param_tier;      /* "device" | "host" | "nvme" (stage 3) */
   zt_rounding_t rounding;    /* "nearest" | "stochastic"           */
   uint64_t seed;             /* stochastic rounding seed           */
-  int threads;               /* CPU optimizer threads; 0 = all CPUs */
+  int threads;               /* CPU optimizer threads; 0 = all CPUs (shared
+                                with the node's other ranks, docs/config.md) */
 
   double clip_grad_norm; /* clip by global norm when > 0; 0 = off     */
 

@@ -6,7 +6,8 @@
  * zt__span_clip over empty, disjoint, touching, inner, straddling and
  * covering spans; zt__round_up for powers of two and others, and where it
  * wraps; zt__min_sz / zt__max_sz; ZT__CKJSON_EXACT; zt__ckjson_escape's
- * bytes (both forms), its snprintf-style truncation and its length.
+ * bytes (both forms), its snprintf-style truncation and its length;
+ * zt__threads_for_rank alone, bound, and sharing a node.
  */
 #define _GNU_SOURCE
 #include <fcntl.h>
@@ -291,12 +292,30 @@ static void test_span_clip(void **state) {
   assert_int_equal(cb, 11);
 }
 
+/* ---- zt__threads_for_rank ------------------------------------------------ */
+
+static void test_threads_for_rank(void **state) {
+  (void)state;
+  /* Alone on the node: every CPU it may run on. */
+  assert_int_equal(zt__threads_for_rank(16, 16, 0), 16);
+  assert_int_equal(zt__threads_for_rank(16, 16, 1), 16);
+  /* Bound by the launcher (fewer CPUs than the node's): that set is its. */
+  assert_int_equal(zt__threads_for_rank(4, 16, 4), 4);
+  assert_int_equal(zt__threads_for_rank(1, 2, 2), 1);
+  /* Free to run on every CPU of a shared node: its part, at least one. */
+  assert_int_equal(zt__threads_for_rank(16, 16, 4), 4);
+  assert_int_equal(zt__threads_for_rank(16, 16, 3), 5);
+  assert_int_equal(zt__threads_for_rank(2, 2, 2), 1);
+  assert_int_equal(zt__threads_for_rank(2, 2, 8), 1);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_write_all_short_writes),
       cmocka_unit_test(test_write_all_errors),
       cmocka_unit_test(test_pwrite_all),
       cmocka_unit_test(test_page_round),
+      cmocka_unit_test(test_threads_for_rank),
       cmocka_unit_test(test_span_clip),
       cmocka_unit_test(test_round_up),
       cmocka_unit_test(test_min_max),

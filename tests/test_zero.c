@@ -18,8 +18,10 @@
 #include <float.h>
 #include <math.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "harness.h"
+#include "base/internal.h" // defines: zt__cpu_count, zt__threads_for_rank
 #include "engine/plan.h" // defines: zt__plan
 
 #define W_MAX 4
@@ -502,6 +504,11 @@ static void w_stats(void **state) {
     zt_engine_t *eng = run_partitioned(rc, params, &world);
     zt_stats_t st = ZT_STATS_INIT;
     T_OK(zt_stats(eng, &st), eng);
+    /* threads 0: the ranks (all on this node, free to run on every CPU:
+     * mpirun --bind-to none) share its CPUs. */
+    long online = sysconf(_SC_NPROCESSORS_ONLN);
+    assert_int_equal(st.threads, zt__threads_for_rank(zt__cpu_count(), (int)online, world));
+    if (world > 1 && online > 1 && zt__cpu_count() == online) assert_true(st.threads < online);
     size_t states = 0;
     for (size_t u = 0; u < N_UNITS; u++) states += model_units[u].numel;
     /* run_partitioned's chunk_bytes: 4096 on the nvme tier. */

@@ -25,6 +25,20 @@ static const char *const env_vars[] = {"OMPI_COMM_WORLD_LOCAL_RANK", "SLURM_LOCA
 
 #define LOCAL_RANK_MAX 65535
 
+int zt__env_local_size(void) {
+  /* mpirun's, MPICH's, and the convention of launchers outside MPI. */
+  static const char *const vars[] = {"OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS",
+                                     "LOCAL_WORLD_SIZE"};
+  for (size_t i = 0; i < sizeof vars / sizeof vars[0]; i++) {
+    const char *v = getenv(vars[i]);
+    size_t n = v ? strspn(v, "0123456789") : 0;
+    if (n == 0 || n >= 6 || v[n] != '\0') continue;
+    int x = (int)strtol(v, NULL, 10);
+    if (x > 0) return x;
+  }
+  return 0;
+}
+
 int zt__device_env_local_rank(zt__err_t *err, int *out, const char **from) {
   *out = -1;
   if (from) *from = NULL;

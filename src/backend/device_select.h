@@ -29,6 +29,11 @@ extern "C" {
  * with a sentence naming the variable and its value. */
 ZT_INTERNAL int zt__device_env_local_rank(zt__err_t *err, int *out, const char **from);
 
+/* The ranks on this node as the launcher's environment says
+ * (OMPI_COMM_WORLD_LOCAL_SIZE, MPI_LOCALNRANKS, LOCAL_WORLD_SIZE), or 0
+ * when it says nothing usable (only a count is wanted: no error). */
+ZT_INTERNAL int zt__env_local_size(void);
+
 /* The device a rank uses: `configured` when it is >= 0 (config key
  * `device`, set explicitly), else local_rank % count (local_rank -1, not
  * known, counts as 0). `count` is the devices this process sees (> 0). An

@@ -106,6 +106,14 @@ ZT_INTERNAL const char *zt__dtype_name(zt_dtype_t dt);
 /* Number of CPUs this process may run on (sched_getaffinity), >= 1. */
 ZT_INTERNAL int zt__cpu_count(void);
 
+/* The CPU optimizer's threads when config `threads` is 0, for a process
+ * that may run on `affinity` of the node's `online` CPUs, one of
+ * `node_ranks` ranks on the node (0 or 1: alone): all of its CPUs, but
+ * where the launcher left it free to run on every CPU of a node it shares,
+ * its part of them (at least 1), so that the ranks' optimizers do not each
+ * start a thread per CPU. */
+ZT_INTERNAL int zt__threads_for_rank(int affinity, int online, int node_ranks);
+
 /* Writes all `n` bytes of `buf` to `fd`, through short writes and signals
  * (EINTR is retried). Returns 0, -errno of the failing write, or -EIO when
  * a write makes no progress (returns 0), so a stuck descriptor cannot spin. */

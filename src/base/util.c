@@ -41,6 +41,12 @@ int zt__cpu_count(void) {
   return n > 0 ? (int)n : 1;
 }
 
+int zt__threads_for_rank(int affinity, int online, int node_ranks) {
+  if (node_ranks <= 1 || affinity < online) return affinity; /* alone, or bound */
+  int share = affinity / node_ranks;
+  return share > 0 ? share : 1;
+}
+
 /* write() when off < 0, else pwrite() from off on: one loop for both. */
 static int write_loop(int fd, const void *buf, size_t n, off_t off) {
   const char *p = buf;

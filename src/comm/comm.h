@@ -190,6 +190,9 @@ struct zt__comm {
    * says). */
   int local_rank_known;
   int local_rank;
+  /* The ranks on this rank's node (comm "mpi": the same split), for the
+   * CPU optimizer's share of the node (config `threads` 0); 0: not known. */
+  int local_size;
 };
 
 ZT_INTERNAL extern const zt__comm_backend_t zt__comm_single_backend;

@@ -530,6 +530,7 @@ static int mpi_create(const zt_config_t *cfg, zt__err_t *err, zt__comm_t **out) 
     call = "MPI_Comm_split_type (MPI_COMM_TYPE_SHARED)";
     mrc = MPI_Comm_split_type(m->comm, MPI_COMM_TYPE_SHARED, m->rank, MPI_INFO_NULL, &node);
     if (mrc == MPI_SUCCESS) mrc = MPI_Comm_rank(node, &m->base.local_rank);
+    if (mrc == MPI_SUCCESS) mrc = MPI_Comm_size(node, &m->base.local_size);
     if (node != MPI_COMM_NULL) MPI_Comm_free(&node);
     m->base.local_rank_known = mrc == MPI_SUCCESS;
   }

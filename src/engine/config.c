@@ -132,7 +132,9 @@ const keydef_t zt__config_keys[] = {
     {FIELD(seed), .type = T_SEED,
      .doc = "seed of stochastic rounding: the same seed gives the same bits"},
     {FIELD(threads), .type = T_INT, .lo = 0, .hi = 4096, .sup = 4096,
-     .doc = "CPU optimizer threads; 0 = every CPU this process may run on"},
+     .doc = "CPU optimizer threads; 0 = every CPU this process may run on, but "
+            "its share of the node's CPUs when the node's ranks may each run on all "
+            "of them (not bound by the launcher)"},
     {FIELD(clip_grad_norm), .type = T_NUM, .lo = 0, .hi = INFINITY,
      .doc = "clip the gradients to this global L2 norm; 0 = no clipping"},
     {FIELD(loss_scaling), .type = T_ENUM, NAMES(scaling_names), .supported = 0xf,

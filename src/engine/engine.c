@@ -8,7 +8,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
+#include "backend/device_select.h" // defines: zt__env_local_size
 #include "base/abi.h" // defines: zt__abi_size, ZT__STATS_SIZE_0_1
 #include "engine/config.h" // defines: zt__config_import
 #include "engine/device_check.h" // defines: zt__engine_pick_device, zt__engine_check_devices
@@ -120,6 +122,14 @@ static int check_ranks_agree(zt_engine_t *eng, int local) {
   }
   zt__vote_free(&v);
   return rc;
+}
+
+/* Config `threads` 0: zt__threads_for_rank over this node's ranks, from
+ * the comm or else the launcher's environment. */
+static int default_threads(const zt__comm_t *comm) {
+  int ranks = comm->local_size > 0 ? comm->local_size : zt__env_local_size();
+  long online = sysconf(_SC_NPROCESSORS_ONLN);
+  return zt__threads_for_rank(zt__cpu_count(), online > 0 ? (int)online : 1, ranks);
 }
 
 /* What this version cannot do with the world it finds. */
@@ -246,8 +256,11 @@ int zt_engine_create(const zt_config_t *cfg, zt_engine_t **out) {
    * allocated (locking it would end in the OOM killer), on this rank, and
    * through the agreement below on every rank. */
   if (local == 0) local = zt__pinned_check_budget(eng->cfg.pinned_budget_bytes, &eng->err);
-  if (local == 0) local = zt__cpu_create(eng->cfg.threads, &eng->err, &eng->cpu);
   ZT_TRY_GOTO(zt__comm_create(&eng->cfg, &eng->err, &eng->comm), rc, fail);
+  /* After the comm, which knows the ranks on this node. */
+  if (local == 0)
+    local = zt__cpu_create(eng->cfg.threads > 0 ? eng->cfg.threads : default_threads(eng->comm),
+                           &eng->err, &eng->cpu);
   /* The backend after the comm: `device` -1 takes the comm's local rank
    * (device_check.c). */
   if (local == 0) local = zt__engine_pick_device(&eng->cfg, eng->comm, &eng->err);
