@@ -516,6 +516,9 @@ static void test_stages_on_slow_link(void **state) {
   }
   setenv("ZT_SIM_LINK_GBPS", "0.2", 1); /* 12 KB a group: 60 us */
   static const zt_tier_t tiers[] = {ZT_TIER_HOST, ZT_TIER_DEVICE};
+  /* The most host syncs a step makes, by tier and stage (docs/design.md,
+   * "The data path on a GPU, and its sync points"). */
+  static const int step_syncs[2][4] = {{0, 6, 2, 1}, {0, 9, 4, 2}};
   for (int stage = 1; stage <= 3; stage++) {
     syncs_t hs, ss;
     run_loop(ZT_BACKEND_HOST, stage, ZT_TIER_HOST, p0, g, want, &hs);
@@ -529,6 +532,7 @@ static void test_stages_on_slow_link(void **state) {
       t_expect_same("params, sim against host", got, want, 4, n);
       assert_int_equal(ss.ready, 0);
       assert_int_equal(ss.fetch, 0);
+      assert_true(ss.step <= (uint64_t)step_syncs[k][stage] * STEPS);
     }
   }
   unsetenv("ZT_SIM_LINK_GBPS");
