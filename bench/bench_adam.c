@@ -3,12 +3,15 @@
  * tier (zt__cpu_adam, the threaded executor the engine uses) against the
  * memory-bandwidth limit of this machine, measured in the same run.
  *
- * The limit is a plain memory pass with the update's access pattern: the
- * same buffers, streams, threads, chunks and vector width, the same software
- * prefetch and non-temporal stores for the write-only parameter copy; loads
- * and stores and no arithmetic. The two are interleaved (limit, update,
- * limit, update, ...) because memory bandwidth drifts between runs minutes
- * apart; medians are reported. docs/bench.md defines each figure.
+ * The limit is the fastest of several plain memory passes that move the
+ * update's bytes over the same buffers, threads, chunks and vector width,
+ * loads and stores and no arithmetic: the kernels' own pattern (software
+ * prefetch), the hardware prefetchers alone, and non-temporal stores for
+ * every written stream, with and without prefetch. The strategy that won is
+ * reported. The passes are interleaved with the update (each strategy, then
+ * the update, round after round) because memory bandwidth drifts between
+ * runs minutes apart; medians are reported. docs/bench.md defines each
+ * figure.
  *
  * Before timing, the update through zt__cpu_adam is checked bit for bit
  * against the scalar kernel on a small span; no figure is printed when the
@@ -119,9 +122,30 @@ static int bufs_alloc(bufs_t *b, size_t n, zt_dtype_t dt, int huge, size_t stagg
 
 /* ---- the limit: the update's memory traffic, no arithmetic ------------------- */
 
+/* The ways the limit pass can move the update's bytes. Each reads and writes
+ * exactly what the update does (p, m, v in place; the gradient read; the
+ * 16-bit parameter copy written, always non-temporally since it is never
+ * read); they differ in how. The limit is the fastest of them in the run, so
+ * an access pattern that leaves bandwidth unused shows up as a ratio below 1
+ * instead of being measured against itself. */
+typedef struct limit_strategy {
+  const char *name;
+  int prefetch; /* software prefetch PREFETCH_BYTES ahead in each stream */
+  int nt;       /* non-temporal stores for p, m and v too                */
+} limit_strategy_t;
+
+static const limit_strategy_t strategies[] = {
+    {"pattern", 1, 0}, /* the vector kernels' own: prefetch, plain stores     */
+    {"plain", 0, 0},   /* hardware prefetchers only                          */
+    {"nt", 0, 1},      /* every store non-temporal (read, then streamed out) */
+    {"prefetch-nt", 1, 1}, /* both                                             */
+};
+#define N_STRATEGIES (sizeof strategies / sizeof strategies[0])
+
 typedef struct limit_ctx {
   bufs_t *b;
   zt__isa_t isa;
+  const limit_strategy_t *st;
 } limit_ctx_t;
 
 /* The empty asm makes each loaded value opaque, so the compiler must store
@@ -129,7 +153,7 @@ typedef struct limit_ctx {
 #define OPAQUE(x) __asm__ volatile("" : "+x"(x))
 
 /* The software prefetch the vector kernels issue (PREFETCH_BYTES ahead in
- * each fp32 stream): part of the access pattern, so the limit has it too. */
+ * each fp32 stream): the "pattern" strategy has it too. */
 #ifndef PREFETCH_BYTES
 #define PREFETCH_BYTES 2048
 #endif
@@ -160,21 +184,56 @@ static void limit_range(float *p, float *m, float *v, const void *g, uint16_t *o
   }
 }
 
-/* Elements before `out` is aligned to `align` bytes (the kernels' head: the
- * parameter copy is written with aligned non-temporal stores). */
-static size_t out_head(const uint16_t *out, size_t align, size_t n) {
-  if (out == NULL) return 0;
-  size_t h = (align - (uintptr_t)out % align) % align / 2;
+/* Elements before `p` (or, without non-temporal stores for the fp32 streams,
+ * the parameter copy `out`) is aligned to the vector: the kernels' head, as
+ * the parameter copy is written with aligned non-temporal stores. */
+static size_t vec_head(const float *p, const uint16_t *out, size_t vec_bytes, int nt,
+                       size_t n) {
+  size_t h = 0;
+  if (nt)
+    h = (vec_bytes - (uintptr_t)p % vec_bytes) % vec_bytes / 4;
+  else if (out)
+    h = (vec_bytes / 2 - (uintptr_t)out % (vec_bytes / 2)) % (vec_bytes / 2) / 2;
   return h < n ? h : n;
 }
 
-__attribute__((target("avx512f"))) static void limit_avx512(float *p, float *m, float *v,
-                                                            const void *g, uint16_t *out,
-                                                            size_t gsz, size_t n) {
-  size_t i = out_head(out, 32, n);
+/* Which streams a vector pass stores non-temporally from element `i` on: the
+ * parameter copy always, p, m and v with `nt`; each only where it is aligned
+ * to the vector at `i` (the streams share their offset within 2 MiB unless
+ * --stagger moves them apart). */
+typedef struct nt_streams {
+  int p, m, v, out;
+} nt_streams_t;
+
+static nt_streams_t nt_at(const float *p, const float *m, const float *v,
+                          const uint16_t *out, size_t i, size_t vec_bytes, int nt) {
+  nt_streams_t s = {
+      nt && (uintptr_t)(p + i) % vec_bytes == 0,
+      nt && (uintptr_t)(m + i) % vec_bytes == 0,
+      nt && (uintptr_t)(v + i) % vec_bytes == 0,
+      out && (uintptr_t)(out + i) % (vec_bytes / 2) == 0,
+  };
+  return s;
+}
+
+#define STORE_PS(w, nt, dst, x)                                                          \
+  do {                                                                                   \
+    if (nt)                                                                              \
+      _mm##w##_stream_ps(dst, x);                                                        \
+    else                                                                                 \
+      _mm##w##_storeu_ps(dst, x);                                                        \
+  } while (0)
+
+#define LIMIT_INLINE static inline __attribute__((always_inline))
+
+__attribute__((target("avx512f"))) LIMIT_INLINE void
+limit_avx512_(float *p, float *m, float *v, const void *g, uint16_t *out, size_t gsz,
+              size_t n, int pf, int nt) {
+  size_t i = vec_head(p, out, 64, nt, n);
   limit_range(p, m, v, g, out, gsz, 0, i);
+  nt_streams_t ns = nt_at(p, m, v, out, i, 64, nt);
   for (; i + 16 <= n; i += 16) {
-    PREFETCH(p, g, m, v, i, gsz);
+    if (pf) PREFETCH(p, g, m, v, i, gsz);
     __m512 a = _mm512_loadu_ps(p + i), b = _mm512_loadu_ps(m + i),
            c = _mm512_loadu_ps(v + i);
     OPAQUE(a);
@@ -188,41 +247,76 @@ __attribute__((target("avx512f"))) static void limit_avx512(float *p, float *m, 
       d16 = _mm256_loadu_si256((const __m256i *)((const uint16_t *)g + i));
       OPAQUE(d16);
     }
-    _mm512_storeu_ps(p + i, a);
-    _mm512_storeu_ps(m + i, b);
-    _mm512_storeu_ps(v + i, c);
-    if (out) _mm256_stream_si256((__m256i *)(out + i), d16);
+    STORE_PS(512, ns.p, p + i, a);
+    STORE_PS(512, ns.m, m + i, b);
+    STORE_PS(512, ns.v, v + i, c);
+    if (ns.out)
+      _mm256_stream_si256((__m256i *)(out + i), d16);
+    else if (out)
+      _mm256_storeu_si256((__m256i *)(out + i), d16);
   }
   limit_range(p, m, v, g, out, gsz, i, n);
   _mm_sfence();
 }
 
-__attribute__((target("avx2"))) static void limit_avx2(float *p, float *m, float *v,
-                                                       const void *g, uint16_t *out,
-                                                       size_t gsz, size_t n) {
-  size_t i = out_head(out, 16, n);
+__attribute__((target("avx2"))) LIMIT_INLINE void
+limit_avx2_(float *p, float *m, float *v, const void *g, uint16_t *out, size_t gsz,
+            size_t n, int pf, int nt) {
+  size_t i = vec_head(p, out, 32, nt, n);
   limit_range(p, m, v, g, out, gsz, 0, i);
+  nt_streams_t ns = nt_at(p, m, v, out, i, 32, nt);
   for (; i + 8 <= n; i += 8) {
-    if ((i & 8) == 0) PREFETCH(p, g, m, v, i, gsz);
+    if (pf && (i & 8) == 0) PREFETCH(p, g, m, v, i, gsz);
     __m256 a = _mm256_loadu_ps(p + i), b = _mm256_loadu_ps(m + i),
            c = _mm256_loadu_ps(v + i);
     OPAQUE(a);
     OPAQUE(b);
     OPAQUE(c);
+    __m128i d16 = _mm_setzero_si128();
     if (gsz == 4) {
       __m256 d = _mm256_loadu_ps((const float *)g + i);
       OPAQUE(d);
     } else {
-      __m128i d = _mm_loadu_si128((const __m128i *)((const uint16_t *)g + i));
-      OPAQUE(d);
-      if (out) _mm_stream_si128((__m128i *)(out + i), d);
+      d16 = _mm_loadu_si128((const __m128i *)((const uint16_t *)g + i));
+      OPAQUE(d16);
     }
-    _mm256_storeu_ps(p + i, a);
-    _mm256_storeu_ps(m + i, b);
-    _mm256_storeu_ps(v + i, c);
+    STORE_PS(256, ns.p, p + i, a);
+    STORE_PS(256, ns.m, m + i, b);
+    STORE_PS(256, ns.v, v + i, c);
+    if (ns.out)
+      _mm_stream_si128((__m128i *)(out + i), d16);
+    else if (out)
+      _mm_storeu_si128((__m128i *)(out + i), d16);
   }
   limit_range(p, m, v, g, out, gsz, i, n);
   _mm_sfence();
+}
+
+/* One instance of a pass per strategy, its choices constant-folded. */
+#define LIMIT_DISPATCH(fn, st, ...)                                                      \
+  do {                                                                                   \
+    if ((st)->nt && (st)->prefetch)                                                      \
+      fn(__VA_ARGS__, 1, 1);                                                             \
+    else if ((st)->nt)                                                                   \
+      fn(__VA_ARGS__, 0, 1);                                                             \
+    else if ((st)->prefetch)                                                             \
+      fn(__VA_ARGS__, 1, 0);                                                             \
+    else                                                                                 \
+      fn(__VA_ARGS__, 0, 0);                                                             \
+  } while (0)
+
+__attribute__((target("avx512f"))) static void limit_avx512(float *p, float *m, float *v,
+                                                            const void *g, uint16_t *out,
+                                                            size_t gsz, size_t n,
+                                                            const limit_strategy_t *st) {
+  LIMIT_DISPATCH(limit_avx512_, st, p, m, v, g, out, gsz, n);
+}
+
+__attribute__((target("avx2"))) static void limit_avx2(float *p, float *m, float *v,
+                                                       const void *g, uint16_t *out,
+                                                       size_t gsz, size_t n,
+                                                       const limit_strategy_t *st) {
+  LIMIT_DISPATCH(limit_avx2_, st, p, m, v, g, out, gsz, n);
 }
 
 static void limit_task(void *vctx, size_t t, int worker) {
@@ -234,9 +328,9 @@ static void limit_task(void *vctx, size_t t, int worker) {
   const void *g = (const char *)b->grads + i * gsz;
   uint16_t *out = b->master ? (uint16_t *)b->params + i : NULL;
   if (c->isa == ZT_ISA_AVX512)
-    limit_avx512(p, b->m + i, b->v + i, g, out, gsz, n);
+    limit_avx512(p, b->m + i, b->v + i, g, out, gsz, n, c->st);
   else if (c->isa == ZT_ISA_AVX2)
-    limit_avx2(p, b->m + i, b->v + i, g, out, gsz, n);
+    limit_avx2(p, b->m + i, b->v + i, g, out, gsz, n, c->st);
   else
     limit_range(p, b->m + i, b->v + i, g, out, gsz, 0, n);
 }
@@ -392,36 +486,52 @@ int bench_adam_main(int argc, char **argv) {
   double bytes = (read_b + write_b) * (double)n;
 
   zt__seg_t seg = {0, 0, n, 1};
-  limit_ctx_t lctx = {&b, cpu->isa};
+  /* The scalar limit has one way of moving the bytes: the first strategy. */
+  size_t n_strat = cpu->isa == ZT_ISA_SCALAR ? 1 : N_STRATEGIES;
   double *t_adam = calloc((size_t)reps, sizeof *t_adam);
-  double *t_limit = calloc((size_t)reps, sizeof *t_limit);
-  if (!t_adam || !t_limit) {
+  double *t_lim = calloc((size_t)reps * N_STRATEGIES, sizeof *t_lim);
+  if (!t_adam || !t_lim) {
     fprintf(stderr, "%s: out of memory\n", prog);
     free(t_adam);
-    free(t_limit);
+    free(t_lim);
     bufs_free(&b);
     zt__cpu_destroy(cpu);
     return 1;
   }
-  /* One untimed pair first: the page tables and the TLB settle. */
+  /* One untimed round first: the page tables and the TLB settle. Each round
+   * runs every limit strategy, then the update. */
   for (int r = -1; r < reps; r++) {
     zt__adam_hp_t hp = make_hp((uint64_t)(r + 2), stochastic);
     zt__adam_launch_t l = make_launch(&b, &hp, &seg, 1);
-    double t0 = zt__now();
-    zt__pool_run(cpu->pool, n_chunks, limit_task, &lctx);
+    double best = INFINITY;
+    for (size_t k = 0; k < n_strat; k++) {
+      limit_ctx_t lctx = {&b, cpu->isa, &strategies[k]};
+      double t0 = zt__now();
+      zt__pool_run(cpu->pool, n_chunks, limit_task, &lctx);
+      double t = zt__now() - t0;
+      if (r >= 0) t_lim[k * (size_t)reps + (size_t)r] = t;
+      if (t < best) best = t;
+    }
     double t1 = zt__now();
     zt__cpu_adam(cpu, &l);
     double t2 = zt__now();
     if (r >= 0) {
-      t_limit[r] = t1 - t0;
       t_adam[r] = t2 - t1;
       tool_progress("rep %d/%d: limit %.1f GB/s, adamw %.1f GB/s", r + 1, reps,
-                        bytes / t_limit[r] / 1e9, bytes / t_adam[r] / 1e9);
+                    bytes / best / 1e9, bytes / t_adam[r] / 1e9);
     }
   }
   tool_progress_end();
 
-  double adam_s = bench_median(t_adam, reps), limit_s = bench_median(t_limit, reps);
+  /* The limit is the strategy with the shortest median. */
+  double lim_s[N_STRATEGIES];
+  size_t win = 0;
+  for (size_t k = 0; k < n_strat; k++) {
+    lim_s[k] = bench_median(t_lim + k * (size_t)reps, reps);
+    if (lim_s[k] < lim_s[win]) win = k;
+  }
+  const double *t_limit = t_lim + win * (size_t)reps;
+  double adam_s = bench_median(t_adam, reps), limit_s = lim_s[win];
   double gbps = bytes / adam_s / 1e9, limit_gbps = bytes / limit_s / 1e9;
   double ratio = gbps / limit_gbps, pps = (double)n / adam_s;
   long long thp = thp0 >= 0 && thp1 >= 0 ? thp1 - thp0 : -1;
@@ -435,6 +545,10 @@ int bench_adam_main(int argc, char **argv) {
     tool_report_str(j, "bench", "adam");
     tool_report_num(j, "gbps", gbps);
     tool_report_num(j, "limit_gbps", limit_gbps);
+    tool_report_str(j, "limit_strategy", strategies[win].name);
+    cJSON *per = cJSON_AddObjectToObject(j, "limit_strategies_gbps");
+    for (size_t k = 0; per && k < n_strat; k++)
+      tool_report_num(per, strategies[k].name, bytes / lim_s[k] / 1e9);
     tool_report_num(j, "ratio", ratio);
     tool_report_num(j, "params_per_s", pps);
     tool_report_int(j, "params", (long long)n);
@@ -462,14 +576,16 @@ int bench_adam_main(int argc, char **argv) {
            write_b);
     tool_table_t *t = tool_table_new("lrrr");
     tool_table_row(t, "\tmedian s\tGB/s\tGparams/s");
-    tool_table_row(t, "memory limit\t%.4f\t%.2f\t%.3f", limit_s, limit_gbps,
-                   (double)n / limit_s / 1e9);
+    for (size_t k = 0; k < n_strat; k++)
+      tool_table_row(t, "limit: %s%s\t%.4f\t%.2f\t%.3f", strategies[k].name,
+                     k == win ? " (best)" : "", lim_s[k], bytes / lim_s[k] / 1e9,
+                     (double)n / lim_s[k] / 1e9);
     tool_table_row(t, "AdamW update\t%.4f\t%.2f\t%.3f", adam_s, gbps, pps / 1e9);
     tool_table_row(t, "ratio (update/limit)\t\t%.3f", ratio);
     tool_table_print(t, stdout, 0, NULL);
   }
   free(t_adam);
-  free(t_limit);
+  free(t_lim);
   bufs_free(&b);
   zt__cpu_destroy(cpu);
   return status;
