@@ -148,22 +148,56 @@ ZT_INLINE void adam8(const vhp_t *c, int dmode, __m256 g, __m256 *p, __m256 *m,
   *v = vv;
 }
 
-/* Software prefetch this many bytes ahead in each fp32 stream, as in the
- * AVX-512 build (see there); issued every other vector, once a line. */
+/* Software prefetch this many bytes ahead in each fp32 stream (the same
+ * elements in a 16-bit gradient stream), once a 64-byte line. 0 leaves the
+ * streams to the hardware prefetchers. */
 #ifndef PREFETCH_BYTES
 #define PREFETCH_BYTES 2048
 #endif
 
-ZT_INLINE void prefetch_step(const zt__adam_span_t *s, size_t i, int gdt) {
+/* The streams of one span in locals: the intrinsics' stores may alias any
+ * memory, so pointers read through the span on every vector would be
+ * reloaded after each store (five loads a vector). */
+typedef struct streams {
+  float *master, *m, *v;
+  const void *grads;
+  void *params;
+} streams_t;
+
+/* One vector of 8 elements at i: loads, the update, stores. */
+ZT_INLINE void adam_vec(const vhp_t *c, streams_t st, size_t i, int gdt, int pdt, int sr,
+                        int dmode, __m256i key_hi, uint32_t lo) {
+  __m256 g = load8(st.grads, gdt, i);
+  __m256 p = _mm256_loadu_ps(st.master + i);
+  __m256 m = _mm256_loadu_ps(st.m + i);
+  __m256 v = _mm256_loadu_ps(st.v + i);
+  adam8(c, dmode, g, &p, &m, &v);
+  _mm256_storeu_ps(st.master + i, p);
+  _mm256_storeu_ps(st.m + i, m);
+  _mm256_storeu_ps(st.v + i, v);
+  if (pdt != NO_PARAMS) {
+    /* Only written: streamed past the caches (see the AVX-512 build). */
+    __m256i rnd = sr ? sr_bits(key_hi, lo + (uint32_t)i) : key_hi;
+    store8(st.params, pdt, i, p, sr, rnd, 1);
+  }
+}
+
+/* Two vectors a turn, 64 bytes of each fp32 stream: one line, one prefetch
+ * each. Prefetches past the end of a buffer never fault. */
+ZT_INLINE void adam_line(const vhp_t *c, streams_t st, size_t i, int gdt, int pdt, int sr,
+                         int dmode, __m256i key_hi, uint32_t lo) {
   const size_t ahead = PREFETCH_BYTES / 4;
-  if (ahead == 0 || (i & 8)) return;
-  _mm_prefetch((const char *)(s->master + i + ahead), _MM_HINT_T0);
-  _mm_prefetch((const char *)(s->m + i + ahead), _MM_HINT_T0);
-  _mm_prefetch((const char *)(s->v + i + ahead), _MM_HINT_T0);
-  if (gdt == ZT_FP32)
-    _mm_prefetch((const char *)((const float *)s->grads + i + ahead), _MM_HINT_T0);
-  else
-    _mm_prefetch((const char *)((const uint16_t *)s->grads + i + ahead), _MM_HINT_T0);
+  if (ahead) {
+    _mm_prefetch((const char *)(st.master + i + ahead), _MM_HINT_T0);
+    _mm_prefetch((const char *)(st.m + i + ahead), _MM_HINT_T0);
+    _mm_prefetch((const char *)(st.v + i + ahead), _MM_HINT_T0);
+    if (gdt == ZT_FP32)
+      _mm_prefetch((const char *)((const float *)st.grads + i + ahead), _MM_HINT_T0);
+    else if ((i & 16) == 0) /* a line holds 32 16-bit gradients */
+      _mm_prefetch((const char *)((const uint16_t *)st.grads + i + ahead), _MM_HINT_T0);
+  }
+  adam_vec(c, st, i, gdt, pdt, sr, dmode, key_hi, lo);
+  adam_vec(c, st, i + W, gdt, pdt, sr, dmode, key_hi, lo);
 }
 
 ZT_INLINE void adam_loop(const zt__adam_hp_t *hp, const zt__adam_span_t *s, int gdt,
@@ -171,6 +205,7 @@ ZT_INLINE void adam_loop(const zt__adam_hp_t *hp, const zt__adam_span_t *s, int 
   vhp_t c = vhp_make(hp);
   uint32_t lo = (uint32_t)s->index;
   __m256i key_hi = splat(zt_sr_key_hi(hp->sr_key, (uint32_t)(s->index >> 32)));
+  streams_t st = {s->master, s->m, s->v, s->grads, s->params};
   size_t n = s->n, i = 0;
   if (pdt != NO_PARAMS) {
     /* The scalar build up to the first full vector of the parameter copy
@@ -185,21 +220,10 @@ ZT_INLINE void adam_loop(const zt__adam_hp_t *hp, const zt__adam_span_t *s, int 
     }
     i = head;
   }
-  for (; i + W <= n; i += W) {
-    prefetch_step(s, i, gdt);
-    __m256 g = load8(s->grads, gdt, i);
-    __m256 p = _mm256_loadu_ps(s->master + i);
-    __m256 m = _mm256_loadu_ps(s->m + i);
-    __m256 v = _mm256_loadu_ps(s->v + i);
-    adam8(&c, dmode, g, &p, &m, &v);
-    _mm256_storeu_ps(s->master + i, p);
-    _mm256_storeu_ps(s->m + i, m);
-    _mm256_storeu_ps(s->v + i, v);
-    if (pdt != NO_PARAMS) {
-      /* Only written: streamed past the caches (see the AVX-512 build). */
-      __m256i rnd = sr ? sr_bits(key_hi, lo + (uint32_t)i) : key_hi;
-      store8(s->params, pdt, i, p, sr, rnd, 1);
-    }
+  for (; i + 2 * W <= n; i += 2 * W) adam_line(&c, st, i, gdt, pdt, sr, dmode, key_hi, lo);
+  if (i + W <= n) {
+    adam_vec(&c, st, i, gdt, pdt, sr, dmode, key_hi, lo);
+    i += W;
   }
   if (i < n) {
     zt__adam_span_t t = *s;
