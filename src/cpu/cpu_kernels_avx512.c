@@ -208,8 +208,12 @@ ZT_INLINE void prefetch_step(const zt__adam_span_t *s, size_t i, int gdt) {
 }
 
 /* One span whose elements share the high half of their index. */
-ZT_INLINE void adam_loop(const zt__adam_hp_t *hp, const zt__adam_span_t *s, int gdt,
+ZT_INLINE void adam_loop(const zt__adam_hp_t *hp, const zt__adam_span_t *span, int gdt,
                          int pdt, int sr, int dmode) {
+  /* The span in a local whose address does not escape: the intrinsics'
+   * stores may alias any memory, so pointers read through the caller's span
+   * would be reloaded after every store (seven loads a vector). */
+  const zt__adam_span_t local = *span, *s = &local;
   vhp_t c = vhp_make(hp);
   uint32_t lo = (uint32_t)s->index;
   __m512i key_hi = splat(zt_sr_key_hi(hp->sr_key, (uint32_t)(s->index >> 32)));
