@@ -226,12 +226,102 @@ static nt_streams_t nt_at(const float *p, const float *m, const float *v,
 
 #define LIMIT_INLINE static inline __attribute__((always_inline))
 
+/* With non-temporal stores for p, m and v the passes store each line one
+ * line after loading it: a streaming store right behind the load of its own
+ * line waits for that line's fill, which halved this pass on the AMD Zen 3
+ * machine of docs/bench.md, while the update's arithmetic spaces the two.
+ * From `i` (aligned as nt_at says) to the last whole line; returns the
+ * element after it. */
+__attribute__((target("avx512f"))) LIMIT_INLINE size_t
+lagged_avx512(float *p, float *m, float *v, const void *g, uint16_t *out, size_t gsz,
+              size_t i, size_t n, int pf, nt_streams_t ns) {
+  if (i + 16 > n) return i;
+  __m512 a = _mm512_loadu_ps(p + i), b = _mm512_loadu_ps(m + i), c = _mm512_loadu_ps(v + i);
+  for (;; i += 16) {
+    int more = i + 32 <= n;
+    __m512 a1 = a, b1 = b, c1 = c;
+    if (more) {
+      if (pf) PREFETCH(p, g, m, v, i, gsz);
+      a1 = _mm512_loadu_ps(p + i + 16), b1 = _mm512_loadu_ps(m + i + 16),
+      c1 = _mm512_loadu_ps(v + i + 16);
+    }
+    if (gsz == 4) {
+      __m512 d = _mm512_loadu_ps((const float *)g + i);
+      OPAQUE(d);
+    } else {
+      __m256i d16 = _mm256_loadu_si256((const __m256i *)((const uint16_t *)g + i));
+      OPAQUE(d16);
+      if (ns.out)
+        _mm256_stream_si256((__m256i *)(out + i), d16);
+      else if (out)
+        _mm256_storeu_si256((__m256i *)(out + i), d16);
+    }
+    OPAQUE(a);
+    OPAQUE(b);
+    OPAQUE(c);
+    STORE_PS(512, ns.p, p + i, a);
+    STORE_PS(512, ns.m, m + i, b);
+    STORE_PS(512, ns.v, v + i, c);
+    if (!more) return i + 16;
+    a = a1, b = b1, c = c1;
+  }
+}
+
+__attribute__((target("avx2"))) LIMIT_INLINE size_t
+lagged_avx2(float *p, float *m, float *v, const void *g, uint16_t *out, size_t gsz,
+            size_t i, size_t n, int pf, nt_streams_t ns) {
+  if (i + 16 > n) return i;
+  __m256 a = _mm256_loadu_ps(p + i), a_ = _mm256_loadu_ps(p + i + 8);
+  __m256 b = _mm256_loadu_ps(m + i), b_ = _mm256_loadu_ps(m + i + 8);
+  __m256 c = _mm256_loadu_ps(v + i), c_ = _mm256_loadu_ps(v + i + 8);
+  for (;; i += 16) {
+    int more = i + 32 <= n;
+    __m256 a1 = a, a1_ = a_, b1 = b, b1_ = b_, c1 = c, c1_ = c_;
+    if (more) {
+      if (pf) PREFETCH(p, g, m, v, i, gsz);
+      a1 = _mm256_loadu_ps(p + i + 16), a1_ = _mm256_loadu_ps(p + i + 24);
+      b1 = _mm256_loadu_ps(m + i + 16), b1_ = _mm256_loadu_ps(m + i + 24);
+      c1 = _mm256_loadu_ps(v + i + 16), c1_ = _mm256_loadu_ps(v + i + 24);
+    }
+    if (gsz == 4) {
+      __m256 d = _mm256_loadu_ps((const float *)g + i),
+             d_ = _mm256_loadu_ps((const float *)g + i + 8);
+      OPAQUE(d);
+      OPAQUE(d_);
+    } else {
+      __m256i d16 = _mm256_loadu_si256((const __m256i *)((const uint16_t *)g + i));
+      OPAQUE(d16);
+      if (ns.out) {
+        _mm_stream_si128((__m128i *)(out + i), _mm256_castsi256_si128(d16));
+        _mm_stream_si128((__m128i *)(out + i + 8), _mm256_extracti128_si256(d16, 1));
+      } else if (out) {
+        _mm256_storeu_si256((__m256i *)(out + i), d16);
+      }
+    }
+    OPAQUE(a);
+    OPAQUE(a_);
+    OPAQUE(b);
+    OPAQUE(b_);
+    OPAQUE(c);
+    OPAQUE(c_);
+    STORE_PS(256, ns.p, p + i, a);
+    STORE_PS(256, ns.p, p + i + 8, a_);
+    STORE_PS(256, ns.m, m + i, b);
+    STORE_PS(256, ns.m, m + i + 8, b_);
+    STORE_PS(256, ns.v, v + i, c);
+    STORE_PS(256, ns.v, v + i + 8, c_);
+    if (!more) return i + 16;
+    a = a1, a_ = a1_, b = b1, b_ = b1_, c = c1, c_ = c1_;
+  }
+}
+
 __attribute__((target("avx512f"))) LIMIT_INLINE void
 limit_avx512_(float *p, float *m, float *v, const void *g, uint16_t *out, size_t gsz,
               size_t n, int pf, int nt) {
   size_t i = vec_head(p, out, 64, nt, n);
   limit_range(p, m, v, g, out, gsz, 0, i);
   nt_streams_t ns = nt_at(p, m, v, out, i, 64, nt);
+  if (nt) i = lagged_avx512(p, m, v, g, out, gsz, i, n, pf, ns);
   for (; i + 16 <= n; i += 16) {
     if (pf) PREFETCH(p, g, m, v, i, gsz);
     __m512 a = _mm512_loadu_ps(p + i), b = _mm512_loadu_ps(m + i),
@@ -265,6 +355,7 @@ limit_avx2_(float *p, float *m, float *v, const void *g, uint16_t *out, size_t g
   size_t i = vec_head(p, out, 32, nt, n);
   limit_range(p, m, v, g, out, gsz, 0, i);
   nt_streams_t ns = nt_at(p, m, v, out, i, 32, nt);
+  if (nt) i = lagged_avx2(p, m, v, g, out, gsz, i, n, pf, ns);
   for (; i + 8 <= n; i += 8) {
     if (pf && (i & 8) == 0) PREFETCH(p, g, m, v, i, gsz);
     __m256 a = _mm256_loadu_ps(p + i), b = _mm256_loadu_ps(m + i),
