@@ -4,11 +4,13 @@
  * launches of kernels.cu.
  *
  * Streams. ZT_STREAM_COMPUTE is the user's stream, the legacy default stream
- * (0) for now. ZT_STREAM_H2D, ZT_STREAM_D2H and ZT_STREAM_PREFETCH (the
- * stage-3 staging of a group ahead of its fetch) are ztier's own, created
+ * (0) for now. ZT_STREAM_H2D, ZT_STREAM_D2H, ZT_STREAM_PREFETCH (the
+ * stage-3 staging of a group ahead of its fetch) and ZT_STREAM_REDUCE (the
+ * owner's sums of gradient buckets) are ztier's own, created
  * cudaStreamNonBlocking so that nothing the user does on stream 0 blocks them
  * implicitly. Ordering rule: every operation this backend enqueues on one of
- * its own streams (copy or kernel) is first ordered after all the work the
+ * its own streams but PREFETCH and REDUCE (which their users order by
+ * events, backend.h) (copy or kernel) is first ordered after all the work the
  * user had enqueued on the compute stream when the call was made: an event
  * is recorded on the compute stream and the own stream waits for it on the
  * device (cudaStreamWaitEvent), never by a host sync. Anything finer (the
@@ -159,7 +161,7 @@ static int check_stream(zt__backend_t *be, const char *fn, zt__stream_t stream) 
   if ((int)stream < 0 || (int)stream >= ZT_STREAM_COUNT)
     return zt__errf(be->err, -EINVAL,
                     "%s: stream is %d; expected ZT_STREAM_COMPUTE (0), ZT_STREAM_H2D (1), "
-                    "ZT_STREAM_D2H (2) or ZT_STREAM_PREFETCH (3)",
+                    "ZT_STREAM_D2H (2), ZT_STREAM_PREFETCH (3) or ZT_STREAM_REDUCE (4)",
                     fn, (int)stream);
   return 0;
 }
@@ -175,8 +177,11 @@ static int check_dtype(zt__backend_t *be, const char *fn, const char *name, zt_d
  * enqueued on the compute stream. Re-recording one event is safe: a wait
  * takes the event's state at the time it is enqueued. */
 static int order_after_compute(zt__backend_t *be, zt__stream_t stream) {
-  /* The prefetch stream is ordered by its users' events alone (backend.h). */
-  if (stream == ZT_STREAM_COMPUTE || stream == ZT_STREAM_PREFETCH) return 0;
+  /* The prefetch and reduce streams are ordered by their users' events
+   * alone (backend.h). */
+  if (stream == ZT_STREAM_COMPUTE || stream == ZT_STREAM_PREFETCH ||
+      stream == ZT_STREAM_REDUCE)
+    return 0;
   CU_TRY(be, cudaEventRecord(be->compute_mark, be->streams[ZT_STREAM_COMPUTE]));
   CU_TRY(be, cudaStreamWaitEvent(be->streams[stream], be->compute_mark, 0));
   return 0;
@@ -373,6 +378,7 @@ static int cuda_create(const zt_config_t *cfg, zt__cpu_t *cpu, zt__err_t *err,
     CREATE_TRY(cudaStreamCreateWithFlags(&be->streams[ZT_STREAM_H2D], nb));
     CREATE_TRY(cudaStreamCreateWithFlags(&be->streams[ZT_STREAM_D2H], nb));
     CREATE_TRY(cudaStreamCreateWithFlags(&be->streams[ZT_STREAM_PREFETCH], nb));
+    CREATE_TRY(cudaStreamCreateWithFlags(&be->streams[ZT_STREAM_REDUCE], nb));
     CREATE_TRY(cudaEventCreateWithFlags(&be->compute_mark, cudaEventDisableTiming));
 #undef CREATE_TRY
   }

@@ -35,10 +35,15 @@ typedef enum zt__stream {
   ZT_STREAM_H2D = 1,     /* ztier's host-to-device copies                   */
   ZT_STREAM_D2H = 2,     /* ztier's device-to-host copies                   */
   ZT_STREAM_PREFETCH = 3, /* stage 3: copies into a group's gathered buffer
-                             (staged ahead, or landing in its fetch); the
-                             one own stream NOT ordered after the compute
-                             stream: its users order it by events         */
-  ZT_STREAM_COUNT = 4
+                             (staged ahead, or landing in its fetch); NOT
+                             ordered after the compute stream: its users
+                             order it by events                           */
+  ZT_STREAM_REDUCE = 4,   /* a ZeRO owner's sums of landed buckets in
+                             device memory (rank_sum); NOT ordered after
+                             the compute stream either (reduce.c orders it
+                             by events), so that the sums never wait for
+                             the loop's backward kernels                  */
+  ZT_STREAM_COUNT = 5
 } zt__stream_t;
 
 typedef enum zt__copy_kind {

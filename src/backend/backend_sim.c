@@ -637,7 +637,9 @@ static int sim_stream_wait(zt__backend_t *be, zt__stream_t stream, zt__event_t *
  * streams starts after what the compute stream holds; the prefetch stream
  * is ordered by its users' events alone. */
 static int order_after_compute(zt__backend_t *be, zt__stream_t stream) {
-  if (stream == ZT_STREAM_COMPUTE || stream == ZT_STREAM_PREFETCH) return 0;
+  if (stream == ZT_STREAM_COMPUTE || stream == ZT_STREAM_PREFETCH ||
+      stream == ZT_STREAM_REDUCE)
+    return 0;
   ZT_TRY(sim_event_record(be, be->compute_mark, ZT_STREAM_COMPUTE));
   return sim_stream_wait(be, stream, be->compute_mark);
 }

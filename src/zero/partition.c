@@ -206,7 +206,10 @@ int zt__part_init(zt__part_t *p, const zt__ctx_t *ctx, const zt__zero_reg_t *reg
   const zt__param_tier_ops_t *pto = zt__param_tier_ops(p->ctx->cfg->param_tier);
   p->params_pinned =
       p->on_pinned || pto->pinned_buffer || (p->on_device && pto->read != NULL);
-  if (p->on_device) ZT_TRY(p->ctx->be_ops->event_create(p->ctx->be, &p->updated));
+  if (p->on_device) {
+    ZT_TRY(p->ctx->be_ops->event_create(p->ctx->be, &p->updated));
+    ZT_TRY(p->ctx->be_ops->event_create(p->ctx->be, &p->cleared));
+  }
   zt__part_footprint_t f;
   zt__part_footprint(&(zt__part_shape_t){p->total, p->world, p->rank, p->ctx->cfg->stage,
                                           p->ctx->cfg->bucket_bytes, p->reg.param_dtype,
@@ -220,6 +223,11 @@ int zt__part_init(zt__part_t *p, const zt__ctx_t *ctx, const zt__zero_reg_t *reg
   ZT_TRY(build_shard_segs(p));
 
   ZT_TRY(zt__part_alloc(p, f.grads_bytes, (void **)&p->grads));
+  if (p->on_device) {
+    /* Zeroed on the loop's stream: the first sums wait for that. */
+    ZT_TRY(p->ctx->be_ops->event_record(p->ctx->be, p->cleared, ZT_STREAM_COMPUTE));
+    ZT_TRY(p->ctx->be_ops->stream_wait(p->ctx->be, ZT_STREAM_REDUCE, p->cleared));
+  }
   /* With param_tier "nvme" too, until register.c has written them out. */
   ZT_TRY(zt__part_params_alloc(p));
 
@@ -403,6 +411,7 @@ void zt__part_free(zt__part_t *p) {
   }
   zt__part_free_grad_spares(p);
   if (p->updated) p->ctx->be_ops->event_destroy(p->ctx->be, p->updated);
+  if (p->cleared) p->ctx->be_ops->event_destroy(p->ctx->be, p->cleared);
   free(p->groups);
   free(p->segs);
   memset(p, 0, sizeof *p);

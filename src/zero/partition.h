@@ -198,6 +198,9 @@ typedef struct zt__part {
    * waits for it before the comm reads params (zt__part_updated). */
   int update_pending;
   zt__event_t *updated;
+  /* on_device: recorded on the loop's stream after the step's zeroing of
+   * grads, which the reduce stream's next sums wait for (reduce.c). */
+  zt__event_t *cleared;
   int params_pinned; /* params are pinned host memory (on_pinned, a parameter
                         tier whose ops say pinned_buffer: "host", or on_device
                         with one that reads ahead from its medium: "nvme")    */

@@ -11,8 +11,12 @@
  * length, one per rank, in rank order.
  *
  * With the shard in device memory (on_device) the sums are the backend's
- * rank_sum kernel, enqueued on the D2H stream behind the bucket's landing
- * and recorded, instead of the sums thread's: the same bits.
+ * rank_sum kernel, enqueued on the reduce stream once the bucket has landed
+ * and recorded, instead of the sums thread's: the same bits. That stream is
+ * not ordered after the loop's backward (backend.h): the sums need only the
+ * landed bucket, which the host waited for, and the shard's sums zeroed at
+ * the last step's end (zt__reduce_reset orders it after that), so a bucket
+ * slot freed for the next bucket never waits for the loop's kernels.
  *
  * Calls agree.c (the vote before each hand-over and each step reduction)
  * and partition.c (spans, memory); called by the engine (zt_grads_ready, the
@@ -43,9 +47,8 @@ static void sum_bucket(void *arg) {
   }
 }
 
-/* On the device: the landed bucket's sums, enqueued on the D2H stream
- * (which the packing of the next buckets shares, so the device orders them
- * with it) and recorded. */
+/* On the device: the landed bucket's sums, enqueued on the reduce stream
+ * (one after another, in the order the buckets land) and recorded. */
 static int sum_bucket_on_device(zt__part_t *p, zt__xfer_t *x) {
   const zt__backend_ops_t *be = p->ctx->be_ops;
   size_t mine = x->mine, i = 0;
@@ -55,15 +58,15 @@ static int sum_bucket_on_device(zt__part_t *p, zt__xfer_t *x) {
     size_t a, b;
     if (!zt__span_clip(x->spans[k].a, x->spans[k].b, p->begin, p->end, &a, &b)) continue;
     rc = be->rank_sum(p->ctx->be, p->grads + (a - p->begin), (const char *)x->recv + i * gsz,
-                      mine, p->reg.grad_dtype, p->world, b - a, ZT_STREAM_D2H);
+                      mine, p->reg.grad_dtype, p->world, b - a, ZT_STREAM_REDUCE);
     i += b - a;
   }
-  if (rc == 0) rc = be->event_record(p->ctx->be, x->summed, ZT_STREAM_D2H);
+  if (rc == 0) rc = be->event_record(p->ctx->be, x->summed, ZT_STREAM_REDUCE);
   if (rc < 0) {
     /* Nothing marks the end of the sums already enqueued: they are waited
      * for here. */
     zt__err_t keep = *p->ctx->err;
-    (void)be->stream_sync(p->ctx->be, ZT_STREAM_D2H);
+    (void)be->stream_sync(p->ctx->be, ZT_STREAM_REDUCE);
     *p->ctx->err = keep;
     return rc;
   }
@@ -401,9 +404,13 @@ int zt__reduce_reset(zt__part_t *p) {
   for (int s = 0; s < ZT_XFER_SLOTS; s++) ZT_TRY(wait_sums(p, &p->xfer[s]));
   size_t bytes = (p->end - p->begin) * sizeof(float);
   /* On the device behind the update, which read them, on the loop's stream;
-   * the next sums (D2H stream) are ordered after it (backend.h). */
-  if (p->on_device)
-    return p->ctx->be_ops->memset_zero(p->ctx->be, p->grads, bytes, ZT_STREAM_COMPUTE);
+   * the next sums, on the reduce stream, wait for that. */
+  if (p->on_device) {
+    const zt__backend_ops_t *be = p->ctx->be_ops;
+    ZT_TRY(be->memset_zero(p->ctx->be, p->grads, bytes, ZT_STREAM_COMPUTE));
+    ZT_TRY(be->event_record(p->ctx->be, p->cleared, ZT_STREAM_COMPUTE));
+    return be->stream_wait(p->ctx->be, ZT_STREAM_REDUCE, p->cleared);
+  }
   memset(p->grads, 0, bytes);
   return 0;
 }
