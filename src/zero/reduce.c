@@ -404,7 +404,10 @@ int zt__reduce_reset(zt__part_t *p) {
   for (int s = 0; s < ZT_XFER_SLOTS; s++) ZT_TRY(wait_sums(p, &p->xfer[s]));
   size_t bytes = (p->end - p->begin) * sizeof(float);
   /* On the device behind the update, which read them, on the loop's stream;
-   * the next sums, on the reduce stream, wait for that. */
+   * the next sums, on the reduce stream, wait for that. (Their buckets'
+   * packing, on the D2H stream, is ordered after it too, and the sums come
+   * after the packing through the host: the wait says the rule where it is
+   * needed rather than leaning on that.) */
   if (p->on_device) {
     const zt__backend_ops_t *be = p->ctx->be_ops;
     ZT_TRY(be->memset_zero(p->ctx->be, p->grads, bytes, ZT_STREAM_COMPUTE));
