@@ -144,9 +144,10 @@ static int check_world(zt_engine_t *eng) {
                     world, world);
   /* A shard in device memory is moved by a comm that reaches it: on cuda
    * only NCCL does (sim's MPI and single comms reach it through the
-   * backend's comm_view, zero/partition.h). */
-  if (c->stage >= 1 && c->optimizer_tier == ZT_TIER_DEVICE && c->comm != ZT_COMM_NCCL &&
-      eng->be_ops->comm_view(eng->be, eng->be) == NULL)
+   * backend's comm_view; the same rule as zt__part_pinned's for the host
+   * and nvme tiers, zero/partition.h). */
+  if (c->stage >= 1 && c->optimizer_tier == ZT_TIER_DEVICE &&
+      c->backend == ZT_BACKEND_CUDA && c->comm != ZT_COMM_NCCL)
     return zt__errf(&eng->err, ZT_ECONFIG,
                     "stage %d with optimizer_tier \"device\" on the %s backend needs comm "
                     "\"nccl\" (comm is \"%s\", which moves host memory only: its shards "
