@@ -16,6 +16,12 @@
  * Before timing, the update through zt__cpu_adam is checked bit for bit
  * against the scalar kernel on a small span; no figure is printed when the
  * check fails.
+ *
+ * With --step, each round also times zt_step() of an engine (host backend,
+ * stage 0, its default device tier, the same threads) registered flat over
+ * the same parameters and gradients: what a loop that wraps its optimizer
+ * step gets, norm, checks and all, against the update alone. With
+ * --nonfinite skip the step takes the norm in a pass of its own first.
  */
 #define _GNU_SOURCE
 #include <immintrin.h>
@@ -33,6 +39,7 @@
 static const char *const dtype_names[] = {"fp32", "bf16", "fp16", NULL};
 static const zt_dtype_t dtype_of[] = {ZT_FP32, ZT_BF16, ZT_FP16};
 static const char *const isa_names[] = {"scalar", "avx2", "avx512", NULL};
+static const char *const nonfinite_names[] = {"auto", "skip", NULL};
 
 typedef struct bufs {
   size_t n;
@@ -441,7 +448,7 @@ static zt__adam_hp_t make_hp(uint64_t t, int stochastic) {
 static zt__adam_launch_t make_launch(bufs_t *b, const zt__adam_hp_t *hp,
                                      const zt__seg_t *segs, size_t n_segs) {
   zt__adam_launch_t l = {hp,    b->master, b->m, b->v,  b->grads, 0,
-                         b->dt, b->params, 0,    b->dt, segs,     n_segs};
+                         b->dt, b->params, 0,    b->dt, segs,     n_segs, NULL};
   return l;
 }
 
@@ -496,13 +503,42 @@ static int check_update(zt__cpu_t *cpu, zt_dtype_t dt, int stochastic, char *why
   return rc;
 }
 
+/* ---- the whole step ------------------------------------------------------------ */
+
+/* An engine that steps the bench's own parameters and gradients. */
+static int step_engine(bufs_t *b, int threads, int nonfinite, zt_engine_t **out, char *why,
+                       size_t why_len) {
+  zt_config_t cfg = ZT_CONFIG_INIT;
+  cfg.threads = threads;
+  cfg.nonfinite = nonfinite ? ZT_NONFINITE_SKIP : ZT_NONFINITE_AUTO;
+  int rc = zt_engine_create(&cfg, out);
+  if (rc == 0) rc = zt_register_flat(*out, b->params, b->grads, b->n, b->dt, b->dt);
+  if (rc < 0) {
+    snprintf(why, why_len, "%s", zt_last_error(*out));
+    zt_engine_destroy(*out);
+    *out = NULL;
+  }
+  return rc;
+}
+
+static int time_step(zt_engine_t *eng, uint64_t t, double *seconds) {
+  zt_step_args_t a = ZT_STEP_ARGS_INIT;
+  a.lr = 1e-3f;
+  a.weight_decay = 0.01f;
+  a.t = t;
+  double t0 = zt__now();
+  int rc = zt_step(eng, &a, NULL);
+  *seconds = zt__now() - t0;
+  return rc;
+}
+
 /* ---- main --------------------------------------------------------------------- */
 
 int bench_adam_main(int argc, char **argv) {
   const char *prog = "ztier bench adam";
   size_t n = 200 * 1000 * 1000;
   int threads = zt__cpu_count(), reps = 5, dtype_i = 0, json = 0, stochastic = 0;
-  int isa_i = -1, no_huge = 0;
+  int isa_i = -1, no_huge = 0, step = 0, nonfinite_i = 0;
   size_t stagger = 0;
   const tool_flag_t flags[] = {
       {"params", TOOL_FLAG_COUNT, &n, "N", "parameters updated (default 200M)", 1,
@@ -522,6 +558,11 @@ int bench_adam_main(int argc, char **argv) {
        "4 KiB pages instead of transparent huge pages", 0, 0, NULL},
       {"stagger", TOOL_FLAG_BYTES, &stagger, "BYTES",
        "start array k at k*BYTES past its 2 MiB boundary (default 0)", 0, 1 << 20, NULL},
+      {"step", TOOL_FLAG_BOOL, &step, NULL,
+       "also time zt_step() of an engine over the same buffers", 0, 0, NULL},
+      {"nonfinite", TOOL_FLAG_CHOICE, &nonfinite_i, "auto|skip",
+       "with --step: the engine's \"nonfinite\" (skip: a norm pass before the update)", 0,
+       0, nonfinite_names},
       {"json", TOOL_FLAG_BOOL, &json, NULL,
        "print one JSON object instead of a table", 0, 0, NULL},
   };
@@ -529,7 +570,7 @@ int bench_adam_main(int argc, char **argv) {
       prog, NULL,
       "The AdamW update of the CPU optimizer (zt__cpu_adam) beside a plain "
       "memory pass\nwith the same access pattern, interleaved, medians "
-      "over --reps. See docs/bench.md.",
+      "over --reps; with --step, zt_step() too. See docs/bench.md.",
       flags, sizeof flags / sizeof flags[0], 0, 0};
   int rc = tool_args_parse(&cmd, argc, argv, NULL, NULL);
   if (rc) return rc < 0 ? 0 : rc;
@@ -540,6 +581,9 @@ int bench_adam_main(int argc, char **argv) {
     return tool_args_fail(&cmd, "--stochastic applies to --dtype bf16 only (got --dtype %s)",
                           dtype_names[dtype_i]);
   }
+  if (step && stochastic)
+    return tool_args_fail(&cmd, "--step takes the engine's default rounding; drop "
+                                "--stochastic");
 
   zt__cpu_t *cpu = NULL;
   zt__err_t err = {{0}};
@@ -581,16 +625,21 @@ int bench_adam_main(int argc, char **argv) {
   size_t n_strat = cpu->isa == ZT_ISA_SCALAR ? 1 : N_STRATEGIES;
   double *t_adam = calloc((size_t)reps, sizeof *t_adam);
   double *t_lim = calloc((size_t)reps * N_STRATEGIES, sizeof *t_lim);
-  if (!t_adam || !t_lim) {
-    fprintf(stderr, "%s: out of memory\n", prog);
+  double *t_step = calloc((size_t)reps, sizeof *t_step);
+  zt_engine_t *eng = NULL;
+  if (!t_adam || !t_lim || !t_step ||
+      (step && step_engine(&b, threads, nonfinite_i, &eng, why, sizeof why) < 0)) {
+    fprintf(stderr, "%s: %s\n", prog, step && t_step ? why : "out of memory");
     free(t_adam);
     free(t_lim);
+    free(t_step);
     bufs_free(&b);
     zt__cpu_destroy(cpu);
     return 1;
   }
   /* One untimed round first: the page tables and the TLB settle. Each round
-   * runs every limit strategy, then the update. */
+   * runs every limit strategy, then the update, then (--step) zt_step. */
+  int status = 0;
   for (int r = -1; r < reps; r++) {
     zt__adam_hp_t hp = make_hp((uint64_t)(r + 2), stochastic);
     zt__adam_launch_t l = make_launch(&b, &hp, &seg, 1);
@@ -606,13 +655,30 @@ int bench_adam_main(int argc, char **argv) {
     double t1 = zt__now();
     zt__cpu_adam(cpu, &l);
     double t2 = zt__now();
+    double ts = 0;
+    if (eng && time_step(eng, (uint64_t)(r + 2), &ts) < 0) {
+      tool_progress_end();
+      fprintf(stderr, "%s: zt_step: %s\n", prog, zt_last_error(eng));
+      status = 1;
+      break;
+    }
     if (r >= 0) {
       t_adam[r] = t2 - t1;
+      t_step[r] = ts;
       tool_progress("rep %d/%d: limit %.1f GB/s, adamw %.1f GB/s", r + 1, reps,
                     bytes / best / 1e9, bytes / t_adam[r] / 1e9);
     }
   }
   tool_progress_end();
+  zt_engine_destroy(eng);
+  if (status) {
+    free(t_adam);
+    free(t_lim);
+    free(t_step);
+    bufs_free(&b);
+    zt__cpu_destroy(cpu);
+    return status;
+  }
 
   /* The limit is the strategy with the shortest median. */
   double lim_s[N_STRATEGIES];
@@ -629,8 +695,8 @@ int bench_adam_main(int argc, char **argv) {
   /* Every dtype maps 16 bytes a parameter (fp32: 4 x 4; else 3 x 4 + 2 x 2). */
   double thp_frac = thp >= 0 ? (double)thp / ((double)n * 16) : NAN;
   if (thp_frac > 1) thp_frac = 1;
+  double step_s = step ? bench_median(t_step, reps) : NAN;
 
-  int status = 0;
   if (json) {
     cJSON *j = tool_report_new();
     tool_report_str(j, "bench", "adam");
@@ -655,6 +721,14 @@ int bench_adam_main(int argc, char **argv) {
     tool_report_num(j, "limit_s_median", limit_s);
     tool_report_nums(j, "adam_s", t_adam, reps);
     tool_report_nums(j, "limit_s", t_limit, reps);
+    if (step) {
+      /* The update's median over the step's: 1 when the step adds nothing. */
+      tool_report_num(j, "step_vs_update", adam_s / step_s);
+      tool_report_num(j, "step_params_per_s", (double)n / step_s);
+      tool_report_num(j, "step_s_median", step_s);
+      tool_report_nums(j, "step_s", t_step, reps);
+      tool_report_str(j, "step_nonfinite", nonfinite_names[nonfinite_i]);
+    }
     tool_report_str(j, "check", "bit-identical to the scalar kernel");
     status = tool_report_print(stdout, j, prog) < 0;
   } else {
@@ -673,10 +747,17 @@ int bench_adam_main(int argc, char **argv) {
                      (double)n / lim_s[k] / 1e9);
     tool_table_row(t, "AdamW update\t%.4f\t%.2f\t%.3f", adam_s, gbps, pps / 1e9);
     tool_table_row(t, "ratio (update/limit)\t\t%.3f", ratio);
+    if (step) {
+      tool_table_row(t, "zt_step (nonfinite %s)\t%.4f\t%.2f\t%.3f",
+                     nonfinite_names[nonfinite_i], step_s, bytes / step_s / 1e9,
+                     (double)n / step_s / 1e9);
+      tool_table_row(t, "ratio (update/step)\t\t%.3f", adam_s / step_s);
+    }
     tool_table_print(t, stdout, 0, NULL);
   }
   free(t_adam);
   free(t_lim);
+  free(t_step);
   bufs_free(&b);
   zt__cpu_destroy(cpu);
   return status;

@@ -232,7 +232,7 @@ static double ref_run(ref_t *r, uint64_t t) {
   zt__adam_hp_make(&a, 1.0, ZT_MODE_ADAMW, 0, 0, &hp);
   zt__seg_t seg = {0, 0, r->n, 1};
   zt__adam_launch_t l = {&hp,       r->buf[0], r->buf[1], r->buf[2], r->buf[3], 0,
-                         r->gdt,    r->buf[4], 0,         r->pdt,    &seg,      1};
+                         r->gdt,    r->buf[4], 0,         r->pdt,    &seg,      1, NULL};
   double t0 = zt__now();
   if (!r->device) {
     zt__cpu_adam(e->cpu, &l);

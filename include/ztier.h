@@ -137,6 +137,15 @@ typedef enum zt_loss_scaling {
   ZT_LOSS_SCALE_DYNAMIC = 3  /* back off on inf/nan, grow when stable    */
 } zt_loss_scaling_t;
 
+/* What a step does with inf/nan gradients (docs/api.md, "Non-finite
+ * gradients"). Skipping needs the gradients' norm before the update, a pass
+ * over them of its own; applying takes the norm in the update's own pass. */
+typedef enum zt_nonfinite {
+  ZT_NONFINITE_AUTO = 0, /* skip with loss scaling or clipping on (the norm
+                            comes first anyway), apply otherwise        */
+  ZT_NONFINITE_SKIP = 1  /* always skip such a step: nothing is written  */
+} zt_nonfinite_t;
+
 typedef enum zt_comm_kind {
   ZT_COMM_SINGLE = 0, /* world size 1, no dependency                      */
   ZT_COMM_MPI = 1,    /* MPI_COMM_WORLD of an mpirun launch; host buffers */
@@ -234,6 +243,8 @@ typedef struct zt_config {
    * fails with -ETIMEDOUT naming the ranks that did not come (docs/stages.md,
    * "When a rank fails"). */
   double comm_timeout_s; /* seconds; default 300                          */
+
+  zt_nonfinite_t nonfinite; /* "auto" | "skip": steps with inf/nan gradients */
 } zt_config_t;
 
 /* The defaults. Every engine field has a working default. The macro puts
@@ -247,7 +258,8 @@ typedef struct zt_config {
         ZT_ROUND_NEAREST, 0x5eed, 0, 0.0, ZT_LOSS_SCALE_AUTO, 65536.0, 2.0,  \
         0.5, 2000, 1.0, (size_t)16 << 20, 0, 0, ZT_LOG_WARN, NULL, NULL,     \
         (size_t)16 << 20, "", (size_t)8 << 20, 32, 2, 0, -1, "", -1, 0,      \
-        300.0, (size_t)64 << 20, (size_t)1 << 30, (size_t)1 << 20, 300.0     \
+        300.0, (size_t)64 << 20, (size_t)1 << 30, (size_t)1 << 20, 300.0,    \
+        ZT_NONFINITE_AUTO                                                    \
   }
 
 /*
@@ -438,10 +450,14 @@ typedef struct zt_step_info {
  * One optimizer step over every registered unit: reads the gradients,
  * unscales them (dynamic or static loss scale) and applies args->grad_scale,
  * computes the global norm, checks for inf/nan (then skips the whole step,
- * backs the loss scale off, and returns 0 with info->skipped = 1), clips,
- * runs AdamW (or Adam with L2) on the fp32 master weights and moments in
- * their tier, and writes the parameters back into the registered buffer in
- * place, cast to its dtype. `info` may be NULL; otherwise info->size is
+ * backs the loss scale off, and returns 0 with info->skipped = 1; with
+ * loss scaling and clipping off, only when config "nonfinite" is "skip"),
+ * clips, runs AdamW (or Adam with L2) on the fp32 master weights and
+ * moments in their tier, and writes the parameters back into the registered
+ * buffer in place, cast to its dtype. When nothing needs the norm before the
+ * update (no loss scaling, no clipping, nonfinite "auto", stage 0), the
+ * norm comes from the update's own pass on the host backend: the gradients
+ * are read once. `info` may be NULL; otherwise info->size is
  * sizeof(zt_step_info_t) (use ZT_STEP_INFO_INIT), as the program's header
  * has it; the library fills info only when the step returns 0.
  * On the host backend the parameters are updated when it returns. On a GPU

@@ -9,7 +9,10 @@
  *   alloc      its states for a view (the segments, and the buffers the
  *              gradients come from and the parameters go to), the master
  *              cast from the view's parameters, m = v = 0;
- *   update     the optimizer step over the view's elements;
+ *   update     the optimizer step over the view's elements (unsharded, and
+ *              asked for: with the gradients' sum of squares, which the
+ *              device tier on the host backend takes in the update's own
+ *              pass and the others with the backend's sumsq first);
  *   export,    the states visited in state order, a piece at a time, as
  *   import     fp32 spans in host memory (what checkpoints read and write);
  *   footprint  the bytes per tier that alloc takes for a shape, computed
@@ -104,7 +107,9 @@ typedef struct zt__opt_tier_ops {
    * the CPU reads: pinned host memory (partition.c, plan.c). */
   int cpu_update;
   int (*alloc)(zt__opt_tier_t *t);
-  int (*update)(zt__opt_tier_t *t, const zt__adam_hp_t *hp);
+  /* sumsq non-NULL (unsharded tiers only): *sumsq = the sum of squares of
+   * the view's gradients, the backend's sumsq's bits. */
+  int (*update)(zt__opt_tier_t *t, const zt__adam_hp_t *hp, double *sumsq);
   /* Pieces of at most `piece` states (the nvme tier: its windows). */
   int (*export_states)(zt__opt_tier_t *t, size_t piece, zt__tier_visit_fn fn, void *arg);
   int (*import_states)(zt__opt_tier_t *t, size_t piece, zt__tier_visit_fn fn, void *arg);
@@ -156,6 +161,10 @@ ZT_INTERNAL void zt__tier_mem_shard_free(zt__opt_tier_t *t, int pinned);
 ZT_INTERNAL void zt__tier_mem_shard_footprint(const zt__tier_shape_t *s, int pinned,
                                               zt__footprint_t *out);
 ZT_INTERNAL int zt__tier_mem_update_shard(zt__opt_tier_t *t, const zt__adam_hp_t *hp);
+/* The sum of squares of the view's gradients, where they live (the
+ * backend's sumsq): what an update asked for it takes when it cannot take
+ * it in its own pass. */
+ZT_INTERNAL int zt__tier_grads_sumsq(const zt__opt_tier_t *t, double *out);
 /* The AdamW launch over t's view and its master, m and v. */
 ZT_INTERNAL zt__adam_launch_t zt__tier_mem_launch(const zt__opt_tier_t *t,
                                                   const zt__adam_hp_t *hp);

@@ -32,9 +32,19 @@ static int alloc(zt__opt_tier_t *t) {
   return be->stream_sync(c->be, ZT_STREAM_COMPUTE);
 }
 
-static int update(zt__opt_tier_t *t, const zt__adam_hp_t *hp) {
+static int update(zt__opt_tier_t *t, const zt__adam_hp_t *hp, double *sumsq) {
   const zt__ctx_t *c = t->ctx;
   zt__adam_launch_t l = zt__tier_mem_launch(t, hp);
+  if (sumsq) {
+    *sumsq = 0.0;
+    /* The host backend's update is the CPU's pass, which takes the sum of
+     * squares of each piece on its way; a device's is a kernel, and its
+     * sum a pass of its own. */
+    if (c->be_ops->adam_sumsq)
+      l.sumsq = sumsq;
+    else
+      ZT_TRY(zt__tier_grads_sumsq(t, sumsq));
+  }
   double t0 = zt__now();
   /* On the loop's stream, and not waited for: the loop's next work there
    * comes after it. On a GPU, optimizer_seconds is then the time to

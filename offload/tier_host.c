@@ -104,8 +104,9 @@ static int send_params(zt__opt_tier_t *t, const zt__window_t *w, int s, size_t n
   return be->event_record(c->be, st->params_sent[s], ZT_STREAM_H2D);
 }
 
-static int update(zt__opt_tier_t *t, const zt__adam_hp_t *hp) {
+static int update(zt__opt_tier_t *t, const zt__adam_hp_t *hp, double *sumsq) {
   if (t->shard) return zt__tier_mem_update_shard(t, hp);
+  if (sumsq) ZT_TRY(zt__tier_grads_sumsq(t, sumsq));
   if (t->n == 0) return 0;
   const zt__ctx_t *c = t->ctx;
   const zt__backend_ops_t *be = c->be_ops;

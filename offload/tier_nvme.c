@@ -10,7 +10,8 @@ static int alloc(zt__opt_tier_t *t) {
 }
 
 /* The swapper times its own update and copies. */
-static int update(zt__opt_tier_t *t, const zt__adam_hp_t *hp) {
+static int update(zt__opt_tier_t *t, const zt__adam_hp_t *hp, double *sumsq) {
+  if (sumsq) ZT_TRY(zt__tier_grads_sumsq(t, sumsq));
   return zt__opt_nvme_step(t->nvme, hp);
 }
 

@@ -373,6 +373,8 @@ static void test_bad_arguments(void **state) {
       {"bench nope", "nope"},
       {"bench adam --params 7Q", "--params"},
       {"bench adam --stagger 1e3", "--stagger"},
+      {"bench adam --step --nonfinite maybe", "--nonfinite"},
+      {"bench adam --step --dtype bf16 --stochastic", "--step"},
       {"bench offload --params 1B --ram-budget x", "--ram-budget"},
       {"bench stage3 --layer-params 1.5", "--layer-params"},
       {"bench stage3 --backend gpu", "--backend"},
@@ -637,6 +639,8 @@ static void test_json_everywhere(void **state) {
   static const char *const k_cons[] = {"path", "dtype", "bytes", "peak_rss_mib", NULL};
   static const char *const k_adam[] = {"bench", "gbps", "limit_gbps", "ratio", "adam_s",
                                        NULL};
+  static const char *const k_adam_step[] = {"step_vs_update", "step_params_per_s",
+                                            "step_s_median", "step_s", NULL};
   static const char *const k_stage3[] = {"stall_fraction", "fetch_gbps", "loop_s",
                                          "stall_fractions", NULL};
   static const char *const k_offload[] = {"step_s", "bound_s", "efficiency", "steps_s",
@@ -646,7 +650,7 @@ static void test_json_everywhere(void **state) {
   static struct {
     char args[3 * PATH_MAX];
     const char *const *keys;
-  } runs[9];
+  } runs[10];
   int n = 0;
   snprintf(runs[n].args, sizeof runs[n].args, "version --json");
   runs[n++].keys = k_version;
@@ -664,6 +668,9 @@ static void test_json_everywhere(void **state) {
   snprintf(runs[n].args, sizeof runs[n].args,
            "bench adam --params 1M --reps 1 --threads 1 --json");
   runs[n++].keys = k_adam;
+  snprintf(runs[n].args, sizeof runs[n].args,
+           "bench adam --params 1M --reps 1 --threads 1 --step --nonfinite skip --json");
+  runs[n++].keys = k_adam_step;
   snprintf(runs[n].args, sizeof runs[n].args,
            "bench stage3 --param-tier nvme --path %s --layers 2 --layer-params 64Ki "
            "--compute-ms 1 --iters 2 --json", dir);

@@ -78,6 +78,7 @@ static const tkey_t tkeys[] = {
     {AT(seed), K_U64, {0}, 0},
     {AT(threads), K_INT, {0}, 0},
     {AT(clip_grad_norm), K_NUM, {0}, 0},
+    {AT(nonfinite), K_ENUM, {"auto", "skip"}, 2},
     {AT(loss_scaling), K_ENUM, {"auto", "none", "static", "dynamic"}, 4},
     {AT(initial_loss_scale), K_NUM, {0}, 0},
     {AT(loss_scale_growth), K_NUM, {0}, 0},
@@ -366,6 +367,7 @@ static zt_config_t random_config(t_rng_t *r) {
   }
   c.nccl_id_timeout_s = rnd_unit(r) * 86400.0;
   c.comm_timeout_s = rnd_unit(r) * 86400.0;
+  c.nonfinite = (zt_nonfinite_t)rnd(r, 2);
   c.bucket_bytes = 4096 * (1 + rnd(r, 1u << 20));
   random_paths(r, c.swap_path);
   c.swap_block_bytes = (size_t)4096 << rnd(r, 15);

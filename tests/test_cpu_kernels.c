@@ -872,7 +872,7 @@ static zt__adam_launch_t exec_launch(exec_case_t *c, const layout_t *L,
                                      zt_dtype_t pdt) {
   /* grads and params are windows whose first element is element 3. */
   zt__adam_launch_t l = {hp,  c->master, c->m, c->v, c->grads, 3,
-                         gdt, c->params, 3,    pdt,  L->segs,  L->n_segs};
+                         gdt, c->params, 3,    pdt,  L->segs,  L->n_segs, NULL};
   return l;
 }
 
@@ -1002,7 +1002,7 @@ static void test_cpu_create_defaults(void **state) {
   /* Empty launches are fine. */
   zt__adam_hp_t hp = make_hp(1e-3, 0.9f, 0.999f, 1e-8f, 0, 1, 0, 0, 0, 1.0f);
   zt__adam_launch_t l = {&hp,     NULL, NULL, NULL,    NULL, 0,
-                         ZT_FP32, NULL, 0,    ZT_FP32, NULL, 0};
+                         ZT_FP32, NULL, 0,    ZT_FP32, NULL, 0, NULL};
   zt__cpu_adam(cpu, &l);
   assert_true(zt__cpu_sumsq(cpu, NULL, 0, ZT_FP32, NULL, 0) == 0.0);
   zt__cpu_cast(cpu, NULL, ZT_BF16, NULL, ZT_FP32, 0);

@@ -270,7 +270,7 @@ static void test_adam_bits(void **state) {
   zt__err_t err = {0};
   zt__cpu_t *cpu = NULL;
   assert_int_equal(zt__cpu_create(2, &err, &cpu), 0);
-  zt__adam_launch_t l = {&hp, NULL, hm, hv, g, 0, ZT_FP32, hp_, 0, ZT_FP32, segs, 3};
+  zt__adam_launch_t l = {&hp, NULL, hm, hv, g, 0, ZT_FP32, hp_, 0, ZT_FP32, segs, 3, NULL};
   zt__cpu_adam(cpu, &l);
   zt__cpu_destroy(cpu);
 
@@ -285,7 +285,7 @@ static void test_adam_bits(void **state) {
   assert_int_equal(ops->copy(s.be, dg, g, n * 4, ZT_COPY_H2D, ZT_STREAM_COMPUTE), 0);
   assert_int_equal(ops->copy(s.be, dm, m, n * 4, ZT_COPY_H2D, ZT_STREAM_COMPUTE), 0);
   assert_int_equal(ops->copy(s.be, dv, v, n * 4, ZT_COPY_H2D, ZT_STREAM_COMPUTE), 0);
-  zt__adam_launch_t dl = {&hp, NULL, dm, dv, dg, 0, ZT_FP32, dp, 0, ZT_FP32, segs, 3};
+  zt__adam_launch_t dl = {&hp, NULL, dm, dv, dg, 0, ZT_FP32, dp, 0, ZT_FP32, segs, 3, NULL};
   assert_int_equal(ops->adam(s.be, &dl, ZT_STREAM_COMPUTE), 0);
   /* The launch's tables are the backend's copies: the caller's may go. */
   memset(&hp, 0xFF, sizeof hp);

@@ -3,7 +3,8 @@
  * backend: every (param, grad) dtype pair in both optimizer tiers against the
  * double-precision reference; device and host tiers bit-identical (and thread
  * counts); frozen elements between units untouched; clipping; loss scaling
- * (skip on inf/nan, back-off, growth); zt_grad_norm; per-tier byte counts.
+ * (skip on inf/nan, back-off, growth); nonfinite "auto" and "skip", and the
+ * norm taken in the update's own pass; zt_grad_norm; per-tier byte counts.
  *
  * The optimizer states are read through the engine's internals (engine.h):
  * the test links the static library for that.
@@ -456,23 +457,109 @@ static void test_dynamic_loss_scaling(void **state) {
   }
 }
 
-/* bf16 with no loss scaling still refuses to write inf/nan gradients in. */
-static void test_overflow_without_scaling(void **state) {
+/* A step with inf/nan gradients and no loss scaling: "auto" applies it
+ * (torch.optim.AdamW's behaviour) unless clipping is on; "skip" keeps the last
+ * finite weights. info.grad_norm says it either way. */
+static void test_nonfinite_modes(void **state) {
   t_rng_t r;
   t_rng_init(&r, t_seed() + 8);
-  zt_config_t cfg = t_config();
-  model_t md;
-  model_create(&md, &cfg, 999, ZT_BF16, ZT_BF16, &r);
-  T_OK(zt_register_flat(md.eng, md.d_params, md.d_grads, 999, ZT_BF16, ZT_BF16), md.eng);
-  model_set_grads(&md, 1.0, &r);
-  poison(&md, 998, -INFINITY);
-  zt_step_args_t a = random_args(&r, 1);
-  zt_step_info_t info = ZT_STEP_INFO_INIT;
-  T_OK(zt_step(md.eng, &a, &info), md.eng);
-  assert_int_equal(info.skipped, 1);
-  assert_true(info.loss_scale == 1.0);
-  assert_false(isfinite(info.grad_norm));
-  model_destroy(&md);
+  /* mode 0: auto, no clip (applied); 1: auto, clipping (skipped); 2: skip. */
+  for (int mode = 0; mode < 3; mode++)
+    for (int tier = 0; tier < 2; tier++) {
+      zt_config_t cfg = t_config();
+      cfg.optimizer_tier = tier ? ZT_TIER_HOST : ZT_TIER_DEVICE;
+      cfg.nonfinite = mode == 2 ? ZT_NONFINITE_SKIP : ZT_NONFINITE_AUTO;
+      model_t md;
+      model_create(&md, &cfg, 999, ZT_BF16, ZT_BF16, &r);
+      T_OK(zt_register_flat(md.eng, md.d_params, md.d_grads, 999, ZT_BF16, ZT_BF16), md.eng);
+      uint64_t before = t_hash(md.h_params, 999 * 2);
+      model_set_grads(&md, 1.0, &r);
+      poison(&md, 998, -INFINITY);
+      zt_step_args_t a = random_args(&r, 1);
+      a.clip_grad_norm = mode == 1 ? 1.0f : 0.0f;
+      zt_step_info_t info = ZT_STEP_INFO_INIT;
+      T_OK(zt_step(md.eng, &a, &info), md.eng);
+      assert_int_equal(info.skipped, mode != 0);
+      assert_true(info.loss_scale == 1.0);
+      assert_false(isfinite(info.grad_norm));
+      model_fetch_params(&md);
+      if (mode == 0) {
+        assert_false(isfinite(t_load(md.h_params, ZT_BF16, 998))); /* written in */
+        assert_true(isfinite(t_load(md.h_params, ZT_BF16, 997)));
+      } else {
+        assert_true(t_hash(md.h_params, 999 * 2) == before); /* nothing written */
+      }
+      zt_stats_t st = ZT_STATS_INIT;
+      T_OK(zt_stats(md.eng, &st), md.eng);
+      assert_int_equal(st.skipped_steps, mode != 0);
+      assert_int_equal(st.steps, mode == 0);
+      model_destroy(&md);
+    }
+}
+
+/* With nothing that needs the norm before the update (no loss scaling, no
+ * clipping, nonfinite "auto"), the step takes it in the update's own pass:
+ * the same bits of norm and parameters as the separate pass ("skip" takes
+ * it first), for any thread count, in both tiers, on units with gaps; the
+ * norm is the double reference's within fp32 rounding of the inputs. */
+static void test_fused_norm(void **state) {
+  static const zt_dtype_t pairs[][2] = {
+      {ZT_FP32, ZT_FP32}, {ZT_BF16, ZT_BF16}, {ZT_FP32, ZT_BF16}, {ZT_BF16, ZT_FP32}};
+  for (size_t pi = 0; pi < sizeof pairs / sizeof pairs[0]; pi++)
+    for (int tier = 0; tier < 2; tier++) {
+      zt_dtype_t pdt = pairs[pi][0], gdt = pairs[pi][1];
+      uint64_t seed = t_seed() ^ (pi * 31 + (uint64_t)tier * 7 + 900);
+      void *params[3] = {NULL, NULL, NULL};
+      double norms[3][3];
+      size_t numel = 0;
+      for (int run = 0; run < 3; run++) { /* fused 1 thread, fused 3, separate 2 */
+        t_rng_t r;
+        t_rng_init(&r, seed);
+        zt_unit_t units[16];
+        size_t n_units = make_units(units, &numel, pdt);
+        zt_config_t cfg = t_config();
+        cfg.optimizer_tier = tier ? ZT_TIER_HOST : ZT_TIER_DEVICE;
+        cfg.threads = run == 0 ? 1 : run == 1 ? 3 : 2;
+        cfg.chunk_bytes = 4096 * 5;
+        cfg.nonfinite = run == 2 ? ZT_NONFINITE_SKIP : ZT_NONFINITE_AUTO;
+        model_t md;
+        model_create(&md, &cfg, numel, pdt, gdt, &r);
+        T_OK(zt_register_units(md.eng, md.d_params, md.d_grads, numel, pdt, gdt, units,
+                               n_units),
+             md.eng);
+        for (uint64_t t = 1; t <= 3; t++) {
+          model_set_grads(&md, 2.0, &r);
+          zt_step_args_t a = random_args(&r, t);
+          a.grad_scale = 0.5f;
+          zt_step_info_t info = ZT_STEP_INFO_INIT;
+          T_OK(zt_step(md.eng, &a, &info), md.eng);
+          assert_int_equal(info.skipped, 0);
+          assert_true(info.clip_coef == 1.0);
+          double want = 0;
+          for (size_t k = 0; k < n_units; k++)
+            for (size_t i = 0; i < units[k].numel; i++) {
+              double g = t_load(md.h_grads, gdt, units[k].offset + i);
+              want += g * g;
+            }
+          T_CLOSE(info.grad_norm, sqrt(want) * 0.5, 0, 1e-12, t);
+          norms[run][t - 1] = info.grad_norm;
+        }
+        zt_stats_t st = ZT_STATS_INIT;
+        T_OK(zt_stats(md.eng, &st), md.eng);
+        /* The fused step has no norm pass of its own to time. */
+        if (run < 2) assert_true(st.norm_seconds == 0.0);
+        else assert_true(st.norm_seconds > 0.0);
+        model_fetch_params(&md);
+        params[run] = malloc(numel * t_dtype_size(pdt));
+        memcpy(params[run], md.h_params, numel * t_dtype_size(pdt));
+        model_destroy(&md);
+      }
+      for (int run = 0; run < 2; run++) {
+        assert_memory_equal(norms[run], norms[2], sizeof norms[2]);
+        assert_memory_equal(params[run], params[2], numel * t_dtype_size(pdt));
+      }
+      for (int run = 0; run < 3; run++) free(params[run]);
+    }
 }
 
 static void test_static_loss_scale(void **state) {
@@ -610,7 +697,8 @@ int main(void) {
       cmocka_unit_test(test_grad_norm_and_clip),
       cmocka_unit_test(test_config_clip_default),
       cmocka_unit_test(test_dynamic_loss_scaling),
-      cmocka_unit_test(test_overflow_without_scaling),
+      cmocka_unit_test(test_nonfinite_modes),
+      cmocka_unit_test(test_fused_norm),
       cmocka_unit_test(test_static_loss_scale),
       cmocka_unit_test(test_lazy_registration_loss_scale),
       cmocka_unit_test(test_stochastic_rounding_seeded),

@@ -108,7 +108,8 @@ typedef struct zt__backend_ops {
   /* ---- kernels, on device memory ---- */
 
   /* The update of zt__adam_launch_t, every array in device memory; the
-   * segment table `l->segs` is in host memory (the backend copies it). */
+   * segment table `l->segs` is in host memory (the backend copies it).
+   * `l->sumsq` is for backends with adam_sumsq only; NULL elsewhere. */
   int (*adam)(zt__backend_t *be, const zt__adam_launch_t *l,
               zt__stream_t stream);
 
@@ -142,6 +143,10 @@ typedef struct zt__backend_ops {
   /* The loop's compute stream (a cudaStream_t on cuda, a zt__sim_stream_t
    * on sim; NULL: the backend's own): ZT_STREAM_COMPUTE from now on. */
   int (*set_stream)(zt__backend_t *be, void *stream);
+
+  /* 1: adam is the CPU executor's pass, synchronous, and takes l->sumsq
+   * (the host backend). */
+  int adam_sumsq;
 } zt__backend_ops_t;
 
 ZT_INTERNAL extern const zt__backend_ops_t zt__backend_host_ops;

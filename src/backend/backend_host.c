@@ -224,4 +224,5 @@ const zt__backend_ops_t zt__backend_host_ops = {
     .cast = host_cast,
     .host_syncs = host_host_syncs,
     .set_stream = host_set_stream,
+    .adam_sumsq = 1,
 };

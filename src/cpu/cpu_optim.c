@@ -10,7 +10,10 @@
  * slot and the slots are added in index order by the caller, so the norm is
  * the same for 1 thread or 64. The update is element-wise and keys its
  * stochastic rounding on the global index, so it is the same by
- * construction.
+ * construction. Since the two walk the same pieces, the update can take the
+ * sum of squares too, a piece at a time, at the cost of reading the piece's
+ * gradients from cache a second time instead of from memory in a pass of
+ * their own.
  *
  * Nothing is allocated per call: chunks are described in batches of up to
  * BATCH into buffers allocated at create, one pool run per batch (one run
@@ -125,6 +128,7 @@ static size_t next_batch(cursor_t *cur, piece_t *out) {
 typedef struct adam_ctx {
   const zt__adam_launch_t *l;
   const piece_t *pieces;
+  double *sums; /* with l->sumsq: each piece's sum of squares */
   zt__isa_t isa;
   size_t gsz, psz;
 } adam_ctx_t;
@@ -154,17 +158,21 @@ static void adam_task(void *vctx, size_t t, int worker) {
     s.master = (float *)l->params + (idx - l->params_first);
     s.params = NULL;
   }
+  if (l->sumsq) c->sums[t] = zt__sumsq_run(c->isa, s.grads, l->grad_dtype, pc->n);
   zt__adam_span_run(c->isa, l->hp, &s);
 }
 
 void zt__cpu_adam(zt__cpu_t *cpu, const zt__adam_launch_t *l) {
   cpu_impl_t *c = (cpu_impl_t *)cpu;
-  adam_ctx_t ctx = {l, c->pieces, cpu->isa, zt__dtype_size(l->grad_dtype),
+  adam_ctx_t ctx = {l, c->pieces, c->sums, cpu->isa, zt__dtype_size(l->grad_dtype),
                     zt__dtype_size(l->param_dtype)};
   cursor_t cur = {l->segs, l->n_segs, 0, 0};
   size_t k;
-  while ((k = next_batch(&cur, c->pieces)) > 0)
+  while ((k = next_batch(&cur, c->pieces)) > 0) {
     zt__pool_run(cpu->pool, k, adam_task, &ctx);
+    if (l->sumsq)
+      for (size_t t = 0; t < k; t++) *l->sumsq += c->sums[t];
+  }
 }
 
 /* ---- sum of squares ------------------------------------------------------------ */

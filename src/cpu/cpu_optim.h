@@ -37,6 +37,10 @@ typedef struct zt__seg {
  * `master` NULL means the params buffer is fp32 and is itself the master
  * (then params are addressed as above and written once).
  * grads_first/params_first let a staging buffer hold a window of elements.
+ * `sumsq` non-NULL (the CPU executor only): the gradients' sum of squares is
+ * taken in the update's own pass, each piece's just before its update
+ * (the piece is then in cache), and added to *sumsq in zt__cpu_sumsq's
+ * blocks and order, so a caller that starts from 0 gets its bits.
  */
 typedef struct zt__adam_launch {
   const zt__adam_hp_t *hp;
@@ -51,6 +55,7 @@ typedef struct zt__adam_launch {
   zt_dtype_t param_dtype;
   const zt__seg_t *segs;
   size_t n_segs;
+  double *sumsq;
 } zt__adam_launch_t;
 
 typedef struct zt__cpu {
@@ -68,7 +73,8 @@ ZT_INTERNAL void zt__adam_hp_make(const zt_step_args_t *a, double gmul, int mode
 ZT_INTERNAL int zt__cpu_create(int threads, zt__err_t *e, zt__cpu_t **out);
 ZT_INTERNAL void zt__cpu_destroy(zt__cpu_t *cpu);
 
-/* The update, all threads; returns when done. */
+/* The update, all threads; returns when done (with l->sumsq, the sum of
+ * squares too). */
 ZT_INTERNAL void zt__cpu_adam(zt__cpu_t *cpu, const zt__adam_launch_t *l);
 
 /* Sum of squares of grads over the segments (grads addressed by index -

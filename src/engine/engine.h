@@ -26,6 +26,7 @@
 
 /* Dynamic loss scaler state. */
 typedef struct zt__scaler {
+  int scaled;       /* loss scaling on: static or dynamic     */
   int dynamic;      /* 1: back off and grow; 0: fixed scale  */
   double scale;     /* what zt_loss_scale() hands out now     */
   double handed;    /* what it last handed out: the scale the

@@ -365,6 +365,7 @@ static void init_scaler(zt_engine_t *eng) {
   if (mode == ZT_LOSS_SCALE_AUTO)
     mode = (eng->param_dtype == ZT_FP16 || eng->grad_dtype == ZT_FP16) ? ZT_LOSS_SCALE_DYNAMIC
                                                                        : ZT_LOSS_SCALE_NONE;
+  s->scaled = mode != ZT_LOSS_SCALE_NONE;
   s->dynamic = mode == ZT_LOSS_SCALE_DYNAMIC;
   s->scale = mode == ZT_LOSS_SCALE_NONE ? 1.0 : c->initial_loss_scale;
   s->handed = 1.0; /* until the loop asks zt_loss_scale() */

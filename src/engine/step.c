@@ -172,7 +172,7 @@ static int update_shard(zt_engine_t *eng, const zt__adam_hp_t *hp) {
     ZT_TRY(zt__part_params_alloc(p));
     t->view.params = p->params; /* a fresh buffer each step */
   }
-  int rc = t->ops->update(t, hp);
+  int rc = t->ops->update(t, hp, NULL);
   if (rc == 0) rc = zt__part_updated(p);
   if (rc == 0 && pt->on_medium) rc = zt__part_update_wait(p); /* the put reads them */
   if (rc == 0 && fresh) rc = pt->ops->put(pt, p->begin, p->end, p->params);
@@ -187,6 +187,70 @@ static int update_shard(zt_engine_t *eng, const zt__adam_hp_t *hp) {
 }
 
 /* ---- the step ----------------------------------------------------------------- */
+
+static double step_clip(const zt_engine_t *eng, const zt_step_args_t *args) {
+  return args->clip_grad_norm >= 0 ? (double)args->clip_grad_norm : eng->cfg.clip_grad_norm;
+}
+
+/* Whether a step with inf/nan gradients is skipped (config "nonfinite"): in
+ * "auto" mode when the norm is needed before the update anyway, for the
+ * loss scale or for clipping; otherwise it is applied, as
+ * torch.optim.AdamW applies it. The same on every rank and at every stage. */
+static int skips_nonfinite(const zt_engine_t *eng, const zt_step_args_t *args) {
+  return eng->cfg.nonfinite == ZT_NONFINITE_SKIP || eng->scaler.scaled ||
+         step_clip(eng, args) > 0;
+}
+
+/* Whether the norm must be known before the update: to skip, or, with
+ * ranks, to agree on the step (the reduction and the vote come first). */
+static int norm_first(const zt_engine_t *eng, const zt_step_args_t *args) {
+  return eng->partitioned || skips_nonfinite(eng, args);
+}
+
+/* The step's constants, the gradients multiplied by `gmul`. */
+static void step_hp(const zt_engine_t *eng, const zt_step_args_t *args, double gmul,
+                    zt__adam_hp_t *hp) {
+  zt__adam_hp_make(args, gmul, eng->cfg.optimizer == ZT_ADAM_L2 ? ZT_MODE_ADAM_L2 : ZT_MODE_ADAMW,
+                   eng->cfg.rounding == ZT_ROUND_STOCHASTIC && eng->param_dtype == ZT_BF16,
+                   zt_sr_key(eng->cfg.seed, args->t), hp);
+}
+
+static void applied_nonfinite(zt_engine_t *eng, const zt_step_args_t *args) {
+  zt__log(&eng->cfg, ZT_LOG_WARN,
+          "step t=%llu applied inf/nan gradients: nothing asked for them to be skipped "
+          "(no loss scaling, no clipping); set \"nonfinite\" to \"skip\" to keep the last "
+          "finite weights instead",
+          (unsigned long long)args->t);
+}
+
+/* An unpartitioned step that needs no norm before its update: the tier takes
+ * the sum of squares in the update's own pass where it can (the CPU's),
+ * so the gradients are read once, and the norm is reported from it. It is
+ * the sum the separate pass would give, to the bit; the update's inputs do
+ * not depend on it (no clipping, no loss scale to back off). */
+static int fused_step(zt_engine_t *eng, const zt_step_args_t *args, zt_step_info_t *info,
+                      zt_step_info_t *user_info, size_t info_have) {
+  double t0 = zt__now();
+  double inv = (double)args->grad_scale / eng->scaler.handed;
+  zt__adam_hp_t hp;
+  step_hp(eng, args, inv, &hp);
+  double sumsq = 0.0;
+  int rc = eng->opt.ops->update(&eng->opt, &hp, &sumsq);
+  if (rc < 0) return zt__engine_fail(eng, rc); /* some states updated, others not */
+  if (!isfinite(sumsq)) applied_nonfinite(eng, args);
+  eng->steps++;
+  eng->fetches_since_step = 0;
+  if (info) {
+    info->grad_norm = sqrt(sumsq) * inv;
+    info->clip_coef = 1.0;
+    info->skipped = 0;
+    info->loss_scale = eng->scaler.scale;
+    info->size = user_info->size;
+    memcpy(user_info, info, info_have);
+  }
+  eng->step_seconds += zt__now() - t0;
+  return 0;
+}
 
 static void scaler_update(zt__scaler_t *s, const zt_config_t *c, int overflow) {
   if (!s->dynamic) return;
@@ -229,6 +293,8 @@ int zt_step(zt_engine_t *eng, const zt_step_args_t *args, zt_step_info_t *info) 
                      "zt_grads_ready() as its gradients finish (docs/stages.md), or set "
                      "\"stage\" to 0, 1 or 2, which update the registered buffer in place",
                      eng->steps + eng->skipped_steps ? "the last step" : "registration");
+  if (local == 0 && !eng->partitioned && !norm_first(eng, args))
+    return fused_step(eng, args, info, user_info, info_have);
   double t0 = zt__now();
 
   double sumsq = 0.0, avg = 1.0;
@@ -241,17 +307,18 @@ int zt_step(zt_engine_t *eng, const zt_step_args_t *args, zt_step_info_t *info) 
   if (refused) return refused;
   double inv = (double)args->grad_scale / eng->scaler.handed * avg;
   double norm = sqrt(sumsq) * inv;
-  int overflow = !isfinite(sumsq);
-  double clip = args->clip_grad_norm >= 0 ? (double)args->clip_grad_norm
-                                          : eng->cfg.clip_grad_norm;
+  int nonfinite = !isfinite(sumsq);
+  int overflow = nonfinite && skips_nonfinite(eng, args);
+  double clip = step_clip(eng, args);
   /* torch.nn.utils.clip_grad_norm_'s coefficient, eps included. */
-  double coef = (!overflow && clip > 0 && norm > clip) ? clip / (norm + 1e-6) : 1.0;
+  double coef = (!nonfinite && clip > 0 && norm > clip) ? clip / (norm + 1e-6) : 1.0;
 
   if (info) {
     info->grad_norm = norm;
     info->clip_coef = coef;
     info->skipped = overflow;
   }
+  if (nonfinite && !overflow) applied_nonfinite(eng, args);
   if (overflow) {
     /* Nothing is read past this point and nothing is written: the step is
      * skipped on every rank alike (the sum of squares was all-reduced). */
@@ -264,11 +331,8 @@ int zt_step(zt_engine_t *eng, const zt_step_args_t *args, zt_step_info_t *info) 
     zt__adam_hp_t hp;
     /* Reads ahead and kept groups hold parameters the update changes. */
     if (eng->partitioned && eng->cfg.stage >= 3) zt__prefetch_step_begin(&eng->zero.prefetch);
-    zt__adam_hp_make(args, inv * coef,
-                     eng->cfg.optimizer == ZT_ADAM_L2 ? ZT_MODE_ADAM_L2 : ZT_MODE_ADAMW,
-                     eng->cfg.rounding == ZT_ROUND_STOCHASTIC && eng->param_dtype == ZT_BF16,
-                     zt_sr_key(eng->cfg.seed, args->t), &hp);
-    rc = eng->partitioned ? update_shard(eng, &hp) : eng->opt.ops->update(&eng->opt, &hp);
+    step_hp(eng, args, inv * coef, &hp);
+    rc = eng->partitioned ? update_shard(eng, &hp) : eng->opt.ops->update(&eng->opt, &hp, NULL);
     if (rc < 0) {
       /* Some states may be updated and others not: refuse to go on from a
        * state that no step produced. The peers, past the same vote, are
