@@ -650,11 +650,16 @@ typedef struct zt_stats_data {
    * device memory (docs/design.md, "Sync points", says where a step has
    * them). */
   uint64_t host_syncs;
+
+  /* Stages 2 and 3 without a registered gradient buffer: the groups'
+   * engine-owned gradient buffers held now, with those kept for the next
+   * backward (in device_bytes; at most what `ztier plan` says). */
+  uint64_t grad_buffer_bytes;
 } zt_stats_t;
 
 #define ZT_STATS_INIT                                                        \
   { sizeof(zt_stats_t), 0, 0, 0, 0, 0, 0, 0, 0, 0.0, 0.0, 0.0, 0.0, 0, 0, NULL, \
-    0, 1, 0, 0, 0, -1, NULL, 0, 0, 0.0, 0, 0, 0, 0, 0, 0, 0, 0.0, 0, 0, 0, 0, 0 }
+    0, 1, 0, 0, 0, -1, NULL, 0, 0, 0.0, 0, 0, 0, 0, 0, 0, 0, 0.0, 0, 0, 0, 0, 0, 0 }
 
 /* Fills *out: the caller's out->size bytes of it (sizeof(zt_stats_t) as the
  * program's header has it: use ZT_STATS_INIT; a larger struct's unknown

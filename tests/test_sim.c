@@ -397,7 +397,15 @@ static void write_grads_run(void *arg) {
 
 typedef struct syncs {
   uint64_t ready, fetch, step; /* host syncs inside those calls, all steps */
+  uint64_t grads_allocated;    /* device bytes zt_grads() added after step 1 */
+  uint64_t grad_buffer_bytes;  /* zt_stats' after the last step            */
 } syncs_t;
+
+static uint64_t device_bytes(zt_engine_t *e) {
+  zt_stats_t st = ZT_STATS_INIT;
+  T_OK(zt_stats(e, &st), e);
+  return st.device_bytes;
+}
 
 static uint64_t host_syncs(zt_engine_t *e) {
   zt_stats_t st = ZT_STATS_INIT;
@@ -416,9 +424,11 @@ static void device_idle(zt_engine_t *e) {
 
 /* A loop of GROUPS groups, STEPS steps: forward fetches, backward fetches,
  * writes the group's gradients (on the loop's own stream on sim), marks
- * them ready and releases. Each counted call starts with the device idle. */
-static void run_loop(zt_backend_t backend, int stage, zt_tier_t tier, const float *p0,
-                     float *const *g, float *out, syncs_t *sy) {
+ * them ready and releases. Each counted call starts with the device idle.
+ * With own_grads the loop registers no gradient buffer: zt_grads() gives
+ * engine-owned ones (stages 2, 3). */
+static void run_loop(zt_backend_t backend, int stage, zt_tier_t tier, int own_grads,
+                     const float *p0, float *const *g, float *out, syncs_t *sy) {
   zt_config_t cfg = t_config();
   cfg.backend = backend;
   cfg.stage = stage;
@@ -433,7 +443,8 @@ static void run_loop(zt_backend_t backend, int stage, zt_tier_t tier, const floa
   float *zeros = calloc(n, 4);
   t_buf_upload(e, dp, p0, n * 4);
   t_buf_upload(e, dg, zeros, n * 4);
-  T_OK(zt_register_units(e, dp, dg, n, ZT_FP32, ZT_FP32, units, GROUPS), e);
+  T_OK(zt_register_units(e, dp, own_grads ? NULL : dg, n, ZT_FP32, ZT_FP32, units, GROUPS),
+       e);
   zt__sim_stream_t *loop = NULL;
   if (backend == ZT_BACKEND_SIM) {
     assert_int_equal(zt__sim_stream_create(e->be, &loop), 0);
@@ -455,7 +466,9 @@ static void run_loop(zt_backend_t backend, int stage, zt_tier_t tier, const floa
       uint64_t before = host_syncs(e);
       assert_int_equal(zt_fetch(e, k, ptr, 1), 1);
       sy->fetch += host_syncs(e) - before;
+      uint64_t held = device_bytes(e);
       assert_int_equal(zt_grads(e, k, ptr, 1), 1);
+      if (t > 1) sy->grads_allocated += device_bytes(e) - held;
       const float *src = g[t - 1] + (size_t)k * GROUP_N;
       if (backend == ZT_BACKEND_SIM) {
         w[k] = (write_grads_t){e->be, ptr[0], src, GROUP_N};
@@ -478,6 +491,9 @@ static void run_loop(zt_backend_t backend, int stage, zt_tier_t tier, const floa
     T_OK(zt_step(e, &a, NULL), e);
     sy->step += host_syncs(e) - before;
   }
+  zt_stats_t st = ZT_STATS_INIT;
+  T_OK(zt_stats(e, &st), e);
+  sy->grad_buffer_bytes = st.grad_buffer_bytes;
   if (stage == 3) {
     /* The parameters live in the engine: fetched group by group. */
     for (int k = 0; k < GROUPS; k++) {
@@ -523,19 +539,28 @@ static void test_stages_on_slow_link(void **state) {
   static const int step_syncs[2][4] = {{0, 8, 2, 1}, {0, 12, 4, 2}};
   for (int stage = 1; stage <= 3; stage++) {
     syncs_t hs, ss;
-    run_loop(ZT_BACKEND_HOST, stage, ZT_TIER_HOST, p0, g, want, &hs);
-    for (int k = 0; k < 2; k++) {
-      run_loop(ZT_BACKEND_SIM, stage, tiers[k], p0, g, got, &ss);
-      printf("# stage %d, optimizer tier %s on sim: host syncs per step %.1f (in "
-             "zt_grads_ready %llu, in zt_fetch %llu, in zt_step %llu over %d steps)\n",
-             stage, tiers[k] == ZT_TIER_HOST ? "host" : "device",
-             (double)(ss.ready + ss.fetch + ss.step) / STEPS, (unsigned long long)ss.ready,
-             (unsigned long long)ss.fetch, (unsigned long long)ss.step, STEPS);
-      t_expect_same("params, sim against host", got, want, 4, n);
-      assert_int_equal(ss.ready, 0);
-      assert_int_equal(ss.fetch, 0);
-      assert_true(ss.step <= (uint64_t)step_syncs[k][stage] * STEPS);
-    }
+    run_loop(ZT_BACKEND_HOST, stage, ZT_TIER_HOST, 0, p0, g, want, &hs);
+    for (int k = 0; k < 2; k++)
+      for (int own = 0; own <= (stage >= 2); own++) {
+        run_loop(ZT_BACKEND_SIM, stage, tiers[k], own, p0, g, got, &ss);
+        printf("# stage %d, optimizer tier %s%s on sim: host syncs per step %.1f (in "
+               "zt_grads_ready %llu, in zt_fetch %llu, in zt_step %llu over %d steps)\n",
+               stage, tiers[k] == ZT_TIER_HOST ? "host" : "device",
+               own ? ", engine-owned gradients" : "",
+               (double)(ss.ready + ss.fetch + ss.step) / STEPS, (unsigned long long)ss.ready,
+               (unsigned long long)ss.fetch, (unsigned long long)ss.step, STEPS);
+        t_expect_same("params, sim against host", got, want, 4, n);
+        assert_int_equal(ss.ready, 0);
+        assert_int_equal(ss.fetch, 0);
+        assert_true(ss.step <= (uint64_t)step_syncs[k][stage] * STEPS);
+        /* Engine-owned gradient buffers outlive the step (a free would be a
+         * host sync in it): the next backward allocates none. */
+        assert_int_equal(ss.grads_allocated, 0);
+        if (own)
+          assert_true(ss.grad_buffer_bytes > 0 && ss.grad_buffer_bytes <= 2 * GROUP_N * 4);
+        else
+          assert_true(ss.grad_buffer_bytes == 0);
+      }
   }
   unsetenv("ZT_SIM_LINK_GBPS");
   for (int t = 0; t < STEPS; t++) free(g[t]);

@@ -530,7 +530,8 @@ static void w_stats(void **state) {
            (unsigned long long)st.comm_bytes_received);
     /* Beyond the plan: groups kept gathered, and reads ahead. */
     assert_true(st.live_bytes <= st.peak_live_bytes);
-    assert_int_equal(st.device_bytes - st.live_bytes, p.ztier_device);
+    assert_int_equal(st.device_bytes - st.live_bytes - st.grad_buffer_bytes, p.ztier_device);
+    assert_true(st.grad_buffer_bytes <= p.dev.group_grads); /* kept for the next backward */
     assert_int_equal(st.host_bytes - st.read_ahead_bytes, p.ztier_host);
     assert_int_equal(st.nvme_bytes, p.ztier_nvme);
     assert_int_equal(st.shard_params, p.shard_params);

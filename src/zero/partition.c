@@ -409,7 +409,7 @@ void zt__part_free(zt__part_t *p) {
     free(p->groups[g].pos);
     free(p->groups[g].units);
   }
-  zt__part_free_grad_spares(p);
+  zt__part_trim_grad_spares(p, 0);
   if (p->updated) p->ctx->be_ops->event_destroy(p->ctx->be, p->updated);
   if (p->cleared) p->ctx->be_ops->event_destroy(p->ctx->be, p->cleared);
   free(p->groups);
@@ -485,12 +485,22 @@ void zt__part_hand_grads(zt__part_t *p, zt__group_t *g) {
   zt__part_drop_grads(p, g);
 }
 
-void zt__part_free_grad_spares(zt__part_t *p) {
-  while (p->grad_spares.n > 0) {
-    int last = p->grad_spares.n - 1;
-    size_t bytes = p->grad_spares.bytes[last];
-    p->ctx->be_ops->free(p->ctx->be, zt__spares_take(&p->grad_spares, last, NULL), bytes);
+void zt__part_trim_grad_spares(zt__part_t *p, int keep) {
+  while (p->grad_spares.n > keep) {
+    int small = 0; /* the largest are kept: any group's buffer fits in them */
+    for (int i = 1; i < p->grad_spares.n; i++)
+      if (p->grad_spares.bytes[i] < p->grad_spares.bytes[small]) small = i;
+    size_t bytes = p->grad_spares.bytes[small];
+    p->ctx->be_ops->free(p->ctx->be, zt__spares_take(&p->grad_spares, small, NULL), bytes);
   }
+}
+
+uint64_t zt__part_grad_buffer_bytes(const zt__part_t *p) {
+  size_t esz = zt__dtype_size(p->reg.grad_dtype);
+  uint64_t bytes = zt__spares_bytes(&p->grad_spares);
+  for (size_t k = 0; k < p->n_groups; k++)
+    if (p->groups[k].grads) bytes += p->groups[k].numel * esz;
+  return bytes;
 }
 
 void zt__part_drop_grads(zt__part_t *p, zt__group_t *g) {

@@ -165,8 +165,9 @@ typedef struct zt__part {
   uint64_t packs; /* gradient buckets packed so far: the next pack_seq */
   /* Groups' engine-owned gradient buffers given back during a backward,
    * kept for the next group of the same size (a device free and alloc per
-   * group would each sync the whole device, as cudaFree does) until the
-   * step ends (zt__part_free_grad_spares). */
+   * group would each sync the whole device, as cudaFree does); the step
+   * keeps ZT_GROUP_GRAD_BUFS of them, the largest, for the next backward
+   * (zt__part_trim_grad_spares), which `ztier plan` counts. */
   zt__spares_t grad_spares;
   /* Stage 3's gathers have slots of their own, so that a fetch does not
    * wait for the gradient buckets and their sums: a gather into place needs
@@ -354,7 +355,11 @@ ZT_INTERNAL void zt__part_drop_grads(zt__part_t *p, zt__group_t *g);
  * that the next zt_grads takes without the loop's stream waiting, once
  * that is done. Falls back to zt__part_drop_grads. */
 ZT_INTERNAL void zt__part_hand_grads(zt__part_t *p, zt__group_t *g);
-/* Frees the gradient buffers kept for reuse (at the end of a step). */
-ZT_INTERNAL void zt__part_free_grad_spares(zt__part_t *p);
+/* Frees the gradient buffers kept for reuse but the `keep` largest (at the
+ * end of a step: ZT_GROUP_GRAD_BUFS; when the room goes: 0). */
+ZT_INTERNAL void zt__part_trim_grad_spares(zt__part_t *p, int keep);
+/* Engine-owned gradient buffers held now: the groups' and the spares
+ * (zt_stats' grad_buffer_bytes). */
+ZT_INTERNAL uint64_t zt__part_grad_buffer_bytes(const zt__part_t *p);
 
 #endif /* ZT_PARTITION_H */

@@ -399,7 +399,7 @@ int zt__reduce_drop_buckets(zt__part_t *p) {
 }
 
 int zt__reduce_reset(zt__part_t *p) {
-  zt__part_free_grad_spares(p);
+  zt__part_trim_grad_spares(p, ZT_GROUP_GRAD_BUFS);
   for (size_t g = 0; g < p->n_groups; g++) p->groups[g].reduced = 0;
   for (int s = 0; s < ZT_XFER_SLOTS; s++) ZT_TRY(wait_sums(p, &p->xfer[s]));
   size_t bytes = (p->end - p->begin) * sizeof(float);
