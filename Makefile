@@ -1,11 +1,14 @@
 # ztier — one Makefile for the library, the tool, tests, benchmarks and examples.
 #
 #   make                 build/libztier.a, build/libztier.so, build/ztier
-#   make test            install missing packages, build, run every test, on the
-#                        host backend and again on sim (TEST_BACKENDS="host sim")
+#   make test            install missing packages (scripts/deps.sh test), build, run
+#                        every test, on the host backend and again on sim
+#                        (TEST_BACKENDS="host sim")
 #   make test SAN=address,undefined   the same, sanitized, in build-address-undefined/
 #   make test-gpu        the test suites on the cuda backend (needs a GPU)
-#   make demo            the example training loop on the embedded default config
+#   make demo            install missing packages (scripts/deps.sh demo), build, run
+#                        the example training loop
+#   make deps            install the missing packages of every purpose (scripts/deps.sh)
 #   make install PREFIX=/opt/ztier
 #   make CUDA=0          leave the CUDA backend out even where nvcc is present
 #   make MPI=0           leave comm "mpi" (and libmpi) out even where mpi.h is present
@@ -203,13 +206,21 @@ $(foreach e,$(EXAMPLES),$(eval $(call example_rule,$(e))))
 
 # ---- commands -------------------------------------------------------------
 
+# scripts/deps.sh installs what is missing of the packages a purpose needs
+# (docs/dependencies.md): make deps, every purpose's; make deps-<purpose>, one
+# purpose's, as make test and make demo ask for their own.
+DEPS_PURPOSES := build demo test bench fuzz bundle
+.PHONY: $(DEPS_PURPOSES:%=deps-%)
 deps:
 	@bash scripts/deps.sh
+
+$(DEPS_PURPOSES:%=deps-%):
+	@bash scripts/deps.sh $(@:deps-%=%)
 
 # The suites that ask for a backend run once per backend named here (one
 # tally over all: tests/run.sh); sim is the GPU modelled on the CPU.
 TEST_BACKENDS ?= host sim
-test: deps
+test: deps-test
 	@$(MAKE) --no-print-directory lib tool tests examples
 	@bash tests/run.sh $(BUILD) $(TEST_BACKENDS)
 
@@ -234,7 +245,7 @@ gpu-bundle:
 DEMO_TEXT ?= /usr/share/common-licenses/GPL-3
 # Stage 3, parameters and optimizer states on NVMe (a swap folder in the
 # build directory), 16 MiB of pinned host memory; a checkpoint at the end.
-demo: deps
+demo: deps-demo
 	@$(MAKE) --no-print-directory lib tool examples
 	@mkdir -p $(BUILD)/demo-swap
 	$(BUILD)/examples/charlm --text $(DEMO_TEXT) --steps 300 --stage 3 \

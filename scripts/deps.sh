@@ -1,28 +1,78 @@
 #!/usr/bin/env bash
-# Installs the Debian packages ztier needs that are missing, and nothing when
-# none is (a dpkg query, well under a second). Runs as root (CI does), or
-# through sudo when that is available.
+# scripts/deps.sh [PURPOSE...] — installs the Debian packages that the
+# purposes named need and that are missing, and nothing when none is (a dpkg
+# query, well under a second). Runs as root (CI does), or through sudo when
+# that is available.
+#
+# Purposes (docs/dependencies.md says the same, package by package):
+#   build   the library, the tool with its benchmarks, the examples (make)
+#   demo    build, and what `make demo` runs with
+#   test    build, and what `make test` runs with
+#   bench   build, and what `ztier bench nvme` compares with and plots with
+#   fuzz    the checkpoint parsers under libFuzzer (make fuzz, make
+#           fuzz-brief), which clang builds without the rest of the library
+#   bundle  build, and what `make gpu-bundle` links statically
+# With none: every purpose (`make deps`), so a machine set up once stays set
+# up. `make demo` asks for demo, `make test` for test, .ci/run for fuzz too.
 set -euo pipefail
 
-packages=(
-  build-essential pkg-config
-  libcjson-dev       # config files (JSON)
-  libcmocka-dev      # unit-test framework
-  libxxhash-dev      # block checksums of the swap engine
-  liburing-dev       # io_uring swap engine
+# Each purpose's packages, one a line with why; a package may appear in more
+# than one purpose.
+build=(
+  build-essential    # gcc, make, ar, libc headers
+  pkg-config         # finds OpenMPI's compiler flags (ompi-c)
+  libcjson-dev       # config files, checkpoint manifests, safetensors headers
+  libxxhash-dev      # XXH3 checksums of swap blocks and checkpoint files
+  liburing-dev       # the io_uring swap engine
   libnuma-dev        # NUMA placement of pinned memory
   libhwloc-dev       # topology: which NUMA node is local to a GPU
-  libudev-dev        # static hwloc needs it (GPU builds, see shared GPU notes)
-  libopenmpi-dev openmpi-bin   # multi-rank comm
-  base-files         # the demo's text: /usr/share/common-licenses
-  gnuplot-nox        # PNG plots of the demo and the benchmarks
-  fio                # the benchmark's reference figure
-  clang libclang-rt-dev   # libFuzzer for the checkpoint parsers (make fuzz)
-  python3-minimal    # tests/layers.py, the layer check of make test
+  libopenmpi-dev     # comm "mpi" (make MPI=0 builds without it)
 )
+demo=(
+  base-files         # the demo's text: /usr/share/common-licenses/GPL-3
+  gnuplot-nox        # the demo's loss curve (PNG)
+)
+test=(
+  libcmocka-dev      # unit-test framework of every suite
+  openmpi-bin        # mpirun: the suites that launch 2 to 4 ranks
+  python3            # tests/layers.py, the layer check (its shutil is not in python3-minimal)
+  base-files         # test_charlm_resume trains charlm on its default text
+)
+bench=(
+  fio                # bench nvme's reference figure on the same disk
+  gnuplot-nox        # bench nvme's plot (PNG)
+)
+fuzz=(
+  make               # tests/fuzz/run.sh builds the targets through the Makefile
+  clang              # builds the fuzz targets with -fsanitize=fuzzer
+  libclang-rt-dev    # clang's libFuzzer and sanitizer runtimes
+  libcjson-dev       # the parsers read JSON with cJSON
+  libxxhash-dev      # the manifest parser checks an XXH3 checksum
+)
+bundle=(
+  libudev-dev        # the static hwloc calls libudev, which Debian ships shared only
+)
+purposes=(build demo test bench fuzz bundle)
+
+usage() {
+  echo "usage: scripts/deps.sh [${purposes[*]}]... (none: all of them)" >&2
+  exit 2
+}
+
+asked=("$@")
+[ ${#asked[@]} -eq 0 ] && asked=("${purposes[@]}")
+
+# Every purpose but fuzz builds the library first, so it takes build's too.
+wanted=()
+for p in "${asked[@]}"; do
+  case " ${purposes[*]} " in *" $p "*) ;; *) usage ;; esac
+  [ "$p" != build ] && [ "$p" != fuzz ] && wanted+=("${build[@]}")
+  list="$p[@]"
+  wanted+=("${!list}")
+done
 
 missing=()
-for p in "${packages[@]}"; do
+for p in $(printf '%s\n' "${wanted[@]}" | sort -u); do
   if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed'; then
     missing+=("$p")
   fi
