@@ -191,7 +191,7 @@ typedef struct zt_config {
   zt_comm_kind_t comm;  /* "auto" | "single" | "mpi" | "nccl"  */
 
   zt_optimizer_t optimizer;  /* "adamw" | "adam"                   */
-  zt_tier_t optimizer_tier;  /* "device" | "host"                  */
+  zt_tier_t optimizer_tier;  /* "device" | "host" | "nvme"         */
   zt_tier_t param_tier;      /* "device" | "host" | "nvme" (stage 3) */
   zt_rounding_t rounding;    /* "nearest" | "stochastic"           */
   uint64_t seed;             /* stochastic rounding seed           */
@@ -375,13 +375,16 @@ typedef struct zt_unit {
 
 /*
  * Registers one flat parameter buffer and its gradient buffer, `numel`
- * elements each, as one unit with weight decay. Both buffers live in the
- * backend's memory (host memory for the host backend, device memory for
- * CUDA) and stay owned by the caller; zt_step() updates `params` in place
- * and reads `grads`. `grad_dtype` may differ from `param_dtype` (e.g. bf16
- * params with fp32 grads). The fp32 master weights are initialised from
- * `params` now. May be called lazily, e.g. inside the loop's first update
- * after its first backward; calling it twice gives -EBUSY.
+ * elements each, as one unit with weight decay: the unit "params", in group
+ * 0, the group to name to zt_fetch(), zt_grads() and zt_grads_ready(). At
+ * stages 0 to 2 a flat loop may call none of them: zt_step() hands group 0
+ * over itself (docs/stages.md, "A flat loop at stage 2"). Both buffers live
+ * in the backend's memory (host memory for the host backend, device memory
+ * for CUDA) and stay owned by the caller; zt_step() updates `params` in
+ * place and reads `grads`. `grad_dtype` may differ from `param_dtype` (e.g.
+ * bf16 params with fp32 grads). The fp32 master weights are initialised
+ * from `params` now. May be called lazily, e.g. inside the loop's first
+ * update after its first backward; calling it twice gives -EBUSY.
  * Buffers must be aligned to their element size. Synchronous.
  */
 ZT_API int zt_register_flat(zt_engine_t *eng, void *params, void *grads,
