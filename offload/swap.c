@@ -23,7 +23,10 @@
  *    (all pieces done), its finished list, the handle's done list, the
  *    caller's ready list, the free list;
  *  - a lane refills its ring before it hashes what completed, so the disk
- *    works on the next requests while the CPU checks the last ones;
+ *    works on the next requests while the CPU checks the last ones; inline,
+ *    wait hashes only the requests it returns, so the caller's next
+ *    requests reach the ring one hash after a completion, not after every
+ *    completion that has arrived;
  *  - requests live in slabs that never move, so a lane may hold a pointer to
  *    one while the caller allocates more; only the caller allocates and
  *    recycles them, so the free list needs no lock;
@@ -47,10 +50,14 @@
 #define _GNU_SOURCE
 #include <stdarg.h>
 #include <stdio.h>
+#include <sys/mman.h>
 #include <sys/random.h>
 
 
 #include "offload/swap_impl.h"
+
+/* Buffers from this size on get huge pages (see zt__swap_buf_alloc). */
+#define HUGE_BUF ((size_t)2 << 20)
 
 static uint64_t new_run_id(void) {
   uint64_t id = 0;
@@ -73,6 +80,10 @@ void zt__swap_note_add(zt__swap_t *sw, const char *fmt, ...) {
   va_start(ap, fmt);
   vsnprintf(sw->note + n, sizeof sw->note - n, fmt, ap);
   va_end(ap);
+}
+
+uint64_t zt__swap_hash(const void *p, size_t n, uint64_t seed) {
+  return XXH3_64bits_withSeed(p, n, seed);
 }
 
 static req_t *req_new(zt__swap_t *sw) {
@@ -190,6 +201,8 @@ int zt__swap_create(const zt__swap_config_t *cfg, zt__err_t *err, zt__swap_t **o
   sw->capacity = capacity;
   sw->n_blocks = sw->capacity / sw->bs;
   sw->run_id = new_run_id();
+  sw->hash = zt__swap_hash_avx2();
+  if (!sw->hash) sw->hash = zt__swap_hash;
   sw->n_lanes = cfg->rings;
   sw->threaded = cfg->rings > 1;
   if (pthread_mutex_init(&sw->mu, NULL) != 0) {
@@ -375,9 +388,16 @@ int zt__swap_buf_alloc(const zt__swap_t *sw, size_t bytes, void **out) {
   size_t bs = sw ? sw->bs : 4096;
   size_t al = page > bs ? page : bs;
   if (bytes == 0) bytes = 1;
+  // A large buffer is aligned and advised for huge pages, as the engine's
+  // pinned memory is (offload/pinned.c): the blocks' hashing then walks it
+  // with fewer TLB misses, and the kernel maps a registered buffer in
+  // larger pieces. The advice is a hint; memory without it works the same.
+  int huge = bytes >= HUGE_BUF;
+  if (huge && al < HUGE_BUF) al = HUGE_BUF;
   size_t n = (bytes + al - 1) / al * al;
   void *p = NULL;
   if (posix_memalign(&p, al, n)) return -ENOMEM;
+  if (huge) madvise(p, n, MADV_HUGEPAGE);
   memset(p, 0, n);
   *out = p;
   return 0;
@@ -599,7 +619,7 @@ int zt__swap_poll(zt__swap_t *sw, zt__swap_cqe_t *out, unsigned max) {
   } else {
     zt__lane_reap(&sw->lanes[0]);
     rc = zt__lane_push(&sw->lanes[0]);
-    zt__lane_finish(&sw->lanes[0]);
+    zt__lane_finish(&sw->lanes[0], SIZE_MAX);
   }
   if (rc < 0 && sw->ready.n == 0) return rc;
   return (int)take(sw, out, max);
@@ -619,7 +639,14 @@ int zt__swap_wait(zt__swap_t *sw, zt__swap_cqe_t *out, unsigned max, unsigned mi
   for (;;) {
     zt__lane_reap(ln);
     int rc = zt__lane_push(ln);
-    zt__lane_finish(ln);
+    // Only as many as asked for are checked now: the caller gets them back
+    // one hash sooner and can refill the ring with new requests while the
+    // rest wait, done and unchecked, for the next call (which refills the
+    // ring before it checks them). Checking all would leave the ring short
+    // of every request done for as long as they take to hash. With min 0
+    // this is a poll: everything done is checked.
+    zt__lane_finish(ln, want == 0 ? SIZE_MAX
+                        : want > sw->ready.n ? want - sw->ready.n : 0);
     if (sw->ready.n >= want) break;
     if (ln->inflight == 0) {
       // Nothing in the ring and not enough done: the submit is failing.

@@ -201,7 +201,11 @@ ZT_INTERNAL int zt__swap_poll(zt__swap_t *sw, zt__swap_cqe_t *out, unsigned max)
 
 /* Completion-based, blocks. Like poll, but waits until at least `min`
  * completions are available (fewer when fewer requests are outstanding).
- * Submits whatever is prepared first. A ring whose submission keeps failing
+ * Submits whatever is prepared first. With rings = 1 it checks (hashes)
+ * only the `min` requests it returns (all that are done when min is 0):
+ * the others that are done stay unchecked, and are returned by the next
+ * calls, after those have refilled the ring, so that a caller who refills
+ * as completions come keeps the queue full while blocks are hashed. A ring whose submission keeps failing
  * (not transiently) cannot complete its requests: once every ring still
  * holding requests is such a ring, wait returns what is ready, or with
  * nothing ready that negative code and the ring's sentence, rather than
@@ -228,6 +232,19 @@ ZT_INTERNAL int zt__swap_check(zt__swap_t *sw);
 
 /* The path of file `i` (for messages and tests), or NULL. */
 ZT_INTERNAL const char *zt__swap_path(const zt__swap_t *sw, unsigned i);
+
+/* The checksum of one block: XXH3-64 of the n bytes at p, seeded (the
+ * engine seeds it with the run id and the block's number). */
+typedef uint64_t (*zt__swap_hash_fn)(const void *p, size_t n, uint64_t seed);
+
+/* Synchronous. The portable build of the checksum, the one the library is
+ * compiled for. */
+ZT_INTERNAL uint64_t zt__swap_hash(const void *p, size_t n, uint64_t seed);
+
+/* The build of the checksum compiled for AVX2 (swap_hash.c), or NULL where
+ * this build or this CPU has none. It gives the values zt__swap_hash gives,
+ * faster; create picks it when there is one. */
+ZT_INTERNAL zt__swap_hash_fn zt__swap_hash_avx2(void);
 
 /* For tests: installs (or with NULL removes) the completion hook. Only while
  * nothing is outstanding: the ring threads read it without a lock. */

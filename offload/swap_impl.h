@@ -4,7 +4,8 @@
  * small helpers on them, and the entry points each calls in the others.
  * swap.c is the caller's side (create, buffers, requests, waiting);
  * swap_files.c the swap files; swap_lane.c the lanes, one ring each, and
- * their threads. Only those three include this header.
+ * their threads. Only those three include this header (swap_hash.c, the
+ * checksum's AVX2 build, must not: it compiles xxhash for its own target).
  */
 #ifndef ZT_SWAP_IMPL_H
 #define ZT_SWAP_IMPL_H
@@ -152,6 +153,7 @@ struct zt__swap {
   char note[256];
 
   uint64_t n_blocks;
+  zt__swap_hash_fn hash;        /* block_sum's build: AVX2 where it runs */
   uint64_t *sums;
   uint8_t *state;
 
@@ -191,7 +193,7 @@ static inline const char *ename(int e) {
 static inline uint64_t block_sum(const zt__swap_t *sw, const uint8_t *p, uint64_t blk) {
   // Seeded by run and block number, so that the sums stay meaningful if the
   // table is ever kept beside the data (a checkpoint of the swap space).
-  return XXH3_64bits_withSeed(p, sw->bs, sw->run_id ^ (blk * 0x9E3779B97F4A7C15ull));
+  return sw->hash(p, sw->bs, sw->run_id ^ (blk * 0x9E3779B97F4A7C15ull));
 }
 
 /* Lanes read and write the table without a lock. The caller orders the
@@ -313,7 +315,7 @@ ZT_INTERNAL int zt__swapfile_space_check(const zt__swap_config_t *c, uint64_t ca
 
 ZT_INTERNAL int zt__lane_ring_submit(lane_t *ln, unsigned wait_nr);
 ZT_INTERNAL int zt__lane_push(lane_t *ln);
-ZT_INTERNAL void zt__lane_finish(lane_t *ln);
+ZT_INTERNAL void zt__lane_finish(lane_t *ln, size_t max);
 ZT_INTERNAL unsigned zt__lane_reap(lane_t *ln);
 ZT_INTERNAL void zt__lane_kick(lane_t *ln);
 ZT_INTERNAL int zt__lane_setup(zt__swap_t *sw, lane_t *ln, unsigned idx, int sqpoll,

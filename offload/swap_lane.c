@@ -246,11 +246,12 @@ static void on_cqe(lane_t *ln, int pi, int64_t res) {
   if (--r->pending == 0 && r->issued == r->rlen) rl_push(&ln->hashq, r);
 }
 
-/* The requests whose pieces are all done: hashed and posted. Called after
- * lane_push, so the ring is full again while this runs. */
-void zt__lane_finish(lane_t *ln) {
+/* Up to `max` of the requests whose pieces are all done, oldest first:
+ * hashed and posted. Called after lane_push, so the ring is full again
+ * while this runs. */
+void zt__lane_finish(lane_t *ln, size_t max) {
   req_t *r;
-  while ((r = rl_pop(&ln->hashq))) req_finish(ln, r);
+  for (size_t n = 0; n < max && (r = rl_pop(&ln->hashq)); n++) req_finish(ln, r);
 }
 
 /* The wake-up poll fired: empty the eventfd (it is non-blocking), and let
@@ -332,7 +333,7 @@ static void *lane_main(void *arg) {
       stuck = rc < 0 ? rc : 0;
       tell_stuck(ln, rc);
     }
-    zt__lane_finish(ln);
+    zt__lane_finish(ln, SIZE_MAX);
     hand_back(ln);
     if (io_uring_cq_ready(&ln->ring) == 0) {
       // Ask for a kick only now, just before sleeping, so the caller pays an

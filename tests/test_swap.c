@@ -10,7 +10,8 @@
  * never written; a stale file of another run refused; bad arguments; a swap
  * space larger than the disk refused before any file is made; thousands of
  * mixed reads and writes outstanding over several ring threads, each ring
- * doing its share (the ThreadSanitizer case).
+ * doing its share (the ThreadSanitizer case); the checksum's AVX2 build
+ * against the portable one; an inline wait that checks only what it returns.
  *
  * The tests that say how the engine behaves run once inline (1 ring, on the
  * caller's thread) and once with 3 rings (3 threads): the mode is the test's
@@ -1043,6 +1044,85 @@ static void test_modes(void **state) {
   }
 }
 
+/* ---- the checksum's builds -------------------------------------------------------- */
+
+/* The AVX2 build of the block checksum gives the portable build's values,
+ * which are XXH3-64's (a fixed vector pins them), at the engine's block
+ * sizes, at sizes around XXH3's internal boundaries, and at any seed. */
+static void test_hash_builds(void **state) {
+  (void)state;
+  // XXH3_64bits_withSeed("abc", 3, 0), from the xxHash reference.
+  assert_int_equal(zt__swap_hash("abc", 3, 0), 0x78AF5F94892F3950ull);
+  zt__swap_hash_fn avx2 = zt__swap_hash_avx2();
+  if (!avx2) {
+    print_message("# no AVX2 build here: the portable build is the only one\n");
+    return;
+  }
+  const size_t sizes[] = {1, 3, 16, 17, 128, 129, 240, 241, 512, 1024, 1000, BS,
+                          BS + 64, 65536, 1u << 20};
+  t_rng_t rng;
+  t_rng_init(&rng, t_seed());
+  uint8_t *p = malloc((1u << 20) + 64);
+  assert_non_null(p);
+  for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++)
+    for (int k = 0; k < 8; k++) {
+      size_t at = k & 1 ? (size_t)(t_rng_next(&rng) % 64) : 0; // unaligned too
+      t_fill_bits(p, (1u << 20) + 64, &rng);
+      uint64_t seed = k == 0 ? 0 : t_rng_next(&rng);
+      uint64_t want = zt__swap_hash(p + at, sizes[i], seed), got = avx2(p + at, sizes[i], seed);
+      if (got != want)
+        print_error("size %zu at +%zu seed %016llx: avx2 %016llx, portable %016llx\n",
+                    sizes[i], at, (unsigned long long)seed, (unsigned long long)got,
+                    (unsigned long long)want);
+      assert_int_equal(got, want);
+    }
+  free(p);
+}
+
+/* ---- wait checks what it returns ------------------------------------------------- */
+
+/* Inline, wait checks (hashes) only the `min` requests it returns and leaves
+ * the others that are done for later calls, so that the caller can refill
+ * the ring one check after a completion rather than after all of them:
+ * with eight reads done in the kernel, wait(max 16, min 1) returns one, and
+ * the other seven come back, checked, from the next calls. */
+static void test_wait_checks_min(void **state) {
+  fx_t f;
+  fx_open(&f, 1, state);
+  zt__swap_config_t c = fx_config(&f, 64 * BS, 8 * BS, 16);
+  zt__swap_t *sw = fx_swap(&f, &c);
+  uint8_t *w = buf_rand(sw, 8 * BS, &f.rng), *r = buf_rand(sw, 8 * BS, &f.rng);
+  assert_int_equal(one(sw, 1, w, 8 * BS, 0, 99), 8 * BS);
+  for (unsigned i = 0; i < 8; i++)
+    assert_int_equal(zt__swap_prep_read(sw, r + i * BS, BS, i * BS, i), 0);
+  assert_int_equal(zt__swap_submit(sw), 8);
+  // Let the eight reads finish in the kernel: nothing is reaped meanwhile.
+  struct timespec ts = {0, 200 * 1000 * 1000};
+  nanosleep(&ts, NULL);
+  zt__swap_cqe_t cq[16];
+  assert_int_equal(zt__swap_wait(sw, cq, 16, 1), 1);
+  assert_int_equal(cq[0].res, BS);
+  unsigned got = 1;
+  assert_int_equal(zt__swap_wait(sw, cq + got, 16, 2), 2);
+  got += 2;
+  // Poll checks everything done.
+  int n = zt__swap_poll(sw, cq + got, 16);
+  assert_int_equal(n, 5);
+  got += (unsigned)n;
+  uint8_t seen[8] = {0};
+  for (unsigned i = 0; i < got; i++) {
+    assert_true(cq[i].tag < 8);
+    assert_int_equal(cq[i].res, BS);
+    seen[cq[i].tag]++;
+  }
+  for (unsigned i = 0; i < 8; i++) assert_int_equal(seen[i], 1);
+  t_expect_same("eight reads", r, w, 1, 8 * BS);
+  zt__swap_buf_free(w);
+  zt__swap_buf_free(r);
+  assert_int_equal(zt__swap_destroy(sw), 0);
+  fx_close(&f);
+}
+
 /* ---- a disk too small ------------------------------------------------------------- */
 
 /* More than /tmp has free: refused before any file is made (fx_close's rmdir
@@ -1240,6 +1320,8 @@ int main(void) {
       {"test_threads_mixed (inline)", test_threads_mixed, NULL, teardown, &m_inline},
       cmocka_unit_test_teardown(test_modes, teardown),
       cmocka_unit_test_teardown(test_enospc, teardown),
+      cmocka_unit_test_teardown(test_hash_builds, teardown),
+      {"test_wait_checks_min (inline)", test_wait_checks_min, NULL, teardown, &m_inline},
   };
   return T_RUN(tests);
 }
