@@ -19,9 +19,10 @@
  *
  * With --step, each round also times zt_step() of an engine (host backend,
  * stage 0, its default device tier, the same threads) registered flat over
- * the same parameters and gradients: what a loop that wraps its optimizer
- * step gets, norm, checks and all, against the update alone. With
- * --nonfinite skip the step takes the norm in a pass of its own first.
+ * the same parameters and gradients, no loss scaling, no clipping: what a
+ * loop that wraps its optimizer step gets, norm, checks and all, against
+ * the update alone. With --nonfinite apply (the default here) the step takes
+ * the norm in the update's own pass; with skip, in a pass of its own first.
  */
 #define _GNU_SOURCE
 #include <immintrin.h>
@@ -39,7 +40,7 @@
 static const char *const dtype_names[] = {"fp32", "bf16", "fp16", NULL};
 static const zt_dtype_t dtype_of[] = {ZT_FP32, ZT_BF16, ZT_FP16};
 static const char *const isa_names[] = {"scalar", "avx2", "avx512", NULL};
-static const char *const nonfinite_names[] = {"auto", "skip", NULL};
+static const char *const nonfinite_names[] = {"apply", "skip", NULL};
 
 typedef struct bufs {
   size_t n;
@@ -510,7 +511,8 @@ static int step_engine(bufs_t *b, int threads, int nonfinite, zt_engine_t **out,
                        size_t why_len) {
   zt_config_t cfg = ZT_CONFIG_INIT;
   cfg.threads = threads;
-  cfg.nonfinite = nonfinite ? ZT_NONFINITE_SKIP : ZT_NONFINITE_AUTO;
+  cfg.nonfinite = nonfinite ? ZT_NONFINITE_SKIP : ZT_NONFINITE_APPLY;
+  cfg.loss_scaling = ZT_LOSS_SCALE_NONE; /* fp16's default would take the norm first */
   int rc = zt_engine_create(&cfg, out);
   if (rc == 0) rc = zt_register_flat(*out, b->params, b->grads, b->n, b->dt, b->dt);
   if (rc < 0) {
@@ -560,9 +562,9 @@ int bench_adam_main(int argc, char **argv) {
        "start array k at k*BYTES past its 2 MiB boundary (default 0)", 0, 1 << 20, NULL},
       {"step", TOOL_FLAG_BOOL, &step, NULL,
        "also time zt_step() of an engine over the same buffers", 0, 0, NULL},
-      {"nonfinite", TOOL_FLAG_CHOICE, &nonfinite_i, "auto|skip",
-       "with --step: the engine's \"nonfinite\" (skip: a norm pass before the update)", 0,
-       0, nonfinite_names},
+      {"nonfinite", TOOL_FLAG_CHOICE, &nonfinite_i, "apply|skip",
+       "with --step: the engine's \"nonfinite\" (default apply: the norm in the update's "
+       "pass; skip: a pass before it)", 0, 0, nonfinite_names},
       {"json", TOOL_FLAG_BOOL, &json, NULL,
        "print one JSON object instead of a table", 0, 0, NULL},
   };
@@ -627,9 +629,9 @@ int bench_adam_main(int argc, char **argv) {
   double *t_lim = calloc((size_t)reps * N_STRATEGIES, sizeof *t_lim);
   double *t_step = calloc((size_t)reps, sizeof *t_step);
   zt_engine_t *eng = NULL;
-  if (!t_adam || !t_lim || !t_step ||
-      (step && step_engine(&b, threads, nonfinite_i, &eng, why, sizeof why) < 0)) {
-    fprintf(stderr, "%s: %s\n", prog, step && t_step ? why : "out of memory");
+  int no_memory = !t_adam || !t_lim || !t_step;
+  if (no_memory || (step && step_engine(&b, threads, nonfinite_i, &eng, why, sizeof why) < 0)) {
+    fprintf(stderr, "%s: %s\n", prog, no_memory ? "out of memory" : why);
     free(t_adam);
     free(t_lim);
     free(t_step);

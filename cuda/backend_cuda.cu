@@ -623,6 +623,9 @@ static int cuda_adam(zt__backend_t *be, const zt__adam_launch_t *l, zt__stream_t
   ZT_TRY(check_stream(be, "adam", stream));
   if (l == NULL || l->hp == NULL)
     return zt__errf(be->err, -EINVAL, "adam: the launch or its hp is NULL");
+  if (l->sumsq)
+    return zt__errf(be->err, -EINVAL, "adam: launch asks for the sum of squares; expected "
+                                      "none on cuda, whose update is a kernel");
   if (l->n_segs == 0) return 0;
   if (l->segs == NULL)
     return zt__errf(be->err, -EINVAL, "adam: segs is NULL with n_segs %zu", l->n_segs);

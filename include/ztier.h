@@ -139,11 +139,12 @@ typedef enum zt_loss_scaling {
 
 /* What a step does with inf/nan gradients (docs/api.md, "Non-finite
  * gradients"). Skipping needs the gradients' norm before the update, a pass
- * over them of its own; applying takes the norm in the update's own pass. */
+ * over them of its own; applying lets the update take the norm in its own
+ * pass when nothing else needs it first. */
 typedef enum zt_nonfinite {
-  ZT_NONFINITE_AUTO = 0, /* skip with loss scaling or clipping on (the norm
-                            comes first anyway), apply otherwise        */
-  ZT_NONFINITE_SKIP = 1  /* always skip such a step: nothing is written  */
+  ZT_NONFINITE_SKIP = 0, /* skip such a step: nothing is written           */
+  ZT_NONFINITE_APPLY = 1 /* apply it, as torch.optim.AdamW does, unless loss
+                            scaling is on (then it is an overflow: skipped) */
 } zt_nonfinite_t;
 
 typedef enum zt_comm_kind {
@@ -244,7 +245,7 @@ typedef struct zt_config {
    * "When a rank fails"). */
   double comm_timeout_s; /* seconds; default 300                          */
 
-  zt_nonfinite_t nonfinite; /* "auto" | "skip": steps with inf/nan gradients */
+  zt_nonfinite_t nonfinite; /* "skip" | "apply": steps with inf/nan gradients */
 } zt_config_t;
 
 /* The defaults. Every engine field has a working default. The macro puts
@@ -259,7 +260,7 @@ typedef struct zt_config {
         0.5, 2000, 1.0, (size_t)16 << 20, 0, 0, ZT_LOG_WARN, NULL, NULL,     \
         (size_t)16 << 20, "", (size_t)8 << 20, 32, 2, 0, -1, "", -1, 0,      \
         300.0, (size_t)64 << 20, (size_t)1 << 30, (size_t)1 << 20, 300.0,    \
-        ZT_NONFINITE_AUTO                                                    \
+        ZT_NONFINITE_SKIP                                                    \
   }
 
 /*
@@ -454,13 +455,13 @@ typedef struct zt_step_info {
  * unscales them (dynamic or static loss scale) and applies args->grad_scale,
  * computes the global norm, checks for inf/nan (then skips the whole step,
  * backs the loss scale off, and returns 0 with info->skipped = 1; with
- * loss scaling and clipping off, only when config "nonfinite" is "skip"),
+ * config "nonfinite" "apply" and no loss scaling, the step is applied),
  * clips, runs AdamW (or Adam with L2) on the fp32 master weights and
  * moments in their tier, and writes the parameters back into the registered
  * buffer in place, cast to its dtype. When nothing needs the norm before the
- * update (no loss scaling, no clipping, nonfinite "auto", stage 0), the
- * norm comes from the update's own pass on the host backend: the gradients
- * are read once. `info` may be NULL; otherwise info->size is
+ * update ("nonfinite" "apply", no loss scaling, no clipping, stage 0), the
+ * host backend's device tier takes it in the update's own pass: the
+ * gradients are read once. `info` may be NULL; otherwise info->size is
  * sizeof(zt_step_info_t) (use ZT_STEP_INFO_INIT), as the program's header
  * has it; the library fills info only when the step returns 0.
  * On the host backend the parameters are updated when it returns. On a GPU

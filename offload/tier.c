@@ -13,6 +13,10 @@ const zt__opt_tier_ops_t *zt__opt_tier_ops(zt_tier_t tier) {
                                 : &zt__tier_device;
 }
 
+int zt__opt_tier_fuses_norm(const zt__opt_tier_t *t) {
+  return t->ops->update_sumsq && !t->shard && t->ctx->be_ops->adam_sumsq;
+}
+
 const zt__param_tier_ops_t *zt__param_tier_ops(zt_tier_t tier) {
   return tier == ZT_TIER_NVME ? &zt__param_tier_nvme
          : tier == ZT_TIER_HOST ? &zt__param_tier_host

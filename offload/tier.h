@@ -9,10 +9,9 @@
  *   alloc      its states for a view (the segments, and the buffers the
  *              gradients come from and the parameters go to), the master
  *              cast from the view's parameters, m = v = 0;
- *   update     the optimizer step over the view's elements (unsharded, and
- *              asked for: with the gradients' sum of squares, which the
- *              device tier on the host backend takes in the update's own
- *              pass and the others with the backend's sumsq first);
+ *   update     the optimizer step over the view's elements (the device tier
+ *              on the host backend, unsharded, can take the gradients' sum
+ *              of squares in the same pass: zt__opt_tier_fuses_norm);
  *   export,    the states visited in state order, a piece at a time, as
  *   import     fp32 spans in host memory (what checkpoints read and write);
  *   footprint  the bytes per tier that alloc takes for a shape, computed
@@ -106,9 +105,12 @@ typedef struct zt__opt_tier_ops {
    * sums and parameters, and the buckets they come through, must be memory
    * the CPU reads: pinned host memory (partition.c, plan.c). */
   int cpu_update;
+  /* 1: unsharded, on a backend whose adam takes the sum of squares in its
+   * own pass (adam_sumsq), update takes sumsq (zt__opt_tier_fuses_norm). */
+  int update_sumsq;
   int (*alloc)(zt__opt_tier_t *t);
-  /* sumsq non-NULL (unsharded tiers only): *sumsq = the sum of squares of
-   * the view's gradients, the backend's sumsq's bits. */
+  /* sumsq non-NULL only where zt__opt_tier_fuses_norm: *sumsq = the sum of
+   * squares of the view's gradients, the backend's sumsq's bits. */
   int (*update)(zt__opt_tier_t *t, const zt__adam_hp_t *hp, double *sumsq);
   /* Pieces of at most `piece` states (the nvme tier: its windows). */
   int (*export_states)(zt__opt_tier_t *t, size_t piece, zt__tier_visit_fn fn, void *arg);
@@ -118,6 +120,11 @@ typedef struct zt__opt_tier_ops {
 } zt__opt_tier_ops_t;
 
 ZT_INTERNAL extern const zt__opt_tier_ops_t zt__tier_device, zt__tier_host, zt__tier_nvme;
+
+/* 1 when t's update can take the gradients' sum of squares in its own pass
+ * (update's sumsq), so that a step that needs the norm only after the
+ * update reads the gradients once. */
+ZT_INTERNAL int zt__opt_tier_fuses_norm(const zt__opt_tier_t *t);
 
 /* The table of optimizer_tier `tier`. */
 ZT_INTERNAL const zt__opt_tier_ops_t *zt__opt_tier_ops(zt_tier_t tier);
@@ -161,10 +168,6 @@ ZT_INTERNAL void zt__tier_mem_shard_free(zt__opt_tier_t *t, int pinned);
 ZT_INTERNAL void zt__tier_mem_shard_footprint(const zt__tier_shape_t *s, int pinned,
                                               zt__footprint_t *out);
 ZT_INTERNAL int zt__tier_mem_update_shard(zt__opt_tier_t *t, const zt__adam_hp_t *hp);
-/* The sum of squares of the view's gradients, where they live (the
- * backend's sumsq): what an update asked for it takes when it cannot take
- * it in its own pass. */
-ZT_INTERNAL int zt__tier_grads_sumsq(const zt__opt_tier_t *t, double *out);
 /* The AdamW launch over t's view and its master, m and v. */
 ZT_INTERNAL zt__adam_launch_t zt__tier_mem_launch(const zt__opt_tier_t *t,
                                                   const zt__adam_hp_t *hp);

@@ -37,13 +37,7 @@ static int update(zt__opt_tier_t *t, const zt__adam_hp_t *hp, double *sumsq) {
   zt__adam_launch_t l = zt__tier_mem_launch(t, hp);
   if (sumsq) {
     *sumsq = 0.0;
-    /* The host backend's update is the CPU's pass, which takes the sum of
-     * squares of each piece on its way; a device's is a kernel, and its
-     * sum a pass of its own. */
-    if (c->be_ops->adam_sumsq)
-      l.sumsq = sumsq;
-    else
-      ZT_TRY(zt__tier_grads_sumsq(t, sumsq));
+    l.sumsq = sumsq; /* the CPU's pass takes each piece's sum on its way */
   }
   double t0 = zt__now();
   /* On the loop's stream, and not waited for: the loop's next work there
@@ -84,5 +78,5 @@ static void footprint(const zt__tier_shape_t *s, zt__footprint_t *out) {
   out->device = s->n * 4 * (s->param_dtype == ZT_FP32 ? 2 : 3);
 }
 
-const zt__opt_tier_ops_t zt__tier_device = {"device", 0, alloc, update, export_states,
+const zt__opt_tier_ops_t zt__tier_device = {"device", 0, 1, alloc, update, export_states,
                                             import_states, free_states, footprint};

@@ -105,8 +105,8 @@ static int send_params(zt__opt_tier_t *t, const zt__window_t *w, int s, size_t n
 }
 
 static int update(zt__opt_tier_t *t, const zt__adam_hp_t *hp, double *sumsq) {
+  (void)sumsq; /* never asked for: update_sumsq is 0 */
   if (t->shard) return zt__tier_mem_update_shard(t, hp);
-  if (sumsq) ZT_TRY(zt__tier_grads_sumsq(t, sumsq));
   if (t->n == 0) return 0;
   const zt__ctx_t *c = t->ctx;
   const zt__backend_ops_t *be = c->be_ops;
@@ -212,5 +212,5 @@ static void footprint(const zt__tier_shape_t *s, zt__footprint_t *out) {
                                           zt__page_round(chunk * gsz));
 }
 
-const zt__opt_tier_ops_t zt__tier_host = {"host", 1, alloc, update, export_states,
+const zt__opt_tier_ops_t zt__tier_host = {"host", 1, 0, alloc, update, export_states,
                                           import_states, free_states, footprint};

@@ -70,13 +70,6 @@ void zt__tier_mem_shard_footprint(const zt__tier_shape_t *s, int pinned, zt__foo
   if (pinned) out->pinned_pages = 3 * zt__page_round(b);
 }
 
-int zt__tier_grads_sumsq(const zt__opt_tier_t *t, double *out) {
-  const zt__ctx_t *c = t->ctx;
-  const zt__opt_nvme_view_t *v = &t->view;
-  return c->be_ops->sumsq(c->be, v->grads, v->grads_first, v->grad_dtype, v->segs, v->n_segs,
-                          ZT_STREAM_COMPUTE, out);
-}
-
 zt__adam_launch_t zt__tier_mem_launch(const zt__opt_tier_t *t, const zt__adam_hp_t *hp) {
   const zt__opt_nvme_view_t *v = &t->view;
   return (zt__adam_launch_t){

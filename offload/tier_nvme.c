@@ -11,7 +11,7 @@ static int alloc(zt__opt_tier_t *t) {
 
 /* The swapper times its own update and copies. */
 static int update(zt__opt_tier_t *t, const zt__adam_hp_t *hp, double *sumsq) {
-  if (sumsq) ZT_TRY(zt__tier_grads_sumsq(t, sumsq));
+  (void)sumsq; /* never asked for: update_sumsq is 0 */
   return zt__opt_nvme_step(t->nvme, hp);
 }
 
@@ -67,5 +67,5 @@ static void footprint(const zt__tier_shape_t *s, zt__footprint_t *out) {
   out->nvme = (s->n + chunk - 1) / chunk * (uint64_t)zt__opt_nvme_stride(chunk);
 }
 
-const zt__opt_tier_ops_t zt__tier_nvme = {"nvme", 1, alloc, update, export_states,
+const zt__opt_tier_ops_t zt__tier_nvme = {"nvme", 1, 0, alloc, update, export_states,
                                           import_states, free_states, footprint};

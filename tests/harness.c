@@ -513,11 +513,38 @@ int t_mpirun(int np, const char *spec, char *out, size_t out_size) {
   return 1;
 }
 
+/* Every rank passed every scenario, and the launch failed only because
+ * mpirun saw a rank end without MPI_Finalize ("exiting improperly"): what
+ * OpenMPI 4 has been seen to report for a launch whose ranks all passed
+ * and finalised, on a loaded 2-CPU machine, at any of the scenarios. */
+static int passed_then_exit_flagged(const char *out, int np) {
+  if (strstr(out, "exiting improperly") == NULL || strstr(out, "not ok") != NULL) return 0;
+  int oks = 0;
+  for (const char *p = out; *p;) {
+    size_t n = strcspn(p, "\n");
+    /* t_mpi_worker's line for a scenario that failed on a rank */
+    if (n >= 7 && strncmp(p, "# rank ", 7) == 0 && n >= 7 &&
+        strncmp(p + n - 7, " failed", 7) == 0)
+      return 0;
+    oks += strncmp(p, "# ok - ", 7) == 0;
+    p += n + (p[n] == '\n');
+  }
+  return oks >= np;
+}
+
 void t_mpirun_expect_(int np, const char *spec, const char *file, int line) {
   static char out[1 << 16];
   struct timespec t0, t1;
   clock_gettime(CLOCK_MONOTONIC, &t0);
   int rc = t_mpirun(np, spec, out, sizeof out);
+  if (rc > 0 && rc != 124 && passed_then_exit_flagged(out, np)) {
+    /* Launched once more: a deterministic failure fails again. */
+    printf("# mpirun -np %d --mpi-worker '%s': every rank passed, then mpirun reported an "
+           "improper exit (status %d); launching once more\n",
+           np, spec, rc);
+    sleep(1); /* the last launch's runtime is gone first */
+    rc = t_mpirun(np, spec, out, sizeof out);
+  }
   clock_gettime(CLOCK_MONOTONIC, &t1);
   double secs =
       (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec);

@@ -78,7 +78,7 @@ static const tkey_t tkeys[] = {
     {AT(seed), K_U64, {0}, 0},
     {AT(threads), K_INT, {0}, 0},
     {AT(clip_grad_norm), K_NUM, {0}, 0},
-    {AT(nonfinite), K_ENUM, {"auto", "skip"}, 2},
+    {AT(nonfinite), K_ENUM, {"skip", "apply"}, 2},
     {AT(loss_scaling), K_ENUM, {"auto", "none", "static", "dynamic"}, 4},
     {AT(initial_loss_scale), K_NUM, {0}, 0},
     {AT(loss_scale_growth), K_NUM, {0}, 0},

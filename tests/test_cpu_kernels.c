@@ -936,8 +936,16 @@ static void test_cpu_optim_threads(void **state) {
       exec_alloc(&run[k], &L, gdt, pdt, cases[ci].master);
       exec_copy(&run[k], &init, &L, gdt, pdt);
       zt__adam_launch_t l = exec_launch(&run[k], &L, &hp, gdt, pdt);
+      /* The update takes the sum of squares on its way: the separate pass's
+       * bits, and the same update. */
+      double fused = 0.0;
+      l.sumsq = &fused;
       zt__cpu_adam(cpu[k], &l);
       sums[k] = zt__cpu_sumsq(cpu[k], l.grads, 3, gdt, L.segs, L.n_segs);
+      if (memcmp(&fused, &sums[k], sizeof fused) != 0)
+        fail_msg("sum of squares in the update's pass: %.17g; separate pass %.17g "
+                 "(%d threads)",
+                 fused, sums[k], k + 1);
       char ctx[96];
       snprintf(ctx, sizeof ctx, "%d threads, grads %s params %s%s", k + 1,
                t_dtype_name(gdt), t_dtype_name(pdt),

@@ -688,6 +688,9 @@ static size_t adam_bytes(const zt__adam_launch_t *l) {
 }
 
 static int sim_adam(zt__backend_t *be, const zt__adam_launch_t *l, zt__stream_t stream) {
+  if (l->sumsq)
+    return zt__errf(be->err, -EINVAL, "adam: launch asks for the sum of squares; expected "
+                                      "none on sim, whose update is not the CPU's pass");
   op_t op = {.kind = OP_ADAM, .link = -1, .adam = *l, .hp = *l->hp, .n_segs = l->n_segs};
   ZT_TRY(order_after_compute(be, stream));
   op.cost = adam_bytes(l);

@@ -52,7 +52,7 @@ static const char *const tier_names[] = {"device", "host", "nvme"};
 static const char *const rounding_names[] = {"nearest", "stochastic"};
 static const char *const scaling_names[] = {"auto", "none", "static", "dynamic"};
 static const char *const level_names[] = {"error", "warn", "info", "debug"};
-static const char *const nonfinite_names[] = {"auto", "skip"};
+static const char *const nonfinite_names[] = {"skip", "apply"};
 
 #define FIELD(f) .name = #f, .off = offsetof(zt_config_t, f)
 #define CAP(f) .cap = sizeof(((zt_config_t *)0)->f)
@@ -143,10 +143,10 @@ const keydef_t zt__config_keys[] = {
             "(always initial_loss_scale) or `dynamic` (back off on inf/nan, grow "
             "when stable)"},
     {FIELD(nonfinite), .type = T_ENUM, NAMES(nonfinite_names), .supported = 0x3,
-     .doc = "a step whose gradients hold inf or nan: `auto` skips it (nothing written) "
-            "when loss scaling or clipping is on, and otherwise applies it as "
-            "torch.optim.AdamW would, with the norm taken in the update's own pass "
-            "instead of a pass of its own before it; `skip` always skips it"},
+     .doc = "a step whose gradients hold inf or nan: `skip` skips it (nothing is "
+            "written); `apply` applies it as torch.optim.AdamW does (skipped all the "
+            "same with loss scaling on), which lets a step with no loss scaling and no "
+            "clipping take the gradient norm in the update's own pass"},
     {FIELD(initial_loss_scale), .type = T_NUM, .lo = 0, .lo_open = 1, .hi = INFINITY,
      .doc = "the loss scale to start from, or the static scale (DeepSpeed's "
             "2^initial_scale_power)"},

@@ -192,19 +192,20 @@ static double step_clip(const zt_engine_t *eng, const zt_step_args_t *args) {
   return args->clip_grad_norm >= 0 ? (double)args->clip_grad_norm : eng->cfg.clip_grad_norm;
 }
 
-/* Whether a step with inf/nan gradients is skipped (config "nonfinite"): in
- * "auto" mode when the norm is needed before the update anyway, for the
- * loss scale or for clipping; otherwise it is applied, as
- * torch.optim.AdamW applies it. The same on every rank and at every stage. */
-static int skips_nonfinite(const zt_engine_t *eng, const zt_step_args_t *args) {
-  return eng->cfg.nonfinite == ZT_NONFINITE_SKIP || eng->scaler.scaled ||
-         step_clip(eng, args) > 0;
+/* Whether a step with inf/nan gradients is skipped: with "nonfinite"
+ * "skip", and with loss scaling on, where they are an overflow of the scale
+ * (the scaler backs off). "apply" applies them otherwise, as
+ * torch.optim.AdamW does. The same on every rank, at every stage. */
+static int skips_nonfinite(const zt_engine_t *eng) {
+  return eng->cfg.nonfinite == ZT_NONFINITE_SKIP || eng->scaler.scaled;
 }
 
-/* Whether the norm must be known before the update: to skip, or, with
- * ranks, to agree on the step (the reduction and the vote come first). */
-static int norm_first(const zt_engine_t *eng, const zt_step_args_t *args) {
-  return eng->partitioned || skips_nonfinite(eng, args);
+/* Whether the step reads the gradients once: nothing needs their norm before
+ * the update (no skip, no clipping, no ranks to agree with first) and the
+ * tier's update can take it in its own pass. */
+static int fuses_norm(const zt_engine_t *eng, const zt_step_args_t *args) {
+  return !eng->partitioned && !skips_nonfinite(eng) && step_clip(eng, args) <= 0 &&
+         zt__opt_tier_fuses_norm(&eng->opt);
 }
 
 /* The step's constants, the gradients multiplied by `gmul`. */
@@ -217,17 +218,34 @@ static void step_hp(const zt_engine_t *eng, const zt_step_args_t *args, double g
 
 static void applied_nonfinite(zt_engine_t *eng, const zt_step_args_t *args) {
   zt__log(&eng->cfg, ZT_LOG_WARN,
-          "step t=%llu applied inf/nan gradients: nothing asked for them to be skipped "
-          "(no loss scaling, no clipping); set \"nonfinite\" to \"skip\" to keep the last "
-          "finite weights instead",
+          "step t=%llu applied inf/nan gradients (\"nonfinite\" is \"apply\"): the "
+          "elements they reach are no longer finite",
           (unsigned long long)args->t);
 }
 
-/* An unpartitioned step that needs no norm before its update: the tier takes
- * the sum of squares in the update's own pass where it can (the CPU's),
- * so the gradients are read once, and the norm is reported from it. It is
- * the sum the separate pass would give, to the bit; the update's inputs do
- * not depend on it (no clipping, no loss scale to back off). */
+/* The end of every step that returns 0, applied, skipped or fused: the
+ * iteration's bookkeeping, and the caller's info. */
+static int finish_step(zt_engine_t *eng, zt_step_info_t *info, zt_step_info_t *user_info,
+                       size_t info_have, double t0) {
+  if (eng->partitioned) zt__reduce_reset(&eng->zero.part);
+  eng->fetches_since_step = 0;
+  /* The iteration ends here, skipped or not: the next one is read ahead. */
+  if (eng->partitioned && eng->cfg.stage >= 3) {
+    int rc = zt__prefetch_step_end(&eng->zero.prefetch);
+    if (rc < 0) return zt__engine_fail(eng, rc);
+  }
+  if (info) {
+    info->loss_scale = eng->scaler.scale;
+    info->size = user_info->size;
+    memcpy(user_info, info, info_have);
+  }
+  eng->step_seconds += zt__now() - t0;
+  return 0;
+}
+
+/* A step that reads the gradients once (fuses_norm): the update takes their
+ * sum of squares on its way, the sum a separate pass gives, to the bit.
+ * The update's inputs do not depend on it: no clipping, no loss scale. */
 static int fused_step(zt_engine_t *eng, const zt_step_args_t *args, zt_step_info_t *info,
                       zt_step_info_t *user_info, size_t info_have) {
   double t0 = zt__now();
@@ -239,17 +257,12 @@ static int fused_step(zt_engine_t *eng, const zt_step_args_t *args, zt_step_info
   if (rc < 0) return zt__engine_fail(eng, rc); /* some states updated, others not */
   if (!isfinite(sumsq)) applied_nonfinite(eng, args);
   eng->steps++;
-  eng->fetches_since_step = 0;
   if (info) {
     info->grad_norm = sqrt(sumsq) * inv;
     info->clip_coef = 1.0;
     info->skipped = 0;
-    info->loss_scale = eng->scaler.scale;
-    info->size = user_info->size;
-    memcpy(user_info, info, info_have);
   }
-  eng->step_seconds += zt__now() - t0;
-  return 0;
+  return finish_step(eng, info, user_info, info_have, t0);
 }
 
 static void scaler_update(zt__scaler_t *s, const zt_config_t *c, int overflow) {
@@ -293,7 +306,7 @@ int zt_step(zt_engine_t *eng, const zt_step_args_t *args, zt_step_info_t *info) 
                      "zt_grads_ready() as its gradients finish (docs/stages.md), or set "
                      "\"stage\" to 0, 1 or 2, which update the registered buffer in place",
                      eng->steps + eng->skipped_steps ? "the last step" : "registration");
-  if (local == 0 && !eng->partitioned && !norm_first(eng, args))
+  if (local == 0 && fuses_norm(eng, args))
     return fused_step(eng, args, info, user_info, info_have);
   double t0 = zt__now();
 
@@ -308,7 +321,7 @@ int zt_step(zt_engine_t *eng, const zt_step_args_t *args, zt_step_info_t *info) 
   double inv = (double)args->grad_scale / eng->scaler.handed * avg;
   double norm = sqrt(sumsq) * inv;
   int nonfinite = !isfinite(sumsq);
-  int overflow = nonfinite && skips_nonfinite(eng, args);
+  int overflow = nonfinite && skips_nonfinite(eng);
   double clip = step_clip(eng, args);
   /* torch.nn.utils.clip_grad_norm_'s coefficient, eps included. */
   double coef = (!nonfinite && clip > 0 && norm > clip) ? clip / (norm + 1e-6) : 1.0;
@@ -342,18 +355,5 @@ int zt_step(zt_engine_t *eng, const zt_step_args_t *args, zt_step_info_t *info) 
     scaler_update(&eng->scaler, &eng->cfg, 0);
     eng->steps++;
   }
-  if (eng->partitioned) zt__reduce_reset(&eng->zero.part);
-  eng->fetches_since_step = 0;
-  /* The iteration ends here, skipped or not: the next one is read ahead. */
-  if (eng->partitioned && eng->cfg.stage >= 3) {
-    rc = zt__prefetch_step_end(&eng->zero.prefetch);
-    if (rc < 0) return zt__engine_fail(eng, rc);
-  }
-  if (info) {
-    info->loss_scale = eng->scaler.scale;
-    info->size = user_info->size;
-    memcpy(user_info, info, info_have);
-  }
-  eng->step_seconds += zt__now() - t0;
-  return 0;
+  return finish_step(eng, info, user_info, info_have, t0);
 }

@@ -420,55 +420,66 @@ void zt__part_free(zt__part_t *p) {
 
 /* ---- engine-owned gradients of a group ----------------------------------------- */
 
-/* Spares of `bytes`: a handed-over one whose zeroing is done (the loop's
- * stream waits for nothing), else -1; *pending counts the others. */
-static int done_grad_spare(zt__part_t *p, size_t bytes, int *pending) {
+/* A group takes the smallest spare that holds its gradients, so buffers
+ * serve groups of every size below theirs (an llm.c model's embedding group
+ * and its equal layers share two buffers). Every spare is zero throughout
+ * once its note's event is done: a hand-over zeroes the whole buffer, and a
+ * buffer taken without that is zeroed whole on the loop's stream. */
+
+/* The smallest spare of at least `bytes`: done (its zeroing finished, so
+ * the loop's stream waits for nothing) when `done`; -1 when none. *pending
+ * counts the fitting spares not done. */
+static int fitting_spare(zt__part_t *p, size_t bytes, int done, int *pending) {
+  int best = -1;
   *pending = 0;
   for (int i = 0; i < p->grad_spares.n; i++) {
-    if (p->grad_spares.bytes[i] != bytes) continue;
+    if (p->grad_spares.bytes[i] < bytes) continue;
     zt__event_t *ev = p->grad_spares.note[i];
-    if (ev && p->ctx->be_ops->event_done(p->ctx->be, ev) == 1) return i;
-    (*pending)++;
+    int is_done = ev == NULL || p->ctx->be_ops->event_done(p->ctx->be, ev) == 1;
+    if (!is_done) (*pending)++;
+    if (done && !is_done) continue;
+    if (best < 0 || p->grad_spares.bytes[i] < p->grad_spares.bytes[best]) best = i;
   }
-  return -1;
+  return best;
 }
 
-/* Buffers of `bytes` the groups hold now. */
+/* Buffers of at least `bytes` the groups hold now. */
 static int grads_held(const zt__part_t *p, size_t bytes) {
-  size_t esz = zt__dtype_size(p->reg.grad_dtype);
   int n = 0;
   for (size_t k = 0; k < p->n_groups; k++)
-    n += p->groups[k].grads != NULL && p->groups[k].numel * esz == bytes;
+    n += p->groups[k].grads != NULL && p->groups[k].grads_bytes >= bytes;
   return n;
 }
 
 /* A handed-over spare comes zeroed on the D2H stream (zt__part_hand_grads):
  * the loop's stream waits for that, if not done; a spare zeroed nowhere
  * (dropped), or a new buffer, is zeroed on the loop's stream. A new buffer
- * is taken rather than wait while fewer than ZT_GROUP_GRAD_BUFS of the
- * size exist (held or spare), which `ztier plan` counts; beyond that, only
- * when no spare of the size is left (the loop holds that many at once). */
+ * is taken rather than wait while fewer than ZT_GROUP_GRAD_BUFS that fit
+ * exist (held or spare), which `ztier plan` counts; beyond that, only when
+ * no spare fits (the loop holds that many at once). */
 int zt__part_group_grads(zt__part_t *p, zt__group_t *g) {
   if (g->grads) return 0;
   const zt__backend_ops_t *be = p->ctx->be_ops;
   size_t bytes = g->numel * zt__dtype_size(p->reg.grad_dtype);
-  int pending, i = done_grad_spare(p, bytes, &pending);
+  int pending, i = fitting_spare(p, bytes, 1, &pending);
   if (i < 0 && pending + grads_held(p, bytes) >= ZT_GROUP_GRAD_BUFS)
-    i = zt__spares_find(&p->grad_spares, bytes);
+    i = fitting_spare(p, bytes, 0, &pending);
   if (i < 0) {
     ZT_TRY(be->alloc(p->ctx->be, bytes, &g->grads));
+    g->grads_bytes = bytes;
     return be->memset_zero(p->ctx->be, g->grads, bytes, ZT_STREAM_COMPUTE);
   }
   void *zeroed = NULL;
+  g->grads_bytes = p->grad_spares.bytes[i];
   g->grads = zt__spares_take(&p->grad_spares, i, &zeroed);
   if (zeroed) return be->stream_wait(p->ctx->be, ZT_STREAM_COMPUTE, zeroed);
-  return be->memset_zero(p->ctx->be, g->grads, bytes, ZT_STREAM_COMPUTE);
+  return be->memset_zero(p->ctx->be, g->grads, g->grads_bytes, ZT_STREAM_COMPUTE);
 }
 
 void zt__part_hand_grads(zt__part_t *p, zt__group_t *g) {
   if (g->grads == NULL) return;
   const zt__backend_ops_t *be = p->ctx->be_ops;
-  size_t bytes = g->numel * zt__dtype_size(p->reg.grad_dtype);
+  size_t bytes = g->grads_bytes;
   zt__err_t keep = *p->ctx->err;
   if (p->grad_spares.n < ZT_SPARES_MAX &&
       (g->grads_out || be->event_create(p->ctx->be, &g->grads_out) == 0) &&
@@ -496,16 +507,15 @@ void zt__part_trim_grad_spares(zt__part_t *p, int keep) {
 }
 
 uint64_t zt__part_grad_buffer_bytes(const zt__part_t *p) {
-  size_t esz = zt__dtype_size(p->reg.grad_dtype);
   uint64_t bytes = zt__spares_bytes(&p->grad_spares);
   for (size_t k = 0; k < p->n_groups; k++)
-    if (p->groups[k].grads) bytes += p->groups[k].numel * esz;
+    if (p->groups[k].grads) bytes += p->groups[k].grads_bytes;
   return bytes;
 }
 
 void zt__part_drop_grads(zt__part_t *p, zt__group_t *g) {
   if (g->grads == NULL) return;
-  size_t bytes = g->numel * zt__dtype_size(p->reg.grad_dtype);
+  size_t bytes = g->grads_bytes;
   if (!zt__spares_put(&p->grad_spares, g->grads, bytes, NULL))
     p->ctx->be_ops->free(p->ctx->be, g->grads, bytes);
   g->grads = NULL;

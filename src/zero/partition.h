@@ -108,6 +108,7 @@ typedef struct zt__group {
   zt__event_t *released; /* stage 3: recorded on the loop's stream when its
                             buffer was last given back (prefetch.c)          */
   void *grads;   /* engine-owned gradients from zt_grads() until handed over    */
+  size_t grads_bytes; /* the buffer's size: a reused one may exceed the group's */
   zt__event_t *grads_out; /* stage 2+: recorded on the D2H stream after the
                              copies out of its handed-over gradients and the
                              zeroing behind them (zt__part_hand_grads)       */

@@ -35,8 +35,9 @@
  * next gather of the same size: a fresh buffer costs its page faults and
  * zeroing on every fetch, about as much as the gather itself. They count
  * in live_bytes with the staged groups; when live_bytes leaves a fetch no
- * room, spares go first, then staged groups. Spares are freed at each step
- * (the step's own memory does not share with them).
+ * room, spares go first, then staged groups. Spares stay across steps (a
+ * step's free of one would wait for the whole device on a GPU); the engine
+ * frees them when it goes.
  * A fetch that differs from the trace (a branch, generation, another number
  * of layers), or an iteration that ends early, is an order change: the
  * reads in flight are drained and dropped with the staged groups, nothing
