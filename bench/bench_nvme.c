@@ -302,7 +302,7 @@ int bench_nvme_main(int argc, char **argv) {
   const char *path = NULL, *plot_file = NULL, *block_s = "1MiB,8MiB", *qd_s = "8,32";
   const char *size_s = "1GiB", *threads_s = "1";
   size_t space = (size_t)1 << 30;
-  int reps = 3, json = 0, sqpoll = 0;
+  int reps = 3, json = 0, sqpoll = 0, no_fio = 0, settle = 0;
   const tool_flag_t flags[] = {
       {"path", TOOL_FLAG_STRING, &path, "DIR", "directory on the disk to measure (required)", 0,
        0, NULL},
@@ -321,6 +321,11 @@ int bench_nvme_main(int argc, char **argv) {
       {"reps", TOOL_FLAG_INT, &reps, "R", "repetitions per cell (default 3)", 1, 1000, NULL},
       {"sqpoll", TOOL_FLAG_BOOL, &sqpoll, NULL,
        "rings with a kernel submission thread (IORING_SETUP_SQPOLL)", 0, 0, NULL},
+      {"settle", TOOL_FLAG_INT, &settle, "S",
+       "seconds to wait before each timed write and between it and the reads (default 0)",
+       0, 3600, NULL},
+      {"no-fio", TOOL_FLAG_BOOL, &no_fio, NULL,
+       "ours alone, without fio's reference (a peer measured beside it instead)", 0, 0, NULL},
       {"json", TOOL_FLAG_BOOL, &json, NULL, "print one JSON object", 0, 0, NULL},
   };
   const tool_cmd_t cmd = {
@@ -417,8 +422,8 @@ int bench_nvme_main(int argc, char **argv) {
   cfg.max_bufs = 4;
   cfg.sqpoll = sqpoll;
 
-  int fio = have_fio();
-  if (!fio) fprintf(stderr, "fio not found: no reference figure\n");
+  int fio = !no_fio && have_fio();
+  if (!fio && !no_fio) fprintf(stderr, "fio not found: no reference figure\n");
   int nc = nt * nb * nq;
   cells = calloc((size_t)nc, sizeof *cells);
   v = calloc((size_t)reps * 5, sizeof *v);
@@ -461,10 +466,18 @@ int bench_nvme_main(int argc, char **argv) {
                    reps);
           double s;
           double *o = v + r * 5;
+          /* The writes before this one (the check's, the last cell's) are
+           * written back first, as the reads below wait for this one's. */
+          if (settle) sleep((unsigned)settle);
           s = bench_swap_pass(sp.sw, 1, space, c->block, inflight, region, region_bytes);
           if (s < 0) goto fail;
           o[0] = (double)space / s / 1e9;
           o[3] = fio ? fio_pass(fio_file, 1, space, c->block, c->qd, c->threads) : -1;
+          /* A disk that acknowledges writes from a cache is still writing
+           * them back for a while: a read right after the writes shares the
+           * disk with that (on a virtual disk, a read right after a 4 GiB
+           * write ran at half the speed of one 5 s later). */
+          if (settle) sleep((unsigned)settle);
           s = bench_swap_pass(sp.sw, 0, space, c->block, inflight, region, region_bytes);
           if (s < 0) goto fail;
           o[1] = (double)space / s / 1e9;
