@@ -673,14 +673,7 @@ int bench_adam_main(int argc, char **argv) {
   }
   tool_progress_end();
   zt_engine_destroy(eng);
-  if (status) {
-    free(t_adam);
-    free(t_lim);
-    free(t_step);
-    bufs_free(&b);
-    zt__cpu_destroy(cpu);
-    return status;
-  }
+  if (status) goto done;
 
   /* The limit is the strategy with the shortest median. */
   double lim_s[N_STRATEGIES];
@@ -757,6 +750,7 @@ int bench_adam_main(int argc, char **argv) {
     }
     tool_table_print(t, stdout, 0, NULL);
   }
+done:
   free(t_adam);
   free(t_lim);
   free(t_step);
