@@ -801,6 +801,92 @@ static void test_progress_on_pipe(void **state) {
   if (strstr(err, "ztier bench stage3: ")) fail_msg("ZT_PROGRESS_SECONDS=0 printed:\n%s", err);
 }
 
+/* `ztier config check FILE`: a DeepSpeed config read as ztier's keys (the
+ * effective config, the keys it mapped and ignored, in --json and in text);
+ * one it refuses exits 1 naming the DeepSpeed key; ztier's own format too. */
+static void test_config_check(void **state) {
+  (void)state;
+  need("ztier");
+  static char out[1 << 16], err[1 << 16], args[2 * PATH_MAX];
+  const char *dir = scratch("cli-config");
+  char ds[PATH_MAX + 32], bad[PATH_MAX + 32], own[PATH_MAX + 32];
+  snprintf(ds, sizeof ds, "%s/ds_config.json", dir);
+  snprintf(bad, sizeof bad, "%s/ds_bad.json", dir);
+  snprintf(own, sizeof own, "%s/ztier.json", dir);
+  FILE *f = fopen(ds, "w");
+  assert_non_null(f);
+  fputs("{\n  \"train_batch_size\": 32,\n  \"gradient_clipping\": 1.0,\n"
+        "  \"zero_optimization\": {\n    \"stage\": 2,\n"
+        "    \"offload_optimizer\": {\"device\": \"cpu\", \"pin_memory\": true},\n"
+        "    \"reduce_bucket_size\": 5e8\n  }\n}\n", f);
+  fclose(f);
+  f = fopen(bad, "w");
+  assert_non_null(f);
+  fputs("{\"zero_optimization\": {\"stage\": 3, \"zero_quantized_weights\": true}}\n", f);
+  fclose(f);
+  f = fopen(own, "w");
+  assert_non_null(f);
+  fputs("{\"stage\": 1, \"threads\": 2}\n", f);
+  fclose(f);
+
+  snprintf(args, sizeof args, "config check %s --json", ds);
+  int rc = run_split("", "ztier", args, out, sizeof out, err, sizeof err);
+  if (rc != 0) fail_msg("ztier %s: exit %d:\n%s%s", args, rc, out, err);
+  cJSON *j = cJSON_Parse(out);
+  if (j == NULL) fail_msg("not one JSON object:\n%s", out);
+  assert_true(cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(j, "ok")));
+  assert_string_equal(cJSON_GetObjectItemCaseSensitive(j, "format")->valuestring, "deepspeed");
+  const cJSON *c = cJSON_GetObjectItemCaseSensitive(j, "config");
+  assert_int_equal(cJSON_GetObjectItemCaseSensitive(c, "stage")->valueint, 2);
+  assert_string_equal(cJSON_GetObjectItemCaseSensitive(c, "optimizer_tier")->valuestring,
+                      "host");
+  /* 5e8 elements, 4 bytes each, rounded up to 4 KiB. */
+  assert_true(cJSON_GetObjectItemCaseSensitive(c, "bucket_bytes")->valuedouble ==
+              2000003072.0);
+  const cJSON *ign = cJSON_GetObjectItemCaseSensitive(j, "ignored"), *hit = NULL;
+  for (const cJSON *e = ign ? ign->child : NULL; e; e = e->next)
+    if (strcmp(cJSON_GetObjectItemCaseSensitive(e, "key")->valuestring, "train_batch_size") == 0)
+      hit = e;
+  if (hit == NULL) fail_msg("train_batch_size is not among the ignored keys:\n%s", out);
+  assert_non_null(strstr(cJSON_GetObjectItemCaseSensitive(hit, "why")->valuestring,
+                         "training loop"));
+  assert_true(cJSON_GetArraySize(cJSON_GetObjectItemCaseSensitive(j, "mapped")) >= 4);
+  cJSON_Delete(j);
+
+  snprintf(args, sizeof args, "config check %s", ds);
+  rc = run_split("", "ztier", args, out, sizeof out, err, sizeof err);
+  if (rc != 0 || !strstr(out, "a DeepSpeed config") || !strstr(out, "train_batch_size") ||
+      !strstr(out, "\"optimizer_tier\": \"host\""))
+    fail_msg("ztier %s: exit %d:\n%s%s", args, rc, out, err);
+
+  snprintf(args, sizeof args, "config check %s", bad);
+  rc = run_split("", "ztier", args, out, sizeof out, err, sizeof err);
+  if (rc != 1 || !strstr(err, "'zero_optimization.zero_quantized_weights'"))
+    fail_msg("ztier %s: exit %d (expected 1 naming the key):\n%s%s", args, rc, out, err);
+  snprintf(args, sizeof args, "config check %s --json", bad);
+  rc = run_split("", "ztier", args, out, sizeof out, err, sizeof err);
+  j = cJSON_Parse(out);
+  if (rc != 1 || j == NULL || !cJSON_IsFalse(cJSON_GetObjectItemCaseSensitive(j, "ok")) ||
+      !strstr(cJSON_GetObjectItemCaseSensitive(j, "error")->valuestring,
+              "zero_quantized_weights"))
+    fail_msg("ztier %s: exit %d:\n%s%s", args, rc, out, err);
+  cJSON_Delete(j);
+
+  snprintf(args, sizeof args, "config check %s --json", own);
+  rc = run_split("", "ztier", args, out, sizeof out, err, sizeof err);
+  j = cJSON_Parse(out);
+  if (rc != 0 || j == NULL)
+    fail_msg("ztier %s: exit %d:\n%s%s", args, rc, out, err);
+  assert_string_equal(cJSON_GetObjectItemCaseSensitive(j, "format")->valuestring, "ztier");
+  assert_int_equal(cJSON_GetArraySize(cJSON_GetObjectItemCaseSensitive(j, "ignored")), 0);
+  cJSON_Delete(j);
+
+  snprintf(args, sizeof args, "config check %s/missing.json", dir);
+  assert_int_equal(run_split("", "ztier", args, out, sizeof out, err, sizeof err), 1);
+  assert_int_equal(run_split("", "ztier", "config nope", out, sizeof out, err, sizeof err), 2);
+  assert_int_equal(run_split("", "ztier", "config check", out, sizeof out, err, sizeof err), 2);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_bytes),          cmocka_unit_test(test_counts),
@@ -811,6 +897,7 @@ int main(void) {
       cmocka_unit_test(test_missing_value),  cmocka_unit_test(test_help),
       cmocka_unit_test(test_json_everywhere), cmocka_unit_test(test_progress_on_pipe),
       cmocka_unit_test(test_bench_sim_json),
+      cmocka_unit_test(test_config_check),
   };
   return T_RUN(tests);
 }

@@ -1,9 +1,10 @@
 /*
- * config_impl.h — what the three files of the config share: the key table
+ * config_impl.h — what the four files of the config share: the key table
  * and the checks (config.c), the text forms of values, values from text and
- * the suggestions for unknown keys (config_text.c), and whole JSON documents
- * (config_json.c): the table's types, the where-and-why of a failure, and
- * the entry points each calls in the others. Only those three include it.
+ * the suggestions for unknown keys (config_text.c), whole JSON documents
+ * (config_json.c) and DeepSpeed's documents read as ztier's keys
+ * (config_deepspeed.c): the table's types, the where-and-why of a failure,
+ * and the entry points each calls in the others. Only those four include it.
  */
 #ifndef ZT_CONFIG_IMPL_H
 #define ZT_CONFIG_IMPL_H
@@ -181,5 +182,21 @@ ZT_INTERNAL int zt__config_unknown_key(const ctx_t *c, const char *name, int lin
 /* JSON value v into key k of w, type and range checked. */
 ZT_INTERNAL int zt__config_from_json(const ctx_t *c, const keydef_t *k, const cJSON *v,
                                      zt_config_t *w);
+
+/* ---- config_deepspeed.c: a DeepSpeed config ---- */
+
+/* The top-level member that makes the object `root` a DeepSpeed config
+ * (its "zero_optimization", or a batch size, which DeepSpeed requires and
+ * ztier has no key for), or NULL: then it is read as ztier's own. */
+ZT_INTERNAL const char *zt__config_is_deepspeed(const cJSON *root);
+/* Reads the DeepSpeed config `root` into the working copy w (whole; the
+ * caller's struct has its first `have` bytes) and checks all of it. 0 with
+ * *notes set to the lines for zt__config_deepspeed_log (free() them), or a
+ * failure naming the DeepSpeed key, with *notes NULL. */
+ZT_INTERNAL int zt__config_deepspeed(const ctx_t *c, const cJSON *root, zt_config_t *w,
+                                     size_t have, char **notes);
+/* Passes each note to cfg->log_fn: the keys mapped (debug), ignored (info)
+ * and accepted with a difference (warn). Call it once cfg holds the result. */
+ZT_INTERNAL void zt__config_deepspeed_log(const zt_config_t *cfg, const char *notes);
 
 #endif /* ZT_CONFIG_IMPL_H */

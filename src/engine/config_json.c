@@ -3,7 +3,9 @@
  * A syntax error is placed at its line and column, a trailing comma or a
  * \u0000 inside a string is named, every member goes through the key table
  * (config_text.c), and the whole result through the checks (config.c), on a
- * copy: a document that fails leaves the caller's config as it was.
+ * copy: a document that fails leaves the caller's config as it was. A
+ * DeepSpeed config (ds_config.json) is told by its shape and read by
+ * config_deepspeed.c instead, on the same copy.
  */
 #define _GNU_SOURCE // defines: the GNU strerror_r (returns the message)
 #include <ctype.h>
@@ -204,6 +206,16 @@ static int parse_text(const ctx_t *c, zt_config_t *cfg, size_t have, const char 
   }
   zt_config_t w;
   memcpy(&w, cfg, sizeof w);
+  if (zt__config_is_deepspeed(root)) {
+    char *notes;
+    rc = zt__config_deepspeed(c, root, &w, have, &notes);
+    if (rc == 0) {
+      memcpy(cfg, &w, sizeof w);
+      zt__config_deepspeed_log(cfg, notes);
+    }
+    free(notes);
+    goto out;
+  }
   int seen[ZT__CONFIG_MAX_KEYS] = {0};
   int maybe_nul = strstr(text, "\\u0000") != NULL, nth = 0;
   for (const cJSON *it = root->child; it; it = it->next, nth++) {

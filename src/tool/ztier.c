@@ -29,11 +29,13 @@ static int cmd_bench(int argc, char **argv);
 static int cmd_version(int argc, char **argv);
 int tool_plan_main(int argc, char **argv); /* src/tool/plan.c */
 int tool_ckpt_main(int argc, char **argv); /* src/tool/ckpt.c */
+int tool_config_main(int argc, char **argv); /* src/tool/config.c */
 int tool_swap_main(int argc, char **argv); /* src/tool/swap.c */
 
 static const command_t commands[] = {
     {"bench", cmd_bench, "measure a part of ztier beside its hardware limit"},
     {"ckpt", tool_ckpt_main, "inspect a checkpoint, or export its weights as safetensors"},
+    {"config", tool_config_main, "check a config file (ztier's or DeepSpeed's): what an engine gets"},
     {"plan", tool_plan_main, "memory per rank in each tier, before you run"},
     {"swap", tool_swap_main, "list or remove the swap files that killed processes left"},
     {"version", cmd_version, "print the version of ztier"},
