@@ -191,12 +191,18 @@ static int iteration_device(loop_t *lp, uint64_t t, double *loop_s, double *step
   a.lr = 1e-4f;
   a.t = t;
   if (zt_step(lp->eng, &a, NULL) < 0) return fail(lp, "zt_step");
+  /* Until the loop's stream has run the step (the loop's own sync, not
+   * ztier's): zt_step may return with the update still enqueued, and the
+   * next forward's first fetch would then wait for it, a step's work
+   * counted as the forward's stall. */
+  if (bench_dev_sync(&lp->dev, prog)) return 1;
   *loop_s = t1 - t0;
   *step_s = zt__now() - t1;
   return 0;
 }
 
-/* Forward and backward; *loop_s their time, *step_s zt_step's. Gradients
+/* Forward and backward; *loop_s their time, *step_s zt_step's (on a
+ * device, until the loop's stream has run it). Gradients
  * are small values from the iteration and layer (not zeros). */
 static int iteration(loop_t *lp, uint64_t t, uint16_t *grad_host, double *loop_s,
                      double *step_s) {
