@@ -27,6 +27,8 @@
 #include <unistd.h>
 
 #include <cjson/cJSON.h>
+#include <fcntl.h>    // defines: O_DIRECT (test_report)
+#include <liburing.h> // defines: io_uring_queue_init (test_report)
 
 #include "harness.h"
 #include "base/units.h" // defines: zt__parse_bytes, zt__parse_count
@@ -342,6 +344,182 @@ static void test_ckpt_info_json(void **state) {
   assert_true(cJSON_IsObject(cJSON_GetObjectItemCaseSensitive(j, "metadata")));
   cJSON_Delete(j);
   unlink(st);
+}
+
+/* A safetensors file of dtypes ztier does not hold, written by hand: `ckpt
+ * info` lists each tensor with its dtype and shape (it refused I64 and F64
+ * before). F4 packs two elements a byte. */
+static void test_ckpt_info_dtypes(void **state) {
+  (void)state;
+  need("ztier");
+  static const struct {
+    const char *name, *dtype;
+    int ndim;
+    int shape[2];
+    int bytes;
+  } ts[] = {
+      {"a.i64", "I64", 1, {2}, 16},  {"b.f64", "F64", 2, {1, 2}, 16},
+      {"c.bool", "BOOL", 1, {3}, 3}, {"d.u8", "U8", 2, {2, 2}, 4},
+      {"e.f4", "F4", 2, {2, 2}, 2},
+  };
+  enum { N = sizeof ts / sizeof ts[0] };
+  char hdr[1024] = "{";
+  int at = 0;
+  for (int i = 0; i < N; i++) {
+    char shape[32];
+    snprintf(shape, sizeof shape, ts[i].ndim == 1 ? "[%d]" : "[%d,%d]", ts[i].shape[0],
+             ts[i].shape[1]);
+    snprintf(hdr + strlen(hdr), sizeof hdr - strlen(hdr),
+             "%s\"%s\":{\"dtype\":\"%s\",\"shape\":%s,\"data_offsets\":[%d,%d]}",
+             i ? "," : "", ts[i].name, ts[i].dtype, shape, at, at + ts[i].bytes);
+    at += ts[i].bytes;
+  }
+  strcat(hdr, "}");
+  char path[PATH_MAX];
+  snprintf(path, sizeof path, "%s/cli-dtypes.safetensors", t_swap_dir());
+  FILE *f = fopen(path, "wb");
+  assert_non_null(f);
+  size_t n = strlen(hdr);
+  unsigned char len[8], data[64] = {0};
+  for (int i = 0; i < 8; i++) len[i] = (unsigned char)((uint64_t)n >> (8 * i));
+  assert_int_equal(fwrite(len, 1, 8, f), 8);
+  assert_int_equal(fwrite(hdr, 1, n, f), n);
+  assert_int_equal(fwrite(data, 1, (size_t)at, f), (size_t)at);
+  assert_int_equal(fclose(f), 0);
+
+  static char out[1 << 14];
+  char args[PATH_MAX + 64];
+  snprintf(args, sizeof args, "ckpt info --json %s", path);
+  int rc = run_prog("ztier", args, 1, out, sizeof out);
+  if (rc != 0) fail_msg("ztier %s: exit %d:\n%s", args, rc, out);
+  cJSON *j = parse_json(out);
+  cJSON *list = cJSON_GetObjectItemCaseSensitive(j, "tensors");
+  assert_true(cJSON_IsArray(list));
+  assert_int_equal(cJSON_GetArraySize(list), N);
+  for (int i = 0; i < N; i++) {
+    cJSON *t = cJSON_GetArrayItem(list, i);
+    const char *dt = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(t, "dtype"));
+    assert_string_equal(cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(t, "name")),
+                        ts[i].name);
+    if (dt == NULL || strcmp(dt, ts[i].dtype) != 0)
+      fail_msg("tensor %s: dtype %s; expected %s", ts[i].name, dt ? dt : "(none)",
+               ts[i].dtype);
+    cJSON *shape = cJSON_GetObjectItemCaseSensitive(t, "shape");
+    assert_int_equal(cJSON_GetArraySize(shape), ts[i].ndim);
+    for (int d = 0; d < ts[i].ndim; d++)
+      assert_int_equal(cJSON_GetArrayItem(shape, d)->valuedouble, ts[i].shape[d]);
+  }
+  assert_int_equal(cJSON_GetObjectItemCaseSensitive(j, "data_bytes")->valuedouble, at);
+  cJSON_Delete(j);
+  /* The text lists them too. */
+  snprintf(args, sizeof args, "ckpt info %s", path);
+  assert_int_equal(run_prog("ztier", args, 1, out, sizeof out), 0);
+  for (int i = 0; i < N; i++)
+    if (!strstr(out, ts[i].name) || !strstr(out, ts[i].dtype))
+      fail_msg("no line for %s (%s) in:\n%s", ts[i].name, ts[i].dtype, out);
+  unlink(path);
+}
+
+/* This machine's own probes, to hold `ztier report` to: an io_uring ring,
+ * and an O_DIRECT open of a file in `dir`. */
+static int uring_here(void) {
+  struct io_uring ring;
+  if (io_uring_queue_init(8, &ring, 0) != 0) return 0;
+  io_uring_queue_exit(&ring);
+  return 1;
+}
+
+static int direct_here(const char *dir) {
+  char name[PATH_MAX];
+  snprintf(name, sizeof name, "%s/cli-direct-probe", dir);
+  int fd = open(name, O_RDWR | O_CREAT | O_TRUNC | O_DIRECT | O_CLOEXEC, 0600);
+  if (fd >= 0) close(fd);
+  unlink(name);
+  return fd >= 0;
+}
+
+/* The object under `key` in `j`, failing the test when there is none. */
+static cJSON *obj_of(const char *what, cJSON *j, const char *key) {
+  cJSON *o = cJSON_GetObjectItemCaseSensitive(j, key);
+  if (!cJSON_IsObject(o)) fail_msg("%s: no object \"%s\"", what, key);
+  return o;
+}
+
+/* `ztier report --json`: one object with its documented keys (docs/dependencies.md),
+ * saying what this machine does: io_uring, and O_DIRECT on the build directory, as
+ * this test finds them itself; no GPU is a "no" with its reason, not a failure.
+ * The table names every feature. A --path that is not a directory exits 2
+ * naming it. */
+static void test_report(void **state) {
+  (void)state;
+  need("ztier");
+  static char out[1 << 15];
+  char args[PATH_MAX + 64];
+  snprintf(args, sizeof args, "report --json --path %s", t_build_dir());
+  int rc = run_prog("ztier", args, 1, out, sizeof out);
+  if (rc != 0) fail_msg("ztier %s: exit %d:\n%s", args, rc, out);
+  printf("# %s", out);
+  cJSON *j = parse_json(out);
+  static const struct {
+    const char *section;
+    const char *const keys[12];
+  } sections[] = {
+      {"build", {"compiler", "cuda", "mpi", "sanitizers", "liburing_version"}},
+      {"cpu", {"isa", "isa_best", "cores_online", "cores_usable", "numa", "numa_nodes"}},
+      {"memory", {"thp", "hugepages_total", "hugepages_free", "hugepage_bytes",
+                  "memlock_limit_bytes", "cap_ipc_lock", "mlock", "mem_total_bytes"}},
+      {"io", {"kernel", "io_uring", "io_uring_error", "path", "fs_type", "fs_magic",
+              "o_direct", "o_direct_error"}},
+      {"mpi", {"built", "library_version"}},
+      {"cuda", {"built", "runtime_version", "driver_version", "device_count", "devices",
+                "error", "nccl_version"}},
+      {"works", {"cpu_optimizer", "nvme_tier", "io_uring", "pinned_memory", "mpi_comm",
+                 "cuda_backend", "nccl_comm"}},
+  };
+  assert_true(cJSON_IsString(cJSON_GetObjectItemCaseSensitive(j, "version")));
+  for (size_t s = 0; s < sizeof sections / sizeof sections[0]; s++) {
+    cJSON *o = obj_of("report", j, sections[s].section);
+    for (int k = 0; sections[s].keys[k]; k++)
+      if (!cJSON_GetObjectItemCaseSensitive(o, sections[s].keys[k]))
+        fail_msg("report: no \"%s\" in \"%s\"", sections[s].keys[k], sections[s].section);
+  }
+  cJSON *works = obj_of("report", j, "works");
+  for (cJSON *w = works->child; w; w = w->next)
+    if (!cJSON_IsBool(cJSON_GetObjectItemCaseSensitive(w, "ok")) ||
+        !cJSON_IsString(cJSON_GetObjectItemCaseSensitive(w, "detail")))
+      fail_msg("report: works.%s is not {\"ok\": bool, \"detail\": string}", w->string);
+  cJSON *io = obj_of("report", j, "io");
+  int uring = uring_here(), direct = direct_here(t_build_dir());
+  printf("# this test finds io_uring %d, O_DIRECT in %s %d\n", uring, t_build_dir(), direct);
+  assert_int_equal(cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(io, "io_uring")), uring);
+  assert_int_equal(cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(io, "o_direct")), direct);
+  cJSON *w_uring = obj_of("works", works, "io_uring");
+  cJSON *w_nvme = obj_of("works", works, "nvme_tier");
+  assert_int_equal(cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(w_uring, "ok")), uring);
+  assert_int_equal(cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(w_nvme, "ok")),
+                   uring && direct);
+  /* Without a device the CUDA part says why, and the backend does not work. */
+  cJSON *cuda = obj_of("report", j, "cuda");
+  cJSON *count = cJSON_GetObjectItemCaseSensitive(cuda, "device_count");
+  assert_true(cJSON_IsNumber(count));
+  if (count->valuedouble == 0) {
+    assert_true(cJSON_IsString(cJSON_GetObjectItemCaseSensitive(cuda, "error")));
+    cJSON *w_cuda = obj_of("works", works, "cuda_backend");
+    assert_false(cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(w_cuda, "ok")));
+  }
+  cJSON_Delete(j);
+  /* The table: every feature on a "works here" line. */
+  assert_int_equal(run_prog("ztier", "report", 1, out, sizeof out), 0);
+  static const char *const rows[] = {"works here:", "cpu optimizer", "nvme tier", "io_uring",
+                                     "pinned memory", "mpi comm", "cuda backend", "nccl comm",
+                                     "RLIMIT_MEMLOCK", "transparent huge pages", NULL};
+  for (int i = 0; rows[i]; i++)
+    if (!strstr(out, rows[i])) fail_msg("ztier report: no \"%s\" in:\n%s", rows[i], out);
+  /* A bad --path is a usage error naming it. */
+  rc = run_prog("ztier", "report --path /nonexistent --json", 0, out, sizeof out);
+  assert_int_equal(rc, 2);
+  if (!strstr(out, "--path /nonexistent: No such file or directory"))
+    fail_msg("ztier report --path /nonexistent:\n%s", out);
 }
 
 /* Every subcommand: a bad argument exits 2 naming it. */
@@ -897,6 +1075,8 @@ int main(void) {
       cmocka_unit_test(test_missing_value),  cmocka_unit_test(test_help),
       cmocka_unit_test(test_json_everywhere), cmocka_unit_test(test_progress_on_pipe),
       cmocka_unit_test(test_bench_sim_json),
+      cmocka_unit_test(test_ckpt_info_dtypes),
+      cmocka_unit_test(test_report),
       cmocka_unit_test(test_config_check),
   };
   return T_RUN(tests);

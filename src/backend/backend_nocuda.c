@@ -3,11 +3,15 @@
  * nvcc (make CUDA=0, or no toolkit): create fails with ZT_ENOCUDA and a
  * sentence saying how to get a CUDA build. No backend object ever exists
  * here, so the other entries cannot be reached through a created backend;
- * they are still safe to call (they fail or do nothing).
+ * they are still safe to call (they fail or do nothing). The CUDA probe of
+ * `ztier report` is stubbed here too: it says CUDA is not built in.
  */
 #include <stddef.h>
+#include <stdio.h>
+#include <string.h>
 
 #include "backend/backend.h" // defines: zt__backend_ops_t
+#include "cuda/cuda_probe.h"  // defines: zt__cuda_probe_t
 
 static int nocuda_create(const zt_config_t *cfg, zt__cpu_t *cpu, zt__err_t *err,
                          zt__backend_t **out) {
@@ -118,3 +122,10 @@ const zt__backend_ops_t zt__backend_cuda_ops = {
     .host_syncs = nocuda_host_syncs,
     .set_stream = nocuda_set_stream,
 };
+
+/* `ztier report`'s CUDA probe (cuda/cuda_probe.h): nothing to probe here. */
+void zt__cuda_probe(zt__cuda_probe_t *p) {
+  memset(p, 0, sizeof *p);
+  snprintf(p->error, sizeof p->error,
+           "this libztier was built without CUDA (CUDA=0 or no nvcc at build time)");
+}

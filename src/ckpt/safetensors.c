@@ -18,7 +18,30 @@
 
 #define META_KEY "__metadata__"
 
-static const zt_dtype_t dtypes[] = {ZT_FP32, ZT_BF16, ZT_FP16};
+/* Every dtype of the safetensors format, as its reference implementation
+ * lists them (huggingface/safetensors, enum Dtype in
+ * safetensors/src/tensor.rs), with an element's size in bits. The first
+ * three are the dtypes ztier holds (`held`, and `dtype` is then ztier's);
+ * the others are only listed. F4 and F6_* pack their elements: a tensor of
+ * them must fill whole bytes, as the reference requires. */
+typedef struct st_dtype {
+  const char *name;
+  unsigned bits;
+  int held;
+  zt_dtype_t dtype;
+} st_dtype_t;
+
+static const st_dtype_t st_dtypes[] = {
+    {"F32", 32, 1, ZT_FP32},  {"BF16", 16, 1, ZT_BF16}, {"F16", 16, 1, ZT_FP16},
+    {"F64", 64, 0, ZT_FP32},  {"I64", 64, 0, ZT_FP32},  {"U64", 64, 0, ZT_FP32},
+    {"C64", 64, 0, ZT_FP32},  {"I32", 32, 0, ZT_FP32},  {"U32", 32, 0, ZT_FP32},
+    {"I16", 16, 0, ZT_FP32},  {"U16", 16, 0, ZT_FP32},  {"I8", 8, 0, ZT_FP32},
+    {"U8", 8, 0, ZT_FP32},    {"BOOL", 8, 0, ZT_FP32},  {"F8_E4M3", 8, 0, ZT_FP32},
+    {"F8_E5M2", 8, 0, ZT_FP32}, {"F8_E8M0", 8, 0, ZT_FP32}, {"F8_E4M3FNUZ", 8, 0, ZT_FP32},
+    {"F8_E5M2FNUZ", 8, 0, ZT_FP32}, {"F6_E2M3", 6, 0, ZT_FP32}, {"F6_E3M2", 6, 0, ZT_FP32},
+    {"F4", 4, 0, ZT_FP32},
+};
+#define N_ST_DTYPES (sizeof st_dtypes / sizeof st_dtypes[0])
 
 const char *zt__st_dtype_name(zt_dtype_t dt) {
   switch (dt) {
@@ -29,14 +52,28 @@ const char *zt__st_dtype_name(zt_dtype_t dt) {
   return NULL;
 }
 
-/* Bytes of a tensor of `dt` and this shape into *out; -1 when they reach
- * 2^53 (no offset could say where it ends). */
-static int tensor_bytes(zt_dtype_t dt, int ndim, const uint64_t *shape, uint64_t *out) {
-  uint64_t n = zt__dtype_size(dt);
+static const st_dtype_t *find_dtype(const char *name) {
+  for (size_t i = 0; i < N_ST_DTYPES; i++)
+    if (strcmp(name, st_dtypes[i].name) == 0) return &st_dtypes[i];
+  return NULL;
+}
+
+/* Bytes of a tensor of `bits`-bit elements and this shape into *out; -1
+ * when they reach 2^53 (no offset could say where it ends), -2 when its
+ * bits do not fill whole bytes (packed dtypes only). Counted in bits all
+ * along, so an overflow is found whatever the element's size. */
+static int bits_bytes(unsigned bits, int ndim, const uint64_t *shape, uint64_t *out) {
+  uint64_t n = bits;
   for (int d = 0; d < ndim; d++)
-    if (__builtin_mul_overflow(n, shape[d], &n) || n >= ZT__CKJSON_EXACT) return -1;
-  *out = n;
+    if (__builtin_mul_overflow(n, shape[d], &n) || n >= 8 * ZT__CKJSON_EXACT) return -1;
+  if (n % 8) return -2;
+  *out = n / 8;
   return 0;
+}
+
+/* The same for a dtype ztier holds (the writer's). */
+static int tensor_bytes(zt_dtype_t dt, int ndim, const uint64_t *shape, uint64_t *out) {
+  return bits_bytes(8 * (unsigned)zt__dtype_size(dt), ndim, shape, out);
 }
 
 /* ---- reading ---------------------------------------------------------------- */
@@ -74,6 +111,7 @@ typedef struct rd {
   const char *where;
   zt__err_t *e;
   uint64_t data_bytes;
+  unsigned flags; /* ZT__ST_ANY_DTYPE */
 } rd_t;
 
 /* obj.key of tensor `name`, which must be there. */
@@ -137,15 +175,22 @@ static int read_tensor(const rd_t *r, const cJSON *v, zt__st_tensor_t *t) {
 
   const cJSON *dt;
   ZT_TRY(member(r, v, name, "dtype", &dt));
-  int k = -1;
-  for (int i = 0; i < 3 && cJSON_IsString(dt); i++)
-    if (strcmp(dt->valuestring, zt__st_dtype_name(dtypes[i])) == 0) k = i;
-  if (k < 0)
+  const st_dtype_t *sd = cJSON_IsString(dt) ? find_dtype(dt->valuestring) : NULL;
+  if (sd == NULL)
     return zt__errf(r->e, ZT_ECKPT,
-                    "%s: tensor %s has dtype %s; expected \"F32\", \"BF16\" or \"F16\" (the "
-                    "dtypes ztier holds)",
+                    "%s: tensor %s has dtype %s; expected a safetensors dtype (F64, F32, F16, "
+                    "BF16, I64, I32, I16, I8, U64, U32, U16, U8, BOOL, C64, F8_E4M3, F8_E5M2, "
+                    "F8_E8M0, F8_E4M3FNUZ, F8_E5M2FNUZ, F6_E2M3, F6_E3M2 or F4)",
                     r->where, SHOW_STR(name), SHOW(dt));
-  t->dtype = dtypes[k];
+  if (!sd->held && !(r->flags & ZT__ST_ANY_DTYPE))
+    return zt__errf(r->e, ZT_ECKPT,
+                    "%s: tensor %s has dtype %s, which ztier cannot load; expected \"F32\", "
+                    "\"BF16\" or \"F16\" (the dtypes ztier holds; `ztier ckpt info` lists "
+                    "every tensor)",
+                    r->where, SHOW_STR(name), SHOW(dt));
+  t->dtype_name = sd->name;
+  t->held = sd->held;
+  t->dtype = sd->dtype;
   ZT_TRY(read_ints(r, v, name, "shape", 0, ZT__ST_MAX_DIMS, t->shape, &t->ndim));
   uint64_t off[2];
   int two;
@@ -164,11 +209,17 @@ static int read_tensor(const rd_t *r, const cJSON *v, zt__st_tensor_t *t) {
                     r->where, SHOW_STR(name), (unsigned long long)t->begin,
                     (unsigned long long)t->end);
   uint64_t bytes;
-  if (tensor_bytes(t->dtype, t->ndim, t->shape, &bytes) != 0)
+  int fits = bits_bytes(sd->bits, t->ndim, t->shape, &bytes);
+  if (fits == -1)
     return zt__errf(r->e, ZT_ECKPT,
                     "%s: tensor %s has shape %s, 2^53 bytes or more of %s; expected a "
                     "shape whose bytes data_offsets can hold",
                     r->where, SHOW_STR(name), shape, dt->valuestring);
+  if (fits == -2)
+    return zt__errf(r->e, ZT_ECKPT,
+                    "%s: tensor %s has shape %s of %s, %u-bit elements that end inside a "
+                    "byte; expected a shape whose bits fill whole bytes",
+                    r->where, SHOW_STR(name), shape, dt->valuestring, sd->bits);
   if (bytes != t->end - t->begin)
     return zt__errf(r->e, ZT_ECKPT,
                     "%s: tensor %s has shape %s of %s, %llu bytes, but data_offsets [%llu, "
@@ -299,6 +350,11 @@ static int read_header(const rd_t *r, const cJSON *root, zt__st_header_t *h) {
 
 int zt__st_parse_header(zt__st_header_t *h, const void *buf, size_t len, uint64_t file_size,
                         const char *where, zt__err_t *e) {
+  return zt__st_parse(h, buf, len, file_size, 0, where, e);
+}
+
+int zt__st_parse(zt__st_header_t *h, const void *buf, size_t len, uint64_t file_size,
+                 unsigned flags, const char *where, zt__err_t *e) {
   memset(h, 0, sizeof *h);
   uint64_t hb;
   ZT_TRY(zt__st_header_size(buf, len, file_size, where, e, &hb));
@@ -317,7 +373,7 @@ int zt__st_parse_header(zt__st_header_t *h, const void *buf, size_t len, uint64_
                     where, 8 + bad);
   cJSON *root;
   ZT_TRY(zt__ckjson_parse(text, n, where, "the header", e, &root));
-  rd_t r = {where, e, file_size - hb};
+  rd_t r = {where, e, file_size - hb, flags};
   zt__st_header_t w = {.header_bytes = hb - 8, .data_start = hb, .data_bytes = file_size - hb};
   int rc = read_header(&r, root, &w);
   cJSON_Delete(root);

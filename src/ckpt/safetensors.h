@@ -16,7 +16,12 @@
  * starts at a multiple of 8 bytes (readers may map it and read the tensors
  * in place); the parser accepts any header length.
  *
- * Only the dtypes ztier holds are known: F32, BF16, F16 (zt_dtype_t).
+ * The parser knows every dtype of the format (F64, F32, F16, BF16, the
+ * integers I64 to U8, BOOL, C64, the 8-bit floats F8_*, the packed F6_* and
+ * F4). zt__st_parse_header accepts only the dtypes ztier holds, F32, BF16
+ * and F16 (zt_dtype_t), and names any other tensor; zt__st_parse with
+ * ZT__ST_ANY_DTYPE accepts them all, for listing (`ztier ckpt info`). The
+ * writer writes the three ztier holds.
  *
  * The writer holds the header text until it is written at open and never
  * any tensor data: the caller streams the bytes through it in pieces of any
@@ -50,8 +55,10 @@ typedef struct zt__st_spec {
 
 /* A tensor the parser found. */
 typedef struct zt__st_tensor {
-  char *name; /* owned by the header; UTF-8 */
-  zt_dtype_t dtype;
+  char *name;             /* owned by the header; UTF-8                       */
+  const char *dtype_name; /* the header's dtype, "F32", "I64", ...; static     */
+  int held;               /* 1: a dtype ztier holds, and `dtype` is it         */
+  zt_dtype_t dtype;       /* only when held                                    */
   int ndim;
   uint64_t shape[ZT__ST_MAX_DIMS];
   uint64_t begin, end; /* data_offsets: bytes from the data's start */
@@ -85,13 +92,24 @@ ZT_INTERNAL int zt__st_header_size(const void *prefix, size_t len, uint64_t file
  * (at least 8 + N; all of them for a file in memory), `file_size` is the
  * whole file's. Checks everything the header says against itself and the
  * file's size: the length, UTF-8, one JSON object, each member's fields,
- * dtype known, shape product * dtype size == e - b without overflow, names
+ * dtype one ztier holds (else ZT_ECKPT naming the tensor and its dtype),
+ * shape product * dtype size == e - b without overflow, names
  * unique, and the tensors tiling the data exactly. Returns 0 with *h filled
  * (free with zt__st_header_free), ZT_ECKPT with a sentence naming `where`,
  * the tensor and what is wrong, -EINVAL when `len` is short of 8 + N, or
  * -ENOMEM; on failure *h is left zeroed. Synchronous, pure. */
 ZT_INTERNAL int zt__st_parse_header(zt__st_header_t *h, const void *buf, size_t len,
                                     uint64_t file_size, const char *where, zt__err_t *e);
+
+/* Flags of zt__st_parse. */
+#define ZT__ST_ANY_DTYPE 1u /* accept every dtype of the format; `held` tells ztier's */
+
+/* zt__st_parse_header with `flags`: 0 is zt__st_parse_header itself;
+ * ZT__ST_ANY_DTYPE lists tensors of any safetensors dtype, checked the same
+ * way (a dtype the format does not define is still refused). */
+ZT_INTERNAL int zt__st_parse(zt__st_header_t *h, const void *buf, size_t len,
+                             uint64_t file_size, unsigned flags, const char *where,
+                             zt__err_t *e);
 
 /* Frees what *h owns and zeroes it; safe on a zeroed or parsed header. */
 ZT_INTERNAL void zt__st_header_free(zt__st_header_t *h);

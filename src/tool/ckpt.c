@@ -93,7 +93,8 @@ static int info_safetensors(const char *path, int json) {
   if (rc == 0 && (buf = malloc(need)) == NULL) rc = -ENOMEM;
   if (rc == 0) rc = zt__ckpt_pread(fd, path, buf, need, 0, zt__err_thread());
   if (rc == 0)
-    rc = zt__st_parse_header(&h, buf, need, (uint64_t)st.st_size, path, zt__err_thread());
+    rc = zt__st_parse(&h, buf, need, (uint64_t)st.st_size, ZT__ST_ANY_DTYPE, path,
+                      zt__err_thread());
   close(fd);
   free(buf);
   if (rc < 0) {
@@ -113,7 +114,7 @@ static int info_safetensors(const char *path, int json) {
       const zt__st_tensor_t *t = &h.tensors[i];
       cJSON *tj = cJSON_CreateObject(), *shape = cJSON_CreateArray();
       cJSON_AddStringToObject(tj, "name", t->name);
-      cJSON_AddStringToObject(tj, "dtype", zt__st_dtype_name(t->dtype));
+      cJSON_AddStringToObject(tj, "dtype", t->dtype_name);
       for (int d = 0; d < t->ndim; d++)
         cJSON_AddItemToArray(shape, cJSON_CreateNumber((double)t->shape[d]));
       cJSON_AddItemToObject(tj, "shape", shape);
@@ -127,9 +128,14 @@ static int info_safetensors(const char *path, int json) {
   printf("%s: safetensors, %zu tensors, %llu bytes of data\n", path, h.n_tensors,
          (unsigned long long)h.data_bytes);
   for (size_t i = 0; i < h.n_meta; i++) printf("  %s = %s\n", h.meta[2 * i], h.meta[2 * i + 1]);
+  int width = 4; /* "BF16"; the 8-bit floats' names are longer */
+  for (size_t i = 0; i < h.n_tensors; i++) {
+    int w = (int)strlen(h.tensors[i].dtype_name);
+    if (w > width) width = w;
+  }
   for (size_t i = 0; i < h.n_tensors; i++) {
     const zt__st_tensor_t *t = &h.tensors[i];
-    printf("  %-32s %-4s [", t->name, zt__st_dtype_name(t->dtype));
+    printf("  %-32s %-*s [", t->name, width, t->dtype_name);
     for (int d = 0; d < t->ndim; d++)
       printf("%s%llu", d ? ", " : "", (unsigned long long)t->shape[d]);
     printf("]\n");
@@ -145,7 +151,8 @@ static int cmd_info(int argc, char **argv) {
   };
   const tool_cmd_t cmd = {"ztier ckpt info", "ztier ckpt info DIR | FILE.safetensors [--json]",
                           "What a checkpoint directory (zt_save) holds, every file's checksum\n"
-                          "verified; or the tensors of a safetensors file.",
+                          "verified; or the tensors of a safetensors file, of any dtype of the\n"
+                          "format.",
                           flags, 1, 1, 0};
   const char *dir = NULL;
   int rc = tool_args_parse(&cmd, argc, argv, &dir, NULL);

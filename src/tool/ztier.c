@@ -31,12 +31,15 @@ int tool_plan_main(int argc, char **argv); /* src/tool/plan.c */
 int tool_ckpt_main(int argc, char **argv); /* src/tool/ckpt.c */
 int tool_config_main(int argc, char **argv); /* src/tool/config.c */
 int tool_swap_main(int argc, char **argv); /* src/tool/swap.c */
+int tool_report_main(int argc, char **argv); /* src/tool/env_report.c */
 
 static const command_t commands[] = {
     {"bench", cmd_bench, "measure a part of ztier beside its hardware limit"},
     {"ckpt", tool_ckpt_main, "inspect a checkpoint, or export its weights as safetensors"},
     {"config", tool_config_main, "check a config file (ztier's or DeepSpeed's): what an engine gets"},
     {"plan", tool_plan_main, "memory per rank in each tier, before you run"},
+    {"report", tool_report_main,
+     "this build and machine: CPU kernels, huge pages, io_uring, O_DIRECT, MPI, CUDA"},
     {"swap", tool_swap_main, "list or remove the swap files that killed processes left"},
     {"version", cmd_version, "print the version of ztier"},
 };
