@@ -9,9 +9,10 @@
 #   make demo            install missing packages (scripts/deps.sh demo), build, run
 #                        the example training loop
 #   make deps            install the missing packages of every purpose (scripts/deps.sh)
-#   make install PREFIX=/opt/ztier
+#   make install PREFIX=/opt/ztier    (and make uninstall with the same PREFIX)
 #   make CUDA=0          leave the CUDA backend out even where nvcc is present
 #   make MPI=0           leave comm "mpi" (and libmpi) out even where mpi.h is present
+#   make CUDART=static   link the CUDA runtime statically (default: libcudart.so)
 #   make gpu-bundle      $(BUNDLE): the stripped tool, tests and run-gpu.sh for a GPU machine
 #   make fuzz            the checkpoint parsers under libFuzzer, FUZZ_SECONDS (300) each
 #   make fuzz-brief      the same for 20 s each (CI); both skip without clang's libFuzzer
@@ -88,8 +89,13 @@ CU_SRC := $(wildcard cuda/*.cu)
 # NCCL (the comm "nccl" backend) ships with the toolkit here; NCCL_HOME
 # points elsewhere when it does not.
 NCCL_HOME ?= $(CUDA_HOME)
-LDLIBS_CUDA := -L$(CUDA_HOME)/lib64 -L$(NCCL_HOME)/lib64 -lnccl -lcudart_static -ldl -lrt \
-               -lstdc++
+# CUDART=shared (the default) links the CUDA runtime the application's own
+# CUDA code uses, so a program has one runtime; CUDART=static carries it
+# inside (the GPU bundle: the GPU machine may have another, or none).
+CUDART ?= shared
+CUDA_LIB_DIRS := $(sort $(CUDA_HOME)/lib64 $(NCCL_HOME)/lib64)
+CUDART_LIBS := $(if $(filter static,$(CUDART)),-lcudart_static -ldl -lrt,-lcudart)
+LDLIBS_CUDA := $(addprefix -L,$(CUDA_LIB_DIRS)) -lnccl $(CUDART_LIBS) -lstdc++
 else
 LIB_SRC += src/backend/backend_nocuda.c
 CU_SRC :=
@@ -106,6 +112,8 @@ TEST_SRC := $(wildcard tests/test_*.c)
 TEST_BIN := $(TEST_SRC:%.c=$(BUILD)/%)
 # The layer check of docs/design.md (tests/layers.py), run like the others.
 TEST_BIN += $(BUILD)/tests/test_layers
+# make install, ztier.pc and a program linked by it (tests/install.sh).
+TEST_BIN += $(BUILD)/tests/test_install
 # Tests in CUDA C++ whose kernels run on the host (tests/test_*_host.cu):
 # nvcc compiles them, the C compiler links them, sanitizers included.
 ifeq ($(CUDA),1)
@@ -117,15 +125,16 @@ endif
 EXAMPLES := $(notdir $(patsubst %/,%,$(wildcard examples/*/)))
 EXAMPLE_BIN := $(EXAMPLES:%=$(BUILD)/examples/%)
 
-# A change of CUDA, SAN, GPU_ARCH or MPI in the same build folder rebuilds
+# A change of CUDA, SAN, GPU_ARCH, MPI or CUDART in the same build folder rebuilds
 # everything: the stamp's content changes, so its date does.
 STAMP := $(BUILD)/build-settings
-# (MPI=0 only: the stamps of builds with MPI stay as they were.)
-SETTINGS := CUDA=$(CUDA) SAN=$(SAN) GPU_ARCH=$(GPU_ARCH)$(if $(filter 0,$(MPI)), MPI=0)
+# (MPI=0 and CUDART=static only: the stamps of the default builds stay as they were.)
+SETTINGS := CUDA=$(CUDA) SAN=$(SAN) GPU_ARCH=$(GPU_ARCH)$(if $(filter 0,$(MPI)), MPI=0)$(if \
+            $(filter static,$(CUDART)), CUDART=static)
 $(shell mkdir -p $(BUILD); [ "$$(cat $(STAMP) 2>/dev/null)" = "$(SETTINGS)" ] || \
   echo "$(SETTINGS)" > $(STAMP))
 
-.PHONY: all lib tool tests examples test test-gpu demo deps install clean fuzz fuzz-brief \
+.PHONY: all lib tool tests examples test test-gpu demo deps install uninstall clean fuzz fuzz-brief \
         fuzzers gpu-bundle
 all: lib tool
 lib: $(BUILD)/libztier.a $(BUILD)/libztier.so
@@ -170,6 +179,12 @@ $(BUILD)/ztier: $(TOOL_OBJ) $(BUILD)/libztier.a
 $(BUILD)/tests/test_layers: tests/layers.py
 	@mkdir -p $(dir $@)
 	printf '#!/bin/sh\nexec python3 "%s/tests/layers.py" "$$@"\n' "$(CURDIR)" > $@
+	chmod +x $@
+
+$(BUILD)/tests/test_install: tests/install.sh
+	@mkdir -p $(dir $@)
+	printf '#!/bin/sh\nexec bash "%s/tests/install.sh" "%s" "$$@"\n' "$(CURDIR)" \
+	  "$(abspath $(BUILD))" > $@
 	chmod +x $@
 
 # Tests link the static library so they can reach internal functions too.
@@ -283,18 +298,35 @@ fuzz:
 fuzz-brief:
 	+@FUZZ_CC=$(FUZZ_CC) bash tests/fuzz/run.sh $(BUILD) $(or $(FUZZ_SECONDS),20) $(FUZZ_TARGETS)
 
+# What install puts where; uninstall removes exactly these (and the folders
+# it made, when they are left empty).
+DOC_DIR := $(PREFIX)/share/doc/ztier
+DOCS := README.md $(wildcard LICENSE docs/*.md)
+INSTALLED := $(PREFIX)/include/ztier.h $(PREFIX)/lib/libztier.a $(PREFIX)/lib/libztier.so.0 \
+             $(PREFIX)/lib/libztier.so $(PREFIX)/lib/pkgconfig/ztier.pc $(PREFIX)/bin/ztier \
+             $(addprefix $(DOC_DIR)/,$(notdir $(DOCS)))
+# ztier.pc: what a static link needs besides libztier, as the packages that
+# have a .pc (Requires.private) and as flags for the rest (Libs.private).
+PC_REQUIRES := libcjson liburing numa hwloc$(if $(filter 1,$(MPI)), ompi-c)
+PC_LIBS := -lm -lpthread$(if $(filter 1,$(CUDA)), $(LDLIBS_CUDA))
+ZT_VERSION := $(shell sed -n 's/^\#define ZT_VERSION_STRING "\(.*\)"/\1/p' include/ztier.h)
+
 install: lib tool
 	install -d $(DESTDIR)$(PREFIX)/include $(DESTDIR)$(PREFIX)/lib/pkgconfig \
-	  $(DESTDIR)$(PREFIX)/bin
+	  $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(DOC_DIR)
 	install -m 644 include/ztier.h $(DESTDIR)$(PREFIX)/include/
 	install -m 644 $(BUILD)/libztier.a $(DESTDIR)$(PREFIX)/lib/
 	install -m 755 $(BUILD)/libztier.so $(DESTDIR)$(PREFIX)/lib/libztier.so.0
 	ln -sf libztier.so.0 $(DESTDIR)$(PREFIX)/lib/libztier.so
 	install -m 755 $(BUILD)/ztier $(DESTDIR)$(PREFIX)/bin/
-	sed -e 's|@PREFIX@|$(PREFIX)|' -e 's|@VERSION@|$(shell sed -n \
-	  's/^#define ZT_VERSION_STRING "\(.*\)"/\1/p' include/ztier.h)|' \
-	  -e 's|@LIBS_PRIVATE@|$(LDLIBS)|' scripts/ztier.pc.in \
-	  > $(DESTDIR)$(PREFIX)/lib/pkgconfig/ztier.pc
+	install -m 644 $(DOCS) $(DESTDIR)$(DOC_DIR)/
+	sed -e 's|@PREFIX@|$(PREFIX)|' -e 's|@VERSION@|$(ZT_VERSION)|' \
+	  -e 's|@REQUIRES_PRIVATE@|$(PC_REQUIRES)|' -e 's|@LIBS_PRIVATE@|$(PC_LIBS)|' \
+	  scripts/ztier.pc.in > $(DESTDIR)$(PREFIX)/lib/pkgconfig/ztier.pc
+
+uninstall:
+	rm -f $(addprefix $(DESTDIR),$(INSTALLED))
+	-rmdir $(DESTDIR)$(DOC_DIR) $(DESTDIR)$(PREFIX)/lib/pkgconfig 2>/dev/null
 
 clean:
 	rm -rf build build-*

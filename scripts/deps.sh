@@ -37,6 +37,7 @@ test=(
   openmpi-bin        # mpirun: the suites that launch 2 to 4 ranks
   python3            # tests/layers.py, the layer check (its shutil is not in python3-minimal)
   base-files         # test_charlm_resume trains charlm on its default text
+  libudev-dev        # test_install links libztier.a statically: hwloc.pc's Libs.private names -ludev
 )
 bench=(
   fio                # bench nvme's reference figure on the same disk

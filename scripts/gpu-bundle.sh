@@ -152,7 +152,7 @@ if [ "$(cat "$obj/bundle-flags" 2>/dev/null)" != "$flags" ]; then
   mkdir -p "$obj"
   echo "$flags" >"$obj/bundle-flags"
 fi
-say "building into $obj (MPI=0, CUDA=1, GPU_ARCH=$gpu_arch, -O2 -g0)"
+say "building into $obj (MPI=0, CUDA=1, CUDART=static, GPU_ARCH=$gpu_arch, -O2 -g0)"
 "$make" --no-print-directory BUILD="$obj" CUDA=1 MPI=0 SAN= GPU_ARCH="$gpu_arch" \
   CUDA_HOME="$cuda_home" NCCL_HOME="$nccl_home" NVCC_GENCODE="$gencode" \
   CFLAGS="$cflags" \
