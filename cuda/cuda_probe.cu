@@ -1,8 +1,8 @@
 /*
  * cuda_probe.cu — see cuda_probe.h: the runtime's, the driver's and NCCL's
- * versions and the devices, through the same static CUDA runtime and NCCL
- * the backends use, so what it says is what the cuda backend and comm
- * "nccl" would find.
+ * versions and the devices, through the same CUDA runtime and NCCL the
+ * backends use, so what it says is what the cuda backend and comm "nccl"
+ * would find.
  */
 #include <stdio.h>
 #include <string.h>
@@ -15,8 +15,9 @@
 void zt__cuda_probe(zt__cuda_probe_t *p) {
   memset(p, 0, sizeof *p);
   p->built = 1;
-  /* The runtime is linked in statically: this is the toolkit of the build.
-   * The driver's version is 0, with success, where no driver is loaded. */
+  /* The runtime's version is that of the libcudart this process runs (the
+   * build's toolkit where CUDART=static links it in). The driver's version
+   * is 0, with success, where no driver is loaded. */
   if (cudaRuntimeGetVersion(&p->runtime_version) != cudaSuccess) p->runtime_version = 0;
   if (cudaDriverGetVersion(&p->driver_version) != cudaSuccess) p->driver_version = 0;
   /* NCCL answers without a GPU: it only reports the library's version. */
