@@ -58,12 +58,13 @@ int MPI_Get_library_version(char *version, int *resultlen);
 
 /* What a sanitizer build left behind. GCC defines a macro for ASan and
  * TSan but none for UBSan, whose runtime's handlers a weak reference finds
- * (linked only under -fsanitize=undefined; clang says so by __has_feature,
- * because its ASan runtime carries the UBSan handlers as well). */
+ * (linked only under -fsanitize=undefined; declared as the runtime declares
+ * it, which GCC checks). Clang says so by __has_feature, and must: its ASan
+ * runtime carries the UBSan handlers as well. */
 #ifndef __has_feature
 #define __has_feature(x) 0
 #endif
-void __ubsan_handle_add_overflow(void) __attribute__((weak));
+void __ubsan_handle_add_overflow(void *, void *, void *) __attribute__((weak));
 
 #define SMALL 256 /* a sentence of the report */
 
