@@ -281,8 +281,13 @@ static inline int zt_config_init(zt_config_t *cfg) {
  * file replace the fields, the others keep their values. Unknown keys, values
  * of the wrong type, out-of-range values and inconsistent combinations are
  * errors (ZT_ECONFIG, ZT_EJSON); on error `cfg` is left unchanged.
- * Returns 0 or a negative code; zt_last_error(NULL) has the sentence.
- * Synchronous.
+ * A DeepSpeed config (ds_config.json: a top-level "zero_optimization",
+ * "train_batch_size", "train_micro_batch_size_per_gpu" or
+ * "gradient_accumulation_steps") is read as the ztier keys it maps to; its
+ * training-loop keys are ignored, each named at info level to log_fn, and a
+ * key ztier cannot honour is an error naming it (docs/config.md, "DeepSpeed
+ * configs"). Returns 0 or a negative code; zt_last_error(NULL) has the
+ * sentence. Synchronous.
  */
 ZT_API int zt_config_load(zt_config_t *cfg, const char *path);
 

@@ -1875,11 +1875,12 @@ static void test_fuzz_set(void **state) {
 
 /* docs/config.md from the working directory up, then from the executable's
  * directory up (BUILD/tests/test_config). */
-static FILE *open_docs(void) {
-  char path[PATH_MAX + 32];
+/* docs/<page>, found from the working directory or the executable's. */
+static FILE *open_docs(const char *page) {
+  char path[PATH_MAX + 64];
   const char *ups[] = {"", "../", "../../", "../../../"};
   for (size_t i = 0; i < 4; i++) {
-    snprintf(path, sizeof path, "%sdocs/config.md", ups[i]);
+    snprintf(path, sizeof path, "%sdocs/%s", ups[i], page);
     FILE *f = fopen(path, "r");
     if (f) return f;
   }
@@ -1891,7 +1892,7 @@ static FILE *open_docs(void) {
     char *slash = strrchr(exe, '/');
     if (slash == NULL) break;
     *slash = '\0';
-    snprintf(path, sizeof path, "%s/docs/config.md", exe);
+    snprintf(path, sizeof path, "%s/docs/%s", exe, page);
     FILE *f = fopen(path, "r");
     if (f) return f;
   }
@@ -1900,7 +1901,7 @@ static FILE *open_docs(void) {
 
 static void test_docs_key_table(void **state) {
   (void)state;
-  FILE *f = open_docs();
+  FILE *f = open_docs("config.md");
   if (f == NULL) {
     printf("# docs/config.md not found from here; run from the source tree\n");
     skip();
@@ -1943,6 +1944,43 @@ static void test_docs_key_table(void **state) {
   }
 }
 
+/* The config files the other pages show load as they are: each page's first
+ * ```json block, with the stage and optimizer tier the page says it sets. */
+static void test_docs_config_examples(void **state) {
+  (void)state;
+  const zt_config_t defaults = ZT_CONFIG_INIT;
+  const struct {
+    const char *page;
+    int stage;
+    zt_tier_t optimizer_tier;
+  } pages[] = {
+      {"offload.md", 1, ZT_TIER_NVME},
+      {"stages.md", 1, defaults.optimizer_tier},
+  };
+  for (size_t i = 0; i < sizeof pages / sizeof pages[0]; i++) {
+    FILE *f = open_docs(pages[i].page);
+    if (f == NULL) {
+      printf("# docs/%s not found from here; run from the source tree\n", pages[i].page);
+      skip();
+    }
+    static char text[1 << 17];
+    size_t n = fread(text, 1, sizeof text - 1, f);
+    fclose(f);
+    text[n] = '\0';
+    char *example = strstr(text, "```json\n");
+    if (example == NULL) fail_msg("docs/%s has no ```json example", pages[i].page);
+    example += 8;
+    char *close = strstr(example, "```");
+    assert_non_null(close);
+    *close = '\0';
+    zt_config_t c = ZT_CONFIG_INIT;
+    if (zt_config_parse(&c, example) != 0)
+      fail_msg("the example in docs/%s: %s", pages[i].page, zt_last_error(NULL));
+    assert_int_equal(c.stage, pages[i].stage);
+    assert_int_equal(c.optimizer_tier, pages[i].optimizer_tier);
+  }
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_defaults_validate),
@@ -1978,6 +2016,7 @@ int main(void) {
       cmocka_unit_test(test_fuzz_parse),
       cmocka_unit_test(test_fuzz_set),
       cmocka_unit_test(test_docs_key_table),
+      cmocka_unit_test(test_docs_config_examples),
   };
   return T_RUN(tests);
 }
