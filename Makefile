@@ -219,6 +219,16 @@ $(BUILD)/examples/$(1): $(patsubst %.c,$(BUILD)/obj/%.o,$(wildcard examples/$(1)
 endef
 $(foreach e,$(EXAMPLES),$(eval $(call example_rule,$(e))))
 
+# examples/gpt2 multiplies matrices with OpenBLAS (docs/dependencies.md), and
+# so does its gradient check, which links the model's files (all but main.c).
+GPT2_LIBS := -lopenblas
+GPT2_OBJ := $(patsubst %.c,$(BUILD)/obj/%.o,$(filter-out %/main.c,$(wildcard examples/gpt2/*.c)))
+$(BUILD)/examples/gpt2: private LDLIBS += $(GPT2_LIBS)
+$(BUILD)/tests/test_gpt2_grad: $(BUILD)/tests/test_gpt2_grad.o $(GPT2_OBJ) $(TEST_SUPPORT_OBJ) \
+                               $(BUILD)/libztier.a
+	$(CC) $(SANFLAGS) -pthread -o $@ $< $(GPT2_OBJ) $(TEST_SUPPORT_OBJ) $(BUILD)/libztier.a \
+	  $(CMOCKA_LIBS) $(LDLIBS) $(GPT2_LIBS)
+
 # ---- commands -------------------------------------------------------------
 
 # scripts/deps.sh installs what is missing of the packages a purpose needs

@@ -27,6 +27,7 @@ build=(
   libnuma-dev        # NUMA placement of pinned memory
   libhwloc-dev       # topology: which NUMA node is local to a GPU
   libopenmpi-dev     # comm "mpi" (make MPI=0 builds without it)
+  libopenblas-dev    # examples/gpt2's matrix products (cblas_sgemm), and its test
 )
 demo=(
   base-files         # the demo's text: /usr/share/common-licenses/GPL-3

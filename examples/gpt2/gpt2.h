@@ -1,0 +1,154 @@
+/*
+ * examples/gpt2/gpt2.h — GPT-2 in plain C on the host: the model's shape,
+ * its parameter table, and what each file gives the others.
+ *
+ *   model.c     the parameter table (Hugging Face names and shapes), the
+ *               flat buffers, GPT-2's initialisation
+ *   ops.c       the layer operations, forward and backward: embeddings,
+ *               LayerNorm, the Conv1D matmul (OpenBLAS), GELU, residual adds,
+ *               softmax cross-entropy
+ *   attention.c causal multi-head self-attention, forward and backward
+ *   forward.c   the forward pass and its mean loss
+ *   backward.c  the backward pass into the flat gradient buffer
+ *   update.c    plain AdamW over the flat buffers
+ *   main.c      a byte-level training run on a text file
+ *
+ * Every parameter lives in ONE flat fp32 buffer and every gradient in ONE
+ * flat fp32 buffer of the same layout. The layout is Hugging Face's state
+ * dict order: wte, wpe, then block 0's twelve tensors, block 1's, ..., then
+ * ln_f; so each transformer block is one contiguous slice, the group a
+ * stage-3 loop would fetch and release around that block. The LM head is
+ * wte itself (tied), so it has no tensor of its own.
+ *
+ * Weights keep Hugging Face's Conv1D layout, [in, out] row-major: a linear
+ * layer is y = x W + b with x [N, in], so checkpoints load without a
+ * transpose.
+ */
+#ifndef GPT2_H
+#define GPT2_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct {
+  int vocab_size;  // V
+  int max_seq_len; // the rows of wpe; T of a batch is at most this
+  int n_layer;     // L
+  int n_head;      // NH; n_embd must be a multiple of it
+  int n_embd;      // C
+} GPT2Config;
+
+// The twelve tensors of one block, in table order.
+#define GPT2_BLOCK_TENSORS 12
+
+// One parameter tensor, a slice of the flat buffers.
+typedef struct {
+  char name[40];   // Hugging Face's, without "transformer.": "h.3.attn.c_attn.weight"
+  int ndim;        // 1 or 2
+  int shape[2];    // [rows, cols] for a matrix, [n, 1] for a vector
+  size_t offset;   // in floats, from the start of the flat buffer
+  size_t numel;
+  int layer;       // its block, or -1 for wte, wpe and ln_f
+  int decay;       // AdamW decays it: the matrices, not the biases and gains
+} GPT2Tensor;
+
+// Pointers to one block's tensors, into the parameters or into the gradients.
+typedef struct {
+  float *ln_1_w, *ln_1_b;           // [C]
+  float *attn_w, *attn_b;           // c_attn: [C, 3C], [3C]; q, k, v side by side
+  float *attn_proj_w, *attn_proj_b; // attn.c_proj: [C, C], [C]
+  float *ln_2_w, *ln_2_b;           // [C]
+  float *fc_w, *fc_b;               // mlp.c_fc: [C, 4C], [4C]
+  float *mlp_proj_w, *mlp_proj_b;   // mlp.c_proj: [4C, C], [C]
+} GPT2Block;
+
+typedef struct {
+  float *wte;       // [V, C], also the LM head
+  float *wpe;       // [max_seq_len, C]
+  GPT2Block *h;     // L blocks
+  float *ln_f_w, *ln_f_b; // [C]
+} GPT2Weights;
+
+// What one block's forward keeps for its backward.
+typedef struct {
+  float *ln1, *ln1_mean, *ln1_rstd; // [B,T,C], [B,T], [B,T]
+  float *qkv;                       // [B,T,3C]
+  float *att;                       // [B,NH,T,T] softmax probabilities, 0 above the diagonal
+  float *atty;                      // [B,T,C] heads' outputs, before c_proj
+  float *res1;                      // [B,T,C] residual after attention
+  float *ln2, *ln2_mean, *ln2_rstd;
+  float *fch;                       // [B,T,4C] before GELU
+  float *fch_gelu;                  // [B,T,4C]
+  float *res2;                      // [B,T,C] residual after the MLP: the block's output
+} GPT2LayerActs;
+
+typedef struct {
+  float *embed;                     // [B,T,C] wte + wpe: block 0's input
+  GPT2LayerActs *layer;             // L
+  float *lnf, *lnf_mean, *lnf_rstd; // [B,T,C], [B,T], [B,T]
+  float *probs;                     // [B,T,V]
+  float *losses;                    // [B,T]
+  // The backward's scratch, one block's worth, reused block after block.
+  float *dres;                      // [B,T,C] gradient of the residual stream
+  float *dln;                       // [B,T,C]
+  float *dqkv;                      // [B,T,3C]
+  float *datty;                     // [B,T,C]
+  float *dfch;                      // [B,T,4C]
+  float *datt;                      // [T,T] one head's
+  float *dlogits;                   // [B,T,V]
+} GPT2Acts;
+
+typedef struct {
+  GPT2Config cfg;
+  GPT2Tensor *tensors; // the table: 2 + 12 L + 2 entries
+  int num_tensors;
+  size_t num_parameters;
+  float *params_memory;
+  float *grads_memory;
+  GPT2Weights params, grads; // pointers into the two flat buffers
+  int B, T;                  // the batch the activations are sized for
+  float *acts_memory;
+  GPT2Acts acts;
+  int *inputs, *targets; // [B,T] the last forward's, for the backward
+  float mean_loss;
+  // AdamW's moments, allocated at the first update.
+  float *m_memory, *v_memory;
+} GPT2;
+
+// ----------------------------------------------------------------------------
+// model.c
+
+// Builds the table, allocates the parameters, gradients (zeroed) and the
+// activations for batches of B sequences of T tokens (T <= max_seq_len).
+// Parameters are left uninitialised: call gpt2_init_random or fill them.
+// Returns 0, or -1 for a bad shape or when memory runs out (nothing left
+// to free then).
+int gpt2_build(GPT2 *m, const GPT2Config *cfg, int B, int T);
+// Frees what gpt2_build allocated; a zeroed struct is fine.
+void gpt2_free(GPT2 *m);
+// GPT-2's initialisation: N(0, 0.02) matrices and embeddings, the residual
+// projections (the two c_proj) scaled by 1/sqrt(2L), zero biases, unit
+// LayerNorm gains. Deterministic in seed.
+void gpt2_init_random(GPT2 *m, uint64_t seed);
+// The table entry of a name ("wte", "h.1.mlp.c_fc.bias"), or NULL.
+const GPT2Tensor *gpt2_tensor(const GPT2 *m, const char *name);
+// Block l's slice of the flat buffers: its first float and its length.
+void gpt2_layer_span(const GPT2 *m, int l, size_t *offset, size_t *numel);
+
+// ----------------------------------------------------------------------------
+// forward.c, backward.c, update.c
+
+// The forward over inputs [B,T] (token ids < V); with targets, the mean
+// cross-entropy over the B*T positions is returned and kept for the
+// backward; without (NULL), only probs are computed and -1 is returned.
+float gpt2_forward(GPT2 *m, const int *inputs, const int *targets);
+void gpt2_zero_grad(GPT2 *m);
+// Adds the gradient of the last forward's mean loss to the gradients; the
+// forward must have had targets.
+void gpt2_backward(GPT2 *m);
+// One AdamW step (t counts from 1), decoupled weight decay on the tensors
+// the table marks. Returns 0, or -1 when the moments cannot be allocated.
+int gpt2_update(GPT2 *m, float lr, float beta1, float beta2, float eps,
+                float weight_decay, int t);
+
+#endif /* GPT2_H */
