@@ -73,7 +73,8 @@ static double ref_gelu(double x) {
 // The mean cross-entropy of the model whose parameters are p (the table's
 // layout, in double) over inputs and targets [B, T].
 static double ref_loss(const GPT2 *m, const double *p, const int *inp, const int *tgt) {
-  enum { C = 8, V = 17, NH = 2, HS = C / NH };
+  enum { C = 8, V = 17, NH = 2, HS = C / NH }; // tiny's, as fixed-size arrays
+  assert_true(m->cfg.n_embd == C && m->cfg.vocab_size == V && m->cfg.n_head == NH);
   double x[T][C], h[T][C], qkv[T][3 * C], y[T][C], f[4 * C], o[C];
   double total = 0.0;
   const double *wte = ref_tensor(m, p, -1, "wte"), *wpe = ref_tensor(m, p, -1, "wpe");
