@@ -4,7 +4,9 @@
  * the suggestions for unknown keys (config_text.c), whole JSON documents
  * (config_json.c) and DeepSpeed's documents read as ztier's keys
  * (config_deepspeed.c): the table's types, the where-and-why of a failure,
- * and the entry points each calls in the others. Only those four include it.
+ * and the entry points each calls in the others. Only those four include it,
+ * and config_deepspeed_keys.c, DeepSpeed's key table, through
+ * config_deepspeed_impl.h.
  */
 #ifndef ZT_CONFIG_IMPL_H
 #define ZT_CONFIG_IMPL_H
