@@ -561,6 +561,8 @@ static void test_bad_arguments(void **state) {
       {"bench step --optimizer-tier nvme", "--path"},
       {"bench nvme --path /tmp --size 1Q", "--size"},
       {"bench nvme --path /tmp --block 3MiB", "--block"},
+      {"report --nope", "--nope"},
+      {"config check a.json --nope", "--nope"},
       {"nope", "nope"},
   };
   static char out[1 << 14];
@@ -718,6 +720,9 @@ static void test_missing_value(void **state) {
       {"ckpt consolidate a b --dtype", "--dtype needs a value"},
       {"plan --params 7B --json=yes", "--json takes no value"},
       {"version --json=1", "--json takes no value"},
+      {"report --path", "--path needs a value"},
+      {"report --json=1", "--json takes no value"},
+      {"config check a.json --json=1", "--json takes no value"},
   };
   static char out[1 << 14];
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
@@ -772,6 +777,8 @@ static void test_help(void **state) {
       {"bench nvme --help", "--threads LIST"}, {"bench offload --help", "--ram-budget"},
       {"bench stage3 --help", "--layer-params"}, {"bench adam -h", "--no-huge-pages"},
       {"bench --help", "step"},         {"bench step --help", "--optimizer-tier"},
+      {"report --help", "--path DIR"},  {"config --help", "check"},
+      {"config check --help", "--json"},
   };
   static char out[1 << 14];
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
@@ -825,11 +832,25 @@ static void test_json_everywhere(void **state) {
                                           NULL};
   static const char *const k_nvme[] = {"read_gbps", "write_gbps", "fio_read_gbps",
                                        "block_bytes", "cell_read_gbps", NULL};
+  static const char *const k_report[] = {"version", "build", "cpu", "memory", "io", "mpi",
+                                         "cuda", "works", NULL};
+  static const char *const k_config[] = {"file", "ok", "format", "config", "mapped",
+                                         "ignored", "differs", NULL};
   static struct {
     char args[3 * PATH_MAX];
     const char *const *keys;
-  } runs[10];
+  } runs[12];
   int n = 0;
+  char cfg[PATH_MAX + 32];
+  snprintf(cfg, sizeof cfg, "%s/ds_config.json", dir);
+  FILE *f = fopen(cfg, "w");
+  assert_non_null(f);
+  fputs("{\"train_batch_size\": 8, \"zero_optimization\": {\"stage\": 1}}\n", f);
+  fclose(f);
+  snprintf(runs[n].args, sizeof runs[n].args, "config check %s --json", cfg);
+  runs[n++].keys = k_config;
+  snprintf(runs[n].args, sizeof runs[n].args, "report --path %s --json", dir);
+  runs[n++].keys = k_report;
   snprintf(runs[n].args, sizeof runs[n].args, "version --json");
   runs[n++].keys = k_version;
   snprintf(runs[n].args, sizeof runs[n].args, "plan --params 1B --stage 2 --ranks 4 --json");
