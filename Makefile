@@ -51,8 +51,9 @@ CFLAGS ?= $(OPT) -g
 ZT_CFLAGS := -std=gnu11 -Wall -Wextra -Wshadow -Wno-unused-parameter \
              -fPIC -fvisibility=hidden -ffp-contract=off -pthread \
              -Iinclude -Isrc -I. -DZT_HAVE_CUDA=$(CUDA) $(SANFLAGS)
-# OpenMPI (Debian's libopenmpi-dev): only src/comm/comm_mpi.c and tests/test_comm.c
-# include mpi.h, but libmpi is linked everywhere libztier is while the comm
+# OpenMPI (Debian's libopenmpi-dev): only src/comm/comm_mpi.c, tests/test_comm.c
+# and src/tool/env_report.c (`ztier report`, when MPI=1) include mpi.h, but
+# libmpi is linked everywhere libztier is while the comm
 # "mpi" backend is in: MPI=1, the default wherever mpi.h is found. MPI=0
 # builds src/comm/comm_nompi.c instead (comm "mpi" fails with a sentence
 # saying so) and links no libmpi; the tests that launch ranks under mpirun
@@ -155,6 +156,7 @@ $(BUILD)/src/cpu/cpu_kernels_avx2.o: ZT_CFLAGS += $(ISA_AVX2)
 $(BUILD)/src/cpu/cpu_kernels_avx512.o: ZT_CFLAGS += $(ISA_AVX512)
 $(BUILD)/src/comm/comm_mpi.o: ZT_CFLAGS += $(MPI_CFLAGS)
 $(BUILD)/tests/test_comm.o: ZT_CFLAGS += $(MPI_CFLAGS)
+$(BUILD)/src/tool/env_report.o: ZT_CFLAGS += $(MPI_CFLAGS)
 # Its world-size-1 collectives allocate device memory with the CUDA runtime.
 $(BUILD)/tests/test_comm_nccl.o: ZT_CFLAGS += $(if $(filter 1,$(CUDA)),-I$(CUDA_HOME)/include)
 

@@ -36,6 +36,10 @@
 
 #include <liburing.h> // defines: io_uring_queue_init, IO_URING_VERSION_*
 #include <numa.h>     // defines: numa_available, numa_num_configured_nodes
+#if ZT_HAVE_MPI
+/* The Makefile gives this file MPI's compile flags, as it does comm_mpi.c. */
+#include <mpi.h> // defines: MPI_Get_library_version, MPI_MAX_LIBRARY_VERSION_STRING
+#endif
 
 #include "cpu/cpu_kernels.h" // defines: zt__isa_detect, zt__isa_supported, zt__isa_name
 #include "cuda/cuda_probe.h" // defines: zt__cuda_probe
@@ -44,17 +48,6 @@
 #include "ztier.h"           // defines: zt_version
 
 int tool_report_main(int argc, char **argv);
-
-#if ZT_HAVE_MPI
-/* mpi.h is not on the tool's include path (the Makefile gives MPI's flags
- * to comm_mpi.c alone), and this one call is all the report needs. Its
- * signature is the MPI-3 standard's; libmpi is linked into the tool
- * wherever ZT_HAVE_MPI is 1. */
-int MPI_Get_library_version(char *version, int *resultlen);
-/* MPI_MAX_LIBRARY_VERSION_STRING is 256 in Open MPI and 8192 in MPICH:
- * room for either. */
-#define MPI_VERSION_MAX 8192
-#endif
 
 /* What a sanitizer build left behind. GCC defines a macro for ASan and
  * TSan but none for UBSan, whose runtime's handlers a weak reference finds
@@ -393,10 +386,11 @@ static void probe_path(env_t *e) {
 static void probe_mpi(env_t *e) {
   feature_t *f = &e->mpi_comm;
 #if ZT_HAVE_MPI
-  char *v = malloc(MPI_VERSION_MAX);
+  /* MPI_MAX_LIBRARY_VERSION_STRING is 256 in Open MPI, 8192 in MPICH. */
+  char *v = malloc(MPI_MAX_LIBRARY_VERSION_STRING);
   int len = 0;
-  if (v && MPI_Get_library_version(v, &len) == 0) {
-    v[len > 0 && len < MPI_VERSION_MAX ? len : 0] = '\0';
+  if (v && MPI_Get_library_version(v, &len) == MPI_SUCCESS) {
+    v[len > 0 && len < MPI_MAX_LIBRARY_VERSION_STRING ? len : 0] = '\0';
     /* Open MPI's is one line; MPICH's many: the first says which. */
     v[strcspn(v, "\r\n")] = '\0';
     snprintf(e->mpi_version, sizeof e->mpi_version, "%s", v);
