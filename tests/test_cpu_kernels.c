@@ -217,6 +217,21 @@ static void sprinkle_specials(void *g, zt_dtype_t dt, size_t n, t_rng_t *r) {
     t_store(g, dt, i, specials[t_rng_next(r) % 5]);
 }
 
+/* The AVX2 update that sums the squares in its own loop, on `c` (a copy of
+ * the buffers before the update): the update `want` holds, and
+ * zt__sumsq_avx2's bits for c's gradients. */
+static void expect_sumsq_in_update(const zt__adam_hp_t *hp, span_bufs_t *c,
+                                   const span_bufs_t *want, uint64_t index, int decay,
+                                   const char *ctx) {
+  zt__adam_span_t sc = bufs_span(c, index, decay);
+  double sum = zt__adam_span_sumsq_avx2(hp, &sc);
+  double pass = zt__sumsq_avx2(c->grads, c->gdt, c->n);
+  if (memcmp(&sum, &pass, sizeof sum) != 0)
+    fail_msg("sum of squares in the update: %.17g, its own pass %.17g (%s)", sum, pass,
+             ctx);
+  expect_bufs_same(c, want, ctx);
+}
+
 static void adam_bits_vs_scalar(zt__isa_t isa) {
   require_isa(isa);
   t_rng_t r;
@@ -242,6 +257,14 @@ static void adam_bits_vs_scalar(zt__isa_t isa) {
               bufs_fill(&a, &r);
               if (special) sprinkle_specials(a.grads, a.gdt, n, &r);
               bufs_copy(&b, &a);
+              /* With AVX2, a third copy for the update that sums the squares
+               * on its way, at a skew of its own. */
+              span_bufs_t c;
+              int fused = isa == ZT_ISA_AVX2;
+              if (fused) {
+                bufs_alloc(&c, n, dtypes[gi], pk, (skew + 2) % 4);
+                bufs_copy(&c, &a);
+              }
               uint64_t index = random_index(&r, n);
               zt__adam_span_t sa = bufs_span(&a, index, decay);
               zt__adam_span_t sb = bufs_span(&b, index, decay);
@@ -254,6 +277,10 @@ static void adam_bits_vs_scalar(zt__isa_t isa) {
                        mode ? "adam-l2" : "adamw", decay, sr ? "stochastic" : "rne", n,
                        (unsigned long long)index, special ? " with inf/nan" : "");
               expect_bufs_same(&b, &a, ctx);
+              if (fused) {
+                expect_sumsq_in_update(&hp, &c, &a, index, decay, ctx);
+                bufs_free(&c);
+              }
               bufs_free(&a);
               bufs_free(&b);
               cases++;

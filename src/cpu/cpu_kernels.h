@@ -67,6 +67,14 @@ ZT_INTERNAL void zt__adam_span_run(zt__isa_t isa, const zt__adam_hp_t *hp,
 ZT_INTERNAL double zt__sumsq_run(zt__isa_t isa, const void *g, zt_dtype_t dtype,
                                  size_t n);
 
+/* The AVX2 build's update of `s` that also returns the sum of squares of
+ * its gradients (as loaded, before hp's gradient multiplier): the same
+ * double as zt__sumsq_avx2(s->grads, s->grad_dtype, s->n), from the same
+ * read of the gradients. The other builds take the sum in a pass of its own
+ * (zt__sumsq_run). */
+ZT_INTERNAL double zt__adam_span_sumsq_avx2(const zt__adam_hp_t *hp,
+                                            const zt__adam_span_t *s);
+
 /* dst[i] = (dst_dtype) src[i] for n elements. Rounding to bf16 is to nearest
  * even, or stochastic with `sr_key` when `stochastic` (element i uses
  * zt_sr_bits(sr_key, index + i)). */

@@ -8,6 +8,10 @@
  * and the conversions are the same integer recipes lane by lane. AVX2 has no
  * cheap masked 16-bit stores, so the last n mod 8 elements of a span go to
  * the scalar build, which is the same math by definition.
+ *
+ * The update can also take the span's sum of squares of the gradients as it
+ * loads them (zt__adam_span_sumsq_avx2), in zt__sumsq_avx2's lanes and
+ * order, so that the bits are that pass's.
  */
 #include <immintrin.h>
 #include <string.h>
@@ -111,6 +115,58 @@ ZT_INLINE void store8(void *buf, int dt, size_t i, __m256 x, int sr, __m256i rnd
     _mm_storeu_si128(p, h);
 }
 
+/* ---- sum of squares: the lanes -------------------------------------------------- */
+
+/* Element i of a span goes to lane i mod 32, each lane a double summed in
+ * element order, as in the scalar build; the 32 lanes are then folded in
+ * halves. A square of a float is exact in double, so fma(x, x, acc) and
+ * acc + x * x give the same bits: a lane's value depends only on which
+ * elements it took and in what order, not on whether a vector or a scalar
+ * loop added them. Both the pass of its own (sumsq_loop) and the update's
+ * (adam_loop_sumsq) keep to that. */
+
+/* 8 floats into the lanes held by `lo` (the first four) and `hi`. */
+ZT_INLINE void sq_acc(__m256 x, __m256d *lo, __m256d *hi) {
+  __m256d a = _mm256_cvtps_pd(_mm256_castps256_ps128(x));
+  __m256d b = _mm256_cvtps_pd(_mm256_extractf128_ps(x, 1));
+  *lo = _mm256_fmadd_pd(a, a, *lo);
+  *hi = _mm256_fmadd_pd(b, b, *hi);
+}
+
+/* Elements [from, to) of g into their lanes one at a time. */
+ZT_INLINE void sq_scalar(double lane[32], const void *g, int dt, size_t from, size_t to) {
+  for (size_t i = from; i < to; i++) {
+    double x;
+    if (dt == ZT_FP32)
+      x = ((const float *)g)[i];
+    else if (dt == ZT_BF16)
+      x = zt_bf16_to_f32(((const uint16_t *)g)[i]);
+    else
+      x = zt_f16_to_f32(((const uint16_t *)g)[i]);
+    lane[i & 31] += x * x;
+  }
+}
+
+/* acc[k] takes lanes (r + 4k .. r + 4k + 3) mod 32: a vector loop that
+ * starts at element r keeps its first vector in acc[0..1]. */
+ZT_INLINE void lanes_load(__m256d acc[8], const double lane[32], size_t r) {
+  double t[32];
+  for (size_t j = 0; j < 32; j++) t[j] = lane[(j + r) & 31];
+  for (int k = 0; k < 8; k++) acc[k] = _mm256_loadu_pd(t + 4 * k);
+}
+
+ZT_INLINE void lanes_store(double lane[32], const __m256d acc[8], size_t r) {
+  double t[32];
+  for (int k = 0; k < 8; k++) _mm256_storeu_pd(t + 4 * k, acc[k]);
+  for (size_t j = 0; j < 32; j++) lane[(j + r) & 31] = t[j];
+}
+
+ZT_INLINE double lanes_fold(double lane[32]) {
+  for (size_t w = 16; w >= 1; w >>= 1)
+    for (size_t j = 0; j < w; j++) lane[j] += lane[j + w];
+  return lane[0];
+}
+
 /* ---- AdamW ----------------------------------------------------------------- */
 
 typedef struct vhp {
@@ -167,7 +223,8 @@ ZT_INLINE void adam8(const vhp_t *c, int dmode, __m256 g, __m256 *p, __m256 *m,
  * straight for memory instead of being evicted dirty later. With a 16-bit
  * copy too (four streamed streams) it halved the bf16 update there, and the
  * AVX-512 build keeps plain stores, where the same change measured -20% on
- * an Intel Xeon (docs/bench.md). */
+ * an Intel Xeon (docs/bench.md). The update that sums the squares too
+ * keeps plain stores (adam_loop_). */
 typedef struct streams {
   float *master, *m, *v;
   const void *grads;
@@ -182,10 +239,12 @@ ZT_INLINE void store_f32(float *p, __m256 x, int nt) {
     _mm256_storeu_ps(p, x);
 }
 
-/* One vector of 8 elements at i: loads, the update, stores. */
+/* One vector of 8 elements at i: loads, the update, stores. With `sq`, the
+ * gradients' squares (unscaled, as loaded) go to acc[0..1]. */
 ZT_INLINE void adam_vec(const vhp_t *c, streams_t st, size_t i, int gdt, int pdt, int sr,
-                        int dmode, __m256i key_hi, uint32_t lo) {
+                        int dmode, __m256i key_hi, uint32_t lo, int sq, __m256d *acc) {
   __m256 g = load8(st.grads, gdt, i);
+  if (sq) sq_acc(g, &acc[0], &acc[1]);
   __m256 p = _mm256_loadu_ps(st.master + i);
   __m256 m = _mm256_loadu_ps(st.m + i);
   __m256 v = _mm256_loadu_ps(st.v + i);
@@ -201,9 +260,10 @@ ZT_INLINE void adam_vec(const vhp_t *c, streams_t st, size_t i, int gdt, int pdt
 }
 
 /* Two vectors a turn, 64 bytes of each fp32 stream: one line, one prefetch
- * each. Prefetches past the end of a buffer never fault. */
+ * each. Prefetches past the end of a buffer never fault. With `sq`, the
+ * squares go to acc[0..3]. */
 ZT_INLINE void adam_line(const vhp_t *c, streams_t st, size_t i, int gdt, int pdt, int sr,
-                         int dmode, __m256i key_hi, uint32_t lo) {
+                         int dmode, __m256i key_hi, uint32_t lo, int sq, __m256d *acc) {
   const size_t ahead = PREFETCH_BYTES / 4;
   if (ahead) {
     _mm_prefetch((const char *)(st.master + i + ahead), _MM_HINT_T0);
@@ -220,6 +280,10 @@ ZT_INLINE void adam_line(const vhp_t *c, streams_t st, size_t i, int gdt, int pd
      * while the other streams are written (within-run ratio to the limit
      * 0.91 -> 1.00, median of 7 interleaved pairs, AMD Zen 3). */
     __m256 g0 = load8(st.grads, gdt, i), g1 = load8(st.grads, gdt, i + W);
+    if (sq) {
+      sq_acc(g0, &acc[0], &acc[1]);
+      sq_acc(g1, &acc[2], &acc[3]);
+    }
     __m256 p0 = _mm256_loadu_ps(st.master + i), p1 = _mm256_loadu_ps(st.master + i + W);
     __m256 m0 = _mm256_loadu_ps(st.m + i), m1 = _mm256_loadu_ps(st.m + i + W);
     __m256 v0 = _mm256_loadu_ps(st.v + i), v1 = _mm256_loadu_ps(st.v + i + W);
@@ -233,12 +297,15 @@ ZT_INLINE void adam_line(const vhp_t *c, streams_t st, size_t i, int gdt, int pd
     store_f32(st.v + i + W, v1, st.nt);
     return;
   }
-  adam_vec(c, st, i, gdt, pdt, sr, dmode, key_hi, lo);
-  adam_vec(c, st, i + W, gdt, pdt, sr, dmode, key_hi, lo);
+  adam_vec(c, st, i, gdt, pdt, sr, dmode, key_hi, lo, sq, acc);
+  adam_vec(c, st, i + W, gdt, pdt, sr, dmode, key_hi, lo, sq, acc + 2);
 }
 
-ZT_INLINE void adam_loop(const zt__adam_hp_t *hp, const zt__adam_span_t *s, int gdt,
-                         int pdt, int sr, int dmode) {
+/* With `sq`, element i's square also goes to lane[i mod 32] (see "the
+ * lanes" above), the scalar head and tail's one at a time and the vector
+ * part's in acc, whose lanes start where that part does. */
+ZT_INLINE void adam_loop_(const zt__adam_hp_t *hp, const zt__adam_span_t *s, int gdt,
+                          int pdt, int sr, int dmode, int sq, double *lane) {
   vhp_t c = vhp_make(hp);
   uint32_t lo = (uint32_t)s->index;
   __m256i key_hi = splat(zt_sr_key_hi(hp->sr_key, (uint32_t)(s->index >> 32)));
@@ -254,15 +321,34 @@ ZT_INLINE void adam_loop(const zt__adam_hp_t *hp, const zt__adam_span_t *s, int 
     zt__adam_span_t h = *s;
     h.n = head;
     zt__adam_span_scalar(hp, &h);
+    if (sq) sq_scalar(lane, s->grads, gdt, 0, head);
   }
   i = head;
   uintptr_t at = (uintptr_t)(st.master + i) | (uintptr_t)(st.m + i) | (uintptr_t)(st.v + i);
-  st.nt = pdt == NO_PARAMS && at % 32 == 0;
-  for (; i + 2 * W <= n; i += 2 * W) adam_line(&c, st, i, gdt, pdt, sr, dmode, key_hi, lo);
+  /* Not with sq: its 32 lanes do not fit in the registers beside the
+   * update's, and with the spilled lanes' stores between the streamed ones
+   * `bench adam --step` ran the step at 0.57-0.71 of the update alone,
+   * against 1.02-1.31 with plain stores (AMD Zen 3, 100M fp32, 1 and 2
+   * threads, 3 interleaved rounds, docs/bench.md). */
+  st.nt = !sq && pdt == NO_PARAMS && at % 32 == 0;
+  __m256d acc[8];
+  if (sq) {
+    /* 32 elements a turn, so that each line's lanes are fixed: acc[0..3],
+     * then acc[4..7]. What is left takes at most one line, in acc[0..3]. */
+    lanes_load(acc, lane, head);
+    for (; i + 4 * W <= n; i += 4 * W) {
+      adam_line(&c, st, i, gdt, pdt, sr, dmode, key_hi, lo, 1, acc);
+      adam_line(&c, st, i + 2 * W, gdt, pdt, sr, dmode, key_hi, lo, 1, acc + 4);
+    }
+  }
+  size_t q = 0; /* with sq: the next vector's accumulators, acc + q */
+  for (; i + 2 * W <= n; i += 2 * W, q = 4)
+    adam_line(&c, st, i, gdt, pdt, sr, dmode, key_hi, lo, sq, acc);
   if (i + W <= n) {
-    adam_vec(&c, st, i, gdt, pdt, sr, dmode, key_hi, lo);
+    adam_vec(&c, st, i, gdt, pdt, sr, dmode, key_hi, lo, sq, acc + q);
     i += W;
   }
+  if (sq) lanes_store(lane, acc, head);
   if (i < n) {
     zt__adam_span_t t = *s;
     t.master += i;
@@ -273,27 +359,47 @@ ZT_INLINE void adam_loop(const zt__adam_hp_t *hp, const zt__adam_span_t *s, int 
     t.index += i;
     t.n = n - i;
     zt__adam_span_scalar(hp, &t);
+    if (sq) sq_scalar(lane, s->grads, gdt, i, n);
   }
 }
 
+ZT_INLINE void adam_loop(const zt__adam_hp_t *hp, const zt__adam_span_t *s, int gdt,
+                         int pdt, int sr, int dmode) {
+  adam_loop_(hp, s, gdt, pdt, sr, dmode, 0, NULL);
+}
+
+ZT_INLINE void adam_loop_sumsq(const zt__adam_hp_t *hp, const zt__adam_span_t *s,
+                               double *lane, int gdt, int pdt, int sr, int dmode) {
+  adam_loop_(hp, s, gdt, pdt, sr, dmode, 1, lane);
+}
+
+#define ADAM_LOOP_SUMSQ
 #include "cpu/cpu_kernels_vec.h" // defines: adam_span_vec, from adam_loop above
 
 void zt__adam_span_avx2(const zt__adam_hp_t *hp, const zt__adam_span_t *s) {
   adam_span_vec(hp, s);
 }
 
-/* ---- sum of squares ---------------------------------------------------------- */
-
-ZT_INLINE void sq_acc(__m256 x, __m256d *lo, __m256d *hi) {
-  __m256d a = _mm256_cvtps_pd(_mm256_castps256_ps128(x));
-  __m256d b = _mm256_cvtps_pd(_mm256_extractf128_ps(x, 1));
-  *lo = _mm256_fmadd_pd(a, a, *lo);
-  *hi = _mm256_fmadd_pd(b, b, *hi);
+double zt__adam_span_sumsq_avx2(const zt__adam_hp_t *hp, const zt__adam_span_t *s) {
+  uint64_t room = ((uint64_t)1 << 32) - (s->index & 0xffffffffu);
+  if (s->n > room) {
+    /* adam_span_vec would cut the span in two here, and the second piece's
+     * lanes would start over. cpu_optim's pieces never cross such a
+     * boundary (2^32 is a multiple of ZT_NORM_BLOCK): the two passes. */
+    adam_span_vec(hp, s);
+    return zt__sumsq_avx2(s->grads, s->grad_dtype, s->n);
+  }
+  double lane[32] = {0};
+  adam_piece_sumsq(hp, s, lane);
+  _mm_sfence(); /* as in adam_span_vec */
+  return lanes_fold(lane);
 }
 
+/* ---- sum of squares ---------------------------------------------------------- */
+
 ZT_INLINE double sumsq_loop(const void *g, int dt, size_t n) {
-  /* acc[k] holds lanes 4k..4k+3: element i goes to lane i mod 32, as in the
-   * scalar build; the tail continues in those lanes in scalar code. */
+  /* acc[k] holds lanes 4k..4k+3; the tail continues in those lanes in
+   * scalar code. */
   __m256d acc[8];
   for (int k = 0; k < 8; k++) acc[k] = _mm256_setzero_pd();
   size_t i = 0;
@@ -304,20 +410,9 @@ ZT_INLINE double sumsq_loop(const void *g, int dt, size_t n) {
     sq_acc(load8(g, dt, i + 3 * W), &acc[6], &acc[7]);
   }
   double lane[32];
-  for (int k = 0; k < 8; k++) _mm256_storeu_pd(lane + 4 * k, acc[k]);
-  for (; i < n; i++) {
-    double x;
-    if (dt == ZT_FP32)
-      x = ((const float *)g)[i];
-    else if (dt == ZT_BF16)
-      x = zt_bf16_to_f32(((const uint16_t *)g)[i]);
-    else
-      x = zt_f16_to_f32(((const uint16_t *)g)[i]);
-    lane[i & 31] += x * x;
-  }
-  for (size_t w = 16; w >= 1; w >>= 1)
-    for (size_t j = 0; j < w; j++) lane[j] += lane[j + w];
-  return lane[0];
+  lanes_store(lane, acc, 0);
+  sq_scalar(lane, g, dt, i, n);
+  return lanes_fold(lane);
 }
 
 double zt__sumsq_avx2(const void *g, zt_dtype_t dtype, size_t n) {

@@ -11,9 +11,9 @@
  * the same for 1 thread or 64. The update is element-wise and keys its
  * stochastic rounding on the global index, so it is the same by
  * construction. Since the two walk the same pieces, the update can take the
- * sum of squares too, a piece at a time, at the cost of reading the piece's
- * gradients from cache a second time instead of from memory in a pass of
- * their own.
+ * sum of squares too, a piece at a time: the AVX2 build in its own loop as it
+ * loads the gradients, the others in a pass over the piece's gradients just
+ * before its update (a second read, from cache instead of from memory).
  *
  * Nothing is allocated per call: chunks are described in batches of up to
  * BATCH into buffers allocated at create, one pool run per batch (one run
@@ -157,6 +157,11 @@ static void adam_task(void *vctx, size_t t, int worker) {
     /* The fp32 params are the master: updated in place, nothing to copy. */
     s.master = (float *)l->params + (idx - l->params_first);
     s.params = NULL;
+  }
+  if (l->sumsq && c->isa == ZT_ISA_AVX2) {
+    /* One read of the gradients: the sum in the update's own loop. */
+    c->sums[t] = zt__adam_span_sumsq_avx2(l->hp, &s);
+    return;
   }
   if (l->sumsq) c->sums[t] = zt__sumsq_run(c->isa, s.grads, l->grad_dtype, pc->n);
   zt__adam_span_run(c->isa, l->hp, &s);
