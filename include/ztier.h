@@ -664,11 +664,20 @@ typedef struct zt_stats_data {
    * engine-owned gradient buffers held now, with those kept for the next
    * backward (in device_bytes; at most what `ztier plan` says). */
   uint64_t grad_buffer_bytes;
+
+  /* Stages 2 and 3: the device pools reserved at registration for the
+   * gathered groups and the engine-owned gradients, as `ztier plan` sizes
+   * them (in device_bytes; live_bytes and grad_buffer_bytes are carved from
+   * them), and the buffers they could not hold, allocated one by one
+   * instead since the engine was created (0 for a loop within
+   * max_live_bytes that holds one group's gradients at a time). */
+  uint64_t pool_bytes;
+  uint64_t pool_misses;
 } zt_stats_t;
 
 #define ZT_STATS_INIT                                                        \
   { sizeof(zt_stats_t), 0, 0, 0, 0, 0, 0, 0, 0, 0.0, 0.0, 0.0, 0.0, 0, 0, NULL, \
-    0, 1, 0, 0, 0, -1, NULL, 0, 0, 0.0, 0, 0, 0, 0, 0, 0, 0, 0.0, 0, 0, 0, 0, 0, 0 }
+    0, 1, 0, 0, 0, -1, NULL, 0, 0, 0.0, 0, 0, 0, 0, 0, 0, 0, 0.0, 0, 0, 0, 0, 0, 0, 0, 0 }
 
 /* Fills *out: the caller's out->size bytes of it (sizeof(zt_stats_t) as the
  * program's header has it: use ZT_STATS_INIT; a larger struct's unknown

@@ -33,6 +33,9 @@ typedef struct expect {
 static uint64_t max_u(uint64_t a, uint64_t b) { return a > b ? a : b; }
 static uint64_t min_u(uint64_t a, uint64_t b) { return a < b ? a : b; }
 
+/* The device pools take whole 256-byte grains a buffer (offload/arena.h). */
+static uint64_t grains(uint64_t bytes) { return (bytes + 255) / 256 * 256; }
+
 static expect_t expect_rows(uint64_t n, int W, int stage, uint64_t p, uint64_t g, int host_tier,
                             uint64_t bucket, uint64_t group, uint64_t live_bytes, int nccl) {
   expect_t e = {0};
@@ -57,10 +60,10 @@ static expect_t expect_rows(uint64_t n, int W, int stage, uint64_t p, uint64_t g
     e.live = live_bytes / (group * p);
     if (e.live < 1) e.live = 1;
     if (e.live > groups) e.live = groups;
-    e.gathered = e.live * group * p;
+    e.gathered = e.live * grains(group * p);
   }
   /* Two buffers of a group's gradients in turn, where there are two groups. */
-  if (stage >= 2) e.group_grads = (n > group ? 2 : 1) * group * g;
+  if (stage >= 2) e.group_grads = (n > group ? 2 : 1) * grains(group * g);
   /* The comm's staging buffer, one MiB for the control records: no host
    * bucket goes through nccl. */
   if (nccl) e.scratch = 1u << 20;

@@ -399,6 +399,9 @@ typedef struct syncs {
   uint64_t ready, fetch, step; /* host syncs inside those calls, all steps */
   uint64_t grads_allocated;    /* device bytes zt_grads() added after step 1 */
   uint64_t grad_buffer_bytes;  /* zt_stats' after the last step            */
+  uint64_t device_added;       /* device bytes the steps added after
+                                  registration (the pools hold them all)   */
+  uint64_t pool_misses;        /* zt_stats' after the last step            */
 } syncs_t;
 
 static uint64_t device_bytes(zt_engine_t *e) {
@@ -459,6 +462,7 @@ static void run_loop(zt_backend_t backend, int stage, zt_tier_t tier, int own_gr
   }
   write_grads_t w[GROUPS];
   memset(sy, 0, sizeof *sy);
+  uint64_t registered = device_bytes(e);
   for (int t = 1; t <= STEPS; t++) {
     void *ptr[1];
     for (int k = 0; k < GROUPS; k++) {
@@ -501,6 +505,8 @@ static void run_loop(zt_backend_t backend, int stage, zt_tier_t tier, int own_gr
   zt_stats_t st = ZT_STATS_INIT;
   T_OK(zt_stats(e, &st), e);
   sy->grad_buffer_bytes = st.grad_buffer_bytes;
+  sy->device_added = st.device_bytes - registered;
+  sy->pool_misses = st.pool_misses;
   if (stage == 3) {
     /* The parameters live in the engine: fetched group by group. */
     for (int k = 0; k < GROUPS; k++) {
@@ -569,6 +575,11 @@ static void test_stages_on_slow_link(void **state) {
         /* Engine-owned gradient buffers outlive the step (a free would be a
          * host sync in it): the next backward allocates none. */
         assert_int_equal(ss.grads_allocated, 0);
+        /* Nor does any step: the gathered groups and the engine-owned
+         * gradients come from the pools reserved at registration, groups
+         * of three sizes included. */
+        assert_int_equal(ss.pool_misses, 0);
+        assert_int_equal(ss.device_added, 0);
         /* Between steps: the two largest, at most (ztier plan's row). */
         if (own)
           assert_true(ss.grad_buffer_bytes > 0 &&

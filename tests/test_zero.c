@@ -528,15 +528,23 @@ static void w_stats(void **state) {
            (unsigned long long)p.ztier_host, (unsigned long long)st.shard_params,
            (unsigned long long)p.shard_params, (unsigned long long)st.comm_bytes_sent,
            (unsigned long long)st.comm_bytes_received);
-    /* Beyond the plan: groups kept gathered, and reads ahead. */
+    /* Beyond the plan's fixed rows: the device pools, which hold the
+     * groups kept gathered and the engine-owned gradients, reserved at
+     * registration as the plan of the largest group (wte and lnf, group 0)
+     * sizes them, and nothing allocated outside them. */
     assert_true(st.live_bytes <= st.peak_live_bytes);
-    assert_int_equal(st.device_bytes - st.live_bytes - st.grad_buffer_bytes, p.ztier_device);
-    /* Kept for the next backward: two buffers of the largest group's
-     * (wte and lnf, group 0), as the plan of that group size counts. */
+    assert_int_equal(st.pool_misses, 0);
+    assert_int_equal(st.device_bytes - st.pool_bytes, p.ztier_device);
     zt__plan_t pg;
     uint64_t largest = model_units[0].numel + model_units[5].numel;
-    assert_int_equal(
-        zt__plan_with(&in, &(zt__plan_run_t){t_backend(), ZT_COMM_AUTO, largest, 0}, &pg), 0);
+    zt_config_t cfg = t_config();
+    assert_int_equal(zt__plan_with(&in,
+                                   &(zt__plan_run_t){t_backend(), ZT_COMM_AUTO, largest,
+                                                     cfg.max_live_bytes},
+                                   &pg),
+                     0);
+    assert_int_equal(st.pool_bytes, pg.dev.gathered + (rc->api ? pg.dev.group_grads : 0));
+    assert_true(st.live_bytes <= pg.dev.gathered);
     assert_true(st.grad_buffer_bytes <= pg.dev.group_grads);
     if (rc->api && rc->stage >= 2) assert_true(st.grad_buffer_bytes > 0);
     assert_int_equal(st.host_bytes - st.read_ahead_bytes, p.ztier_host);

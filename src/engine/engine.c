@@ -387,6 +387,8 @@ int zt_stats(const zt_engine_t *eng, zt_stats_t *out) {
   out->comm_bytes_received = eng->comm->bytes_received;
   out->host_syncs = eng->be_ops->host_syncs(eng->be);
   out->grad_buffer_bytes = eng->partitioned ? zt__part_grad_buffer_bytes(&eng->zero.part) : 0;
+  out->pool_bytes = eng->partitioned ? zt__part_pool_reserved(&eng->zero.part) : 0;
+  out->pool_misses = eng->partitioned ? zt__part_pool_misses(&eng->zero.part) : 0;
   memcpy(user, out, have);
   return 0;
 }

@@ -73,15 +73,11 @@ static void device_rows(const zt__plan_in_t *in, const zt__plan_run_t *run, zt__
                  gsz = zt__dtype_size(in->grad_dtype);
   const uint64_t group = run->group_params && run->group_params < n ? run->group_params : n;
   d->loop = out->loop_device;
-  if (in->stage == 3) {
-    uint64_t groups = (n + group - 1) / group, fit = run->max_live_bytes / (group * psz);
-    d->live_groups = fit < 1 ? 1 : fit > groups ? groups : fit;
-    d->gathered = d->live_groups * group * psz;
-  }
-  if (in->stage >= 2) {
-    uint64_t groups = (n + group - 1) / group;
-    d->group_grads = (groups < ZT_GROUP_GRAD_BUFS ? groups : ZT_GROUP_GRAD_BUFS) * group * gsz;
-  }
+  zt__part_pools_t pools;
+  zt__part_pool_bytes(n, group, in->stage, psz, gsz, run->max_live_bytes, &pools);
+  d->live_groups = pools.live_groups;
+  d->gathered = pools.gathered_bytes;
+  d->group_grads = pools.grads_bytes;
   if (run->comm == ZT_COMM_NCCL) {
     const uint64_t MiB = (uint64_t)1 << 20;
     uint64_t need = 1; /* the control records: a few bytes */

@@ -217,7 +217,7 @@ int zt__gather_fetch(zt__zero_t *z, zt__group_t *g) {
     for (int s = 0; s < ZT_XFER_SLOTS; s++)
       if (p->gx[s].busy && p->gx[s].recv == NULL && g->params) {
         /* A gather into place may still write into it (see zt__part_free). */
-        zt__keep_abandoned(g->params);
+        zt__arena_abandon(&p->gathered_pool, g->params);
         pf->live_bytes -= g->numel * psz;
         g->params = NULL;
       }

@@ -182,6 +182,66 @@ void zt__part_footprint(const zt__part_shape_t *s, zt__part_footprint_t *out) {
 
 /* ---- init / free -------------------------------------------------------------- */
 
+void zt__part_pool_bytes(uint64_t total, uint64_t group, int stage, size_t param_size,
+                         size_t grad_size, uint64_t max_live_bytes, zt__part_pools_t *out) {
+  *out = (zt__part_pools_t){0};
+  if (total == 0 || stage < 2) return;
+  if (group == 0 || group > total) group = total;
+  uint64_t groups = (total + group - 1) / group;
+  if (stage == 3) {
+    uint64_t fit = max_live_bytes / (group * param_size);
+    out->live_groups = fit < 1 ? 1 : fit > groups ? groups : fit;
+    out->gathered_bytes = out->live_groups * zt__arena_grains(group * param_size);
+  }
+  uint64_t bufs = groups < ZT_GROUP_GRAD_BUFS ? groups : ZT_GROUP_GRAD_BUFS;
+  out->grads_bytes = bufs * zt__arena_grains(group * grad_size);
+}
+
+/* The pools, slots of this registration's largest group: at stage 3, one
+ * gathered slot for each group that max_live_bytes can hold at once (the
+ * smallest first: so many buffers can be out together, whatever their
+ * sizes; at least one, at most every group); where zt_grads() hands out
+ * engine-owned buffers (stages 2 and 3 with no registered gradient
+ * buffer), ZT_GROUP_GRAD_BUFS gradient slots. With groups of one size this
+ * is ztier plan's rows (zt__part_pool_bytes). */
+static int by_size(const void *x, const void *y) {
+  size_t a = *(const size_t *)x, b = *(const size_t *)y;
+  return a < b ? -1 : a > b;
+}
+
+static int init_pools(zt__part_t *p) {
+  /* Both are set up, empty where unused: an empty pool sends a request to
+   * the backend, as before the pools. */
+  size_t n = p->n_groups, largest = 0, live = 0;
+  size_t psz = zt__dtype_size(p->reg.param_dtype), gsz = zt__dtype_size(p->reg.grad_dtype);
+  int stage = p->ctx->cfg->stage;
+  if (n && stage >= 2) {
+    size_t *numel = malloc(n * sizeof *numel);
+    if (numel == NULL) return zt__errf(p->ctx->err, -ENOMEM, "out of memory");
+    for (size_t g = 0; g < n; g++) numel[g] = p->groups[g].numel;
+    qsort(numel, n, sizeof *numel, by_size);
+    largest = numel[n - 1];
+    uint64_t held = 0;
+    while (live < n && held + numel[live] * psz <= p->ctx->cfg->max_live_bytes)
+      held += numel[live++] * psz;
+    free(numel);
+  }
+  size_t gathered_slots = stage == 3 && n ? (live ? live : 1) : 0;
+  size_t grads_slots = stage >= 2 && !p->reg.grads ? zt__min_sz(n, ZT_GROUP_GRAD_BUFS) : 0;
+  zt__backend_t *be = p->ctx->be;
+  const zt__backend_ops_t *ops = p->ctx->be_ops;
+  ZT_TRY(zt__arena_init(&p->gathered_pool, be, ops, p->ctx->err, largest * psz, gathered_slots));
+  return zt__arena_init(&p->grads_pool, be, ops, p->ctx->err, largest * gsz, grads_slots);
+}
+
+uint64_t zt__part_pool_reserved(const zt__part_t *p) {
+  return zt__arena_bytes(&p->gathered_pool) + zt__arena_bytes(&p->grads_pool);
+}
+
+uint64_t zt__part_pool_misses(const zt__part_t *p) {
+  return p->gathered_pool.outside + p->grads_pool.outside;
+}
+
 int zt__part_init(zt__part_t *p, const zt__ctx_t *ctx, const zt__zero_reg_t *reg) {
   p->ctx = ctx;
   p->reg = *reg;
@@ -221,6 +281,7 @@ int zt__part_init(zt__part_t *p, const zt__ctx_t *ctx, const zt__zero_reg_t *reg
   p->bucket_elems = f.bucket_elems;
   ZT_TRY(build_groups(p));
   ZT_TRY(build_shard_segs(p));
+  ZT_TRY(init_pools(p));
 
   ZT_TRY(zt__part_alloc(p, f.grads_bytes, (void **)&p->grads));
   if (p->on_device) {
@@ -410,6 +471,8 @@ void zt__part_free(zt__part_t *p) {
     free(p->groups[g].units);
   }
   zt__part_trim_grad_spares(p, 0);
+  zt__arena_destroy(&p->gathered_pool);
+  zt__arena_destroy(&p->grads_pool);
   if (p->updated) p->ctx->be_ops->event_destroy(p->ctx->be, p->updated);
   if (p->cleared) p->ctx->be_ops->event_destroy(p->ctx->be, p->cleared);
   free(p->groups);
@@ -465,8 +528,13 @@ int zt__part_group_grads(zt__part_t *p, zt__group_t *g) {
   if (i < 0 && pending + grads_held(p, bytes) >= ZT_GROUP_GRAD_BUFS)
     i = fitting_spare(p, bytes, 0, &pending);
   if (i < 0) {
-    ZT_TRY(be->alloc(p->ctx->be, bytes, &g->grads));
-    g->grads_bytes = bytes;
+    /* From the pool: the loop's stream waits for the last use of what it
+     * is carved from (a hand-over's zeroing), then zeroes it. */
+    zt__event_t *after;
+    size_t usable;
+    ZT_TRY(zt__arena_alloc(&p->grads_pool, bytes, &g->grads, &usable, &after));
+    g->grads_bytes = usable; /* a slot: it serves any group's as a spare */
+    if (after) ZT_TRY(be->stream_wait(p->ctx->be, ZT_STREAM_COMPUTE, after));
     return be->memset_zero(p->ctx->be, g->grads, bytes, ZT_STREAM_COMPUTE);
   }
   void *zeroed = NULL;
@@ -502,7 +570,9 @@ void zt__part_trim_grad_spares(zt__part_t *p, int keep) {
     for (int i = 1; i < p->grad_spares.n; i++)
       if (p->grad_spares.bytes[i] < p->grad_spares.bytes[small]) small = i;
     size_t bytes = p->grad_spares.bytes[small];
-    p->ctx->be_ops->free(p->ctx->be, zt__spares_take(&p->grad_spares, small, NULL), bytes);
+    void *zeroed = NULL; /* the hand-over's zeroing: its last use */
+    void *buf = zt__spares_take(&p->grad_spares, small, &zeroed);
+    zt__arena_free(&p->grads_pool, buf, bytes, zeroed);
   }
 }
 
@@ -517,6 +587,6 @@ void zt__part_drop_grads(zt__part_t *p, zt__group_t *g) {
   if (g->grads == NULL) return;
   size_t bytes = g->grads_bytes;
   if (!zt__spares_put(&p->grad_spares, g->grads, bytes, NULL))
-    p->ctx->be_ops->free(p->ctx->be, g->grads, bytes);
+    zt__arena_free(&p->grads_pool, g->grads, bytes, NULL);
   g->grads = NULL;
 }

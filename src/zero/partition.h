@@ -40,6 +40,7 @@
 #include "comm/comm.h"       // defines: zt__comm_req_t, zt__red_dtype_t
 #include "cpu/cpu_optim.h"   // defines: zt__seg_t
 #include "cpu/work_queue.h"  // defines: zt__work_queue_t
+#include "offload/arena.h"   // defines: zt__arena_t
 #include "offload/context.h" // defines: zt__ctx_t, zt__counters_t
 #include "offload/pinned.h"  // defines: zt__pinned_t
 #include "offload/spares.h"  // defines: zt__spares_t
@@ -170,6 +171,13 @@ typedef struct zt__part {
    * keeps ZT_GROUP_GRAD_BUFS of them, the largest, for the next backward
    * (zt__part_trim_grad_spares), which `ztier plan` counts. */
   zt__spares_t grad_spares;
+  /* The device pools, reserved at registration in slots of the largest
+   * group (offload/arena.h; with groups of one size, what `ztier plan`
+   * prints: zt__part_pool_bytes): the gathered groups of stage 3
+   * (prefetch.c's buffers) and the engine-owned gradients of stages 2 and
+   * 3. The spares are slots of them; a buffer no slot holds is the
+   * backend's, counted as a pool miss. */
+  zt__arena_t gathered_pool, grads_pool;
   /* Stage 3's gathers have slots of their own, so that a fetch does not
    * wait for the gradient buckets and their sums: a gather into place needs
    * no buffer; with pinned buckets (on_pinned) each slot has a recv bucket
@@ -310,6 +318,24 @@ typedef struct zt__part_footprint {
 } zt__part_footprint_t;
 
 ZT_INTERNAL void zt__part_footprint(const zt__part_shape_t *s, zt__part_footprint_t *out);
+
+/* The device pools' sizes (ztier plan's gathered-groups and group-gradients
+ * rows), for `total` elements in groups of at most `group`: at stage 3, as
+ * many of the largest groups' gathered parameters as max_live_bytes holds,
+ * at least one and at most all of them (live_groups); at stages 2 and 3,
+ * ZT_GROUP_GRAD_BUFS of the largest group's gradients, at most one a group.
+ * Each buffer in whole grains of the pool (offload/arena.h); 0 where the
+ * stage has none. */
+typedef struct zt__part_pools {
+  uint64_t live_groups, gathered_bytes, grads_bytes;
+} zt__part_pools_t;
+ZT_INTERNAL void zt__part_pool_bytes(uint64_t total, uint64_t group, int stage,
+                                     size_t param_size, size_t grad_size,
+                                     uint64_t max_live_bytes, zt__part_pools_t *out);
+
+/* The pools' bytes reserved, and the buffers they could not hold so far. */
+ZT_INTERNAL uint64_t zt__part_pool_reserved(const zt__part_t *p);
+ZT_INTERNAL uint64_t zt__part_pool_misses(const zt__part_t *p);
 
 /* Memory of the shard and the buckets: pinned with on_pinned (the host and
  * nvme optimizer tiers), else the backend's (zeroed); an empty one takes 64

@@ -59,7 +59,9 @@ static void drop_reads(zt__prefetch_t *pf) {
 static void free_spare(zt__prefetch_t *pf, int i) {
   zt__part_t *p = pf->part;
   size_t bytes = pf->spares.bytes[i];
-  p->ctx->be_ops->free(p->ctx->be, zt__spares_take(&pf->spares, i, NULL), bytes);
+  void *last_use = NULL;
+  void *buf = zt__spares_take(&pf->spares, i, &last_use);
+  zt__arena_free(&p->gathered_pool, buf, bytes, last_use);
   pf->live_bytes -= bytes;
 }
 
@@ -85,25 +87,29 @@ static int free_spare_of(zt__prefetch_t *pf, size_t bytes) {
 int zt__prefetch_buf_get(zt__prefetch_t *pf, size_t bytes, int comm_writes, void **out) {
   zt__part_t *p = pf->part;
   const zt__backend_ops_t *be = p->ctx->be_ops;
+  void *last_use = NULL;
   int i = free_spare_of(pf, bytes);
   if (i >= 0) {
-    /* A spare the loop read last: what is copied into it, on the prefetch
-     * stream, waits for the loop's work up to its release; what the comm
-     * writes into it, which no stream of ours orders, waits on the host
-     * (only when that work is not done: free_spare_of prefers a spare whose
-     * is). */
-    void *last_use = NULL;
+    /* A spare the loop read last (free_spare_of prefers one whose last
+     * use is done). */
     *out = zt__spares_take(&pf->spares, i, &last_use);
-    if (last_use == NULL) return 0;
-    int rc = comm_writes ? zt__part_event_wait(p, last_use)
-                         : be->stream_wait(p->ctx->be, ZT_STREAM_PREFETCH, last_use);
-    if (rc < 0) zt__prefetch_buf_put(pf, *out, bytes);
-    return rc;
+  } else {
+    /* From the pool: its last use is that of the memory it is carved from. */
+    zt__event_t *after;
+    size_t usable; /* a slot's: the spares below match by group size */
+    ZT_TRY(zt__arena_alloc(&p->gathered_pool, bytes, out, &usable, &after));
+    last_use = after;
+    pf->live_bytes += bytes;
+    if (pf->live_bytes > pf->peak_live_bytes) pf->peak_live_bytes = pf->live_bytes;
   }
-  ZT_TRY(p->ctx->be_ops->alloc(p->ctx->be, bytes, out));
-  pf->live_bytes += bytes;
-  if (pf->live_bytes > pf->peak_live_bytes) pf->peak_live_bytes = pf->live_bytes;
-  return 0;
+  if (last_use == NULL) return 0;
+  /* What is copied into it, on the prefetch stream, waits for the loop's
+   * work up to that use; what the comm writes into it, which no stream of
+   * ours orders, waits on the host (only when that work is not done). */
+  int rc = comm_writes ? zt__part_event_wait(p, last_use)
+                       : be->stream_wait(p->ctx->be, ZT_STREAM_PREFETCH, last_use);
+  if (rc < 0) zt__prefetch_buf_put(pf, *out, bytes);
+  return rc;
 }
 
 /* `last_use`: an event after the loop's last use of buf, or NULL. */
@@ -112,7 +118,7 @@ static void put_spare(zt__prefetch_t *pf, void *buf, size_t bytes, zt__event_t *
   if (pf->live_bytes <= p->ctx->cfg->max_live_bytes &&
       zt__spares_put(&pf->spares, buf, bytes, last_use))
     return;
-  p->ctx->be_ops->free(p->ctx->be, buf, bytes);
+  zt__arena_free(&p->gathered_pool, buf, bytes, last_use);
   pf->live_bytes -= bytes;
 }
 
@@ -122,7 +128,8 @@ void zt__prefetch_buf_put(zt__prefetch_t *pf, void *buf, size_t bytes) {
 
 /* The loop's stream may still read g's buffer: its next contents wait for
  * that on the device (zt__prefetch_buf_get), marked by g's event. Where
- * the mark cannot be made, the buffer goes (a free waits for the device). */
+ * the mark cannot be made, the host waits for the loop's stream and the
+ * buffer goes back to the pool. */
 static void put_used(zt__prefetch_t *pf, zt__group_t *g) {
   zt__part_t *p = pf->part;
   const zt__backend_ops_t *be = p->ctx->be_ops;
@@ -132,8 +139,11 @@ static void put_used(zt__prefetch_t *pf, zt__group_t *g) {
     put_spare(pf, g->params, gathered_bytes(pf, g), g->released);
     return;
   }
+  /* Unmarked: the loop's reads of it are waited for here. */
   *p->ctx->err = keep;
-  be->free(p->ctx->be, g->params, gathered_bytes(pf, g));
+  (void)be->stream_sync(p->ctx->be, ZT_STREAM_COMPUTE);
+  *p->ctx->err = keep;
+  zt__arena_free(&p->gathered_pool, g->params, gathered_bytes(pf, g), NULL);
   pf->live_bytes -= gathered_bytes(pf, g);
 }
 
@@ -206,7 +216,7 @@ static void drop_stage(zt__prefetch_t *pf, zt__stage_t *st) {
   if (finish_stage(pf, st) == 0) {
     zt__prefetch_buf_put(pf, st->buf, bytes);
   } else {
-    zt__keep_abandoned(st->buf);
+    zt__arena_abandon(&p->gathered_pool, st->buf);
     pf->live_bytes -= bytes;
   }
   *p->ctx->err = keep;
