@@ -38,9 +38,11 @@ typedef struct zt__seg {
  * (then params are addressed as above and written once).
  * grads_first/params_first let a staging buffer hold a window of elements.
  * `sumsq` non-NULL (the CPU executor only): the gradients' sum of squares is
- * taken in the update's own pass, each piece's just before its update
- * (the piece is then in cache), and added to *sumsq in zt__cpu_sumsq's
- * blocks and order, so a caller that starts from 0 gets its bits.
+ * taken in the update's own pass, and added to *sumsq in zt__cpu_sumsq's
+ * blocks and order, so a caller that starts from 0 gets its bits. With
+ * AVX2 the update's vector loop sums each gradient as it loads it, in
+ * zt__sumsq_avx2's lanes (one read); the other ISAs sum each piece just
+ * before its update, from cache.
  */
 typedef struct zt__adam_launch {
   const zt__adam_hp_t *hp;
