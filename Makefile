@@ -310,35 +310,41 @@ fuzz:
 fuzz-brief:
 	+@FUZZ_CC=$(FUZZ_CC) bash tests/fuzz/run.sh $(BUILD) $(or $(FUZZ_SECONDS),20) $(FUZZ_TARGETS)
 
-# What install puts where; uninstall removes exactly these (and the folders
-# it made, when they are left empty).
+# What install puts where; uninstall removes exactly these files, and the
+# docs' own folder (README.md's links into docs/ keep working there).
 DOC_DIR := $(PREFIX)/share/doc/ztier
-DOCS := README.md $(wildcard LICENSE docs/*.md)
+DOCS := $(wildcard docs/*.md)
 INSTALLED := $(PREFIX)/include/ztier.h $(PREFIX)/lib/libztier.a $(PREFIX)/lib/libztier.so.0 \
              $(PREFIX)/lib/libztier.so $(PREFIX)/lib/pkgconfig/ztier.pc $(PREFIX)/bin/ztier \
-             $(addprefix $(DOC_DIR)/,$(notdir $(DOCS)))
+             $(DOC_DIR)/README.md $(addprefix $(DOC_DIR)/,$(DOCS))
 # ztier.pc: what a static link needs besides libztier, as the packages that
 # have a .pc (Requires.private) and as flags for the rest (Libs.private).
-PC_REQUIRES := libcjson liburing numa hwloc$(if $(filter 1,$(MPI)), ompi-c)
-PC_LIBS := -lm -lpthread$(if $(filter 1,$(CUDA)), $(LDLIBS_CUDA))
+# MPI found without OpenMPI's ompi-c.pc (another MPI, or CC=mpicc) goes in
+# as the flags it was linked with: a Requires.private that pkg-config cannot
+# find fails every query of ztier.pc.
+PC_MPI_PC := $(if $(filter 1,$(MPI)),$(shell pkg-config --exists ompi-c 2>/dev/null && echo 1))
+PC_REQUIRES := libcjson liburing numa hwloc$(if $(PC_MPI_PC), ompi-c)
+PC_LIBS := -lm -lpthread$(if $(filter 1,$(MPI)),$(if $(PC_MPI_PC),, $(MPI_LIBS)))$(if \
+           $(filter 1,$(CUDA)), $(LDLIBS_CUDA))
 ZT_VERSION := $(shell sed -n 's/^\#define ZT_VERSION_STRING "\(.*\)"/\1/p' include/ztier.h)
 
 install: lib tool
 	install -d $(DESTDIR)$(PREFIX)/include $(DESTDIR)$(PREFIX)/lib/pkgconfig \
-	  $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(DOC_DIR)
+	  $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(DOC_DIR)/docs
 	install -m 644 include/ztier.h $(DESTDIR)$(PREFIX)/include/
 	install -m 644 $(BUILD)/libztier.a $(DESTDIR)$(PREFIX)/lib/
 	install -m 755 $(BUILD)/libztier.so $(DESTDIR)$(PREFIX)/lib/libztier.so.0
 	ln -sf libztier.so.0 $(DESTDIR)$(PREFIX)/lib/libztier.so
 	install -m 755 $(BUILD)/ztier $(DESTDIR)$(PREFIX)/bin/
-	install -m 644 $(DOCS) $(DESTDIR)$(DOC_DIR)/
+	install -m 644 README.md $(DESTDIR)$(DOC_DIR)/
+	install -m 644 $(DOCS) $(DESTDIR)$(DOC_DIR)/docs/
 	sed -e 's|@PREFIX@|$(PREFIX)|' -e 's|@VERSION@|$(ZT_VERSION)|' \
 	  -e 's|@REQUIRES_PRIVATE@|$(PC_REQUIRES)|' -e 's|@LIBS_PRIVATE@|$(PC_LIBS)|' \
 	  scripts/ztier.pc.in > $(DESTDIR)$(PREFIX)/lib/pkgconfig/ztier.pc
 
 uninstall:
 	rm -f $(addprefix $(DESTDIR),$(INSTALLED))
-	-rmdir $(DESTDIR)$(DOC_DIR) $(DESTDIR)$(PREFIX)/lib/pkgconfig 2>/dev/null
+	-rmdir $(DESTDIR)$(DOC_DIR)/docs $(DESTDIR)$(DOC_DIR) 2>/dev/null
 
 clean:
 	rm -rf build build-*

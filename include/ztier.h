@@ -667,10 +667,11 @@ typedef struct zt_stats_data {
 
   /* Stages 2 and 3: the device pools reserved at registration for the
    * gathered groups and the engine-owned gradients, as `ztier plan` sizes
-   * them (in device_bytes; live_bytes and grad_buffer_bytes are carved from
-   * them), and the buffers they could not hold, allocated one by one
-   * instead since the engine was created (0 for a loop within
-   * max_live_bytes that holds one group's gradients at a time). */
+   * them for the largest group (in device_bytes; live_bytes and
+   * grad_buffer_bytes are held in them), and the buffers they could not
+   * hold, allocated one by one instead since the engine was created (0 for
+   * a loop that holds one group's gradients at a time and whose groups
+   * within max_live_bytes fit the pool's slots of the largest). */
   uint64_t pool_bytes;
   uint64_t pool_misses;
 } zt_stats_t;

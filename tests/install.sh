@@ -108,7 +108,7 @@ lacks() { ! needs "$@"; }
 has_all() { # ROOT: every file make install names
   local f
   for f in include/ztier.h lib/libztier.a lib/libztier.so.0 lib/libztier.so \
-    lib/pkgconfig/ztier.pc bin/ztier share/doc/ztier/README.md share/doc/ztier/api.md; do
+    lib/pkgconfig/ztier.pc bin/ztier share/doc/ztier/README.md share/doc/ztier/docs/api.md; do
     [ -e "$1/$f" ] || { echo "missing: $f"; return 1; }
   done
 }

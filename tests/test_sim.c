@@ -705,6 +705,88 @@ static void test_checkpoint_after_device_update(void **state) {
   free(g), free(soon), free(idle);
 }
 
+/* ---- the device pools' bounds ------------------------------------------------- */
+
+static uint64_t grain(uint64_t bytes) { return (bytes + 255) / 256 * 256; }
+
+/* `n_groups` groups on sim at `stage`, group 0 of `big` fp32 parameters and
+ * the others of `small`, engine-owned gradients; `micro` hand-overs of each
+ * group a step, over `steps` steps. Returns the engine's stats after. */
+static zt_stats_t pool_loop(int stage, size_t n_groups, size_t big, size_t small,
+                            size_t max_live, int micro, int steps) {
+  zt_config_t cfg = t_config();
+  cfg.backend = ZT_BACKEND_SIM;
+  cfg.comm = ZT_COMM_SINGLE;
+  cfg.stage = stage;
+  cfg.optimizer_tier = ZT_TIER_DEVICE;
+  cfg.max_live_bytes = max_live;
+  zt_engine_t *e = t_engine(&cfg);
+  size_t n = big + (n_groups - 1) * small;
+  zt_unit_t *units = calloc(n_groups, sizeof *units);
+  for (size_t k = 0, at = 0; k < n_groups; at += units[k].numel, k++)
+    units[k] = (zt_unit_t){NULL, at, k ? small : big, (int)k, 1, ZT_FP32};
+  float *host = malloc(n * 4);
+  t_rng_t rng;
+  t_rng_init(&rng, t_seed() ^ 0x9001);
+  t_fill_normal(host, ZT_FP32, n, 0.1, &rng);
+  float *dp = t_buf_alloc(e, n * 4);
+  t_buf_upload(e, dp, host, n * 4);
+  T_OK(zt_register_units(e, dp, NULL, n, ZT_FP32, ZT_FP32, units, n_groups), e);
+  for (int t = 1; t <= steps; t++) {
+    for (int m = 0; m < micro; m++)
+      for (size_t k = n_groups; k-- > 0;) {
+        void *ptr[1];
+        if (stage == 3) assert_int_equal(zt_fetch(e, (int)k, ptr, 1), 1);
+        assert_int_equal(zt_grads(e, (int)k, ptr, 1), 1);
+        t_buf_upload(e, ptr[0], host + units[k].offset, units[k].numel * 4);
+        T_OK(zt_grads_ready(e, (int)k), e);
+        if (stage == 3) T_OK(zt_release(e, (int)k), e);
+      }
+    zt_step_args_t a = ZT_STEP_ARGS_INIT;
+    a.lr = 1e-3f;
+    a.t = (uint64_t)t;
+    T_OK(zt_step(e, &a, NULL), e);
+  }
+  zt_stats_t st = ZT_STATS_INIT;
+  T_OK(zt_stats(e, &st), e);
+  t_buf_free(e, dp, n * 4);
+  zt_engine_destroy(e);
+  free(units), free(host);
+  return st;
+}
+
+/* The pools stay within their bounds: the gathered one within
+ * max_live_bytes (or one group where a group is larger), however many
+ * smaller groups max_live_bytes holds, and the gradients' holds what the
+ * loop hands over: one group's buffer, accumulated over two micro-batches,
+ * takes no second buffer. */
+static void test_pool_bounds(void **state) {
+  /* One group of 40000 and ten of 4000 fp32; max_live_bytes holds sixteen
+   * small ones but not the large one: one gathered slot of the large. */
+  zt_stats_t st = pool_loop(3, 11, 40000, 4000, 64000, 1, 2);
+  printf("# stage 3, groups of 160000 and 10 x 16000 bytes, max_live_bytes 64000: "
+         "pool_bytes %llu, pool_misses %llu, peak_live_bytes %llu\n",
+         (unsigned long long)st.pool_bytes, (unsigned long long)st.pool_misses,
+         (unsigned long long)st.peak_live_bytes);
+  assert_int_equal(st.pool_bytes, grain(160000) + 2 * grain(160000));
+  assert_true(st.pool_misses > 0); /* the small groups held beyond that slot */
+  /* max_live_bytes holds six of the large group: six slots, and the loop's
+   * groups, of whatever size, never need more. */
+  zt_stats_t wide = pool_loop(3, 11, 40000, 4000, 1000000, 1, 2);
+  assert_int_equal(wide.pool_bytes, 6 * grain(160000) + 2 * grain(160000));
+  assert_int_equal(wide.pool_misses, 0);
+  /* One group, two micro-batches a step: one gradient slot, no miss. */
+  for (int stage = 2; stage <= 3; stage++) {
+    zt_stats_t one = pool_loop(stage, 1, 1 << 20, 0, (size_t)64 << 20, 2, 2);
+    printf("# stage %d, one group of 4 MiB, two micro-batches: pool_bytes %llu, pool_misses "
+           "%llu, grad_buffer_bytes %llu\n",
+           stage, (unsigned long long)one.pool_bytes, (unsigned long long)one.pool_misses,
+           (unsigned long long)one.grad_buffer_bytes);
+    assert_int_equal(one.pool_misses, 0);
+    assert_int_equal(one.grad_buffer_bytes, (uint64_t)4 << 20);
+  }
+}
+
 /* A model figure that is not a positive number is refused by name. */
 static void test_bad_model_figure(void **state) {
   zt_config_t cfg = t_config();
@@ -731,6 +813,7 @@ int main(void) {
       cmocka_unit_test(test_stages_on_slow_link),
       cmocka_unit_test(test_fetch_after_unfinished_read),
       cmocka_unit_test(test_checkpoint_after_device_update),
+      cmocka_unit_test(test_pool_bounds),
       cmocka_unit_test(test_bad_model_figure),
   };
   return T_RUN(tests);

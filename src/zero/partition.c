@@ -182,6 +182,10 @@ void zt__part_footprint(const zt__part_shape_t *s, zt__part_footprint_t *out) {
 
 /* ---- init / free -------------------------------------------------------------- */
 
+size_t zt__part_grad_bufs(const zt__part_t *p) {
+  return zt__min_sz(p->n_groups, ZT_GROUP_GRAD_BUFS);
+}
+
 void zt__part_pool_bytes(uint64_t total, uint64_t group, int stage, size_t param_size,
                          size_t grad_size, uint64_t max_live_bytes, zt__part_pools_t *out) {
   *out = (zt__part_pools_t){0};
@@ -197,37 +201,28 @@ void zt__part_pool_bytes(uint64_t total, uint64_t group, int stage, size_t param
   out->grads_bytes = bufs * zt__arena_grains(group * grad_size);
 }
 
-/* The pools, slots of this registration's largest group: at stage 3, one
- * gathered slot for each group that max_live_bytes can hold at once (the
- * smallest first: so many buffers can be out together, whatever their
- * sizes; at least one, at most every group); where zt_grads() hands out
- * engine-owned buffers (stages 2 and 3 with no registered gradient
- * buffer), ZT_GROUP_GRAD_BUFS gradient slots. With groups of one size this
- * is ztier plan's rows (zt__part_pool_bytes). */
-static int by_size(const void *x, const void *y) {
-  size_t a = *(const size_t *)x, b = *(const size_t *)y;
-  return a < b ? -1 : a > b;
-}
-
+/* The pools, slots of this registration's largest group, as ztier plan
+ * sizes its rows for groups of that size (zt__part_pool_bytes): at stage 3,
+ * as many gathered slots as max_live_bytes holds of the largest group (at
+ * least one, at most one a group), so the pool stays within max_live_bytes
+ * or one group; where zt_grads() hands out engine-owned buffers (stages 2
+ * and 3 with no registered gradient buffer), a gradient slot for each
+ * buffer zt__part_group_grads keeps in turn. Smaller groups held beyond the
+ * gathered slots (max_live_bytes holds more of them) are counted misses. */
 static int init_pools(zt__part_t *p) {
   /* Both are set up, empty where unused: an empty pool sends a request to
    * the backend, as before the pools. */
-  size_t n = p->n_groups, largest = 0, live = 0;
+  size_t largest = 0;
+  for (size_t g = 0; g < p->n_groups; g++)
+    if (p->groups[g].numel > largest) largest = p->groups[g].numel;
   size_t psz = zt__dtype_size(p->reg.param_dtype), gsz = zt__dtype_size(p->reg.grad_dtype);
   int stage = p->ctx->cfg->stage;
-  if (n && stage >= 2) {
-    size_t *numel = malloc(n * sizeof *numel);
-    if (numel == NULL) return zt__errf(p->ctx->err, -ENOMEM, "out of memory");
-    for (size_t g = 0; g < n; g++) numel[g] = p->groups[g].numel;
-    qsort(numel, n, sizeof *numel, by_size);
-    largest = numel[n - 1];
-    uint64_t held = 0;
-    while (live < n && held + numel[live] * psz <= p->ctx->cfg->max_live_bytes)
-      held += numel[live++] * psz;
-    free(numel);
+  size_t gathered_slots = 0, grads_slots = 0;
+  if (largest && stage == 3) {
+    uint64_t fit = p->ctx->cfg->max_live_bytes / (largest * psz);
+    gathered_slots = fit < 1 ? 1 : fit > p->n_groups ? p->n_groups : (size_t)fit;
   }
-  size_t gathered_slots = stage == 3 && n ? (live ? live : 1) : 0;
-  size_t grads_slots = stage >= 2 && !p->reg.grads ? zt__min_sz(n, ZT_GROUP_GRAD_BUFS) : 0;
+  if (largest && stage >= 2 && !p->reg.grads) grads_slots = zt__part_grad_bufs(p);
   zt__backend_t *be = p->ctx->be;
   const zt__backend_ops_t *ops = p->ctx->be_ops;
   ZT_TRY(zt__arena_init(&p->gathered_pool, be, ops, p->ctx->err, largest * psz, gathered_slots));
@@ -462,15 +457,17 @@ void zt__part_free(zt__part_t *p) {
     free(p->gx[s].spans);
     free(p->gx[s].counts);
   }
+  /* The gradient buffers go back to their pool while the events they
+   * carry still exist, then the events, then the pools. */
+  for (size_t g = 0; g < p->n_groups; g++) zt__part_drop_grads(p, &p->groups[g]);
+  zt__part_trim_grad_spares(p, 0);
   for (size_t g = 0; g < p->n_groups; g++) {
-    zt__part_drop_grads(p, &p->groups[g]);
     if (p->groups[g].grads_out)
       p->ctx->be_ops->event_destroy(p->ctx->be, p->groups[g].grads_out);
     free(p->groups[g].spans);
     free(p->groups[g].pos);
     free(p->groups[g].units);
   }
-  zt__part_trim_grad_spares(p, 0);
   zt__arena_destroy(&p->gathered_pool);
   zt__arena_destroy(&p->grads_pool);
   if (p->updated) p->ctx->be_ops->event_destroy(p->ctx->be, p->updated);
@@ -517,15 +514,16 @@ static int grads_held(const zt__part_t *p, size_t bytes) {
 /* A handed-over spare comes zeroed on the D2H stream (zt__part_hand_grads):
  * the loop's stream waits for that, if not done; a spare zeroed nowhere
  * (dropped), or a new buffer, is zeroed on the loop's stream. A new buffer
- * is taken rather than wait while fewer than ZT_GROUP_GRAD_BUFS that fit
- * exist (held or spare), which `ztier plan` counts; beyond that, only when
- * no spare fits (the loop holds that many at once). */
+ * is taken rather than wait while fewer than zt__part_grad_bufs that fit
+ * exist (held or spare): the pool's slots, which `ztier plan` counts;
+ * beyond that, only when no spare fits (the loop holds that many at once,
+ * and the buffer is a counted pool miss). */
 int zt__part_group_grads(zt__part_t *p, zt__group_t *g) {
   if (g->grads) return 0;
   const zt__backend_ops_t *be = p->ctx->be_ops;
   size_t bytes = g->numel * zt__dtype_size(p->reg.grad_dtype);
   int pending, i = fitting_spare(p, bytes, 1, &pending);
-  if (i < 0 && pending + grads_held(p, bytes) >= ZT_GROUP_GRAD_BUFS)
+  if (i < 0 && pending + grads_held(p, bytes) >= (int)zt__part_grad_bufs(p))
     i = fitting_spare(p, bytes, 0, &pending);
   if (i < 0) {
     /* From the pool: the loop's stream waits for the last use of what it

@@ -333,6 +333,10 @@ ZT_INTERNAL void zt__part_pool_bytes(uint64_t total, uint64_t group, int stage,
                                      size_t param_size, size_t grad_size,
                                      uint64_t max_live_bytes, zt__part_pools_t *out);
 
+/* Engine-owned gradient buffers zt__part_group_grads keeps in turn:
+ * ZT_GROUP_GRAD_BUFS, or one a group where there are fewer groups. */
+ZT_INTERNAL size_t zt__part_grad_bufs(const zt__part_t *p);
+
 /* The pools' bytes reserved, and the buffers they could not hold so far. */
 ZT_INTERNAL uint64_t zt__part_pool_reserved(const zt__part_t *p);
 ZT_INTERNAL uint64_t zt__part_pool_misses(const zt__part_t *p);

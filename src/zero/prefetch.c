@@ -84,6 +84,8 @@ static int free_spare_of(zt__prefetch_t *pf, size_t bytes) {
   return first;
 }
 
+static void put_spare(zt__prefetch_t *pf, void *buf, size_t bytes, zt__event_t *last_use);
+
 int zt__prefetch_buf_get(zt__prefetch_t *pf, size_t bytes, int comm_writes, void **out) {
   zt__part_t *p = pf->part;
   const zt__backend_ops_t *be = p->ctx->be_ops;
@@ -108,7 +110,7 @@ int zt__prefetch_buf_get(zt__prefetch_t *pf, size_t bytes, int comm_writes, void
    * ours orders, waits on the host (only when that work is not done). */
   int rc = comm_writes ? zt__part_event_wait(p, last_use)
                        : be->stream_wait(p->ctx->be, ZT_STREAM_PREFETCH, last_use);
-  if (rc < 0) zt__prefetch_buf_put(pf, *out, bytes);
+  if (rc < 0) put_spare(pf, *out, bytes, last_use); /* still pending: it goes with it */
   return rc;
 }
 
@@ -139,11 +141,14 @@ static void put_used(zt__prefetch_t *pf, zt__group_t *g) {
     put_spare(pf, g->params, gathered_bytes(pf, g), g->released);
     return;
   }
-  /* Unmarked: the loop's reads of it are waited for here. */
+  /* Unmarked: the loop's reads of it are waited for here; where even
+   * that fails, it is never reused. */
   *p->ctx->err = keep;
-  (void)be->stream_sync(p->ctx->be, ZT_STREAM_COMPUTE);
+  if (be->stream_sync(p->ctx->be, ZT_STREAM_COMPUTE) == 0)
+    zt__arena_free(&p->gathered_pool, g->params, gathered_bytes(pf, g), NULL);
+  else
+    zt__arena_abandon(&p->gathered_pool, g->params);
   *p->ctx->err = keep;
-  zt__arena_free(&p->gathered_pool, g->params, gathered_bytes(pf, g), NULL);
   pf->live_bytes -= gathered_bytes(pf, g);
 }
 
@@ -391,7 +396,7 @@ static int start_stage(zt__prefetch_t *pf, zt__stage_t *st, zt__group_t *g) {
     if (be->stream_sync(p->ctx->be, ZT_STREAM_PREFETCH) == 0) {
       zt__prefetch_buf_put(pf, buf, bytes);
     } else {
-      zt__keep_abandoned(buf);
+      zt__arena_abandon(&p->gathered_pool, buf);
       pf->live_bytes -= bytes;
     }
     *p->ctx->err = keep;
@@ -438,7 +443,7 @@ int zt__prefetch_take_staged(zt__prefetch_t *pf, const zt__group_t *g, void **ou
   int rc = finish_stage(pf, st);
   st->buf = NULL;
   if (rc < 0) {
-    zt__keep_abandoned(buf);
+    zt__arena_abandon(&pf->part->gathered_pool, buf);
     pf->live_bytes -= gathered_bytes(pf, g);
     return rc;
   }
