@@ -62,24 +62,6 @@ static int path_line(const ds_t *d, const char *path) {
   return line;
 }
 
-/* The value as a message shows it: 5e+08, "cpu", true, an object. */
-void zt__ds_shown(const cJSON *v, char *b, size_t n) {
-  if (cJSON_IsNumber(v))
-    zt__ckjson_fmt_num(v->valuedouble, b, n);
-  else if (cJSON_IsString(v))
-    zt__config_quote(v->valuestring ? v->valuestring : "", b, n);
-  else if (cJSON_IsBool(v))
-    snprintf(b, n, "%s", cJSON_IsTrue(v) ? "true" : "false");
-  else if (cJSON_IsNull(v))
-    snprintf(b, n, "null");
-  else if (cJSON_IsArray(v))
-    snprintf(b, n, "an array");
-  else if (cJSON_IsObject(v))
-    snprintf(b, n, "an object");
-  else
-    snprintf(b, n, "an invalid value");
-}
-
 int zt__ds_fail(ds_t *d, const char *path, const char *fmt, ...) {
   char msg[ZT_ERRMSG_LEN];
   va_list ap;
@@ -92,7 +74,7 @@ int zt__ds_fail(ds_t *d, const char *path, const char *fmt, ...) {
 /* "DeepSpeed key 'fp16.loss_scale' is "x"; expected a number >= 0". */
 int zt__ds_bad(ds_t *d, const char *path, const cJSON *v, const char *expected) {
   char g[96];
-  zt__ds_shown(v, g, sizeof g);
+  zt__config_shown(v, g, sizeof g);
   if (cJSON_IsString(v) && v->valuestring && strcmp(v->valuestring, "auto") == 0)
     return zt__ds_fail(
         d, path,

@@ -84,8 +84,6 @@ static inline void join(char *out, const char *prefix, const char *name) {
 
 /* ---- config_deepspeed.c: failures, notes and ztier keys ------------------------- */
 
-/* The value as a message shows it: 5e+08, "cpu", true, an object. */
-ZT_INTERNAL void zt__ds_shown(const cJSON *v, char *b, size_t n);
 /* The failure at the line of the member at `path`; returns ZT_ECONFIG. */
 __attribute__((format(printf, 3, 4))) ZT_INTERNAL int
 zt__ds_fail(ds_t *d, const char *path, const char *fmt, ...);

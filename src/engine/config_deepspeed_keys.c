@@ -310,7 +310,7 @@ static int do_stage(ds_t *d, const char *path, const cJSON *v) {
 static int do_clip(ds_t *d, const char *path, const cJSON *v) {
   if (!cJSON_IsNumber(v)) return zt__ds_bad(d, path, v, "a number >= 0 (0: no clipping)");
   char g[64];
-  zt__ds_shown(v, g, sizeof g);
+  zt__config_shown(v, g, sizeof g);
   return zt__ds_set_key(d, path, g, "clip_grad_norm", (zval_t){.num = v->valuedouble});
 }
 
@@ -447,7 +447,7 @@ static int offload(ds_t *d, const char *sect, const cJSON *obj, const char *tier
     if (strcmp(dev->valuestring, devs[i][0]) == 0) tier = devs[i][1];
   if (tier == NULL) return zt__ds_bad(d, dp, dev, "\"cpu\", \"nvme\" or \"none\"");
   char g[64];
-  zt__ds_shown(dev, g, sizeof g);
+  zt__config_shown(dev, g, sizeof g);
   ZT_TRY(zt__ds_set_enum(d, dp, g, tier_key, tier));
   ZT_TRY(pin_memory(d, sect, obj));
   if (nvme == NULL) return 0;
@@ -463,8 +463,8 @@ static int offload(ds_t *d, const char *sect, const cJSON *obj, const char *tier
                          "as '%s'",
                          np, d->nvme_path);
     char a[96], b[96];
-    zt__ds_shown(d->nvme_value, a, sizeof a);
-    zt__ds_shown(nvme, b, sizeof b);
+    zt__config_shown(d->nvme_value, a, sizeof a);
+    zt__config_shown(nvme, b, sizeof b);
     return zt__ds_fail(
         d, np,
         "DeepSpeed key '%s' is %s, but '%s' is %s: ztier's nvme tiers share one "
@@ -474,7 +474,7 @@ static int offload(ds_t *d, const char *sect, const cJSON *obj, const char *tier
   }
   d->nvme_value = nvme;
   snprintf(d->nvme_path, sizeof d->nvme_path, "%s", np);
-  zt__ds_shown(nvme, g, sizeof g);
+  zt__config_shown(nvme, g, sizeof g);
   return zt__ds_set_key(d, np, g, "swap_path", (zval_t){.s = nvme->valuestring});
 }
 
@@ -509,7 +509,7 @@ static int do_optimizer(ds_t *d, const char *path, const cJSON *opt) {
   if (!is_adam && !is_adamw) {
     if (cJSON_IsString(type) && type->valuestring && strcmp(type->valuestring, "auto")) {
       char g[96];
-      zt__ds_shown(type, g, sizeof g);
+      zt__config_shown(type, g, sizeof g);
       return zt__ds_fail(
           d, tp,
           "DeepSpeed key '%s' is %s; expected \"Adam\" or \"AdamW\": ztier "
@@ -552,7 +552,7 @@ static int fp16_num(ds_t *d, const char *sect, const cJSON *fp16, const char *na
   if (!cJSON_IsNumber(v) || !isfinite(v->valuedouble) || (integer && !is_int(v)) ||
       (lo_open ? v->valuedouble <= lo : v->valuedouble < lo))
     return zt__ds_bad(d, p, v, expected);
-  zt__ds_shown(v, given, n);
+  zt__config_shown(v, given, n);
   *out = v->valuedouble;
   return 0;
 }

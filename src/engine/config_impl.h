@@ -185,6 +185,12 @@ ZT_INTERNAL int zt__config_unknown_key(const ctx_t *c, const char *name, int lin
 ZT_INTERNAL int zt__config_from_json(const ctx_t *c, const keydef_t *k, const cJSON *v,
                                      zt_config_t *w);
 
+/* ---- config_text.c: a JSON value in a message ---- */
+
+/* The value as a message shows it: 5e+08, "cpu", true, an array, an
+ * object (config_text.c's key errors and the DeepSpeed reader's). */
+ZT_INTERNAL void zt__config_shown(const cJSON *v, char *b, size_t n);
+
 /* ---- config_deepspeed.c: a DeepSpeed config ---- */
 
 /* The top-level member that makes the object `root` a DeepSpeed config

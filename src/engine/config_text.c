@@ -425,8 +425,7 @@ static int set_enum(const ctx_t *c, const keydef_t *k, const char *s, const char
   return zt__config_bad_value(c, k, given, r);
 }
 
-/* A JSON value in a few words, for a message. */
-static void json_given(const cJSON *v, char *b, size_t n) {
+void zt__config_shown(const cJSON *v, char *b, size_t n) {
   if (cJSON_IsNumber(v))
     zt__ckjson_fmt_num(v->valuedouble, b, n);
   else if (cJSON_IsString(v))
@@ -468,7 +467,7 @@ static int set_paths_array(const ctx_t *c, const keydef_t *k, const cJSON *v,
   int n = 0;
   for (const cJSON *e = v->child; e; e = e->next) {
     char given[96];
-    json_given(e, given, sizeof given);
+    zt__config_shown(e, given, sizeof given);
     n++;
     if (!cJSON_IsString(e) || e->valuestring == NULL)
       return zt__config_kfail(
@@ -514,7 +513,7 @@ static int set_paths_array(const ctx_t *c, const keydef_t *k, const cJSON *v,
 int zt__config_from_json(const ctx_t *c, const keydef_t *k, const cJSON *v,
                          zt_config_t *w) {
   char given[96];
-  json_given(v, given, sizeof given);
+  zt__config_shown(v, given, sizeof given);
   switch (k->type) {
   case T_ENUM:
     if (cJSON_IsString(v) && v->valuestring)

@@ -443,7 +443,8 @@ static const char *nccl_ver(int v, char *buf, size_t n) {
 
 /* ---- printing --------------------------------------------------------------------- */
 
-/* liburing states its version in its headers from 2.2 on (as in ztier.c). */
+/* liburing states its version in its headers from 2.2 on; older ones do
+ * not (NULL). `ztier version` prints it too. */
 #if defined(IO_URING_VERSION_MAJOR) && defined(IO_URING_VERSION_MINOR)
 #define STR2(x) #x
 #define STR(x) STR2(x)
@@ -451,6 +452,8 @@ static const char *nccl_ver(int v, char *buf, size_t n) {
 #else
 #define LIBURING_VERSION NULL
 #endif
+
+const char *tool_liburing_version(void) { return LIBURING_VERSION; }
 
 static cJSON *feature_json(const feature_t *f) {
   cJSON *o = tool_report_new();

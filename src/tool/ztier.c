@@ -9,7 +9,6 @@
  * command reads its flags with src/tool/args.c (getopt_long) and prints with
  * src/tool/report.c (a table, or one JSON object with --json).
  */
-#include <liburing.h> // defines: IO_URING_VERSION_* (liburing 2.2 and later)
 #include <stdio.h>
 #include <string.h>
 
@@ -32,6 +31,7 @@ int tool_ckpt_main(int argc, char **argv); /* src/tool/ckpt.c */
 int tool_config_main(int argc, char **argv); /* src/tool/config.c */
 int tool_swap_main(int argc, char **argv); /* src/tool/swap.c */
 int tool_report_main(int argc, char **argv); /* src/tool/env_report.c */
+const char *tool_liburing_version(void);     /* src/tool/env_report.c */
 
 static const command_t commands[] = {
     {"bench", cmd_bench, "measure a part of ztier beside its hardware limit"},
@@ -116,14 +116,6 @@ static int cmd_bench(int argc, char **argv) {
   return rc;
 }
 
-/* liburing states its version in its headers from 2.2 on; older ones do not. */
-#if defined(IO_URING_VERSION_MAJOR) && defined(IO_URING_VERSION_MINOR)
-#define STR2(x) #x
-#define STR(x) STR2(x)
-#define LIBURING_VERSION STR(IO_URING_VERSION_MAJOR) "." STR(IO_URING_VERSION_MINOR)
-#else
-#define LIBURING_VERSION NULL
-#endif
 
 static int cmd_version(int argc, char **argv) {
   int json = 0;
@@ -150,7 +142,7 @@ static int cmd_version(int argc, char **argv) {
   tool_report_bool(j, "nccl", ZT_HAVE_CUDA);
   tool_report_bool(j, "mpi", ZT_HAVE_MPI);
   tool_report_bool(j, "io_uring", 1);
-  tool_report_str(j, "liburing_version", LIBURING_VERSION);
+  tool_report_str(j, "liburing_version", tool_liburing_version());
   return tool_report_print(stdout, j, cmd.prog) < 0;
 }
 
