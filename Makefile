@@ -230,6 +230,10 @@ $(BUILD)/tests/test_gpt2_grad: $(BUILD)/tests/test_gpt2_grad.o $(GPT2_OBJ) $(TES
                                $(BUILD)/libztier.a
 	$(CC) $(SANFLAGS) -pthread -o $@ $< $(GPT2_OBJ) $(TEST_SUPPORT_OBJ) $(BUILD)/libztier.a \
 	  $(CMOCKA_LIBS) $(LDLIBS) $(GPT2_LIBS)
+$(BUILD)/tests/test_gpt2_zt: $(BUILD)/tests/test_gpt2_zt.o $(GPT2_OBJ) $(TEST_SUPPORT_OBJ) \
+                             $(BUILD)/libztier.a
+	$(CC) $(SANFLAGS) -pthread -o $@ $< $(GPT2_OBJ) $(TEST_SUPPORT_OBJ) $(BUILD)/libztier.a \
+	  $(CMOCKA_LIBS) $(LDLIBS) $(GPT2_LIBS)
 
 # ---- commands -------------------------------------------------------------
 

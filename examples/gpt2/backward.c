@@ -14,7 +14,12 @@
 
 void gpt2_zero_grad(GPT2 *m) { memset(m->grads_memory, 0, m->num_parameters * sizeof(float)); }
 
-void gpt2_backward(GPT2 *m) {
+// Tells the loop that `group`'s gradients are final (GPT2.grads_final).
+static int group_done(GPT2 *m, int group) {
+  return m->grads_final ? m->grads_final(m->grads_final_ctx, group) : 0;
+}
+
+int gpt2_backward(GPT2 *m) {
   int B = m->B, T = m->T, C = m->cfg.n_embd, V = m->cfg.vocab_size, NH = m->cfg.n_head;
   int N = B * T, L = m->cfg.n_layer;
   GPT2Acts *a = &m->acts;
@@ -25,6 +30,8 @@ void gpt2_backward(GPT2 *m) {
   memset(a->dres, 0, (size_t)N * C * sizeof(float));
   layernorm_backward(a->dres, g->ln_f_w, g->ln_f_b, a->dln, a->layer[L - 1].res2, m->params.ln_f_w,
                      a->lnf_mean, a->lnf_rstd, N, C);
+  int rc = group_done(m, L + 1); // ln_f
+  if (rc < 0) return rc;
 
   for (int l = L - 1; l >= 0; l--) {
     const GPT2Block *p = &m->params.h[l];
@@ -45,6 +52,8 @@ void gpt2_backward(GPT2 *m) {
     matmul_backward(a->dln, gb->attn_w, gb->attn_b, a->dqkv, la->ln1, p->attn_w, N, C, 3 * C);
     layernorm_backward(a->dres, gb->ln_1_w, gb->ln_1_b, a->dln, x, p->ln_1_w, la->ln1_mean,
                        la->ln1_rstd, N, C);
+    if ((rc = group_done(m, 1 + l)) < 0) return rc;
   }
   encoder_backward(g->wte, g->wpe, a->dres, m->inputs, B, T, C);
+  return group_done(m, 0); // wte's second half: the LM head's came first
 }

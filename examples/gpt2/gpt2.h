@@ -10,7 +10,9 @@
  *   attention.c causal multi-head self-attention, forward and backward
  *   forward.c   the forward pass and its mean loss
  *   backward.c  the backward pass into the flat gradient buffer
- *   update.c    plain AdamW over the flat buffers
+ *   update.c    plain AdamW over the flat buffers: the reference
+ *   zt.c        the update through ztier: the table registered as units,
+ *               one group per block, and zt_step
  *   main.c      a byte-level training run on a text file
  *
  * Every parameter lives in ONE flat fp32 buffer and every gradient in ONE
@@ -29,6 +31,8 @@
 
 #include <stddef.h>
 #include <stdint.h>
+
+#include "ztier.h" // defines: zt_engine_t, zt_step_args_t
 
 typedef struct {
   int vocab_size;  // V
@@ -49,7 +53,8 @@ typedef struct {
   size_t offset;   // in floats, from the start of the flat buffer
   size_t numel;
   int layer;       // its block, or -1 for wte, wpe and ln_f
-  int decay;       // AdamW decays it: the matrices, not the biases and gains
+  int group;       // 0 wte and wpe, 1 + its block, n_layer + 1 ln_f (gpt2_num_groups)
+  int decay;       // AdamW decays it: matrices and embeddings, not biases and gains
 } GPT2Tensor;
 
 // Pointers to one block's tensors, into the parameters or into the gradients.
@@ -113,6 +118,12 @@ typedef struct {
   float mean_loss;
   // AdamW's moments, allocated at the first update.
   float *m_memory, *v_memory;
+  // Called by the backward as each group's gradients become final: ln_f's
+  // first, then the blocks from the last down, the embeddings' last (wte
+  // is also the LM head, so its gradient is complete only at the end).
+  // NULL: not called. A negative result stops the backward and is returned.
+  int (*grads_final)(void *ctx, int group);
+  void *grads_final_ctx;
 } GPT2;
 
 // ----------------------------------------------------------------------------
@@ -134,6 +145,8 @@ void gpt2_init_random(GPT2 *m, uint64_t seed);
 const GPT2Tensor *gpt2_tensor(const GPT2 *m, const char *name);
 // Block l's slice of the flat buffers: its first float and its length.
 void gpt2_layer_span(const GPT2 *m, int l, size_t *offset, size_t *numel);
+// The groups of the table: the embeddings, one per block, ln_f.
+static inline int gpt2_num_groups(const GPT2 *m) { return m->cfg.n_layer + 2; }
 
 // ----------------------------------------------------------------------------
 // forward.c, backward.c, update.c
@@ -144,11 +157,26 @@ void gpt2_layer_span(const GPT2 *m, int l, size_t *offset, size_t *numel);
 float gpt2_forward(GPT2 *m, const int *inputs, const int *targets);
 void gpt2_zero_grad(GPT2 *m);
 // Adds the gradient of the last forward's mean loss to the gradients; the
-// forward must have had targets.
-void gpt2_backward(GPT2 *m);
+// forward must have had targets. Calls m->grads_final (when set) as each
+// group's gradients are final. Returns 0, or the first negative result of
+// grads_final (the backward stops there).
+int gpt2_backward(GPT2 *m);
 // One AdamW step (t counts from 1), decoupled weight decay on the tensors
 // the table marks. Returns 0, or -1 when the moments cannot be allocated.
 int gpt2_update(GPT2 *m, float lr, float beta1, float beta2, float eps,
                 float weight_decay, int t);
+
+// ----------------------------------------------------------------------------
+// zt.c: the update through ztier (docs/gpt2.md, "Training through ztier")
+
+// Registers the flat buffers with `eng`, one unit per table entry, named as
+// the table names it, in its group, decayed as it says; at stage 2 also
+// sets m->grads_final so that the backward hands each group over as it
+// finishes (zt_grads_ready). Returns 0 or ztier's negative code (the
+// sentence is printed).
+int gpt2_zt_register(GPT2 *m, zt_engine_t *eng, int stage);
+// One zt_step with `args`: ztier's AdamW replaces gpt2_update. Returns 0 or
+// ztier's negative code (the sentence is printed).
+int gpt2_zt_step(zt_engine_t *eng, const zt_step_args_t *args);
 
 #endif /* GPT2_H */

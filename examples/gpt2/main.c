@@ -1,9 +1,12 @@
 /*
  * examples/gpt2/main.c — trains a tiny GPT-2 from random initialisation on
- * the bytes of a text file (V = 256, one token per byte), with plain AdamW,
- * and prints the loss as it goes down.
+ * the bytes of a text file (V = 256, one token per byte), with ztier's
+ * AdamW (or the plain one of update.c, the reference), and prints the loss
+ * as it goes down.
  *
  *   gpt2 [--text FILE] [--steps N] [--batch B] [--seq T] [--lr LR] [--seed S]
+ *        [--optimizer ztier|plain] [--stage 0|1|2] [--optimizer-tier device|host]
+ *        [--zt-config FILE.json]
  *
  * The text's first 90% is trained on; a fixed set of batches from the rest
  * gives the validation loss before and after. Exit status: 0 when the
@@ -18,13 +21,18 @@
 #include <string.h>
 #include <time.h>
 
-#include "gpt2.h" // defines: GPT2, GPT2Config
+#include "gpt2.h"  // defines: GPT2, GPT2Config, gpt2_zt_register, gpt2_zt_step
+#include "ztier.h" // defines: zt_config_t, zt_engine_create
 
 typedef struct {
   const char *text;
   int steps, batch, seq;
   float lr;
   uint64_t seed;
+  int plain;             // --optimizer plain: update.c's AdamW, no ztier
+  const char *stage;     // NULL: the config's (0)
+  const char *tier;      // NULL: the config's, or host
+  const char *zt_config; // a ztier config file, loaded before the two above
 } Options;
 
 static int parse_args(int argc, char **argv, Options *o) {
@@ -32,7 +40,9 @@ static int parse_args(int argc, char **argv, Options *o) {
     const char *f = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
     if (strcmp(f, "--help") == 0 || strcmp(f, "-h") == 0) {
       printf("usage: gpt2 [--text FILE] [--steps N] [--batch B] [--seq T] [--lr LR] "
-             "[--seed S]\n");
+             "[--seed S]\n"
+             "            [--optimizer ztier|plain] [--stage 0|1|2] "
+             "[--optimizer-tier device|host] [--zt-config FILE.json]\n");
       return 1;
     }
     if (!v) {
@@ -46,7 +56,15 @@ static int parse_args(int argc, char **argv, Options *o) {
     else if (strcmp(f, "--seq") == 0) o->seq = atoi(v);
     else if (strcmp(f, "--lr") == 0) o->lr = strtof(v, NULL);
     else if (strcmp(f, "--seed") == 0) o->seed = strtoull(v, NULL, 0);
-    else {
+    else if (strcmp(f, "--stage") == 0) o->stage = v;
+    else if (strcmp(f, "--optimizer-tier") == 0) o->tier = v;
+    else if (strcmp(f, "--zt-config") == 0) o->zt_config = v;
+    else if (strcmp(f, "--optimizer") == 0 && strcmp(v, "plain") == 0) o->plain = 1;
+    else if (strcmp(f, "--optimizer") == 0 && strcmp(v, "ztier") == 0) o->plain = 0;
+    else if (strcmp(f, "--optimizer") == 0) {
+      fprintf(stderr, "gpt2: --optimizer %s: expected ztier or plain\n", v);
+      return -1;
+    } else {
       fprintf(stderr, "gpt2: unknown flag '%s' (--help lists them)\n", f);
       return -1;
     }
@@ -101,6 +119,39 @@ static float val_loss(GPT2 *m, const unsigned char *text, size_t lo, size_t hi, 
   return (float)(sum / VAL_BATCHES);
 }
 
+// The flags that are ztier config keys, set as the file would set them.
+static int apply_flags(const Options *o, zt_config_t *cfg) {
+  const char *keys[] = {"stage", "optimizer_tier"}, *flags[] = {"--stage", "--optimizer-tier"};
+  const char *values[] = {o->stage, o->tier};
+  for (int k = 0; k < 2; k++) {
+    if (values[k] == NULL || zt_config_set(cfg, keys[k], values[k]) == 0) continue;
+    fprintf(stderr, "gpt2: %s %s: %s\n", flags[k], values[k], zt_last_error(NULL));
+    return -1;
+  }
+  return 0;
+}
+
+// ztier's config: its defaults, host tier (as charlm's), the file, the
+// flags (before the file too, so that the file is checked against the run's
+// configuration). The forward and backward run on the CPU: host backend,
+// and stage 3 waits for a loop that fetches each block (docs/gpt2.md).
+static int make_config(const Options *o, zt_config_t *cfg) {
+  *cfg = (zt_config_t)ZT_CONFIG_INIT;
+  cfg->optimizer_tier = ZT_TIER_HOST;
+  if (apply_flags(o, cfg) < 0) return -1;
+  if (o->zt_config && zt_config_load(cfg, o->zt_config) < 0) {
+    fprintf(stderr, "gpt2: --zt-config %s: %s\n", o->zt_config, zt_last_error(NULL));
+    return -1;
+  }
+  if (apply_flags(o, cfg) < 0) return -1;
+  if (cfg->backend != ZT_BACKEND_HOST || cfg->stage > 2 || cfg->optimizer_tier == ZT_TIER_NVME) {
+    fprintf(stderr, "gpt2: ztier with backend host, stage 0, 1 or 2 and optimizer tier device "
+                    "or host only: the model runs on the CPU and does not fetch its blocks\n");
+    return -1;
+  }
+  return 0;
+}
+
 static double now_s(void) {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -108,9 +159,11 @@ static double now_s(void) {
 }
 
 int main(int argc, char **argv) {
-  Options o = {"/usr/share/common-licenses/GPL-3", 40, 8, 64, 1e-3f, 42};
+  Options o = {"/usr/share/common-licenses/GPL-3", 40, 8, 64, 1e-3f, 42, 0, NULL, NULL, NULL};
   int rc = parse_args(argc, argv, &o);
   if (rc != 0) return rc > 0 ? 0 : 2;
+  zt_config_t zcfg;
+  if (!o.plain && make_config(&o, &zcfg) < 0) return 2;
   size_t n;
   unsigned char *text = read_file(o.text, &n);
   if (!text || n < 10 * (size_t)(o.seq + 2)) {
@@ -136,6 +189,28 @@ int main(int argc, char **argv) {
   printf("gpt2: %s, %zu bytes; V %d, T %d, C %d, %d heads, %d layers, B %d: %zu parameters\n",
          o.text, n, cfg.vocab_size, o.seq, cfg.n_embd, cfg.n_head, cfg.n_layer, o.batch,
          model.num_parameters);
+  // ztier takes the buffers once, before the first step; the weights it
+  // keeps as its master copy are the initialisation's.
+  zt_engine_t *eng = NULL;
+  if (!o.plain) {
+    rc = zt_engine_create(&zcfg, &eng);
+    if (rc < 0) {
+      fprintf(stderr, "gpt2: zt_engine_create: %s (%s)\n", zt_strerror(rc),
+              zt_last_error(NULL));
+    } else {
+      rc = gpt2_zt_register(&model, eng, zcfg.stage);
+    }
+    if (rc < 0) {
+      zt_engine_destroy(eng);
+      gpt2_free(&model);
+      return 1;
+    }
+    static const char *const tiers[] = {"device", "host", "nvme"};
+    printf("optimizer: ztier %s, stage %d, optimizer tier %s, %d groups\n", zt_version(),
+           zcfg.stage, tiers[zcfg.optimizer_tier], gpt2_num_groups(&model));
+  } else {
+    printf("optimizer: plain AdamW (update.c)\n");
+  }
   float val0 = val_loss(&model, text, n_train, n, inp, tgt);
   printf("val loss %.4f (ln V = %.4f)\n", val0, logf((float)cfg.vocab_size));
 
@@ -146,16 +221,29 @@ int main(int argc, char **argv) {
     make_batch(text, 0, n_train, o.batch, o.seq, &rng, inp, tgt);
     float loss = gpt2_forward(&model, inp, tgt);
     gpt2_zero_grad(&model);
-    gpt2_backward(&model);
+    // At stage 2 the backward hands each block's gradients to ztier as it
+    // finishes it (GPT2.grads_final).
+    rc = gpt2_backward(&model);
     // GPT-2's betas (0.9, 0.95) and a light weight decay on the matrices.
-    rc = gpt2_update(&model, o.lr, 0.9f, 0.95f, 1e-8f, 0.01f, step);
+    zt_step_args_t args = ZT_STEP_ARGS_INIT;
+    args.lr = o.lr;
+    args.beta1 = 0.9f;
+    args.beta2 = 0.95f;
+    args.eps = 1e-8f;
+    args.weight_decay = 0.01f;
+    args.t = (uint64_t)step;
+    if (rc == 0)
+      rc = o.plain ? gpt2_update(&model, args.lr, args.beta1, args.beta2, args.eps,
+                                 args.weight_decay, step)
+                   : gpt2_zt_step(eng, &args);
     printf("step %4d/%d  loss %.4f  %7.2f ms\n", step, o.steps, loss, 1e3 * (now_s() - ts));
   }
   double train_s = now_s() - t0;
   float val1 = val_loss(&model, text, n_train, n, inp, tgt);
   printf("val loss %.4f after %d steps (%.1f s)\n", val1, o.steps, train_s);
   int ok = rc == 0 && val1 < val0;
-  if (!ok) fprintf(stderr, "gpt2: %s\n", rc ? "out of memory" : "the loss did not go down");
+  if (!ok) fprintf(stderr, "gpt2: %s\n", rc ? "the update failed" : "the loss did not go down");
+  zt_engine_destroy(eng);
   gpt2_free(&model);
   free(inp);
   free(tgt);

@@ -27,6 +27,10 @@ static void add_tensor(GPT2 *m, size_t *offset, int layer, const char *suffix, i
   t->numel = (size_t)rows * cols;
   t->offset = *offset;
   t->layer = layer;
+  // Groups follow the backward's order of finishing: see GPT2.grads_final.
+  t->group = layer >= 0 ? 1 + layer : strncmp(suffix, "ln_f", 4) == 0 ? m->cfg.n_layer + 1 : 0;
+  // GPT-2's practice (and Hugging Face's): decay the matrices and the
+  // embeddings, never a bias or a LayerNorm gain.
   t->decay = t->ndim == 2;
   *offset += t->numel;
 }

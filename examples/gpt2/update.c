@@ -1,7 +1,7 @@
 /*
- * examples/gpt2/update.c — plain AdamW over the flat buffers, the step a
- * later version hands to ztier (zt_step): the moments would then live in
- * ztier's tier instead of m_memory and v_memory.
+ * examples/gpt2/update.c — plain AdamW over the flat buffers: the reference
+ * for ztier's step (zt.c), run with --optimizer plain. With ztier the
+ * moments live in ztier's tier instead of m_memory and v_memory.
  */
 #include <math.h>
 #include <stdlib.h>

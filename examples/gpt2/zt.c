@@ -1,0 +1,55 @@
+/*
+ * examples/gpt2/zt.c — the update through ztier: the flat buffers
+ * registered once as the table's units, and each step one zt_step in place
+ * of gpt2_update's AdamW loop (update.c stays as the reference).
+ *
+ * Groups: 0 the embeddings (wte, wpe), 1 + i block i, n_layer + 1 ln_f
+ * (GPT2Tensor.group). At stage 2 the backward hands each group over as it
+ * finishes (zt_grads_ready), ln_f first and the embeddings last, so the
+ * gradients leave while the backward goes on; zt_step then has none left
+ * to hand over. Stages 0 and 1 need no group call: stage 1 reduces at the
+ * step, from the gradient buffer (docs/stages.md, "Using each stage").
+ */
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "gpt2.h" // defines: GPT2, GPT2Tensor
+#include "ztier.h"
+
+static int grads_ready(void *ctx, int group) {
+  zt_engine_t *eng = ctx;
+  int rc = zt_grads_ready(eng, group);
+  if (rc < 0)
+    fprintf(stderr, "gpt2: zt_grads_ready(%d): %s (%s)\n", group, zt_strerror(rc),
+            zt_last_error(eng));
+  return rc;
+}
+
+int gpt2_zt_register(GPT2 *m, zt_engine_t *eng, int stage) {
+  zt_unit_t *units = calloc((size_t)m->num_tensors, sizeof *units);
+  if (!units) return -1;
+  for (int i = 0; i < m->num_tensors; i++) {
+    const GPT2Tensor *t = &m->tensors[i];
+    units[i] = (zt_unit_t){t->name, t->offset, t->numel, t->group, t->decay, ZT_FP32};
+  }
+  int rc = zt_register_units(eng, m->params_memory, m->grads_memory, m->num_parameters,
+                             ZT_FP32, ZT_FP32, units, (size_t)m->num_tensors);
+  free(units); // ztier copied the table and its names
+  if (rc < 0) {
+    fprintf(stderr, "gpt2: zt_register_units: %s (%s)\n", zt_strerror(rc),
+            zt_last_error(eng));
+    return rc;
+  }
+  if (stage == 2) {
+    m->grads_final = grads_ready;
+    m->grads_final_ctx = eng;
+  }
+  return 0;
+}
+
+int gpt2_zt_step(zt_engine_t *eng, const zt_step_args_t *args) {
+  int rc = zt_step(eng, args, NULL);
+  if (rc < 0)
+    fprintf(stderr, "gpt2: zt_step: %s (%s)\n", zt_strerror(rc), zt_last_error(eng));
+  return rc;
+}
