@@ -26,7 +26,13 @@
  *     and nvme tiers, units registered out of buffer order) exported as
  *     fp32 and bf16 holds, by the separate reader, one tensor per unit in
  *     state order with exactly the engine's parameters; a flipped byte in a
- *     rank file is refused before anything is written.
+ *     rank file is refused before anything is written;
+ *   - sharded consolidate (--max-shard-size): the expected shards by Hugging
+ *     Face's names, each parsed by the library's parser and within the size
+ *     (a larger tensor alone), in unit order; the index names every tensor
+ *     once, pointing at the shard that holds it, with total_size the sum;
+ *     the bytes are the single file's; a size of 0 and existing files are
+ *     refused.
  */
 #define _GNU_SOURCE
 #include "harness.h"
@@ -1235,6 +1241,121 @@ static void test_consolidate(void **state) {
   assert_int_equal(system(cmd), 0);
 }
 
+/* The tensors of one safetensors file, parsed by the library's parser. */
+static unsigned char *parsed_file(const char *path, zt__st_header_t *h, size_t *len) {
+  unsigned char *file = read_file(path, len);
+  zt__err_t e = {{0}};
+  if (zt__st_parse_header(h, file, *len, *len, path, &e) != 0) fail_msg("%s", e.msg);
+  return file;
+}
+
+/* Sharded at `max` bytes in `dt`: `want` shards, holding the units of the
+ * single file `single` (same dtype) in its order, byte for byte. */
+static void check_shards(const char *dir, const char *single, zt_dtype_t dt, uint64_t max,
+                         size_t want) {
+  char out_dir[300], path[400];
+  snprintf(out_dir, sizeof out_dir, "%s/cn-shards-%d", t_swap_dir(), (int)getpid());
+  size_t n = 0;
+  uint64_t size = 0;
+  zt__err_t e = {{0}};
+  assert_int_equal(zt__ckpt_consolidate_shards(dir, out_dir, dt, max, 0, NULL, &n, &size, &e), 0);
+  assert_int_equal(n, want);
+  zt__st_header_t ref;
+  size_t ref_len;
+  unsigned char *ref_file = parsed_file(single, &ref, &ref_len);
+  snprintf(path, sizeof path, "%s/model.safetensors.index.json", out_dir);
+  size_t text_len;
+  char *text = (char *)read_file(path, &text_len);
+  cJSON *index = cJSON_ParseWithLength(text, text_len);
+  assert_non_null(index);
+  cJSON *map = cJSON_GetObjectItemCaseSensitive(index, "weight_map");
+  cJSON *total = cJSON_GetObjectItemCaseSensitive(
+      cJSON_GetObjectItemCaseSensitive(index, "metadata"), "total_size");
+  assert_true(cJSON_IsObject(map) && cJSON_IsNumber(total));
+  /* Every tensor once, and no name the single file lacks. */
+  assert_int_equal(cJSON_GetArraySize(map), ref.n_tensors);
+  size_t next = 0; /* the single file's tensor the shards reach next */
+  uint64_t data = 0, files = 0;
+  for (size_t s = 0; s < n; s++) {
+    char name[64];
+    snprintf(name, sizeof name, "model-%05zu-of-%05zu.safetensors", s + 1, n);
+    snprintf(path, sizeof path, "%s/%s", out_dir, name);
+    zt__st_header_t h;
+    size_t len;
+    unsigned char *file = parsed_file(path, &h, &len);
+    assert_true(h.n_tensors >= 1);
+    if (h.data_bytes > max && h.n_tensors != 1)
+      fail_msg("%s holds %llu bytes in %zu tensors, over %llu", name,
+               (unsigned long long)h.data_bytes, h.n_tensors, (unsigned long long)max);
+    for (size_t i = 0; i < h.n_tensors; i++, next++) {
+      const zt__st_tensor_t *t = &h.tensors[i], *r = &ref.tensors[next];
+      assert_true(next < ref.n_tensors);
+      assert_string_equal(t->name, r->name);
+      cJSON *where = cJSON_GetObjectItemCaseSensitive(map, t->name);
+      assert_true(cJSON_IsString(where));
+      assert_string_equal(where->valuestring, name);
+      assert_int_equal(t->dtype, dt);
+      assert_int_equal(t->end - t->begin, r->end - r->begin);
+      assert_memory_equal(file + h.data_start + t->begin, ref_file + ref.data_start + r->begin,
+                          t->end - t->begin);
+    }
+    data += h.data_bytes;
+    files += len;
+    zt__st_header_free(&h);
+    free(file);
+  }
+  assert_int_equal(next, ref.n_tensors);
+  assert_int_equal(data, ref.data_bytes);
+  assert_int_equal((uint64_t)total->valuedouble, data);
+  assert_int_equal(size, files);
+  /* Nothing else: no temporary file left behind, no shard beyond N. */
+  snprintf(path, sizeof path, "ls -A '%s' | wc -l | grep -qx %zu", out_dir, n + 1);
+  assert_int_equal(system(path), 0);
+  /* Unforced, the files that now exist are refused; forced, replaced. */
+  EXPECT_ERR(zt__ckpt_consolidate_shards(dir, out_dir, dt, max, 0, NULL, &n, &size, &e), -EEXIST,
+             &e, "exists");
+  assert_int_equal(zt__ckpt_consolidate_shards(dir, out_dir, dt, max, 1, NULL, &n, &size, &e), 0);
+  EXPECT_ERR(zt__ckpt_consolidate_shards(dir, out_dir, dt, 0, 1, NULL, &n, &size, &e), -EINVAL,
+             &e, "--max-shard-size");
+  cJSON_Delete(index);
+  free(text);
+  zt__st_header_free(&ref);
+  free(ref_file);
+  snprintf(path, sizeof path, "rm -rf '%s'", out_dir);
+  assert_int_equal(system(path), 0);
+}
+
+/* A checkpoint of five units (state order: lm_head 12345, ln.b 5, wte 4096,
+ * h.0.w 97, h.1.w 3001 elements) sharded as Hugging Face shards. */
+static void test_consolidate_shards(void **state) {
+  t_rng_t r;
+  t_rng_init(&r, t_seed() ^ 0x5ba4d5);
+  char dir[256], single[300];
+  snprintf(dir, sizeof dir, "%s/cn-%d", t_swap_dir(), (int)getpid());
+  snprintf(single, sizeof single, "%s/model-single.safetensors", t_swap_dir());
+  zt_unit_t units[CN_UNITS];
+  size_t numel;
+  free(saved_model(dir, ZT_FP32, ZT_TIER_HOST, units, &numel, &r));
+  uint64_t size;
+  zt__err_t e = {{0}};
+  assert_int_equal(zt__ckpt_consolidate(dir, single, ZT_FP32, 1, NULL, &size, &e), 0);
+  /* fp32 at 20000 bytes: lm_head (49380) alone; ln.b, wte, h.0.w (16792);
+   * h.1.w (12004), which would take them past it. */
+  check_shards(dir, single, ZT_FP32, 20000, 3);
+  /* Exactly full: 49380 then 16792 + 12004 = 28796. */
+  check_shards(dir, single, ZT_FP32, 28796, 2);
+  /* Everything in one shard, and one byte a shard: each unit alone. */
+  check_shards(dir, single, ZT_FP32, (uint64_t)1 << 40, 1);
+  check_shards(dir, single, ZT_FP32, 1, CN_UNITS);
+  assert_int_equal(zt__ckpt_consolidate(dir, single, ZT_BF16, 1, NULL, &size, &e), 0);
+  /* bf16 halves them: 24690 alone, then 8396 + 6002 = 14398. */
+  check_shards(dir, single, ZT_BF16, 14398, 2);
+  unlink(single);
+  char cmd[400];
+  snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+  assert_int_equal(system(cmd), 0);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_manifest_roundtrip),
@@ -1249,6 +1370,7 @@ int main(void) {
       cmocka_unit_test(test_st_parse_rejects),
       cmocka_unit_test(test_st_truncated_damaged),
       cmocka_unit_test(test_consolidate),
+      cmocka_unit_test(test_consolidate_shards),
   };
   return T_RUN(tests);
 }

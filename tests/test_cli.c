@@ -316,6 +316,7 @@ static void test_ckpt_info_json(void **state) {
   cJSON *files = cJSON_GetObjectItemCaseSensitive(j, "files");
   assert_true(cJSON_IsArray(units) && cJSON_GetArraySize(units) > 0);
   assert_true(cJSON_IsArray(files) && cJSON_GetArraySize(files) > 0);
+  int n_units = cJSON_GetArraySize(units);
   cJSON *f0 = cJSON_GetArrayItem(files, 0);
   assert_true(cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(f0, "ok")));
   assert_int_equal(strlen(cJSON_GetObjectItemCaseSensitive(f0, "xxh64")->valuestring), 16);
@@ -344,6 +345,22 @@ static void test_ckpt_info_json(void **state) {
   assert_true(cJSON_IsObject(cJSON_GetObjectItemCaseSensitive(j, "metadata")));
   cJSON_Delete(j);
   unlink(st);
+  /* Sharded, one byte a shard: every unit in a shard of its own, and the
+   * index beside them (test_ckpt_format checks their contents). */
+  char shards[PATH_MAX + 16], index[PATH_MAX + 64], sargs[3 * PATH_MAX];
+  snprintf(shards, sizeof shards, "%s/cli-shards", tmp);
+  snprintf(sargs, sizeof sargs, "ckpt consolidate %s %s --max-shard-size 1 --force --json", ck,
+           shards);
+  assert_int_equal(run_prog("ztier", sargs, 1, out, sizeof out), 0);
+  j = parse_json(out);
+  assert_int_equal(cJSON_GetObjectItemCaseSensitive(j, "shards")->valuedouble, n_units);
+  cJSON_Delete(j);
+  snprintf(index, sizeof index, "%s/model.safetensors.index.json", shards);
+  assert_int_equal(access(index, R_OK), 0);
+  snprintf(args, sizeof args, "ckpt info %s/model-00001-of-%05d.safetensors", shards, n_units);
+  assert_int_equal(run_prog("ztier", args, 1, out, sizeof out), 0);
+  snprintf(args, sizeof args, "rm -rf '%s'", shards);
+  assert_int_equal(system(args), 0);
 }
 
 /* A safetensors file of dtypes ztier does not hold, written by hand: `ckpt
@@ -542,6 +559,9 @@ static void test_bad_arguments(void **state) {
       {"ckpt info", "DIR"},
       {"ckpt info a b", "'b'"},
       {"ckpt consolidate a b --dtype fp8", "--dtype"},
+      {"ckpt consolidate a b --max-shard-size 0", "--max-shard-size 0 is out of range"},
+      {"ckpt consolidate a b --max-shard-size abc", "--max-shard-size 'abc' is not valid"},
+      {"ckpt consolidate a b --max-shard-size", "--max-shard-size needs a value"},
       {"ckpt consolidate a", "OUT.safetensors (the file to write) is required"},
       {"ckpt consolidate", "DIR (the checkpoint) and OUT.safetensors are required"},
       {"ckpt nope", "nope"},

@@ -149,6 +149,25 @@ ZT_INTERNAL int zt__ckpt_consolidate(const char *dir, const char *out, zt_dtype_
                                      int force, FILE *progress, uint64_t *size,
                                      zt__err_t *e);
 
+/* zt__ckpt_consolidate as Hugging Face shards it: the same tensors, in unit
+ * order, in files "<out_dir>/model-00001-of-0000N.safetensors" (1-based,
+ * five digits), each holding at most `max_shard` bytes of tensor data (its
+ * header comes on top; a unit larger than that goes alone in its shard),
+ * and "<out_dir>/model.safetensors.index.json":
+ * {"metadata": {"total_size": <the tensors' bytes>}, "weight_map":
+ * {"<unit>": "<its shard's file name>", ...}}. `out_dir` is made when it
+ * does not exist (and removed again, if still empty, on failure). Each file
+ * is refused, or kept from the checkpoint, as `out` is above; all are
+ * written whole under temporary names first, then renamed, the index
+ * last. A failure while renaming may leave earlier shards in place, but
+ * never an index without its shards. *n_shards: N; *size: the shards'
+ * bytes together. 0, or a negative code with a sentence (-EINVAL for
+ * max_shard 0). */
+ZT_INTERNAL int zt__ckpt_consolidate_shards(const char *dir, const char *out_dir,
+                                            zt_dtype_t out_dt, uint64_t max_shard, int force,
+                                            FILE *progress, size_t *n_shards, uint64_t *size,
+                                            zt__err_t *e);
+
 /* For tests: 1 makes zt__ckpt_consolidate commit OUT as on a file system
  * with neither RENAME_NOREPLACE nor hard links; 0 (the default) undoes it. */
 ZT_INTERNAL void zt__ckpt_consolidate_plain_fs(int on);

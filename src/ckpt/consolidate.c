@@ -11,6 +11,13 @@
  * caught too). The data goes to a temporary name of its own and is renamed
  * into place; unforced, that rename never replaces a file that appeared
  * meanwhile.
+ *
+ * Sharded (zt__ckpt_consolidate_shards), the same tensors go to files named
+ * as Hugging Face names them, model-00001-of-0000N.safetensors, each of at
+ * most a given number of tensor bytes, plus model.safetensors.index.json
+ * that maps every tensor to its file. Every file is written whole under a
+ * temporary name first; the shards are renamed into place, and the index
+ * last, so an index that exists names only shards that do.
  */
 #define _GNU_SOURCE // defines: renameat2, RENAME_NOREPLACE
 #include <errno.h>
@@ -21,6 +28,8 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
+
+#include <cjson/cJSON.h> // defines: cJSON (the shards' index)
 
 #include "ckpt/ckpt.h"
 #include "ckpt/manifest.h"    // defines: zt__manifest_t
@@ -162,13 +171,20 @@ static int commit_out(const char *tmp, const char *out, int force, zt__err_t *e)
   return 0;
 }
 
+/* How far an export has come, across every file it writes: for the
+ * progress lines. */
+typedef struct {
+  uint64_t done, next_report;
+} progress_t;
+
+/* Streams units [u0, u1) of the state space through `w`, a piece at a time. */
 static int export_units(const zt__manifest_t *m, zt__ckpt_src_t *src, zt__st_writer_t *w,
-                        zt_dtype_t out_dt, FILE *progress, zt__err_t *e) {
+                        size_t u0, size_t u1, zt_dtype_t out_dt, FILE *progress,
+                        progress_t *p, zt__err_t *e) {
   float *f32 = malloc(PIECE * sizeof(float));
   uint16_t *b16 = out_dt == ZT_BF16 ? malloc(PIECE * sizeof(uint16_t)) : NULL;
   int rc = f32 && (out_dt != ZT_BF16 || b16) ? 0 : zt__errf(e, -ENOMEM, "out of memory");
-  uint64_t done = 0, next_report = 0;
-  for (size_t u = 0; rc == 0 && u < m->n_units; u++) {
+  for (size_t u = u0; rc == 0 && u < u1; u++) {
     const zt__ckpt_unit_t *unit = &m->units[u];
     for (uint64_t k = 0; rc == 0 && k < unit->numel; k += PIECE) {
       size_t n = unit->numel - k < PIECE ? (size_t)(unit->numel - k) : PIECE;
@@ -179,17 +195,45 @@ static int export_units(const zt__manifest_t *m, zt__ckpt_src_t *src, zt__st_wri
       } else if (rc == 0) {
         rc = zt__st_write(w, f32, n * sizeof *f32);
       }
-      done += n;
-      if (progress && (done >= next_report || done == m->state_numel)) {
+      p->done += n;
+      if (progress && (p->done >= p->next_report || p->done == m->state_numel)) {
         fprintf(progress, "consolidate: %5.1f%% of %llu parameters, unit %s\n",
-                100.0 * (double)done / (double)m->state_numel,
+                100.0 * (double)p->done / (double)m->state_numel,
                 (unsigned long long)m->state_numel, unit->name);
-        next_report = done + m->state_numel / 10;
+        p->next_report = p->done + m->state_numel / 10;
       }
     }
   }
   free(f32);
   free(b16);
+  return rc;
+}
+
+/* Writes units [u0, u0 + n) as a whole safetensors file under a new
+ * temporary name made from `tmp` (a mkostemp template, rewritten to the
+ * name), fsynced; `out` names it in messages. *bytes: its size. On failure
+ * the temporary file is gone. */
+static int write_st(char *tmp, const char *out, const zt__st_spec_t *specs, size_t n,
+                    const char *const *meta, size_t n_meta, const zt__manifest_t *m,
+                    zt__ckpt_src_t *src, size_t u0, zt_dtype_t out_dt, FILE *progress,
+                    progress_t *p, uint64_t *bytes, zt__err_t *e) {
+  /* A name no one else has: nothing is truncated, whatever is there. */
+  int fd = mkostemp(tmp, O_CLOEXEC);
+  if (fd < 0) return zt__errf(e, -errno, "consolidate: cannot create %s: %s", tmp, strerror(errno));
+  int rc = 0;
+  if (fchmod(fd, 0644) != 0)
+    rc = zt__errf(e, -errno, "consolidate: chmod of %s: %s", tmp, strerror(errno));
+  zt__st_writer_t *w = NULL;
+  if (rc == 0) rc = zt__st_writer_open(fd, out, specs, n, meta, n_meta, e, &w);
+  if (rc == 0) rc = export_units(m, src, w, u0, u0 + n, out_dt, progress, p, e);
+  if (rc == 0) rc = zt__st_finish(w);
+  if (rc == 0 && fsync(fd) != 0)
+    rc = zt__errf(e, -errno, "consolidate: fsync of %s: %s", tmp, strerror(errno));
+  if (rc == 0) *bytes = zt__st_writer_size(w);
+  zt__st_writer_close(w);
+  if (close(fd) != 0 && rc == 0)
+    rc = zt__errf(e, -errno, "consolidate: closing %s: %s", tmp, strerror(errno));
+  if (rc < 0) unlink(tmp);
   return rc;
 }
 
@@ -218,30 +262,190 @@ int zt__ckpt_consolidate(const char *dir, const char *out, zt_dtype_t out_dt, in
   if (rc == 0) rc = zt__ckpt_verify_range(dir, &m, 0, m.state_numel, e);
   zt__ckpt_src_t *src = NULL;
   if (rc == 0) rc = zt__ckpt_src_open(dir, &m, e, &src);
-  int fd = -1;
-  /* A name no one else has: nothing is truncated, whatever is there. */
-  if (rc == 0 && (fd = mkostemp(tmp, O_CLOEXEC)) < 0)
-    rc = zt__errf(e, -errno, "consolidate: cannot create %s: %s", tmp, strerror(errno));
-  if (rc == 0 && fchmod(fd, 0644) != 0)
-    rc = zt__errf(e, -errno, "consolidate: chmod of %s: %s", tmp, strerror(errno));
-  zt__st_writer_t *w = NULL;
-  if (rc == 0) rc = zt__st_writer_open(fd, out, specs, m.n_units, meta, 4, e, &w);
-  if (rc == 0) rc = export_units(&m, src, w, out_dt, progress, e);
-  if (rc == 0) rc = zt__st_finish(w);
-  if (rc == 0 && fsync(fd) != 0)
-    rc = zt__errf(e, -errno, "consolidate: fsync of %s: %s", tmp, strerror(errno));
-  if (rc == 0) *size = zt__st_writer_size(w);
-  zt__st_writer_close(w);
-  if (fd >= 0 && close(fd) != 0 && rc == 0)
-    rc = zt__errf(e, -errno, "consolidate: closing %s: %s", tmp, strerror(errno));
+  progress_t p = {0, 0};
+  int made = 0;
+  if (rc == 0) {
+    rc = write_st(tmp, out, specs, m.n_units, meta, 4, &m, src, 0, out_dt, progress, &p, size,
+                  e);
+    made = rc == 0;
+  }
   /* The name appears only once the file is whole; forced, the checks run
    * again right before, so a file of the checkpoint made OUT meanwhile is
    * still refused. */
   if (rc == 0 && force) rc = check_out(dir, out, &m, force, e);
   if (rc == 0) rc = commit_out(tmp, out, force, e);
-  if (rc < 0 && fd >= 0) unlink(tmp);
+  if (rc < 0 && made) unlink(tmp);
   if (rc == 0) rc = fsync_parent(out, e); /* and the name is durable */
   zt__ckpt_src_close(src);
+  free(specs);
+  zt__manifest_free(&m);
+  return rc;
+}
+
+/* ---- sharded: Hugging Face's layout ------------------------------------------------ */
+
+#define INDEX_NAME "model.safetensors.index.json"
+
+/* Splits the units, in their order, into shards: shard s holds units
+ * [first[s], first[s + 1]). A shard takes units while their bytes stay
+ * within `max`; a unit larger than `max` goes alone. Hugging Face puts such
+ * a tensor in a shard of its own too, but keeps the open shard open past
+ * it; closing it keeps the files in unit order. `first` has n_units + 2
+ * slots; returns the count, at least 1. */
+static size_t plan_shards(const zt__manifest_t *m, size_t esz, uint64_t max, size_t *first) {
+  size_t n = 0;
+  uint64_t bytes = 0;
+  first[0] = 0;
+  for (size_t u = 0; u < m->n_units; u++) {
+    uint64_t b = m->units[u].numel * esz;
+    if (u > first[n] && bytes + b > max) {
+      first[++n] = u;
+      bytes = 0;
+    }
+    bytes += b;
+  }
+  first[++n] = m->n_units;
+  return n;
+}
+
+/* "<out_dir>/model-<s+1>-of-<n>.safetensors", or the index's path when
+ * s == n. -ENAMETOOLONG when it does not fit. */
+static int shard_path(char *buf, size_t len, const char *out_dir, size_t s, size_t n,
+                      zt__err_t *e) {
+  int w = s == n ? snprintf(buf, len, "%s/%s", out_dir, INDEX_NAME)
+                 : snprintf(buf, len, "%s/model-%05zu-of-%05zu.safetensors", out_dir, s + 1, n);
+  if (w < 0 || (size_t)w + 12 >= len) /* room for the temporary suffix */
+    return zt__errf(e, -ENAMETOOLONG, "consolidate: OUT directory %s is too long", out_dir);
+  return 0;
+}
+
+/* OUT_DIR, made when it does not exist (its parent must); *made: 1 then. */
+static int make_out_dir(const char *out_dir, int *made, zt__err_t *e) {
+  struct stat st;
+  *made = 0;
+  if (mkdir(out_dir, 0755) == 0) {
+    *made = 1;
+    return fsync_parent(out_dir, e);
+  }
+  if (errno == EEXIST && stat(out_dir, &st) == 0 && S_ISDIR(st.st_mode)) return 0;
+  if (errno == EEXIST)
+    return zt__errf(e, -ENOTDIR, "consolidate: OUT %s exists and is not a directory; with "
+                    "--max-shard-size OUT is the directory the shards go into", out_dir);
+  return zt__errf(e, -errno, "consolidate: cannot create the directory %s: %s", out_dir,
+                  strerror(errno));
+}
+
+/* The index, as Hugging Face writes it: total_size (the tensors' bytes) and
+ * each tensor's shard file, in unit order. Written whole under a temporary
+ * name made from `tmp`, fsynced. */
+static int write_index(char *tmp, const char *path, const zt__manifest_t *m, size_t esz,
+                       const size_t *first, size_t n, zt__err_t *e) {
+  cJSON *o = cJSON_CreateObject(), *meta = cJSON_CreateObject(), *map = cJSON_CreateObject();
+  uint64_t total = 0;
+  int ok = o && meta && map;
+  for (size_t s = 0; ok && s < n; s++) {
+    char name[64];
+    snprintf(name, sizeof name, "model-%05zu-of-%05zu.safetensors", s + 1, n);
+    for (size_t u = first[s]; ok && u < first[s + 1]; u++) {
+      ok = cJSON_AddStringToObject(map, m->units[u].name, name) != NULL;
+      total += m->units[u].numel * esz;
+    }
+  }
+  /* A double holds it exactly: 2^53 bytes is 8 PiB. */
+  ok = ok && cJSON_AddNumberToObject(meta, "total_size", (double)total) != NULL;
+  if (ok) {
+    cJSON_AddItemToObject(o, "metadata", meta);
+    cJSON_AddItemToObject(o, "weight_map", map);
+    meta = map = NULL;
+  }
+  char *text = ok ? cJSON_Print(o) : NULL;
+  cJSON_Delete(o);
+  cJSON_Delete(meta);
+  cJSON_Delete(map);
+  if (text == NULL) return zt__errf(e, -ENOMEM, "out of memory");
+  int fd = mkostemp(tmp, O_CLOEXEC), rc = 0;
+  if (fd < 0) rc = zt__errf(e, -errno, "consolidate: cannot create %s: %s", tmp, strerror(errno));
+  if (rc == 0 && fchmod(fd, 0644) != 0)
+    rc = zt__errf(e, -errno, "consolidate: chmod of %s: %s", tmp, strerror(errno));
+  size_t len = strlen(text), at = 0;
+  while (rc == 0 && at < len) {
+    ssize_t k = write(fd, text + at, len - at);
+    if (k < 0 && errno == EINTR) continue;
+    if (k < 0) rc = zt__errf(e, -errno, "consolidate: writing %s: %s", path, strerror(errno));
+    else at += (size_t)k;
+  }
+  if (rc == 0 && (write(fd, "\n", 1) != 1 || fsync(fd) != 0))
+    rc = zt__errf(e, -errno, "consolidate: writing %s: %s", path, strerror(errno));
+  if (fd >= 0 && close(fd) != 0 && rc == 0)
+    rc = zt__errf(e, -errno, "consolidate: closing %s: %s", tmp, strerror(errno));
+  if (rc < 0 && fd >= 0) unlink(tmp);
+  free(text);
+  return rc;
+}
+
+int zt__ckpt_consolidate_shards(const char *dir, const char *out_dir, zt_dtype_t out_dt,
+                                uint64_t max_shard, int force, FILE *progress,
+                                size_t *n_shards, uint64_t *size, zt__err_t *e) {
+  *size = 0;
+  *n_shards = 0;
+  if (out_dt != ZT_FP32 && out_dt != ZT_BF16)
+    return zt__errf(e, -EINVAL, "consolidate: dtype is %s; expected fp32 or bf16",
+                    zt__dtype_name(out_dt));
+  if (max_shard == 0)
+    return zt__errf(e, -EINVAL, "consolidate: --max-shard-size is 0; expected at least 1 byte");
+  zt__manifest_t m;
+  ZT_TRY(zt__ckpt_read_manifest(dir, &m, e));
+  size_t esz = zt__dtype_size(out_dt);
+  zt__st_spec_t *specs = calloc(m.n_units + 1, sizeof *specs);
+  size_t *first = calloc(m.n_units + 2, sizeof *first);
+  int rc = specs && first ? 0 : zt__errf(e, -ENOMEM, "out of memory");
+  size_t n = rc == 0 ? plan_shards(&m, esz, max_shard, first) : 0;
+  /* paths[s] and tmps[s] for each shard, and [n] for the index. */
+  char (*paths)[4096] = rc == 0 ? calloc(n + 1, sizeof *paths) : NULL;
+  char (*tmps)[4096] = rc == 0 ? calloc(n + 1, sizeof *tmps) : NULL;
+  if (rc == 0 && (paths == NULL || tmps == NULL)) rc = zt__errf(e, -ENOMEM, "out of memory");
+  char gen[32], steps[32];
+  snprintf(gen, sizeof gen, "%llu", (unsigned long long)m.generation);
+  snprintf(steps, sizeof steps, "%llu", (unsigned long long)m.steps);
+  const char *meta[] = {"format", "pt", "producer", "ztier", "ztier_generation", gen,
+                        "ztier_steps", steps};
+  int made_dir = 0;
+  if (rc == 0) rc = make_out_dir(out_dir, &made_dir, e);
+  for (size_t s = 0; rc == 0 && s <= n; s++) {
+    rc = shard_path(paths[s], sizeof paths[s], out_dir, s, n, e);
+    if (rc == 0) rc = check_out(dir, paths[s], &m, force, e);
+    snprintf(tmps[s], sizeof tmps[s], "%s.tmp-XXXXXX", paths[s]);
+  }
+  for (size_t i = 0; rc == 0 && i < m.n_units; i++)
+    specs[i] = (zt__st_spec_t){m.units[i].name, out_dt, 1, {m.units[i].numel}};
+  /* A bad file is found before anything is written. */
+  if (rc == 0) rc = zt__ckpt_verify_range(dir, &m, 0, m.state_numel, e);
+  zt__ckpt_src_t *src = NULL;
+  if (rc == 0) rc = zt__ckpt_src_open(dir, &m, e, &src);
+  /* Every file whole under its temporary name before any name appears. */
+  progress_t p = {0, 0};
+  size_t made = 0, committed = 0;
+  for (; rc == 0 && made < n; made += rc == 0) {
+    uint64_t bytes = 0;
+    size_t u0 = first[made], k = first[made + 1] - u0;
+    rc = write_st(tmps[made], paths[made], specs + u0, k, meta, 4, &m, src, u0, out_dt, progress,
+                  &p, &bytes, e);
+    *size += bytes;
+  }
+  if (rc == 0 && (rc = write_index(tmps[n], paths[n], &m, esz, first, n, e)) == 0) made++;
+  /* Forced, the checks run again right before each rename (as for one file). */
+  for (size_t s = 0; rc == 0 && s <= n; s++)
+    if (force) rc = check_out(dir, paths[s], &m, force, e);
+  for (; rc == 0 && committed <= n; committed += rc == 0)
+    rc = commit_out(tmps[committed], paths[committed], force, e);
+  for (size_t s = committed; rc < 0 && s < made; s++) unlink(tmps[s]);
+  if (rc == 0) rc = zt__ckpt_fsync_dir(out_dir, e); /* and the names are durable */
+  if (rc < 0 && made_dir) rmdir(out_dir); /* only while it is still empty */
+  if (rc == 0) *n_shards = n;
+  zt__ckpt_src_close(src);
+  free(tmps);
+  free(paths);
+  free(first);
   free(specs);
   zt__manifest_free(&m);
   return rc;

@@ -1,7 +1,8 @@
 /*
  * src/tool/ckpt.c — `ztier ckpt`: what a checkpoint holds, its files'
  * checksums verified (`info`), and its parameters exported as one
- * safetensors file that other tools read (`consolidate`).
+ * safetensors file that other tools read, or as Hugging Face's shards and
+ * index with --max-shard-size (`consolidate`).
  *
  * consolidate is src/ckpt/consolidate.c's; this prints its peak RSS, a few MiB
  * whatever the model's size.
@@ -232,19 +233,28 @@ static int cmd_info(int argc, char **argv) {
 static int cmd_consolidate(int argc, char **argv) {
   static const char *const dtypes[] = {"fp32", "bf16", NULL};
   int dtype = 0, force = 0, json = 0;
+  size_t max_shard = 0; /* 0: one file */
   const tool_flag_t flags[] = {
       {"dtype", TOOL_FLAG_CHOICE, &dtype, "fp32|bf16",
        "the exported dtype (default fp32; bf16 rounds to nearest even)", 0, 0, dtypes},
       {"force", TOOL_FLAG_BOOL, &force, NULL, "replace OUT, or write it inside DIR", 0, 0, NULL},
       {"json", TOOL_FLAG_BOOL, &json, NULL, "one JSON object instead of the line", 0, 0, NULL},
+      {"max-shard-size", TOOL_FLAG_BYTES, &max_shard, "SIZE",
+       "shards of at most SIZE tensor bytes (\"5GB\", \"500MiB\", bytes) and their index, "
+       "Hugging Face's names, in the directory OUT",
+       1, 1e15, NULL},
   };
   const tool_cmd_t cmd = {
       "ztier ckpt consolidate",
-      "ztier ckpt consolidate DIR OUT.safetensors [--dtype fp32|bf16] [--force] [--json]",
+      "ztier ckpt consolidate DIR OUT.safetensors [--dtype fp32|bf16] [--force] [--json]\n"
+      "       ztier ckpt consolidate DIR OUT --max-shard-size SIZE [--dtype fp32|bf16] "
+      "[--force] [--json]",
       "The full fp32 master weights of the checkpoint in DIR, one tensor per unit\nnamed by "
       "the unit table, as one safetensors file, streamed. OUT may not exist\nnor lie in DIR "
-      "unless --force, and is never a file DIR's checkpoint uses.",
-      flags, 3, 2, 0};
+      "unless --force, and is never a file DIR's checkpoint uses.\nWith --max-shard-size, OUT "
+      "is a directory (made if absent) that gets\nmodel-00001-of-0000N.safetensors ... and "
+      "model.safetensors.index.json.",
+      flags, 4, 2, 0};
   const char *pos[2] = {NULL, NULL};
   int n_pos = 0;
   int rc = tool_args_parse(&cmd, argc, argv, pos, &n_pos);
@@ -257,8 +267,14 @@ static int cmd_consolidate(int argc, char **argv) {
   /* Its progress, a line per tenth, goes through the tool's progress line. */
   tool_progress_start(cmd.prog);
   FILE *progress = tool_progress_stream();
-  rc = zt__ckpt_consolidate(pos[0], pos[1], dt, force, progress ? progress : stderr, &size,
-                            zt__err_thread());
+  size_t n_shards = 0;
+  if (max_shard)
+    rc = zt__ckpt_consolidate_shards(pos[0], pos[1], dt, max_shard, force,
+                                     progress ? progress : stderr, &n_shards, &size,
+                                     zt__err_thread());
+  else
+    rc = zt__ckpt_consolidate(pos[0], pos[1], dt, force, progress ? progress : stderr, &size,
+                              zt__err_thread());
   if (progress) fclose(progress);
   tool_progress_end();
   if (rc < 0) {
@@ -272,11 +288,17 @@ static int cmd_consolidate(int argc, char **argv) {
     tool_report_str(j, "checkpoint", pos[0]);
     tool_report_str(j, "dtype", zt__dtype_name(dt));
     tool_report_uint(j, "bytes", (unsigned long long)size);
+    if (max_shard) tool_report_uint(j, "shards", (unsigned long long)n_shards);
     tool_report_num(j, "peak_rss_mib", rss);
     return tool_report_print(stdout, j, cmd.prog) < 0;
   }
-  printf("%s: %s, %llu bytes; peak RSS %.1f MiB\n", pos[1], zt__dtype_name(dt),
-         (unsigned long long)size, rss);
+  if (max_shard)
+    printf("%s: %s, %zu shards and %s, %llu bytes; peak RSS %.1f MiB\n", pos[1],
+           zt__dtype_name(dt), n_shards, "model.safetensors.index.json",
+           (unsigned long long)size, rss);
+  else
+    printf("%s: %s, %llu bytes; peak RSS %.1f MiB\n", pos[1], zt__dtype_name(dt),
+           (unsigned long long)size, rss);
   return 0;
 }
 
@@ -284,13 +306,14 @@ int tool_ckpt_main(int argc, char **argv) {
   const tool_cmd_t cmd = {
       "ztier ckpt",
       "ztier ckpt info DIR | FILE.safetensors [--json]\n"
-      "       ztier ckpt consolidate DIR OUT.safetensors [--dtype fp32|bf16] [--force] [--json]",
+      "       ztier ckpt consolidate DIR OUT.safetensors [--dtype fp32|bf16] [--force] [--json]\n"
+      "       ztier ckpt consolidate DIR OUT --max-shard-size SIZE [...]",
       "info: what a checkpoint directory (zt_save) holds, every file's checksum\n"
       "verified; or the tensors of a safetensors file. --json: one JSON object.\n"
       "consolidate: the full fp32 master weights, one tensor per unit named by the\n"
       "unit table, as safetensors (bf16: rounded to nearest even), streamed. OUT may\n"
       "not exist nor lie in DIR unless --force, and is never a file DIR's checkpoint\n"
-      "uses.\n"
+      "uses. --max-shard-size SIZE: Hugging Face's shards and index in directory OUT.\n"
       "See docs/checkpoints.md.",
       NULL, 0, 0, 1};
   int first = argc;
