@@ -84,6 +84,12 @@ void zt__arena_free(zt__arena_t *a, void *p, size_t bytes, zt__event_t *after) {
   a->after[i] = after;
 }
 
+int zt__arena_has_free(const zt__arena_t *a) {
+  for (size_t i = 0; i < a->n_slots; i++)
+    if (!a->taken[i]) return 1;
+  return 0;
+}
+
 void zt__arena_abandon(zt__arena_t *a, void *p) {
   if (slot_of(a, p) >= 0) {
     a->abandoned = 1;

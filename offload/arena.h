@@ -74,6 +74,9 @@ ZT_INTERNAL void zt__arena_free(zt__arena_t *a, void *p, size_t bytes, zt__event
  * given up on: it is never freed, nor the reservation it is part of. */
 ZT_INTERNAL void zt__arena_abandon(zt__arena_t *a, void *p);
 
+/* Whether a slot is free. */
+ZT_INTERNAL int zt__arena_has_free(const zt__arena_t *a);
+
 /* The bytes reserved. */
 static inline uint64_t zt__arena_bytes(const zt__arena_t *a) {
   return (uint64_t)a->slot_bytes * a->n_slots;

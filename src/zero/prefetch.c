@@ -96,7 +96,11 @@ int zt__prefetch_buf_get(zt__prefetch_t *pf, size_t bytes, int comm_writes, void
      * use is done). */
     *out = zt__spares_take(&pf->spares, i, &last_use);
   } else {
-    /* From the pool: its last use is that of the memory it is carved from. */
+    /* From the pool: its last use is that of the memory it is carved from.
+     * Spares of other sizes hold slots a group of this size can use: they
+     * go back first (with their last uses) rather than the group missing. */
+    while (!zt__arena_has_free(&p->gathered_pool) && pf->spares.n > 0)
+      free_spare(pf, pf->spares.n - 1);
     zt__event_t *after;
     size_t usable; /* a slot's: the spares below match by group size */
     ZT_TRY(zt__arena_alloc(&p->gathered_pool, bytes, out, &usable, &after));
