@@ -586,6 +586,35 @@ ZT_API int zt_save(zt_engine_t *eng, const char *dir);
  */
 ZT_API int zt_load(zt_engine_t *eng, const char *dir);
 
+/* How zt_export_safetensors() writes. */
+typedef struct zt_export_args {
+  size_t size;              /* sizeof(zt_export_args_t): ZT_EXPORT_ARGS_INIT */
+  zt_dtype_t dtype;         /* ZT_FP32 (the master weights) or ZT_BF16
+                               (rounded to nearest even)                   */
+  uint64_t max_shard_bytes; /* 0: one file `out`; else Hugging Face's
+                               shards of at most this many tensor bytes
+                               and model.safetensors.index.json, in the
+                               directory `out`                             */
+  int force;                /* 1: replace what exists at `out`             */
+} zt_export_args_t;
+
+#define ZT_EXPORT_ARGS_INIT { sizeof(zt_export_args_t), ZT_FP32, 0, 0 }
+
+/*
+ * Writes the checkpoint that zt_save() committed in `dir` as safetensors,
+ * the format the Hugging Face tools load: one tensor per unit, named as
+ * registered, in unit order (`ztier ckpt consolidate` does the same). Every
+ * rank file is verified first; each output file is written whole under a
+ * temporary name, fsynced and renamed (shards first, the index last), so a
+ * failure leaves no partial file under an output name. Memory stays at a
+ * piece of a million elements whatever the model's size. An existing
+ * output is refused (-EEXIST) unless args->force; a file the checkpoint
+ * itself uses, always. Needs no engine: call it from any process, while
+ * no save writes into `dir`. Returns 0 or a negative code;
+ * zt_last_error(NULL) has the sentence. Synchronous.
+ */
+ZT_API int zt_export_safetensors(const char *dir, const char *out, const zt_export_args_t *args);
+
 /* ------------------------------------------------------------------------ */
 /* Statistics                                                                */
 /* ------------------------------------------------------------------------ */

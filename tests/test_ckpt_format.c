@@ -1356,6 +1356,61 @@ static void test_consolidate_shards(void **state) {
   assert_int_equal(system(cmd), 0);
 }
 
+/* The public call: the same bytes as consolidate's own file, the same shards,
+ * and each bad argument named. */
+static void test_export_call(void **state) {
+  t_rng_t r;
+  t_rng_init(&r, t_seed() ^ 0xe4907);
+  char dir[256], single[300], out[300], shards[300], path[400];
+  snprintf(dir, sizeof dir, "%s/ex-%d", t_swap_dir(), (int)getpid());
+  snprintf(single, sizeof single, "%s/ex-single-%d.safetensors", t_swap_dir(), (int)getpid());
+  snprintf(out, sizeof out, "%s/ex-out-%d.safetensors", t_swap_dir(), (int)getpid());
+  snprintf(shards, sizeof shards, "%s/ex-shards-%d", t_swap_dir(), (int)getpid());
+  zt_unit_t units[CN_UNITS];
+  size_t numel;
+  free(saved_model(dir, ZT_FP32, ZT_TIER_HOST, units, &numel, &r));
+  uint64_t size;
+  zt__err_t e = {{0}};
+  assert_int_equal(zt__ckpt_consolidate(dir, single, ZT_BF16, 1, NULL, &size, &e), 0);
+  zt_export_args_t a = ZT_EXPORT_ARGS_INIT;
+  a.dtype = ZT_BF16;
+  assert_int_equal(zt_export_safetensors(dir, out, &a), 0);
+  size_t n_want, n_got;
+  unsigned char *want = read_file(single, &n_want), *got = read_file(out, &n_got);
+  assert_int_equal(n_got, n_want);
+  assert_memory_equal(got, want, n_want);
+  free(want), free(got);
+  /* It exists now: refused, then replaced with force. */
+  assert_int_equal(zt_export_safetensors(dir, out, &a), -EEXIST);
+  a.force = 1;
+  assert_int_equal(zt_export_safetensors(dir, out, &a), 0);
+  /* Sharded: as zt__ckpt_consolidate_shards (bf16 at 14398 bytes: 2). */
+  a.force = 0;
+  a.max_shard_bytes = 14398;
+  assert_int_equal(zt_export_safetensors(dir, shards, &a), 0);
+  snprintf(path, sizeof path, "%s/model.safetensors.index.json", shards);
+  assert_int_equal(access(path, R_OK), 0);
+  snprintf(path, sizeof path, "%s/model-00002-of-00002.safetensors", shards);
+  assert_int_equal(access(path, R_OK), 0);
+  /* Bad arguments, each named. */
+  zt_export_args_t bad = ZT_EXPORT_ARGS_INIT;
+  assert_int_equal(zt_export_safetensors(NULL, out, &bad), -EINVAL);
+  assert_non_null(strstr(zt_last_error(NULL), "dir is NULL"));
+  assert_int_equal(zt_export_safetensors(dir, out, NULL), -EINVAL);
+  assert_non_null(strstr(zt_last_error(NULL), "args is NULL"));
+  bad.dtype = ZT_FP16;
+  assert_int_equal(zt_export_safetensors(dir, out, &bad), -EINVAL);
+  assert_non_null(strstr(zt_last_error(NULL), "args->dtype"));
+  bad = (zt_export_args_t)ZT_EXPORT_ARGS_INIT;
+  bad.size = 4;
+  assert_int_equal(zt_export_safetensors(dir, out, &bad), -EINVAL);
+  assert_non_null(strstr(zt_last_error(NULL), "zt_export_args_t"));
+  unlink(single), unlink(out);
+  char cmd[700];
+  snprintf(cmd, sizeof cmd, "rm -rf '%s' '%s'", dir, shards);
+  assert_int_equal(system(cmd), 0);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_manifest_roundtrip),
@@ -1371,6 +1426,7 @@ int main(void) {
       cmocka_unit_test(test_st_truncated_damaged),
       cmocka_unit_test(test_consolidate),
       cmocka_unit_test(test_consolidate_shards),
+      cmocka_unit_test(test_export_call),
   };
   return T_RUN(tests);
 }
