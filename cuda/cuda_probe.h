@@ -1,8 +1,8 @@
 /*
  * cuda_probe.h — what the CUDA side of this machine offers, for `ztier
  * report`: the runtime linked in, the driver, the devices and NCCL. A
- * CUDA build answers from cuda/cuda_probe.cu; a build without nvcc links
- * the stub in src/backend/backend_nocuda.c, which says so. Nothing here
+ * CUDA build answers from cuda/cuda_probe.cu; a build without nvcc answers
+ * from src/backend/backend_nocuda.c that CUDA is not built in. Nothing here
  * needs a GPU: on a machine without one the probe says why there is none.
  * Plain C, so the tool includes it in either build.
  */

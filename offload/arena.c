@@ -52,7 +52,6 @@ int zt__arena_alloc(zt__arena_t *a, size_t bytes, void **out, size_t *usable,
     *after = NULL;
     ZT_TRY(a->ops->alloc(a->be, bytes, out));
     a->outside++;
-    a->outside_bytes += bytes;
     *usable = bytes;
     return 0;
   }
@@ -76,7 +75,6 @@ void zt__arena_free(zt__arena_t *a, void *p, size_t bytes, zt__event_t *after) {
   long i = slot_of(a, p);
   if (i < 0) {
     a->ops->free(a->be, p, bytes);
-    a->outside_bytes -= bytes;
     return;
   }
   ZT_ASSERT(a->taken[i] && (char *)p == a->base + (size_t)i * a->slot_bytes);

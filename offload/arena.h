@@ -50,7 +50,6 @@ typedef struct zt__arena {
   unsigned char *taken; /* [n_slots] */
   zt__event_t **after;  /* [n_slots]: the last use of a free slot, or NULL */
   uint64_t outside;     /* requests the backend served instead */
-  size_t outside_bytes; /* the bytes of those held now */
   int abandoned;        /* a slot may still be written: never freed */
 } zt__arena_t;
 

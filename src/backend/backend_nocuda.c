@@ -4,7 +4,7 @@
  * sentence saying how to get a CUDA build. No backend object ever exists
  * here, so the other entries cannot be reached through a created backend;
  * they are still safe to call (they fail or do nothing). The CUDA probe of
- * `ztier report` is stubbed here too: it says CUDA is not built in.
+ * `ztier report` answers here too: CUDA is not built in.
  */
 #include <stddef.h>
 #include <stdio.h>

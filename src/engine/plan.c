@@ -74,10 +74,11 @@ static void device_rows(const zt__plan_in_t *in, const zt__plan_run_t *run, zt__
   const uint64_t group = run->group_params && run->group_params < n ? run->group_params : n;
   d->loop = out->loop_device;
   zt__part_pools_t pools;
-  zt__part_pool_bytes(n, group, in->stage, psz, gsz, run->max_live_bytes, &pools);
-  d->live_groups = pools.live_groups;
-  d->gathered = pools.gathered_bytes;
-  d->group_grads = pools.grads_bytes;
+  zt__part_pools(group ? (n + group - 1) / group : 0, group, in->stage, psz, gsz,
+                 run->max_live_bytes, &pools);
+  d->live_groups = pools.gathered_slots;
+  d->gathered = pools.gathered_slots * pools.gathered_slot_bytes;
+  d->group_grads = pools.grads_slots * pools.grads_slot_bytes;
   if (run->comm == ZT_COMM_NCCL) {
     const uint64_t MiB = (uint64_t)1 << 20;
     uint64_t need = 1; /* the control records: a few bytes */

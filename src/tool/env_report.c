@@ -8,8 +8,8 @@
  * dispatcher's choice of kernels (src/cpu/cpu_dispatch.c), an io_uring ring
  * of 8 entries, an O_DIRECT write and read of one 4 KiB block in a temporary
  * file under --path (removed at once), an mlock of one page, the CUDA
- * runtime's device count and NCCL's version (cuda/cuda_probe.h, stubbed in a
- * build without CUDA), and MPI_Get_library_version, which the standard
+ * runtime's device count and NCCL's version (cuda/cuda_probe.h; a build
+ * without CUDA says so), and MPI_Get_library_version, which the standard
  * allows before MPI_Init. The report ends with one line per feature: whether
  * it works here, and why not when it does not.
  *

@@ -182,51 +182,42 @@ void zt__part_footprint(const zt__part_shape_t *s, zt__part_footprint_t *out) {
 
 /* ---- init / free -------------------------------------------------------------- */
 
-size_t zt__part_grad_bufs(const zt__part_t *p) {
-  return zt__min_sz(p->n_groups, ZT_GROUP_GRAD_BUFS);
-}
+size_t zt__part_grad_bufs(const zt__part_t *p) { return zt__part_grad_bufs_of(p->n_groups); }
 
-void zt__part_pool_bytes(uint64_t total, uint64_t group, int stage, size_t param_size,
-                         size_t grad_size, uint64_t max_live_bytes, zt__part_pools_t *out) {
+void zt__part_pools(uint64_t groups, uint64_t largest, int stage, size_t param_size,
+                    size_t grad_size, uint64_t max_live_bytes, zt__part_pools_t *out) {
   *out = (zt__part_pools_t){0};
-  if (total == 0 || stage < 2) return;
-  if (group == 0 || group > total) group = total;
-  uint64_t groups = (total + group - 1) / group;
+  if (groups == 0 || largest == 0 || stage < 2) return;
   if (stage == 3) {
-    uint64_t fit = max_live_bytes / (group * param_size);
-    out->live_groups = fit < 1 ? 1 : fit > groups ? groups : fit;
-    out->gathered_bytes = out->live_groups * zt__arena_grains(group * param_size);
+    uint64_t fit = max_live_bytes / (largest * param_size);
+    out->gathered_slots = fit < 1 ? 1 : fit > groups ? groups : fit;
+    out->gathered_slot_bytes = zt__arena_grains(largest * param_size);
   }
-  uint64_t bufs = groups < ZT_GROUP_GRAD_BUFS ? groups : ZT_GROUP_GRAD_BUFS;
-  out->grads_bytes = bufs * zt__arena_grains(group * grad_size);
+  out->grads_slots = zt__part_grad_bufs_of(groups);
+  out->grads_slot_bytes = zt__arena_grains(largest * grad_size);
 }
 
-/* The pools, slots of this registration's largest group, as ztier plan
- * sizes its rows for groups of that size (zt__part_pool_bytes): at stage 3,
- * as many gathered slots as max_live_bytes holds of the largest group (at
- * least one, at most one a group), so the pool stays within max_live_bytes
- * or one group; where zt_grads() hands out engine-owned buffers (stages 2
- * and 3 with no registered gradient buffer), a gradient slot for each
- * buffer zt__part_group_grads keeps in turn. Smaller groups held beyond the
- * gathered slots (max_live_bytes holds more of them) are counted misses. */
+/* The pools of this registration, zt__part_pools of its groups and its
+ * largest: the gathered one within max_live_bytes (or one group, where a
+ * group is larger); the gradients' only where zt_grads() hands out
+ * engine-owned buffers (no registered gradient buffer). Both are set up,
+ * empty where unused: an empty pool sends a request to the backend. Groups
+ * smaller than the largest held beyond the gathered slots (max_live_bytes
+ * holds more of them) are counted misses. */
 static int init_pools(zt__part_t *p) {
-  /* Both are set up, empty where unused: an empty pool sends a request to
-   * the backend, as before the pools. */
   size_t largest = 0;
   for (size_t g = 0; g < p->n_groups; g++)
     if (p->groups[g].numel > largest) largest = p->groups[g].numel;
-  size_t psz = zt__dtype_size(p->reg.param_dtype), gsz = zt__dtype_size(p->reg.grad_dtype);
-  int stage = p->ctx->cfg->stage;
-  size_t gathered_slots = 0, grads_slots = 0;
-  if (largest && stage == 3) {
-    uint64_t fit = p->ctx->cfg->max_live_bytes / (largest * psz);
-    gathered_slots = fit < 1 ? 1 : fit > p->n_groups ? p->n_groups : (size_t)fit;
-  }
-  if (largest && stage >= 2 && !p->reg.grads) grads_slots = zt__part_grad_bufs(p);
+  zt__part_pools_t pools;
+  zt__part_pools(p->n_groups, largest, p->ctx->cfg->stage, zt__dtype_size(p->reg.param_dtype),
+                 zt__dtype_size(p->reg.grad_dtype), p->ctx->cfg->max_live_bytes, &pools);
+  if (p->reg.grads) pools.grads_slots = 0;
   zt__backend_t *be = p->ctx->be;
   const zt__backend_ops_t *ops = p->ctx->be_ops;
-  ZT_TRY(zt__arena_init(&p->gathered_pool, be, ops, p->ctx->err, largest * psz, gathered_slots));
-  return zt__arena_init(&p->grads_pool, be, ops, p->ctx->err, largest * gsz, grads_slots);
+  ZT_TRY(zt__arena_init(&p->gathered_pool, be, ops, p->ctx->err, pools.gathered_slot_bytes,
+                        pools.gathered_slots));
+  return zt__arena_init(&p->grads_pool, be, ops, p->ctx->err, pools.grads_slot_bytes,
+                        pools.grads_slots);
 }
 
 uint64_t zt__part_pool_reserved(const zt__part_t *p) {

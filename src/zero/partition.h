@@ -173,7 +173,7 @@ typedef struct zt__part {
   zt__spares_t grad_spares;
   /* The device pools, reserved at registration in slots of the largest
    * group (offload/arena.h; with groups of one size, what `ztier plan`
-   * prints: zt__part_pool_bytes): the gathered groups of stage 3
+   * prints: zt__part_pools): the gathered groups of stage 3
    * (prefetch.c's buffers) and the engine-owned gradients of stages 2 and
    * 3. The spares are slots of them; a buffer no slot holds is the
    * backend's, counted as a pool miss. */
@@ -319,22 +319,26 @@ typedef struct zt__part_footprint {
 
 ZT_INTERNAL void zt__part_footprint(const zt__part_shape_t *s, zt__part_footprint_t *out);
 
-/* The device pools' sizes (ztier plan's gathered-groups and group-gradients
- * rows), for `total` elements in groups of at most `group`: at stage 3, as
- * many of the largest groups' gathered parameters as max_live_bytes holds,
- * at least one and at most all of them (live_groups); at stages 2 and 3,
- * ZT_GROUP_GRAD_BUFS of the largest group's gradients, at most one a group.
- * Each buffer in whole grains of the pool (offload/arena.h); 0 where the
- * stage has none. */
+/* The device pools (ztier plan's gathered-groups and group-gradients rows,
+ * and what zt__part_init reserves), for `groups` groups of at most
+ * `largest` elements: at stage 3, as many gathered slots of the largest
+ * group's parameters as max_live_bytes holds, at least one and at most one
+ * a group; at stages 2 and 3, zt__part_grad_bufs' count of gradient slots
+ * of the largest group's gradients. Each slot in whole grains of the pool
+ * (offload/arena.h); none where the stage has none. */
 typedef struct zt__part_pools {
-  uint64_t live_groups, gathered_bytes, grads_bytes;
+  uint64_t gathered_slots, gathered_slot_bytes;
+  uint64_t grads_slots, grads_slot_bytes;
 } zt__part_pools_t;
-ZT_INTERNAL void zt__part_pool_bytes(uint64_t total, uint64_t group, int stage,
-                                     size_t param_size, size_t grad_size,
-                                     uint64_t max_live_bytes, zt__part_pools_t *out);
+ZT_INTERNAL void zt__part_pools(uint64_t groups, uint64_t largest, int stage, size_t param_size,
+                                size_t grad_size, uint64_t max_live_bytes,
+                                zt__part_pools_t *out);
 
 /* Engine-owned gradient buffers zt__part_group_grads keeps in turn:
  * ZT_GROUP_GRAD_BUFS, or one a group where there are fewer groups. */
+static inline uint64_t zt__part_grad_bufs_of(uint64_t groups) {
+  return groups < ZT_GROUP_GRAD_BUFS ? groups : ZT_GROUP_GRAD_BUFS;
+}
 ZT_INTERNAL size_t zt__part_grad_bufs(const zt__part_t *p);
 
 /* The pools' bytes reserved, and the buffers they could not hold so far. */
