@@ -407,6 +407,24 @@ ZT_API int zt_register_units(zt_engine_t *eng, void *params, void *grads,
                              zt_dtype_t grad_dtype, const zt_unit_t *units,
                              size_t n_units);
 
+/* Dimensions a unit's shape may have. */
+#define ZT_MAX_DIMS 8
+
+/*
+ * Gives the registered unit `unit` (its name) a shape: `ndim` dimensions,
+ * 1 to ZT_MAX_DIMS, each >= 1, row-major, whose product is the unit's
+ * numel; e.g. {768, 2304} for GPT-2's h.0.attn.c_attn.weight. Shapes change
+ * nothing in training. Exports (zt_export_safetensors, `ztier ckpt
+ * consolidate`) write each unit as a tensor of its shape, and a unit given
+ * none as one of shape [numel]. zt_save keeps them in the checkpoint, and
+ * zt_load gives a unit the checkpoint's shape where it has none (a shape
+ * set here that differs from the checkpoint's is ZT_ECKPT). Any time after
+ * registration, again to change it; local (no collective): with several
+ * ranks, rank 0's shapes are the ones saved. Synchronous.
+ */
+ZT_API int zt_set_shape(zt_engine_t *eng, const char *unit, int ndim,
+                        const size_t *dims);
+
 /* ------------------------------------------------------------------------ */
 /* The optimizer step                                                        */
 /* ------------------------------------------------------------------------ */

@@ -106,12 +106,28 @@ static double random_positive(t_rng_t *r) {
   }
 }
 
+/* A shape for u: numel split into 1 to ZT_MAX_DIMS factors, in random order
+ * (ones included). */
+static void random_shape(t_rng_t *r, zt__ckpt_unit_t *u) {
+  u->ndim = 1 + (int)(t_rng_next(r) % ZT_MAX_DIMS);
+  uint64_t left = u->numel;
+  for (int d = 0; d + 1 < u->ndim; d++) {
+    uint64_t f = 1 + t_rng_next(r) % 8;
+    while (left % f) f--;
+    u->shape[d] = f;
+    left /= f;
+  }
+  u->shape[u->ndim - 1] = left;
+}
+
 /* A random valid manifest; the caller frees it with zt__manifest_free. */
 static void random_manifest(t_rng_t *r, zt__manifest_t *m) {
   static const zt_dtype_t dts[] = {ZT_FP32, ZT_BF16, ZT_FP16};
   memset(m, 0, sizeof *m);
-  /* Both versions read: 1 (no checksum, no trailer) and the current one. */
-  m->version = t_rng_next(r) % 4 ? ZT_CKPT_VERSION : 1;
+  /* Every version read: 1 (no checksum, no trailer), 2 (no shapes) and the
+   * current one, most often. */
+  static const int versions[] = {1, 2, ZT_CKPT_VERSION, ZT_CKPT_VERSION};
+  m->version = versions[t_rng_next(r) % 4];
   m->generation = 1 + t_rng_next(r) % (EXACT - 1);
   m->world = 1 + (int)(t_rng_next(r) % 64);
   m->stage = (int)(t_rng_next(r) % 4);
@@ -135,6 +151,7 @@ static void random_manifest(t_rng_t *r, zt__manifest_t *m) {
     u->numel = 1 + t_rng_next(r) % ((uint64_t)1 << (t_rng_next(r) % 45));
     u->group = (int)(t_rng_next(r) % ((uint64_t)INT_MAX + 1));
     u->weight_decay = (int)(t_rng_next(r) % 2);
+    if (m->version >= 3 && t_rng_next(r) % 2) random_shape(r, u);
     u->state_off = m->state_numel;
     m->state_numel += u->numel;
   }
@@ -206,6 +223,8 @@ static void expect_same_manifest(const zt__manifest_t *a, const zt__manifest_t *
     assert_true(u->offset == v->offset && u->numel == v->numel && u->state_off == v->state_off);
     assert_int_equal(u->group, v->group);
     assert_int_equal(u->weight_decay, v->weight_decay);
+    assert_int_equal(u->ndim, v->ndim);
+    assert_memory_equal(u->shape, v->shape, sizeof u->shape);
   }
   assert_int_equal(a->n_files, b->n_files);
   for (size_t i = 0; i < a->n_files; i++) {
@@ -267,7 +286,8 @@ static void test_manifest_file_bytes(void **state) {
 }
 
 /* The valid manifest every rule test breaks once: bf16, world 4, units
- * wte [0, 100), h0 [100, 400), lnf [500, 550) of a 1000-element buffer
+ * wte [0, 100), h0 [100, 400) of shape [3, 100], lnf [500, 550) of a
+ * 1000-element buffer
  * (state space 450), files [0,120) [120,240) [240,360) [360,450). */
 static char *base_json(void) {
   zt__manifest_t m = {0};
@@ -285,9 +305,9 @@ static char *base_json(void) {
   m.good_steps = 3;
   m.seed = 0x1234abcd5678ef90ull;
   m.rounding = ZT_ROUND_STOCHASTIC;
-  zt__ckpt_unit_t units[] = {{"wte", 0, 100, 0, 0, 1},
-                             {"h0", 100, 300, 100, 1, 1},
-                             {"lnf", 500, 50, 400, 1, 0}};
+  zt__ckpt_unit_t units[] = {{"wte", 0, 100, 0, 0, 1, 0, {0}},
+                             {"h0", 100, 300, 100, 1, 1, 2, {3, 100}},
+                             {"lnf", 500, 50, 400, 1, 0, 0, {0}}};
   uint64_t cuts[] = {0, 120, 240, 360, 450};
   zt__ckpt_file_t files[4];
   char names[4][32];
@@ -422,7 +442,8 @@ static const edit_t edits[] = {
     {"units/1/state_off", "101", "units[1].state_off is 101; expected 100"},
     {"units/0/state_off", "1", "units[0].state_off is 1"},
     {"units/1/numel", "0", "units[1].numel is 0"},
-    {"units/1/numel", "299", "units[2].state_off is 400; expected 399"},
+    {"units/0/numel", "99", "units[1].state_off is 100; expected 99"},
+    {"units/1/numel", "299", "units[1].shape[1] is 100; expected dimensions >= 1 whose product is numel (299)"},
     {"units/2/offset", "960", "units[2].offset is 960"},
     {"units/2/offset", "9007199254740991", "units[2].offset is 9007199254740991"},
     {"units/1/offset", "50", "units[1] (offset 50, numel 300) overlaps units[0]"},
@@ -430,6 +451,14 @@ static const edit_t edits[] = {
     {"units/0/weight_decay", "2", "units[0].weight_decay is 2"},
     {"units/0/extra", "1", "units[0] has the member \"extra\""},
     {"units/0/numel", NULL, "units[0].numel is missing"},
+    {"units/1/shape", "[7, 42]", "units[1].shape holds 294 elements; expected numel, 300"},
+    {"units/1/shape", "[0, 300]", "units[1].shape[0] is 0; expected dimensions >= 1"},
+    {"units/1/shape", "[3, 100.5]", "units[1].shape[1] is 100.5"},
+    {"units/1/shape", "[600, 0.5]", "units[1].shape[0] is 600"},
+    {"units/1/shape", "[]", "units[1].shape is an array; expected an array of 1 to 8"},
+    {"units/1/shape", "[1, 1, 1, 1, 1, 1, 1, 1, 300]", "units[1].shape is an array"},
+    {"units/1/shape", "\"3x100\"", "units[1].shape is \"3x100\""},
+    {"units/1/shape", "{}", "units[1].shape is an object"},
     {"files", "[]", "files is empty"},
     {"files", "\"x\"", "files is \"x\""},
     {"files/1/name", "\"a/b\"", "files[1].name is \"a/b\""},
@@ -552,12 +581,22 @@ static void test_manifest_text(void **state) {
 static void test_manifest_version(void **state) {
   /* A later version with fields this one does not know: the version is what
    * is reported. */
-  const char *v3 = "{\"format\": \"ztier-checkpoint\", \"version\": 3, \"shards\": []}";
-  expect_refused(v3, strlen(v3), "format version 3; this ztier reads format versions 1 to 2",
-                 "version 3");
+  const char *v4 = "{\"format\": \"ztier-checkpoint\", \"version\": 4, \"shards\": []}";
+  expect_refused(v4, strlen(v4), "format version 4; this ztier reads format versions 1 to 3",
+                 "version 4");
   const char *v0 = "{\"version\": 0, \"format\": \"ztier-checkpoint\"}";
-  expect_refused(v0, strlen(v0), "format version 0; this ztier reads format versions 1 to 2",
+  expect_refused(v0, strlen(v0), "format version 0; this ztier reads format versions 1 to 3",
                  "version 0");
+  /* Shapes came with version 3: a version 2 manifest that has one was not
+   * written by ztier. */
+  char *base = base_json();
+  edit_t v2 = {"version", "2", NULL}, shape = {"units/1/shape", "[3, 100]", NULL};
+  char *j2 = apply_edit(base, &v2), *j2s = apply_edit(j2, &shape);
+  expect_refused(j2s, strlen(j2s), "units[1] has the member \"shape\", which is not a manifest "
+                 "field", "a shape in version 2");
+  free(j2s);
+  free(j2);
+  free(base);
   /* Not ours at all: the format is reported first. */
   const char *other = "{\"format\": \"safetensors\", \"version\": 1}";
   expect_refused(other, strlen(other), "format is \"safetensors\"; expected \"ztier-checkpoint\"",
@@ -1411,6 +1450,224 @@ static void test_export_call(void **state) {
   assert_int_equal(system(cmd), 0);
 }
 
+/* ---- shapes: a GPT-2-shaped model, exported as Hugging Face loads it ---------------- */
+
+#define G2_LAYERS 2
+#define G2_UNITS (4 + 12 * G2_LAYERS)
+#define G2_V 64
+#define G2_CTX 8
+#define G2_C 16
+
+typedef struct g2_unit {
+  char name[48];
+  int ndim;
+  size_t dims[2];
+} g2_unit_t;
+
+/* GPT-2's tensors under Hugging Face's names and shapes (Conv1D weights
+ * are [in, out]), in the order its state dict lists them. */
+static size_t g2_units(g2_unit_t *u) {
+  static const struct {
+    const char *name;
+    int ndim;
+    size_t d0, d1; /* in units of C, or 0 for G2_V/G2_CTX below */
+  } block[12] = {
+      {"ln_1.weight", 1, 1, 0},        {"ln_1.bias", 1, 1, 0},
+      {"attn.c_attn.weight", 2, 1, 3}, {"attn.c_attn.bias", 1, 3, 0},
+      {"attn.c_proj.weight", 2, 1, 1}, {"attn.c_proj.bias", 1, 1, 0},
+      {"ln_2.weight", 1, 1, 0},        {"ln_2.bias", 1, 1, 0},
+      {"mlp.c_fc.weight", 2, 1, 4},    {"mlp.c_fc.bias", 1, 4, 0},
+      {"mlp.c_proj.weight", 2, 4, 1},  {"mlp.c_proj.bias", 1, 1, 0},
+  };
+  size_t n = 0;
+  u[n++] = (g2_unit_t){"wte.weight", 2, {G2_V, G2_C}};
+  u[n++] = (g2_unit_t){"wpe.weight", 2, {G2_CTX, G2_C}};
+  for (int l = 0; l < G2_LAYERS; l++)
+    for (int k = 0; k < 12; k++) {
+      g2_unit_t *x = &u[n++];
+      snprintf(x->name, sizeof x->name, "h.%d.%s", l, block[k].name);
+      x->ndim = block[k].ndim;
+      x->dims[0] = block[k].d0 * G2_C;
+      x->dims[1] = block[k].d1 * G2_C;
+    }
+  u[n++] = (g2_unit_t){"ln_f.weight", 1, {G2_C, 0}};
+  u[n++] = (g2_unit_t){"ln_f.bias", 1, {G2_C, 0}};
+  return n;
+}
+
+static size_t g2_numel(const g2_unit_t *u) { return u->dims[0] * (u->ndim == 2 ? u->dims[1] : 1); }
+
+/* An engine holding the GPT-2-shaped model, its units laid out in state
+ * dict order, one group each; shapes given when `shaped`. *params: the
+ * registered fp32 buffer (the backend's memory), *grads likewise. */
+static zt_engine_t *g2_engine(const g2_unit_t *g, int shaped, void **params, void **grads,
+                              size_t *numel) {
+  zt_unit_t units[G2_UNITS];
+  size_t off = 0;
+  for (size_t i = 0; i < G2_UNITS; i++) {
+    units[i] = (zt_unit_t){g[i].name, off, g2_numel(&g[i]), (int)i, g[i].ndim == 2, ZT_FP32};
+    off += units[i].numel;
+  }
+  *numel = off;
+  zt_config_t cfg = t_config();
+  cfg.optimizer_tier = ZT_TIER_HOST;
+  zt_engine_t *eng = t_engine(&cfg);
+  *params = t_buf_alloc(eng, off * 4);
+  *grads = t_buf_alloc(eng, off * 4);
+  T_OK(zt_register_units(eng, *params, *grads, off, ZT_FP32, ZT_FP32, units, G2_UNITS), eng);
+  for (size_t i = 0; shaped && i < G2_UNITS; i++)
+    T_OK(zt_set_shape(eng, g[i].name, g[i].ndim, g[i].dims), eng);
+  return eng;
+}
+
+static void g2_close(zt_engine_t *eng, void *params, void *grads, size_t numel) {
+  t_buf_free(eng, params, numel * 4);
+  t_buf_free(eng, grads, numel * 4);
+  zt_engine_destroy(eng);
+}
+
+/* The export of `dir` as shards of at most 20000 bytes: the index names
+ * every tensor once, and each shard, read by the spec-only reader, holds
+ * its tensors with their names, shapes, F32 and the values of `want`. */
+static void g2_check_export(const char *dir, const g2_unit_t *g, const float *want) {
+  char out[300], path[400];
+  snprintf(out, sizeof out, "%s/g2-export-%d", t_swap_dir(), (int)getpid());
+  zt_export_args_t a = ZT_EXPORT_ARGS_INIT;
+  a.max_shard_bytes = 20000;
+  a.force = 1;
+  T_OK(zt_export_safetensors(dir, out, &a), NULL);
+  snprintf(path, sizeof path, "%s/model.safetensors.index.json", out);
+  size_t len;
+  char *text = (char *)read_file(path, &len);
+  cJSON *index = cJSON_ParseWithLength(text, len);
+  cJSON *map = cJSON_GetObjectItemCaseSensitive(index, "weight_map");
+  assert_int_equal(cJSON_GetArraySize(map), G2_UNITS);
+  /* Each shard's tensors, in state dict order, as the index places them. */
+  size_t first = 0, offset = 0;
+  uint64_t total = 0;
+  while (first < G2_UNITS) {
+    const char *file = cJSON_GetObjectItemCaseSensitive(map, g[first].name)->valuestring;
+    ref_tensor_t t[G2_UNITS];
+    size_t n = 0;
+    for (size_t i = first; i < G2_UNITS; i++) {
+      cJSON *where = cJSON_GetObjectItemCaseSensitive(map, g[i].name);
+      if (!cJSON_IsString(where)) fail_msg("the index lacks %s", g[i].name);
+      if (strcmp(where->valuestring, file) != 0) break;
+      t[n] = (ref_tensor_t){(char *)g[i].name, ZT_FP32, g[i].ndim, {g[i].dims[0], g[i].dims[1]},
+                            (unsigned char *)(want + offset), g2_numel(&g[i]) * 4};
+      offset += g2_numel(&g[i]);
+      total += t[n].bytes;
+      n++;
+    }
+    snprintf(path, sizeof path, "%s/%s", out, file);
+    size_t flen;
+    unsigned char *bytes = read_file(path, &flen);
+    const char *meta[] = {"format", "pt", "producer", "ztier", "ztier_generation", "1",
+                          "ztier_steps", "2"};
+    ref_check(bytes, flen, t, n, meta, 4);
+    free(bytes);
+    first += n;
+  }
+  cJSON *size = cJSON_GetObjectItemCaseSensitive(
+      cJSON_GetObjectItemCaseSensitive(index, "metadata"), "total_size");
+  assert_true(cJSON_IsNumber(size) && (uint64_t)size->valuedouble == total);
+  cJSON_Delete(index);
+  free(text);
+  snprintf(path, sizeof path, "rm -rf '%s'", out);
+  assert_int_equal(system(path), 0);
+}
+
+/* A loop that registers GPT-2's tensors under Hugging Face's names and gives
+ * their shapes: the sharded export and its index name and shape every tensor
+ * as transformers' GPT2Model state dict does; a fresh engine loading the
+ * checkpoint takes its shapes, and one that set another shape is refused. */
+static void test_gpt2_shapes(void **state) {
+  t_rng_t r;
+  t_rng_init(&r, t_seed() ^ 0x69e2);
+  g2_unit_t g[G2_UNITS];
+  assert_int_equal(g2_units(g), G2_UNITS);
+  void *params, *grads;
+  size_t n;
+  zt_engine_t *eng = g2_engine(g, 1, &params, &grads, &n);
+  float *host = malloc(n * 4);
+  t_fill_normal(host, ZT_FP32, n, 0.5, &r);
+  t_buf_upload(eng, params, host, n * 4);
+  for (int t = 1; t <= 2; t++) {
+    t_fill_normal(host, ZT_FP32, n, 0.1, &r);
+    t_buf_upload(eng, grads, host, n * 4);
+    zt_step_args_t a = ZT_STEP_ARGS_INIT;
+    a.t = (uint64_t)t;
+    a.lr = 1e-2f;
+    T_OK(zt_step(eng, &a, NULL), eng);
+  }
+  char dir[256], dir2[300];
+  snprintf(dir, sizeof dir, "%s/g2-%d", t_swap_dir(), (int)getpid());
+  snprintf(dir2, sizeof dir2, "%s/g2-again-%d", t_swap_dir(), (int)getpid());
+  T_OK(zt_save(eng, dir), eng);
+  t_buf_download(eng, host, params, n * 4);
+  g2_check_export(dir, g, host);
+  g2_close(eng, params, grads, n);
+
+  /* A fresh engine without shapes takes the checkpoint's, and saves them. */
+  eng = g2_engine(g, 0, &params, &grads, &n);
+  T_OK(zt_load(eng, dir), eng);
+  T_OK(zt_save(eng, dir2), eng);
+  g2_check_export(dir2, g, host);
+  g2_close(eng, params, grads, n);
+
+  /* One that gave a unit another shape of the same size is refused. */
+  eng = g2_engine(g, 1, &params, &grads, &n);
+  /* h.0.ln_1.weight as [1, C] */
+  T_OK(zt_set_shape(eng, g[2].name, 2, (size_t[]){1, G2_C}), eng);
+  assert_int_equal(zt_load(eng, dir), ZT_ECKPT);
+  assert_non_null(strstr(zt_last_error(eng), "unit \"h.0.ln_1.weight\" another shape"));
+
+  /* zt_set_shape's arguments, each named, and the shape left as it was. */
+  size_t dims[9] = {G2_V, G2_C, 1, 1, 1, 1, 1, 1, 1};
+  assert_int_equal(zt_set_shape(eng, NULL, 2, dims), -EINVAL);
+  assert_non_null(strstr(zt_last_error(eng), "unit is NULL"));
+  assert_int_equal(zt_set_shape(eng, "transformer.wte.weight", 2, dims), -EINVAL);
+  assert_non_null(strstr(zt_last_error(eng), "unit is \"transformer.wte.weight\""));
+  assert_int_equal(zt_set_shape(eng, "wte.weight", 0, dims), -EINVAL);
+  assert_non_null(strstr(zt_last_error(eng), "ndim is 0"));
+  assert_int_equal(zt_set_shape(eng, "wte.weight", 9, dims), -EINVAL);
+  assert_non_null(strstr(zt_last_error(eng), "ndim is 9"));
+  assert_int_equal(zt_set_shape(eng, "wte.weight", 2, NULL), -EINVAL);
+  assert_non_null(strstr(zt_last_error(eng), "dims is NULL"));
+  assert_int_equal(zt_set_shape(eng, "wte.weight", 2, (size_t[]){G2_V, 0}), -EINVAL);
+  assert_non_null(strstr(zt_last_error(eng), "dims[1] is 0"));
+  assert_int_equal(zt_set_shape(eng, "wte.weight", 2, (size_t[]){G2_V, G2_C + 1}), -EINVAL);
+  assert_non_null(strstr(zt_last_error(eng), "dims[1] is 17"));
+  assert_int_equal(zt_set_shape(eng, "wte.weight", 2, (size_t[]){G2_V / 2, G2_C}), -EINVAL);
+  assert_non_null(strstr(zt_last_error(eng), "holds 512 elements; expected its numel, 1024"));
+  /* A product that would wrap: refused by the dimension, not accepted. */
+  assert_int_equal(zt_set_shape(eng, "wte.weight", 3, (size_t[]){1024, (size_t)1 << 60, 16}),
+                   -EINVAL);
+  assert_non_null(strstr(zt_last_error(eng), "dims[1]"));
+  /* Left as set before: the checkpoint written now carries [V, C]. */
+  T_OK(zt_set_shape(eng, g[2].name, 1, g[2].dims), eng);
+  t_buf_upload(eng, params, host, n * 4);
+  char dir3[300];
+  snprintf(dir3, sizeof dir3, "%s/g2-third-%d", t_swap_dir(), (int)getpid());
+  T_OK(zt_save(eng, dir3), eng);
+  zt__manifest_t m;
+  zt__err_t e = {{0}};
+  assert_int_equal(zt__ckpt_read_manifest(dir3, &m, &e), 0);
+  assert_int_equal(m.units[0].ndim, 2);
+  assert_true(m.units[0].shape[0] == G2_V && m.units[0].shape[1] == G2_C);
+  zt__manifest_free(&m);
+  g2_close(eng, params, grads, n);
+
+  zt_config_t cfg = t_config();
+  zt_engine_t *none = t_engine(&cfg);
+  assert_int_equal(zt_set_shape(none, "wte.weight", 2, dims), ZT_ENOTREG);
+  zt_engine_destroy(none);
+  free(host);
+  char cmd[1000];
+  snprintf(cmd, sizeof cmd, "rm -rf '%s' '%s' '%s'", dir, dir2, dir3);
+  assert_int_equal(system(cmd), 0);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_manifest_roundtrip),
@@ -1427,6 +1684,7 @@ int main(void) {
       cmocka_unit_test(test_consolidate),
       cmocka_unit_test(test_consolidate_shards),
       cmocka_unit_test(test_export_call),
+      cmocka_unit_test(test_gpt2_shapes),
   };
   return T_RUN(tests);
 }

@@ -137,7 +137,8 @@ ZT_INTERNAL void zt__ckpt_src_close(zt__ckpt_src_t *s); /* NULL: nothing */
 /* ---- export (consolidate.c) --------------------------------------------------- */
 
 /* Writes the checkpoint in `dir` as safetensors file `out`: one tensor per
- * unit (shape [numel], the fp32 master, or rounded to nearest-even bf16),
+ * unit (of the unit's shape, [numel] where it has none; the fp32 master,
+ * or rounded to nearest-even bf16),
  * in state order, with metadata format, producer, ztier_generation and
  * ztier_steps. Every rank file is verified first; the data goes to a
  * temporary name of its own (out.tmp-XXXXXX), fsynced, renamed. An `out`

@@ -171,6 +171,16 @@ static int commit_out(const char *tmp, const char *out, int force, zt__err_t *e)
   return 0;
 }
 
+_Static_assert(ZT_MAX_DIMS <= ZT__ST_MAX_DIMS, "a unit's shape fits a tensor's");
+
+/* A unit as a tensor: of its shape, or [numel] where it was given none. */
+static void unit_spec(const zt__ckpt_unit_t *u, zt_dtype_t out_dt, zt__st_spec_t *spec) {
+  *spec = (zt__st_spec_t){u->name, out_dt, 1, {u->numel}};
+  if (u->ndim == 0) return;
+  spec->ndim = u->ndim;
+  memcpy(spec->shape, u->shape, (size_t)u->ndim * sizeof *u->shape);
+}
+
 /* How far an export has come, across every file it writes: for the
  * progress lines. */
 typedef struct {
@@ -256,8 +266,7 @@ int zt__ckpt_consolidate(const char *dir, const char *out, zt_dtype_t out_dt, in
   if (rc == 0 && strlen(out) + 12 > sizeof tmp)
     rc = zt__errf(e, -ENAMETOOLONG, "consolidate: OUT %s is too long", out);
   if (rc == 0) rc = check_out(dir, out, &m, force, e);
-  for (size_t i = 0; rc == 0 && i < m.n_units; i++)
-    specs[i] = (zt__st_spec_t){m.units[i].name, out_dt, 1, {m.units[i].numel}};
+  for (size_t i = 0; rc == 0 && i < m.n_units; i++) unit_spec(&m.units[i], out_dt, &specs[i]);
   /* A bad file is found before anything is written. */
   if (rc == 0) rc = zt__ckpt_verify_range(dir, &m, 0, m.state_numel, e);
   zt__ckpt_src_t *src = NULL;
@@ -416,8 +425,7 @@ int zt__ckpt_consolidate_shards(const char *dir, const char *out_dir, zt_dtype_t
     if (rc == 0) rc = check_out(dir, paths[s], &m, force, e);
     snprintf(tmps[s], sizeof tmps[s], "%s.tmp-XXXXXX", paths[s]);
   }
-  for (size_t i = 0; rc == 0 && i < m.n_units; i++)
-    specs[i] = (zt__st_spec_t){m.units[i].name, out_dt, 1, {m.units[i].numel}};
+  for (size_t i = 0; rc == 0 && i < m.n_units; i++) unit_spec(&m.units[i], out_dt, &specs[i]);
   /* A bad file is found before anything is written. */
   if (rc == 0) rc = zt__ckpt_verify_range(dir, &m, 0, m.state_numel, e);
   zt__ckpt_src_t *src = NULL;

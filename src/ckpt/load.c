@@ -51,8 +51,29 @@ static int check_model(zt_engine_t *eng, const zt__manifest_t *m, const char *di
                       fn, dir, ZT_CKPT_MANIFEST, k, c->name, (unsigned long long)c->offset,
                       (unsigned long long)c->numel, c->weight_decay, u ? u->name : "(none)",
                       u ? u->offset : 0, u ? u->numel : 0, u ? u->weight_decay : 0);
+    if (u->ndim > 0 && c->ndim > 0 &&
+        (u->ndim != c->ndim || memcmp(u->shape, c->shape, (size_t)c->ndim * sizeof *c->shape)))
+      return zt__errf(&eng->err, ZT_ECKPT,
+                      "%s: %s/%s gives unit \"%s\" another shape than zt_set_shape() did "
+                      "here (%d and %d dimensions, first %llu and %llu); both hold its %llu "
+                      "elements, but as other tensors",
+                      fn, dir, ZT_CKPT_MANIFEST, c->name, c->ndim, u->ndim,
+                      (unsigned long long)c->shape[0], (unsigned long long)u->shape[0],
+                      (unsigned long long)c->numel);
   }
   return 0;
+}
+
+/* The checkpoint's shapes, for the units given none here (check_model found
+ * the others equal). */
+static void adopt_shapes(zt_engine_t *eng, const zt__manifest_t *m) {
+  for (size_t k = 0; k < m->n_units; k++)
+    for (size_t i = 0; i < eng->n_units; i++) {
+      zt__unit_t *u = &eng->units[i];
+      if (u->state_off != m->units[k].state_off || u->ndim > 0) continue;
+      u->ndim = m->units[k].ndim;
+      memcpy(u->shape, m->units[k].shape, sizeof u->shape);
+    }
 }
 
 typedef struct get_ctx {
@@ -165,6 +186,7 @@ int zt_load(zt_engine_t *eng, const char *dir) {
   rc = agree_status(eng, local, &bad);
   if (rc == 0) {
     restore_scalars(eng, &m);
+    adopt_shapes(eng, &m);
     /* Gradients handed over before the load belong to the old run. */
     if (eng->partitioned) zt__reduce_reset(&eng->zero.part);
     eng->broken = 0;

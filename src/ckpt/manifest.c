@@ -21,6 +21,9 @@
  * bytes, not the meaning: a manifest reformatted by another tool fails it,
  * as a changed value does. Version 1 (no checksum; rank files without a
  * trailer) is still read.
+ *
+ * Version 3 adds a unit's optional "shape" (written only where one was
+ * given); in a version 2 manifest that member is refused as unknown.
  */
 #define _GNU_SOURCE // defines: qsort_r
 #include <limits.h>
@@ -56,8 +59,10 @@ static const char *const top_keys[] = {
 static const char *const opt_keys[] = {
     "steps", "skipped_steps", "loss_scale", "loss_scale_handed", "loss_scale_dynamic",
     "good_steps", "seed", "rounding", NULL};
-static const char *const unit_keys[] = {
+static const char *const unit_keys_v2[] = {
     "name", "offset", "numel", "state_off", "group", "weight_decay", NULL};
+static const char *const unit_keys[] = {
+    "name", "offset", "numel", "state_off", "group", "weight_decay", "shape", NULL};
 static const char *const file_keys[] = {"name", "rank", "begin", "end", "bytes", "xxh64", NULL};
 
 uint64_t zt__manifest_file_bytes(zt_dtype_t param_dtype, uint64_t n) {
@@ -101,9 +106,16 @@ int zt__manifest_to_json(const zt__manifest_t *m, char **out) {
     zt__ckjson_put_str(&b, u->name ? u->name : "");
     zt__ckjson_putf(&b,
                     ", \"offset\": %llu, \"numel\": %llu, \"state_off\": %llu, "
-                    "\"group\": %d, \"weight_decay\": %d}",
+                    "\"group\": %d, \"weight_decay\": %d",
                     (unsigned long long)u->offset, (unsigned long long)u->numel,
                     (unsigned long long)u->state_off, u->group, u->weight_decay);
+    if (m->version >= 3 && u->ndim > 0) {
+      zt__ckjson_putf(&b, ", \"shape\": [");
+      for (int d = 0; d < u->ndim; d++)
+        zt__ckjson_putf(&b, "%s%llu", d ? ", " : "", (unsigned long long)u->shape[d]);
+      zt__ckjson_putf(&b, "]");
+    }
+    zt__ckjson_putf(&b, "}");
   }
   zt__ckjson_putf(&b, "\n  ],\n  \"files\": [");
   for (size_t i = 0; i < m->n_files; i++) {
@@ -341,6 +353,34 @@ static int by_offset(const void *a, const void *b, void *ctx) {
   return (i > j) - (i < j);
 }
 
+/* units[i].shape, where there is one (version 3 on; check_members refused
+ * it before): 1 to ZT_MAX_DIMS dimensions >= 1 whose product is numel. */
+static int read_shape(const rd_t *r, const cJSON *unit, size_t i, zt__ckpt_unit_t *u) {
+  const cJSON *arr = cJSON_GetObjectItemCaseSensitive(unit, "shape");
+  if (arr == NULL) return 0;
+  int n = cJSON_IsArray(arr) ? cJSON_GetArraySize(arr) : -1;
+  if (n < 1 || n > ZT_MAX_DIMS)
+    return fail(r, "units[%zu].shape is %s; expected an array of 1 to %d dimensions", i,
+                SHOW(arr), ZT_MAX_DIMS);
+  uint64_t product = 1;
+  const cJSON *d = arr->child;
+  for (int k = 0; k < n; k++, d = d->next) {
+    uint64_t v;
+    /* The product may not pass numel, so it cannot wrap. */
+    if (zt__ckjson_u53(d, &v) != 0 || v == 0 || v > u->numel / product)
+      return fail(r, "units[%zu].shape[%d] is %s; expected dimensions >= 1 whose product is "
+                     "numel (%llu)",
+                  i, k, SHOW(d), (unsigned long long)u->numel);
+    u->shape[k] = v;
+    product *= v;
+  }
+  if (product != u->numel)
+    return fail(r, "units[%zu].shape holds %llu elements; expected numel, %llu", i,
+                (unsigned long long)product, (unsigned long long)u->numel);
+  u->ndim = n;
+  return 0;
+}
+
 static int read_units(const rd_t *r, const cJSON *arr, zt__manifest_t *m) {
   size_t n = (size_t)cJSON_GetArraySize(arr);
   if (n == 0) return fail(r, "units is empty; expected at least one unit");
@@ -354,7 +394,7 @@ static int read_units(const rd_t *r, const cJSON *arr, zt__manifest_t *m) {
     char pfx[48], path[48];
     snprintf(path, sizeof path, "units[%zu]", i);
     snprintf(pfx, sizeof pfx, "units[%zu].", i);
-    ZT_TRY(check_members(r, it, path, unit_keys));
+    ZT_TRY(check_members(r, it, path, m->version >= 3 ? unit_keys : unit_keys_v2));
     zt__ckpt_unit_t *u = &m->units[i];
     const char *name;
     ZT_TRY(get_str(r, it, pfx, "name", &name));
@@ -391,6 +431,7 @@ static int read_units(const rd_t *r, const cJSON *arr, zt__manifest_t *m) {
                   (unsigned long long)state);
     ZT_TRY(get_int(r, it, pfx, "group", 0, INT_MAX, &u->group));
     ZT_TRY(get_int(r, it, pfx, "weight_decay", 0, 1, &u->weight_decay));
+    ZT_TRY(read_shape(r, it, i, u));
   }
   if (state != m->state_numel)
     return fail(r, "state_numel is %llu; expected %llu, the sum of the units' numel",

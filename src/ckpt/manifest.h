@@ -22,8 +22,9 @@
 
 #define ZT_CKPT_FORMAT "ztier-checkpoint"
 /* The version written. 2: the manifest carries its own checksum and rank
- * files a trailer. Versions 1 and 2 are read. */
-#define ZT_CKPT_VERSION 2
+ * files a trailer. 3: a unit may carry its shape (zt_set_shape); the rank
+ * files are version 2's. Versions 1 to 3 are read. */
+#define ZT_CKPT_VERSION 3
 #define ZT_CKPT_VERSION_MIN 1
 /* Bytes of a rank file's trailer (version 2 on); ckpt.h has its layout. */
 #define ZT_CKPT_TRAILER 128
@@ -38,6 +39,8 @@ typedef struct zt__ckpt_unit {
   char *name; /* owned */
   uint64_t offset, numel, state_off;
   int group, weight_decay;
+  int ndim;                    /* 0: none (version 3 on: "shape" absent) */
+  uint64_t shape[ZT_MAX_DIMS]; /* shape[0..ndim), product numel          */
 } zt__ckpt_unit_t;
 
 typedef struct zt__ckpt_file {

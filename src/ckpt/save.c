@@ -382,7 +382,8 @@ static int build_manifest(zt_engine_t *eng, uint64_t gen, const rank_rec_t *recs
   for (size_t i = 0; i < eng->n_units; i++, m->n_units++) {
     const zt__unit_t *u = order[i];
     m->units[i] = (zt__ckpt_unit_t){strdup(u->name), u->offset, u->numel, u->state_off,
-                                    u->group, u->weight_decay};
+                                    u->group, u->weight_decay, u->ndim, {0}};
+    memcpy(m->units[i].shape, u->shape, sizeof u->shape);
     if (m->units[i].name == NULL) rc = zt__errf(&eng->err, -ENOMEM, "out of memory");
   }
   free(order);

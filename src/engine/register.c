@@ -423,7 +423,7 @@ int zt_register_units(zt_engine_t *eng, void *params, void *grads, size_t numel,
     char fallback[32];
     snprintf(fallback, sizeof fallback, "unit%zu", i);
     eng->units[i] = (zt__unit_t){strdup(u->name ? u->name : fallback), u->offset, u->numel,
-                                 u->group, u->weight_decay, 0};
+                                 u->group, u->weight_decay, 0, 0, {0}};
     eng->n_units = i + 1; /* what zt__engine_unregister frees */
     if (eng->units[i].name == NULL) rc = zt__errf(&eng->err, -ENOMEM, "out of memory");
   }
@@ -464,4 +464,39 @@ int zt_register_flat(zt_engine_t *eng, void *params, void *grads, size_t numel,
    * among them) before the unit, so the sentence names numel, and a failure
    * still joins the other ranks' agreement instead of leaving them waiting. */
   return zt_register_units(eng, params, grads, numel, param_dtype, grad_dtype, &all, 1);
+}
+
+int zt_set_shape(zt_engine_t *eng, const char *unit, int ndim, const size_t *dims) {
+  ZT_TRY(zt__engine_check(eng, "zt_set_shape"));
+  zt__err_t *e = &eng->err;
+  if (unit == NULL)
+    return zt__errf(e, -EINVAL, "zt_set_shape: unit is NULL; expected a registered unit's name");
+  zt__unit_t *u = NULL;
+  for (size_t i = 0; i < eng->n_units && u == NULL; i++)
+    if (strcmp(eng->units[i].name, unit) == 0) u = &eng->units[i];
+  if (u == NULL)
+    return zt__errf(e, -EINVAL, "zt_set_shape: unit is \"%s\"; expected the name of a "
+                    "registered unit", unit);
+  if (ndim < 1 || ndim > ZT_MAX_DIMS)
+    return zt__errf(e, -EINVAL, "zt_set_shape: ndim is %d for unit \"%s\"; expected 1 to %d",
+                    ndim, unit, ZT_MAX_DIMS);
+  if (dims == NULL)
+    return zt__errf(e, -EINVAL, "zt_set_shape: dims is NULL for unit \"%s\"; expected %d "
+                    "dimensions", unit, ndim);
+  /* The product is checked as it grows: it may not pass numel, so it
+   * cannot wrap. */
+  size_t product = 1;
+  for (int d = 0; d < ndim; d++) {
+    if (dims[d] == 0 || dims[d] > u->numel / product)
+      return zt__errf(e, -EINVAL, "zt_set_shape: dims[%d] is %zu for unit \"%s\" of %zu "
+                      "elements; expected dimensions >= 1 whose product is %zu", d, dims[d],
+                      unit, u->numel, u->numel);
+    product *= dims[d];
+  }
+  if (product != u->numel)
+    return zt__errf(e, -EINVAL, "zt_set_shape: the shape of unit \"%s\" holds %zu elements; "
+                    "expected its numel, %zu", unit, product, u->numel);
+  u->ndim = ndim;
+  for (int d = 0; d < ZT_MAX_DIMS; d++) u->shape[d] = d < ndim ? dims[d] : 0;
+  return 0;
 }

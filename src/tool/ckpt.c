@@ -196,6 +196,11 @@ static int cmd_info(int argc, char **argv) {
       cJSON_AddNumberToObject(u, "numel", (double)m.units[i].numel);
       cJSON_AddNumberToObject(u, "group", m.units[i].group);
       cJSON_AddBoolToObject(u, "weight_decay", m.units[i].weight_decay);
+      if (m.units[i].ndim > 0) {
+        cJSON *shape = cJSON_AddArrayToObject(u, "shape");
+        for (int d = 0; shape && d < m.units[i].ndim; d++)
+          cJSON_AddItemToArray(shape, cJSON_CreateNumber((double)m.units[i].shape[d]));
+      }
       cJSON_AddItemToArray(units, u);
     }
     cJSON_AddItemToObject(o, "units", units);
@@ -219,10 +224,16 @@ static int cmd_info(int argc, char **argv) {
          m.rounding == ZT_ROUND_STOCHASTIC ? "stochastic" : "nearest",
          (unsigned long long)m.seed);
   printf("  %zu units:\n", m.n_units);
-  for (size_t i = 0; i < m.n_units; i++)
-    printf("    %-32s offset %-12llu %llu elements, group %d%s\n", m.units[i].name,
-           (unsigned long long)m.units[i].offset, (unsigned long long)m.units[i].numel,
+  for (size_t i = 0; i < m.n_units; i++) {
+    char shape[8 * 24] = "";
+    for (int d = 0; d < m.units[i].ndim; d++)
+      snprintf(shape + strlen(shape), sizeof shape - strlen(shape), "%s%llu",
+               d ? ", " : " [", (unsigned long long)m.units[i].shape[d]);
+    if (m.units[i].ndim > 0) strcat(shape, "]");
+    printf("    %-32s offset %-12llu %llu elements%s, group %d%s\n", m.units[i].name,
+           (unsigned long long)m.units[i].offset, (unsigned long long)m.units[i].numel, shape,
            m.units[i].group, m.units[i].weight_decay ? "" : ", no weight decay");
+  }
   printf("  %zu files, %llu bytes:\n", m.n_files, (unsigned long long)bytes);
   int bad = verify_all(dir, &m, NULL);
   zt__manifest_free(&m);

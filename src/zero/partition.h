@@ -62,6 +62,8 @@ typedef struct zt__unit {
   int group;
   int weight_decay;
   size_t state_off; /* where its states start in the state space */
+  int ndim;         /* 0: no shape given (exports write [numel])  */
+  uint64_t shape[ZT_MAX_DIMS]; /* zt_set_shape's, shape[0..ndim)   */
 } zt__unit_t;
 
 /* What the room sees of the registration: the engine's, lent at
