@@ -12,7 +12,8 @@
  *   backward.c  the backward pass into the flat gradient buffer
  *   update.c    plain AdamW over the flat buffers: the reference
  *   zt.c        the update through ztier: the table registered as units,
- *               one group per block, and zt_step
+ *               one group per block, and zt_step; data parallelism: the
+ *               rank and world, and a rank's rows of the global batch
  *   main.c      a byte-level training run on a text file
  *
  * Every parameter lives in ONE flat fp32 buffer and every gradient in ONE
@@ -175,8 +176,23 @@ int gpt2_update(GPT2 *m, float lr, float beta1, float beta2, float eps,
 // finishes (zt_grads_ready). Returns 0 or ztier's negative code (the
 // sentence is printed).
 int gpt2_zt_register(GPT2 *m, zt_engine_t *eng, int stage);
-// One zt_step with `args`: ztier's AdamW replaces gpt2_update. Returns 0 or
+// One zt_step with `args`: ztier's AdamW replaces gpt2_update; `info` (may
+// be NULL) receives the step's gradient norm. At several ranks ztier
+// averages the ranks' gradients (docs/stages.md, "Averaging"), so
+// args->grad_scale stays 1. Returns 0 or ztier's negative code (the
+// sentence is printed).
+int gpt2_zt_step(zt_engine_t *eng, const zt_step_args_t *args, zt_step_info_t *info);
+
+// Data parallelism (docs/gpt2.md, "Several ranks"). This process's rank and
+// the number of ranks of `eng` (world 1 outside mpirun). Returns 0 or
 // ztier's negative code (the sentence is printed).
-int gpt2_zt_step(zt_engine_t *eng, const zt_step_args_t *args);
+int gpt2_zt_world(const zt_engine_t *eng, int *rank, int *world);
+// Rank `rank` of `world` trains on B / world consecutive rows of each global
+// batch of B sequences of T tokens: rows rank * B / world onwards (B a
+// multiple of world). Copies those rows of `global` [B,T] into `local`
+// [B / world, T]. Every rank's loss is then the mean over as many positions,
+// so the mean of the ranks' gradients, which ztier takes, is the gradient of
+// the global batch's mean loss.
+void gpt2_rank_slice(const int *global, int B, int T, int rank, int world, int *local);
 
 #endif /* GPT2_H */

@@ -7,14 +7,23 @@
  *   gpt2 [--text FILE] [--steps N] [--batch B] [--seq T] [--lr LR] [--seed S]
  *        [--optimizer ztier|plain] [--stage 0|1|2] [--optimizer-tier device|host]
  *        [--zt-config FILE.json]
+ *   mpirun -np W gpt2 --stage 1|2 [...]
  *
  * The text's first 90% is trained on; a fixed set of batches from the rest
  * gives the validation loss before and after. Exit status: 0 when the
  * validation loss went down, 1 when it did not or something failed, 2 on a
  * bad command line.
+ *
+ * Under mpirun (ztier's comm "auto" finds the launch; stage 1 or 2) the run
+ * is data-parallel: --batch is the global batch, drawn alike on every rank,
+ * and each rank trains on its B / W rows of it (gpt2_rank_slice); ztier
+ * averages the gradients. Only rank 0 prints; each step's loss it prints is
+ * its own rows' mean. The validation loss is every rank's, over the whole
+ * global batches, so it is the same number at any world size.
  */
 #define _GNU_SOURCE
 #include <math.h>
+#include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -92,8 +101,8 @@ static unsigned char *read_file(const char *path, size_t *n) {
   return buf;
 }
 
-// One batch: B windows of T+1 bytes starting in [lo, hi), inputs the first
-// T of each, targets the T after the first.
+// One global batch: B windows of T+1 bytes starting in [lo, hi), inputs the
+// first T of each, targets the T after the first. Every rank draws the same.
 static void make_batch(const unsigned char *text, size_t lo, size_t hi, int B, int T,
                        uint64_t *rng, int *inp, int *tgt) {
   for (int b = 0; b < B; b++) {
@@ -106,17 +115,33 @@ static void make_batch(const unsigned char *text, size_t lo, size_t hi, int B, i
   }
 }
 
-// The mean loss over the same VAL_BATCHES batches from the held-out part.
+// The batches of a run: the global one, and this rank's rows of it (the
+// model's B).
+typedef struct {
+  int B, T;            // the global batch
+  int rank, world;     // this rank trains on rows rank * B / world onwards
+  int *g_inp, *g_tgt;  // [B,T]
+  int *inp, *tgt;      // [B / world, T]
+} Batches;
+
+// The mean loss over the same VAL_BATCHES global batches from the held-out
+// part. Each rank evaluates every rank's rows, one slice at a time, so that
+// the number needs no exchange and is the same on every rank and at every
+// world size (the slices are equal, so the mean of their means is the
+// batch's mean).
 #define VAL_BATCHES 8
-static float val_loss(GPT2 *m, const unsigned char *text, size_t lo, size_t hi, int *inp,
-                      int *tgt) {
+static float val_loss(GPT2 *m, const unsigned char *text, size_t lo, size_t hi, Batches *b) {
   uint64_t rng = 1234; // fixed, so the before and after see the same bytes
   double sum = 0.0;
   for (int i = 0; i < VAL_BATCHES; i++) {
-    make_batch(text, lo, hi, m->B, m->T, &rng, inp, tgt);
-    sum += gpt2_forward(m, inp, tgt);
+    make_batch(text, lo, hi, b->B, b->T, &rng, b->g_inp, b->g_tgt);
+    for (int r = 0; r < b->world; r++) {
+      gpt2_rank_slice(b->g_inp, b->B, b->T, r, b->world, b->inp);
+      gpt2_rank_slice(b->g_tgt, b->B, b->T, r, b->world, b->tgt);
+      sum += gpt2_forward(m, b->inp, b->tgt);
+    }
   }
-  return (float)(sum / VAL_BATCHES);
+  return (float)(sum / (VAL_BATCHES * b->world));
 }
 
 // The flags that are ztier config keys, set as the file would set them.
@@ -158,6 +183,35 @@ static double now_s(void) {
   return ts.tv_sec + 1e-9 * ts.tv_nsec;
 }
 
+// Only rank 0 prints, so that a run of W ranks prints what one rank would.
+// Errors go to stderr from every rank.
+static int quiet;
+__attribute__((format(printf, 1, 2))) static void say(const char *fmt, ...) {
+  if (quiet) return;
+  va_list ap;
+  va_start(ap, fmt);
+  vprintf(fmt, ap);
+  va_end(ap);
+}
+
+// ztier's engine from the config, and this rank's place in the run. Returns
+// 0, or -1 with the reason printed (nothing is left to destroy then).
+static int make_engine(const zt_config_t *zcfg, int B, zt_engine_t **eng, Batches *b) {
+  int rc = zt_engine_create(zcfg, eng);
+  if (rc < 0) {
+    fprintf(stderr, "gpt2: zt_engine_create: %s (%s)\n", zt_strerror(rc), zt_last_error(NULL));
+    return -1;
+  }
+  if (gpt2_zt_world(*eng, &b->rank, &b->world) == 0) {
+    if (B % b->world == 0) return 0;
+    fprintf(stderr, "gpt2: --batch %d is the global batch: it must be a multiple of the %d "
+                    "ranks\n", B, b->world);
+  }
+  zt_engine_destroy(*eng);
+  *eng = NULL;
+  return -1;
+}
+
 int main(int argc, char **argv) {
   Options o = {"/usr/share/common-licenses/GPL-3", 40, 8, 64, 1e-3f, 42, 0, NULL, NULL, NULL};
   int rc = parse_args(argc, argv, &o);
@@ -174,57 +228,72 @@ int main(int argc, char **argv) {
   }
   size_t n_train = n * 9 / 10;
 
+  // The engine comes first: the world size decides the model's batch, the
+  // rank's rows. The plain AdamW has no comm: it is one rank's.
+  zt_engine_t *eng = NULL;
+  Batches b = {.B = o.batch, .T = o.seq, .rank = 0, .world = 1};
+  if (!o.plain && make_engine(&zcfg, o.batch, &eng, &b) < 0) {
+    free(text);
+    return 1;
+  }
+  quiet = b.rank != 0;
+  int rows = o.batch / b.world;
   // A tiny GPT-2: every shape of the real one, small enough to learn on two
   // cores in seconds.
   GPT2Config cfg = {.vocab_size = 256, .max_seq_len = o.seq, .n_layer = 2, .n_head = 4,
                     .n_embd = 64};
   GPT2 model;
-  int *inp = malloc((size_t)o.batch * o.seq * sizeof(int));
-  int *tgt = malloc((size_t)o.batch * o.seq * sizeof(int));
-  if (!inp || !tgt || gpt2_build(&model, &cfg, o.batch, o.seq) != 0) {
+  size_t tokens = (size_t)o.batch * o.seq;
+  b.g_inp = malloc(tokens * sizeof(int));
+  b.g_tgt = malloc(tokens * sizeof(int));
+  b.inp = malloc(tokens * sizeof(int));
+  b.tgt = malloc(tokens * sizeof(int));
+  if (!b.g_inp || !b.g_tgt || !b.inp || !b.tgt || gpt2_build(&model, &cfg, rows, o.seq) != 0) {
     fprintf(stderr, "gpt2: out of memory\n");
+    zt_engine_destroy(eng);
     return 1;
   }
+  // Every rank draws the same initialisation: ztier's master copy is the
+  // registered buffer of each, and they must agree.
   gpt2_init_random(&model, o.seed);
-  printf("gpt2: %s, %zu bytes; V %d, T %d, C %d, %d heads, %d layers, B %d: %zu parameters\n",
-         o.text, n, cfg.vocab_size, o.seq, cfg.n_embd, cfg.n_head, cfg.n_layer, o.batch,
-         model.num_parameters);
+  say("gpt2: %s, %zu bytes; V %d, T %d, C %d, %d heads, %d layers, B %d: %zu parameters\n",
+      o.text, n, cfg.vocab_size, o.seq, cfg.n_embd, cfg.n_head, cfg.n_layer, o.batch,
+      model.num_parameters);
   // ztier takes the buffers once, before the first step; the weights it
   // keeps as its master copy are the initialisation's.
-  zt_engine_t *eng = NULL;
   if (!o.plain) {
-    rc = zt_engine_create(&zcfg, &eng);
-    if (rc < 0) {
-      fprintf(stderr, "gpt2: zt_engine_create: %s (%s)\n", zt_strerror(rc),
-              zt_last_error(NULL));
-    } else {
-      rc = gpt2_zt_register(&model, eng, zcfg.stage);
-    }
+    rc = gpt2_zt_register(&model, eng, zcfg.stage);
     if (rc < 0) {
       zt_engine_destroy(eng);
       gpt2_free(&model);
       return 1;
     }
     static const char *const tiers[] = {"device", "host", "nvme"};
-    printf("optimizer: ztier %s, stage %d, optimizer tier %s, %d groups\n", zt_version(),
-           zcfg.stage, tiers[zcfg.optimizer_tier], gpt2_num_groups(&model));
+    say("optimizer: ztier %s, stage %d, optimizer tier %s, %d groups\n", zt_version(),
+        zcfg.stage, tiers[zcfg.optimizer_tier], gpt2_num_groups(&model));
+    if (b.world > 1)
+      say("data parallel: %d ranks, %d sequences each; the step losses are rank 0's rows'\n",
+          b.world, rows);
   } else {
-    printf("optimizer: plain AdamW (update.c)\n");
+    say("optimizer: plain AdamW (update.c)\n");
   }
-  float val0 = val_loss(&model, text, n_train, n, inp, tgt);
-  printf("val loss %.4f (ln V = %.4f)\n", val0, logf((float)cfg.vocab_size));
+  float val0 = val_loss(&model, text, n_train, n, &b);
+  say("val loss %.4f (ln V = %.4f)\n", val0, logf((float)cfg.vocab_size));
 
   uint64_t rng = o.seed;
   double t0 = now_s();
   for (int step = 1; step <= o.steps && rc == 0; step++) {
     double ts = now_s();
-    make_batch(text, 0, n_train, o.batch, o.seq, &rng, inp, tgt);
-    float loss = gpt2_forward(&model, inp, tgt);
+    make_batch(text, 0, n_train, o.batch, o.seq, &rng, b.g_inp, b.g_tgt);
+    gpt2_rank_slice(b.g_inp, b.B, b.T, b.rank, b.world, b.inp);
+    gpt2_rank_slice(b.g_tgt, b.B, b.T, b.rank, b.world, b.tgt);
+    float loss = gpt2_forward(&model, b.inp, b.tgt);
     gpt2_zero_grad(&model);
     // At stage 2 the backward hands each block's gradients to ztier as it
     // finishes it (GPT2.grads_final).
     rc = gpt2_backward(&model);
     // GPT-2's betas (0.9, 0.95) and a light weight decay on the matrices.
+    // grad_scale stays 1: ztier averages over the ranks by itself.
     zt_step_args_t args = ZT_STEP_ARGS_INIT;
     args.lr = o.lr;
     args.beta1 = 0.9f;
@@ -235,18 +304,20 @@ int main(int argc, char **argv) {
     if (rc == 0)
       rc = o.plain ? gpt2_update(&model, args.lr, args.beta1, args.beta2, args.eps,
                                  args.weight_decay, step)
-                   : gpt2_zt_step(eng, &args);
-    printf("step %4d/%d  loss %.4f  %7.2f ms\n", step, o.steps, loss, 1e3 * (now_s() - ts));
+                   : gpt2_zt_step(eng, &args, NULL);
+    say("step %4d/%d  loss %.4f  %7.2f ms\n", step, o.steps, loss, 1e3 * (now_s() - ts));
   }
   double train_s = now_s() - t0;
-  float val1 = val_loss(&model, text, n_train, n, inp, tgt);
-  printf("val loss %.4f after %d steps (%.1f s)\n", val1, o.steps, train_s);
+  float val1 = val_loss(&model, text, n_train, n, &b);
+  say("val loss %.4f after %d steps (%.1f s)\n", val1, o.steps, train_s);
   int ok = rc == 0 && val1 < val0;
   if (!ok) fprintf(stderr, "gpt2: %s\n", rc ? "the update failed" : "the loss did not go down");
   zt_engine_destroy(eng);
   gpt2_free(&model);
-  free(inp);
-  free(tgt);
+  free(b.g_inp);
+  free(b.g_tgt);
+  free(b.inp);
+  free(b.tgt);
   free(text);
   return ok ? 0 : 1;
 }

@@ -9,9 +9,16 @@
  * gradients leave while the backward goes on; zt_step then has none left
  * to hand over. Stages 0 and 1 need no group call: stage 1 reduces at the
  * step, from the gradient buffer (docs/stages.md, "Using each stage").
+ *
+ * Data parallelism: under mpirun (comm "mpi") every rank registers the same
+ * table, runs the forward and backward on its own rows of the global batch
+ * (gpt2_rank_slice) and calls the same functions in the same order; ztier
+ * sums the ranks' gradients in rank order on their owners and divides by
+ * the world size, so the loop passes grad_scale 1 at any world size.
  */
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "gpt2.h" // defines: GPT2, GPT2Tensor
 #include "ztier.h"
@@ -47,9 +54,26 @@ int gpt2_zt_register(GPT2 *m, zt_engine_t *eng, int stage) {
   return 0;
 }
 
-int gpt2_zt_step(zt_engine_t *eng, const zt_step_args_t *args) {
-  int rc = zt_step(eng, args, NULL);
+int gpt2_zt_step(zt_engine_t *eng, const zt_step_args_t *args, zt_step_info_t *info) {
+  int rc = zt_step(eng, args, info);
   if (rc < 0)
     fprintf(stderr, "gpt2: zt_step: %s (%s)\n", zt_strerror(rc), zt_last_error(eng));
   return rc;
+}
+
+int gpt2_zt_world(const zt_engine_t *eng, int *rank, int *world) {
+  zt_stats_t st = ZT_STATS_INIT;
+  int rc = zt_stats(eng, &st);
+  if (rc < 0) {
+    fprintf(stderr, "gpt2: zt_stats: %s (%s)\n", zt_strerror(rc), zt_last_error(eng));
+    return rc;
+  }
+  *rank = st.rank;
+  *world = st.world;
+  return 0;
+}
+
+void gpt2_rank_slice(const int *global, int B, int T, int rank, int world, int *local) {
+  size_t rows = (size_t)(B / world);
+  memcpy(local, global + (size_t)rank * rows * T, rows * T * sizeof(int));
 }
