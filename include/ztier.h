@@ -604,7 +604,7 @@ ZT_API int zt_save(zt_engine_t *eng, const char *dir);
  */
 ZT_API int zt_load(zt_engine_t *eng, const char *dir);
 
-/* How zt_export_safetensors() writes. */
+/* How zt_export_safetensors() and zt_export_engine() write. */
 typedef struct zt_export_args {
   size_t size;              /* sizeof(zt_export_args_t): ZT_EXPORT_ARGS_INIT */
   zt_dtype_t dtype;         /* ZT_FP32 (the master weights) or ZT_BF16
@@ -632,6 +632,21 @@ typedef struct zt_export_args {
  * zt_last_error(NULL) has the sentence. Synchronous.
  */
 ZT_API int zt_export_safetensors(const char *dir, const char *out, const zt_export_args_t *args);
+
+/*
+ * Writes the engine's current weights as zt_export_safetensors() writes a
+ * checkpoint's (the same files for the same weights, but for the metadata:
+ * no ztier_generation), with no checkpoint in between: each unit's fp32
+ * master read where the engine keeps it (device, pinned host memory or
+ * swap files), a piece of 2^18 elements at a time, so memory
+ * stays bounded whatever the model's size. Collective: every rank calls it
+ * with the same arguments, between a zt_step() and the next forward (no
+ * group fetched); each sends its shard to rank 0, which alone writes `out`
+ * (a path rank 0 sees). Every rank returns the same: 0, or the first
+ * failing rank's code (a bad argument on one rank included), with a
+ * sentence in zt_last_error(eng). Synchronous.
+ */
+ZT_API int zt_export_engine(zt_engine_t *eng, const char *out, const zt_export_args_t *args);
 
 /* ------------------------------------------------------------------------ */
 /* Statistics                                                                */

@@ -18,6 +18,7 @@
 #define XXH_INLINE_ALL
 #include <xxhash.h>
 
+#include "ckpt/safetensors.h" // defines: zt__st_parse_header
 #include "engine/engine.h"     // defines: struct zt_engine (its backend)
 #include "cpu/optim_math.h" // defines: the conversions the library uses
 
@@ -663,4 +664,43 @@ size_t t_status_bytes(const char *key) {
     }
   fclose(f);
   return kb * 1024;
+}
+
+/* A whole file, read; its length in *len. */
+static unsigned char *slurp(const char *path, size_t *len) {
+  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  struct stat st;
+  if (fd < 0 || fstat(fd, &st) != 0) fail_msg("%s: %s", path, strerror(errno));
+  unsigned char *p = malloc((size_t)st.st_size + 1);
+  if (p == NULL || pread(fd, p, (size_t)st.st_size, 0) != st.st_size)
+    fail_msg("%s: cannot read it whole", path);
+  close(fd);
+  *len = (size_t)st.st_size;
+  return p;
+}
+
+void t_expect_same_safetensors(const char *a_path, const char *b_path) {
+  zt__st_header_t a, b;
+  size_t a_len, b_len;
+  zt__err_t e = {{0}};
+  unsigned char *fa = slurp(a_path, &a_len), *fb = slurp(b_path, &b_len);
+  if (zt__st_parse_header(&a, fa, a_len, a_len, a_path, &e) != 0 ||
+      zt__st_parse_header(&b, fb, b_len, b_len, b_path, &e) != 0)
+    fail_msg("%s", e.msg);
+  assert_int_equal(a.n_tensors, b.n_tensors);
+  for (size_t i = 0; i < a.n_tensors; i++) {
+    const zt__st_tensor_t *x = &a.tensors[i], *y = &b.tensors[i];
+    assert_string_equal(x->name, y->name);
+    assert_int_equal(x->dtype, y->dtype);
+    assert_int_equal(x->ndim, y->ndim);
+    assert_memory_equal(x->shape, y->shape, sizeof x->shape);
+    assert_true(x->begin == y->begin && x->end == y->end);
+  }
+  assert_true(a.data_bytes == b.data_bytes);
+  if (memcmp(fa + a.data_start, fb + b.data_start, a.data_bytes) != 0)
+    fail_msg("%s and %s hold other values", a_path, b_path);
+  zt__st_header_free(&a);
+  zt__st_header_free(&b);
+  free(fa);
+  free(fb);
 }

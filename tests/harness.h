@@ -139,6 +139,11 @@ void t_close_(double got, double want, double atol, double rtol, size_t i,
 void t_expect_same(const char *what, const void *got, const void *want, size_t esize,
                    size_t n);
 
+/* Fails unless the safetensors files a_path and b_path hold the same
+ * tensors: names, dtypes, shapes, offsets and bytes, in the same order
+ * (their metadata may differ). */
+void t_expect_same_safetensors(const char *a_path, const char *b_path);
+
 /* Fails unless rc == 0, printing zt_strerror and zt_last_error. */
 #define T_OK(call, eng) t_ok_((call), (eng), #call, __FILE__, __LINE__)
 void t_ok_(int rc, const zt_engine_t *eng, const char *what, const char *file,

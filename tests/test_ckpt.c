@@ -760,6 +760,50 @@ static void w_files(void **state) {
   close_run(&r);
 }
 
+/* The live export, every rank calling it, against the checkpoint saved at
+ * the same moment, exported: the same tensors, at stages 1 to 3 and in
+ * every tier. A bad argument on one rank is every rank's refusal, with no
+ * file written, and the ranks step on. */
+static void w_export(void **state) {
+  const setup_t setups[] = {
+      {1, ZT_TIER_DEVICE, ZT_TIER_DEVICE, ZT_BF16, ZT_FP32, 0, 0},
+      {2, ZT_TIER_NVME, ZT_TIER_DEVICE, ZT_FP32, ZT_FP32, 0, 0},
+      {3, ZT_TIER_HOST, ZT_TIER_NVME, ZT_BF16, ZT_BF16, 0, 0},
+      {3, ZT_TIER_DEVICE, ZT_TIER_DEVICE, ZT_FP32, ZT_FP32, 0, 0},
+  };
+  char dir[4096], live[4096 + 32], saved[4096 + 32], refused[4096 + 32], needle[64];
+  snprintf(dir, sizeof dir, "%s/export", ckpt_root());
+  snprintf(live, sizeof live, "%s/live.safetensors", ckpt_root());
+  snprintf(saved, sizeof saved, "%s/saved.safetensors", ckpt_root());
+  snprintf(refused, sizeof refused, "%s/refused.safetensors", ckpt_root());
+  for (size_t k = 0; k < sizeof setups / sizeof setups[0]; k++) {
+    run_t r;
+    open_run(&r, &setups[k], 0x5eed, ZT_COMM_AUTO);
+    for (int t = 1; t <= 2; t++) iteration(&r, t, NULL);
+    T_OK(zt_save(r.eng, dir), r.eng);
+    zt_export_args_t a = ZT_EXPORT_ARGS_INIT;
+    a.force = 1;
+    a.dtype = k % 2 ? ZT_BF16 : ZT_FP32;
+    T_OK(zt_export_engine(r.eng, live, &a), r.eng);
+    if (r.rank == 0) {
+      T_OK(zt_export_safetensors(dir, saved, &a), NULL);
+      t_expect_same_safetensors(live, saved);
+    }
+    int bad = r.world - 1;
+    a.dtype = r.rank == bad ? ZT_FP16 : ZT_FP32;
+    if (r.rank == bad) snprintf(needle, sizeof needle, "args->dtype is");
+    else snprintf(needle, sizeof needle, "rank %d failed", bad);
+    T_EXPECT_ERR(zt_export_engine(r.eng, refused, &a), r.eng, -EINVAL, needle);
+    if (r.rank == 0) assert_int_equal(access(refused, F_OK), -1);
+    iteration(&r, 3, NULL);
+    if (r.rank == 0 && k + 1 == sizeof setups / sizeof setups[0]) {
+      unlink(live);
+      unlink(saved);
+    }
+    close_run(&r);
+  }
+}
+
 /* A save in which one rank fails (its NVMe reads do) fails on every rank:
  * that rank names its swap file, the others that rank; the previous
  * checkpoint stays, with nothing of the failed one left, and the ranks step
@@ -785,6 +829,12 @@ static void w_save_fails(void **state) {
   else
     snprintf(needle, sizeof needle, "rank %d failed", bad);
   T_EXPECT_ERR(zt_save(r.eng, dir), r.eng, -EIO, needle);
+  /* So does an export whose reads fail on one rank, leaving no file. */
+  char out[4096 + 32];
+  snprintf(out, sizeof out, "%s/fails.safetensors", ckpt_root());
+  zt_export_args_t ea = ZT_EXPORT_ARGS_INIT;
+  T_EXPECT_ERR(zt_export_engine(r.eng, out, &ea), r.eng, -EIO, needle);
+  if (r.rank == 0) assert_int_equal(access(out, F_OK), -1);
   failing_reads = 0;
   /* Rank 0 removes its own file of the failed save before it returns. */
   if (r.rank == 0) check_files(dir, 1, r.world, s.pdt);
@@ -904,8 +954,9 @@ static void test_reshard(void **state) {
   /* One rank: this process. */
   w_load(state);
   w_load_damaged(state);
-  T_MPIRUN(2, "w_files,w_save_fails,w_load,w_load_damaged");
-  T_MPIRUN(3, "w_load,w_load_damaged");
+  w_export(state);
+  T_MPIRUN(2, "w_files,w_save_fails,w_load,w_load_damaged,w_export");
+  T_MPIRUN(3, "w_load,w_load_damaged,w_export");
   t_remove_tree(root);
 }
 
@@ -1392,11 +1443,11 @@ static int damage(const char *dir, enum damage d, t_rng_t *rng, char *needle, si
   case VERSION: {
     snprintf(path, sizeof path, "%s/manifest.json", dir);
     char *s = read_text(path);
-    char *v = strstr(s, "\"version\": 2,");
+    char *v = strstr(s, "\"version\": 3,"); /* the version written */
     assert_non_null(v);
     char *edited = malloc(strlen(s) + 2);
     snprintf(edited, strlen(s) + 2, "%.*s\"version\": 99,%s", (int)(v - s), s,
-             v + strlen("\"version\": 2,"));
+             v + strlen("\"version\": 3,"));
     write_text(path, edited);
     free(s);
     free(edited);
@@ -1557,6 +1608,7 @@ static const struct CMUnitTest scenarios[] = {
     cmocka_unit_test(w_files),
     cmocka_unit_test(w_load_damaged),
     cmocka_unit_test(w_save_fails),
+    cmocka_unit_test(w_export),
     cmocka_unit_test(w_tiny),
 };
 

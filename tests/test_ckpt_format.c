@@ -443,7 +443,8 @@ static const edit_t edits[] = {
     {"units/0/state_off", "1", "units[0].state_off is 1"},
     {"units/1/numel", "0", "units[1].numel is 0"},
     {"units/0/numel", "99", "units[1].state_off is 100; expected 99"},
-    {"units/1/numel", "299", "units[1].shape[1] is 100; expected dimensions >= 1 whose product is numel (299)"},
+    {"units/1/numel", "299",
+     "units[1].shape[1] is 100; expected dimensions >= 1 whose product is numel (299)"},
     {"units/2/offset", "960", "units[2].offset is 960"},
     {"units/2/offset", "9007199254740991", "units[2].offset is 9007199254740991"},
     {"units/1/offset", "50", "units[1] (offset 50, numel 300) overlaps units[0]"},
@@ -1668,6 +1669,118 @@ static void test_gpt2_shapes(void **state) {
   assert_int_equal(system(cmd), 0);
 }
 
+/* ---- a live engine's export --------------------------------------------------- */
+
+/* zt_export_engine against the checkpoint the same engine saves at the same
+ * moment, exported: the same tensors, bit for bit, at every stage and in
+ * every tier, fp32 and bf16 parameters, one file and shards. */
+static void test_export_engine(void **state) {
+  static const struct {
+    int stage;
+    zt_tier_t tier;
+    zt_dtype_t pdt;
+  } runs[] = {
+      {0, ZT_TIER_DEVICE, ZT_FP32}, {0, ZT_TIER_HOST, ZT_BF16}, {0, ZT_TIER_NVME, ZT_FP32},
+      {1, ZT_TIER_DEVICE, ZT_BF16}, {2, ZT_TIER_HOST, ZT_FP32}, {2, ZT_TIER_NVME, ZT_BF16},
+      {3, ZT_TIER_HOST, ZT_BF16},   {3, ZT_TIER_DEVICE, ZT_FP32},
+  };
+  t_rng_t r;
+  t_rng_init(&r, t_seed() ^ 0x11fe);
+  char dir[256], live[300], saved[300], path[1000];
+  snprintf(dir, sizeof dir, "%s/live-ckpt-%d", t_swap_dir(), (int)getpid());
+  snprintf(live, sizeof live, "%s/live-%d.safetensors", t_swap_dir(), (int)getpid());
+  snprintf(saved, sizeof saved, "%s/saved-%d.safetensors", t_swap_dir(), (int)getpid());
+  for (size_t k = 0; k < sizeof runs / sizeof runs[0]; k++) {
+    zt_config_t cfg = t_config();
+    cfg.stage = runs[k].stage;
+    cfg.optimizer_tier = runs[k].tier;
+    if (runs[k].tier == ZT_TIER_NVME)
+      assert_int_equal(zt_config_set(&cfg, "swap_path", t_swap_dir()), 0);
+    zt_engine_t *eng = t_engine(&cfg);
+    zt_unit_t units[3] = {{"b", 700, 300001, 0, 1, runs[k].pdt},
+                          {"a", 0, 600, 1, 0, runs[k].pdt},
+                          {"c", 300701, 5, 1, 1, runs[k].pdt}};
+    size_t n = 300706, psz = t_dtype_size(runs[k].pdt);
+    void *host = malloc(n * 4), *params = t_buf_alloc(eng, n * psz),
+         *grads = t_buf_alloc(eng, n * psz);
+    t_fill_normal(host, runs[k].pdt, n, 0.5, &r);
+    t_buf_upload(eng, params, host, n * psz);
+    T_OK(zt_register_units(eng, params, grads, n, runs[k].pdt, runs[k].pdt, units, 3), eng);
+    T_OK(zt_set_shape(eng, "b", 2, (size_t[]){13, 23077}), eng);
+    for (int t = 1; t <= 2; t++) {
+      void *ptr[3];
+      for (int g = 0; runs[k].stage == 3 && g < 2; g++) {
+        assert_true(zt_fetch(eng, g, ptr, 3) > 0);
+        T_OK(zt_release(eng, g), eng);
+      }
+      t_fill_normal(host, runs[k].pdt, n, 0.1, &r);
+      t_buf_upload(eng, grads, host, n * psz);
+      zt_step_args_t a = ZT_STEP_ARGS_INIT;
+      a.t = (uint64_t)t;
+      a.lr = 1e-2f;
+      T_OK(zt_step(eng, &a, NULL), eng);
+    }
+    t_remove_tree(dir);
+    T_OK(zt_save(eng, dir), eng);
+    for (int dt = 0; dt < 2; dt++) {
+      zt_export_args_t a = ZT_EXPORT_ARGS_INIT;
+      a.dtype = dt ? ZT_BF16 : ZT_FP32;
+      a.force = 1;
+      T_OK(zt_export_engine(eng, live, &a), eng);
+      T_OK(zt_export_safetensors(dir, saved, &a), NULL);
+      t_expect_same_safetensors(live, saved);
+    }
+    /* Sharded: each shard as the checkpoint's (in state order a, b, c; at
+     * 4096 bytes each alone, b being larger and c not fitting after it). */
+    zt_export_args_t a = ZT_EXPORT_ARGS_INIT;
+    a.max_shard_bytes = 4096;
+    a.force = 1;
+    char live_dir[320], saved_dir[320];
+    snprintf(live_dir, sizeof live_dir, "%s.d", live);
+    snprintf(saved_dir, sizeof saved_dir, "%s.d", saved);
+    T_OK(zt_export_engine(eng, live_dir, &a), eng);
+    T_OK(zt_export_safetensors(dir, saved_dir, &a), NULL);
+    for (int s = 1; s <= 3; s++) {
+      char sa[400], sb[400];
+      snprintf(sa, sizeof sa, "%s/model-%05d-of-00003.safetensors", live_dir, s);
+      snprintf(sb, sizeof sb, "%s/model-%05d-of-00003.safetensors", saved_dir, s);
+      t_expect_same_safetensors(sa, sb);
+    }
+    snprintf(path, sizeof path, "cmp -s '%s/model.safetensors.index.json' "
+             "'%s/model.safetensors.index.json'", live_dir, saved_dir);
+    assert_int_equal(system(path), 0);
+    t_remove_tree(live_dir);
+    t_remove_tree(saved_dir);
+    /* The engine goes on: the next step and export still agree. */
+    if (k == 0) {
+      a = (zt_export_args_t)ZT_EXPORT_ARGS_INIT;
+      assert_int_equal(zt_export_engine(eng, live, &a), -EEXIST); /* exists, unforced */
+      assert_non_null(strstr(zt_last_error(eng), "exists"));
+      assert_int_equal(zt_export_engine(eng, NULL, &a), -EINVAL);
+      assert_non_null(strstr(zt_last_error(eng), "out is NULL"));
+      assert_int_equal(zt_export_engine(eng, live, NULL), -EINVAL);
+      assert_non_null(strstr(zt_last_error(eng), "args is NULL"));
+      a.dtype = ZT_FP16;
+      assert_int_equal(zt_export_engine(eng, live, &a), -EINVAL);
+      assert_non_null(strstr(zt_last_error(eng), "args->dtype is"));
+      a.dtype = ZT_FP32;
+      assert_int_equal(zt_export_engine(eng, t_swap_dir(), &a), -EISDIR);
+      /* The refused calls left the file as the last export wrote it (bf16). */
+      a.dtype = ZT_BF16;
+      a.force = 1;
+      T_OK(zt_export_safetensors(dir, saved, &a), NULL);
+      t_expect_same_safetensors(live, saved);
+    }
+    t_buf_free(eng, params, n * psz);
+    t_buf_free(eng, grads, n * psz);
+    zt_engine_destroy(eng);
+    free(host);
+  }
+  unlink(live);
+  unlink(saved);
+  t_remove_tree(dir);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_manifest_roundtrip),
@@ -1685,6 +1798,7 @@ int main(void) {
       cmocka_unit_test(test_consolidate_shards),
       cmocka_unit_test(test_export_call),
       cmocka_unit_test(test_gpt2_shapes),
+      cmocka_unit_test(test_export_engine),
   };
   return T_RUN(tests);
 }

@@ -169,6 +169,39 @@ ZT_INTERNAL int zt__ckpt_consolidate_shards(const char *dir, const char *out_dir
                                             FILE *progress, size_t *n_shards, uint64_t *size,
                                             zt__err_t *e);
 
+/* The writer both exports share (consolidate.c): the units of `m`, in state
+ * order, into one safetensors file `out` (max_shard 0) or Hugging Face's
+ * shards and index in directory `out`, as zt__ckpt_consolidate_shards
+ * describes them; every file under a temporary name until the commit.
+ * `dir` is the checkpoint exported, whose files an OUT may never be; NULL
+ * for a live engine's export (then only an existing OUT, unforced, and a
+ * directory are refused). `meta` pairs as zt__st_writer_open; `m`, `out`
+ * and `meta` stay the caller's until the commit or the abort. */
+typedef struct zt__ckpt_export zt__ckpt_export_t;
+ZT_INTERNAL int zt__ckpt_export_open(const char *dir, const struct zt__manifest *m,
+                                     const char *out, zt_dtype_t dt, uint64_t max_shard,
+                                     int force, const char *const *meta, size_t n_meta,
+                                     FILE *progress, zt__err_t *e, zt__ckpt_export_t **x);
+/* The next n states' fp32 values, in state order, any piece size. */
+ZT_INTERNAL int zt__ckpt_export_put(zt__ckpt_export_t *x, const float *v, size_t n);
+/* Every state put: the index, then the files renamed into place (the index
+ * last) and made durable. *size: the files' bytes; *n_files (NULL: not
+ * asked): the shards. Frees x whatever the outcome. */
+ZT_INTERNAL int zt__ckpt_export_commit(zt__ckpt_export_t *x, uint64_t *size, size_t *n_files);
+/* Gives up: removes the temporary files and a directory it made (if still
+ * empty), frees x. NULL: nothing. */
+ZT_INTERNAL void zt__ckpt_export_abort(zt__ckpt_export_t *x);
+
+/* A live engine's parameters exported as zt__ckpt_export writes them: the
+ * fp32 master of every unit, read from the tier that holds it, a piece at a
+ * time. Collective: every rank calls it, with `local` its own refusal of
+ * the call (0, or a code whose sentence is written), which every rank then
+ * returns; each rank sends its shard, in state order, to rank 0, which
+ * alone writes. Every rank returns the same: 0, or the lowest failing
+ * rank's code (export_live.c). */
+ZT_INTERNAL int zt__ckpt_export_engine(zt_engine_t *eng, int local, const char *out,
+                                       zt_dtype_t dt, uint64_t max_shard, int force);
+
 /* For tests: 1 makes zt__ckpt_consolidate commit OUT as on a file system
  * with neither RENAME_NOREPLACE nor hard links; 0 (the default) undoes it. */
 ZT_INTERNAL void zt__ckpt_consolidate_plain_fs(int on);

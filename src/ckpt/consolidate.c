@@ -75,12 +75,26 @@ static int lies_in(const char *parent, const struct stat *dir_st) {
   return stat("/", &root) == 0 && root.st_dev == dir_st->st_dev && root.st_ino == dir_st->st_ino;
 }
 
+/* An export of no checkpoint: `out` is refused when it is a directory, or,
+ * unforced, when it exists. */
+static int check_out_alone(const char *out, int force, zt__err_t *e) {
+  struct stat st;
+  if (stat(out, &st) == 0 && S_ISDIR(st.st_mode))
+    return zt__errf(e, -EISDIR, "export: OUT %s is a directory; expected the path of a "
+                    "safetensors file to write", out);
+  if (!force && lstat(out, &st) == 0)
+    return zt__errf(e, -EEXIST, "export: OUT %s exists; remove it or set force to replace it",
+                    out);
+  return 0;
+}
+
 /* Refuses an `out` that is a file the checkpoint uses (whatever `force`),
  * or, unforced, one inside the checkpoint directory or one that exists. */
 static int check_out(const char *dir, const char *out, const zt__manifest_t *m, int force,
                      zt__err_t *e) {
   const char *fn = "consolidate";
   struct stat dir_st, st, lst;
+  if (dir == NULL) return check_out_alone(out, force, e);
   if (stat(dir, &dir_st) != 0)
     return zt__errf(e, -errno, "%s: %s: %s", fn, dir, strerror(errno));
   /* The directory OUT goes into, by its real path. */
@@ -181,117 +195,7 @@ static void unit_spec(const zt__ckpt_unit_t *u, zt_dtype_t out_dt, zt__st_spec_t
   memcpy(spec->shape, u->shape, (size_t)u->ndim * sizeof *u->shape);
 }
 
-/* How far an export has come, across every file it writes: for the
- * progress lines. */
-typedef struct {
-  uint64_t done, next_report;
-} progress_t;
-
-/* Streams units [u0, u1) of the state space through `w`, a piece at a time. */
-static int export_units(const zt__manifest_t *m, zt__ckpt_src_t *src, zt__st_writer_t *w,
-                        size_t u0, size_t u1, zt_dtype_t out_dt, FILE *progress,
-                        progress_t *p, zt__err_t *e) {
-  float *f32 = malloc(PIECE * sizeof(float));
-  uint16_t *b16 = out_dt == ZT_BF16 ? malloc(PIECE * sizeof(uint16_t)) : NULL;
-  int rc = f32 && (out_dt != ZT_BF16 || b16) ? 0 : zt__errf(e, -ENOMEM, "out of memory");
-  for (size_t u = u0; rc == 0 && u < u1; u++) {
-    const zt__ckpt_unit_t *unit = &m->units[u];
-    for (uint64_t k = 0; rc == 0 && k < unit->numel; k += PIECE) {
-      size_t n = unit->numel - k < PIECE ? (size_t)(unit->numel - k) : PIECE;
-      rc = zt__ckpt_src_read(src, ZT_CKPT_MASTER, unit->state_off + k, n, f32);
-      if (rc == 0 && out_dt == ZT_BF16) {
-        for (size_t i = 0; i < n; i++) b16[i] = zt_f32_to_bf16_rne(f32[i]);
-        rc = zt__st_write(w, b16, n * sizeof *b16);
-      } else if (rc == 0) {
-        rc = zt__st_write(w, f32, n * sizeof *f32);
-      }
-      p->done += n;
-      if (progress && (p->done >= p->next_report || p->done == m->state_numel)) {
-        fprintf(progress, "consolidate: %5.1f%% of %llu parameters, unit %s\n",
-                100.0 * (double)p->done / (double)m->state_numel,
-                (unsigned long long)m->state_numel, unit->name);
-        p->next_report = p->done + m->state_numel / 10;
-      }
-    }
-  }
-  free(f32);
-  free(b16);
-  return rc;
-}
-
-/* Writes units [u0, u0 + n) as a whole safetensors file under a new
- * temporary name made from `tmp` (a mkostemp template, rewritten to the
- * name), fsynced; `out` names it in messages. *bytes: its size. On failure
- * the temporary file is gone. */
-static int write_st(char *tmp, const char *out, const zt__st_spec_t *specs, size_t n,
-                    const char *const *meta, size_t n_meta, const zt__manifest_t *m,
-                    zt__ckpt_src_t *src, size_t u0, zt_dtype_t out_dt, FILE *progress,
-                    progress_t *p, uint64_t *bytes, zt__err_t *e) {
-  /* A name no one else has: nothing is truncated, whatever is there. */
-  int fd = mkostemp(tmp, O_CLOEXEC);
-  if (fd < 0) return zt__errf(e, -errno, "consolidate: cannot create %s: %s", tmp, strerror(errno));
-  int rc = 0;
-  if (fchmod(fd, 0644) != 0)
-    rc = zt__errf(e, -errno, "consolidate: chmod of %s: %s", tmp, strerror(errno));
-  zt__st_writer_t *w = NULL;
-  if (rc == 0) rc = zt__st_writer_open(fd, out, specs, n, meta, n_meta, e, &w);
-  if (rc == 0) rc = export_units(m, src, w, u0, u0 + n, out_dt, progress, p, e);
-  if (rc == 0) rc = zt__st_finish(w);
-  if (rc == 0 && fsync(fd) != 0)
-    rc = zt__errf(e, -errno, "consolidate: fsync of %s: %s", tmp, strerror(errno));
-  if (rc == 0) *bytes = zt__st_writer_size(w);
-  zt__st_writer_close(w);
-  if (close(fd) != 0 && rc == 0)
-    rc = zt__errf(e, -errno, "consolidate: closing %s: %s", tmp, strerror(errno));
-  if (rc < 0) unlink(tmp);
-  return rc;
-}
-
-int zt__ckpt_consolidate(const char *dir, const char *out, zt_dtype_t out_dt, int force,
-                         FILE *progress, uint64_t *size, zt__err_t *e) {
-  *size = 0;
-  if (out_dt != ZT_FP32 && out_dt != ZT_BF16)
-    return zt__errf(e, -EINVAL, "consolidate: dtype is %s; expected fp32 or bf16",
-                    zt__dtype_name(out_dt));
-  zt__manifest_t m;
-  ZT_TRY(zt__ckpt_read_manifest(dir, &m, e));
-  zt__st_spec_t *specs = calloc(m.n_units, sizeof *specs);
-  char tmp[8192], gen[32], steps[32];
-  snprintf(tmp, sizeof tmp, "%s.tmp-XXXXXX", out);
-  snprintf(gen, sizeof gen, "%llu", (unsigned long long)m.generation);
-  snprintf(steps, sizeof steps, "%llu", (unsigned long long)m.steps);
-  const char *meta[] = {"format", "pt", "producer", "ztier", "ztier_generation", gen,
-                        "ztier_steps", steps};
-  int rc = specs ? 0 : zt__errf(e, -ENOMEM, "out of memory");
-  if (rc == 0 && strlen(out) + 12 > sizeof tmp)
-    rc = zt__errf(e, -ENAMETOOLONG, "consolidate: OUT %s is too long", out);
-  if (rc == 0) rc = check_out(dir, out, &m, force, e);
-  for (size_t i = 0; rc == 0 && i < m.n_units; i++) unit_spec(&m.units[i], out_dt, &specs[i]);
-  /* A bad file is found before anything is written. */
-  if (rc == 0) rc = zt__ckpt_verify_range(dir, &m, 0, m.state_numel, e);
-  zt__ckpt_src_t *src = NULL;
-  if (rc == 0) rc = zt__ckpt_src_open(dir, &m, e, &src);
-  progress_t p = {0, 0};
-  int made = 0;
-  if (rc == 0) {
-    rc = write_st(tmp, out, specs, m.n_units, meta, 4, &m, src, 0, out_dt, progress, &p, size,
-                  e);
-    made = rc == 0;
-  }
-  /* The name appears only once the file is whole; forced, the checks run
-   * again right before, so a file of the checkpoint made OUT meanwhile is
-   * still refused. */
-  if (rc == 0 && force) rc = check_out(dir, out, &m, force, e);
-  if (rc == 0) rc = commit_out(tmp, out, force, e);
-  if (rc < 0 && made) unlink(tmp);
-  if (rc == 0) rc = fsync_parent(out, e); /* and the name is durable */
-  zt__ckpt_src_close(src);
-  free(specs);
-  zt__manifest_free(&m);
-  return rc;
-}
-
-/* ---- sharded: Hugging Face's layout ------------------------------------------------ */
+/* ---- the writer: units in state order, into one file or Hugging Face's shards ---- */
 
 #define INDEX_NAME "model.safetensors.index.json"
 
@@ -392,69 +296,250 @@ static int write_index(char *tmp, const char *path, const zt__manifest_t *m, siz
   return rc;
 }
 
-int zt__ckpt_consolidate_shards(const char *dir, const char *out_dir, zt_dtype_t out_dt,
-                                uint64_t max_shard, int force, FILE *progress,
-                                size_t *n_shards, uint64_t *size, zt__err_t *e) {
+/* An export under way (ckpt.h): its files, the one being written, and how
+ * far the states have come. Files [0, n) are the shards (one: the single
+ * file), [n] the index when sharded. */
+struct zt__ckpt_export {
+  const char *dir; /* the checkpoint's; NULL for none */
+  const zt__manifest_t *m;
+  const char *out;
+  zt_dtype_t dt;
+  int force, sharded, made_dir;
+  size_t n;      /* shards */
+  size_t *first; /* [n + 1]: shard s holds units [first[s], first[s + 1]) */
+  char (*paths)[4096], (*tmps)[4096];
+  zt__st_spec_t *specs;
+  const char *const *meta;
+  size_t n_meta;
+  size_t cur;            /* the shard being written, or n when all are */
+  size_t created;        /* tmps[0, created) exist on disk ...          */
+  size_t renamed;        /* ... but for [0, renamed), now at their paths */
+  int fd;                /* shard cur's temporary file, or -1 */
+  zt__st_writer_t *w;
+  uint64_t shard_end;    /* the state its units end at */
+  uint64_t done;         /* states put so far */
+  uint64_t next_report;
+  FILE *progress;
+  uint16_t *b16;         /* bf16 conversion, PIECE elements */
+  uint64_t size;         /* bytes of the files finished */
+  zt__err_t *e;
+};
+
+int zt__ckpt_export_open(const char *dir, const zt__manifest_t *m, const char *out,
+                         zt_dtype_t dt, uint64_t max_shard, int force, const char *const *meta,
+                         size_t n_meta, FILE *progress, zt__err_t *e, zt__ckpt_export_t **xp) {
+  *xp = NULL;
+  if (dt != ZT_FP32 && dt != ZT_BF16)
+    return zt__errf(e, -EINVAL, "consolidate: dtype is %s; expected fp32 or bf16",
+                    zt__dtype_name(dt));
+  zt__ckpt_export_t *x = calloc(1, sizeof *x);
+  if (x == NULL) return zt__errf(e, -ENOMEM, "out of memory");
+  *x = (zt__ckpt_export_t){.dir = dir, .m = m, .out = out, .dt = dt, .force = force,
+                           .sharded = max_shard > 0, .meta = meta, .n_meta = n_meta,
+                           .fd = -1, .progress = progress, .e = e};
+  size_t esz = zt__dtype_size(dt);
+  x->first = calloc(m->n_units + 2, sizeof *x->first);
+  x->specs = calloc(m->n_units + 1, sizeof *x->specs);
+  x->b16 = dt == ZT_BF16 ? malloc(PIECE * sizeof *x->b16) : NULL;
+  int rc = x->first && x->specs && (dt != ZT_BF16 || x->b16)
+               ? 0 : zt__errf(e, -ENOMEM, "out of memory");
+  if (rc == 0) {
+    if (x->sharded) {
+      x->n = plan_shards(m, esz, max_shard, x->first);
+    } else {
+      x->n = 1;
+      x->first[1] = m->n_units;
+    }
+  }
+  /* paths[s] and tmps[s] for each file, and [n] for the index. */
+  if (rc == 0) {
+    x->paths = calloc(x->n + 1, sizeof *x->paths);
+    x->tmps = calloc(x->n + 1, sizeof *x->tmps);
+    if (x->paths == NULL || x->tmps == NULL) rc = zt__errf(e, -ENOMEM, "out of memory");
+  }
+  if (rc == 0 && x->sharded) rc = make_out_dir(out, &x->made_dir, e);
+  for (size_t s = 0; rc == 0 && s < x->n + x->sharded; s++) {
+    if (x->sharded) rc = shard_path(x->paths[s], sizeof x->paths[s], out, s, x->n, e);
+    else if (snprintf(x->paths[s], sizeof x->paths[s], "%s", out) + 12 >= (int)sizeof x->paths[s])
+      rc = zt__errf(e, -ENAMETOOLONG, "consolidate: OUT %s is too long", out);
+    if (rc == 0) rc = check_out(dir, x->paths[s], m, force, e);
+    snprintf(x->tmps[s], sizeof x->tmps[s], "%s.tmp-XXXXXX", x->paths[s]);
+  }
+  for (size_t i = 0; rc == 0 && i < m->n_units; i++) unit_spec(&m->units[i], dt, &x->specs[i]);
+  if (rc < 0) {
+    zt__ckpt_export_abort(x);
+    return rc;
+  }
+  *xp = x;
+  return 0;
+}
+
+/* Shard x->cur, whole: its checks, fsynced, closed; the next one is due. */
+static int finish_shard(zt__ckpt_export_t *x) {
+  int rc = zt__st_finish(x->w);
+  if (rc == 0 && fsync(x->fd) != 0)
+    rc = zt__errf(x->e, -errno, "consolidate: fsync of %s: %s", x->tmps[x->cur], strerror(errno));
+  if (rc == 0) x->size += zt__st_writer_size(x->w);
+  zt__st_writer_close(x->w);
+  x->w = NULL;
+  if (close(x->fd) != 0 && rc == 0)
+    rc = zt__errf(x->e, -errno, "consolidate: closing %s: %s", x->tmps[x->cur], strerror(errno));
+  x->fd = -1;
+  if (rc < 0) return rc;
+  x->cur++;
+  return 0;
+}
+
+/* Shard x->cur begins: its temporary file (a name no one else has, so
+ * nothing is truncated whatever is there) and its header. */
+static int start_shard(zt__ckpt_export_t *x) {
+  size_t u0 = x->first[x->cur], u1 = x->first[x->cur + 1];
+  x->fd = mkostemp(x->tmps[x->cur], O_CLOEXEC);
+  if (x->fd < 0)
+    return zt__errf(x->e, -errno, "consolidate: cannot create %s: %s", x->tmps[x->cur],
+                    strerror(errno));
+  x->created = x->cur + 1;
+  if (fchmod(x->fd, 0644) != 0)
+    return zt__errf(x->e, -errno, "consolidate: chmod of %s: %s", x->tmps[x->cur],
+                    strerror(errno));
+  x->shard_end = x->m->units[u1 - 1].state_off + x->m->units[u1 - 1].numel;
+  return zt__st_writer_open(x->fd, x->paths[x->cur], x->specs + u0, u1 - u0, x->meta,
+                            x->n_meta, x->e, &x->w);
+}
+
+/* The unit holding state s (units tile the state space in order). */
+static const zt__ckpt_unit_t *unit_at(const zt__manifest_t *m, uint64_t s) {
+  size_t lo = 0, hi = m->n_units;
+  while (hi - lo > 1) {
+    size_t mid = lo + (hi - lo) / 2;
+    if (m->units[mid].state_off <= s) lo = mid;
+    else hi = mid;
+  }
+  return &m->units[lo];
+}
+
+int zt__ckpt_export_put(zt__ckpt_export_t *x, const float *v, size_t n) {
+  if (x->done + n > x->m->state_numel)
+    return zt__errf(x->e, -EINVAL, "consolidate: %zu values past the %llu the units hold", n,
+                    (unsigned long long)x->m->state_numel);
+  while (n > 0) {
+    if (x->w == NULL) ZT_TRY(start_shard(x));
+    size_t k = zt__min_sz(zt__min_sz(n, PIECE), (size_t)(x->shard_end - x->done));
+    int rc;
+    if (x->dt == ZT_BF16) {
+      for (size_t i = 0; i < k; i++) x->b16[i] = zt_f32_to_bf16_rne(v[i]);
+      rc = zt__st_write(x->w, x->b16, k * sizeof *x->b16);
+    } else {
+      rc = zt__st_write(x->w, v, k * sizeof *v);
+    }
+    ZT_TRY(rc);
+    x->done += k;
+    v += k;
+    n -= k;
+    if (x->progress && (x->done >= x->next_report || x->done == x->m->state_numel)) {
+      fprintf(x->progress, "consolidate: %5.1f%% of %llu parameters, unit %s\n",
+              100.0 * (double)x->done / (double)x->m->state_numel,
+              (unsigned long long)x->m->state_numel, unit_at(x->m, x->done - 1)->name);
+      x->next_report = x->done + x->m->state_numel / 10;
+    }
+    if (x->done == x->shard_end) ZT_TRY(finish_shard(x));
+  }
+  return 0;
+}
+
+int zt__ckpt_export_commit(zt__ckpt_export_t *x, uint64_t *size, size_t *n_files) {
+  zt__err_t *e = x->e;
+  size_t esz = zt__dtype_size(x->dt), total = x->n + x->sharded;
+  int rc = 0;
+  if (x->done != x->m->state_numel)
+    rc = zt__errf(e, -EINVAL, "consolidate: %llu of %llu values were written",
+                  (unsigned long long)x->done, (unsigned long long)x->m->state_numel);
+  if (rc == 0 && x->sharded)
+    rc = write_index(x->tmps[x->n], x->paths[x->n], x->m, esz, x->first, x->n, e);
+  if (rc == 0) x->created = total; /* every file is whole under its temporary name */
+  /* The names appear only once every file is whole; forced, the checks run
+   * again right before each rename, so a file of the checkpoint made OUT
+   * meanwhile is still refused. A failure while renaming may leave earlier
+   * shards in place, but never an index without its shards (it is last). */
+  for (size_t s = 0; rc == 0 && x->force && s < total; s++)
+    rc = check_out(x->dir, x->paths[s], x->m, x->force, e);
+  for (; rc == 0 && x->renamed < total; x->renamed += rc == 0)
+    rc = commit_out(x->tmps[x->renamed], x->paths[x->renamed], x->force, e);
+  if (rc == 0) /* and the names are durable */
+    rc = x->sharded ? zt__ckpt_fsync_dir(x->out, e) : fsync_parent(x->out, e);
+  if (rc == 0) {
+    *size = x->size;
+    if (n_files) *n_files = x->n;
+    x->made_dir = 0; /* it holds the export now */
+  }
+  zt__ckpt_export_abort(x); /* after a failure: the files not renamed, and the directory */
+  return rc;
+}
+
+void zt__ckpt_export_abort(zt__ckpt_export_t *x) {
+  if (x == NULL) return;
+  zt__st_writer_close(x->w);
+  if (x->fd >= 0) close(x->fd);
+  for (size_t s = x->renamed; s < x->created; s++) unlink(x->tmps[s]);
+  if (x->made_dir) rmdir(x->out); /* only while it is still empty */
+  free(x->b16);
+  free(x->specs);
+  free(x->tmps);
+  free(x->paths);
+  free(x->first);
+  free(x);
+}
+
+/* ---- from a checkpoint ------------------------------------------------------------- */
+
+static int consolidate(const char *dir, const char *out, zt_dtype_t out_dt, uint64_t max_shard,
+                       int force, FILE *progress, size_t *n_files, uint64_t *size,
+                       zt__err_t *e) {
   *size = 0;
-  *n_shards = 0;
+  if (n_files) *n_files = 0;
   if (out_dt != ZT_FP32 && out_dt != ZT_BF16)
     return zt__errf(e, -EINVAL, "consolidate: dtype is %s; expected fp32 or bf16",
                     zt__dtype_name(out_dt));
-  if (max_shard == 0)
-    return zt__errf(e, -EINVAL, "consolidate: --max-shard-size is 0; expected at least 1 byte");
   zt__manifest_t m;
   ZT_TRY(zt__ckpt_read_manifest(dir, &m, e));
-  size_t esz = zt__dtype_size(out_dt);
-  zt__st_spec_t *specs = calloc(m.n_units + 1, sizeof *specs);
-  size_t *first = calloc(m.n_units + 2, sizeof *first);
-  int rc = specs && first ? 0 : zt__errf(e, -ENOMEM, "out of memory");
-  size_t n = rc == 0 ? plan_shards(&m, esz, max_shard, first) : 0;
-  /* paths[s] and tmps[s] for each shard, and [n] for the index. */
-  char (*paths)[4096] = rc == 0 ? calloc(n + 1, sizeof *paths) : NULL;
-  char (*tmps)[4096] = rc == 0 ? calloc(n + 1, sizeof *tmps) : NULL;
-  if (rc == 0 && (paths == NULL || tmps == NULL)) rc = zt__errf(e, -ENOMEM, "out of memory");
   char gen[32], steps[32];
   snprintf(gen, sizeof gen, "%llu", (unsigned long long)m.generation);
   snprintf(steps, sizeof steps, "%llu", (unsigned long long)m.steps);
   const char *meta[] = {"format", "pt", "producer", "ztier", "ztier_generation", gen,
                         "ztier_steps", steps};
-  int made_dir = 0;
-  if (rc == 0) rc = make_out_dir(out_dir, &made_dir, e);
-  for (size_t s = 0; rc == 0 && s <= n; s++) {
-    rc = shard_path(paths[s], sizeof paths[s], out_dir, s, n, e);
-    if (rc == 0) rc = check_out(dir, paths[s], &m, force, e);
-    snprintf(tmps[s], sizeof tmps[s], "%s.tmp-XXXXXX", paths[s]);
-  }
-  for (size_t i = 0; rc == 0 && i < m.n_units; i++) unit_spec(&m.units[i], out_dt, &specs[i]);
+  zt__ckpt_export_t *x = NULL;
+  int rc = zt__ckpt_export_open(dir, &m, out, out_dt, max_shard, force, meta, 4, progress, e, &x);
   /* A bad file is found before anything is written. */
   if (rc == 0) rc = zt__ckpt_verify_range(dir, &m, 0, m.state_numel, e);
   zt__ckpt_src_t *src = NULL;
   if (rc == 0) rc = zt__ckpt_src_open(dir, &m, e, &src);
-  /* Every file whole under its temporary name before any name appears. */
-  progress_t p = {0, 0};
-  size_t made = 0, committed = 0;
-  for (; rc == 0 && made < n; made += rc == 0) {
-    uint64_t bytes = 0;
-    size_t u0 = first[made], k = first[made + 1] - u0;
-    rc = write_st(tmps[made], paths[made], specs + u0, k, meta, 4, &m, src, u0, out_dt, progress,
-                  &p, &bytes, e);
-    *size += bytes;
+  float *f32 = rc == 0 ? malloc(PIECE * sizeof *f32) : NULL;
+  if (rc == 0 && f32 == NULL) rc = zt__errf(e, -ENOMEM, "out of memory");
+  for (uint64_t a = 0; rc == 0 && a < m.state_numel; a += PIECE) {
+    size_t n = m.state_numel - a < PIECE ? (size_t)(m.state_numel - a) : PIECE;
+    rc = zt__ckpt_src_read(src, ZT_CKPT_MASTER, a, n, f32);
+    if (rc == 0) rc = zt__ckpt_export_put(x, f32, n);
   }
-  if (rc == 0 && (rc = write_index(tmps[n], paths[n], &m, esz, first, n, e)) == 0) made++;
-  /* Forced, the checks run again right before each rename (as for one file). */
-  for (size_t s = 0; rc == 0 && s <= n; s++)
-    if (force) rc = check_out(dir, paths[s], &m, force, e);
-  for (; rc == 0 && committed <= n; committed += rc == 0)
-    rc = commit_out(tmps[committed], paths[committed], force, e);
-  for (size_t s = committed; rc < 0 && s < made; s++) unlink(tmps[s]);
-  if (rc == 0) rc = zt__ckpt_fsync_dir(out_dir, e); /* and the names are durable */
-  if (rc < 0 && made_dir) rmdir(out_dir); /* only while it is still empty */
-  if (rc == 0) *n_shards = n;
+  if (rc == 0) rc = zt__ckpt_export_commit(x, size, n_files);
+  else zt__ckpt_export_abort(x);
+  free(f32);
   zt__ckpt_src_close(src);
-  free(tmps);
-  free(paths);
-  free(first);
-  free(specs);
   zt__manifest_free(&m);
   return rc;
+}
+
+int zt__ckpt_consolidate(const char *dir, const char *out, zt_dtype_t out_dt, int force,
+                         FILE *progress, uint64_t *size, zt__err_t *e) {
+  return consolidate(dir, out, out_dt, 0, force, progress, NULL, size, e);
+}
+
+int zt__ckpt_consolidate_shards(const char *dir, const char *out_dir, zt_dtype_t out_dt,
+                                uint64_t max_shard, int force, FILE *progress,
+                                size_t *n_shards, uint64_t *size, zt__err_t *e) {
+  if (max_shard == 0) {
+    *size = 0;
+    *n_shards = 0;
+    return zt__errf(e, -EINVAL, "consolidate: --max-shard-size is 0; expected at least 1 byte");
+  }
+  return consolidate(dir, out_dir, out_dt, max_shard, force, progress, n_shards, size, e);
 }
