@@ -711,9 +711,12 @@ static uint64_t grain(uint64_t bytes) { return (bytes + 255) / 256 * 256; }
 
 /* `n_groups` groups on sim at `stage`, group 0 of `big` fp32 parameters and
  * the others of `small`, engine-owned gradients; `micro` hand-overs of each
- * group a step, over `steps` steps. Returns the engine's stats after. */
+ * group a step, over `steps` steps, from the last group down, stage 3
+ * fetching `hold` at a time (all fetched, then handed over and released;
+ * group 0 alone).
+ * Returns the engine's stats after. */
 static zt_stats_t pool_loop(int stage, size_t n_groups, size_t big, size_t small,
-                            size_t max_live, int micro, int steps) {
+                            size_t max_live, int micro, int steps, size_t hold) {
   zt_config_t cfg = t_config();
   cfg.backend = ZT_BACKEND_SIM;
   cfg.comm = ZT_COMM_SINGLE;
@@ -734,13 +737,18 @@ static zt_stats_t pool_loop(int stage, size_t n_groups, size_t big, size_t small
   T_OK(zt_register_units(e, dp, NULL, n, ZT_FP32, ZT_FP32, units, n_groups), e);
   for (int t = 1; t <= steps; t++) {
     for (int m = 0; m < micro; m++)
-      for (size_t k = n_groups; k-- > 0;) {
+      for (size_t top = n_groups, low; top > 0; top = low) {
+        /* Groups [low, top) held together; group 0 (the large one) alone. */
+        low = top == 1 ? 0 : top > hold + 1 ? top - hold : 1;
         void *ptr[1];
-        if (stage == 3) assert_int_equal(zt_fetch(e, (int)k, ptr, 1), 1);
-        assert_int_equal(zt_grads(e, (int)k, ptr, 1), 1);
-        t_buf_upload(e, ptr[0], host + units[k].offset, units[k].numel * 4);
-        T_OK(zt_grads_ready(e, (int)k), e);
-        if (stage == 3) T_OK(zt_release(e, (int)k), e);
+        for (size_t k = top; stage == 3 && k-- > low;)
+          assert_int_equal(zt_fetch(e, (int)k, ptr, 1), 1);
+        for (size_t k = top; k-- > low;) {
+          assert_int_equal(zt_grads(e, (int)k, ptr, 1), 1);
+          t_buf_upload(e, ptr[0], host + units[k].offset, units[k].numel * 4);
+          T_OK(zt_grads_ready(e, (int)k), e);
+        }
+        for (size_t k = top; stage == 3 && k-- > low;) T_OK(zt_release(e, (int)k), e);
       }
     zt_step_args_t a = ZT_STEP_ARGS_INIT;
     a.lr = 1e-3f;
@@ -755,29 +763,55 @@ static zt_stats_t pool_loop(int stage, size_t n_groups, size_t big, size_t small
   return st;
 }
 
-/* The pools stay within their bounds: the gathered one within
- * max_live_bytes (or one group where a group is larger), however many
- * smaller groups max_live_bytes holds, and the gradients' holds what the
- * loop hands over: one group's buffer, accumulated over two micro-batches,
- * takes no second buffer. */
+/* The pools serve every mix of group sizes max_live_bytes lets be live,
+ * and stay within their bound (partition.h, zt__part_pools): a class of
+ * slots a group size, each as many as max_live_bytes holds of it (at least
+ * one, at most one a group of it), so at most max_live_bytes a size, or one
+ * group where that is larger, in whole grains; the gradients' pool holds
+ * what the loop hands over: one group's buffer, accumulated over two
+ * micro-batches, takes no second buffer. */
 static void test_pool_bounds(void **state) {
-  /* One group of 40000 and ten of 4000 fp32; max_live_bytes holds sixteen
-   * small ones but not the large one: one gathered slot of the large. */
-  zt_stats_t st = pool_loop(3, 11, 40000, 4000, 64000, 1, 2);
-  printf("# stage 3, groups of 160000 and 10 x 16000 bytes, max_live_bytes 64000: "
-         "pool_bytes %llu, pool_misses %llu, peak_live_bytes %llu\n",
-         (unsigned long long)st.pool_bytes, (unsigned long long)st.pool_misses,
-         (unsigned long long)st.peak_live_bytes);
-  assert_int_equal(st.pool_bytes, grain(160000) + 2 * grain(160000));
-  assert_true(st.pool_misses > 0); /* the small groups held beyond that slot */
-  /* max_live_bytes holds six of the large group: six slots, and the loop's
-   * groups, of whatever size, never need more. */
-  zt_stats_t wide = pool_loop(3, 11, 40000, 4000, 1000000, 1, 2);
-  assert_int_equal(wide.pool_bytes, 6 * grain(160000) + 2 * grain(160000));
+  /* One group of 40000 and ten of 4000 fp32; max_live_bytes holds four
+   * small ones (the loop fetches them four at a time) but not the large
+   * one: one slot of the large, four of the small, and no miss. */
+  const uint64_t big = 160000, small = 16000, live = 64000, grads = 2 * grain(big);
+  zt_stats_t st = pool_loop(3, 11, big / 4, small / 4, live, 1, 2, 4);
+  uint64_t gathered = st.pool_bytes - grads;
+  printf("# stage 3, groups of 160000 and 10 x 16000 bytes, max_live_bytes 64000, four "
+         "fetched at a time: pool_bytes %llu (gathered %llu), pool_misses %llu, "
+         "peak_live_bytes %llu\n",
+         (unsigned long long)st.pool_bytes, (unsigned long long)gathered,
+         (unsigned long long)st.pool_misses, (unsigned long long)st.peak_live_bytes);
+  assert_int_equal(gathered, grain(big) + 4 * grain(small));
+  assert_int_equal(st.pool_misses, 0);
+  /* The bound: max_live_bytes for the small size, the large group alone
+   * for its own (it exceeds max_live_bytes), each slot in whole grains. */
+  assert_true(gathered <= live + big + 5 * 255);
+  assert_true(st.peak_live_bytes >= 4 * small); /* four small ones were live */
+  /* max_live_bytes holds six of the large group: the large one's slot and
+   * all ten small ones (within max_live_bytes of their own), less than the
+   * six slots of the large group that one class of the largest would
+   * take, and the loop's groups, of whatever size, never need more. */
+  zt_stats_t wide = pool_loop(3, 11, big / 4, small / 4, 1000000, 1, 2, 4);
+  assert_int_equal(wide.pool_bytes, grain(big) + 10 * grain(small) + grads);
   assert_int_equal(wide.pool_misses, 0);
+  /* Groups of one size: as many slots as max_live_bytes holds, as ztier
+   * plan prints; held beyond that, the groups are counted misses (the
+   * loop holds more than max_live_bytes). */
+  zt_stats_t one_size = pool_loop(3, 8, small / 4, small / 4, live, 1, 2, 4);
+  assert_int_equal(one_size.pool_bytes, 4 * grain(small) + 2 * grain(small));
+  assert_int_equal(one_size.pool_misses, 0);
+  zt_stats_t over = pool_loop(3, 8, small / 4, small / 4, live, 1, 2, 5);
+  assert_int_equal(over.pool_bytes, one_size.pool_bytes);
+  assert_true(over.pool_misses > 0);
+  /* Groups larger than max_live_bytes, of two sizes, held one at a time:
+   * one slot of the largest serves them all. */
+  zt_stats_t alone = pool_loop(3, 4, big / 4, big / 8, live, 1, 2, 1);
+  assert_int_equal(alone.pool_bytes, grain(big) + grads);
+  assert_int_equal(alone.pool_misses, 0);
   /* One group, two micro-batches a step: one gradient slot, no miss. */
   for (int stage = 2; stage <= 3; stage++) {
-    zt_stats_t one = pool_loop(stage, 1, 1 << 20, 0, (size_t)64 << 20, 2, 2);
+    zt_stats_t one = pool_loop(stage, 1, 1 << 20, 0, (size_t)64 << 20, 2, 2, 1);
     printf("# stage %d, one group of 4 MiB, two micro-batches: pool_bytes %llu, pool_misses "
            "%llu, grad_buffer_bytes %llu\n",
            stage, (unsigned long long)one.pool_bytes, (unsigned long long)one.pool_misses,
@@ -785,6 +819,88 @@ static void test_pool_bounds(void **state) {
     assert_int_equal(one.pool_misses, 0);
     assert_int_equal(one.grad_buffer_bytes, (uint64_t)4 << 20);
   }
+}
+
+/* Groups of four sizes, fetched in random sets whose bytes fit
+ * max_live_bytes (each set fetched whole, then released), then handed over
+ * one by one: whatever the mix, its class has a slot for each group. One
+ * group of 10000 bytes, four of 4000, two of 3000, eight of 1000,
+ * max_live_bytes 12000: one slot of 10000; 4000 and 3000 within a factor
+ * of two share a class, four slots of 4000 (max_live_bytes holds four of
+ * 3000); eight of 1000; each in whole grains. One class of the largest
+ * would hold one slot. */
+static void test_pool_any_mix(void **state) {
+  static const size_t numel[4] = {2500, 1000, 750, 250}, count[4] = {1, 4, 2, 8};
+  enum { N_GROUPS = 15, LIVE = 12000, SETS = 40 };
+  zt_config_t cfg = t_config();
+  cfg.backend = ZT_BACKEND_SIM;
+  cfg.comm = ZT_COMM_SINGLE;
+  cfg.stage = 3;
+  cfg.optimizer_tier = ZT_TIER_DEVICE;
+  cfg.max_live_bytes = LIVE;
+  zt_engine_t *e = t_engine(&cfg);
+  zt_unit_t units[N_GROUPS];
+  size_t n = 0, k = 0;
+  for (int c = 0; c < 4; c++)
+    for (size_t j = 0; j < count[c]; j++, k++) {
+      units[k] = (zt_unit_t){NULL, n, numel[c], (int)k, 1, ZT_FP32};
+      n += numel[c];
+    }
+  float *host = malloc(n * 4);
+  t_rng_t rng;
+  t_rng_init(&rng, t_seed() ^ 0x9002);
+  t_fill_normal(host, ZT_FP32, n, 0.1, &rng);
+  float *dp = t_buf_alloc(e, n * 4);
+  t_buf_upload(e, dp, host, n * 4);
+  T_OK(zt_register_units(e, dp, NULL, n, ZT_FP32, ZT_FP32, units, N_GROUPS), e);
+  size_t most = 0; /* bytes of the largest set fetched */
+  for (int t = 1; t <= 2; t++) {
+    for (int set = 0; set < SETS; set++) {
+      int order[N_GROUPS], in[N_GROUPS];
+      size_t n_in = 0, bytes = 0;
+      for (int g = 0; g < N_GROUPS; g++) order[g] = g;
+      for (int g = N_GROUPS - 1; g > 0; g--) {
+        int r = (int)(t_rng_next(&rng) % (uint64_t)(g + 1)), x = order[g];
+        order[g] = order[r], order[r] = x;
+      }
+      for (int g = 0; g < N_GROUPS; g++)
+        if (bytes + units[order[g]].numel * 4 <= LIVE) {
+          in[n_in++] = order[g];
+          bytes += units[order[g]].numel * 4;
+        }
+      if (bytes > most) most = bytes;
+      void *ptr[1];
+      for (size_t i = 0; i < n_in; i++) assert_int_equal(zt_fetch(e, in[i], ptr, 1), 1);
+      for (size_t i = 0; i < n_in; i++) T_OK(zt_release(e, in[i]), e);
+    }
+    for (size_t g = N_GROUPS; g-- > 0;) {
+      void *ptr[1];
+      assert_int_equal(zt_fetch(e, (int)g, ptr, 1), 1);
+      assert_int_equal(zt_grads(e, (int)g, ptr, 1), 1);
+      t_buf_upload(e, ptr[0], host + units[g].offset, units[g].numel * 4);
+      T_OK(zt_grads_ready(e, (int)g), e);
+      T_OK(zt_release(e, (int)g), e);
+    }
+    zt_step_args_t a = ZT_STEP_ARGS_INIT;
+    a.lr = 1e-3f;
+    a.t = (uint64_t)t;
+    T_OK(zt_step(e, &a, NULL), e);
+  }
+  zt_stats_t st = ZT_STATS_INIT;
+  T_OK(zt_stats(e, &st), e);
+  uint64_t gathered = st.pool_bytes - 2 * grain(10000);
+  printf("# stage 3, groups of 10000, 4 x 4000, 2 x 3000 and 8 x 1000 bytes in random sets "
+         "of up to "
+         "%zu bytes, max_live_bytes %d: gathered pool %llu, pool_misses %llu, peak_live_bytes "
+         "%llu\n",
+         most, LIVE, (unsigned long long)gathered, (unsigned long long)st.pool_misses,
+         (unsigned long long)st.peak_live_bytes);
+  assert_int_equal(gathered, grain(10000) + 4 * grain(4000) + 8 * grain(1000));
+  assert_int_equal(st.pool_misses, 0);
+  assert_true(st.peak_live_bytes <= LIVE);
+  t_buf_free(e, dp, n * 4);
+  zt_engine_destroy(e);
+  free(host);
 }
 
 /* A model figure that is not a positive number is refused by name. */
@@ -814,6 +930,7 @@ int main(void) {
       cmocka_unit_test(test_fetch_after_unfinished_read),
       cmocka_unit_test(test_checkpoint_after_device_update),
       cmocka_unit_test(test_pool_bounds),
+      cmocka_unit_test(test_pool_any_mix),
       cmocka_unit_test(test_bad_model_figure),
   };
   return T_RUN(tests);

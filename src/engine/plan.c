@@ -73,11 +73,13 @@ static void device_rows(const zt__plan_in_t *in, const zt__plan_run_t *run, zt__
                  gsz = zt__dtype_size(in->grad_dtype);
   const uint64_t group = run->group_params && run->group_params < n ? run->group_params : n;
   d->loop = out->loop_device;
+  /* The plan's groups are of one size: one class of slots, as the engine
+   * reserves for a model cut into groups of that size (zt__part_pools). */
   zt__part_pools_t pools;
-  zt__part_pools(group ? (n + group - 1) / group : 0, group, in->stage, psz, gsz,
-                 run->max_live_bytes, &pools);
+  zt__part_size_t groups = {group, group ? (n + group - 1) / group : 0};
+  zt__part_pools(&groups, 1, in->stage, psz, gsz, run->max_live_bytes, NULL, &pools);
   d->live_groups = pools.gathered_slots;
-  d->gathered = pools.gathered_slots * pools.gathered_slot_bytes;
+  d->gathered = pools.gathered_bytes;
   d->group_grads = pools.grads_slots * pools.grads_slot_bytes;
   if (run->comm == ZT_COMM_NCCL) {
     const uint64_t MiB = (uint64_t)1 << 20;

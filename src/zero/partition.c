@@ -184,40 +184,96 @@ void zt__part_footprint(const zt__part_shape_t *s, zt__part_footprint_t *out) {
 
 size_t zt__part_grad_bufs(const zt__part_t *p) { return zt__part_grad_bufs_of(p->n_groups); }
 
-void zt__part_pools(uint64_t groups, uint64_t largest, int stage, size_t param_size,
-                    size_t grad_size, uint64_t max_live_bytes, zt__part_pools_t *out) {
-  *out = (zt__part_pools_t){0};
-  if (groups == 0 || largest == 0 || stage < 2) return;
-  if (stage == 3) {
-    uint64_t fit = max_live_bytes / (largest * param_size);
-    out->gathered_slots = fit < 1 ? 1 : fit > groups ? groups : fit;
-    out->gathered_slot_bytes = zt__arena_grains(largest * param_size);
-  }
-  out->grads_slots = zt__part_grad_bufs_of(groups);
-  out->grads_slot_bytes = zt__arena_grains(largest * grad_size);
+/* The slot sizes[i]'s groups take. */
+static uint64_t slot_for(const zt__part_size_t *sizes, size_t i, size_t param_size) {
+  return zt__arena_grains(sizes[i].numel * param_size);
 }
 
-/* The pools of this registration, zt__part_pools of its groups and its
- * largest: the gathered one within max_live_bytes (or one group, where a
- * group is larger); the gradients' only where zt_grads() hands out
- * engine-owned buffers (no registered gradient buffer). Both are set up,
- * empty where unused: an empty pool sends a request to the backend. Groups
- * smaller than the largest held beyond the gathered slots (max_live_bytes
- * holds more of them) are counted misses. */
+/* One more class of the gathered pool, from the largest down. */
+static void add_class(zt__part_pools_t *out, zt__arena_class_t *classes, uint64_t slot,
+                      uint64_t n) {
+  if (classes) classes[out->n_classes] = (zt__arena_class_t){slot, n, 0, 0};
+  out->n_classes++;
+  out->gathered_slots += n;
+  out->gathered_bytes += n * slot;
+}
+
+void zt__part_pools(const zt__part_size_t *sizes, size_t n_sizes, int stage, size_t param_size,
+                    size_t grad_size, uint64_t max_live_bytes, zt__arena_class_t *classes,
+                    zt__part_pools_t *out) {
+  *out = (zt__part_pools_t){0};
+  if (stage < 2 || n_sizes == 0) return;
+  uint64_t groups = 0;
+  for (size_t i = 0; i < n_sizes; i++) {
+    ZT_ASSERT(sizes[i].numel > 0 && sizes[i].count > 0);
+    ZT_ASSERT(i == 0 || sizes[i].numel >= sizes[i - 1].numel); /* ascending */
+    groups += sizes[i].count;
+  }
+  out->grads_slots = zt__part_grad_bufs_of(groups);
+  out->grads_slot_bytes = zt__arena_grains(sizes[n_sizes - 1].numel * grad_size);
+  if (stage < 3) return;
+  /* Groups larger than max_live_bytes are live only alone (the scheduler
+   * keeps, stages and spares nothing beyond it): one slot of the largest
+   * serves them all. Sizes that share a grain with a smaller one stay with
+   * it, below. */
+  size_t end = n_sizes;
+  while (end > 0 && sizes[end - 1].numel * param_size > max_live_bytes) end--;
+  while (end > 0 && end < n_sizes &&
+         slot_for(sizes, end, param_size) == slot_for(sizes, end - 1, param_size))
+    end++;
+  if (end < n_sizes) add_class(out, classes, slot_for(sizes, n_sizes - 1, param_size), 1);
+  /* The others in classes of the sizes within a factor of two of the
+   * class's largest (in whole grains), so that each class is less than
+   * half the one above it: as many slots as max_live_bytes holds of the
+   * class's smallest group (which it holds the most of), at most one a
+   * group of the class. */
+  while (end > 0) {
+    uint64_t slot = slot_for(sizes, end - 1, param_size), members = 0;
+    size_t i = end;
+    while (i > 0 && 2 * slot_for(sizes, i - 1, param_size) > slot) members += sizes[--i].count;
+    uint64_t fit = max_live_bytes / (sizes[i].numel * param_size);
+    add_class(out, classes, slot, fit < 1 ? 1 : fit > members ? members : fit);
+    end = i;
+  }
+  /* zt__arena_init takes them ascending. */
+  for (size_t k = 0; classes && k < out->n_classes / 2; k++) {
+    zt__arena_class_t c = classes[k];
+    classes[k] = classes[out->n_classes - 1 - k];
+    classes[out->n_classes - 1 - k] = c;
+  }
+}
+
+static int by_numel(const void *x, const void *y) {
+  uint64_t a = ((const zt__part_size_t *)x)->numel, b = ((const zt__part_size_t *)y)->numel;
+  return a < b ? -1 : a > b;
+}
+
+/* The pools of this registration, zt__part_pools of its groups' sizes;
+ * the gradients' only where zt_grads() hands out engine-owned buffers (no
+ * registered gradient buffer). Both are set up, empty where unused: an
+ * empty pool sends a request to the backend. */
 static int init_pools(zt__part_t *p) {
-  size_t largest = 0;
-  for (size_t g = 0; g < p->n_groups; g++)
-    if (p->groups[g].numel > largest) largest = p->groups[g].numel;
+  size_t n = p->n_groups ? p->n_groups : 1;
+  zt__part_size_t *sizes = calloc(n, sizeof *sizes);
+  zt__arena_class_t *classes = calloc(n, sizeof *classes);
+  if (sizes == NULL || classes == NULL) {
+    free(sizes), free(classes);
+    return zt__errf(p->ctx->err, -ENOMEM, "out of memory");
+  }
+  for (size_t g = 0; g < p->n_groups; g++) sizes[g] = (zt__part_size_t){p->groups[g].numel, 1};
+  qsort(sizes, p->n_groups, sizeof *sizes, by_numel);
   zt__part_pools_t pools;
-  zt__part_pools(p->n_groups, largest, p->ctx->cfg->stage, zt__dtype_size(p->reg.param_dtype),
-                 zt__dtype_size(p->reg.grad_dtype), p->ctx->cfg->max_live_bytes, &pools);
+  zt__part_pools(sizes, p->n_groups, p->ctx->cfg->stage, zt__dtype_size(p->reg.param_dtype),
+                 zt__dtype_size(p->reg.grad_dtype), p->ctx->cfg->max_live_bytes, classes,
+                 &pools);
   if (p->reg.grads) pools.grads_slots = 0;
   zt__backend_t *be = p->ctx->be;
   const zt__backend_ops_t *ops = p->ctx->be_ops;
-  ZT_TRY(zt__arena_init(&p->gathered_pool, be, ops, p->ctx->err, pools.gathered_slot_bytes,
-                        pools.gathered_slots));
-  return zt__arena_init(&p->grads_pool, be, ops, p->ctx->err, pools.grads_slot_bytes,
-                        pools.grads_slots);
+  zt__arena_class_t grads = {pools.grads_slot_bytes, pools.grads_slots, 0, 0};
+  int rc = zt__arena_init(&p->gathered_pool, be, ops, p->ctx->err, classes, pools.n_classes);
+  if (rc == 0) rc = zt__arena_init(&p->grads_pool, be, ops, p->ctx->err, &grads, 1);
+  free(sizes), free(classes);
+  return rc;
 }
 
 uint64_t zt__part_pool_reserved(const zt__part_t *p) {

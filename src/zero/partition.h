@@ -173,12 +173,12 @@ typedef struct zt__part {
    * keeps ZT_GROUP_GRAD_BUFS of them, the largest, for the next backward
    * (zt__part_trim_grad_spares), which `ztier plan` counts. */
   zt__spares_t grad_spares;
-  /* The device pools, reserved at registration in slots of the largest
-   * group (offload/arena.h; with groups of one size, what `ztier plan`
-   * prints: zt__part_pools): the gathered groups of stage 3
-   * (prefetch.c's buffers) and the engine-owned gradients of stages 2 and
-   * 3. The spares are slots of them; a buffer no slot holds is the
-   * backend's, counted as a pool miss. */
+  /* The device pools, reserved at registration (offload/arena.h;
+   * zt__part_pools, which `ztier plan` prints for groups of one size): the
+   * gathered groups of stage 3 (prefetch.c's buffers), in classes of
+   * slots by group size, and the engine-owned gradients of stages 2 and 3,
+   * in slots of the largest group's. The spares are slots of them; a buffer
+   * no slot holds is the backend's, counted as a pool miss. */
   zt__arena_t gathered_pool, grads_pool;
   /* Stage 3's gathers have slots of their own, so that a fetch does not
    * wait for the gradient buckets and their sums: a gather into place needs
@@ -321,20 +321,52 @@ typedef struct zt__part_footprint {
 
 ZT_INTERNAL void zt__part_footprint(const zt__part_shape_t *s, zt__part_footprint_t *out);
 
+/* `count` groups of `numel` elements each: what the pools are cut by. */
+typedef struct zt__part_size {
+  uint64_t numel, count;
+} zt__part_size_t;
+
 /* The device pools (ztier plan's gathered-groups and group-gradients rows,
- * and what zt__part_init reserves), for `groups` groups of at most
- * `largest` elements: at stage 3, as many gathered slots of the largest
- * group's parameters as max_live_bytes holds, at least one and at most one
- * a group; at stages 2 and 3, zt__part_grad_bufs' count of gradient slots
- * of the largest group's gradients. Each slot in whole grains of the pool
- * (offload/arena.h); none where the stage has none. */
+ * and what zt__part_init reserves) for the groups sizes[0 .. n_sizes),
+ * ascending in numel, each numel and count at least 1.
+ *
+ * Gathered groups (stage 3), in classes of slots (offload/arena.h), so
+ * that whatever mix of sizes the prefetch scheduler lets be live within
+ * max_live_bytes finds slots, with no miss:
+ *   - the groups larger than max_live_bytes share one slot of the largest:
+ *     the scheduler keeps, stages and spares nothing beyond max_live_bytes,
+ *     so such a group is live alone (within the budget);
+ *   - the others, from the largest down, in classes of the sizes within a
+ *     factor of two of the class's largest, in whole grains (so each class
+ *     is less than half the one above), a slot of that largest each, as
+ *     many as max_live_bytes holds of the class's smallest group, at most
+ *     one a group of the class. A buffer of a size is made only where no
+ *     spare of that size is left (prefetch.c), so a class never has more
+ *     buffers out than that.
+ * The bound: the largest group where one exceeds max_live_bytes, plus per
+ * class at most max_live_bytes / its smallest slots of under twice that
+ * smallest (max_live_bytes where the class is of one size, under twice it
+ * else; each slot in whole grains), and never more than all of its groups;
+ * the classes halve, so there are at most 1 + log2(max_live_bytes / the
+ * smallest group) of them. With groups of one size: as many slots of it as
+ * max_live_bytes holds, at least one, at most one a group (ztier plan's
+ * row).
+ *
+ * Gradients (stages 2 and 3): zt__part_grad_bufs' count of slots of the
+ * largest group's gradients, one class: any group's fit, and a loop holding
+ * one group's at a time needs that count whatever the sizes.
+ *
+ * `classes`: NULL, or room for n_sizes classes, filled with the gathered
+ * pool's (out->n_classes of them, ascending) for zt__arena_init. None where
+ * the stage has none. */
 typedef struct zt__part_pools {
-  uint64_t gathered_slots, gathered_slot_bytes;
+  uint64_t gathered_slots, gathered_bytes; /* all its classes together */
+  size_t n_classes;
   uint64_t grads_slots, grads_slot_bytes;
 } zt__part_pools_t;
-ZT_INTERNAL void zt__part_pools(uint64_t groups, uint64_t largest, int stage, size_t param_size,
-                                size_t grad_size, uint64_t max_live_bytes,
-                                zt__part_pools_t *out);
+ZT_INTERNAL void zt__part_pools(const zt__part_size_t *sizes, size_t n_sizes, int stage,
+                                size_t param_size, size_t grad_size, uint64_t max_live_bytes,
+                                zt__arena_class_t *classes, zt__part_pools_t *out);
 
 /* Engine-owned gradient buffers zt__part_group_grads keeps in turn:
  * ZT_GROUP_GRAD_BUFS, or one a group where there are fewer groups. */

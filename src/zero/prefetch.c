@@ -97,10 +97,16 @@ int zt__prefetch_buf_get(zt__prefetch_t *pf, size_t bytes, int comm_writes, void
     *out = zt__spares_take(&pf->spares, i, &last_use);
   } else {
     /* From the pool: its last use is that of the memory it is carved from.
-     * Spares of other sizes hold slots a group of this size can use: they
-     * go back first (with their last uses) rather than the group missing. */
-    while (!zt__arena_has_free(&p->gathered_pool) && pf->spares.n > 0)
-      free_spare(pf, pf->spares.n - 1);
+     * Spares of other sizes in this size's class (partition.h,
+     * zt__part_pools) hold slots a group of this size can use: where the
+     * class is full (only beyond max_live_bytes, by its count) they go
+     * back first, with their last uses, rather than the group missing.
+     * Spares of other classes hold none it can use, and stay. */
+    int cls = zt__arena_class_of(&p->gathered_pool, bytes);
+    /* Downwards: what free_spare moves into slot k was looked at already. */
+    for (int k = pf->spares.n - 1; k >= 0 && !zt__arena_has_free(&p->gathered_pool, bytes); k--)
+      if (cls >= 0 && zt__arena_class_of(&p->gathered_pool, pf->spares.bytes[k]) == cls)
+        free_spare(pf, k);
     zt__event_t *after;
     size_t usable; /* a slot's: the spares below match by group size */
     ZT_TRY(zt__arena_alloc(&p->gathered_pool, bytes, out, &usable, &after));
