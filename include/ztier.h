@@ -648,6 +648,23 @@ ZT_API int zt_export_safetensors(const char *dir, const char *out, const zt_expo
  */
 ZT_API int zt_export_engine(zt_engine_t *eng, const char *out, const zt_export_args_t *args);
 
+/*
+ * Reads weights from safetensors into the registered model: `path` is a
+ * file, or a directory holding Hugging Face's model.safetensors.index.json
+ * and its shards (or a model.safetensors). Each unit takes the tensor of
+ * its name (F32, BF16 or F16; as many elements; the shape zt_set_shape()
+ * gave it, where it gave one, else the unit takes the tensor's): its fp32
+ * master and its parameters (rounded to nearest into the parameter dtype).
+ * The moments m and v start from zero; the step count, the loss scale and
+ * the loop's step numbers are the loop's to keep. Tensors no unit names
+ * are left alone. Nothing changes unless every rank found every unit
+ * (ZT_ECKPT naming the file and tensor otherwise); a read that fails after
+ * that leaves the engine broken, as zt_load() does. Collective: every rank
+ * calls it and reads the files itself, between a zt_step() and the next
+ * forward; memory stays a piece of 2^18 elements. Synchronous.
+ */
+ZT_API int zt_import_safetensors(zt_engine_t *eng, const char *path);
+
 /* ------------------------------------------------------------------------ */
 /* Statistics                                                                */
 /* ------------------------------------------------------------------------ */

@@ -762,8 +762,8 @@ static void w_files(void **state) {
 
 /* The live export, every rank calling it, against the checkpoint saved at
  * the same moment, exported: the same tensors, at stages 1 to 3 and in
- * every tier. A bad argument on one rank is every rank's refusal, with no
- * file written, and the ranks step on. */
+ * every tier; imported back, the same weights. A bad argument on one rank
+ * is every rank's refusal, with no file written, and the ranks step on. */
 static void w_export(void **state) {
   const setup_t setups[] = {
       {1, ZT_TIER_DEVICE, ZT_TIER_DEVICE, ZT_BF16, ZT_FP32, 0, 0},
@@ -789,6 +789,10 @@ static void w_export(void **state) {
       T_OK(zt_export_safetensors(dir, saved, &a), NULL);
       t_expect_same_safetensors(live, saved);
     }
+    /* Read back on every rank (each its own shard): the weights stay. */
+    T_OK(zt_import_safetensors(r.eng, live), r.eng);
+    T_OK(zt_export_engine(r.eng, saved, &a), r.eng);
+    if (r.rank == 0) t_expect_same_safetensors(live, saved);
     int bad = r.world - 1;
     a.dtype = r.rank == bad ? ZT_FP16 : ZT_FP32;
     if (r.rank == bad) snprintf(needle, sizeof needle, "args->dtype is");

@@ -1499,10 +1499,11 @@ static size_t g2_units(g2_unit_t *u) {
 static size_t g2_numel(const g2_unit_t *u) { return u->dims[0] * (u->ndim == 2 ? u->dims[1] : 1); }
 
 /* An engine holding the GPT-2-shaped model, its units laid out in state
- * dict order, one group each; shapes given when `shaped`. *params: the
- * registered fp32 buffer (the backend's memory), *grads likewise. */
-static zt_engine_t *g2_engine(const g2_unit_t *g, int shaped, void **params, void **grads,
-                              size_t *numel) {
+ * dict order, one group each, registered on the weights `init` (host, fp32;
+ * NULL: zeros); shapes given when `shaped`. *params: the registered fp32
+ * buffer (the backend's memory), *grads likewise. */
+static zt_engine_t *g2_engine(const g2_unit_t *g, int shaped, const float *init, void **params,
+                              void **grads, size_t *numel) {
   zt_unit_t units[G2_UNITS];
   size_t off = 0;
   for (size_t i = 0; i < G2_UNITS; i++) {
@@ -1515,6 +1516,9 @@ static zt_engine_t *g2_engine(const g2_unit_t *g, int shaped, void **params, voi
   zt_engine_t *eng = t_engine(&cfg);
   *params = t_buf_alloc(eng, off * 4);
   *grads = t_buf_alloc(eng, off * 4);
+  float *zeros = init ? NULL : calloc(off, 4);
+  t_buf_upload(eng, *params, init ? init : zeros, off * 4);
+  free(zeros);
   T_OK(zt_register_units(eng, *params, *grads, off, ZT_FP32, ZT_FP32, units, G2_UNITS), eng);
   for (size_t i = 0; shaped && i < G2_UNITS; i++)
     T_OK(zt_set_shape(eng, g[i].name, g[i].ndim, g[i].dims), eng);
@@ -1588,11 +1592,11 @@ static void test_gpt2_shapes(void **state) {
   g2_unit_t g[G2_UNITS];
   assert_int_equal(g2_units(g), G2_UNITS);
   void *params, *grads;
-  size_t n;
-  zt_engine_t *eng = g2_engine(g, 1, &params, &grads, &n);
+  size_t n = 0;
+  for (size_t i = 0; i < G2_UNITS; i++) n += g2_numel(&g[i]);
   float *host = malloc(n * 4);
   t_fill_normal(host, ZT_FP32, n, 0.5, &r);
-  t_buf_upload(eng, params, host, n * 4);
+  zt_engine_t *eng = g2_engine(g, 1, host, &params, &grads, &n);
   for (int t = 1; t <= 2; t++) {
     t_fill_normal(host, ZT_FP32, n, 0.1, &r);
     t_buf_upload(eng, grads, host, n * 4);
@@ -1610,14 +1614,14 @@ static void test_gpt2_shapes(void **state) {
   g2_close(eng, params, grads, n);
 
   /* A fresh engine without shapes takes the checkpoint's, and saves them. */
-  eng = g2_engine(g, 0, &params, &grads, &n);
+  eng = g2_engine(g, 0, NULL, &params, &grads, &n);
   T_OK(zt_load(eng, dir), eng);
   T_OK(zt_save(eng, dir2), eng);
   g2_check_export(dir2, g, host);
   g2_close(eng, params, grads, n);
 
   /* One that gave a unit another shape of the same size is refused. */
-  eng = g2_engine(g, 1, &params, &grads, &n);
+  eng = g2_engine(g, 1, NULL, &params, &grads, &n);
   /* h.0.ln_1.weight as [1, C] */
   T_OK(zt_set_shape(eng, g[2].name, 2, (size_t[]){1, G2_C}), eng);
   assert_int_equal(zt_load(eng, dir), ZT_ECKPT);
@@ -1781,6 +1785,125 @@ static void test_export_engine(void **state) {
   t_remove_tree(dir);
 }
 
+/* ---- importing safetensors ------------------------------------------------------ */
+
+/* One step of `eng` on the gradients `g` (host, fp32, n of them). */
+static void step_with(zt_engine_t *eng, void *grads, const float *g, size_t n, uint64_t t) {
+  t_buf_upload(eng, grads, g, n * 4);
+  zt_step_args_t a = ZT_STEP_ARGS_INIT;
+  a.t = t;
+  a.lr = 1e-2f;
+  T_OK(zt_step(eng, &a, NULL), eng);
+}
+
+/* Weights exported from one engine, imported into others: the same weights
+ * (their exports equal bit for bit, the shapes taken from the files), m and
+ * v from zero (the next step is a fresh engine's on those weights), tensors
+ * no unit names ignored, and every mismatch refused with nothing changed. */
+static void test_import(void **state) {
+  t_rng_t r;
+  t_rng_init(&r, t_seed() ^ 0x1a9047);
+  g2_unit_t g[G2_UNITS];
+  g2_units(g);
+  char shards[300], single[300], again[300], path[700];
+  snprintf(shards, sizeof shards, "%s/imp-shards-%d", t_swap_dir(), (int)getpid());
+  snprintf(single, sizeof single, "%s/imp-%d.safetensors", t_swap_dir(), (int)getpid());
+  snprintf(again, sizeof again, "%s/imp-again-%d.safetensors", t_swap_dir(), (int)getpid());
+  void *pa, *ga, *pb, *gb;
+  size_t n = 0;
+  for (size_t i = 0; i < G2_UNITS; i++) n += g2_numel(&g[i]);
+  float *w = malloc(n * 4), *grad = malloc(n * 4), *got = malloc(n * 4), *want = malloc(n * 4);
+  t_fill_normal(w, ZT_FP32, n, 0.5, &r);
+  zt_engine_t *a = g2_engine(g, 1, w, &pa, &ga, &n);
+  for (uint64_t t = 1; t <= 2; t++) {
+    t_fill_normal(grad, ZT_FP32, n, 0.1, &r);
+    step_with(a, ga, grad, n, t);
+  }
+  zt_export_args_t ex = ZT_EXPORT_ARGS_INIT;
+  ex.force = 1;
+  T_OK(zt_export_engine(a, single, &ex), a);
+  ex.max_shard_bytes = 20000;
+  T_OK(zt_export_engine(a, shards, &ex), a);
+  t_buf_download(a, w, pa, n * 4); /* A's weights */
+
+  /* B trains on other data first, then imports A's shards (the directory):
+   * its export is A's, shapes included, though B never set one. */
+  t_fill_normal(got, ZT_FP32, n, 0.5, &r);
+  zt_engine_t *b = g2_engine(g, 0, got, &pb, &gb, &n);
+  for (uint64_t t = 1; t <= 2; t++) {
+    t_fill_normal(grad, ZT_FP32, n, 0.1, &r);
+    step_with(b, gb, grad, n, t);
+  }
+  T_OK(zt_import_safetensors(b, shards), b);
+  ex.max_shard_bytes = 0;
+  T_OK(zt_export_engine(b, again, &ex), b);
+  t_expect_same_safetensors(again, single);
+  t_buf_download(b, got, pb, n * 4);
+  assert_memory_equal(got, w, n * 4);
+
+  /* Its next step is that of a fresh engine registered on A's weights: m
+   * and v started from zero. (t = 1: the loop restarts its count.) */
+  void *pc, *gc;
+  zt_engine_t *c = g2_engine(g, 0, w, &pc, &gc, &n);
+  t_fill_normal(grad, ZT_FP32, n, 0.1, &r);
+  step_with(b, gb, grad, n, 1);
+  step_with(c, gc, grad, n, 1);
+  t_buf_download(b, got, pb, n * 4);
+  t_buf_download(c, want, pc, n * 4);
+  assert_memory_equal(got, want, n * 4);
+  for (size_t i = 0; i < n; i++) /* and it moved */
+    if (got[i] != w[i]) break;
+    else if (i + 1 == n) fail_msg("the step after the import changed nothing");
+
+  /* The single file gives the same weights as the shards. */
+  T_OK(zt_import_safetensors(c, single), c);
+  t_buf_download(c, got, pc, n * 4);
+  assert_memory_equal(got, w, n * 4);
+
+  /* Refusals, each naming what is wrong, with nothing changed. */
+  t_buf_download(c, want, pc, n * 4);
+  T_EXPECT_ERR(zt_import_safetensors(c, NULL), c, -EINVAL, "path is NULL");
+  snprintf(path, sizeof path, "%s/none-%d", t_swap_dir(), (int)getpid());
+  T_EXPECT_ERR(zt_import_safetensors(c, path), c, -ENOENT, "none-");
+  T_OK(zt_set_shape(c, "wte.weight", 2, (size_t[]){G2_C, G2_V}), c);
+  T_EXPECT_ERR(zt_import_safetensors(c, single), c, ZT_ECKPT,
+               "tensor \"wte.weight\" is of another shape");
+  T_OK(zt_set_shape(c, "wte.weight", 2, (size_t[]){G2_V, G2_C}), c);
+  t_buf_download(c, got, pc, n * 4);
+  assert_memory_equal(got, want, n * 4);
+  g2_close(c, pc, gc, n);
+
+  /* An engine with a unit the files lack is refused; one with fewer units
+   * than the files hold takes its own and leaves the others. */
+  g2_unit_t h[G2_UNITS];
+  memcpy(h, g, sizeof h);
+  snprintf(h[5].name, sizeof h[5].name, "h.0.attn.c_attn.weights");
+  c = g2_engine(h, 0, NULL, &pc, &gc, &n);
+  T_EXPECT_ERR(zt_import_safetensors(c, single), c, ZT_ECKPT,
+               "holds no tensor \"h.0.attn.c_attn.weights\"");
+  g2_close(c, pc, gc, n);
+
+  zt_unit_t one = {"ln_f.bias", 0, G2_C, 0, 0, ZT_FP32};
+  zt_config_t cfg = t_config();
+  c = t_engine(&cfg);
+  pc = t_buf_alloc(c, G2_C * 4);
+  gc = t_buf_alloc(c, G2_C * 4);
+  T_OK(zt_register_units(c, pc, gc, G2_C, ZT_FP32, ZT_FP32, &one, 1), c);
+  T_OK(zt_import_safetensors(c, shards), c);
+  t_buf_download(c, got, pc, G2_C * 4);
+  assert_memory_equal(got, w + n - G2_C, G2_C * 4); /* ln_f.bias is last */
+  t_buf_free(c, pc, G2_C * 4);
+  t_buf_free(c, gc, G2_C * 4);
+  zt_engine_destroy(c);
+
+  g2_close(a, pa, ga, n);
+  g2_close(b, pb, gb, n);
+  free(w), free(grad), free(got), free(want);
+  unlink(single);
+  unlink(again);
+  t_remove_tree(shards);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_manifest_roundtrip),
@@ -1799,6 +1922,7 @@ int main(void) {
       cmocka_unit_test(test_export_call),
       cmocka_unit_test(test_gpt2_shapes),
       cmocka_unit_test(test_export_engine),
+      cmocka_unit_test(test_import),
   };
   return T_RUN(tests);
 }

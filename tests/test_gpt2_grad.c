@@ -77,7 +77,7 @@ static double ref_loss(const GPT2 *m, const double *p, const int *inp, const int
   assert_true(m->cfg.n_embd == C && m->cfg.vocab_size == V && m->cfg.n_head == NH);
   double x[T][C], h[T][C], qkv[T][3 * C], y[T][C], f[4 * C], o[C];
   double total = 0.0;
-  const double *wte = ref_tensor(m, p, -1, "wte"), *wpe = ref_tensor(m, p, -1, "wpe");
+  const double *wte = ref_tensor(m, p, -1, "wte.weight"), *wpe = ref_tensor(m, p, -1, "wpe.weight");
   for (int b = 0; b < B; b++) {
     for (int t = 0; t < T; t++)
       for (int i = 0; i < C; i++) x[t][i] = wte[inp[b * T + t] * C + i] + wpe[t * C + i];
@@ -177,8 +177,8 @@ static void test_layout(void **state) {
   }
   assert_int_equal(next, m.num_parameters);
   struct { const char *name; int rows, cols; } want[] = {
-      {"wte", 17, C},
-      {"wpe", 8, C},
+      {"wte.weight", 17, C},
+      {"wpe.weight", 8, C},
       {"h.0.ln_1.weight", C, 1},
       {"h.1.attn.c_attn.weight", C, 3 * C},
       {"h.1.attn.c_attn.bias", 3 * C, 1},
@@ -333,7 +333,7 @@ static void test_gradients(void **state) {
            "%.8e)\n",
            t->name, scale, worst, worst_j, (double)g[worst_j], want[worst_j]);
     if (worst > 1.0) bad++;
-    if (strcmp(t->name, "wpe") == 0)
+    if (strcmp(t->name, "wpe.weight") == 0)
       for (size_t j = (size_t)T * tiny.n_embd; j < t->numel; j++) assert_true(g[j] == 0.0f);
   }
   assert_int_equal(bad, 0);

@@ -20,6 +20,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "ckpt/safetensors.h" // defines: zt__st_parse_header (the export's check)
 #include "examples/gpt2/gpt2.h"
 
 static const GPT2Config tiny = {
@@ -377,6 +378,83 @@ static void test_two_ranks(void **state) {
   free(plain.params);
 }
 
+// ---- weights out and in ---------------------------------------------------------
+
+// A model of `seed` registered at stage 0 (host tier), one step taken.
+static zt_engine_t *one_step_model(GPT2 *m, uint64_t seed) {
+  assert_int_equal(gpt2_build(m, &tiny, B, T), 0);
+  gpt2_init_random(m, seed);
+  zt_config_t cfg = ZT_CONFIG_INIT;
+  cfg.backend = ZT_BACKEND_HOST;
+  cfg.optimizer_tier = ZT_TIER_HOST;
+  zt_engine_t *eng = t_engine(&cfg);
+  assert_int_equal(gpt2_zt_register(m, eng, 0), 0);
+  t_rng_t rng;
+  t_rng_init(&rng, seed ^ 0x5eed);
+  int inp[B * T], tgt[B * T];
+  for (int i = 0; i < B * T; i++) {
+    inp[i] = (int)(t_rng_next(&rng) % (uint64_t)tiny.vocab_size);
+    tgt[i] = (int)(t_rng_next(&rng) % (uint64_t)tiny.vocab_size);
+  }
+  gpt2_forward(m, inp, tgt);
+  gpt2_zero_grad(m);
+  assert_int_equal(gpt2_backward(m), 0);
+  zt_step_args_t args = ZT_STEP_ARGS_INIT;
+  args.lr = LR;
+  args.t = 1;
+  assert_int_equal(gpt2_zt_step(eng, &args, NULL), 0);
+  return eng;
+}
+
+// --export writes every tensor under its Hugging Face name and shape with
+// the trained values ([rows, cols], vectors [n]); --init reads them into a
+// model of other weights, which then holds them bit for bit.
+static void test_weights_out_in(void **state) {
+  skip_unless_host();
+  char path[256];
+  snprintf(path, sizeof path, "%s/gpt2-%d.safetensors", t_swap_dir(), (int)getpid());
+  GPT2 a, b;
+  zt_engine_t *ea = one_step_model(&a, t_seed());
+  assert_int_equal(gpt2_zt_export(ea, path), 0);
+
+  zt__st_header_t h;
+  FILE *f = fopen(path, "rb");
+  assert_non_null(f);
+  fseek(f, 0, SEEK_END);
+  size_t len = (size_t)ftell(f);
+  unsigned char *file = malloc(len);
+  rewind(f);
+  assert_int_equal(fread(file, 1, len, f), len);
+  fclose(f);
+  zt__err_t e = {{0}};
+  if (zt__st_parse_header(&h, file, len, len, path, &e) != 0) fail_msg("%s", e.msg);
+  assert_int_equal(h.n_tensors, (size_t)a.num_tensors);
+  for (int i = 0; i < a.num_tensors; i++) {
+    const GPT2Tensor *t = &a.tensors[i];
+    const zt__st_tensor_t *x = &h.tensors[i];
+    assert_string_equal(x->name, t->name);
+    assert_int_equal(x->dtype, ZT_FP32);
+    assert_int_equal(x->ndim, t->ndim);
+    assert_true(x->shape[0] == (uint64_t)t->shape[0]);
+    if (t->ndim == 2) assert_true(x->shape[1] == (uint64_t)t->shape[1]);
+    assert_memory_equal(file + h.data_start + x->begin, a.params_memory + t->offset,
+                        t->numel * sizeof(float));
+  }
+  assert_non_null(gpt2_tensor(&a, "wte.weight"));
+  zt__st_header_free(&h);
+  free(file);
+
+  zt_engine_t *eb = one_step_model(&b, t_seed() ^ 0xb);
+  assert_int_equal(gpt2_zt_import(eb, path), 0);
+  t_expect_same("imported weights", b.params_memory, a.params_memory, sizeof(float),
+                a.num_parameters);
+  zt_engine_destroy(ea);
+  zt_engine_destroy(eb);
+  gpt2_free(&a);
+  gpt2_free(&b);
+  unlink(path);
+}
+
 int main(int argc, char **argv) {
   static const struct CMUnitTest scenarios[] = {
       cmocka_unit_test(dp_stage_1),
@@ -387,6 +465,7 @@ int main(int argc, char **argv) {
       cmocka_unit_test(test_stages_identical),
       cmocka_unit_test(test_matches_plain),
       cmocka_unit_test(test_two_ranks),
+      cmocka_unit_test(test_weights_out_in),
   };
   return T_RUN(tests);
 }

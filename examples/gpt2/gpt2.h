@@ -142,7 +142,7 @@ void gpt2_free(GPT2 *m);
 // projections (the two c_proj) scaled by 1/sqrt(2L), zero biases, unit
 // LayerNorm gains. Deterministic in seed.
 void gpt2_init_random(GPT2 *m, uint64_t seed);
-// The table entry of a name ("wte", "h.1.mlp.c_fc.bias"), or NULL.
+// The table entry of a name ("wte.weight", "h.1.mlp.c_fc.bias"), or NULL.
 const GPT2Tensor *gpt2_tensor(const GPT2 *m, const char *name);
 // Block l's slice of the flat buffers: its first float and its length.
 void gpt2_layer_span(const GPT2 *m, int l, size_t *offset, size_t *numel);
@@ -182,6 +182,13 @@ int gpt2_zt_register(GPT2 *m, zt_engine_t *eng, int stage);
 // args->grad_scale stays 1. Returns 0 or ztier's negative code (the
 // sentence is printed).
 int gpt2_zt_step(zt_engine_t *eng, const zt_step_args_t *args, zt_step_info_t *info);
+// The registered model's weights from a safetensors file, or a directory of
+// Hugging Face's shards, by tensor name (zt_import_safetensors: moments from
+// zero); and the current weights written as one safetensors file
+// (zt_export_engine, replacing what is there). Every rank calls them. Each
+// returns 0 or ztier's negative code (the sentence is printed).
+int gpt2_zt_import(zt_engine_t *eng, const char *path);
+int gpt2_zt_export(zt_engine_t *eng, const char *path);
 
 // Data parallelism (docs/gpt2.md, "Several ranks"). This process's rank and
 // the number of ranks of `eng` (world 1 outside mpirun). Returns 0 or

@@ -6,7 +6,7 @@
  *
  *   gpt2 [--text FILE] [--steps N] [--batch B] [--seq T] [--lr LR] [--seed S]
  *        [--optimizer ztier|plain] [--stage 0|1|2] [--optimizer-tier device|host]
- *        [--zt-config FILE.json]
+ *        [--zt-config FILE.json] [--init WEIGHTS.safetensors|DIR] [--export OUT.safetensors]
  *   mpirun -np W gpt2 --stage 1|2 [...]
  *
  * The text's first 90% is trained on; a fixed set of batches from the rest
@@ -42,6 +42,8 @@ typedef struct {
   const char *stage;     // NULL: the config's (0)
   const char *tier;      // NULL: the config's, or host
   const char *zt_config; // a ztier config file, loaded before the two above
+  const char *init;      // --init: weights to start from (safetensors)
+  const char *export_to; // --export: where the trained weights go
 } Options;
 
 static int parse_args(int argc, char **argv, Options *o) {
@@ -51,7 +53,8 @@ static int parse_args(int argc, char **argv, Options *o) {
       printf("usage: gpt2 [--text FILE] [--steps N] [--batch B] [--seq T] [--lr LR] "
              "[--seed S]\n"
              "            [--optimizer ztier|plain] [--stage 0|1|2] "
-             "[--optimizer-tier device|host] [--zt-config FILE.json]\n");
+             "[--optimizer-tier device|host] [--zt-config FILE.json]\n"
+             "            [--init WEIGHTS.safetensors|DIR] [--export OUT.safetensors]\n");
       return 1;
     }
     if (!v) {
@@ -68,6 +71,8 @@ static int parse_args(int argc, char **argv, Options *o) {
     else if (strcmp(f, "--stage") == 0) o->stage = v;
     else if (strcmp(f, "--optimizer-tier") == 0) o->tier = v;
     else if (strcmp(f, "--zt-config") == 0) o->zt_config = v;
+    else if (strcmp(f, "--init") == 0) o->init = v;
+    else if (strcmp(f, "--export") == 0) o->export_to = v;
     else if (strcmp(f, "--optimizer") == 0 && strcmp(v, "plain") == 0) o->plain = 1;
     else if (strcmp(f, "--optimizer") == 0 && strcmp(v, "ztier") == 0) o->plain = 0;
     else if (strcmp(f, "--optimizer") == 0) {
@@ -213,10 +218,15 @@ static int make_engine(const zt_config_t *zcfg, int B, zt_engine_t **eng, Batche
 }
 
 int main(int argc, char **argv) {
-  Options o = {"/usr/share/common-licenses/GPL-3", 40, 8, 64, 1e-3f, 42, 0, NULL, NULL, NULL};
+  Options o = {"/usr/share/common-licenses/GPL-3", 40, 8, 64, 1e-3f, 42, 0, NULL, NULL, NULL,
+               NULL, NULL};
   int rc = parse_args(argc, argv, &o);
   if (rc != 0) return rc > 0 ? 0 : 2;
   zt_config_t zcfg;
+  if (o.plain && (o.init || o.export_to)) {
+    fprintf(stderr, "gpt2: --init and --export go through ztier: not with --optimizer plain\n");
+    return 2;
+  }
   if (!o.plain && make_config(&o, &zcfg) < 0) return 2;
   size_t n;
   unsigned char *text = read_file(o.text, &n);
@@ -268,6 +278,12 @@ int main(int argc, char **argv) {
       gpt2_free(&model);
       return 1;
     }
+    if (o.init && gpt2_zt_import(eng, o.init) < 0) {
+      zt_engine_destroy(eng);
+      gpt2_free(&model);
+      return 1;
+    }
+    if (o.init) say("weights: %s\n", o.init);
     static const char *const tiers[] = {"device", "host", "nvme"};
     say("optimizer: ztier %s, stage %d, optimizer tier %s, %d groups\n", zt_version(),
         zcfg.stage, tiers[zcfg.optimizer_tier], gpt2_num_groups(&model));
@@ -310,6 +326,10 @@ int main(int argc, char **argv) {
   double train_s = now_s() - t0;
   float val1 = val_loss(&model, text, n_train, n, &b);
   say("val loss %.4f after %d steps (%.1f s)\n", val1, o.steps, train_s);
+  if (rc == 0 && o.export_to) {
+    rc = gpt2_zt_export(eng, o.export_to);
+    if (rc == 0) say("exported: %s\n", o.export_to);
+  }
   int ok = rc == 0 && val1 < val0;
   if (!ok) fprintf(stderr, "gpt2: %s\n", rc ? "the update failed" : "the loss did not go down");
   zt_engine_destroy(eng);

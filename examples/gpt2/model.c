@@ -40,8 +40,8 @@ static void fill_table(GPT2 *m) {
   const GPT2Config *c = &m->cfg;
   int C = c->n_embd;
   size_t off = 0;
-  add_tensor(m, &off, -1, "wte", c->vocab_size, C);
-  add_tensor(m, &off, -1, "wpe", c->max_seq_len, C);
+  add_tensor(m, &off, -1, "wte.weight", c->vocab_size, C);
+  add_tensor(m, &off, -1, "wpe.weight", c->max_seq_len, C);
   for (int l = 0; l < c->n_layer; l++) {
     add_tensor(m, &off, l, "ln_1.weight", C, 1);
     add_tensor(m, &off, l, "ln_1.bias", C, 1);

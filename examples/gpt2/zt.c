@@ -10,6 +10,11 @@
  * to hand over. Stages 0 and 1 need no group call: stage 1 reduces at the
  * step, from the gradient buffer (docs/stages.md, "Using each stage").
  *
+ * Weights in and out: --init reads a safetensors file (or Hugging Face's
+ * shards) into the registered model by tensor name (zt_import_safetensors),
+ * --export writes the trained weights as one (zt_export_engine), every
+ * tensor under its Hugging Face name and shape (zt_set_shape).
+ *
  * Data parallelism: under mpirun (comm "mpi") every rank registers the same
  * table, runs the forward and backward on its own rows of the global batch
  * (gpt2_rank_slice) and calls the same functions in the same order; ztier
@@ -47,6 +52,17 @@ int gpt2_zt_register(GPT2 *m, zt_engine_t *eng, int stage) {
             zt_last_error(eng));
     return rc;
   }
+  // The tensors' shapes, for the exports: Hugging Face's ([rows, cols];
+  // vectors [n]), so that its GPT2Model loads them as they are.
+  for (int i = 0; i < m->num_tensors && rc == 0; i++) {
+    const GPT2Tensor *t = &m->tensors[i];
+    size_t dims[2] = {(size_t)t->shape[0], (size_t)t->shape[1]};
+    rc = zt_set_shape(eng, t->name, t->ndim, dims);
+    if (rc < 0)
+      fprintf(stderr, "gpt2: zt_set_shape(%s): %s (%s)\n", t->name, zt_strerror(rc),
+              zt_last_error(eng));
+  }
+  if (rc < 0) return rc;
   if (stage == 2) {
     m->grads_final = grads_ready;
     m->grads_final_ctx = eng;
@@ -76,4 +92,20 @@ int gpt2_zt_world(const zt_engine_t *eng, int *rank, int *world) {
 void gpt2_rank_slice(const int *global, int B, int T, int rank, int world, int *local) {
   size_t rows = (size_t)(B / world);
   memcpy(local, global + (size_t)rank * rows * T, rows * T * sizeof(int));
+}
+
+int gpt2_zt_import(zt_engine_t *eng, const char *path) {
+  int rc = zt_import_safetensors(eng, path);
+  if (rc < 0)
+    fprintf(stderr, "gpt2: --init %s: %s (%s)\n", path, zt_strerror(rc), zt_last_error(eng));
+  return rc;
+}
+
+int gpt2_zt_export(zt_engine_t *eng, const char *path) {
+  zt_export_args_t a = ZT_EXPORT_ARGS_INIT;
+  a.force = 1;
+  int rc = zt_export_engine(eng, path, &a);
+  if (rc < 0)
+    fprintf(stderr, "gpt2: --export %s: %s (%s)\n", path, zt_strerror(rc), zt_last_error(eng));
+  return rc;
 }
