@@ -745,12 +745,13 @@ typedef struct zt_stats_data {
   uint64_t grad_buffer_bytes;
 
   /* Stages 2 and 3: the device pools reserved at registration for the
-   * gathered groups and the engine-owned gradients, as `ztier plan` sizes
-   * them for the largest group (in device_bytes; live_bytes and
-   * grad_buffer_bytes are held in them), and the buffers they could not
-   * hold, allocated one by one instead since the engine was created (0 for
-   * a loop that holds one group's gradients at a time and whose groups
-   * within max_live_bytes fit the pool's slots of the largest). */
+   * gathered groups (a class of slots per range of group sizes, as many as
+   * max_live_bytes holds of each) and the engine-owned gradients (slots of
+   * the largest group's), as `ztier plan` sizes them for groups of one size
+   * (in device_bytes; live_bytes and grad_buffer_bytes are held in them),
+   * and the buffers they could not hold, allocated one by one instead
+   * since the engine was created (0 for a loop that holds one group's
+   * gradients at a time and fetches within max_live_bytes). */
   uint64_t pool_bytes;
   uint64_t pool_misses;
 } zt_stats_t;
