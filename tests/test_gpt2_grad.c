@@ -342,12 +342,50 @@ static void test_gradients(void **state) {
   gpt2_free(&m);
 }
 
+// Hugging Face's sizes by name: the parameter counts its GPT2Model has
+// (the head tied to wte), and the shapes its published weights hold. The
+// buffers are only reserved (calloc), never touched.
+static void test_named_sizes(void **state) {
+  static const struct {
+    const char *name;
+    size_t params;
+    int C, L;
+  } hf[] = {
+      {"gpt2", 124439808, 768, 12},
+      {"gpt2-medium", 354823168, 1024, 24},
+  };
+  for (size_t k = 0; k < sizeof hf / sizeof hf[0]; k++) {
+    GPT2Config c;
+    assert_int_equal(gpt2_config_named(hf[k].name, 1, &c), 0);
+    assert_int_equal(c.n_embd, hf[k].C);
+    assert_int_equal(c.n_layer, hf[k].L);
+    GPT2 m;
+    assert_int_equal(gpt2_build(&m, &c, 1, 1), 0);
+    assert_int_equal(m.num_parameters, hf[k].params);
+    const GPT2Tensor *wpe = gpt2_tensor(&m, "wpe.weight");
+    const GPT2Tensor *qkv = gpt2_tensor(&m, "h.0.attn.c_attn.weight");
+    assert_true(wpe->shape[0] == 1024 && wpe->shape[1] == hf[k].C);
+    assert_true(qkv->shape[0] == hf[k].C && qkv->shape[1] == 3 * hf[k].C);
+    gpt2_free(&m);
+  }
+  /* The large ones by their config: 36 x 1280 (20 heads), 48 x 1600 (25). */
+  GPT2Config c;
+  assert_int_equal(gpt2_config_named("gpt2-large", 1, &c), 0);
+  assert_true(c.n_layer == 36 && c.n_embd == 1280 && c.n_head == 20 && c.vocab_size == 50257);
+  assert_int_equal(gpt2_config_named("gpt2-xl", 1, &c), 0);
+  assert_true(c.n_layer == 48 && c.n_embd == 1600 && c.n_head == 25 && c.max_seq_len == 1024);
+  assert_int_equal(gpt2_config_named("tiny", 64, &c), 0);
+  assert_true(c.vocab_size == 256 && c.max_seq_len == 64);
+  assert_int_equal(gpt2_config_named("gpt3", 1, &c), -1);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_layout),
       cmocka_unit_test(test_init_loss),
       cmocka_unit_test(test_forward_matches_reference),
       cmocka_unit_test(test_gradients),
+      cmocka_unit_test(test_named_sizes),
   };
   return T_RUN(tests);
 }

@@ -7,6 +7,7 @@
  *   gpt2 [--text FILE] [--steps N] [--batch B] [--seq T] [--lr LR] [--seed S]
  *        [--optimizer ztier|plain] [--stage 0|1|2] [--optimizer-tier device|host]
  *        [--zt-config FILE.json] [--init WEIGHTS.safetensors|DIR] [--export OUT.safetensors]
+ *        [--size tiny|gpt2|gpt2-medium|gpt2-large|gpt2-xl]
  *   mpirun -np W gpt2 --stage 1|2 [...]
  *
  * The text's first 90% is trained on; a fixed set of batches from the rest
@@ -42,6 +43,7 @@ typedef struct {
   const char *stage;     // NULL: the config's (0)
   const char *tier;      // NULL: the config's, or host
   const char *zt_config; // a ztier config file, loaded before the two above
+  const char *size;      // --size: tiny, or Hugging Face's gpt2 ... gpt2-xl
   const char *init;      // --init: weights to start from (safetensors)
   const char *export_to; // --export: where the trained weights go
 } Options;
@@ -54,7 +56,8 @@ static int parse_args(int argc, char **argv, Options *o) {
              "[--seed S]\n"
              "            [--optimizer ztier|plain] [--stage 0|1|2] "
              "[--optimizer-tier device|host] [--zt-config FILE.json]\n"
-             "            [--init WEIGHTS.safetensors|DIR] [--export OUT.safetensors]\n");
+             "            [--init WEIGHTS.safetensors|DIR] [--export OUT.safetensors]\n"
+             "            [--size tiny|gpt2|gpt2-medium|gpt2-large|gpt2-xl]\n");
       return 1;
     }
     if (!v) {
@@ -72,6 +75,7 @@ static int parse_args(int argc, char **argv, Options *o) {
     else if (strcmp(f, "--optimizer-tier") == 0) o->tier = v;
     else if (strcmp(f, "--zt-config") == 0) o->zt_config = v;
     else if (strcmp(f, "--init") == 0) o->init = v;
+    else if (strcmp(f, "--size") == 0) o->size = v;
     else if (strcmp(f, "--export") == 0) o->export_to = v;
     else if (strcmp(f, "--optimizer") == 0 && strcmp(v, "plain") == 0) o->plain = 1;
     else if (strcmp(f, "--optimizer") == 0 && strcmp(v, "ztier") == 0) o->plain = 0;
@@ -219,7 +223,7 @@ static int make_engine(const zt_config_t *zcfg, int B, zt_engine_t **eng, Batche
 
 int main(int argc, char **argv) {
   Options o = {"/usr/share/common-licenses/GPL-3", 40, 8, 64, 1e-3f, 42, 0, NULL, NULL, NULL,
-               NULL, NULL};
+               "tiny", NULL, NULL};
   int rc = parse_args(argc, argv, &o);
   if (rc != 0) return rc > 0 ? 0 : 2;
   zt_config_t zcfg;
@@ -248,10 +252,19 @@ int main(int argc, char **argv) {
   }
   quiet = b.rank != 0;
   int rows = o.batch / b.world;
-  // A tiny GPT-2: every shape of the real one, small enough to learn on two
-  // cores in seconds.
-  GPT2Config cfg = {.vocab_size = 256, .max_seq_len = o.seq, .n_layer = 2, .n_head = 4,
-                    .n_embd = 64};
+  // By default a tiny GPT-2: every shape of the real one, small enough to
+  // learn on two cores in seconds. Hugging Face's sizes take its weights.
+  GPT2Config cfg = {0};
+  const char *bad = gpt2_config_named(o.size, o.seq, &cfg) != 0
+                        ? "expected tiny, gpt2, gpt2-medium, gpt2-large or gpt2-xl"
+                    : o.seq > cfg.max_seq_len ? "--seq is past the size's positions"
+                                              : NULL;
+  if (bad) {
+    fprintf(stderr, "gpt2: --size %s with --seq %d: %s\n", o.size, o.seq, bad);
+    zt_engine_destroy(eng);
+    free(text);
+    return 2;
+  }
   GPT2 model;
   size_t tokens = (size_t)o.batch * o.seq;
   b.g_inp = malloc(tokens * sizeof(int));

@@ -119,6 +119,29 @@ static size_t point_acts(GPT2 *m, float *base) {
   return off;
 }
 
+int gpt2_config_named(const char *name, int T, GPT2Config *cfg) {
+  static const struct {
+    const char *name;
+    GPT2Config cfg;
+  } sizes[] = {
+      {"gpt2", {50257, 1024, 12, 12, 768}},
+      {"gpt2-medium", {50257, 1024, 24, 16, 1024}},
+      {"gpt2-large", {50257, 1024, 36, 20, 1280}},
+      {"gpt2-xl", {50257, 1024, 48, 25, 1600}},
+  };
+  if (strcmp(name, "tiny") == 0) {
+    *cfg = (GPT2Config){.vocab_size = 256, .max_seq_len = T, .n_layer = 2, .n_head = 4,
+                        .n_embd = 64};
+    return 0;
+  }
+  for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++)
+    if (strcmp(name, sizes[i].name) == 0) {
+      *cfg = sizes[i].cfg;
+      return 0;
+    }
+  return -1;
+}
+
 int gpt2_build(GPT2 *m, const GPT2Config *cfg, int B, int T) {
   memset(m, 0, sizeof *m);
   if (cfg->vocab_size < 1 || cfg->n_layer < 1 || cfg->n_head < 1 || cfg->n_embd < 1 ||
