@@ -406,17 +406,10 @@ static zt_engine_t *one_step_model(GPT2 *m, uint64_t seed) {
   return eng;
 }
 
-// --export writes every tensor under its Hugging Face name and shape with
-// the trained values ([rows, cols], vectors [n]); --init reads them into a
-// model of other weights, which then holds them bit for bit.
-static void test_weights_out_in(void **state) {
-  skip_unless_host();
-  char path[256];
-  snprintf(path, sizeof path, "%s/gpt2-%d.safetensors", t_swap_dir(), (int)getpid());
-  GPT2 a, b;
-  zt_engine_t *ea = one_step_model(&a, t_seed());
-  assert_int_equal(gpt2_zt_export(ea, path), 0);
-
+// Fails unless `path` holds m's tensors, in table order, under their
+// Hugging Face names and shapes ([rows, cols], vectors [n]), F32, with the
+// values of m's buffer.
+static void expect_export_is(const GPT2 *m, const char *path) {
   zt__st_header_t h;
   FILE *f = fopen(path, "rb");
   assert_non_null(f);
@@ -428,31 +421,60 @@ static void test_weights_out_in(void **state) {
   fclose(f);
   zt__err_t e = {{0}};
   if (zt__st_parse_header(&h, file, len, len, path, &e) != 0) fail_msg("%s", e.msg);
-  assert_int_equal(h.n_tensors, (size_t)a.num_tensors);
-  for (int i = 0; i < a.num_tensors; i++) {
-    const GPT2Tensor *t = &a.tensors[i];
+  assert_int_equal(h.n_tensors, (size_t)m->num_tensors);
+  for (int i = 0; i < m->num_tensors; i++) {
+    const GPT2Tensor *t = &m->tensors[i];
     const zt__st_tensor_t *x = &h.tensors[i];
     assert_string_equal(x->name, t->name);
     assert_int_equal(x->dtype, ZT_FP32);
     assert_int_equal(x->ndim, t->ndim);
     assert_true(x->shape[0] == (uint64_t)t->shape[0]);
     if (t->ndim == 2) assert_true(x->shape[1] == (uint64_t)t->shape[1]);
-    assert_memory_equal(file + h.data_start + x->begin, a.params_memory + t->offset,
+    assert_memory_equal(file + h.data_start + x->begin, m->params_memory + t->offset,
                         t->numel * sizeof(float));
   }
-  assert_non_null(gpt2_tensor(&a, "wte.weight"));
   zt__st_header_free(&h);
   free(file);
+}
+
+// A tiny random GPT-2 written in Hugging Face's layout (--export after a
+// step), read into a model of other weights (--init: bit for bit), that
+// model fine-tuned a step and exported, and its names, shapes and values
+// read back.
+static void test_weights_out_in(void **state) {
+  skip_unless_host();
+  char path[256], tuned[256];
+  snprintf(path, sizeof path, "%s/gpt2-%d.safetensors", t_swap_dir(), (int)getpid());
+  snprintf(tuned, sizeof tuned, "%s/gpt2-tuned-%d.safetensors", t_swap_dir(), (int)getpid());
+  GPT2 a, b;
+  zt_engine_t *ea = one_step_model(&a, t_seed());
+  assert_int_equal(gpt2_zt_export(ea, path), 0);
+  expect_export_is(&a, path);
+  assert_non_null(gpt2_tensor(&a, "wte.weight"));
 
   zt_engine_t *eb = one_step_model(&b, t_seed() ^ 0xb);
   assert_int_equal(gpt2_zt_import(eb, path), 0);
   t_expect_same("imported weights", b.params_memory, a.params_memory, sizeof(float),
                 a.num_parameters);
+  // Fine-tuned from there: a step moves it, and its export says so.
+  int inp[B * T], tgt[B * T];
+  for (int i = 0; i < B * T; i++) inp[i] = tgt[(i + 1) % (B * T)] = i % tiny.vocab_size;
+  gpt2_forward(&b, inp, tgt);
+  gpt2_zero_grad(&b);
+  assert_int_equal(gpt2_backward(&b), 0);
+  zt_step_args_t args = ZT_STEP_ARGS_INIT;
+  args.lr = LR;
+  args.t = 1;
+  assert_int_equal(gpt2_zt_step(eb, &args, NULL), 0);
+  assert_true(memcmp(b.params_memory, a.params_memory, a.num_parameters * sizeof(float)) != 0);
+  assert_int_equal(gpt2_zt_export(eb, tuned), 0);
+  expect_export_is(&b, tuned);
   zt_engine_destroy(ea);
   zt_engine_destroy(eb);
   gpt2_free(&a);
   gpt2_free(&b);
   unlink(path);
+  unlink(tuned);
 }
 
 int main(int argc, char **argv) {
