@@ -23,6 +23,13 @@
  * loop that wraps its optimizer step gets, norm, checks and all, against
  * the update alone. With --nonfinite apply (the default here) the step takes
  * the norm in the update's own pass; with skip, in a pass of its own first.
+ *
+ * With --states bf16|int8 the update timed is zt__cpu_adam_states with m and
+ * v in that format (docs/states.md), over state buffers of their own beside
+ * the fp32 ones; each round also times the fp32 update (zt__cpu_adam) right
+ * before it, so the two are compared within the run (vs_fp32). The limit
+ * passes keep moving the fp32 update's bytes: they measure the machine's
+ * bandwidth, which the compressed update's own bytes are set against.
  */
 #define _GNU_SOURCE
 #include <immintrin.h>
@@ -41,6 +48,7 @@ static const char *const dtype_names[] = {"fp32", "bf16", "fp16", NULL};
 static const zt_dtype_t dtype_of[] = {ZT_FP32, ZT_BF16, ZT_FP16};
 static const char *const isa_names[] = {"scalar", "avx2", "avx512", NULL};
 static const char *const nonfinite_names[] = {"apply", "skip", NULL};
+static const char *const states_names[] = {"fp32", "bf16", "int8", NULL};
 
 typedef struct bufs {
   size_t n;
@@ -51,6 +59,12 @@ typedef struct bufs {
   size_t bytes[5]; /* of master, m, v, grads, params                */
   void *blk[5];    /* the mappings, for free                        */
   size_t stagger;  /* stream k starts k * stagger bytes into blk[k] */
+  /* --states bf16|int8: m and v in that format, and int8's block scales
+   * (ZT_STATES_FP32: none of these). */
+  int states;
+  void *qm, *qv;
+  float *qms, *qvs;
+  size_t qbytes[4];
 } bufs_t;
 
 /* ---- data ------------------------------------------------------------------ */
@@ -86,15 +100,64 @@ static void init_range(bufs_t *b, size_t i0, size_t n) {
   }
 }
 
+/* The compressed states of [i0, i0 + n) from the fp32 ones (i0 and n whole
+ * blocks but for the last), rounded to nearest. */
+static void init_states(bufs_t *b, size_t i0, size_t n) {
+  if (b->states == ZT_STATES_BF16) {
+    for (size_t i = i0; i < i0 + n; i++) {
+      ((uint16_t *)b->qm)[i] = zt_f32_to_bf16_rne(b->m[i]);
+      ((uint16_t *)b->qv)[i] = zt_f32_to_bf16_rne(b->v[i]);
+    }
+    return;
+  }
+  for (size_t k0 = i0; k0 < i0 + n; k0 += ZT_QBLOCK) {
+    size_t k1 = k0 + ZT_QBLOCK < i0 + n ? k0 + ZT_QBLOCK : i0 + n;
+    uint32_t mmax = 0, smax = 0;
+    for (size_t i = k0; i < k1; i++) {
+      mmax = zt_q8_absmax(mmax, b->m[i]);
+      smax = zt_q8_absmax(smax, sqrtf(b->v[i]));
+    }
+    float ms = zt_f32_from_bits(mmax), ss = zt_f32_from_bits(smax);
+    b->qms[k0 / ZT_QBLOCK] = ms;
+    b->qvs[k0 / ZT_QBLOCK] = ss;
+    float minv = zt_q8_inv(ms, ZT_Q8_M_TOP), sinv = zt_q8_inv(ss, ZT_Q8_V_TOP);
+    for (size_t i = k0; i < k1; i++) {
+      ((uint8_t *)b->qm)[i] = (uint8_t)zt_q8m_encode(b->m[i], minv, 0x8000);
+      ((uint8_t *)b->qv)[i] = (uint8_t)zt_q8v_encode(sqrtf(b->v[i]), sinv, 0x8000);
+    }
+  }
+}
+
 static void init_task(void *ctx, size_t t, int worker) {
   bufs_t *b = ctx;
-  size_t i = t * CHUNK;
-  init_range(b, i, b->n - i < CHUNK ? b->n - i : CHUNK);
+  size_t i = t * CHUNK, n = b->n - i < CHUNK ? b->n - i : CHUNK;
+  init_range(b, i, n);
+  if (b->states != ZT_STATES_FP32) init_states(b, i, n);
 }
 
 static void bufs_free(bufs_t *b) {
   for (int k = 0; k < 5; k++)
     if (b->blk[k]) bench_free(b->blk[k], b->bytes[k] + 4 * b->stagger);
+  void *q[4] = {b->qm, b->qv, b->qms, b->qvs};
+  for (int k = 0; k < 4; k++)
+    if (q[k]) bench_free(q[k], b->qbytes[k]);
+}
+
+/* The compressed states' buffers beside the fp32 ones, each in its own
+ * mapping as the others. */
+static int bufs_alloc_states(bufs_t *b, int states, int huge) {
+  b->states = states;
+  if (states == ZT_STATES_FP32) return 0;
+  size_t ssz = states == ZT_STATES_BF16 ? 2 : 1, nb = (b->n + ZT_QBLOCK - 1) / ZT_QBLOCK;
+  b->qbytes[0] = b->qbytes[1] = b->n * ssz;
+  b->qbytes[2] = b->qbytes[3] = states == ZT_STATES_INT8 ? nb * 4 : 0;
+  /* Each one kept as it comes, so that bufs_free frees what a failure left. */
+  if ((b->qm = bench_alloc(b->qbytes[0], huge)) == NULL) return -1;
+  if ((b->qv = bench_alloc(b->qbytes[1], huge)) == NULL) return -1;
+  if (states != ZT_STATES_INT8) return 0;
+  if ((b->qms = bench_alloc(b->qbytes[2], huge)) == NULL) return -1;
+  if ((b->qvs = bench_alloc(b->qbytes[3], huge)) == NULL) return -1;
+  return 0;
 }
 
 /* Each array in its own 2 MiB aligned mapping, as the engine's pinned
@@ -453,6 +516,74 @@ static zt__adam_launch_t make_launch(bufs_t *b, const zt__adam_hp_t *hp,
   return l;
 }
 
+static zt__adam_qlaunch_t make_qlaunch(bufs_t *b, const zt__adam_hp_t *hp,
+                                       const zt__seg_t *segs, size_t n_segs) {
+  zt__adam_qlaunch_t l = {hp,       b->states, b->master, b->qm,    b->qv,
+                          b->qms,   b->qvs,    b->grads,  0,        b->dt,
+                          b->params, 0,        b->dt,     segs,     n_segs};
+  return l;
+}
+
+/* zt__cpu_adam_states against the scalar kernel, as check_update below. */
+static int check_states(zt__cpu_t *cpu, zt_dtype_t dt, int states, int stochastic,
+                        char *why, size_t why_len) {
+  const size_t n = 3 * CHUNK + 1001;
+  bufs_t a, b;
+  memset(&b, 0, sizeof b);
+  if (bufs_alloc(&a, n, dt, 0, 0) || bufs_alloc_states(&a, states, 0) ||
+      bufs_alloc(&b, n, dt, 0, 0) || bufs_alloc_states(&b, states, 0)) {
+    bufs_free(&a);
+    bufs_free(&b);
+    snprintf(why, why_len, "out of memory for the check");
+    return -1;
+  }
+  init_range(&a, 0, n);
+  init_states(&a, 0, n);
+  init_range(&b, 0, n);
+  init_states(&b, 0, n);
+  zt__adam_hp_t hp = make_hp(7, stochastic);
+  /* int8 segments start on a block boundary of the states. */
+  zt__seg_t segs[2] = {{0, 0, 1024, 0}, {1024, 1024, n - 1024, 1}};
+  zt__adam_qlaunch_t l = make_qlaunch(&a, &hp, segs, 2);
+  zt__cpu_adam_states(cpu, &l);
+  size_t esz = dt == ZT_FP32 ? 4 : 2, ssz = states == ZT_STATES_BF16 ? 2 : 1;
+  for (int s = 0; s < 2; s++) {
+    size_t i = segs[s].index;
+    zt__adam_qspan_t sp = {
+        .master = (b.master ? b.master : (float *)b.params) + i,
+        .m = (char *)b.qm + i * ssz,
+        .v = (char *)b.qv + i * ssz,
+        .m_scale = b.qms ? b.qms + i / ZT_QBLOCK : NULL,
+        .v_scale = b.qvs ? b.qvs + i / ZT_QBLOCK : NULL,
+        .states = states,
+        .grads = (const char *)b.grads + i * esz,
+        .grad_dtype = dt,
+        .params = b.master ? (char *)b.params + i * esz : NULL,
+        .param_dtype = dt,
+        .n = segs[s].n,
+        .index = i,
+        .decay = segs[s].decay,
+    };
+    zt__adam_qspan_scalar(&hp, &sp);
+  }
+  int rc = 0;
+  const char *names[] = {"master", "params", "m", "v", "m scales", "v scales"};
+  const void *pa[] = {a.master, a.params, a.qm, a.qv, a.qms, a.qvs};
+  const void *pb[] = {b.master, b.params, b.qm, b.qv, b.qms, b.qvs};
+  size_t bytes[] = {a.bytes[0], a.bytes[4], a.qbytes[0], a.qbytes[1], a.qbytes[2], a.qbytes[3]};
+  for (int k = 0; k < 6 && rc == 0; k++) {
+    if (bytes[k] && memcmp(pa[k], pb[k], bytes[k]) != 0) {
+      snprintf(why, why_len,
+               "%s after zt__cpu_adam_states (%s, isa %s) differs from the scalar kernel",
+               names[k], states_names[states], zt__isa_name(cpu->isa));
+      rc = -1;
+    }
+  }
+  bufs_free(&a);
+  bufs_free(&b);
+  return rc;
+}
+
 /* zt__cpu_adam against the scalar kernel on a small span with segments that
  * do not start on a chunk edge. 0 when bit-identical. */
 static int check_update(zt__cpu_t *cpu, zt_dtype_t dt, int stochastic, char *why,
@@ -540,7 +671,7 @@ int bench_adam_main(int argc, char **argv) {
   const char *prog = "ztier bench adam";
   size_t n = 200 * 1000 * 1000;
   int threads = zt__cpu_count(), reps = 5, dtype_i = 0, json = 0, stochastic = 0;
-  int isa_i = -1, no_huge = 0, step = 0, nonfinite_i = 0;
+  int isa_i = -1, no_huge = 0, step = 0, nonfinite_i = 0, states = ZT_STATES_FP32;
   size_t stagger = 0;
   const tool_flag_t flags[] = {
       {"params", TOOL_FLAG_COUNT, &n, "N", "parameters updated (default 200M)", 1,
@@ -565,6 +696,9 @@ int bench_adam_main(int argc, char **argv) {
       {"nonfinite", TOOL_FLAG_CHOICE, &nonfinite_i, "apply|skip",
        "with --step: the engine's \"nonfinite\" (default apply: the norm in the update's "
        "pass; skip: a pass before it)", 0, 0, nonfinite_names},
+      {"states", TOOL_FLAG_CHOICE, &states, "fp32|bf16|int8",
+       "m and v of the update timed (default fp32; bf16 and int8 also time fp32 each "
+       "round: vs_fp32)", 0, 0, states_names},
       {"json", TOOL_FLAG_BOOL, &json, NULL,
        "print one JSON object instead of a table", 0, 0, NULL},
   };
@@ -586,6 +720,10 @@ int bench_adam_main(int argc, char **argv) {
   if (step && stochastic)
     return tool_args_fail(&cmd, "--step takes the engine's default rounding; drop "
                                 "--stochastic");
+  if (step && states != ZT_STATES_FP32)
+    return tool_args_fail(&cmd, "--step times the engine, whose states are fp32 (--states "
+                                "%s is not wired into the tiers yet); drop one",
+                          states_names[states]);
 
   zt__cpu_t *cpu = NULL;
   zt__err_t err = {{0}};
@@ -594,16 +732,21 @@ int bench_adam_main(int argc, char **argv) {
     return 1;
   }
   char why[256];
-  if (check_update(cpu, dt, stochastic, why, sizeof why) != 0) {
+  if (check_update(cpu, dt, stochastic, why, sizeof why) != 0 ||
+      (states != ZT_STATES_FP32 &&
+       check_states(cpu, dt, states, stochastic, why, sizeof why) != 0)) {
     fprintf(stderr, "%s: check failed: %s; no figures printed\n", prog, why);
     zt__cpu_destroy(cpu);
     return 1;
   }
 
   bufs_t b;
-  if (bufs_alloc(&b, n, dt, !no_huge, stagger) != 0) {
+  if (bufs_alloc(&b, n, dt, !no_huge, stagger) != 0 ||
+      bufs_alloc_states(&b, states, !no_huge) != 0) {
+    bufs_free(&b);
     fprintf(stderr, "%s: cannot map %.2f GB for %zu params; try a smaller --params\n",
-            prog, (double)n * 16 / 1e9, n);
+            prog, (double)n * (16 + (states ? zt__states_bytes_per_param(states) : 0)) / 1e9,
+            n);
     zt__cpu_destroy(cpu);
     return 1;
   }
@@ -621,6 +764,12 @@ int bench_adam_main(int argc, char **argv) {
   double read_b = 12.0 + (double)gsz,
          write_b = 12.0 + (dt == ZT_FP32 ? 0.0 : (double)gsz);
   double bytes = (read_b + write_b) * (double)n;
+  /* The limit passes move the fp32 update's bytes (`bytes`); the update
+   * timed moves m and v in its format instead (`ubytes`): 8 bytes of fp32
+   * states become state_bytes_per_param. */
+  double sbpp = zt__states_bytes_per_param(states);
+  double uread_b = read_b - 8.0 + sbpp, uwrite_b = write_b - 8.0 + sbpp;
+  double ubytes = (uread_b + uwrite_b) * (double)n;
 
   zt__seg_t seg = {0, 0, n, 1};
   /* The scalar limit has one way of moving the bytes: the first strategy. */
@@ -628,13 +777,17 @@ int bench_adam_main(int argc, char **argv) {
   double *t_adam = calloc((size_t)reps, sizeof *t_adam);
   double *t_lim = calloc((size_t)reps * N_STRATEGIES, sizeof *t_lim);
   double *t_step = calloc((size_t)reps, sizeof *t_step);
+  double *t_f32 = calloc((size_t)reps, sizeof *t_f32);
+  double *vs_f32 = calloc((size_t)reps, sizeof *vs_f32);
   zt_engine_t *eng = NULL;
-  int no_memory = !t_adam || !t_lim || !t_step;
+  int no_memory = !t_adam || !t_lim || !t_step || !t_f32 || !vs_f32;
   if (no_memory || (step && step_engine(&b, threads, nonfinite_i, &eng, why, sizeof why) < 0)) {
     fprintf(stderr, "%s: %s\n", prog, no_memory ? "out of memory" : why);
     free(t_adam);
     free(t_lim);
     free(t_step);
+    free(t_f32);
+    free(vs_f32);
     bufs_free(&b);
     zt__cpu_destroy(cpu);
     return 1;
@@ -657,6 +810,15 @@ int bench_adam_main(int argc, char **argv) {
     double t1 = zt__now();
     zt__cpu_adam(cpu, &l);
     double t2 = zt__now();
+    if (states != ZT_STATES_FP32) {
+      /* The fp32 update just ran: the baseline of this round. */
+      zt__adam_qlaunch_t ql = make_qlaunch(&b, &hp, &seg, 1);
+      if (r >= 0) t_f32[r] = t2 - t1;
+      t1 = zt__now();
+      zt__cpu_adam_states(cpu, &ql);
+      t2 = zt__now();
+      if (r >= 0) vs_f32[r] = t_f32[r] / (t2 - t1);
+    }
     double ts = 0;
     if (eng && time_step(eng, (uint64_t)(r + 2), &ts) < 0) {
       tool_progress_end();
@@ -667,8 +829,8 @@ int bench_adam_main(int argc, char **argv) {
     if (r >= 0) {
       t_adam[r] = t2 - t1;
       t_step[r] = ts;
-      tool_progress("rep %d/%d: limit %.1f GB/s, adamw %.1f GB/s", r + 1, reps,
-                    bytes / best / 1e9, bytes / t_adam[r] / 1e9);
+      tool_progress("rep %d/%d: limit %.1f GB/s, adamw (%s states) %.1f GB/s", r + 1, reps,
+                    bytes / best / 1e9, states_names[states], ubytes / t_adam[r] / 1e9);
     }
   }
   tool_progress_end();
@@ -684,13 +846,24 @@ int bench_adam_main(int argc, char **argv) {
   }
   const double *t_limit = t_lim + win * (size_t)reps;
   double adam_s = bench_median(t_adam, reps), limit_s = lim_s[win];
-  double gbps = bytes / adam_s / 1e9, limit_gbps = bytes / limit_s / 1e9;
+  double gbps = ubytes / adam_s / 1e9, limit_gbps = bytes / limit_s / 1e9;
   double ratio = gbps / limit_gbps, pps = (double)n / adam_s;
   long long thp = thp0 >= 0 && thp1 >= 0 ? thp1 - thp0 : -1;
   /* Every dtype maps 16 bytes a parameter (fp32: 4 x 4; else 3 x 4 + 2 x 2). */
   double thp_frac = thp >= 0 ? (double)thp / ((double)n * 16) : NAN;
   if (thp_frac > 1) thp_frac = 1;
   double step_s = step ? bench_median(t_step, reps) : NAN;
+  /* With compressed states: the fp32 update's median over this one's, and
+   * the range of the same ratio round by round. */
+  double f32_s = NAN, vs_lo = NAN, vs_hi = NAN;
+  if (states != ZT_STATES_FP32) {
+    f32_s = bench_median(t_f32, reps);
+    vs_lo = vs_hi = vs_f32[0];
+    for (int r = 1; r < reps; r++) {
+      if (vs_f32[r] < vs_lo) vs_lo = vs_f32[r];
+      if (vs_f32[r] > vs_hi) vs_hi = vs_f32[r];
+    }
+  }
 
   if (json) {
     cJSON *j = tool_report_new();
@@ -709,7 +882,17 @@ int bench_adam_main(int argc, char **argv) {
     tool_report_int(j, "threads", threads);
     tool_report_str(j, "isa", zt__isa_name(cpu->isa));
     tool_report_int(j, "reps", reps);
-    tool_report_num(j, "bytes_per_param", read_b + write_b);
+    tool_report_num(j, "bytes_per_param", uread_b + uwrite_b);
+    tool_report_str(j, "states", states_names[states]);
+    tool_report_num(j, "state_bytes_per_param", sbpp);
+    if (states != ZT_STATES_FP32) {
+      tool_report_num(j, "fp32_params_per_s", (double)n / f32_s);
+      tool_report_num(j, "fp32_adam_s_median", f32_s);
+      tool_report_nums(j, "fp32_adam_s", t_f32, reps);
+      tool_report_num(j, "vs_fp32", f32_s / adam_s);
+      tool_report_num(j, "vs_fp32_min", vs_lo);
+      tool_report_num(j, "vs_fp32_max", vs_hi);
+    }
     tool_report_bool(j, "huge_pages_requested", !no_huge);
     tool_report_num(j, "huge_page_fraction", thp_frac);
     tool_report_num(j, "adam_s_median", adam_s);
@@ -731,16 +914,25 @@ int bench_adam_main(int argc, char **argv) {
            n, dtype_names[dtype_i], stochastic ? " (stochastic)" : "", threads,
            zt__isa_name(cpu->isa), reps, no_huge ? "off" : "requested");
     if (!no_huge && thp_frac == thp_frac) printf(" (%.0f%% granted)", 100 * thp_frac);
-    printf("\ncheck: zt__cpu_adam bit-identical to the scalar kernel\n");
-    printf("bytes per param: %.0f (read %.0f, write %.0f)\n\n", read_b + write_b, read_b,
-           write_b);
+    printf("\ncheck: zt__cpu_adam%s bit-identical to the scalar kernel\n",
+           states ? " and zt__cpu_adam_states" : "");
+    printf("states: %s, %.4g bytes per param\n", states_names[states], sbpp);
+    printf("bytes per param: %.4g (read %.4g, write %.4g)\n\n", uread_b + uwrite_b, uread_b,
+           uwrite_b);
     tool_table_t *t = tool_table_new("lrrr");
     tool_table_row(t, "\tmedian s\tGB/s\tGparams/s");
     for (size_t k = 0; k < n_strat; k++)
       tool_table_row(t, "limit: %s%s\t%.4f\t%.2f\t%.3f", strategies[k].name,
                      k == win ? " (best)" : "", lim_s[k], bytes / lim_s[k] / 1e9,
                      (double)n / lim_s[k] / 1e9);
-    tool_table_row(t, "AdamW update\t%.4f\t%.2f\t%.3f", adam_s, gbps, pps / 1e9);
+    if (states != ZT_STATES_FP32)
+      tool_table_row(t, "AdamW update, fp32 states\t%.4f\t%.2f\t%.3f", f32_s,
+                     bytes / f32_s / 1e9, (double)n / f32_s / 1e9);
+    tool_table_row(t, "AdamW update%s%s\t%.4f\t%.2f\t%.3f", states ? ", states " : "",
+                   states ? states_names[states] : "", adam_s, gbps, pps / 1e9);
+    if (states != ZT_STATES_FP32)
+      tool_table_row(t, "vs fp32 (params/s; round min-max)\t\t%.3f (%.3f-%.3f)",
+                     f32_s / adam_s, vs_lo, vs_hi);
     tool_table_row(t, "ratio (update/limit)\t\t%.3f", ratio);
     if (step) {
       tool_table_row(t, "zt_step (nonfinite %s)\t%.4f\t%.2f\t%.3f",
@@ -754,6 +946,8 @@ done:
   free(t_adam);
   free(t_lim);
   free(t_step);
+  free(t_f32);
+  free(vs_f32);
   bufs_free(&b);
   zt__cpu_destroy(cpu);
   return status;

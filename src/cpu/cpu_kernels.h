@@ -96,6 +96,44 @@ ZT_DECLARE_ISA_KERNELS_(avx2)
 ZT_DECLARE_ISA_KERNELS_(avx512)
 #undef ZT_DECLARE_ISA_KERNELS_
 
+/*
+ * The update with m and v in a compressed format (ZT_STATES_*, optim_math.h
+ * and docs/states.md). Fields as zt__adam_span_t, except:
+ *   m, v      fp32: float; bf16: uint16_t; int8: uint8_t codes;
+ *   m_scale,  int8 only: the scale of each ZT_QBLOCK-element block of m and
+ *   v_scale   of v, read and rewritten; block k is elements
+ *             [k * ZT_QBLOCK, (k + 1) * ZT_QBLOCK) of the span, so the span
+ *             starts at a block boundary of its state arrays and only its
+ *             last block may be short.
+ * fp32 runs zt__adam_span_run. Every ISA gives the scalar build's bits.
+ */
+typedef struct zt__adam_qspan {
+  float *master;
+  void *m;
+  void *v;
+  float *m_scale;
+  float *v_scale;
+  int states;
+  const void *grads;
+  zt_dtype_t grad_dtype;
+  void *params;
+  zt_dtype_t param_dtype;
+  size_t n;
+  uint64_t index;
+  int decay;
+} zt__adam_qspan_t;
+
+/* Bytes of m and v together per parameter in `states`, scales included. */
+ZT_INTERNAL double zt__states_bytes_per_param(int states);
+
+ZT_INTERNAL void zt__adam_qspan_run(zt__isa_t isa, const zt__adam_hp_t *hp,
+                                    const zt__adam_qspan_t *s);
+
+/* The builds. AVX-512 machines run the AVX2 build of it (they have AVX2):
+ * zt__adam_qspan_run sends ZT_ISA_AVX512 there. */
+ZT_INTERNAL void zt__adam_qspan_scalar(const zt__adam_hp_t *hp, const zt__adam_qspan_t *s);
+ZT_INTERNAL void zt__adam_qspan_avx2(const zt__adam_hp_t *hp, const zt__adam_qspan_t *s);
+
 #ifdef __cplusplus
 }
 #endif

@@ -475,3 +475,298 @@ void zt__cast_avx2(void *dst, zt_dtype_t dst_dtype, const void *src, zt_dtype_t 
     n -= k;
   }
 }
+
+/* ---- AdamW with compressed states ----------------------------------------------- */
+
+/* The compressed update runs in blocks of ZT_QBLOCK elements of the span
+ * (int8's blocks; bf16 takes the same cut so that both hoist their keys per
+ * block): the vector loop over a block's whole vectors, the optim_math.h
+ * functions for the rest. A block whose element indices cross a 2^32
+ * boundary (the high half of the key changes within it) goes to the scalar
+ * build whole. Plain stores throughout: the streams are no longer all fp32,
+ * and the byte streams are not vector-aligned. */
+
+ZT_INLINE float q_load1(const void *buf, int dt, size_t i) {
+  if (dt == ZT_BF16) return zt_bf16_to_f32(((const uint16_t *)buf)[i]);
+  if (dt == ZT_FP16) return zt_f16_to_f32(((const uint16_t *)buf)[i]);
+  return ((const float *)buf)[i];
+}
+
+ZT_INLINE void q_store1(void *buf, int dt, size_t i, float x, int sr, uint32_t rnd) {
+  if (dt == ZT_BF16)
+    ((uint16_t *)buf)[i] = sr ? zt_f32_to_bf16_sr(x, rnd) : zt_f32_to_bf16_rne(x);
+  else if (dt == ZT_FP16)
+    ((uint16_t *)buf)[i] = zt_f32_to_f16_rne(x);
+  else
+    ((float *)buf)[i] = x;
+}
+
+/* adam8, also returning sqrt(v), which the int8 code stores. */
+ZT_INLINE __m256 adam8_sqrt(const vhp_t *c, int dmode, __m256 g, __m256 *p, __m256 *m,
+                            __m256 *v) {
+  g = _mm256_mul_ps(g, c->gmul);
+  __m256 pv = *p;
+  if (dmode == DECAY_L2) g = _mm256_fmadd_ps(c->wd, pv, g);
+  if (dmode == DECAY_ADAMW) pv = _mm256_mul_ps(pv, c->decay_mul);
+  __m256 mv = _mm256_fmadd_ps(c->b1, *m, _mm256_mul_ps(c->omb1, g));
+  __m256 vv = _mm256_fmadd_ps(c->b2, *v, _mm256_mul_ps(_mm256_mul_ps(c->omb2, g), g));
+  __m256 sq = _mm256_sqrt_ps(vv);
+  __m256 denom = _mm256_fmadd_ps(sq, c->inv_bc2_sqrt, c->eps);
+  pv = _mm256_fmadd_ps(c->neg_step, _mm256_div_ps(mv, denom), pv);
+  *p = pv;
+  *m = mv;
+  *v = vv;
+  return sq;
+}
+
+/* zt_q8_decode on 8 codes (32-bit lanes). */
+ZT_INLINE __m256 q8_decode8(__m256i c, int man) {
+  __m256i f = _mm256_add_epi32(_mm256_slli_epi32(c, 23 - man), splat(0x38000000u));
+  return _mm256_sub_ps(_mm256_castsi256_ps(f), _mm256_set1_ps(0x1p-15f));
+}
+
+/* zt_q8_encode on 8 lanes of y >= 0 (or NaN); `r16` the 16 random bits in
+ * the low half of each lane, the high half zero. */
+ZT_INLINE __m256i q8_encode8(__m256 y, int man, __m256i r16) {
+  int shift = 23 - man;
+  __m256i z = _mm256_sub_epi32(_mm256_castps_si256(_mm256_add_ps(y, _mm256_set1_ps(0x1p-15f))),
+                               splat(0x38000000u));
+  z = _mm256_add_epi32(z, _mm256_slli_epi32(r16, shift - 16));
+  return _mm256_min_epu32(_mm256_srli_epi32(z, shift), splat((16u << man) - 1u));
+}
+
+ZT_INLINE __m256i load8_u8(const uint8_t *p) {
+  return _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)p));
+}
+
+/* 8 lanes of values below 256 to 8 bytes at p. */
+ZT_INLINE void store8_u8(uint8_t *p, __m256i c) {
+  __m256i b = _mm256_packus_epi16(_mm256_packus_epi32(c, c), _mm256_setzero_si256());
+  __m128i lo = _mm256_castsi256_si128(b), hi = _mm256_extracti128_si256(b, 1);
+  _mm_storel_epi64((__m128i *)p, _mm_unpacklo_epi32(lo, hi));
+}
+
+ZT_INLINE __m256i abs_bits(__m256 x) {
+  return _mm256_and_si256(_mm256_castps_si256(x), splat(0x7fffffffu));
+}
+
+ZT_INLINE uint32_t hmax_u32(__m256i x) {
+  __m128i a = _mm_max_epu32(_mm256_castsi256_si128(x), _mm256_extracti128_si256(x, 1));
+  a = _mm_max_epu32(a, _mm_shuffle_epi32(a, 0x4e));
+  a = _mm_max_epu32(a, _mm_shuffle_epi32(a, 0xb1));
+  return (uint32_t)_mm_cvtsi128_si32(a);
+}
+
+/* 4 x 8 lanes of values below 256 to 32 bytes in lane order: the packs
+ * interleave the 128-bit halves, the permute puts them back. */
+ZT_INLINE __m256i pack32_u8(const __m256i c[4]) {
+  __m256i ab = _mm256_packus_epi32(c[0], c[1]), cd = _mm256_packus_epi32(c[2], c[3]);
+  __m256i b = _mm256_packus_epi16(ab, cd);
+  return _mm256_permutevar8x32_epi32(b, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+}
+
+/* The codes of 8 elements' new m and sqrt(v) (mnew, snew) with the block's
+ * inverse scales; element indices lo .. lo + 7 under the state key. */
+ZT_INLINE void q8_encode_mv(__m256i key, uint32_t lo, const float *mnew, const float *snew,
+                            __m256 minv, __m256 sinv, __m256i *cm, __m256i *cv) {
+  __m256i rnd = sr_bits(key, lo);
+  __m256 mv = _mm256_load_ps(mnew);
+  __m256i sign = _mm256_and_si256(_mm256_srli_epi32(_mm256_castps_si256(mv), 24), splat(0x80));
+  __m256 ym = _mm256_mul_ps(_mm256_castsi256_ps(abs_bits(mv)), minv);
+  *cm = _mm256_or_si256(q8_encode8(ym, ZT_Q8_M_MAN, _mm256_and_si256(rnd, splat(0xffffu))),
+                        sign);
+  __m256 ys = _mm256_mul_ps(_mm256_castsi256_ps(abs_bits(_mm256_load_ps(snew))), sinv);
+  *cv = q8_encode8(ys, ZT_Q8_V_MAN, _mm256_srli_epi32(rnd, 16));
+}
+
+/* The keys of one block: the parameters' and the states', with the high
+ * half of the block's index folded in. */
+typedef struct qkeys {
+  __m256i par, st;
+  uint32_t par1, st1; /* the same, for the scalar remainder */
+} qkeys_t;
+
+ZT_INLINE void bf16s_block(const vhp_t *c, const zt__adam_hp_t *hp,
+                           const zt__adam_qspan_t *s, size_t i0, size_t len, int gdt,
+                           int pdt, int sr, int dmode, const qkeys_t *k) {
+  uint16_t *m = s->m, *v = s->v;
+  float *master = s->master;
+  uint32_t lo = (uint32_t)s->index;
+  size_t i = i0, end = i0 + len;
+  for (; i + W <= end; i += W) {
+    __m256 g = load8(s->grads, gdt, i);
+    __m256 p = _mm256_loadu_ps(master + i);
+    __m256 mv = bf16_to_f32(_mm_loadu_si128((const __m128i *)(m + i)));
+    __m256 vv = bf16_to_f32(_mm_loadu_si128((const __m128i *)(v + i)));
+    adam8(c, dmode, g, &p, &mv, &vv);
+    _mm256_storeu_ps(master + i, p);
+    __m256i rnd = sr_bits(k->st, lo + (uint32_t)i);
+    _mm_storeu_si128((__m128i *)(m + i), pack_u16(f32_to_bf16_sr(mv, rnd)));
+    _mm_storeu_si128((__m128i *)(v + i),
+                     pack_u16(f32_to_bf16_sr(vv, _mm256_srli_epi32(rnd, 16))));
+    if (pdt != NO_PARAMS) {
+      __m256i prnd = sr ? sr_bits(k->par, lo + (uint32_t)i) : k->par;
+      store8(s->params, pdt, i, p, sr, prnd, 0);
+    }
+  }
+  for (; i < end; i++) {
+    uint32_t il = lo + (uint32_t)i;
+    zt_adam_update_bf16s(hp, s->decay, q_load1(s->grads, gdt, i), &master[i], &m[i], &v[i],
+                         zt_mix32(il ^ k->st1));
+    if (pdt != NO_PARAMS)
+      q_store1(s->params, pdt, i, master[i], sr, sr ? zt_mix32(il ^ k->par1) : 0u);
+  }
+}
+
+ZT_INLINE void q8_block(const vhp_t *c, const zt__adam_hp_t *hp, const zt__adam_qspan_t *s,
+                        size_t i0, size_t len, int gdt, int pdt, int sr, int dmode,
+                        const qkeys_t *k) {
+  uint8_t *qm = s->m, *qv = s->v;
+  float *master = s->master;
+  uint32_t lo = (uint32_t)s->index;
+  size_t b = i0 / ZT_QBLOCK, nv = len / W * W;
+  float mds1 = zt_q8_dscale(s->m_scale[b], ZT_Q8_M_TOP);
+  float vds1 = zt_q8_dscale(s->v_scale[b], ZT_Q8_V_TOP);
+  __m256 mds = _mm256_set1_ps(mds1), vds = _mm256_set1_ps(vds1);
+  float mnew[ZT_QBLOCK] __attribute__((aligned(32)));
+  float snew[ZT_QBLOCK] __attribute__((aligned(32)));
+  __m256i mmax = _mm256_setzero_si256(), smax = _mm256_setzero_si256();
+  /* The update with the old scales. */
+  for (size_t j = 0; j < nv; j += W) {
+    size_t i = i0 + j;
+    __m256 g = load8(s->grads, gdt, i);
+    __m256 p = _mm256_loadu_ps(master + i);
+    __m256i cm = load8_u8(qm + i);
+    __m256 mv = q8_decode8(_mm256_and_si256(cm, splat(0x7f)), ZT_Q8_M_MAN);
+    mv = _mm256_castsi256_ps(
+        _mm256_or_si256(_mm256_castps_si256(_mm256_mul_ps(mv, mds)),
+                        _mm256_slli_epi32(_mm256_and_si256(cm, splat(0x80)), 24)));
+    __m256 sv = _mm256_mul_ps(q8_decode8(load8_u8(qv + i), ZT_Q8_V_MAN), vds);
+    __m256 vv = _mm256_mul_ps(sv, sv);
+    __m256 sq = adam8_sqrt(c, dmode, g, &p, &mv, &vv);
+    _mm256_storeu_ps(master + i, p);
+    if (pdt != NO_PARAMS) {
+      __m256i prnd = sr ? sr_bits(k->par, lo + (uint32_t)i) : k->par;
+      store8(s->params, pdt, i, p, sr, prnd, 0);
+    }
+    _mm256_store_ps(mnew + j, mv);
+    _mm256_store_ps(snew + j, sq);
+    mmax = _mm256_max_epu32(mmax, abs_bits(mv));
+    smax = _mm256_max_epu32(smax, abs_bits(sq));
+  }
+  uint32_t mmax1 = hmax_u32(mmax), smax1 = hmax_u32(smax);
+  for (size_t j = nv; j < len; j++) {
+    size_t i = i0 + j;
+    zt_adam_update_q8(hp, s->decay, q_load1(s->grads, gdt, i), &master[i], qm[i], qv[i],
+                      mds1, vds1, &mnew[j], &snew[j]);
+    if (pdt != NO_PARAMS)
+      q_store1(s->params, pdt, i, master[i], sr,
+               sr ? zt_mix32((lo + (uint32_t)i) ^ k->par1) : 0u);
+    mmax1 = zt_q8_absmax(mmax1, mnew[j]);
+    smax1 = zt_q8_absmax(smax1, snew[j]);
+  }
+  /* The new scales, then the codes. */
+  float ms = zt_f32_from_bits(mmax1), ss = zt_f32_from_bits(smax1);
+  s->m_scale[b] = ms;
+  s->v_scale[b] = ss;
+  float minv1 = zt_q8_inv(ms, ZT_Q8_M_TOP), sinv1 = zt_q8_inv(ss, ZT_Q8_V_TOP);
+  __m256 minv = _mm256_set1_ps(minv1), sinv = _mm256_set1_ps(sinv1);
+  /* 32 codes a turn, packed into one 32-byte store each for m and v. */
+  size_t j = 0;
+  for (; j + 4 * W <= nv; j += 4 * W) {
+    __m256i cm[4], cv[4];
+    for (int q = 0; q < 4; q++)
+      q8_encode_mv(k->st, lo + (uint32_t)(i0 + j + q * W), mnew + j + q * W,
+                   snew + j + q * W, minv, sinv, &cm[q], &cv[q]);
+    _mm256_storeu_si256((__m256i *)(qm + i0 + j), pack32_u8(cm));
+    _mm256_storeu_si256((__m256i *)(qv + i0 + j), pack32_u8(cv));
+  }
+  for (; j < nv; j += W) {
+    __m256i cm, cv;
+    q8_encode_mv(k->st, lo + (uint32_t)(i0 + j), mnew + j, snew + j, minv, sinv, &cm, &cv);
+    store8_u8(qm + i0 + j, cm);
+    store8_u8(qv + i0 + j, cv);
+  }
+  for (; j < len; j++) {
+    size_t i = i0 + j;
+    uint32_t rnd = zt_mix32((lo + (uint32_t)i) ^ k->st1);
+    qm[i] = (uint8_t)zt_q8m_encode(mnew[j], minv1, rnd);
+    qv[i] = (uint8_t)zt_q8v_encode(snew[j], sinv1, rnd >> 16);
+  }
+}
+
+/* Software prefetch of the block this many blocks ahead, a line at a time
+ * (as PREFETCH_BYTES does for the fp32 update: 2 KiB of the master ahead).
+ * Prefetches past the end of a buffer never fault. */
+#define QPREFETCH_BLOCKS 2
+
+ZT_INLINE void prefetch_lines(const void *p, size_t bytes) {
+  for (size_t o = 0; o < bytes; o += 64) _mm_prefetch((const char *)p + o, _MM_HINT_T0);
+}
+
+ZT_INLINE void prefetch_block(const zt__adam_qspan_t *s, size_t i, int gdt, int pdt) {
+  size_t ssz = s->states == ZT_STATES_BF16 ? 2 : 1, gsz = gdt == ZT_FP32 ? 4 : 2;
+  prefetch_lines(s->master + i, ZT_QBLOCK * 4);
+  prefetch_lines((const char *)s->grads + i * gsz, ZT_QBLOCK * gsz);
+  prefetch_lines((const char *)s->m + i * ssz, ZT_QBLOCK * ssz);
+  prefetch_lines((const char *)s->v + i * ssz, ZT_QBLOCK * ssz);
+  if (pdt != NO_PARAMS)
+    prefetch_lines((const char *)s->params + i * (pdt == ZT_FP32 ? 4 : 2),
+                   ZT_QBLOCK * (pdt == ZT_FP32 ? 4 : 2));
+}
+
+ZT_INLINE void qspan_loop(const zt__adam_hp_t *hp, const zt__adam_qspan_t *s, int gdt,
+                          int pdt, int sr, int dmode) {
+  vhp_t c = vhp_make(hp);
+  uint32_t skey = zt_state_key(hp->sr_key);
+  qkeys_t k;
+  uint64_t hi_now = s->index >> 32;
+  k.par1 = zt_sr_key_hi(hp->sr_key, (uint32_t)hi_now);
+  k.st1 = zt_sr_key_hi(skey, (uint32_t)hi_now);
+  k.par = splat(k.par1);
+  k.st = splat(k.st1);
+  for (size_t i0 = 0; i0 < s->n; i0 += ZT_QBLOCK) {
+    size_t len = zt__min_sz(ZT_QBLOCK, s->n - i0);
+    uint64_t first = s->index + i0, last = first + len - 1;
+    if ((first >> 32) != (last >> 32)) {
+      /* The key changes inside this block: the scalar build, whole. */
+      zt__adam_qspan_t t = *s;
+      size_t ssz = s->states == ZT_STATES_BF16 ? 2 : 1;
+      t.master = s->master + i0;
+      t.m = (char *)s->m + i0 * ssz;
+      t.v = (char *)s->v + i0 * ssz;
+      if (s->m_scale) t.m_scale = s->m_scale + i0 / ZT_QBLOCK;
+      if (s->v_scale) t.v_scale = s->v_scale + i0 / ZT_QBLOCK;
+      t.grads = (const char *)s->grads + i0 * zt__dtype_size(s->grad_dtype);
+      if (t.params) t.params = (char *)s->params + i0 * zt__dtype_size(s->param_dtype);
+      t.index = first;
+      t.n = len;
+      zt__adam_qspan_scalar(hp, &t);
+      continue;
+    }
+    if ((first >> 32) != hi_now) {
+      hi_now = first >> 32;
+      k.par1 = zt_sr_key_hi(hp->sr_key, (uint32_t)hi_now);
+      k.st1 = zt_sr_key_hi(skey, (uint32_t)hi_now);
+      k.par = splat(k.par1);
+      k.st = splat(k.st1);
+    }
+    prefetch_block(s, i0 + QPREFETCH_BLOCKS * ZT_QBLOCK, gdt, pdt);
+    if (s->states == ZT_STATES_BF16)
+      bf16s_block(&c, hp, s, i0, len, gdt, pdt, sr, dmode, &k);
+    else
+      q8_block(&c, hp, s, i0, len, gdt, pdt, sr, dmode, &k);
+  }
+}
+
+void zt__adam_qspan_avx2(const zt__adam_hp_t *hp, const zt__adam_qspan_t *s) {
+  if (s->states == ZT_STATES_FP32) {
+    zt__adam_span_t f = {s->master, s->m,     s->v, s->grads, s->grad_dtype, s->params,
+                         s->param_dtype, s->n, s->index, s->decay};
+    zt__adam_span_avx2(hp, &f);
+    return;
+  }
+#define QSPAN_LOOP(gdt, pdt, sr, dmode) qspan_loop(hp, s, gdt, pdt, sr, dmode)
+  ADAM_SWITCH(QSPAN_LOOP);
+#undef QSPAN_LOOP
+}

@@ -146,3 +146,122 @@ void zt__cast_scalar(void *dst, zt_dtype_t dst_dtype, const void *src,
   CAST_CASE(ZT_FP16, ZT_BF16)
 #undef CAST_CASE
 }
+
+/* ---- AdamW with compressed states ----------------------------------------------- */
+
+/* The element loop of a bf16-state span. */
+ZT_INLINE void bf16s_loop(const zt__adam_hp_t *hp, const zt__adam_qspan_t *s, int gdt,
+                          int pdt, int sr) {
+  uint16_t *m = s->m, *v = s->v;
+  uint32_t skey = zt_state_key(hp->sr_key);
+  for (size_t i = 0; i < s->n; i++) {
+    uint64_t idx = s->index + (uint64_t)i;
+    zt_adam_update_bf16s(hp, s->decay, load_elem(s->grads, gdt, i), &s->master[i], &m[i],
+                         &v[i], zt_sr_bits(skey, idx));
+    if (pdt != NO_PARAMS)
+      store_elem(s->params, pdt, i, s->master[i], sr, sr ? zt_sr_bits(hp->sr_key, idx) : 0u);
+  }
+}
+
+/* One int8 block, elements [i0, i0 + len) of the span: the update with the
+ * old scales, then the new scales, then the codes. */
+ZT_INLINE void q8_block(const zt__adam_hp_t *hp, const zt__adam_qspan_t *s, size_t i0,
+                        size_t len, int gdt, int pdt, int sr) {
+  uint8_t *qm = (uint8_t *)s->m + i0, *qv = (uint8_t *)s->v + i0;
+  float *p = s->master + i0;
+  size_t b = i0 / ZT_QBLOCK;
+  float mds = zt_q8_dscale(s->m_scale[b], ZT_Q8_M_TOP);
+  float vds = zt_q8_dscale(s->v_scale[b], ZT_Q8_V_TOP);
+  float mnew[ZT_QBLOCK], snew[ZT_QBLOCK];
+  uint32_t mmax = 0, smax = 0;
+  for (size_t k = 0; k < len; k++) {
+    uint64_t idx = s->index + i0 + k;
+    zt_adam_update_q8(hp, s->decay, load_elem(s->grads, gdt, i0 + k), &p[k], qm[k], qv[k],
+                      mds, vds, &mnew[k], &snew[k]);
+    if (pdt != NO_PARAMS)
+      store_elem(s->params, pdt, i0 + k, p[k], sr, sr ? zt_sr_bits(hp->sr_key, idx) : 0u);
+    mmax = zt_q8_absmax(mmax, mnew[k]);
+    smax = zt_q8_absmax(smax, snew[k]);
+  }
+  float ms = zt_f32_from_bits(mmax), ss = zt_f32_from_bits(smax);
+  s->m_scale[b] = ms;
+  s->v_scale[b] = ss;
+  float minv = zt_q8_inv(ms, ZT_Q8_M_TOP), sinv = zt_q8_inv(ss, ZT_Q8_V_TOP);
+  uint32_t skey = zt_state_key(hp->sr_key);
+  for (size_t k = 0; k < len; k++) {
+    uint32_t rnd = zt_sr_bits(skey, s->index + i0 + k);
+    qm[k] = (uint8_t)zt_q8m_encode(mnew[k], minv, rnd);
+    qv[k] = (uint8_t)zt_q8v_encode(snew[k], sinv, rnd >> 16);
+  }
+}
+
+ZT_INLINE void qspan_loop(const zt__adam_hp_t *hp, const zt__adam_qspan_t *s, int gdt,
+                          int pdt, int sr) {
+  if (s->states == ZT_STATES_BF16) {
+    bf16s_loop(hp, s, gdt, pdt, sr);
+    return;
+  }
+  for (size_t i0 = 0; i0 < s->n; i0 += ZT_QBLOCK)
+    q8_block(hp, s, i0, zt__min_sz(ZT_QBLOCK, s->n - i0), gdt, pdt, sr);
+}
+
+#define QSPAN_CASE_P(gdt, pdt)                                                           \
+  case pdt:                                                                              \
+    if (pdt == ZT_BF16 && sr)                                                            \
+      qspan_loop(hp, s, gdt, pdt, 1);                                                    \
+    else                                                                                 \
+      qspan_loop(hp, s, gdt, pdt, 0);                                                    \
+    return;
+
+#define QSPAN_CASE_G(gdt)                                                                \
+  case gdt:                                                                              \
+    if (s->params == NULL) {                                                             \
+      qspan_loop(hp, s, gdt, NO_PARAMS, 0);                                              \
+      return;                                                                            \
+    }                                                                                    \
+    switch (s->param_dtype) {                                                            \
+      QSPAN_CASE_P(gdt, ZT_FP32)                                                         \
+      QSPAN_CASE_P(gdt, ZT_BF16)                                                         \
+      QSPAN_CASE_P(gdt, ZT_FP16)                                                         \
+    }                                                                                    \
+    return;
+
+void zt__adam_qspan_scalar(const zt__adam_hp_t *hp, const zt__adam_qspan_t *s) {
+  if (s->states == ZT_STATES_FP32) {
+    zt__adam_span_t f = {s->master, s->m,     s->v, s->grads, s->grad_dtype, s->params,
+                         s->param_dtype, s->n, s->index, s->decay};
+    zt__adam_span_scalar(hp, &f);
+    return;
+  }
+  int sr = hp->stochastic != 0;
+  switch (s->grad_dtype) {
+    QSPAN_CASE_G(ZT_FP32)
+    QSPAN_CASE_G(ZT_BF16)
+    QSPAN_CASE_G(ZT_FP16)
+  }
+}
+
+double zt__states_bytes_per_param(int states) {
+  switch (states) {
+  case ZT_STATES_BF16: return 4.0;
+  case ZT_STATES_INT8: return 2.0 + 8.0 / ZT_QBLOCK;
+  default: return 8.0;
+  }
+}
+
+/* The dispatch of the compressed update lives here rather than in
+ * cpu_dispatch.c: it is one function, and fp32 goes back to that file's. */
+void zt__adam_qspan_run(zt__isa_t isa, const zt__adam_hp_t *hp, const zt__adam_qspan_t *s) {
+  if (s->states == ZT_STATES_FP32) {
+    zt__adam_span_t f = {s->master, s->m,     s->v, s->grads, s->grad_dtype, s->params,
+                         s->param_dtype, s->n, s->index, s->decay};
+    zt__adam_span_run(isa, hp, &f);
+    return;
+  }
+  /* AVX-512 machines have AVX2: one vector build of the compressed update
+   * (docs/states.md says why that is enough for now). */
+  if (isa >= ZT_ISA_AVX2)
+    zt__adam_qspan_avx2(hp, s);
+  else
+    zt__adam_qspan_scalar(hp, s);
+}

@@ -269,3 +269,84 @@ void zt__cpu_cast(zt__cpu_t *cpu, void *dst, zt_dtype_t dst_dtype, const void *s
                     cpu->isa};
   zt__pool_run(cpu->pool, (n + CHUNK - 1) / CHUNK, cast_task, &ctx);
 }
+
+/* ---- update with compressed states ---------------------------------------------- */
+
+/* next_batch's walk, cut at CHUNK multiples of the state offset instead of
+ * the element index: the int8 blocks live in the state arrays. */
+static size_t next_qbatch(cursor_t *cur, piece_t *out) {
+  size_t k = 0;
+  while (k < BATCH && cur->seg < cur->n_segs) {
+    const zt__seg_t *s = &cur->segs[cur->seg];
+    if (cur->off >= s->n) {
+      cur->seg++;
+      cur->off = 0;
+      continue;
+    }
+    size_t to_edge = CHUNK - (s->state_off + cur->off) % CHUNK;
+    size_t n = s->n - cur->off < to_edge ? s->n - cur->off : to_edge;
+    out[k++] = (piece_t){cur->seg, cur->off, n};
+    cur->off += n;
+  }
+  return k;
+}
+
+typedef struct qadam_ctx {
+  const zt__adam_qlaunch_t *l;
+  const piece_t *pieces;
+  zt__isa_t isa;
+  size_t gsz, psz, ssz;
+} qadam_ctx_t;
+
+static void qadam_task(void *vctx, size_t t, int worker) {
+  const qadam_ctx_t *c = vctx;
+  const zt__adam_qlaunch_t *l = c->l;
+  const piece_t *pc = &c->pieces[t];
+  const zt__seg_t *seg = &l->segs[pc->seg];
+  size_t st = seg->state_off + pc->off;
+  size_t idx = seg->index + pc->off;
+  zt__adam_qspan_t s = {
+      .m = (char *)l->m + st * c->ssz,
+      .v = (char *)l->v + st * c->ssz,
+      .m_scale = l->m_scale ? l->m_scale + st / ZT_QBLOCK : NULL,
+      .v_scale = l->v_scale ? l->v_scale + st / ZT_QBLOCK : NULL,
+      .states = l->states,
+      .grads = (const char *)l->grads + (idx - l->grads_first) * c->gsz,
+      .grad_dtype = l->grad_dtype,
+      .param_dtype = l->param_dtype,
+      .n = pc->n,
+      .index = idx,
+      .decay = seg->decay,
+  };
+  if (l->master) {
+    s.master = l->master + st;
+    s.params = l->params ? (char *)l->params + (idx - l->params_first) * c->psz : NULL;
+  } else {
+    s.master = (float *)l->params + (idx - l->params_first);
+    s.params = NULL;
+  }
+  zt__adam_qspan_run(c->isa, l->hp, &s);
+}
+
+void zt__cpu_adam_states(zt__cpu_t *cpu, const zt__adam_qlaunch_t *l) {
+  if (l->states == ZT_STATES_FP32) {
+    zt__adam_launch_t f = {l->hp,         l->master,       l->m,        l->v,
+                           l->grads,      l->grads_first,  l->grad_dtype, l->params,
+                           l->params_first, l->param_dtype, l->segs,     l->n_segs, NULL};
+    zt__cpu_adam(cpu, &f);
+    return;
+  }
+  for (size_t k = 0; l->states == ZT_STATES_INT8 && k < l->n_segs; k++)
+    ZT_ASSERT(l->segs[k].state_off % ZT_QBLOCK == 0);
+  cpu_impl_t *c = (cpu_impl_t *)cpu;
+  qadam_ctx_t ctx = {l,
+                     c->pieces,
+                     cpu->isa,
+                     zt__dtype_size(l->grad_dtype),
+                     zt__dtype_size(l->param_dtype),
+                     l->states == ZT_STATES_BF16 ? 2 : 1};
+  cursor_t cur = {l->segs, l->n_segs, 0, 0};
+  size_t k;
+  while ((k = next_qbatch(&cur, c->pieces)) > 0)
+    zt__pool_run(cpu->pool, k, qadam_task, &ctx);
+}

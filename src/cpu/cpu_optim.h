@@ -97,6 +97,40 @@ ZT_INTERNAL void zt__cpu_rank_sum(const zt__cpu_t *cpu, float *sums, const void 
 ZT_INTERNAL void zt__cpu_cast(zt__cpu_t *cpu, void *dst, zt_dtype_t dst_dtype,
                               const void *src, zt_dtype_t src_dtype, size_t n);
 
+/*
+ * One step's update with m and v in a compressed format (docs/states.md):
+ * zt__adam_launch_t's fields and addressing, with m and v of `states`'s
+ * element type (void *: float, uint16_t or uint8_t codes) and, for int8,
+ * m_scale[state_off / ZT_QBLOCK + k] and v_scale[...] the scales of the
+ * ZT_QBLOCK-element blocks of the state arrays. int8 requires each
+ * segment's state_off to be a multiple of ZT_QBLOCK (a block never spans
+ * two segments: a state layout pads each segment to whole blocks).
+ * Chunks are cut at multiples of ZT_NORM_BLOCK in the state offset, so
+ * every int8 block is updated whole by one thread, and the result is the
+ * same for any thread count. No sum of squares here (zt__cpu_sumsq).
+ */
+typedef struct zt__adam_qlaunch {
+  const zt__adam_hp_t *hp;
+  int states;
+  float *master;
+  void *m;
+  void *v;
+  float *m_scale;
+  float *v_scale;
+  const void *grads;
+  size_t grads_first;
+  zt_dtype_t grad_dtype;
+  void *params;
+  size_t params_first;
+  zt_dtype_t param_dtype;
+  const zt__seg_t *segs;
+  size_t n_segs;
+} zt__adam_qlaunch_t;
+
+/* The compressed update, all threads; returns when done. fp32 states run
+ * zt__cpu_adam. */
+ZT_INTERNAL void zt__cpu_adam_states(zt__cpu_t *cpu, const zt__adam_qlaunch_t *l);
+
 #ifdef __cplusplus
 }
 #endif

@@ -215,4 +215,137 @@ ZT_HD void zt_adam_update(const zt__adam_hp_t *hp, int decay, float g_raw,
  * The result is then independent of the thread count and of chunking. */
 #define ZT_NORM_BLOCK ((size_t)1 << 16)
 
+/* ---- compressed optimizer states (docs/states.md) ------------------------ */
+
+/*
+ * The formats m and v of AdamW can be kept in:
+ *   fp32: as floats, the update above, unchanged;
+ *   bf16: as bf16, rounded stochastically (4 bytes a parameter for both);
+ *   int8: one byte each plus one fp32 scale per ZT_QBLOCK elements
+ *         (2 + 8 / ZT_QBLOCK bytes a parameter for both).
+ * Every step decodes the moments to float, runs zt_adam_update on them as an
+ * fp32 state would, and encodes the new ones. The parameter update uses the
+ * floats of this step, so only what is stored is rounded.
+ *
+ * Rounding of the states is always stochastic: with beta2 = 0.999 a step
+ * moves v by about 0.1%, less than half a bf16 ulp (0.4-0.8%), so rounding
+ * to nearest would leave v where it is. One hash per element,
+ * zt_sr_bits(zt_state_key(sr_key), index), gives 16 bits to m (low half)
+ * and 16 to v (high half); it depends on (seed, step, element index) only,
+ * like the parameters' bits, under a key of its own so the two do not
+ * correlate.
+ */
+enum { ZT_STATES_FP32 = 0, ZT_STATES_BF16 = 1, ZT_STATES_INT8 = 2 };
+
+ZT_HD uint32_t zt_state_key(uint32_t sr_key) { return zt_mix32(sr_key ^ 0x3c6ef372u); }
+
+/* ---- int8 states ----
+
+ * A block is ZT_QBLOCK consecutive elements of a state array, starting at a
+ * multiple of ZT_QBLOCK; its scale S is the largest magnitude in it (of m,
+ * or of sqrt(v)). 256: the scales cost 4/256 byte a moment, a block is a
+ * whole number of vectors of every ISA (8, 16, a CUDA warp's 32 x 8), and
+ * a large value raises the floor of at most 255 neighbours.
+ *
+ * A byte is a small float relative to S, shifted by 2^-15 so that 0 is a
+ * code: with F(c) the float whose bits are (c << (23 - man)) + bits(2^-15)
+ * (4 exponent bits, `man` mantissa bits, no inf or NaN), code c stands for
+ *   F(c) - 2^-15:  0 for c = 0, then steps of 2^-(15+man) near 0, growing
+ *                  with the binade of F, up to top = 2 - 2^-man - 2^-15,
+ * and top stands for S. So the relative step is at most 2^-man (of the
+ * value plus 2^-15) at every magnitude, where a linear int8 code (absmax /
+ * 127) would round a value 100x below the block's largest to 0 or 1 steps.
+ * m: sign bit + 7 bits (man 3); v: sqrt(v) in 8 bits (man 4), unsigned.
+ * sqrt(v) rather than v because the update divides by sqrt(v): its
+ * relative error is what moves the parameter, and the same 8 bits reach
+ * about 2^-20 S of sqrt(v), where storing v itself would reach about 2^-10
+ * of sqrt(vmax): too narrow for gradients that differ 1000x in a block.
+ *
+ * Encoding works on the bits of y + 2^-15: within a binade they are linear
+ * in the value, so adding 16 random bits below the cut rounds
+ * stochastically (unbiased, as zt_f32_to_bf16_sr); decoding subtracts
+ * 2^-15 again, exactly. No branch on the magnitude: a vector build does the
+ * same few integer operations on every lane. A non-finite moment makes its
+ * block's S non-finite, and with it every value of that block NaN.
+ */
+#define ZT_QBLOCK 256
+#define ZT_Q8_M_MAN 3
+#define ZT_Q8_V_MAN 4
+#define ZT_Q8_M_TOP (1.875f - 0x1p-15f)  /* 2 - 2^-3 - 2^-15, exact */
+#define ZT_Q8_V_TOP (1.9375f - 0x1p-15f) /* 2 - 2^-4 - 2^-15, exact */
+
+/* y >= 0 (normalised: S is `top`) to a code of 4 + man bits, rounded up with
+ * probability equal to the discarded fraction (16 random bits). NaN or
+ * values past top give the largest code. */
+ZT_HD uint32_t zt_q8_encode(float y, int man, uint32_t r16) {
+  uint32_t shift = 23u - (uint32_t)man;
+  uint32_t z = zt_f32_bits(y + 0x1p-15f) - 0x38000000u; /* bits(2^-15) */
+  z += (r16 & 0xffffu) << (shift - 16u);
+  uint32_t c = z >> shift, cmax = (16u << man) - 1u;
+  return c < cmax ? c : cmax;
+}
+
+ZT_HD float zt_q8_decode(uint32_t c, int man) {
+  return zt_f32_from_bits((c << (23u - (uint32_t)man)) + 0x38000000u) - 0x1p-15f;
+}
+
+/* The block's multipliers: encode y = |x| * inv, decode x = y * dscale. A
+ * zero (or NaN) S encodes everything as 0. */
+ZT_HD float zt_q8_inv(float S, float top) { return S > 0.0f ? top / S : 0.0f; }
+ZT_HD float zt_q8_dscale(float S, float top) { return S / top; }
+
+/* Running max of |x| as bits: an integer max is order-free (NaN included),
+ * so a vector fold and a scalar loop agree. */
+ZT_HD uint32_t zt_q8_absmax(uint32_t acc, float x) {
+  uint32_t a = zt_f32_bits(x) & 0x7fffffffu;
+  return a > acc ? a : acc;
+}
+
+/* m: bit 7 the sign, bits 0-6 the magnitude's code. */
+ZT_HD float zt_q8m_decode(uint32_t q, float dscale) {
+  float y = zt_q8_decode(q & 0x7fu, ZT_Q8_M_MAN) * dscale;
+  return zt_f32_from_bits(zt_f32_bits(y) | ((q & 0x80u) << 24));
+}
+
+ZT_HD uint32_t zt_q8m_encode(float x, float inv, uint32_t r16) {
+  uint32_t u = zt_f32_bits(x);
+  float y = zt_f32_from_bits(u & 0x7fffffffu) * inv;
+  return zt_q8_encode(y, ZT_Q8_M_MAN, r16) | ((u >> 24) & 0x80u);
+}
+
+/* v as sqrt(v); decoding returns sqrt(v), the caller squares it. */
+ZT_HD float zt_q8v_decode(uint32_t q, float dscale) {
+  return zt_q8_decode(q, ZT_Q8_V_MAN) * dscale;
+}
+
+ZT_HD uint32_t zt_q8v_encode(float s, float inv, uint32_t r16) {
+  return zt_q8_encode(zt_f32_from_bits(zt_f32_bits(s) & 0x7fffffffu) * inv, ZT_Q8_V_MAN,
+                      r16);
+}
+
+/* One element of a bf16-state step: decode, zt_adam_update, encode with the
+ * element's state bits `rnd` (zt_sr_bits(zt_state_key(sr_key), index)). */
+ZT_HD void zt_adam_update_bf16s(const zt__adam_hp_t *hp, int decay, float g, float *p,
+                                uint16_t *m, uint16_t *v, uint32_t rnd) {
+  float mv = zt_bf16_to_f32(*m), vv = zt_bf16_to_f32(*v);
+  zt_adam_update(hp, decay, g, p, &mv, &vv);
+  *m = zt_f32_to_bf16_sr(mv, rnd);
+  *v = zt_f32_to_bf16_sr(vv, rnd >> 16);
+}
+
+/* The first half of one element of an int8-state step: decode with the
+ * block's old scales, zt_adam_update; returns the new m and sqrt(v) as
+ * floats, which the block encodes once it knows its new scales (the max
+ * over the block of zt_q8_absmax of each). */
+ZT_HD void zt_adam_update_q8(const zt__adam_hp_t *hp, int decay, float g, float *p,
+                             uint32_t qm, uint32_t qv, float m_dscale, float v_dscale,
+                             float *m_new, float *s_new) {
+  float mv = zt_q8m_decode(qm, m_dscale);
+  float s = zt_q8v_decode(qv, v_dscale);
+  float vv = s * s;
+  zt_adam_update(hp, decay, g, p, &mv, &vv);
+  *m_new = mv;
+  *s_new = sqrtf(vv);
+}
+
 #endif /* ZT_OPTIM_MATH_H */
