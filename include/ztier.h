@@ -237,7 +237,11 @@ typedef struct zt_config {
 
   /* Stage 3's prefetch scheduler (docs/offload.md). */
   size_t prefetch_bytes; /* reads ahead in flight or landed, at most        */
-  size_t max_live_bytes; /* gathered parameters ztier keeps, at most        */
+  /* Gathered parameters ztier keeps, at most. Stage 3's gathered-groups
+   * pool is reserved from it at registration: slots that share this one
+   * budget, plus one slot of the largest group where a group exceeds it,
+   * plus at most a slot per size class beyond it (zt_stats' pool_bytes). */
+  size_t max_live_bytes;
   size_t stage_min_bytes; /* smallest part of a group staged ahead          */
 
   /* How long a rank waits in a collective for its peers before the call
@@ -657,7 +661,8 @@ ZT_API int zt_export_engine(zt_engine_t *eng, const char *out, const zt_export_a
  * master and its parameters (rounded to nearest into the parameter dtype).
  * The moments m and v start from zero; the step count, the loss scale and
  * the loop's step numbers are the loop's to keep. Tensors no unit names
- * are left alone. Nothing changes unless every rank found every unit
+ * are left alone; as zt_load(), gradients handed over since the last step
+ * are dropped. Nothing changes unless every rank found every unit
  * (ZT_ECKPT naming the file and tensor otherwise); a read that fails after
  * that leaves the engine broken, as zt_load() does. Collective: every rank
  * calls it and reads the files itself, between a zt_step() and the next
@@ -745,13 +750,17 @@ typedef struct zt_stats_data {
   uint64_t grad_buffer_bytes;
 
   /* Stages 2 and 3: the device pools reserved at registration for the
-   * gathered groups (a class of slots per range of group sizes, as many as
-   * max_live_bytes holds of each) and the engine-owned gradients (slots of
-   * the largest group's), as `ztier plan` sizes them for groups of one size
-   * (in device_bytes; live_bytes and grad_buffer_bytes are held in them),
-   * and the buffers they could not hold, allocated one by one instead
-   * since the engine was created (0 for a loop that holds one group's
-   * gradients at a time and fetches within max_live_bytes). */
+   * gathered groups (a class of slots per range of group sizes, sharing
+   * one budget of max_live_bytes from the largest class down: at most
+   * max_live_bytes, plus one slot of the largest group where it exceeds
+   * max_live_bytes, plus at most one slot a class beyond it) and the
+   * engine-owned gradients (slots of the largest group's), as `ztier plan`
+   * sizes them for groups of one size (in device_bytes; live_bytes and
+   * grad_buffer_bytes are held in them), and the buffers they could not
+   * hold, allocated one by one instead since the engine was created (0 for
+   * a loop that holds one group's gradients at a time and fetches groups
+   * of one size within max_live_bytes; a mix of sizes may take more of a
+   * smaller class than the budget left it slots for, and miss). */
   uint64_t pool_bytes;
   uint64_t pool_misses;
 } zt_stats_t;

@@ -1447,11 +1447,11 @@ static int damage(const char *dir, enum damage d, t_rng_t *rng, char *needle, si
   case VERSION: {
     snprintf(path, sizeof path, "%s/manifest.json", dir);
     char *s = read_text(path);
-    char *v = strstr(s, "\"version\": 3,"); /* the version written */
+    char *v = strstr(s, "\"version\": 2,"); /* no unit has a shape */
     assert_non_null(v);
     char *edited = malloc(strlen(s) + 2);
     snprintf(edited, strlen(s) + 2, "%.*s\"version\": 99,%s", (int)(v - s), s,
-             v + strlen("\"version\": 3,"));
+             v + strlen("\"version\": 2,"));
     write_text(path, edited);
     free(s);
     free(edited);

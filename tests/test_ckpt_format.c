@@ -1658,6 +1658,7 @@ static void test_gpt2_shapes(void **state) {
   zt__manifest_t m;
   zt__err_t e = {{0}};
   assert_int_equal(zt__ckpt_read_manifest(dir3, &m, &e), 0);
+  assert_int_equal(m.version, 3); /* a unit has a shape (without one: 2, test_ckpt) */
   assert_int_equal(m.units[0].ndim, 2);
   assert_true(m.units[0].shape[0] == G2_V && m.units[0].shape[1] == G2_C);
   zt__manifest_free(&m);
@@ -1769,6 +1770,12 @@ static void test_export_engine(void **state) {
       assert_non_null(strstr(zt_last_error(eng), "args->dtype is"));
       a.dtype = ZT_FP32;
       assert_int_equal(zt_export_engine(eng, t_swap_dir(), &a), -EISDIR);
+      /* Found before anything is read: no name, no directory to put it in. */
+      assert_int_equal(zt_export_engine(eng, "", &a), -EINVAL);
+      assert_non_null(strstr(zt_last_error(eng), "OUT is \"\""));
+      snprintf(path, sizeof path, "%s/no-such-dir/x.safetensors", t_swap_dir());
+      assert_int_equal(zt_export_engine(eng, path, &a), -ENOENT);
+      assert_non_null(strstr(zt_last_error(eng), "expected an existing directory"));
       /* The refused calls left the file as the last export wrote it (bf16). */
       a.dtype = ZT_BF16;
       a.force = 1;
@@ -1896,12 +1903,179 @@ static void test_import(void **state) {
   t_buf_free(c, gc, G2_C * 4);
   zt_engine_destroy(c);
 
+  /* An index that points outside its directory, or to a shard without the
+   * tensor, is refused naming the entry. */
+  snprintf(path, sizeof path, "%s/model.safetensors.index.json", shards);
+  size_t ilen;
+  char *itext = (char *)read_file(path, &ilen);
+  cJSON *index = cJSON_ParseWithLength(itext, ilen);
+  cJSON *map = cJSON_GetObjectItemCaseSensitive(index, "weight_map");
+  const char *last = cJSON_GetObjectItemCaseSensitive(map, "ln_f.bias")->valuestring;
+  char *last_file = strdup(last);
+  for (int bad = 0; bad < 2; bad++) {
+    cJSON_ReplaceItemInObjectCaseSensitive(
+        map, "wte.weight", cJSON_CreateString(bad ? last_file : "../imp.safetensors"));
+    char *text = cJSON_Print(index);
+    FILE *f = fopen(path, "w");
+    assert_non_null(f);
+    fputs(text, f);
+    fclose(f);
+    free(text);
+    T_EXPECT_ERR(zt_import_safetensors(b, shards), b, ZT_ECKPT,
+                 bad ? "which does not hold it" : "not a file name of its directory");
+  }
+  free(last_file);
+  cJSON_Delete(index);
+  free(itext);
+
   g2_close(a, pa, ga, n);
   g2_close(b, pb, gb, n);
   free(w), free(grad), free(got), free(want);
   unlink(single);
   unlink(again);
   t_remove_tree(shards);
+}
+
+/* ---- importing at stage 3 ------------------------------------------------------- */
+
+#define I3_N 300706
+static const zt_unit_t i3_units[4] = {{"b", 700, 200001, 0, 1, ZT_FP32},
+                                      {"a", 0, 600, 1, 0, ZT_FP32},
+                                      {"d", 200701, 100000, 1, 1, ZT_FP32},
+                                      {"c", 300701, 5, 0, 1, ZT_FP32}};
+
+typedef struct i3_run {
+  zt_engine_t *eng;
+  void *params, *grads;
+  int stage;
+  zt_dtype_t pdt;
+} i3_run_t;
+
+static void i3_open(i3_run_t *r, int stage, zt_tier_t ot, zt_tier_t pt, zt_dtype_t pdt,
+                    const float *init) {
+  zt_config_t cfg = t_config();
+  cfg.stage = stage;
+  cfg.optimizer_tier = ot;
+  if (stage == 3) cfg.param_tier = pt;
+  if (ot == ZT_TIER_NVME || pt == ZT_TIER_NVME)
+    assert_int_equal(zt_config_set(&cfg, "swap_path", t_swap_dir()), 0);
+  *r = (i3_run_t){t_engine(&cfg), NULL, NULL, stage, pdt};
+  size_t psz = t_dtype_size(pdt);
+  r->params = t_buf_alloc(r->eng, I3_N * psz);
+  r->grads = t_buf_alloc(r->eng, I3_N * psz);
+  void *host = malloc(I3_N * psz);
+  for (size_t i = 0; i < I3_N; i++) t_store(host, pdt, i, init[i]);
+  t_buf_upload(r->eng, r->params, host, I3_N * psz);
+  free(host);
+  zt_unit_t u[4];
+  memcpy(u, i3_units, sizeof u);
+  for (int i = 0; i < 4; i++) u[i].dtype = pdt;
+  T_OK(zt_register_units(r->eng, r->params, r->grads, I3_N, pdt, pdt, u, 4), r->eng);
+}
+
+static void i3_close(i3_run_t *r) {
+  size_t psz = t_dtype_size(r->pdt);
+  t_buf_free(r->eng, r->params, I3_N * psz);
+  t_buf_free(r->eng, r->grads, I3_N * psz);
+  zt_engine_destroy(r->eng);
+}
+
+/* A step on gradients from `rng` (stage 3: every group fetched first). */
+static void i3_step(i3_run_t *r, uint64_t t, t_rng_t *rng) {
+  size_t psz = t_dtype_size(r->pdt);
+  void *ptr[4];
+  for (int g = 0; r->stage == 3 && g < 2; g++) {
+    assert_true(zt_fetch(r->eng, g, ptr, 4) > 0);
+    T_OK(zt_release(r->eng, g), r->eng);
+  }
+  void *host = malloc(I3_N * psz);
+  t_fill_normal(host, r->pdt, I3_N, 0.1, rng);
+  t_buf_upload(r->eng, r->grads, host, I3_N * psz);
+  free(host);
+  zt_step_args_t a = ZT_STEP_ARGS_INIT;
+  a.t = t;
+  a.lr = 1e-2f;
+  T_OK(zt_step(r->eng, &a, NULL), r->eng);
+}
+
+/* The parameters as the loop sees them, in the registered layout (the
+ * frozen gap [600, 700) left as it is): gathered at stage 3. */
+static void i3_params(i3_run_t *r, void *out) {
+  size_t psz = t_dtype_size(r->pdt);
+  if (r->stage < 3) {
+    t_buf_download(r->eng, out, r->params, I3_N * psz);
+    return;
+  }
+  for (int g = 0; g < 2; g++) {
+    void *ptr[4];
+    assert_true(zt_fetch(r->eng, g, ptr, 4) > 0);
+    for (int i = 0, k = 0; i < 4; i++)
+      if (i3_units[i].group == g)
+        t_buf_download(r->eng, (char *)out + i3_units[i].offset * psz, ptr[k++],
+                       i3_units[i].numel * psz);
+    T_OK(zt_release(r->eng, g), r->eng);
+  }
+}
+
+static void i3_expect_same(i3_run_t *x, i3_run_t *y, const char *what) {
+  size_t psz = t_dtype_size(x->pdt);
+  char *gx = malloc(I3_N * psz), *gy = malloc(I3_N * psz);
+  i3_params(x, gx);
+  i3_params(y, gy);
+  for (size_t i = 0; i < I3_N; i++)
+    if ((i < 600 || i >= 700) && memcmp(gx + i * psz, gy + i * psz, psz) != 0)
+      fail_msg("%s: element %zu is %g at stage 3, %g at stage 0", what, i,
+               t_load(gx, x->pdt, i), t_load(gy, y->pdt, i));
+  free(gx);
+  free(gy);
+}
+
+/* Imported at stage 3, after steps (groups kept and read ahead on the old
+ * weights), in the parameter and optimizer tiers' combinations: the
+ * gathered parameters are a stage-0 import's, and so are they after a step
+ * on the same gradients (masters and parameters agree, m and v from zero). */
+static void test_import_stage3(void **state) {
+  static const struct {
+    zt_tier_t ot, pt;
+    zt_dtype_t pdt;
+  } runs[] = {{ZT_TIER_HOST, ZT_TIER_HOST, ZT_BF16},
+              {ZT_TIER_HOST, ZT_TIER_NVME, ZT_BF16},
+              {ZT_TIER_NVME, ZT_TIER_NVME, ZT_FP32},
+              {ZT_TIER_DEVICE, ZT_TIER_DEVICE, ZT_BF16}};
+  t_rng_t r;
+  t_rng_init(&r, t_seed() ^ 0x3157);
+  float *w = malloc(I3_N * 4), *w2 = malloc(I3_N * 4);
+  char file[300];
+  snprintf(file, sizeof file, "%s/i3-%d.safetensors", t_swap_dir(), (int)getpid());
+  for (size_t k = 0; k < sizeof runs / sizeof runs[0]; k++) {
+    t_fill_normal(w, ZT_FP32, I3_N, 0.5, &r);
+    t_fill_normal(w2, ZT_FP32, I3_N, 0.5, &r);
+    i3_run_t a, b, c;
+    i3_open(&a, 0, ZT_TIER_HOST, ZT_TIER_DEVICE, ZT_FP32, w);
+    i3_step(&a, 1, &r);
+    zt_export_args_t ex = ZT_EXPORT_ARGS_INIT;
+    ex.force = 1;
+    T_OK(zt_export_engine(a.eng, file, &ex), a.eng);
+    i3_close(&a);
+    i3_open(&b, 3, runs[k].ot, runs[k].pt, runs[k].pdt, w2);
+    i3_step(&b, 1, &r);
+    i3_step(&b, 2, &r);
+    i3_open(&c, 0, ZT_TIER_HOST, ZT_TIER_DEVICE, runs[k].pdt, w2);
+    T_OK(zt_import_safetensors(b.eng, file), b.eng);
+    T_OK(zt_import_safetensors(c.eng, file), c.eng);
+    i3_expect_same(&b, &c, "imported");
+    t_rng_t r1, r2;
+    t_rng_init(&r1, t_seed() ^ k);
+    t_rng_init(&r2, t_seed() ^ k);
+    i3_step(&b, 1, &r1);
+    i3_step(&c, 1, &r2);
+    i3_expect_same(&b, &c, "a step after the import");
+    i3_close(&b);
+    i3_close(&c);
+  }
+  unlink(file);
+  free(w);
+  free(w2);
 }
 
 int main(void) {
@@ -1923,6 +2097,7 @@ int main(void) {
       cmocka_unit_test(test_gpt2_shapes),
       cmocka_unit_test(test_export_engine),
       cmocka_unit_test(test_import),
+      cmocka_unit_test(test_import_stage3),
   };
   return T_RUN(tests);
 }

@@ -79,6 +79,19 @@ static int lies_in(const char *parent, const struct stat *dir_st) {
  * unforced, when it exists. */
 static int check_out_alone(const char *out, int force, zt__err_t *e) {
   struct stat st;
+  if (out[0] == '\0')
+    return zt__errf(e, -EINVAL, "export: OUT is \"\"; expected the path of a file to write");
+  /* Its directory must exist: found now, not after the whole model was read. */
+  char parent[PATH_MAX], real[PATH_MAX];
+  if (snprintf(parent, sizeof parent, "%s", out) >= (int)sizeof parent)
+    return zt__errf(e, -ENAMETOOLONG, "export: OUT %s is too long", out);
+  char *slash = strrchr(parent, '/');
+  if (slash == NULL) snprintf(parent, sizeof parent, ".");
+  else if (slash == parent) slash[1] = '\0';
+  else *slash = '\0';
+  if (realpath(parent, real) == NULL)
+    return zt__errf(e, -errno, "export: the directory of OUT %s (%s): %s; expected an existing "
+                    "directory", out, parent, strerror(errno));
   if (stat(out, &st) == 0 && S_ISDIR(st.st_mode))
     return zt__errf(e, -EISDIR, "export: OUT %s is a directory; expected the path of a "
                     "safetensors file to write", out);

@@ -123,9 +123,12 @@ static int stream_from(live_t *l, int root) {
     if (cast(l, &h, sizeof h) < 0) return 0;
     if (h.n == 0) return 0; /* the root's failure is its to report in the vote */
     if (h.n > ZT_CKPT_PIECE) {
+      /* The stream is lost: the comm is failed, so that the ranks still in
+       * it fail at once rather than at their timeout. */
       l->comm_rc = zt__errf(&l->eng->err, -EIO, "zt_export_engine: rank %d sent a piece of "
                             "%llu states; expected at most %zu", root,
                             (unsigned long long)h.n, ZT_CKPT_PIECE);
+      zt__comm_abort(l->eng->comm, l->comm_rc, l->eng->err.msg);
       return 0;
     }
     if (cast(l, l->buf, h.n * sizeof(float)) < 0) return 0;
@@ -180,10 +183,6 @@ int zt__ckpt_export_engine(zt_engine_t *eng, int local, const char *out, zt_dtyp
     int frc = zt__reduce_flush(&eng->zero.part);
     if (frc < 0) return zt__engine_fail(eng, frc);
   }
-  /* Reads ahead would share the parameter tier's swap engine with the
-   * export's reads; kept groups are dropped with them. */
-  if (eng->cfg.stage >= 3) zt__prefetch_step_begin(&eng->zero.prefetch);
-
   zt__manifest_t m = {0};
   char steps[32];
   snprintf(steps, sizeof steps, "%llu", (unsigned long long)eng->steps);
@@ -196,6 +195,10 @@ int zt__ckpt_export_engine(zt_engine_t *eng, int local, const char *out, zt_dtyp
     mine = zt__ckpt_export_open(NULL, &m, out, dt, max_shard, force, meta, 3, NULL, &eng->err,
                                 &l.x);
   int rc = agree(eng, mine, "to open the output");
+  /* Reads ahead would share the parameter tier's swap engine with the
+   * export's reads; kept groups are dropped with them. */
+  int paused = rc == 0 && eng->cfg.stage >= 3;
+  if (paused) zt__prefetch_step_begin(&eng->zero.prefetch);
 
   /* The shards in rank order; unpartitioned, rank 0 holds them all. */
   int senders = eng->partitioned ? l.world : 1;
@@ -217,6 +220,6 @@ int zt__ckpt_export_engine(zt_engine_t *eng, int local, const char *out, zt_dtyp
   /* The names are the engine's: the table only borrowed them. */
   free(m.units);
   free(l.buf);
-  if (eng->cfg.stage >= 3) zt__prefetch_resume(&eng->zero.prefetch);
+  if (paused) zt__prefetch_resume(&eng->zero.prefetch);
   return rc;
 }

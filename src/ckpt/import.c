@@ -80,8 +80,9 @@ static int open_file(import_t *im, const char *path) {
 }
 
 /* `path` names a file, or a directory with the index (Hugging Face's
- * shards) or model.safetensors: the files to read, opened and parsed. With
- * an index, *map gets its weight_map (the caller deletes *index). */
+ * shards) or model.safetensors. A file is opened and parsed here; with an
+ * index, *map gets its weight_map (the caller deletes *index) and only the
+ * shards that hold a unit's tensor are opened, as they are looked up. */
 static int open_files(import_t *im, const char *path, cJSON **index, const cJSON **map) {
   zt__err_t *e = &im->eng->err;
   struct stat st;
@@ -90,18 +91,18 @@ static int open_files(import_t *im, const char *path, cJSON **index, const cJSON
   if (stat(path, &st) != 0)
     return zt__errf(e, -errno, "zt_import_safetensors: path %s: %s; expected a safetensors "
                     "file or a directory of Hugging Face's shards", path, strerror(errno));
+  /* At most a file a unit. */
+  im->files = calloc(im->eng->n_units + 1, sizeof *im->files);
+  if (im->files == NULL) return zt__errf(e, -ENOMEM, "out of memory");
+  if (!S_ISDIR(st.st_mode)) return open_file(im, path);
   char sub[4200];
-  size_t cap = 1;
-  if (!S_ISDIR(st.st_mode)) {
-    im->files = calloc(1, sizeof *im->files);
-    return im->files ? open_file(im, path) : zt__errf(e, -ENOMEM, "out of memory");
-  }
   snprintf(sub, sizeof sub, "%s/%s", path, INDEX_NAME);
   int fd = open(sub, O_RDONLY | O_CLOEXEC);
+  if (fd < 0 && errno != ENOENT)
+    return zt__errf(e, -errno, "zt_import_safetensors: %s: %s", sub, strerror(errno));
   if (fd < 0) {
     snprintf(sub, sizeof sub, "%s/%s", path, SINGLE_NAME);
-    im->files = calloc(1, sizeof *im->files);
-    return im->files ? open_file(im, sub) : zt__errf(e, -ENOMEM, "out of memory");
+    return open_file(im, sub);
   }
   /* The index: {"metadata": ..., "weight_map": {"tensor": "file", ...}}. */
   char *text = NULL;
@@ -119,43 +120,38 @@ static int open_files(import_t *im, const char *path, cJSON **index, const cJSON
                     "expected Hugging Face's index of shards", sub);
   }
   free(text);
-  if (rc == 0) {
-    cap = (size_t)cJSON_GetArraySize(*map) + 1;
-    im->files = calloc(cap, sizeof *im->files);
-    if (im->files == NULL) rc = zt__errf(e, -ENOMEM, "out of memory");
-  }
-  for (const cJSON *it = rc == 0 ? (*map)->child : NULL; rc == 0 && it; it = it->next) {
-    if (!cJSON_IsString(it) || strchr(it->valuestring, '/') || it->valuestring[0] == '.')
-      rc = zt__errf(e, ZT_ECKPT, "zt_import_safetensors: %s/%s maps %s to a value that is "
-                    "not a file name of its directory", path, INDEX_NAME, it->string);
-    else if (snprintf(sub, sizeof sub, "%s/%s", path, it->valuestring) >= (int)sizeof sub)
-      rc = zt__errf(e, -ENAMETOOLONG, "zt_import_safetensors: %s is too long", path);
-    else
-      rc = open_file(im, sub);
-  }
   return rc;
 }
 
-/* The tensor named `name` in the files (with an index, in the file it names). */
-static int find_tensor(const import_t *im, const char *dir, const cJSON *map, const char *name,
+/* The tensor named `name`: 1 with *file and *t set, 0 when there is none,
+ * or a negative code. With an index, in the shard it names (opened here). */
+static int find_tensor(import_t *im, const char *dir, const cJSON *map, const char *name,
                        const st_file_t **file, const zt__st_tensor_t **t) {
-  const char *want = NULL;
-  char sub[4200];
+  const st_file_t *f = &im->files[0];
   if (map) {
     const cJSON *v = cJSON_GetObjectItemCaseSensitive(map, name);
-    if (!cJSON_IsString(v)) return 0;
-    snprintf(sub, sizeof sub, "%s/%s", dir, v->valuestring);
-    want = sub;
+    if (v == NULL) return 0;
+    char sub[4200];
+    if (!cJSON_IsString(v) || v->valuestring[0] == '\0' || v->valuestring[0] == '.' ||
+        strchr(v->valuestring, '/'))
+      return zt__errf(&im->eng->err, ZT_ECKPT, "zt_import_safetensors: %s/%s maps \"%s\" to "
+                      "a value that is not a file name of its directory", dir, INDEX_NAME, name);
+    if (snprintf(sub, sizeof sub, "%s/%s", dir, v->valuestring) >= (int)sizeof sub)
+      return zt__errf(&im->eng->err, -ENAMETOOLONG, "zt_import_safetensors: %s is too long",
+                      dir);
+    ZT_TRY(open_file(im, sub));
+    for (size_t i = 0; i < im->n_files; i++)
+      if (strcmp(im->files[i].path, sub) == 0) f = &im->files[i];
   }
-  for (size_t i = 0; i < im->n_files; i++) {
-    if (want && strcmp(im->files[i].path, want) != 0) continue;
-    for (size_t k = 0; k < im->files[i].h.n_tensors; k++)
-      if (strcmp(im->files[i].h.tensors[k].name, name) == 0) {
-        *file = &im->files[i];
-        *t = &im->files[i].h.tensors[k];
-        return 1;
-      }
-  }
+  for (size_t k = 0; k < f->h.n_tensors; k++)
+    if (strcmp(f->h.tensors[k].name, name) == 0) {
+      *file = f;
+      *t = &f->h.tensors[k];
+      return 1;
+    }
+  if (map)
+    return zt__errf(&im->eng->err, ZT_ECKPT, "zt_import_safetensors: %s/%s places tensor "
+                    "\"%s\" in %s, which does not hold it", dir, INDEX_NAME, name, f->path);
   return 0;
 }
 
@@ -171,7 +167,9 @@ static int match_units(import_t *im, const char *path, const cJSON *map) {
     const zt__unit_t *u = &eng->units[i];
     const st_file_t *f = NULL;
     const zt__st_tensor_t *t = NULL;
-    if (!find_tensor(im, path, map, u->name, &f, &t))
+    int found = find_tensor(im, path, map, u->name, &f, &t);
+    if (found < 0) return found;
+    if (!found)
       return zt__errf(e, ZT_ECKPT, "zt_import_safetensors: %s holds no tensor \"%s\"; every "
                       "registered unit is read from the tensor of its name", path, u->name);
     if (!t->held)
@@ -334,7 +332,9 @@ int zt_import_safetensors(zt_engine_t *eng, const char *path) {
   } else {
     eng->broken = rc;
   }
-  if (eng->cfg.stage >= 3) zt__prefetch_resume(&eng->zero.prefetch);
+  /* Reads ahead resume on the new weights; after a failure the engine is
+   * broken and a load resumes them, as after a failed zt_load. */
+  if (rc == 0 && eng->cfg.stage >= 3) zt__prefetch_resume(&eng->zero.prefetch);
 done:
   cJSON_Delete(index);
   import_free(&im);

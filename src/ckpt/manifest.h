@@ -21,9 +21,10 @@
 #include "base/internal.h" // defines: ZT_INTERNAL, zt__err_t, zt_dtype_t
 
 #define ZT_CKPT_FORMAT "ztier-checkpoint"
-/* The version written. 2: the manifest carries its own checksum and rank
+/* The newest version. 2: the manifest carries its own checksum and rank
  * files a trailer. 3: a unit may carry its shape (zt_set_shape); the rank
- * files are version 2's. Versions 1 to 3 are read. */
+ * files are version 2's. A save writes 3 where a unit has a shape, else 2.
+ * Versions 1 to 3 are read. */
 #define ZT_CKPT_VERSION 3
 #define ZT_CKPT_VERSION_MIN 1
 /* Bytes of a rank file's trailer (version 2 on); ckpt.h has its layout. */

@@ -354,7 +354,11 @@ static int build_manifest(zt_engine_t *eng, uint64_t gen, const rank_rec_t *recs
                           zt__manifest_t *m) {
   int world = eng->comm->ops->world(eng->comm);
   memset(m, 0, sizeof *m);
-  m->version = ZT_CKPT_VERSION;
+  /* The newest version only where a unit has a shape: without one, the
+   * checkpoint is one that ztier before shapes reads too. */
+  m->version = 2;
+  for (size_t i = 0; i < eng->n_units; i++)
+    if (eng->units[i].ndim > 0) m->version = ZT_CKPT_VERSION;
   m->generation = gen;
   m->world = world;
   m->stage = eng->cfg.stage;
