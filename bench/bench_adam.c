@@ -37,35 +37,15 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "bench_adam.h"     // defines: bufs_t, CHUNK, adam_states_*
 #include "common.h"
-#include "cpu/cpu_optim.h" // defines: zt__cpu_t, zt__cpu_adam, zt__adam_span_scalar
-
-/* The executor's chunk (cpu_optim.c cuts at multiples of ZT_NORM_BLOCK in the
- * global index); the limit pass uses the same cuts. */
-#define CHUNK ZT_NORM_BLOCK
+#include "cpu/cpu_optim.h"  // defines: zt__cpu_t, zt__cpu_adam, zt__adam_span_scalar
 
 static const char *const dtype_names[] = {"fp32", "bf16", "fp16", NULL};
 static const zt_dtype_t dtype_of[] = {ZT_FP32, ZT_BF16, ZT_FP16};
 static const char *const isa_names[] = {"scalar", "avx2", "avx512", NULL};
 static const char *const nonfinite_names[] = {"apply", "skip", NULL};
-static const char *const states_names[] = {"fp32", "bf16", "int8", NULL};
-
-typedef struct bufs {
-  size_t n;
-  zt_dtype_t dt; /* grads and params                              */
-  float *master; /* fp32 runs: NULL, the params are the master     */
-  float *m, *v;
-  void *grads, *params;
-  size_t bytes[5]; /* of master, m, v, grads, params                */
-  void *blk[5];    /* the mappings, for free                        */
-  size_t stagger;  /* stream k starts k * stagger bytes into blk[k] */
-  /* --states bf16|int8: m and v in that format, and int8's block scales
-   * (ZT_STATES_FP32: none of these). */
-  int states;
-  void *qm, *qv;
-  float *qms, *qvs;
-  size_t qbytes[4];
-} bufs_t;
+const char *const adam_states_names[] = {"fp32", "bf16", "int8", NULL};
 
 /* ---- data ------------------------------------------------------------------ */
 
@@ -78,7 +58,7 @@ static uint64_t splitmix(uint64_t x) {
 
 /* Values of a model mid-training, from a hash of the element index: no
  * zeros, no subnormals (they would slow the arithmetic, not the memory). */
-static void init_range(bufs_t *b, size_t i0, size_t n) {
+void adam_init_range(bufs_t *b, size_t i0, size_t n) {
   float *p = b->master ? b->master : (float *)b->params;
   for (size_t i = i0; i < i0 + n; i++) {
     uint64_t h = splitmix(i);
@@ -100,42 +80,14 @@ static void init_range(bufs_t *b, size_t i0, size_t n) {
   }
 }
 
-/* The compressed states of [i0, i0 + n) from the fp32 ones (i0 and n whole
- * blocks but for the last), rounded to nearest. */
-static void init_states(bufs_t *b, size_t i0, size_t n) {
-  if (b->states == ZT_STATES_BF16) {
-    for (size_t i = i0; i < i0 + n; i++) {
-      ((uint16_t *)b->qm)[i] = zt_f32_to_bf16_rne(b->m[i]);
-      ((uint16_t *)b->qv)[i] = zt_f32_to_bf16_rne(b->v[i]);
-    }
-    return;
-  }
-  for (size_t k0 = i0; k0 < i0 + n; k0 += ZT_QBLOCK) {
-    size_t k1 = k0 + ZT_QBLOCK < i0 + n ? k0 + ZT_QBLOCK : i0 + n;
-    uint32_t mmax = 0, smax = 0;
-    for (size_t i = k0; i < k1; i++) {
-      mmax = zt_q8_absmax(mmax, b->m[i]);
-      smax = zt_q8_absmax(smax, sqrtf(b->v[i]));
-    }
-    float ms = zt_f32_from_bits(mmax), ss = zt_f32_from_bits(smax);
-    b->qms[k0 / ZT_QBLOCK] = ms;
-    b->qvs[k0 / ZT_QBLOCK] = ss;
-    float minv = zt_q8_inv(ms, ZT_Q8_M_TOP), sinv = zt_q8_inv(ss, ZT_Q8_V_TOP);
-    for (size_t i = k0; i < k1; i++) {
-      ((uint8_t *)b->qm)[i] = (uint8_t)zt_q8m_encode(b->m[i], minv, 0x8000);
-      ((uint8_t *)b->qv)[i] = (uint8_t)zt_q8v_encode(sqrtf(b->v[i]), sinv, 0x8000);
-    }
-  }
-}
-
 static void init_task(void *ctx, size_t t, int worker) {
   bufs_t *b = ctx;
   size_t i = t * CHUNK, n = b->n - i < CHUNK ? b->n - i : CHUNK;
-  init_range(b, i, n);
-  if (b->states != ZT_STATES_FP32) init_states(b, i, n);
+  adam_init_range(b, i, n);
+  if (b->states != ZT_STATES_FP32) adam_states_init(b, i, n);
 }
 
-static void bufs_free(bufs_t *b) {
+void adam_bufs_free(bufs_t *b) {
   for (int k = 0; k < 5; k++)
     if (b->blk[k]) bench_free(b->blk[k], b->bytes[k] + 4 * b->stagger);
   void *q[4] = {b->qm, b->qv, b->qms, b->qvs};
@@ -143,26 +95,7 @@ static void bufs_free(bufs_t *b) {
     if (q[k]) bench_free(q[k], b->qbytes[k]);
 }
 
-/* The compressed states' buffers beside the fp32 ones, each in its own
- * mapping as the others. */
-static int bufs_alloc_states(bufs_t *b, int states, int huge) {
-  b->states = states;
-  if (states == ZT_STATES_FP32) return 0;
-  size_t ssz = states == ZT_STATES_BF16 ? 2 : 1, nb = (b->n + ZT_QBLOCK - 1) / ZT_QBLOCK;
-  b->qbytes[0] = b->qbytes[1] = b->n * ssz;
-  b->qbytes[2] = b->qbytes[3] = states == ZT_STATES_INT8 ? nb * 4 : 0;
-  /* Each one kept as it comes, so that bufs_free frees what a failure left. */
-  if ((b->qm = bench_alloc(b->qbytes[0], huge)) == NULL) return -1;
-  if ((b->qv = bench_alloc(b->qbytes[1], huge)) == NULL) return -1;
-  if (states != ZT_STATES_INT8) return 0;
-  if ((b->qms = bench_alloc(b->qbytes[2], huge)) == NULL) return -1;
-  if ((b->qvs = bench_alloc(b->qbytes[3], huge)) == NULL) return -1;
-  return 0;
-}
-
-/* Each array in its own 2 MiB aligned mapping, as the engine's pinned
- * allocator gives them; `stagger` shifts the starts apart (see --stagger). */
-static int bufs_alloc(bufs_t *b, size_t n, zt_dtype_t dt, int huge, size_t stagger) {
+int adam_bufs_alloc(bufs_t *b, size_t n, zt_dtype_t dt, int huge, size_t stagger) {
   memset(b, 0, sizeof *b);
   b->n = n;
   b->dt = dt;
@@ -176,7 +109,7 @@ static int bufs_alloc(bufs_t *b, size_t n, zt_dtype_t dt, int huge, size_t stagg
     if (b->bytes[k] == 0) continue;
     b->blk[k] = bench_alloc(b->bytes[k] + 4 * stagger, huge);
     if (b->blk[k] == NULL) {
-      bufs_free(b);
+      adam_bufs_free(b);
       return -1;
     }
   }
@@ -499,7 +432,7 @@ static void limit_task(void *vctx, size_t t, int worker) {
 
 /* ---- the update ----------------------------------------------------------------- */
 
-static zt__adam_hp_t make_hp(uint64_t t, int stochastic) {
+zt__adam_hp_t adam_make_hp(uint64_t t, int stochastic) {
   zt_step_args_t a = ZT_STEP_ARGS_INIT;
   a.lr = 1e-3f;
   a.weight_decay = 0.01f;
@@ -516,89 +449,19 @@ static zt__adam_launch_t make_launch(bufs_t *b, const zt__adam_hp_t *hp,
   return l;
 }
 
-static zt__adam_qlaunch_t make_qlaunch(bufs_t *b, const zt__adam_hp_t *hp,
-                                       const zt__seg_t *segs, size_t n_segs) {
-  zt__adam_qlaunch_t l = {hp,       b->states, b->master, b->qm,    b->qv,
-                          b->qms,   b->qvs,    b->grads,  0,        b->dt,
-                          b->params, 0,        b->dt,     segs,     n_segs};
-  return l;
-}
-
-/* zt__cpu_adam_states against the scalar kernel, as check_update below. */
-static int check_states(zt__cpu_t *cpu, zt_dtype_t dt, int states, int stochastic,
-                        char *why, size_t why_len) {
-  const size_t n = 3 * CHUNK + 1001;
-  bufs_t a, b;
-  memset(&b, 0, sizeof b);
-  if (bufs_alloc(&a, n, dt, 0, 0) || bufs_alloc_states(&a, states, 0) ||
-      bufs_alloc(&b, n, dt, 0, 0) || bufs_alloc_states(&b, states, 0)) {
-    bufs_free(&a);
-    bufs_free(&b);
-    snprintf(why, why_len, "out of memory for the check");
-    return -1;
-  }
-  init_range(&a, 0, n);
-  init_states(&a, 0, n);
-  init_range(&b, 0, n);
-  init_states(&b, 0, n);
-  zt__adam_hp_t hp = make_hp(7, stochastic);
-  /* int8 segments start on a block boundary of the states. */
-  zt__seg_t segs[2] = {{0, 0, 1024, 0}, {1024, 1024, n - 1024, 1}};
-  zt__adam_qlaunch_t l = make_qlaunch(&a, &hp, segs, 2);
-  zt__cpu_adam_states(cpu, &l);
-  size_t esz = dt == ZT_FP32 ? 4 : 2, ssz = states == ZT_STATES_BF16 ? 2 : 1;
-  for (int s = 0; s < 2; s++) {
-    size_t i = segs[s].index;
-    zt__adam_qspan_t sp = {
-        .master = (b.master ? b.master : (float *)b.params) + i,
-        .m = (char *)b.qm + i * ssz,
-        .v = (char *)b.qv + i * ssz,
-        .m_scale = b.qms ? b.qms + i / ZT_QBLOCK : NULL,
-        .v_scale = b.qvs ? b.qvs + i / ZT_QBLOCK : NULL,
-        .states = states,
-        .grads = (const char *)b.grads + i * esz,
-        .grad_dtype = dt,
-        .params = b.master ? (char *)b.params + i * esz : NULL,
-        .param_dtype = dt,
-        .n = segs[s].n,
-        .index = i,
-        .decay = segs[s].decay,
-    };
-    zt__adam_qspan_scalar(&hp, &sp);
-  }
-  int rc = 0;
-  const char *names[] = {"master", "params", "m", "v", "m scales", "v scales"};
-  const void *pa[] = {a.master, a.params, a.qm, a.qv, a.qms, a.qvs};
-  const void *pb[] = {b.master, b.params, b.qm, b.qv, b.qms, b.qvs};
-  size_t bytes[] = {a.bytes[0], a.bytes[4], a.qbytes[0], a.qbytes[1], a.qbytes[2], a.qbytes[3]};
-  for (int k = 0; k < 6 && rc == 0; k++) {
-    if (bytes[k] && memcmp(pa[k], pb[k], bytes[k]) != 0) {
-      snprintf(why, why_len,
-               "%s after zt__cpu_adam_states (%s, isa %s) differs from the scalar kernel",
-               names[k], states_names[states], zt__isa_name(cpu->isa));
-      rc = -1;
-    }
-  }
-  bufs_free(&a);
-  bufs_free(&b);
-  return rc;
-}
-
-/* zt__cpu_adam against the scalar kernel on a small span with segments that
- * do not start on a chunk edge. 0 when bit-identical. */
 static int check_update(zt__cpu_t *cpu, zt_dtype_t dt, int stochastic, char *why,
                         size_t why_len) {
   const size_t n = 3 * CHUNK + 1001;
   bufs_t a, b;
   memset(&b, 0, sizeof b);
-  if (bufs_alloc(&a, n, dt, 0, 0) || bufs_alloc(&b, n, dt, 0, 0)) {
-    bufs_free(&a);
+  if (adam_bufs_alloc(&a, n, dt, 0, 0) || adam_bufs_alloc(&b, n, dt, 0, 0)) {
+    adam_bufs_free(&a);
     snprintf(why, why_len, "out of memory for the check");
     return -1;
   }
-  init_range(&a, 0, n);
-  init_range(&b, 0, n);
-  zt__adam_hp_t hp = make_hp(7, stochastic);
+  adam_init_range(&a, 0, n);
+  adam_init_range(&b, 0, n);
+  zt__adam_hp_t hp = adam_make_hp(7, stochastic);
   zt__seg_t segs[2] = {{0, 0, 1000, 0}, {1000, 1000, n - 1000, 1}};
   zt__adam_launch_t l = make_launch(&a, &hp, segs, 2);
   zt__cpu_adam(cpu, &l);
@@ -630,8 +493,8 @@ static int check_update(zt__cpu_t *cpu, zt_dtype_t dt, int stochastic, char *why
       rc = -1;
     }
   }
-  bufs_free(&a);
-  bufs_free(&b);
+  adam_bufs_free(&a);
+  adam_bufs_free(&b);
   return rc;
 }
 
@@ -698,7 +561,7 @@ int bench_adam_main(int argc, char **argv) {
        "pass; skip: a pass before it)", 0, 0, nonfinite_names},
       {"states", TOOL_FLAG_CHOICE, &states, "fp32|bf16|int8",
        "m and v of the update timed (default fp32; bf16 and int8 also time fp32 each "
-       "round: vs_fp32)", 0, 0, states_names},
+       "round: vs_fp32)", 0, 0, adam_states_names},
       {"json", TOOL_FLAG_BOOL, &json, NULL,
        "print one JSON object instead of a table", 0, 0, NULL},
   };
@@ -723,7 +586,7 @@ int bench_adam_main(int argc, char **argv) {
   if (step && states != ZT_STATES_FP32)
     return tool_args_fail(&cmd, "--step times the engine, whose states are fp32 (--states "
                                 "%s is not wired into the tiers yet); drop one",
-                          states_names[states]);
+                          adam_states_names[states]);
 
   zt__cpu_t *cpu = NULL;
   zt__err_t err = {{0}};
@@ -734,16 +597,16 @@ int bench_adam_main(int argc, char **argv) {
   char why[256];
   if (check_update(cpu, dt, stochastic, why, sizeof why) != 0 ||
       (states != ZT_STATES_FP32 &&
-       check_states(cpu, dt, states, stochastic, why, sizeof why) != 0)) {
+       adam_states_check(cpu, dt, states, stochastic, why, sizeof why) != 0)) {
     fprintf(stderr, "%s: check failed: %s; no figures printed\n", prog, why);
     zt__cpu_destroy(cpu);
     return 1;
   }
 
   bufs_t b;
-  if (bufs_alloc(&b, n, dt, !no_huge, stagger) != 0 ||
-      bufs_alloc_states(&b, states, !no_huge) != 0) {
-    bufs_free(&b);
+  if (adam_bufs_alloc(&b, n, dt, !no_huge, stagger) != 0 ||
+      adam_states_alloc(&b, states, !no_huge) != 0) {
+    adam_bufs_free(&b);
     fprintf(stderr, "%s: cannot map %.2f GB for %zu params; try a smaller --params\n",
             prog, (double)n * (16 + (states ? zt__states_bytes_per_param(states) : 0)) / 1e9,
             n);
@@ -788,7 +651,7 @@ int bench_adam_main(int argc, char **argv) {
     free(t_step);
     free(t_f32);
     free(vs_f32);
-    bufs_free(&b);
+    adam_bufs_free(&b);
     zt__cpu_destroy(cpu);
     return 1;
   }
@@ -796,7 +659,7 @@ int bench_adam_main(int argc, char **argv) {
    * runs every limit strategy, then the update, then (--step) zt_step. */
   int status = 0;
   for (int r = -1; r < reps; r++) {
-    zt__adam_hp_t hp = make_hp((uint64_t)(r + 2), stochastic);
+    zt__adam_hp_t hp = adam_make_hp((uint64_t)(r + 2), stochastic);
     zt__adam_launch_t l = make_launch(&b, &hp, &seg, 1);
     double best = INFINITY;
     for (size_t k = 0; k < n_strat; k++) {
@@ -812,7 +675,7 @@ int bench_adam_main(int argc, char **argv) {
     double t2 = zt__now();
     if (states != ZT_STATES_FP32) {
       /* The fp32 update just ran: the baseline of this round. */
-      zt__adam_qlaunch_t ql = make_qlaunch(&b, &hp, &seg, 1);
+      zt__adam_qlaunch_t ql = adam_states_launch(&b, &hp, &seg, 1);
       if (r >= 0) t_f32[r] = t2 - t1;
       t1 = zt__now();
       zt__cpu_adam_states(cpu, &ql);
@@ -830,7 +693,7 @@ int bench_adam_main(int argc, char **argv) {
       t_adam[r] = t2 - t1;
       t_step[r] = ts;
       tool_progress("rep %d/%d: limit %.1f GB/s, adamw (%s states) %.1f GB/s", r + 1, reps,
-                    bytes / best / 1e9, states_names[states], ubytes / t_adam[r] / 1e9);
+                    bytes / best / 1e9, adam_states_names[states], ubytes / t_adam[r] / 1e9);
     }
   }
   tool_progress_end();
@@ -883,7 +746,7 @@ int bench_adam_main(int argc, char **argv) {
     tool_report_str(j, "isa", zt__isa_name(cpu->isa));
     tool_report_int(j, "reps", reps);
     tool_report_num(j, "bytes_per_param", uread_b + uwrite_b);
-    tool_report_str(j, "states", states_names[states]);
+    tool_report_str(j, "states", adam_states_names[states]);
     tool_report_num(j, "state_bytes_per_param", sbpp);
     if (states != ZT_STATES_FP32) {
       tool_report_num(j, "fp32_params_per_s", (double)n / f32_s);
@@ -916,7 +779,7 @@ int bench_adam_main(int argc, char **argv) {
     if (!no_huge && thp_frac == thp_frac) printf(" (%.0f%% granted)", 100 * thp_frac);
     printf("\ncheck: zt__cpu_adam%s bit-identical to the scalar kernel\n",
            states ? " and zt__cpu_adam_states" : "");
-    printf("states: %s, %.4g bytes per param\n", states_names[states], sbpp);
+    printf("states: %s, %.4g bytes per param\n", adam_states_names[states], sbpp);
     printf("bytes per param: %.4g (read %.4g, write %.4g)\n\n", uread_b + uwrite_b, uread_b,
            uwrite_b);
     tool_table_t *t = tool_table_new("lrrr");
@@ -929,7 +792,7 @@ int bench_adam_main(int argc, char **argv) {
       tool_table_row(t, "AdamW update, fp32 states\t%.4f\t%.2f\t%.3f", f32_s,
                      bytes / f32_s / 1e9, (double)n / f32_s / 1e9);
     tool_table_row(t, "AdamW update%s%s\t%.4f\t%.2f\t%.3f", states ? ", states " : "",
-                   states ? states_names[states] : "", adam_s, gbps, pps / 1e9);
+                   states ? adam_states_names[states] : "", adam_s, gbps, pps / 1e9);
     if (states != ZT_STATES_FP32)
       tool_table_row(t, "vs fp32 (params/s; round min-max)\t\t%.3f (%.3f-%.3f)",
                      f32_s / adam_s, vs_lo, vs_hi);
@@ -948,7 +811,7 @@ done:
   free(t_step);
   free(t_f32);
   free(vs_f32);
-  bufs_free(&b);
+  adam_bufs_free(&b);
   zt__cpu_destroy(cpu);
   return status;
 }
