@@ -202,6 +202,12 @@ ZT_INTERNAL void zt__ckpt_export_abort(zt__ckpt_export_t *x);
 ZT_INTERNAL int zt__ckpt_export_engine(zt_engine_t *eng, int local, const char *out,
                                        zt_dtype_t dt, uint64_t max_shard, int force);
 
+/* Every rank's status of a stage of a collective call (0, or a negative
+ * code whose sentence this rank wrote), exchanged: 0 when every rank's is
+ * 0, else the lowest failing rank's code, with the sentence "<fn>: rank R
+ * <what> (...)" on the ranks that did not fail (vote.c). */
+ZT_INTERNAL int zt__ckpt_vote(zt_engine_t *eng, int mine, const char *fn, const char *what);
+
 /* For tests: 1 makes zt__ckpt_consolidate commit OUT as on a file system
  * with neither RENAME_NOREPLACE nor hard links; 0 (the default) undoes it. */
 ZT_INTERNAL void zt__ckpt_consolidate_plain_fs(int on);

@@ -158,21 +158,6 @@ static int unit_table(zt_engine_t *eng, zt__manifest_t *m) {
   return 0;
 }
 
-/* Every rank's status of a stage, exchanged: 0 when all are 0, else the
- * lowest failing rank's code (with a sentence naming it on the others). */
-static int agree(zt_engine_t *eng, int mine, const char *what) {
-  zt__vote_t v;
-  int rc = zt__comm_vote(eng->comm, mine < 0 ? mine : 0, NULL, 0, &v);
-  if (rc == 0 && v.first_failed >= 0) {
-    rc = v.first_code;
-    if (mine == 0)
-      zt__errf(&eng->err, rc, "zt_export_engine: rank %d failed %s (%s; its sentence is on "
-               "that rank)", v.first_failed, what, zt_strerror(rc));
-  }
-  zt__vote_free(&v);
-  return rc;
-}
-
 int zt__ckpt_export_engine(zt_engine_t *eng, int local, const char *out, zt_dtype_t dt,
                            uint64_t max_shard, int force) {
   zt__comm_t *c = eng->comm;
@@ -194,7 +179,7 @@ int zt__ckpt_export_engine(zt_engine_t *eng, int local, const char *out, zt_dtyp
   if (mine == 0 && l.rank == 0)
     mine = zt__ckpt_export_open(NULL, &m, out, dt, max_shard, force, meta, 3, NULL, &eng->err,
                                 &l.x);
-  int rc = agree(eng, mine, "to open the output");
+  int rc = zt__ckpt_vote(eng, mine, "zt_export_engine", "failed to open the output");
   /* Reads ahead would share the parameter tier's swap engine with the
    * export's reads; kept groups are dropped with them. */
   int paused = rc == 0 && eng->cfg.stage >= 3;
@@ -209,12 +194,13 @@ int zt__ckpt_export_engine(zt_engine_t *eng, int local, const char *out, zt_dtyp
   }
   if (rc == 0 && l.comm_rc < 0) rc = l.comm_rc; /* no vote can follow it */
   if (rc == 0 && l.rank == 0 && mine == 0) mine = l.write_rc;
-  if (rc == 0) rc = agree(eng, mine, "to send or write its states");
+  if (rc == 0)
+    rc = zt__ckpt_vote(eng, mine, "zt_export_engine", "failed to send or write its states");
 
   if (rc == 0) {
     mine = l.rank == 0 ? zt__ckpt_export_commit(l.x, &(uint64_t){0}, NULL) : 0;
     l.x = NULL;
-    rc = agree(eng, mine, "to commit the files");
+    rc = zt__ckpt_vote(eng, mine, "zt_export_engine", "failed to commit the files");
   }
   zt__ckpt_export_abort(l.x);
   /* The names are the engine's: the table only borrowed them. */

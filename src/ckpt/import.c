@@ -252,21 +252,6 @@ static int put_params(import_t *im, size_t lo, size_t hi) {
   return rc < 0 ? rc : done;
 }
 
-/* Every rank's status, exchanged: 0, or the lowest failing rank's code
- * (the others' sentence naming it). */
-static int agree(zt_engine_t *eng, int mine, const char *what) {
-  zt__vote_t v;
-  int rc = zt__comm_vote(eng->comm, mine < 0 ? mine : 0, NULL, 0, &v);
-  if (rc == 0 && v.first_failed >= 0) {
-    rc = v.first_code;
-    if (mine == 0)
-      zt__errf(&eng->err, rc, "zt_import_safetensors: rank %d %s (%s; its sentence is on "
-               "that rank)", v.first_failed, what, zt_strerror(rc));
-  }
-  zt__vote_free(&v);
-  return rc;
-}
-
 static void import_free(import_t *im) {
   for (size_t i = 0; im->files && i < im->n_files; i++) {
     if (im->files[i].fd >= 0) close(im->files[i].fd);
@@ -303,7 +288,7 @@ int zt_import_safetensors(zt_engine_t *eng, const char *path) {
   if (local == 0 && im.raw == NULL) local = zt__errf(&eng->err, -ENOMEM, "out of memory");
   if (local == 0) local = open_files(&im, path, &index, &map);
   if (local == 0) local = match_units(&im, path, map);
-  int rc = agree(eng, local, "could not use the files");
+  int rc = zt__ckpt_vote(eng, local, "zt_import_safetensors", "could not use the files");
   if (rc < 0) goto done;
 
   /* The import. From here a failure leaves the engine broken. */
@@ -315,7 +300,8 @@ int zt_import_safetensors(zt_engine_t *eng, const char *path) {
   local = eng->partitioned ? zt__reduce_drop_buckets(&eng->zero.part) : 0;
   if (local == 0) local = zt__ckpt_walk_states(eng, 1, put_piece, &im);
   if (local == 0) local = put_params(&im, plo, phi);
-  rc = agree(eng, local, "failed part-way through reading the files");
+  rc = zt__ckpt_vote(eng, local, "zt_import_safetensors",
+                     "failed part-way through reading the files");
   if (rc == 0) {
     /* Units without a shape take their tensor's. */
     for (size_t i = 0; i < eng->n_units; i++) {
