@@ -19,6 +19,7 @@
 #include "backend/backend_sim.h"
 #include "ckpt/ckpt.h"     // defines: zt__ckpt_params_get
 #include "engine/engine.h" // defines: struct zt_engine (its backend)
+#include "zero/partition.h" // defines: zt__part_pools
 #include "harness.h"
 
 typedef struct sim {
@@ -763,13 +764,25 @@ static zt_stats_t pool_loop(int stage, size_t n_groups, size_t big, size_t small
   return st;
 }
 
-/* The pools serve every mix of group sizes max_live_bytes lets be live,
- * and stay within their bound (partition.h, zt__part_pools): a class of
- * slots a group size, each as many as max_live_bytes holds of it (at least
- * one, at most one a group of it), so at most max_live_bytes a size, or one
- * group where that is larger, in whole grains; the gradients' pool holds
- * what the loop hands over: one group's buffer, accumulated over two
- * micro-batches, takes no second buffer. */
+/* The gathered pool's bound (partition.h, zt__part_pools): its classes
+ * share max_live_bytes from the largest down, so it reserves at most
+ * max_live_bytes, plus the oversize slot (a group beyond max_live_bytes),
+ * plus one slot of each class beyond the budget, each slot in whole
+ * grains. Taken here as max_live_bytes + one slot of every class (the
+ * oversize slot is a class of one) + a grain's rounding a slot. */
+static uint64_t pool_bound(const zt__arena_class_t *classes, const zt__part_pools_t *pools,
+                           uint64_t max_live) {
+  uint64_t b = max_live + 255 * pools->gathered_slots;
+  for (size_t c = 0; c < pools->n_classes; c++) b += classes[c].slot_bytes;
+  return b;
+}
+
+/* The pools serve the mixes of group sizes their classes have slots for,
+ * and stay within their bound (pool_bound): a class of slots a range of
+ * group sizes, from the largest down as many as what is left of
+ * max_live_bytes holds of its largest (at least one, at most one a group
+ * of it); the gradients' pool holds what the loop hands over: one group's
+ * buffer, accumulated over two micro-batches, takes no second buffer. */
 static void test_pool_bounds(void **state) {
   /* One group of 40000 and ten of 4000 fp32; max_live_bytes holds four
    * small ones (the loop fetches them four at a time) but not the large
@@ -795,6 +808,22 @@ static void test_pool_bounds(void **state) {
   zt_stats_t wide = pool_loop(3, 11, big / 4, small / 4, 1000000, 1, 2, 4);
   assert_int_equal(wide.pool_bytes, grain(big) + 10 * grain(small) + grads);
   assert_int_equal(wide.pool_misses, 0);
+  /* max_live_bytes 200000 holds the large group and 40000 bytes besides:
+   * the budget leaves the small ones two slots (a budget per class gave
+   * them ten, 320000 bytes in all). Two held at a time, no miss; four at
+   * a time (within max_live_bytes), the two beyond are the backend's, in
+   * each of the two steps: making room for the large group frees the
+   * small spares beyond what max_live_bytes holds beside it. */
+  zt_stats_t two = pool_loop(3, 11, big / 4, small / 4, 200000, 1, 2, 2);
+  zt_stats_t four = pool_loop(3, 11, big / 4, small / 4, 200000, 1, 2, 4);
+  printf("# groups of 160000 and 10 x 16000 bytes, max_live_bytes 200000: gathered pool "
+         "%llu; two small held at a time: pool_misses %llu; four: %llu\n",
+         (unsigned long long)(two.pool_bytes - grads), (unsigned long long)two.pool_misses,
+         (unsigned long long)four.pool_misses);
+  assert_int_equal(two.pool_bytes, grain(big) + 2 * grain(small) + grads);
+  assert_int_equal(two.pool_misses, 0);
+  assert_int_equal(four.pool_bytes, two.pool_bytes);
+  assert_int_equal(four.pool_misses, 2 * 2);
   /* Groups of one size: as many slots as max_live_bytes holds, as ztier
    * plan prints; held beyond that, the groups are counted misses (the
    * loop holds more than max_live_bytes). */
@@ -821,17 +850,61 @@ static void test_pool_bounds(void **state) {
   }
 }
 
+/* A model's groups in bf16: an embedding of 40M elements, 24 layers'
+ * attention of 7M and 24 MLP halves of 3.6M (within a factor of two: one
+ * class), a norm of 1k. A budget per class reserved 129, 263 and 570 MiB
+ * at max_live_bytes 32, 100 and 256 MiB; the shared budget stays within
+ * pool_bound, and near max_live_bytes beyond the oversize embedding. */
+static void test_pool_shared_budget(void **state) {
+  const zt__part_size_t sizes[4] = {{1000, 1}, {3600000, 24}, {7000000, 24}, {40000000, 1}};
+  const uint64_t MiB = (uint64_t)1 << 20, live[3] = {32 * MiB, 100 * MiB, 256 * MiB};
+  /* Ascending: the norm's slot; the layers' (two, one, thirteen slots of
+   * 7M); the embedding's, oversize at 32 MiB, within the budget above. */
+  const uint64_t layer_slots[3] = {2, 1, 13};
+  const uint64_t layer = grain(14000000), norm = grain(2000), emb = 80000000;
+  for (int k = 0; k < 3; k++) {
+    zt__arena_class_t classes[4];
+    zt__part_pools_t pools;
+    zt__part_pools(sizes, 4, 3, 2, 4, live[k], classes, &pools);
+    uint64_t bound = pool_bound(classes, &pools, live[k]);
+    printf("# bf16 groups 1 x 40M, 24 x 7M, 24 x 3.6M, 1 x 1k at max_live_bytes %llu MiB: "
+           "gathered pool %llu bytes (%.1f MiB) in %zu classes, bound %llu\n",
+           (unsigned long long)(live[k] / MiB), (unsigned long long)pools.gathered_bytes,
+           (double)pools.gathered_bytes / (double)MiB, pools.n_classes,
+           (unsigned long long)bound);
+    assert_true(pools.gathered_bytes <= bound);
+    assert_int_equal(pools.n_classes, 3);
+    assert_int_equal(classes[0].slot_bytes, norm);
+    assert_int_equal(classes[0].n_slots, 1);
+    assert_int_equal(classes[1].slot_bytes, layer);
+    assert_int_equal(classes[1].n_slots, layer_slots[k]);
+    assert_int_equal(classes[2].slot_bytes, emb);
+    assert_int_equal(classes[2].n_slots, 1);
+    assert_int_equal(pools.gathered_bytes, emb + layer_slots[k] * layer + norm);
+  }
+  /* Groups of one size: as many slots as max_live_bytes holds, within it
+   * but for the grains (ztier plan's row). */
+  zt__part_pools_t one;
+  zt__part_pools(&(zt__part_size_t){7000000, 48}, 1, 3, 2, 4, 100 * MiB, NULL, &one);
+  assert_int_equal(one.gathered_slots, 100 * MiB / 14000000);
+  assert_true(one.gathered_bytes <= 100 * MiB + 255 * one.gathered_slots);
+}
+
 /* Groups of four sizes, fetched in random sets whose bytes fit
- * max_live_bytes (each set fetched whole, then released), then handed over
- * one by one: whatever the mix, its class has a slot for each group. One
- * group of 10000 bytes, four of 4000, two of 3000, eight of 1000,
- * max_live_bytes 12000: one slot of 10000; 4000 and 3000 within a factor
- * of two share a class, four slots of 4000 (max_live_bytes holds four of
- * 3000); eight of 1000; each in whole grains. One class of the largest
- * would hold one slot. */
+ * max_live_bytes and whose groups of each class fit its slots (each set
+ * fetched whole, then released), then handed over one by one: whatever
+ * the mix, its class has a slot for each group. One group of 10000 bytes,
+ * four of 4000, two of 3000, eight of 1000, max_live_bytes 32000, shared
+ * from the largest class down: one slot of 10000 (22000 left); 4000 and
+ * 3000 within a factor of two share a class, five slots of 4000 (2000
+ * left); two of 1000: 32000 bytes, each slot in whole grains. A budget
+ * per class gave six and eight (42000 bytes). Then four groups of 1000
+ * at once, within max_live_bytes but beyond their class's two slots: two
+ * misses. */
 static void test_pool_any_mix(void **state) {
   static const size_t numel[4] = {2500, 1000, 750, 250}, count[4] = {1, 4, 2, 8};
-  enum { N_GROUPS = 15, LIVE = 12000, SETS = 40 };
+  static const int class_of[4] = {0, 1, 1, 2}, slots[3] = {1, 5, 2};
+  enum { N_GROUPS = 15, LIVE = 32000, SETS = 40 };
   zt_config_t cfg = t_config();
   cfg.backend = ZT_BACKEND_SIM;
   cfg.comm = ZT_COMM_SINGLE;
@@ -840,10 +913,12 @@ static void test_pool_any_mix(void **state) {
   cfg.max_live_bytes = LIVE;
   zt_engine_t *e = t_engine(&cfg);
   zt_unit_t units[N_GROUPS];
+  int cls[N_GROUPS];
   size_t n = 0, k = 0;
   for (int c = 0; c < 4; c++)
     for (size_t j = 0; j < count[c]; j++, k++) {
       units[k] = (zt_unit_t){NULL, n, numel[c], (int)k, 1, ZT_FP32};
+      cls[k] = class_of[c];
       n += numel[c];
     }
   float *host = malloc(n * 4);
@@ -856,18 +931,21 @@ static void test_pool_any_mix(void **state) {
   size_t most = 0; /* bytes of the largest set fetched */
   for (int t = 1; t <= 2; t++) {
     for (int set = 0; set < SETS; set++) {
-      int order[N_GROUPS], in[N_GROUPS];
+      int order[N_GROUPS], in[N_GROUPS], held[3] = {0, 0, 0};
       size_t n_in = 0, bytes = 0;
       for (int g = 0; g < N_GROUPS; g++) order[g] = g;
       for (int g = N_GROUPS - 1; g > 0; g--) {
         int r = (int)(t_rng_next(&rng) % (uint64_t)(g + 1)), x = order[g];
         order[g] = order[r], order[r] = x;
       }
-      for (int g = 0; g < N_GROUPS; g++)
-        if (bytes + units[order[g]].numel * 4 <= LIVE) {
-          in[n_in++] = order[g];
-          bytes += units[order[g]].numel * 4;
+      for (int j = 0; j < N_GROUPS; j++) {
+        int g = order[j];
+        if (bytes + units[g].numel * 4 <= LIVE && held[cls[g]] < slots[cls[g]]) {
+          in[n_in++] = g;
+          bytes += units[g].numel * 4;
+          held[cls[g]]++;
         }
+      }
       if (bytes > most) most = bytes;
       void *ptr[1];
       for (size_t i = 0; i < n_in; i++) assert_int_equal(zt_fetch(e, in[i], ptr, 1), 1);
@@ -889,15 +967,22 @@ static void test_pool_any_mix(void **state) {
   zt_stats_t st = ZT_STATS_INIT;
   T_OK(zt_stats(e, &st), e);
   uint64_t gathered = st.pool_bytes - 2 * grain(10000);
+  /* Four groups of 1000 bytes (7..10) at once. */
+  void *ptr[1];
+  for (int g = 7; g < 11; g++) assert_int_equal(zt_fetch(e, g, ptr, 1), 1);
+  for (int g = 7; g < 11; g++) T_OK(zt_release(e, g), e);
+  zt_stats_t over = ZT_STATS_INIT;
+  T_OK(zt_stats(e, &over), e);
   printf("# stage 3, groups of 10000, 4 x 4000, 2 x 3000 and 8 x 1000 bytes in random sets "
-         "of up to "
-         "%zu bytes, max_live_bytes %d: gathered pool %llu, pool_misses %llu, peak_live_bytes "
+         "of up to %zu bytes within their classes' slots, max_live_bytes %d: gathered pool "
+         "%llu, pool_misses %llu, peak_live_bytes %llu; four of 1000 at once: pool_misses "
          "%llu\n",
          most, LIVE, (unsigned long long)gathered, (unsigned long long)st.pool_misses,
-         (unsigned long long)st.peak_live_bytes);
-  assert_int_equal(gathered, grain(10000) + 4 * grain(4000) + 8 * grain(1000));
+         (unsigned long long)st.peak_live_bytes, (unsigned long long)over.pool_misses);
+  assert_int_equal(gathered, grain(10000) + 5 * grain(4000) + 2 * grain(1000));
   assert_int_equal(st.pool_misses, 0);
   assert_true(st.peak_live_bytes <= LIVE);
+  assert_int_equal(over.pool_misses, 2);
   t_buf_free(e, dp, n * 4);
   zt_engine_destroy(e);
   free(host);
@@ -931,6 +1016,7 @@ int main(void) {
       cmocka_unit_test(test_checkpoint_after_device_update),
       cmocka_unit_test(test_pool_bounds),
       cmocka_unit_test(test_pool_any_mix),
+      cmocka_unit_test(test_pool_shared_budget),
       cmocka_unit_test(test_bad_model_figure),
   };
   return T_RUN(tests);

@@ -539,7 +539,8 @@ static void w_stats(void **state) {
      * groups' (partition.h, zt__part_pools): group 0 (4310 elements) and
      * groups 1 and 2 (3098 each) are within a factor of two, one class of
      * slots of the largest, as many as max_live_bytes holds of the
-     * smallest, at most three, in whole 256-byte grains. */
+     * largest (the classes' one budget), at least one, at most three, in
+     * whole 256-byte grains. */
     zt__plan_t pg;
     uint64_t largest = model_units[0].numel + model_units[5].numel;
     zt_config_t cfg = t_config();
@@ -551,7 +552,7 @@ static void w_stats(void **state) {
     uint64_t gathered = 0;
     if (rc->stage == 3) {
       uint64_t psz = t_dtype_size(rc->pdt);
-      uint64_t n = cfg.max_live_bytes / ((model_units[1].numel + model_units[2].numel) * psz);
+      uint64_t n = cfg.max_live_bytes / (largest * psz);
       n = n < 1 ? 1 : n > 3 ? 3 : n;
       gathered = n * ((largest * psz + 255) / 256 * 256);
     }

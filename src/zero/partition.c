@@ -224,15 +224,24 @@ void zt__part_pools(const zt__part_size_t *sizes, size_t n_sizes, int stage, siz
   if (end < n_sizes) add_class(out, classes, slot_for(sizes, n_sizes - 1, param_size), 1);
   /* The others in classes of the sizes within a factor of two of the
    * class's largest (in whole grains), so that each class is less than
-   * half the one above it: as many slots as max_live_bytes holds of the
-   * class's smallest group (which it holds the most of), at most one a
-   * group of the class. */
+   * half the one above it. The classes share one budget, max_live_bytes,
+   * from the largest down: a class takes as many slots as what is left of
+   * it holds of the class's largest group, at least one, at most one a
+   * group of the class. A budget per class would reserve max_live_bytes
+   * for each (two to three times it for a model of a few group sizes),
+   * and a device sized by max_live_bytes would run out at registration;
+   * a mix that puts more groups of a class live than it has slots misses
+   * instead (partition.h). */
+  uint64_t budget = max_live_bytes;
   while (end > 0) {
     uint64_t slot = slot_for(sizes, end - 1, param_size), members = 0;
+    uint64_t largest = sizes[end - 1].numel * param_size;
     size_t i = end;
     while (i > 0 && 2 * slot_for(sizes, i - 1, param_size) > slot) members += sizes[--i].count;
-    uint64_t fit = max_live_bytes / (sizes[i].numel * param_size);
-    add_class(out, classes, slot, fit < 1 ? 1 : fit > members ? members : fit);
+    uint64_t n = budget / largest;
+    n = n < 1 ? 1 : n > members ? members : n;
+    budget -= n * largest < budget ? n * largest : budget;
+    add_class(out, classes, slot, n);
     end = i;
   }
   /* zt__arena_init takes them ascending. */

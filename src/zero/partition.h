@@ -330,27 +330,37 @@ typedef struct zt__part_size {
  * and what zt__part_init reserves) for the groups sizes[0 .. n_sizes),
  * ascending in numel, each numel and count at least 1.
  *
- * Gathered groups (stage 3), in classes of slots (offload/arena.h), so
- * that whatever mix of sizes the prefetch scheduler lets be live within
- * max_live_bytes finds slots, with no miss:
- *   - the groups larger than max_live_bytes share one slot of the largest:
- *     the scheduler keeps, stages and spares nothing beyond max_live_bytes,
- *     so such a group is live alone (within the budget);
- *   - the others, from the largest down, in classes of the sizes within a
- *     factor of two of the class's largest, in whole grains (so each class
- *     is less than half the one above), a slot of that largest each, as
- *     many as max_live_bytes holds of the class's smallest group, at most
- *     one a group of the class. A buffer of a size is made only where no
- *     spare of that size is left (prefetch.c), so a class never has more
- *     buffers out than that.
- * The bound: the largest group where one exceeds max_live_bytes, plus per
- * class at most max_live_bytes / its smallest slots of under twice that
- * smallest (max_live_bytes where the class is of one size, under twice it
- * else; each slot in whole grains), and never more than all of its groups;
- * the classes halve, so there are at most 1 + log2(max_live_bytes / the
- * smallest group) of them. With groups of one size: as many slots of it as
- * max_live_bytes holds, at least one, at most one a group (ztier plan's
- * row).
+ * Gathered groups (stage 3), in classes of slots (offload/arena.h) that
+ * share one budget, max_live_bytes, so that the reservation stays near
+ * what the prefetch scheduler lets be live:
+ *   - the groups larger than max_live_bytes share one slot of the largest,
+ *     outside the budget: the scheduler keeps, stages and spares nothing
+ *     beyond max_live_bytes, so such a group is live alone;
+ *   - the others in classes of the sizes within a factor of two of the
+ *     class's largest, in whole grains (so each class is less than half
+ *     the one above), a slot of that largest each. From the largest class
+ *     down, a class takes min(its groups, max(1, left / its largest
+ *     group's bytes)) slots, and what is left of max_live_bytes goes down
+ *     by those slots' bytes (not below 0).
+ * The bound: max_live_bytes, plus the oversize slot, plus at most one slot
+ * of each class beyond the budget (a class the budget left too little for
+ * still has one), each slot rounded up to whole grains (256 bytes). The
+ * slots beyond the budget more than halve class by class, so they come to
+ * under twice the first of them; a budget per class took max_live_bytes
+ * once for each class. There are at most 1 + log2(max_live_bytes / the
+ * smallest group) classes.
+ * What it holds with no miss: any set of live groups with no more of a
+ * class than its slots; so any set of groups of one size within
+ * max_live_bytes (one class: as many slots as max_live_bytes holds, at
+ * least one, at most one a group; ztier plan's row), and any set within
+ * the largest class's slots. A mix within max_live_bytes that puts more
+ * groups of a smaller class live than the budget left it slots for (the
+ * larger classes took it) misses: a buffer of the backend's for each
+ * beyond, counted in pool_misses. That is the trade: on a device a
+ * reservation near max_live_bytes matters more than a miss in a mix
+ * unlike the model's usual order. A buffer of a size is made only where
+ * no spare of that size is left, and a full class frees its spares first
+ * (prefetch.c).
  *
  * Gradients (stages 2 and 3): zt__part_grad_bufs' count of slots of the
  * largest group's gradients, one class: any group's fit, and a loop holding

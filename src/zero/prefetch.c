@@ -99,8 +99,9 @@ int zt__prefetch_buf_get(zt__prefetch_t *pf, size_t bytes, int comm_writes, void
     /* From the pool: its last use is that of the memory it is carved from.
      * Spares of other sizes in this size's class (partition.h,
      * zt__part_pools) hold slots a group of this size can use: where the
-     * class is full (only beyond max_live_bytes, by its count) they go
-     * back first, with their last uses, rather than the group missing.
+     * class is full (more of its groups out than the slots the shared
+     * budget gave it) they go back first, with their last uses, rather
+     * than the group missing.
      * Spares of other classes hold none it can use, and stay. */
     int cls = zt__arena_class_of(&p->gathered_pool, bytes);
     /* Downwards: what free_spare moves into slot k was looked at already. */
