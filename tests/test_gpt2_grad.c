@@ -24,6 +24,7 @@
 
 #include <math.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "examples/gpt2/gpt2.h"
 
@@ -379,6 +380,70 @@ static void test_named_sizes(void **state) {
   assert_int_equal(gpt2_config_named("gpt3", 1, &c), -1);
 }
 
+// Token files (data.c): the same random ids written as bytes, u16, u32 and
+// llm.c's format read back alike; a file of the wrong size, a header that
+// counts otherwise, an id past the vocabulary, an unknown format and a
+// missing file each refused.
+static void write_bytes(const char *path, const void *p, size_t n) {
+  FILE *f = fopen(path, "wb");
+  assert_non_null(f);
+  assert_int_equal(fwrite(p, 1, n, f), n);
+  fclose(f);
+}
+
+static void test_token_files(void **state) {
+  enum { N = 1000 };
+  t_rng_t rng;
+  t_rng_init(&rng, t_seed() ^ 0x70c5);
+  int ids[N];
+  uint8_t b8[N];
+  uint16_t b16[N];
+  uint32_t b32[N], hdr[256] = {20240520, 1, N};
+  for (int i = 0; i < N; i++) {
+    ids[i] = (int)(t_rng_next(&rng) % 256);
+    b8[i] = (uint8_t)ids[i];
+    b16[i] = (uint16_t)ids[i];
+    b32[i] = (uint32_t)ids[i];
+  }
+  char path[256];
+  snprintf(path, sizeof path, "%s/tokens-%d", t_swap_dir(), (int)getpid());
+  const char *formats[] = {"bytes", "u16", "u32", "llmc"};
+  for (int k = 0; k < 4; k++) {
+    if (k == 0) write_bytes(path, b8, sizeof b8);
+    if (k == 1) write_bytes(path, b16, sizeof b16);
+    if (k == 2) write_bytes(path, b32, sizeof b32);
+    if (k == 3) {
+      unsigned char llmc[sizeof hdr + sizeof b16];
+      memcpy(llmc, hdr, sizeof hdr);
+      memcpy(llmc + sizeof hdr, b16, sizeof b16);
+      write_bytes(path, llmc, sizeof llmc);
+    }
+    GPT2Tokens t;
+    assert_int_equal(gpt2_load_tokens(path, formats[k], 256, &t), 0);
+    assert_int_equal(t.n, N);
+    assert_memory_equal(t.ids, ids, sizeof ids);
+    gpt2_free_tokens(&t);
+  }
+  GPT2Tokens t;
+  // The llm.c file as it stands, read with a vocabulary below its largest id.
+  int top = 0;
+  for (int i = 0; i < N; i++) top = ids[i] > top ? ids[i] : top;
+  assert_int_equal(gpt2_load_tokens(path, "llmc", top, &t), -1);
+  assert_int_equal(gpt2_load_tokens(path, "u32", 256, &t), -1); // its ids past 256
+  write_bytes(path, b16, sizeof b16 - 1);                       // half an id
+  assert_int_equal(gpt2_load_tokens(path, "u16", 256, &t), -1);
+  hdr[2] = N + 1;                                                // counts one more
+  unsigned char llmc[sizeof hdr + sizeof b16];
+  memcpy(llmc, hdr, sizeof hdr);
+  memcpy(llmc + sizeof hdr, b16, sizeof b16);
+  write_bytes(path, llmc, sizeof llmc);
+  assert_int_equal(gpt2_load_tokens(path, "llmc", 256, &t), -1);
+  assert_int_equal(gpt2_load_tokens(path, "u8", 256, &t), -1);
+  unlink(path);
+  assert_int_equal(gpt2_load_tokens(path, "bytes", 256, &t), -1);
+  assert_null(t.ids);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_layout),
@@ -386,6 +451,7 @@ int main(void) {
       cmocka_unit_test(test_forward_matches_reference),
       cmocka_unit_test(test_gradients),
       cmocka_unit_test(test_named_sizes),
+      cmocka_unit_test(test_token_files),
   };
   return T_RUN(tests);
 }

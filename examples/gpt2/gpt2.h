@@ -11,6 +11,8 @@
  *   forward.c   the forward pass and its mean loss
  *   backward.c  the backward pass into the flat gradient buffer
  *   update.c    plain AdamW over the flat buffers: the reference
+ *   data.c      the token ids of a file: a text's bytes, raw ids, llm.c's
+ *               token files
  *   zt.c        the update through ztier: the table registered as units,
  *               one group per block, and zt_step; data parallelism: the
  *               rank and world, and a rank's rows of the global batch
@@ -141,6 +143,17 @@ int gpt2_build(GPT2 *m, const GPT2Config *cfg, int B, int T);
 // positions; their published weights fit it). Returns 0, or -1 for an
 // unknown name.
 int gpt2_config_named(const char *name, int T, GPT2Config *cfg);
+
+// The token ids of a file (data.c): `format` "bytes" (a text, V 256), "u16"
+// or "u32" (little-endian ids, one flat file) or "llmc" (llm.c's token
+// files: a 1024-byte header, magic 20240520, then uint16 ids). Every id is
+// checked to be below `vocab`. Returns 0, or -1 with the reason printed.
+typedef struct {
+  int *ids;
+  size_t n;
+} GPT2Tokens;
+int gpt2_load_tokens(const char *path, const char *format, int vocab, GPT2Tokens *out);
+void gpt2_free_tokens(GPT2Tokens *t); // a zeroed struct is fine
 // Frees what gpt2_build allocated; a zeroed struct is fine.
 void gpt2_free(GPT2 *m);
 // GPT-2's initialisation: N(0, 0.02) matrices and embeddings, the residual

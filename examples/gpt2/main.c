@@ -1,13 +1,14 @@
 /*
- * examples/gpt2/main.c — trains a tiny GPT-2 from random initialisation on
- * the bytes of a text file (V = 256, one token per byte), with ztier's
- * AdamW (or the plain one of update.c, the reference), and prints the loss
- * as it goes down.
+ * examples/gpt2/main.c — trains a GPT-2 (a tiny one by default) from
+ * random initialisation or given weights on the bytes of a text file (V =
+ * 256, one token per byte) or on a file of token ids (--token-format, data.c),
+ * with ztier's AdamW (or the plain one of update.c, the reference), and
+ * prints the loss as it goes down.
  *
  *   gpt2 [--text FILE] [--steps N] [--batch B] [--seq T] [--lr LR] [--seed S]
  *        [--optimizer ztier|plain] [--stage 0|1|2] [--optimizer-tier device|host]
  *        [--zt-config FILE.json] [--init WEIGHTS.safetensors|DIR] [--export OUT.safetensors]
- *        [--size tiny|gpt2|gpt2-medium|gpt2-large|gpt2-xl]
+ *        [--size tiny|gpt2|gpt2-medium|gpt2-large|gpt2-xl] [--token-format bytes|u16|u32|llmc]
  *   mpirun -np W gpt2 --stage 1|2 [...]
  *
  * The text's first 90% is trained on; a fixed set of batches from the rest
@@ -36,6 +37,7 @@
 
 typedef struct {
   const char *text;
+  const char *token_format; // --token-format: bytes, u16, u32 or llmc
   int steps, batch, seq;
   float lr;
   uint64_t seed;
@@ -57,7 +59,8 @@ static int parse_args(int argc, char **argv, Options *o) {
              "            [--optimizer ztier|plain] [--stage 0|1|2] "
              "[--optimizer-tier device|host] [--zt-config FILE.json]\n"
              "            [--init WEIGHTS.safetensors|DIR] [--export OUT.safetensors]\n"
-             "            [--size tiny|gpt2|gpt2-medium|gpt2-large|gpt2-xl]\n");
+             "            [--size tiny|gpt2|gpt2-medium|gpt2-large|gpt2-xl]\n"
+             "            [--token-format bytes|u16|u32|llmc]\n");
       return 1;
     }
     if (!v) {
@@ -66,6 +69,7 @@ static int parse_args(int argc, char **argv, Options *o) {
     }
     i++;
     if (strcmp(f, "--text") == 0) o->text = v;
+    else if (strcmp(f, "--token-format") == 0) o->token_format = v;
     else if (strcmp(f, "--steps") == 0) o->steps = atoi(v);
     else if (strcmp(f, "--batch") == 0) o->batch = atoi(v);
     else if (strcmp(f, "--seq") == 0) o->seq = atoi(v);
@@ -92,27 +96,10 @@ static int parse_args(int argc, char **argv, Options *o) {
   return -1;
 }
 
-static unsigned char *read_file(const char *path, size_t *n) {
-  FILE *f = fopen(path, "rb");
-  if (!f) return NULL;
-  unsigned char *buf = NULL;
-  if (fseek(f, 0, SEEK_END) == 0) {
-    long len = ftell(f);
-    rewind(f);
-    buf = len > 0 ? malloc((size_t)len) : NULL;
-    if (buf && fread(buf, 1, (size_t)len, f) != (size_t)len) {
-      free(buf);
-      buf = NULL;
-    }
-    *n = buf ? (size_t)len : 0;
-  }
-  fclose(f);
-  return buf;
-}
-
-// One global batch: B windows of T+1 bytes starting in [lo, hi), inputs the
-// first T of each, targets the T after the first. Every rank draws the same.
-static void make_batch(const unsigned char *text, size_t lo, size_t hi, int B, int T,
+// One global batch: B windows of T+1 tokens starting in [lo, hi), inputs
+// the first T of each, targets the T after the first. Every rank draws the
+// same.
+static void make_batch(const int *text, size_t lo, size_t hi, int B, int T,
                        uint64_t *rng, int *inp, int *tgt) {
   for (int b = 0; b < B; b++) {
     *rng = *rng * 6364136223846793005ull + 1442695040888963407ull;
@@ -139,7 +126,7 @@ typedef struct {
 // world size (the slices are equal, so the mean of their means is the
 // batch's mean).
 #define VAL_BATCHES 8
-static float val_loss(GPT2 *m, const unsigned char *text, size_t lo, size_t hi, Batches *b) {
+static float val_loss(GPT2 *m, const int *text, size_t lo, size_t hi, Batches *b) {
   uint64_t rng = 1234; // fixed, so the before and after see the same bytes
   double sum = 0.0;
   for (int i = 0; i < VAL_BATCHES; i++) {
@@ -222,8 +209,8 @@ static int make_engine(const zt_config_t *zcfg, int B, zt_engine_t **eng, Batche
 }
 
 int main(int argc, char **argv) {
-  Options o = {"/usr/share/common-licenses/GPL-3", 40, 8, 64, 1e-3f, 42, 0, NULL, NULL, NULL,
-               "tiny", NULL, NULL};
+  Options o = {"/usr/share/common-licenses/GPL-3", "bytes", 40, 8, 64, 1e-3f, 42, 0, NULL,
+               NULL, NULL, "tiny", NULL, NULL};
   int rc = parse_args(argc, argv, &o);
   if (rc != 0) return rc > 0 ? 0 : 2;
   zt_config_t zcfg;
@@ -232,12 +219,22 @@ int main(int argc, char **argv) {
     return 2;
   }
   if (!o.plain && make_config(&o, &zcfg) < 0) return 2;
-  size_t n;
-  unsigned char *text = read_file(o.text, &n);
-  if (!text || n < 10 * (size_t)(o.seq + 2)) {
-    fprintf(stderr, "gpt2: cannot read %s, or it is shorter than %d bytes\n", o.text,
+  // The vocabulary the ids are checked against is the size's (below).
+  GPT2Config cfg = {0};
+  if (gpt2_config_named(o.size, o.seq, &cfg) != 0 || o.seq > cfg.max_seq_len) {
+    fprintf(stderr, "gpt2: --size %s with --seq %d: %s\n", o.size, o.seq,
+            cfg.max_seq_len ? "--seq is past the size's positions"
+                            : "expected tiny, gpt2, gpt2-medium, gpt2-large or gpt2-xl");
+    return 2;
+  }
+  GPT2Tokens tok;
+  if (gpt2_load_tokens(o.text, o.token_format, cfg.vocab_size, &tok) != 0) return 1;
+  size_t n = tok.n;
+  const int *text = tok.ids;
+  if (n < 10 * (size_t)(o.seq + 2)) {
+    fprintf(stderr, "gpt2: %s holds %zu tokens; expected at least %d\n", o.text, n,
             10 * (o.seq + 2));
-    free(text);
+    gpt2_free_tokens(&tok);
     return 1;
   }
   size_t n_train = n * 9 / 10;
@@ -247,24 +244,14 @@ int main(int argc, char **argv) {
   zt_engine_t *eng = NULL;
   Batches b = {.B = o.batch, .T = o.seq, .rank = 0, .world = 1};
   if (!o.plain && make_engine(&zcfg, o.batch, &eng, &b) < 0) {
-    free(text);
+    gpt2_free_tokens(&tok);
     return 1;
   }
   quiet = b.rank != 0;
   int rows = o.batch / b.world;
   // By default a tiny GPT-2: every shape of the real one, small enough to
   // learn on two cores in seconds. Hugging Face's sizes take its weights.
-  GPT2Config cfg = {0};
-  const char *bad = gpt2_config_named(o.size, o.seq, &cfg) != 0
-                        ? "expected tiny, gpt2, gpt2-medium, gpt2-large or gpt2-xl"
-                    : o.seq > cfg.max_seq_len ? "--seq is past the size's positions"
-                                              : NULL;
-  if (bad) {
-    fprintf(stderr, "gpt2: --size %s with --seq %d: %s\n", o.size, o.seq, bad);
-    zt_engine_destroy(eng);
-    free(text);
-    return 2;
-  }
+
   GPT2 model;
   size_t tokens = (size_t)o.batch * o.seq;
   b.g_inp = malloc(tokens * sizeof(int));
@@ -279,8 +266,8 @@ int main(int argc, char **argv) {
   // Every rank draws the same initialisation: ztier's master copy is the
   // registered buffer of each, and they must agree.
   gpt2_init_random(&model, o.seed);
-  say("gpt2: %s, %zu bytes; V %d, T %d, C %d, %d heads, %d layers, B %d: %zu parameters\n",
-      o.text, n, cfg.vocab_size, o.seq, cfg.n_embd, cfg.n_head, cfg.n_layer, o.batch,
+  say("gpt2: %s, %zu %s; V %d, T %d, C %d, %d heads, %d layers, B %d: %zu parameters\n",
+      o.text, n, strcmp(o.token_format, "bytes") == 0 ? "bytes" : "tokens", cfg.vocab_size, o.seq, cfg.n_embd, cfg.n_head, cfg.n_layer, o.batch,
       model.num_parameters);
   // ztier takes the buffers once, before the first step; the weights it
   // keeps as its master copy are the initialisation's.
@@ -351,6 +338,6 @@ int main(int argc, char **argv) {
   free(b.g_tgt);
   free(b.inp);
   free(b.tgt);
-  free(text);
+  gpt2_free_tokens(&tok);
   return ok ? 0 : 1;
 }
