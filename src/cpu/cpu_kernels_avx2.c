@@ -188,20 +188,23 @@ ZT_INLINE vhp_t vhp_make(const zt__adam_hp_t *hp) {
   return c;
 }
 
-/* zt_adam_update on 8 lanes: the same operations in the same order. */
-ZT_INLINE void adam8(const vhp_t *c, int dmode, __m256 g, __m256 *p, __m256 *m,
-                     __m256 *v) {
+/* zt_adam_update on 8 lanes: the same operations in the same order.
+ * Returns sqrt(v), which the int8 states store (the fp32 update drops it). */
+ZT_INLINE __m256 adam8(const vhp_t *c, int dmode, __m256 g, __m256 *p, __m256 *m,
+                       __m256 *v) {
   g = _mm256_mul_ps(g, c->gmul);
   __m256 pv = *p;
   if (dmode == DECAY_L2) g = _mm256_fmadd_ps(c->wd, pv, g);
   if (dmode == DECAY_ADAMW) pv = _mm256_mul_ps(pv, c->decay_mul);
   __m256 mv = _mm256_fmadd_ps(c->b1, *m, _mm256_mul_ps(c->omb1, g));
   __m256 vv = _mm256_fmadd_ps(c->b2, *v, _mm256_mul_ps(_mm256_mul_ps(c->omb2, g), g));
-  __m256 denom = _mm256_fmadd_ps(_mm256_sqrt_ps(vv), c->inv_bc2_sqrt, c->eps);
+  __m256 sq = _mm256_sqrt_ps(vv);
+  __m256 denom = _mm256_fmadd_ps(sq, c->inv_bc2_sqrt, c->eps);
   pv = _mm256_fmadd_ps(c->neg_step, _mm256_div_ps(mv, denom), pv);
   *p = pv;
   *m = mv;
   *v = vv;
+  return sq;
 }
 
 /* Software prefetch this many bytes ahead in each fp32 stream (the same
@@ -501,24 +504,6 @@ ZT_INLINE void q_store1(void *buf, int dt, size_t i, float x, int sr, uint32_t r
     ((float *)buf)[i] = x;
 }
 
-/* adam8, also returning sqrt(v), which the int8 code stores. */
-ZT_INLINE __m256 adam8_sqrt(const vhp_t *c, int dmode, __m256 g, __m256 *p, __m256 *m,
-                            __m256 *v) {
-  g = _mm256_mul_ps(g, c->gmul);
-  __m256 pv = *p;
-  if (dmode == DECAY_L2) g = _mm256_fmadd_ps(c->wd, pv, g);
-  if (dmode == DECAY_ADAMW) pv = _mm256_mul_ps(pv, c->decay_mul);
-  __m256 mv = _mm256_fmadd_ps(c->b1, *m, _mm256_mul_ps(c->omb1, g));
-  __m256 vv = _mm256_fmadd_ps(c->b2, *v, _mm256_mul_ps(_mm256_mul_ps(c->omb2, g), g));
-  __m256 sq = _mm256_sqrt_ps(vv);
-  __m256 denom = _mm256_fmadd_ps(sq, c->inv_bc2_sqrt, c->eps);
-  pv = _mm256_fmadd_ps(c->neg_step, _mm256_div_ps(mv, denom), pv);
-  *p = pv;
-  *m = mv;
-  *v = vv;
-  return sq;
-}
-
 /* zt_q8_decode on 8 codes (32-bit lanes). */
 ZT_INLINE __m256 q8_decode8(__m256i c, int man) {
   __m256i f = _mm256_add_epi32(_mm256_slli_epi32(c, 23 - man), splat(0x38000000u));
@@ -643,7 +628,7 @@ ZT_INLINE void q8_block(const vhp_t *c, const zt__adam_hp_t *hp, const zt__adam_
                         _mm256_slli_epi32(_mm256_and_si256(cm, splat(0x80)), 24)));
     __m256 sv = _mm256_mul_ps(q8_decode8(load8_u8(qv + i), ZT_Q8_V_MAN), vds);
     __m256 vv = _mm256_mul_ps(sv, sv);
-    __m256 sq = adam8_sqrt(c, dmode, g, &p, &mv, &vv);
+    __m256 sq = adam8(c, dmode, g, &p, &mv, &vv);
     _mm256_storeu_ps(master + i, p);
     if (pdt != NO_PARAMS) {
       __m256i prnd = sr ? sr_bits(k->par, lo + (uint32_t)i) : k->par;
