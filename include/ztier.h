@@ -250,6 +250,14 @@ typedef struct zt_config {
   double comm_timeout_s; /* seconds; default 300                          */
 
   zt_nonfinite_t nonfinite; /* "skip" | "apply": steps with inf/nan gradients */
+
+  /* Stage 3, host backend: zt_fetch() gathers each group into its own
+   * place in the registered parameter buffer, and the pages of a group's
+   * parameters (and, once handed over, its gradients) are given back to
+   * the system when it is released, so a flat loop keeps its pointers
+   * and holds only the groups in use (docs/stages.md, "Stage 3 in
+   * place"). 0: stage 3 gathers into buffers of its own. */
+  int params_in_place;
 } zt_config_t;
 
 /* The defaults. Every engine field has a working default. The macro puts
@@ -264,7 +272,7 @@ typedef struct zt_config {
         0.5, 2000, 1.0, (size_t)16 << 20, 0, 0, ZT_LOG_WARN, NULL, NULL,     \
         (size_t)16 << 20, "", (size_t)8 << 20, 32, 2, 0, -1, "", -1, 0,      \
         300.0, (size_t)64 << 20, (size_t)1 << 30, (size_t)1 << 20, 300.0,    \
-        ZT_NONFINITE_SKIP                                                    \
+        ZT_NONFINITE_SKIP, 0                                                 \
   }
 
 /*

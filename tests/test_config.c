@@ -99,6 +99,7 @@ static const tkey_t tkeys[] = {
     {AT(prefetch_bytes), K_SIZE, {0}, 0},
     {AT(max_live_bytes), K_SIZE, {0}, 0},
     {AT(stage_min_bytes), K_SIZE, {0}, 0},
+    {AT(params_in_place), K_INT, {0}, 0},
 };
 #define N_TKEYS (sizeof tkeys / sizeof tkeys[0])
 
@@ -200,6 +201,7 @@ static tval_t random_value(const tkey_t *k, t_rng_t *r) {
           : !strcmp(n, "swap_queue_depth") ? 1 + (int)rnd(r, 4096)
           : !strcmp(n, "swap_rings")       ? 1 + (int)rnd(r, 64)
           : !strcmp(n, "swap_sqpoll")      ? (int)rnd(r, 2)
+          : !strcmp(n, "params_in_place")  ? 0 /* 1 needs backend "host" */
           : !strcmp(n, "numa_node")        ? (int)rnd(r, 1025) - 1
           : !strcmp(n, "rank")             ? -1
           : !strcmp(n, "world_size")       ? 0
@@ -290,8 +292,9 @@ static void value_text(const tkey_t *k, tval_t v, int json, t_rng_t *r, char *b,
     snprintf(b, n, json ? "\"%s\"" : "%s", k->names[v.i]);
     break;
   case K_INT:
-    /* swap_sqpoll also takes false / true, in JSON and as text. */
-    if (!strcmp(k->name, "swap_sqpoll") && rnd(r, 2))
+    /* The boolean keys also take false / true, in JSON and as text. */
+    if ((!strcmp(k->name, "swap_sqpoll") || !strcmp(k->name, "params_in_place")) &&
+        rnd(r, 2))
       snprintf(b, n, "%s", v.i ? "true" : "false");
     else
       snprintf(b, n, "%d", v.i);
@@ -374,6 +377,7 @@ static zt_config_t random_config(t_rng_t *r) {
   c.swap_queue_depth = 1 + (int)rnd(r, 4096);
   c.swap_rings = 1 + (int)rnd(r, 64);
   c.swap_sqpoll = (int)rnd(r, 2);
+  c.params_in_place = c.backend == ZT_BACKEND_HOST ? (int)rnd(r, 2) : 0;
   return c;
 }
 

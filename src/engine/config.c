@@ -127,6 +127,14 @@ const keydef_t zt__config_keys[] = {
             "staged ahead of its zt_fetch() on the prefetch stream; a smaller part is "
             "copied inside the fetch, where a hand-over to another thread costs more "
             "than the copy. 0: every group that can be"},
+    {FIELD(params_in_place), .type = T_INT, .lo = 0, .hi = 1, .sup = 1, .boolean = 1,
+     .also = "backend \"host\"",
+     .doc = "stage 3: 1 gathers each fetched group into its own place in the registered "
+            "parameter buffer, so the loop computes on its own pointers, and gives the "
+            "pages of a released group's parameters, and of handed-over gradients, back "
+            "to the system (the buffers must be anonymous memory: malloc, calloc or "
+            "anonymous mmap). 0: fetched groups live in ztier's buffers. No effect at "
+            "stages 0-2, which update the registered buffer in place"},
     {FIELD(rounding), .type = T_ENUM, NAMES(rounding_names), .supported = 0x3,
      .doc = "how the fp32 master weights are rounded to bf16 parameters: `nearest` "
             "(ties to even) or `stochastic` (unbiased; from `seed` and the step)"},
@@ -529,6 +537,16 @@ static int check_combos(const ctx_t *c, const zt_config_t *cfg) {
         "key 'param_tier' is \"nvme\" but swap_path is empty; expected "
         "swap_path to name one or more directories for the swap files "
         "(':'-separated), e.g. \"/nvme0/ztier\"");
+
+  /* On a GPU the registered buffers are device memory, which would need
+   * virtual memory management to be backed a group at a time. */
+  if (cfg->params_in_place && cfg->backend != ZT_BACKEND_HOST)
+    return zt__config_kfail(
+        c, zt__config_find_key("params_in_place"), backend, ZT_ECONFIG,
+        "key 'params_in_place' is 1 but backend is \"%s\"; expected backend \"host\" "
+        "(device buffers backed a group at a time need CUDA's virtual memory "
+        "management, which ztier does not do yet) or params_in_place 0",
+        backend_names[cfg->backend]);
 
   /* The dynamic scale starts at initial_loss_scale and backs off no lower
    * than min_loss_scale; a floor above the start is a typo, whatever the

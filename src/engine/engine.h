@@ -66,6 +66,11 @@ struct zt_engine {
    * zero.prefetch, stage 3's trace, reads ahead and stats. */
   int partitioned;
   zt__zero_t zero;
+  /* Stage 3 in place (config params_in_place, in_place.h): the loop's
+   * registered buffers, which hold the groups in use (NULL otherwise; the
+   * gradients' also without a registered gradient buffer). */
+  void *place_params;
+  void *place_grads;
   /* Stage 3's parameter tier (offload/tier.h): the shard between steps. */
   zt__param_tier_t ptier;
 

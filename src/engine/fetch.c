@@ -13,6 +13,11 @@
  *                   kept longer by the prefetch scheduler); grads
  *                   gives engine-owned buffers, handed to their owners and
  *                   freed by zt_grads_ready().
+ *   stage 3 in      fetch also copies the group into its places in the
+ *   place           registered parameters and returns pointers there;
+ *                   the last release, and zt_grads_ready() for the
+ *                   registered gradients, give those places' pages back
+ *                   (in_place.h).
  *
  * Unit pointers come in the order of the unit table (the units of the
  * group, by ascending index).
@@ -26,6 +31,7 @@
 #include <string.h>
 
 #include "engine/engine.h"
+#include "engine/in_place.h" // defines: zt__in_place_give_back
 #include "zero/gather.h" // defines: zt__gather_fetch, zt__gather_release
 #include "zero/reduce.h" // defines: zt__reduce_group
 
@@ -70,6 +76,33 @@ static int unit_pointers(zt_engine_t *eng, const char *fn, int group, const zt__
   return (int)count;
 }
 
+/* ---- stage 3 in place (in_place.h) ---------------------------------------------- */
+
+/* The gathered group, copied into its places in the loop's parameter
+ * buffer; `ptrs` (n of them, checked) is scratch. The host backend's
+ * gathers have landed when zt__gather_fetch returns. */
+static void place_group(zt_engine_t *eng, const zt__group_t *g, void **ptrs, size_t n) {
+  size_t psz = zt__dtype_size(eng->param_dtype);
+  int count = unit_pointers(eng, "zt_fetch", g->id, g, g->params, psz, 1, ptrs, n);
+  size_t k = 0;
+  for (size_t i = 0; i < eng->n_units && (int)k < count; i++) {
+    const zt__unit_t *u = &eng->units[i];
+    if (u->group != g->id) continue;
+    memcpy((char *)eng->place_params + u->offset * psz, ptrs[k++], u->numel * psz);
+  }
+}
+
+/* Gives back the group's places in `buf` (elements of `esz` bytes); with
+ * `zero`, the whole of them reads as zero after. */
+static void give_back_group(const zt_engine_t *eng, int group, void *buf, size_t esz,
+                            int zero) {
+  for (size_t i = 0; i < eng->n_units; i++) {
+    const zt__unit_t *u = &eng->units[i];
+    if (u->group == group)
+      zt__in_place_give_back((char *)buf + u->offset * esz, u->numel * esz, zero);
+  }
+}
+
 int zt_fetch(zt_engine_t *eng, int group, void **params, size_t n_units) {
   ZT_TRY(zt__engine_check(eng, "zt_fetch"));
   zt__group_t *g;
@@ -90,8 +123,11 @@ int zt_fetch(zt_engine_t *eng, int group, void **params, size_t n_units) {
   eng->zero.prefetch.stall_seconds += zt__now() - t0;
   /* Broken: the ranks may now disagree on what is in flight. */
   if (rc < 0) return zt__engine_fail(eng, rc);
+  if (eng->place_params && g->fetched == 0) place_group(eng, g, params, n_units);
   g->fetched++;
   eng->fetches_since_step++;
+  if (eng->place_params)
+    return unit_pointers(eng, "zt_fetch", group, g, eng->place_params, psz, 0, params, n_units);
   return unit_pointers(eng, "zt_fetch", group, g, g->params, psz, 1, params, n_units);
 }
 
@@ -106,6 +142,8 @@ int zt_release(zt_engine_t *eng, int group) {
                     "zt_fetch()",
                     group);
   if (--g->fetched > 0 || eng->cfg.stage < 3) return 0;
+  if (eng->place_params)
+    give_back_group(eng, group, eng->place_params, zt__dtype_size(eng->param_dtype), 0);
   int rc = zt__gather_release(&eng->zero, g);
   return rc < 0 ? zt__engine_fail(eng, rc) : rc;
 }
@@ -129,5 +167,10 @@ int zt_grads_ready(zt_engine_t *eng, int group) {
   if (g == NULL) return 0;
   int rc = zt__reduce_group(&eng->zero.part, g);
   /* On failure, broken: buckets may be half handed over. */
-  return rc < 0 ? zt__engine_fail(eng, rc) : rc;
+  if (rc < 0) return zt__engine_fail(eng, rc);
+  /* Packed and cleared (the host backend's copies are done when enqueued):
+   * the pages read as zero without being held. */
+  if (eng->place_grads)
+    give_back_group(eng, group, eng->place_grads, zt__dtype_size(eng->grad_dtype), 1);
+  return rc;
 }

@@ -15,6 +15,7 @@
 
 #include "base/ckjson.h" // defines: zt__ckjson_dup
 #include "engine/engine.h"
+#include "engine/in_place.h" // defines: zt__in_place_check, zt__in_place_give_back
 #include "zero/reduce.h"   // defines: zt__reduce_flush
 
 #define XXH_INLINE_ALL
@@ -45,6 +46,12 @@ static int check_unique_names(zt_engine_t *eng) {
 
 static int valid_dtype(zt_dtype_t dt) {
   return dt == ZT_FP32 || dt == ZT_BF16 || dt == ZT_FP16;
+}
+
+/* Stage 3 in place (in_place.h): the loop keeps its buffers, which ztier
+ * backs a group at a time. */
+static int in_place(const zt_engine_t *eng) {
+  return eng->cfg.stage >= 3 && eng->cfg.params_in_place;
 }
 
 static int check_buffers(zt_engine_t *eng, const void *params, const void *grads,
@@ -94,6 +101,10 @@ static int check_buffers(zt_engine_t *eng, const void *params, const void *grads
     return zt__errf(e, -EINVAL, "grads (%p) is not memory of the %s backend's device; "
                                 "expected a device buffer",
                     grads, eng->be_ops->name);
+  if (in_place(eng)) {
+    ZT_TRY(zt__in_place_check(e, "params", params, numel * psz));
+    if (have_grads) ZT_TRY(zt__in_place_check(e, "grads", grads, numel * gsz));
+  }
   return 0;
 }
 
@@ -437,8 +448,16 @@ int zt_register_units(zt_engine_t *eng, void *params, void *grads, size_t numel,
   if (rc < 0) goto fail;
   init_scaler(eng);
   /* Stage 3 owns the parameters from now on: the buffer gave the initial
-   * values and the caller may free it. */
+   * values and the caller may free it. In place, the buffer stays the
+   * loop's and holds the fetched groups: until then, neither it nor the
+   * gradient buffer holds anything (the gradients read as zero). */
   if (eng->cfg.stage >= 3) eng->params = NULL;
+  if (in_place(eng)) {
+    eng->place_params = params;
+    eng->place_grads = grads;
+    zt__in_place_give_back(params, numel * zt__dtype_size(param_dtype), 0);
+    if (grads) zt__in_place_give_back(grads, numel * zt__dtype_size(grad_dtype), 1);
+  }
   eng->registered = 1;
   zt__log(&eng->cfg, ZT_LOG_INFO,
           "registered %zu units (%zu elements with optimizer states, %s params, %s grads) "
