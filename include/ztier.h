@@ -141,6 +141,13 @@ typedef enum zt_loss_scaling {
  * gradients"). Skipping needs the gradients' norm before the update, a pass
  * over them of its own; applying lets the update take the norm in its own
  * pass when nothing else needs it first. */
+/* How the optimizer tier stores Adam's m and v (docs/states.md). */
+typedef enum zt_states {
+  ZT_STATES_FP32 = 0, /* 4 bytes each, as torch.optim.AdamW          */
+  ZT_STATES_BF16 = 1, /* 2 bytes each, stochastic rounding            */
+  ZT_STATES_INT8 = 2  /* 1 byte each + a scale per 256 (not yet wired) */
+} zt_states_t;
+
 typedef enum zt_nonfinite {
   ZT_NONFINITE_SKIP = 0, /* skip such a step: nothing is written           */
   ZT_NONFINITE_APPLY = 1 /* apply it, as torch.optim.AdamW does, unless loss
@@ -258,6 +265,8 @@ typedef struct zt_config {
    * and holds only the groups in use (docs/stages.md, "Stage 3 in
    * place"). 0: stage 3 gathers into buffers of its own. */
   int params_in_place;
+
+  zt_states_t optimizer_states; /* "fp32" | "bf16": how m and v are stored */
 } zt_config_t;
 
 /* The defaults. Every engine field has a working default. The macro puts
@@ -272,7 +281,7 @@ typedef struct zt_config {
         0.5, 2000, 1.0, (size_t)16 << 20, 0, 0, ZT_LOG_WARN, NULL, NULL,     \
         (size_t)16 << 20, "", (size_t)8 << 20, 32, 2, 0, -1, "", -1, 0,      \
         300.0, (size_t)64 << 20, (size_t)1 << 30, (size_t)1 << 20, 300.0,    \
-        ZT_NONFINITE_SKIP, 0                                                 \
+        ZT_NONFINITE_SKIP, 0, ZT_STATES_FP32                                 \
   }
 
 /*

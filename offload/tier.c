@@ -27,7 +27,8 @@ int zt__opt_tier_create(zt__opt_tier_t *t, const zt__opt_tier_ops_t *ops,
                         const zt__ctx_t *ctx, zt__pinned_t *pin, const zt__counters_t *cnt,
                         const zt__opt_nvme_view_t *view, int shard, size_t first, size_t n) {
   *t = (zt__opt_tier_t){.ops = ops, .ctx = ctx, .pin = pin, .cnt = *cnt, .view = *view,
-                        .shard = shard, .first = first, .n = n};
+                        .shard = shard, .first = first, .n = n,
+                        .states = ctx->cfg->optimizer_states};
   return ops->alloc(t);
 }
 
@@ -45,12 +46,12 @@ void zt__opt_tier_shape(const zt__opt_nvme_view_t *view, int shard, size_t n,
     extent = b->index + b->n - a->index;
   }
   *out = zt__tier_shape(n, extent, shard, view->params_sink != NULL, view->param_dtype,
-                        view->grad_dtype, cfg->chunk_bytes, cfg->pinned_budget_bytes,
-                        pin->pages);
+                        view->grad_dtype, cfg->optimizer_states, cfg->chunk_bytes,
+                        cfg->pinned_budget_bytes, pin->pages);
 }
 
 zt__tier_shape_t zt__tier_shape(uint64_t n, uint64_t extent, int shard, int sink,
-                                zt_dtype_t param_dtype, zt_dtype_t grad_dtype,
+                                zt_dtype_t param_dtype, zt_dtype_t grad_dtype, int states,
                                 size_t chunk_bytes, uint64_t budget, uint64_t pinned) {
   return (zt__tier_shape_t){.n = n,
                             .extent = extent,
@@ -58,6 +59,7 @@ zt__tier_shape_t zt__tier_shape(uint64_t n, uint64_t extent, int shard, int sink
                             .sink = sink,
                             .param_dtype = param_dtype,
                             .grad_dtype = grad_dtype,
+                            .states = states,
                             .chunk_bytes = chunk_bytes,
                             .budget = budget,
                             .pinned = pinned};

@@ -47,6 +47,7 @@ typedef struct zt__tier_shape {
                          (register.c)                                       */
   int sink;           /* shard: the parameters go to the parameter tier    */
   zt_dtype_t param_dtype, grad_dtype;
+  int states;         /* config optimizer_states: m and v's format         */
   size_t chunk_bytes; /* config chunk_bytes                                */
   uint64_t budget;    /* config pinned_budget_bytes, 0: none               */
   uint64_t pinned;    /* pinned pages held before the tier allocates       */
@@ -85,7 +86,10 @@ typedef struct zt__opt_tier {
   size_t first;             /* the state index of its state 0             */
   size_t n;                 /* states                                     */
   float *master, *m, *v;    /* memory tiers; master NULL: the fp32 params
-                               are their own master (device, unsharded)   */
+                               are their own master (device, unsharded).
+                               m and v hold `states`' elements: floats,
+                               or bf16 (uint16_t) with ZT_STATES_BF16     */
+  int states;               /* config optimizer_states (host tier only)  */
   int params_are_master;    /* no master of its own: the fp32 parameters
                                are it (checkpoints save them as master)   */
   zt__staging_t staging;    /* host tier, unsharded                       */
@@ -140,12 +144,19 @@ ZT_INTERNAL int zt__opt_tier_create(zt__opt_tier_t *t, const zt__opt_tier_ops_t 
 /* Frees what t holds and zeroes it; a zeroed t: nothing. */
 ZT_INTERNAL void zt__opt_tier_free(zt__opt_tier_t *t);
 
+/* Bytes of one element of m (or of v) stored in `states`' format. */
+ZT_INTERNAL size_t zt__states_size(int states);
+
+/* The CPU AdamW over l's segments, with m and v in t's format: the host
+ * tier's windows and a shard in memory. */
+ZT_INTERNAL void zt__tier_cpu_adam(const zt__opt_tier_t *t, const zt__adam_launch_t *l);
+
 /* The one place a shape is filled: from its fields (`ztier plan`, whose
  * model is one run: extent n), or, zt__opt_tier_shape, what alloc sees for
  * `view` (its extent and flags) with the config and pin's pages. */
 ZT_INTERNAL zt__tier_shape_t zt__tier_shape(uint64_t n, uint64_t extent, int shard, int sink,
                                             zt_dtype_t param_dtype, zt_dtype_t grad_dtype,
-                                            size_t chunk_bytes, uint64_t budget,
+                                            int states, size_t chunk_bytes, uint64_t budget,
                                             uint64_t pinned);
 ZT_INTERNAL void zt__opt_tier_shape(const zt__opt_nvme_view_t *view, int shard, size_t n,
                                     const zt_config_t *cfg, const zt__pinned_t *pin,

@@ -30,14 +30,14 @@ static int alloc(zt__opt_tier_t *t) {
   const zt__ctx_t *c = t->ctx;
   const zt__backend_ops_t *be = c->be_ops;
   const zt__opt_nvme_view_t *v = &t->view;
-  size_t bytes = t->n * sizeof(float);
+  size_t bytes = t->n * sizeof(float), sbytes = t->n * zt__states_size(t->states);
   zt__staging_t *st = &t->staging;
   size_t psz = zt__dtype_size(v->param_dtype), gsz = zt__dtype_size(v->grad_dtype);
   const zt__seg_t *first = &v->segs[0], *last = &v->segs[v->n_segs - 1];
   st->chunk_elems = chunk_of(c->cfg->chunk_bytes, last->index + last->n - first->index);
   ZT_TRY(zt__pinned_alloc(t->pin, bytes, (void **)&t->master));
-  ZT_TRY(zt__pinned_alloc(t->pin, bytes, (void **)&t->m));
-  ZT_TRY(zt__pinned_alloc(t->pin, bytes, (void **)&t->v));
+  ZT_TRY(zt__pinned_alloc(t->pin, sbytes, (void **)&t->m));
+  ZT_TRY(zt__pinned_alloc(t->pin, sbytes, (void **)&t->v));
   for (int s = 0; s < ZT_STAGING_SLOTS; s++) {
     ZT_TRY(zt__pinned_alloc(t->pin, st->chunk_elems * gsz, &st->grads[s]));
     ZT_TRY(zt__pinned_alloc(t->pin, st->chunk_elems * psz, &st->params[s]));
@@ -153,7 +153,7 @@ static int update(zt__opt_tier_t *t, const zt__adam_hp_t *hp, double *sumsq) {
         .segs = st->pieces[s],
         .n_segs = n_pieces,
     };
-    zt__cpu_adam(c->cpu, &l);
+    zt__tier_cpu_adam(t, &l);
     *t->cnt.optimizer_seconds += zt__now() - t1;
     ZT_TRY(send_params(t, &win[s], s, n_pieces));
   }
@@ -178,10 +178,10 @@ static void free_states(zt__opt_tier_t *t) {
   }
   if (t->n == 0) return;
   const zt__ctx_t *c = t->ctx;
-  size_t bytes = t->n * sizeof(float);
+  size_t bytes = t->n * sizeof(float), sbytes = t->n * zt__states_size(t->states);
   zt__pinned_free(t->pin, t->master, bytes);
-  zt__pinned_free(t->pin, t->m, bytes);
-  zt__pinned_free(t->pin, t->v, bytes);
+  zt__pinned_free(t->pin, t->m, sbytes);
+  zt__pinned_free(t->pin, t->v, sbytes);
   zt__staging_t *st = &t->staging;
   size_t pb = st->chunk_elems * zt__dtype_size(t->view.param_dtype);
   size_t gb = st->chunk_elems * zt__dtype_size(t->view.grad_dtype);
@@ -206,8 +206,9 @@ static void footprint(const zt__tier_shape_t *s, zt__footprint_t *out) {
   if (s->n == 0) return;
   uint64_t psz = zt__dtype_size(s->param_dtype), gsz = zt__dtype_size(s->grad_dtype);
   uint64_t chunk = chunk_of(s->chunk_bytes, s->extent);
-  out->host = 3 * s->n * 4 + ZT_STAGING_SLOTS * chunk * (psz + gsz);
-  out->pinned_pages = 3 * zt__page_round(s->n * 4) +
+  uint64_t ssz = zt__states_size(s->states);
+  out->host = s->n * (4 + 2 * ssz) + ZT_STAGING_SLOTS * chunk * (psz + gsz);
+  out->pinned_pages = zt__page_round(s->n * 4) + 2 * zt__page_round(s->n * ssz) +
                       ZT_STAGING_SLOTS * (zt__page_round(chunk * psz) +
                                           zt__page_round(chunk * gsz));
 }

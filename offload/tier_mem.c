@@ -33,15 +33,38 @@ void zt__tier_mem_release(const zt__ctx_t *c, zt__pinned_t *pin, int pinned, voi
 
 /* ---- a ZeRO shard's states: the same in both memory tiers but for where -------- */
 
+size_t zt__states_size(int states) { return states == ZT_STATES_BF16 ? 2 : 4; }
+
+void zt__tier_cpu_adam(const zt__opt_tier_t *t, const zt__adam_launch_t *l) {
+  if (t->states == ZT_STATES_FP32) {
+    zt__cpu_adam(t->ctx->cpu, l);
+    return;
+  }
+  zt__adam_qlaunch_t q = {.hp = l->hp,
+                          .states = t->states,
+                          .master = l->master,
+                          .m = l->m,
+                          .v = l->v,
+                          .grads = l->grads,
+                          .grads_first = l->grads_first,
+                          .grad_dtype = l->grad_dtype,
+                          .params = l->params,
+                          .params_first = l->params_first,
+                          .param_dtype = l->param_dtype,
+                          .segs = l->segs,
+                          .n_segs = l->n_segs};
+  zt__cpu_adam_states(t->ctx->cpu, &q);
+}
+
 int zt__tier_mem_shard_alloc(zt__opt_tier_t *t, int pinned) {
   const zt__opt_nvme_view_t *v = &t->view;
-  size_t bytes = t->n * sizeof(float);
+  size_t bytes = t->n * sizeof(float), sbytes = t->n * zt__states_size(t->states);
   /* The update writes the room's buffer; the engine hands it to a
    * parameter tier, so no sink is kept (zt__opt_nvme_view_t). */
   t->view.params_sink = NULL;
   ZT_TRY(zt__tier_mem_alloc(t->ctx, t->pin, pinned, bytes, (void **)&t->master));
-  ZT_TRY(zt__tier_mem_alloc(t->ctx, t->pin, pinned, bytes, (void **)&t->m));
-  ZT_TRY(zt__tier_mem_alloc(t->ctx, t->pin, pinned, bytes, (void **)&t->v));
+  ZT_TRY(zt__tier_mem_alloc(t->ctx, t->pin, pinned, sbytes, (void **)&t->m));
+  ZT_TRY(zt__tier_mem_alloc(t->ctx, t->pin, pinned, sbytes, (void **)&t->v));
   if (t->n == 0) return 0;
   if (pinned) {
     zt__cpu_cast(t->ctx->cpu, t->master, ZT_FP32, v->params, v->param_dtype, t->n);
@@ -56,18 +79,18 @@ int zt__tier_mem_shard_alloc(zt__opt_tier_t *t, int pinned) {
 }
 
 void zt__tier_mem_shard_free(zt__opt_tier_t *t, int pinned) {
-  size_t bytes = t->n * sizeof(float);
+  size_t bytes = t->n * sizeof(float), sbytes = t->n * zt__states_size(t->states);
   zt__tier_mem_release(t->ctx, t->pin, pinned, t->master, bytes);
-  zt__tier_mem_release(t->ctx, t->pin, pinned, t->m, bytes);
-  zt__tier_mem_release(t->ctx, t->pin, pinned, t->v, bytes);
+  zt__tier_mem_release(t->ctx, t->pin, pinned, t->m, sbytes);
+  zt__tier_mem_release(t->ctx, t->pin, pinned, t->v, sbytes);
   t->master = t->m = t->v = NULL;
 }
 
 void zt__tier_mem_shard_footprint(const zt__tier_shape_t *s, int pinned, zt__footprint_t *out) {
   *out = (zt__footprint_t){.fits = 1};
-  uint64_t b = zt__tier_mem_bytes(s->n * 4);
-  *(pinned ? &out->host : &out->device) = 3 * b;
-  if (pinned) out->pinned_pages = 3 * zt__page_round(b);
+  uint64_t b = zt__tier_mem_bytes(s->n * 4), sb = zt__tier_mem_bytes(s->n * zt__states_size(s->states));
+  *(pinned ? &out->host : &out->device) = b + 2 * sb;
+  if (pinned) out->pinned_pages = zt__page_round(b) + 2 * zt__page_round(sb);
 }
 
 zt__adam_launch_t zt__tier_mem_launch(const zt__opt_tier_t *t, const zt__adam_hp_t *hp) {
@@ -93,7 +116,7 @@ zt__adam_launch_t zt__tier_mem_launch(const zt__opt_tier_t *t, const zt__adam_hp
 int zt__tier_mem_update_shard(zt__opt_tier_t *t, const zt__adam_hp_t *hp) {
   zt__adam_launch_t l = zt__tier_mem_launch(t, hp);
   double t0 = zt__now();
-  if (t->view.n_segs) zt__cpu_adam(t->ctx->cpu, &l);
+  if (t->view.n_segs) zt__tier_cpu_adam(t, &l);
   *t->cnt.optimizer_seconds += zt__now() - t0;
   return 0;
 }
@@ -105,20 +128,49 @@ static int move(const zt__ctx_t *c, float *dev, float *host, size_t n, int to_de
                 : c->be_ops->copy(c->be, host, dev, n * sizeof(float), ZT_COPY_D2H, st);
 }
 
-/* States in host memory are handed to fn where they are; backend memory
- * goes through a bounce buffer of `piece` states per array. */
+/* Compressed m and v in host memory, as floats in m and v (n of each)
+ * and back: exactly, since bf16 widens to fp32 exactly; back to nearest,
+ * exactly again for what came from bf16 (fp32 states of a checkpoint are
+ * rounded). */
+static void states_out(const zt__opt_tier_t *t, size_t i, size_t n, float *m, float *v) {
+  const uint16_t *sm = (const uint16_t *)t->m + i, *sv = (const uint16_t *)t->v + i;
+  zt__cpu_cast(t->ctx->cpu, m, ZT_FP32, sm, ZT_BF16, n);
+  zt__cpu_cast(t->ctx->cpu, v, ZT_FP32, sv, ZT_BF16, n);
+}
+
+static void states_in(const zt__opt_tier_t *t, size_t i, size_t n, const float *m,
+                      const float *v) {
+  zt__cpu_cast(t->ctx->cpu, (uint16_t *)t->m + i, ZT_BF16, m, ZT_FP32, n);
+  zt__cpu_cast(t->ctx->cpu, (uint16_t *)t->v + i, ZT_BF16, v, ZT_FP32, n);
+}
+
+/* States in host memory are handed to fn where they are, but compressed m
+ * and v, which fn gets as floats; backend memory goes through a bounce
+ * buffer of `piece` states per array. */
 int zt__tier_mem_walk(zt__opt_tier_t *t, int import, int on_host, size_t piece,
                       zt__tier_visit_fn fn, void *arg) {
   const zt__ctx_t *c = t->ctx;
   size_t lo = t->first, hi = t->first + t->n;
   if (lo == hi) return 0;
+  int packed = t->states != ZT_STATES_FP32;
+  if (packed && !on_host)
+    return zt__errf(c->err, -EINVAL, "optimizer_states: compressed states in device memory "
+                                     "are not supported");
   float *bounce = NULL;
-  if (!on_host && (bounce = malloc(3 * piece * sizeof(float))) == NULL)
+  if ((!on_host || packed) && (bounce = malloc(3 * piece * sizeof(float))) == NULL)
     return zt__errf(c->err, -ENOMEM, "out of memory");
   int rc = 0;
   for (size_t a = lo; rc == 0 && a < hi; a += piece) {
     size_t n = hi - a < piece ? hi - a : piece, i = a - lo;
-    float *dm = t->master ? t->master + i : NULL, *dmm = t->m + i, *dv = t->v + i;
+    float *dm = t->master ? t->master + i : NULL;
+    if (packed) {
+      float *hmm = bounce + piece, *hv = hmm + piece;
+      if (!import) states_out(t, i, n, hmm, hv);
+      rc = fn(arg, a, n, dm, hmm, hv);
+      if (rc == 0 && import) states_in(t, i, n, hmm, hv);
+      continue;
+    }
+    float *dmm = t->m + i, *dv = t->v + i;
     if (on_host) {
       rc = fn(arg, a, n, dm, dmm, dv);
       continue;

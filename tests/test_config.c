@@ -100,6 +100,8 @@ static const tkey_t tkeys[] = {
     {AT(max_live_bytes), K_SIZE, {0}, 0},
     {AT(stage_min_bytes), K_SIZE, {0}, 0},
     {AT(params_in_place), K_INT, {0}, 0},
+    /* "int8" is not wired into the tiers yet: refused. */
+    {AT(optimizer_states), K_ENUM, {"fp32", "bf16", NULL}, 3},
 };
 #define N_TKEYS (sizeof tkeys / sizeof tkeys[0])
 
@@ -193,6 +195,7 @@ static tval_t random_value(const tkey_t *k, t_rng_t *r) {
   case K_ENUM:
     do v.i = (int)rnd(r, (uint64_t)k->n_names);
     while (k->names[v.i] == NULL);
+    if (!strcmp(n, "optimizer_states")) v.i = 0; /* "bf16" needs optimizer_tier "host" */
     break;
   case K_INT:
     v.i = !strcmp(n, "device")             ? (int)rnd(r, 1024)
@@ -378,6 +381,7 @@ static zt_config_t random_config(t_rng_t *r) {
   c.swap_rings = 1 + (int)rnd(r, 64);
   c.swap_sqpoll = (int)rnd(r, 2);
   c.params_in_place = c.backend == ZT_BACKEND_HOST ? (int)rnd(r, 2) : 0;
+  c.optimizer_states = c.optimizer_tier == ZT_TIER_HOST ? (zt_states_t)rnd(r, 2) : ZT_STATES_FP32;
   return c;
 }
 

@@ -22,6 +22,8 @@
 #include <string.h>
 #include <math.h>
 
+#include "ztier.h" // defines: zt_states_t (ZT_STATES_FP32, _BF16, _INT8)
+
 #if defined(__CUDACC__)
 #define ZT_HD __host__ __device__ __forceinline__
 #else
@@ -235,7 +237,6 @@ ZT_HD void zt_adam_update(const zt__adam_hp_t *hp, int decay, float g_raw,
  * like the parameters' bits, under a key of its own so the two do not
  * correlate.
  */
-enum { ZT_STATES_FP32 = 0, ZT_STATES_BF16 = 1, ZT_STATES_INT8 = 2 };
 
 ZT_HD uint32_t zt_state_key(uint32_t sr_key) { return zt_mix32(sr_key ^ 0x3c6ef372u); }
 

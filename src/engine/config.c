@@ -53,6 +53,7 @@ static const char *const rounding_names[] = {"nearest", "stochastic"};
 static const char *const scaling_names[] = {"auto", "none", "static", "dynamic"};
 static const char *const level_names[] = {"error", "warn", "info", "debug"};
 static const char *const nonfinite_names[] = {"skip", "apply"};
+static const char *const states_names[] = {"fp32", "bf16", "int8"};
 
 #define FIELD(f) .name = #f, .off = offsetof(zt_config_t, f)
 #define CAP(f) .cap = sizeof(((zt_config_t *)0)->f)
@@ -105,6 +106,12 @@ const keydef_t zt__config_keys[] = {
             "(pinned host memory updated by the CPU, as ZeRO-Offload does) or `nvme` "
             "(swap files in swap_path, streamed through pinned slots by each step, as "
             "ZeRO-Infinity does)"},
+    {FIELD(optimizer_states), .type = T_ENUM, NAMES(states_names), .supported = 0x3,
+     .also = "\"bf16\" with optimizer_tier \"host\"",
+     .doc = "how the optimizer tier stores Adam's m and v: `fp32` (4 bytes each), or "
+            "`bf16` (2 bytes each, rounded stochastically from `seed` and the step; "
+            "docs/states.md). Checkpoints hold them as fp32 either way, so a run may "
+            "resume in the other format"},
     {FIELD(param_tier), .type = T_ENUM, NAMES(tier_names), .supported = 0x7,
      .also = "\"host\" and \"nvme\" need stage 3; \"nvme\" needs swap_path",
      .doc = "where this rank's shard of the parameters lives between uses at stage 3: "
@@ -537,6 +544,16 @@ static int check_combos(const ctx_t *c, const zt_config_t *cfg) {
         "key 'param_tier' is \"nvme\" but swap_path is empty; expected "
         "swap_path to name one or more directories for the swap files "
         "(':'-separated), e.g. \"/nvme0/ztier\"");
+
+  /* Compressed states are wired into the host tier only so far. */
+  if (cfg->optimizer_states != ZT_STATES_FP32 && cfg->optimizer_tier != ZT_TIER_HOST)
+    return zt__config_kfail(
+        c, zt__config_find_key("optimizer_states"), zt__config_find_key("optimizer_tier"),
+        ZT_ECONFIG,
+        "key 'optimizer_states' is \"%s\" but optimizer_tier is \"%s\"; expected "
+        "optimizer_tier \"host\" (compressed states are not yet in the device and nvme "
+        "tiers) or optimizer_states \"fp32\"",
+        states_names[cfg->optimizer_states], tier_names[cfg->optimizer_tier]);
 
   /* On a GPU the registered buffers are device memory, which would need
    * virtual memory management to be backed a group at a time. */

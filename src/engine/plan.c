@@ -23,7 +23,8 @@ static uint64_t pages(uint64_t b) { return zt__page_round(b); }
  * one unit), with `pinned` pages pinned before it. */
 static zt__tier_shape_t shape_of(const zt__plan_in_t *in, uint64_t n, int shard, int sink,
                                  uint64_t pinned) {
-  return zt__tier_shape(n, n, shard, sink, in->param_dtype, in->grad_dtype, in->chunk_bytes,
+  return zt__tier_shape(n, n, shard, sink, in->param_dtype, in->grad_dtype,
+                        in->optimizer_states, in->chunk_bytes,
                         in->pinned_budget_bytes, pinned);
 }
 

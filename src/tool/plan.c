@@ -21,6 +21,7 @@ static const char *const dtype_names[] = {"fp32", "bf16", "fp16", NULL};
 static const zt_dtype_t dtype_values[] = {ZT_FP32, ZT_BF16, ZT_FP16};
 static const char *const offload_names[] = {"none", "host", "nvme", NULL};
 static const zt_tier_t offload_values[] = {ZT_TIER_DEVICE, ZT_TIER_HOST, ZT_TIER_NVME};
+static const char *const states_names[] = {"fp32", "bf16", NULL};
 static const char *const backend_names[] = {"host", "cuda", "sim", NULL};
 static const zt_backend_t backend_values[] = {ZT_BACKEND_HOST, ZT_BACKEND_CUDA, ZT_BACKEND_SIM};
 static const char *const comm_names[] = {"auto", "single", "mpi", "nccl", NULL};
@@ -60,7 +61,7 @@ int tool_plan_main(int argc, char **argv) {
   size_t params = 0, bucket = UNSET_SIZE, chunk = UNSET_SIZE, pinned = UNSET_SIZE,
          group = 0, live = UNSET_SIZE;
   int ranks = 1, stage = UNSET_INT, dtype = 1, opt = UNSET_INT, par = UNSET_INT, rank = 0,
-      json = 0, backend = UNSET_INT, comm = UNSET_INT;
+      json = 0, backend = UNSET_INT, comm = UNSET_INT, states = UNSET_INT;
   const char *config = NULL;
   const tool_flag_t flags[] = {
       {"params", TOOL_FLAG_COUNT, &params, "N",
@@ -84,6 +85,9 @@ int tool_plan_main(int argc, char **argv) {
        "parameter and gradient dtype (default bf16)", 0, 0, dtype_names},
       {"offload-optimizer", TOOL_FLAG_CHOICE, &opt, "none|host|nvme",
        "where the optimizer states live (default none: the device)", 0, 0, offload_names},
+      {"optimizer-states", TOOL_FLAG_CHOICE, &states, "fp32|bf16",
+       "how m and v are stored (default fp32; bf16 with --offload-optimizer host)", 0, 0,
+       states_names},
       {"offload-params", TOOL_FLAG_CHOICE, &par, "none|host|nvme",
        "where the parameter shards live at stage 3 (default none)", 0, 0, offload_names},
       {"bucket", TOOL_FLAG_BYTES, &bucket, "BYTES",
@@ -111,6 +115,7 @@ int tool_plan_main(int argc, char **argv) {
       prog,
       "ztier plan --params N [--ranks R] [--stage S] [--dtype fp32|bf16|fp16]\n"
       "                  [--offload-optimizer none|host|nvme] [--offload-params none|host|nvme]\n"
+      "                  [--optimizer-states fp32|bf16]\n"
       "                  [--backend host|cuda|sim] [--comm auto|single|mpi|nccl]\n"
       "                  [--group-params N] [--max-live BYTES] [--pinned-budget BYTES]\n"
       "                  [--config PATH] [--json]",
@@ -146,6 +151,10 @@ int tool_plan_main(int argc, char **argv) {
     return tool_args_fail(&cmd, "--config %s: a backend, comm or tier value this tool does "
                           "not know", config ? config : "(defaults)");
   if (stage == UNSET_INT) stage = cfg.stage;
+  if (states == UNSET_INT) states = cfg.optimizer_states;
+  if (states != ZT_STATES_FP32 && offload_values[opt] != ZT_TIER_HOST)
+    return tool_args_fail(&cmd, "--optimizer-states is %s; compressed states need "
+                          "--offload-optimizer host", states_names[states]);
   if (bucket == UNSET_SIZE) bucket = cfg.bucket_bytes;
   if (chunk == UNSET_SIZE) chunk = cfg.chunk_bytes;
   if (pinned == UNSET_SIZE) pinned = cfg.pinned_budget_bytes;
@@ -158,7 +167,8 @@ int tool_plan_main(int argc, char **argv) {
                           offload_names[par]);
   }
   zt__plan_in_t in = {params, ranks, rank, stage, dtype_values[dtype], dtype_values[dtype],
-                      offload_values[opt], offload_values[par], bucket, chunk, pinned};
+                      offload_values[opt], offload_values[par], bucket, chunk, pinned,
+                      states};
   const zt__plan_run_t run = {backend_values[backend], comm_values[comm], group, live};
   /* The group the rows count: the whole model unless a smaller one is given. */
   uint64_t group_n = group && group < params ? group : params;
