@@ -10,13 +10,15 @@
  *        [--zt-config FILE.json] [--init WEIGHTS.safetensors|DIR] [--export OUT.safetensors]
  *        [--size tiny|gpt2|gpt2-medium|gpt2-large|gpt2-xl] [--token-format bytes|u16|u32|llmc]
  *        [--accum N] [--clip NORM] [--warmup STEPS] [--lr-min LR] [--val-every N]
- *        [--save DIR] [--resume DIR] [--stop-at STEP] [--sample N] [--temperature T]
+ *        [--save DIR] [--save-every N] [--resume DIR] [--stop-at STEP] [--sample N]
+ *        [--temperature T]
  *   mpirun -np W gpt2 --stage 1|2 [...]
  *
  * Each step is --accum micro-steps of --batch sequences (train.c), at the
  * rate of a linear warm-up and a cosine down to --lr-min (schedule.c), its
  * gradient clipped to --clip. --save writes a checkpoint at the end (ztier's
- * states and the loop's: its step, its place in the data), and --resume
+ * states and the loop's: its step, its place in the data), and every
+ * --save-every steps, and --resume
  * goes on from one exactly as the run that never stopped; --stop-at ends a
  * run early, the schedule still spanning --steps, to be resumed later.
  *
@@ -63,6 +65,7 @@ typedef struct {
   float lr_min;          // --lr-min: the cosine's end; NAN (unset): --lr, no decay
   int val_every;         // --val-every: the validation loss every N steps; 0 never
   const char *save;      // --save: the checkpoint written at the end
+  int save_every;        // --save-every: also every N steps into --save; 0 never
   const char *resume;    // --resume: the checkpoint to go on from
   int stop_at;           // --stop-at: the last step of this run; 0: --steps
   int sample;            // --sample: tokens generated at the end
@@ -82,8 +85,8 @@ static int parse_args(int argc, char **argv, Options *o) {
              "            [--token-format bytes|u16|u32|llmc]\n"
              "            [--accum N] [--clip NORM] [--warmup STEPS] [--lr-min LR] "
              "[--val-every N]\n"
-             "            [--save DIR] [--resume DIR] [--stop-at STEP] [--sample N] "
-             "[--temperature T]\n"
+             "            [--save DIR] [--save-every N] [--resume DIR] [--stop-at STEP]\n"
+             "            [--sample N] [--temperature T]\n"
              "  --accum N        micro-steps of --batch sequences per optimizer step (1)\n"
              "  --clip NORM      clip the gradient's global norm to NORM; 0: none (default:\n"
              "                   the ztier config's clip_grad_norm, none)\n"
@@ -92,6 +95,7 @@ static int parse_args(int argc, char **argv, Options *o) {
              "                   --lr: no decay)\n"
              "  --val-every N    print the validation loss every N steps\n"
              "  --save DIR       checkpoint at the end: ztier's states and the loop's\n"
+             "  --save-every N   also checkpoint into --save DIR every N steps\n"
              "  --resume DIR     go on from a --save checkpoint, bit for bit\n"
              "  --stop-at STEP   end after step STEP (the schedule still spans --steps)\n"
              "  --sample N       generate N tokens at the end (--temperature, default 1;\n"
@@ -128,6 +132,7 @@ static int parse_args(int argc, char **argv, Options *o) {
     else if (strcmp(f, "--lr-min") == 0) o->lr_min = strtof(v, NULL);
     else if (strcmp(f, "--val-every") == 0) o->val_every = atoi(v);
     else if (strcmp(f, "--save") == 0) o->save = v;
+    else if (strcmp(f, "--save-every") == 0) o->save_every = atoi(v);
     else if (strcmp(f, "--resume") == 0) o->resume = v;
     else if (strcmp(f, "--stop-at") == 0) o->stop_at = atoi(v);
     else if (strcmp(f, "--sample") == 0) o->sample = atoi(v);
@@ -152,6 +157,8 @@ static int parse_args(int argc, char **argv, Options *o) {
                         ? "--warmup must be at least 0 and below --steps"
                     : !(o->lr_min >= 0.0f)  ? "--lr-min must be at least 0"
                     : o->val_every < 0      ? "--val-every must be at least 0"
+                    : o->save_every < 0 || (o->save_every > 0 && !o->save)
+                        ? "--save-every N needs --save DIR, where the checkpoints go"
                     : o->stop_at < 0 || o->stop_at > o->steps
                         ? "--stop-at must be a step of --steps"
                     : o->sample < 0         ? "--sample must be at least 0"
@@ -407,6 +414,12 @@ int main(int argc, char **argv) {
     say_step(step, o.steps, &r, 1e3 * (now_s() - ts));
     if (o.val_every > 0 && step % o.val_every == 0 && step < stop)
       say("val loss %.4f at step %d\n", val_loss(&model, text, n_train, n, &b), step);
+    // A run killed later goes on from here (--resume) as if it never was.
+    if (o.save_every > 0 && step % o.save_every == 0 && step < stop) {
+      GPT2LoopState ls = {step, data.rng};
+      rc = gpt2_checkpoint_save(eng, o.save, &ls, rank);
+      if (rc == 0) say("checkpoint: %s (step %d)\n", o.save, step);
+    }
   }
   double train_s = now_s() - t0;
   float val1 = val_loss(&model, text, n_train, n, &b);
