@@ -477,6 +477,381 @@ static void test_weights_out_in(void **state) {
   unlink(tuned);
 }
 
+// ---- the training loop (train.c, schedule.c, sample.c) ------------------------
+//
+// The loop's step as main.c runs it (gpt2_train_step), on batches drawn from
+// LOOP_IDS random ids of the run's seed (gpt2_next_batch), with the tiny
+// model of the cases above.
+
+enum { LOOP_IDS = 300, LOOP_STEPS = 4 };
+static int loop_ids[LOOP_IDS];
+
+static void fill_loop_ids(uint64_t seed) {
+  t_rng_t rng;
+  t_rng_init(&rng, seed ^ 0x1d5);
+  for (int i = 0; i < LOOP_IDS; i++)
+    loop_ids[i] = (int)(t_rng_next(&rng) % (uint64_t)tiny.vocab_size);
+}
+
+typedef struct {
+  float loss[LOOP_STEPS + 1]; // by step, from 1
+  double norm[LOOP_STEPS + 1], coef[LOOP_STEPS + 1];
+  float *params;              // after the last step
+  size_t n;
+} LoopRun;
+
+// A model of `rows` rows with GPT-2's initialisation from `init_seed`, and
+// its engine at `stage` (host tier), or none for PLAIN (update.c).
+static zt_engine_t *loop_model(GPT2 *m, int stage, int rows, uint64_t init_seed) {
+  assert_int_equal(gpt2_build(m, &tiny, rows, T), 0);
+  gpt2_init_random(m, init_seed);
+  if (stage == PLAIN) return NULL;
+  zt_config_t cfg = ZT_CONFIG_INIT;
+  cfg.backend = ZT_BACKEND_HOST;
+  cfg.stage = stage;
+  cfg.optimizer_tier = ZT_TIER_HOST;
+  zt_engine_t *eng = t_engine(&cfg);
+  assert_int_equal(gpt2_zt_register(m, eng, stage), 0);
+  return eng;
+}
+
+// Steps first..last of the loop; the data generator starts at *rng and is
+// left where the steps leave it.
+static void loop_steps(GPT2 *m, zt_engine_t *eng, const GPT2TrainArgs *a, int rows, int first,
+                       int last, uint64_t *rng, LoopRun *r) {
+  GPT2Batches b;
+  assert_int_equal(gpt2_batches_create(&b, rows, T, 0, 1), 0);
+  GPT2Data d = {loop_ids, 0, LOOP_IDS, *rng};
+  for (int step = first; step <= last; step++) {
+    GPT2StepResult res;
+    assert_int_equal(gpt2_train_step(m, eng, a, step, &d, &b, &res), 0);
+    r->loss[step] = res.loss;
+    r->norm[step] = res.grad_norm;
+    r->coef[step] = res.clip_coef;
+  }
+  *rng = d.rng;
+  gpt2_batches_free(&b);
+}
+
+static void keep_params(const GPT2 *m, LoopRun *r) {
+  r->n = m->num_parameters;
+  r->params = malloc(r->n * sizeof(float));
+  assert_non_null(r->params);
+  memcpy(r->params, m->params_memory, r->n * sizeof(float));
+}
+
+// The L2 norm of `after` - m's parameters: how far the steps moved them.
+static double step_norm(const GPT2 *m, const float *after) {
+  double sumsq = 0.0;
+  for (size_t i = 0; i < m->num_parameters; i++) {
+    double d = (double)after[i] - m->params_memory[i];
+    sumsq += d * d;
+  }
+  return sqrt(sumsq);
+}
+
+// Every flag of the loop at once: two micro-steps, a warm-up step, the
+// cosine down to a tenth, and a clip that the first steps' norms (about 1
+// at this size) exceed.
+static const GPT2TrainArgs every_flag = {.accum = 2, .lr = 1e-2f, .lr_min = 1e-3f, .warmup = 1,
+                                         .steps = LOOP_STEPS, .clip = 0.5f, .beta1 = BETA1,
+                                         .beta2 = BETA2, .eps = EPS, .weight_decay = WD};
+
+// LOOP_STEPS steps in one go, against LOOP_STEPS / 2, a checkpoint
+// (gpt2_checkpoint_save), and a new process's worth of model and engine
+// (initialised from another seed, so that only the load can make it agree)
+// resumed from it for the rest: the same losses, norms and parameters, bit
+// for bit, at stages 0, 1 and 2. Not resuming the data position (the
+// generator from the seed again) or the step (the schedule's rate and
+// AdamW's bias correction) fails it.
+static void test_resume_bit_exact(void **state) {
+  skip_unless_host();
+  run_seed = t_seed();
+  fill_loop_ids(run_seed);
+  enum { HALF = LOOP_STEPS / 2 };
+  for (int stage = 0; stage <= 2; stage++) {
+    GPT2 m;
+    LoopRun whole = {.n = 0}, part = {.n = 0};
+    uint64_t rng = run_seed;
+    zt_engine_t *eng = loop_model(&m, stage, B, run_seed);
+    loop_steps(&m, eng, &every_flag, B, 1, LOOP_STEPS, &rng, &whole);
+    keep_params(&m, &whole);
+    zt_engine_destroy(eng);
+    gpt2_free(&m);
+
+    char dir[512];
+    snprintf(dir, sizeof dir, "%s/gpt2-resume-%d-s%d", t_swap_dir(), (int)getpid(), stage);
+    rng = run_seed;
+    eng = loop_model(&m, stage, B, run_seed);
+    loop_steps(&m, eng, &every_flag, B, 1, HALF, &rng, &part);
+    GPT2LoopState saved = {HALF, rng};
+    assert_int_equal(gpt2_checkpoint_save(eng, dir, &saved, 0), 0);
+    zt_engine_destroy(eng);
+    gpt2_free(&m);
+
+    GPT2LoopState loaded = {0, 0};
+    eng = loop_model(&m, stage, B, run_seed ^ 0xdead);
+    assert_int_equal(gpt2_checkpoint_load(eng, dir, &loaded), 0);
+    assert_int_equal(loaded.step, HALF);
+    assert_true(loaded.rng == saved.rng);
+    rng = loaded.rng;
+    loop_steps(&m, eng, &every_flag, B, loaded.step + 1, LOOP_STEPS, &rng, &part);
+    keep_params(&m, &part);
+    zt_engine_destroy(eng);
+    gpt2_free(&m);
+    t_remove_tree(dir);
+
+    print_message("# stage %d: losses %.6f .. %.6f, clip coefficient at step 1 %.3f\n", stage,
+                  whole.loss[1], whole.loss[LOOP_STEPS], whole.coef[1]);
+    assert_true(whole.coef[1] < 1.0); // the clip took part
+    t_expect_same("resumed losses", part.loss, whole.loss, sizeof(float), LOOP_STEPS + 1);
+    t_expect_same("resumed norms", part.norm, whole.norm, sizeof(double), LOOP_STEPS + 1);
+    t_expect_same("resumed params", part.params, whole.params, sizeof(float), whole.n);
+    free(whole.params);
+    free(part.params);
+  }
+}
+
+// A checkpoint without the loop's state (zt_save alone) is refused by
+// gpt2_checkpoint_load, naming the file it lacks.
+static void test_resume_needs_loop_state(void **state) {
+  skip_unless_host();
+  run_seed = t_seed();
+  fill_loop_ids(run_seed);
+  GPT2 m;
+  LoopRun r = {.n = 0};
+  uint64_t rng = run_seed;
+  zt_engine_t *eng = loop_model(&m, 1, B, run_seed);
+  loop_steps(&m, eng, &every_flag, B, 1, 1, &rng, &r);
+  char dir[512];
+  snprintf(dir, sizeof dir, "%s/gpt2-noloop-%d", t_swap_dir(), (int)getpid());
+  assert_int_equal(zt_save(eng, dir), 0);
+  GPT2LoopState s;
+  assert_true(gpt2_checkpoint_load(eng, dir, &s) < 0);
+  t_remove_tree(dir);
+  zt_engine_destroy(eng);
+  gpt2_free(&m);
+}
+
+// How far 2 micro-steps of B rows may be from 1 step of 2B rows over the
+// same 2B windows (in the same order). The two differ only in how the
+// float32 sums are ordered: one backward sums 2B·T positions' gradients in
+// its matrix products, the other two sums of B·T, added (in the buffer, or
+// by ztier at stage 2) and halved; the mean loss likewise. So the
+// gradients agree to a few ulps of their sums. What the test compares is
+// the weights after ACCUM_STEPS steps, and with AdamW's usual eps (1e-8)
+// those would not show it: m / sqrt(v) is about ±1 whatever the gradient's
+// size, so an element whose gradient is itself near its rounding error
+// moves by up to lr either way (test_two_ranks's key biases). An eps of 1
+// (the whole gradient's norm is 1 to 2 here, over 1,960 weights) makes the
+// step close to lr·m: nearly linear in the gradient, so that a gradient's
+// rounding moves its weight by lr times that rounding, below the weight's
+// own ulp, and anything wrong with the gradient moves it by its own size. Over 50
+// seeds (3 steps at lr 0.1, the weights moving by 0.16 to 0.25 in L2 norm):
+// at most 1.5e-8 on a weight, the loss within 1 ulp (2.4e-7), the norm
+// within 7.3e-8 relative. The bounds are seven and fourteen times those;
+// forgetting the 1 / accum (twice the gradient) changes the norm by 2x,
+// and zeroing the gradient at every micro-step (the first micro-step lost
+// at stage 1) changes the weights by about half a step.
+#define ACCUM_LR 0.1f
+#define ACCUM_EPS 1.0f
+#define ACCUM_NORM_RTOL 1e-6
+#define ACCUM_PARAM_TOL 1e-7
+
+static void expect_accum_close(const char *what, const LoopRun *got, const LoopRun *want,
+                               int steps) {
+  double worst = 0.0, worst_norm = 0.0, worst_loss = 0.0;
+  for (int s = 1; s <= steps; s++) {
+    worst_norm = fmax(worst_norm, fabs(got->norm[s] / want->norm[s] - 1.0));
+    worst_loss = fmax(worst_loss, fabs((double)got->loss[s] - want->loss[s]));
+    T_CLOSE(got->loss[s], want->loss[s], 1e-6, 1e-6, (size_t)s);
+    T_CLOSE(got->norm[s], want->norm[s], 0.0, ACCUM_NORM_RTOL, (size_t)s);
+  }
+  for (size_t i = 0; i < want->n; i++) {
+    double d = fabs((double)got->params[i] - want->params[i]);
+    worst = fmax(worst, d);
+    if (d > ACCUM_PARAM_TOL)
+      fail_msg("%s: parameter %zu is %.9g, and %.9g in one batch (tolerance %g)", what, i,
+               got->params[i], want->params[i], ACCUM_PARAM_TOL);
+  }
+  print_message("# %s vs one batch: largest difference %.3g, norm %.3g relative, loss %.3g\n",
+                what, worst, worst_norm, worst_loss);
+}
+
+// 2 micro-steps of B rows (--accum 2) against one step of 2B rows, over the
+// same windows: stage 1 (summed in the buffer), stage 2 (each micro-step's
+// backward hands its groups over, ztier sums them) and the plain path
+// (update.c, the buffer scaled), each within float32 rounding of one batch
+// at stage 1 (the bounds above). The weights moved by far more than the
+// bound (a step is about lr times a gradient of 0.01 to 0.1).
+static void test_accum_matches_batch(void **state) {
+  skip_unless_host();
+  run_seed = t_seed();
+  fill_loop_ids(run_seed);
+  enum { ACCUM_STEPS = 3 };
+  GPT2TrainArgs one = {.accum = 1, .lr = ACCUM_LR, .lr_min = ACCUM_LR, .steps = ACCUM_STEPS,
+                       .clip = 0.0f, .beta1 = BETA1, .beta2 = BETA2, .eps = ACCUM_EPS,
+                       .weight_decay = WD};
+  GPT2TrainArgs two = one;
+  two.accum = 2;
+  struct {
+    const char *what;
+    int stage, accum, rows;
+  } runs[] = {{"one batch", 1, 1, 2 * B},
+              {"stage 1 accum 2", 1, 2, B},
+              {"stage 2 accum 2", 2, 2, B},
+              {"plain accum 2", PLAIN, 2, B}};
+  LoopRun r[4];
+  GPT2 m;
+  for (int k = 0; k < 4; k++) {
+    memset(&r[k], 0, sizeof r[k]);
+    uint64_t rng = run_seed;
+    zt_engine_t *eng = loop_model(&m, runs[k].stage, runs[k].rows, run_seed);
+    loop_steps(&m, eng, runs[k].accum == 1 ? &one : &two, runs[k].rows, 1, ACCUM_STEPS, &rng,
+               &r[k]);
+    keep_params(&m, &r[k]);
+    zt_engine_destroy(eng);
+    gpt2_free(&m);
+  }
+  // How far the weights moved, to set the bound against.
+  assert_int_equal(gpt2_build(&m, &tiny, B, T), 0);
+  gpt2_init_random(&m, run_seed);
+  print_message("# the steps moved the weights by %.3g\n", step_norm(&m, r[0].params));
+  assert_true(step_norm(&m, r[0].params) > 1e4 * ACCUM_PARAM_TOL);
+  gpt2_free(&m);
+  for (int k = 1; k < 4; k++) expect_accum_close(runs[k].what, &r[k], &r[0], ACCUM_STEPS);
+  for (int k = 0; k < 4; k++) free(r[k].params);
+}
+
+// The schedule against values worked out by hand: lr 1e-3 to 1e-4, 10
+// steps of warm-up, 110 steps in all, so the cosine runs over steps 11 to
+// 110 (100 steps): its middle (step 60) is the mean of the two rates, its
+// quarters 1e-4 + 9e-4 (1 ± cos(pi/4)) / 2. Without warm-up the first step
+// is already on the cosine; lr_min == lr is flat. Float32 results of
+// double sums: within 3e-7 relative (about two ulps; the hand values are
+// given to 8 digits).
+static void test_schedule(void **state) {
+  static const struct {
+    int step, steps, warmup;
+    float lr, lr_min;
+    double want;
+  } cases[] = {
+      {1, 110, 10, 1e-3f, 1e-4f, 1e-4},         // warm-up: lr / 10
+      {5, 110, 10, 1e-3f, 1e-4f, 5e-4},         // half-way up
+      {10, 110, 10, 1e-3f, 1e-4f, 1e-3},        // the peak
+      {11, 110, 10, 1e-3f, 1e-4f, 9.9977795e-4}, // 1e-4 + 9e-4 (1 + cos(pi/100)) / 2
+      {35, 110, 10, 1e-3f, 1e-4f, 8.6819805e-4}, // a quarter of the cosine
+      {60, 110, 10, 1e-3f, 1e-4f, 5.5e-4},      // its middle
+      {85, 110, 10, 1e-3f, 1e-4f, 2.3180195e-4}, // three quarters
+      {110, 110, 10, 1e-3f, 1e-4f, 1e-4},       // the end: lr_min
+      {1, 100, 0, 1.0f, 0.0f, 0.99975328},      // no warm-up: (1 + cos(pi/100)) / 2
+      {50, 100, 0, 1.0f, 0.0f, 0.5},
+      {100, 100, 0, 1.0f, 0.0f, 0.0},
+      {1, 40, 0, 3e-4f, 3e-4f, 3e-4},           // main.c's default: flat
+      {23, 40, 0, 3e-4f, 3e-4f, 3e-4},
+      {40, 40, 0, 3e-4f, 3e-4f, 3e-4},
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    float got = gpt2_lr_at(cases[i].step, cases[i].steps, cases[i].warmup, cases[i].lr,
+                           cases[i].lr_min);
+    T_CLOSE(got, cases[i].want, 1e-12, 3e-7, i);
+  }
+}
+
+// Clipping bounds the update. With eps far above every gradient (100) and
+// no decay, AdamW's first step moves each weight by lr g / (|g| + eps),
+// less than lr g / eps: so the step's norm is below lr |g| / eps, and
+// clipping |g| to c must bring it below lr c / eps. One step at lr 1 with
+// the clip at half the unclipped norm: ztier reports the unclipped norm
+// and the coefficient c / (norm + 1e-6) < 1, the step's norm keeps under
+// lr c / eps (1e-4 relative for the float32 rounding of the weights), and
+// is half the unclipped step's (1.8x at least); the same for the plain
+// path. A clip above the norm changes nothing, to the bit.
+static void test_clip_bounds_update(void **state) {
+  skip_unless_host();
+  run_seed = t_seed();
+  fill_loop_ids(run_seed);
+  GPT2TrainArgs a = {.accum = 1, .lr = 1.0f, .lr_min = 1.0f, .steps = 1, .clip = 0.0f,
+                     .beta1 = BETA1, .beta2 = BETA2, .eps = 100.0f, .weight_decay = 0.0f};
+  for (int stage = PLAIN; stage <= 1; stage += 2) { // the plain path, and ztier at stage 1
+    GPT2 m;
+    float *before = NULL;
+    double norm = 0, moved[3];
+    float clips[3] = {0.0f, 0.0f, 0.0f}; // none, half the norm, twice the norm
+    LoopRun r[3];
+    for (int k = 0; k < 3; k++) {
+      memset(&r[k], 0, sizeof r[k]);
+      uint64_t rng = run_seed;
+      zt_engine_t *eng = loop_model(&m, stage, B, run_seed);
+      if (k == 0) {
+        before = malloc(m.num_parameters * sizeof(float));
+        assert_non_null(before);
+        memcpy(before, m.params_memory, m.num_parameters * sizeof(float));
+      }
+      a.clip = clips[k];
+      loop_steps(&m, eng, &a, B, 1, 1, &rng, &r[k]);
+      moved[k] = step_norm(&m, before);
+      keep_params(&m, &r[k]);
+      if (k == 0) {
+        norm = r[0].norm[1];
+        clips[1] = (float)(norm / 2);
+        clips[2] = (float)(norm * 2);
+      }
+      zt_engine_destroy(eng);
+      gpt2_free(&m);
+    }
+    const char *path = stage == PLAIN ? "plain" : "ztier";
+    print_message("# %s: norm %.4f, coefficient %.4f; step %.4g, clipped %.4g (bound %.4g)\n",
+                  path, norm, r[1].coef[1], moved[0], moved[1], a.lr * clips[1] / a.eps);
+    assert_true(r[0].coef[1] == 1.0);
+    T_CLOSE(r[1].norm[1], norm, 0.0, 1e-12, 1); // the norm before clipping
+    assert_true(r[1].coef[1] < 1.0);
+    T_CLOSE(r[1].coef[1], clips[1] / (norm + 1e-6), 0.0, 1e-6, 1);
+    assert_true(moved[1] <= a.lr * clips[1] / a.eps * (1 + 1e-4));
+    assert_true(moved[0] >= 1.8 * moved[1]);
+    assert_true(r[2].coef[1] == 1.0);
+    t_expect_same("clip above the norm", r[2].params, r[0].params, sizeof(float), r[0].n);
+    for (int k = 0; k < 3; k++) free(r[k].params);
+    free(before);
+  }
+}
+
+// Sampling: the greedy pick is the most probable token (the first among
+// equals); a draw at temperature 1 inverts the cumulative sum (0.1, 0.3,
+// 0.7, 1), at 0.5 that of the squares renormalised (1/30, 5/30, 21/30, 1);
+// and a generation is the same for the same seed, every token in the
+// vocabulary.
+static void test_sample(void **state) {
+  skip_unless_host();
+  const float p[4] = {0.1f, 0.2f, 0.4f, 0.3f}, tie[3] = {0.4f, 0.2f, 0.4f};
+  assert_int_equal(gpt2_pick_token(p, 4, 0.0f, 0.9), 2);
+  assert_int_equal(gpt2_pick_token(tie, 3, 0.0f, 0.9), 0);
+  static const struct {
+    float temperature;
+    double coin;
+    int want;
+  } draws[] = {{1, 0.05, 0}, {1, 0.25, 1}, {1, 0.5, 2}, {1, 0.69, 2}, {1, 0.71, 3},
+               {1, 0.999, 3}, {0.5f, 0.02, 0}, {0.5f, 0.05, 1}, {0.5f, 0.2, 2},
+               {0.5f, 0.69, 2}, {0.5f, 0.71, 3}};
+  for (size_t i = 0; i < sizeof draws / sizeof draws[0]; i++)
+    if (gpt2_pick_token(p, 4, draws[i].temperature, draws[i].coin) != draws[i].want)
+      fail_msg("draw %zu: temperature %g, coin %g: token %d, expected %d", i,
+               draws[i].temperature, draws[i].coin,
+               gpt2_pick_token(p, 4, draws[i].temperature, draws[i].coin), draws[i].want);
+
+  GPT2 m;
+  assert_int_equal(gpt2_build(&m, &tiny, B, T), 0);
+  gpt2_init_random(&m, t_seed());
+  enum { N = 12 }; // past T: the context slides
+  int prompt[3] = {1, 2, 3}, a[N], b[N];
+  uint64_t r1 = 7, r2 = 7;
+  gpt2_generate(&m, prompt, 3, N, 1.0f, &r1, a);
+  gpt2_generate(&m, prompt, 3, N, 1.0f, &r2, b);
+  assert_memory_equal(a, b, sizeof a);
+  for (int i = 0; i < N; i++) assert_true(a[i] >= 0 && a[i] < tiny.vocab_size);
+  gpt2_free(&m);
+}
+
 int main(int argc, char **argv) {
   static const struct CMUnitTest scenarios[] = {
       cmocka_unit_test(dp_stage_1),
@@ -488,6 +863,12 @@ int main(int argc, char **argv) {
       cmocka_unit_test(test_matches_plain),
       cmocka_unit_test(test_two_ranks),
       cmocka_unit_test(test_weights_out_in),
+      cmocka_unit_test(test_resume_bit_exact),
+      cmocka_unit_test(test_resume_needs_loop_state),
+      cmocka_unit_test(test_accum_matches_batch),
+      cmocka_unit_test(test_schedule),
+      cmocka_unit_test(test_clip_bounds_update),
+      cmocka_unit_test(test_sample),
   };
   return T_RUN(tests);
 }

@@ -11,6 +11,11 @@
  *   forward.c   the forward pass and its mean loss
  *   backward.c  the backward pass into the flat gradient buffer
  *   update.c    plain AdamW over the flat buffers: the reference
+ *   schedule.c  the learning rate of each step: warm-up, then cosine
+ *   train.c     one optimizer step of the loop (micro-steps accumulated,
+ *               clipping, the schedule), the batches it draws, and the
+ *               checkpoints that resume it bit for bit
+ *   sample.c    tokens generated from the trained model
  *   data.c      the token ids of a file: a text's bytes, raw ids, llm.c's
  *               token files
  *   zt.c        the update through ztier: the table registered as units,
@@ -184,6 +189,11 @@ int gpt2_backward(GPT2 *m);
 // the table marks. Returns 0, or -1 when the moments cannot be allocated.
 int gpt2_update(GPT2 *m, float lr, float beta1, float beta2, float eps,
                 float weight_decay, int t);
+// The L2 norm of the whole gradient buffer (summed in double), and the
+// buffer multiplied by `factor`: the plain path's averaging over micro-steps
+// and its clipping (train.c).
+double gpt2_grad_norm(const GPT2 *m);
+void gpt2_scale_grads(GPT2 *m, float factor);
 
 // ----------------------------------------------------------------------------
 // zt.c: the update through ztier (docs/gpt2.md, "Training through ztier")
@@ -219,5 +229,102 @@ int gpt2_zt_world(const zt_engine_t *eng, int *rank, int *world);
 // so the mean of the ranks' gradients, which ztier takes, is the gradient of
 // the global batch's mean loss.
 void gpt2_rank_slice(const int *global, int B, int T, int rank, int world, int *local);
+
+// ----------------------------------------------------------------------------
+// schedule.c
+
+// The learning rate of step `step` (from 1) of a run of `steps`: lr * step /
+// warmup over the first `warmup` steps, then half a cosine from lr (just
+// after the warm-up) down to lr_min (at step `steps`). lr_min == lr and
+// warmup 0 give lr throughout. Pure.
+float gpt2_lr_at(int step, int steps, int warmup, float lr, float lr_min);
+
+// ----------------------------------------------------------------------------
+// train.c: the training loop's step (docs/gpt2.md, "The training loop")
+
+// The batches of a run: one micro-step's global batch of B sequences of T
+// tokens, and this rank's rows of it (the model's B).
+typedef struct {
+  int B, T;           // the global batch of one micro-step
+  int rank, world;    // this rank trains on rows rank * B / world onwards
+  int *g_inp, *g_tgt; // [B,T]
+  int *inp, *tgt;     // [B / world, T]
+} GPT2Batches;
+// Allocates the four arrays. Returns 0, or -1 when memory runs out (nothing
+// left to free then). gpt2_batches_free takes a zeroed struct too.
+int gpt2_batches_create(GPT2Batches *b, int B, int T, int rank, int world);
+void gpt2_batches_free(GPT2Batches *b);
+
+// Where a run's batches come from: windows of T + 1 tokens starting in
+// ids[lo, hi), drawn by a generator whose state `rng` is the run's position
+// in the data (a checkpoint saves it).
+typedef struct {
+  const int *ids;
+  size_t lo, hi; // hi - lo > T + 1
+  uint64_t rng;
+} GPT2Data;
+// The next global batch: B windows (inputs the first T tokens of each,
+// targets the T after the first), the same on every rank, and this rank's
+// rows of it in b->inp and b->tgt. Advances d->rng by B draws.
+void gpt2_next_batch(GPT2Batches *b, GPT2Data *d);
+
+// What stays the same from step to step.
+typedef struct {
+  int accum;          // micro-steps per optimizer step, >= 1
+  float lr, lr_min;   // the schedule (gpt2_lr_at)
+  int warmup, steps;
+  float clip;         // > 0: clip the global gradient norm to it; 0: none;
+                      // < 0: ztier's config decides (none on the plain path)
+  float beta1, beta2, eps, weight_decay;
+} GPT2TrainArgs;
+
+// What one optimizer step did.
+typedef struct {
+  float loss;       // the mean of its micro-steps' losses (this rank's rows)
+  float lr;         // the schedule's rate for it
+  double grad_norm; // of the averaged gradient, before clipping
+  double clip_coef; // the factor clipping applied (1: none)
+} GPT2StepResult;
+
+// Optimizer step `step` (from 1): a->accum micro-steps, each the forward and
+// backward of the next batch of `d` (gradients summed in the buffer; at stage
+// 2 each backward hands its groups over as it goes), then one AdamW step on
+// the mean gradient (a grad_scale of 1 / accum), clipped as a->clip says,
+// at the schedule's rate: ztier's (zt_step) when `eng` is set, update.c's
+// when it is NULL. Returns 0, or a negative code (the sentence printed).
+int gpt2_train_step(GPT2 *m, zt_engine_t *eng, const GPT2TrainArgs *a, int step, GPT2Data *d,
+                    GPT2Batches *b, GPT2StepResult *out);
+
+// The loop's own state: what a checkpoint needs beside ztier's states for
+// the resumed run to go on bit for bit.
+typedef struct {
+  int step;     // optimizer steps taken
+  uint64_t rng; // the data generator's state after them (GPT2Data.rng)
+} GPT2LoopState;
+// Saves ztier's states (zt_save) and the loop's into directory `dir`; every
+// rank calls it, between two steps. Rank 0 writes the loop's state first,
+// in a file named by its step (gpt2-loop-<step>.txt), so that whichever
+// manifest zt_save last committed finds its own; older ones are removed
+// after the commit. Returns 0 or a negative code (the sentence printed).
+int gpt2_checkpoint_save(zt_engine_t *eng, const char *dir, const GPT2LoopState *s, int rank);
+// Loads what gpt2_checkpoint_save wrote (zt_load, then the loop state of the
+// step ztier's states are at) into a registered engine. Every rank calls
+// it. Returns 0 or a negative code (the sentence printed).
+int gpt2_checkpoint_load(zt_engine_t *eng, const char *dir, GPT2LoopState *s);
+
+// ----------------------------------------------------------------------------
+// sample.c
+
+// The next token from probabilities `probs` [V]: at temperature 0 the most
+// probable (the lowest id among equals); otherwise drawn from probs^(1 /
+// temperature), renormalised, by `coin` in [0, 1) (the inverse of the
+// cumulative sum). Pure.
+int gpt2_pick_token(const float *probs, int V, float temperature, double coin);
+// Generates n tokens into `out` after the n_prompt tokens of `prompt` (at
+// least 1): each one from the forward over the last m->T tokens so far (row
+// 0 of the model's batch), picked by gpt2_pick_token with coins from `rng`.
+// The same model, prompt and rng give the same tokens.
+void gpt2_generate(GPT2 *m, const int *prompt, int n_prompt, int n, float temperature,
+                   uint64_t *rng, int *out);
 
 #endif /* GPT2_H */

@@ -9,7 +9,18 @@
  *        [--optimizer ztier|plain] [--stage 0|1|2] [--optimizer-tier device|host]
  *        [--zt-config FILE.json] [--init WEIGHTS.safetensors|DIR] [--export OUT.safetensors]
  *        [--size tiny|gpt2|gpt2-medium|gpt2-large|gpt2-xl] [--token-format bytes|u16|u32|llmc]
+ *        [--accum N] [--clip NORM] [--warmup STEPS] [--lr-min LR] [--val-every N]
+ *        [--save DIR] [--save-every N] [--resume DIR] [--stop-at STEP] [--sample N]
+ *        [--temperature T]
  *   mpirun -np W gpt2 --stage 1|2 [...]
+ *
+ * Each step is --accum micro-steps of --batch sequences (train.c), at the
+ * rate of a linear warm-up and a cosine down to --lr-min (schedule.c), its
+ * gradient clipped to --clip. --save writes a checkpoint at the end (ztier's
+ * states and the loop's: its step, its place in the data), and every
+ * --save-every steps, and --resume
+ * goes on from one exactly as the run that never stopped; --stop-at ends a
+ * run early, the schedule still spanning --steps, to be resumed later.
  *
  * The text's first 90% is trained on; a fixed set of batches from the rest
  * gives the validation loss before and after. Exit status: 0 when the
@@ -48,6 +59,17 @@ typedef struct {
   const char *size;      // --size: tiny, or Hugging Face's gpt2 ... gpt2-xl
   const char *init;      // --init: weights to start from (safetensors)
   const char *export_to; // --export: where the trained weights go
+  int accum;             // --accum: micro-steps per optimizer step
+  float clip;            // --clip: > 0 the norm to clip to, 0 none; < 0 (unset) the config's
+  int warmup;            // --warmup: steps of linear warm-up
+  float lr_min;          // --lr-min: the cosine's end; NAN (unset): --lr, no decay
+  int val_every;         // --val-every: the validation loss every N steps; 0 never
+  const char *save;      // --save: the checkpoint written at the end
+  int save_every;        // --save-every: also every N steps into --save; 0 never
+  const char *resume;    // --resume: the checkpoint to go on from
+  int stop_at;           // --stop-at: the last step of this run; 0: --steps
+  int sample;            // --sample: tokens generated at the end
+  float temperature;     // --temperature: the sample's; 0 greedy
 } Options;
 
 static int parse_args(int argc, char **argv, Options *o) {
@@ -60,7 +82,26 @@ static int parse_args(int argc, char **argv, Options *o) {
              "[--optimizer-tier device|host] [--zt-config FILE.json]\n"
              "            [--init WEIGHTS.safetensors|DIR] [--export OUT.safetensors]\n"
              "            [--size tiny|gpt2|gpt2-medium|gpt2-large|gpt2-xl]\n"
-             "            [--token-format bytes|u16|u32|llmc]\n");
+             "            [--token-format bytes|u16|u32|llmc]\n"
+             "            [--accum N] [--clip NORM] [--warmup STEPS] [--lr-min LR] "
+             "[--val-every N]\n"
+             "            [--save DIR] [--save-every N] [--resume DIR] [--stop-at STEP]\n"
+             "            [--sample N] [--temperature T]\n"
+             "  --accum N        micro-steps of --batch sequences per optimizer step (1)\n"
+             "  --clip NORM      clip the gradient's global norm to NORM; 0: none (default:\n"
+             "                   the ztier config's clip_grad_norm, none)\n"
+             "  --warmup STEPS   linear warm-up to --lr over the first STEPS steps (0)\n"
+             "  --lr-min LR      cosine decay from --lr to LR at step --steps (default\n"
+             "                   --lr: no decay)\n"
+             "  --val-every N    print the validation loss every N steps\n"
+             "  --save DIR       checkpoint at the end: ztier's states and the loop's\n"
+             "  --save-every N   also checkpoint into --save DIR every N steps\n"
+             "  --resume DIR     go on from a --save checkpoint, bit for bit\n"
+             "  --stop-at STEP   end after step STEP (the schedule still spans --steps)\n"
+             "  --sample N       generate N tokens at the end (--temperature, default 1;\n"
+             "                   0 is greedy)\n"
+             "  --optimizer plain takes every flag but --save and --resume, which go\n"
+             "  through ztier (zt_save, zt_load).\n");
       return 1;
     }
     if (!v) {
@@ -81,6 +122,21 @@ static int parse_args(int argc, char **argv, Options *o) {
     else if (strcmp(f, "--init") == 0) o->init = v;
     else if (strcmp(f, "--size") == 0) o->size = v;
     else if (strcmp(f, "--export") == 0) o->export_to = v;
+    else if (strcmp(f, "--accum") == 0) o->accum = atoi(v);
+    else if (strcmp(f, "--clip") == 0 && strtof(v, NULL) >= 0.0f) o->clip = strtof(v, NULL);
+    else if (strcmp(f, "--clip") == 0) {
+      fprintf(stderr, "gpt2: --clip %s: expected a norm, or 0 for none\n", v);
+      return -1;
+    }
+    else if (strcmp(f, "--warmup") == 0) o->warmup = atoi(v);
+    else if (strcmp(f, "--lr-min") == 0) o->lr_min = strtof(v, NULL);
+    else if (strcmp(f, "--val-every") == 0) o->val_every = atoi(v);
+    else if (strcmp(f, "--save") == 0) o->save = v;
+    else if (strcmp(f, "--save-every") == 0) o->save_every = atoi(v);
+    else if (strcmp(f, "--resume") == 0) o->resume = v;
+    else if (strcmp(f, "--stop-at") == 0) o->stop_at = atoi(v);
+    else if (strcmp(f, "--sample") == 0) o->sample = atoi(v);
+    else if (strcmp(f, "--temperature") == 0) o->temperature = strtof(v, NULL);
     else if (strcmp(f, "--optimizer") == 0 && strcmp(v, "plain") == 0) o->plain = 1;
     else if (strcmp(f, "--optimizer") == 0 && strcmp(v, "ztier") == 0) o->plain = 0;
     else if (strcmp(f, "--optimizer") == 0) {
@@ -91,46 +147,40 @@ static int parse_args(int argc, char **argv, Options *o) {
       return -1;
     }
   }
-  if (o->steps >= 1 && o->batch >= 1 && o->seq >= 2 && o->lr > 0.0f) return 0;
-  fprintf(stderr, "gpt2: --steps, --batch and --lr must be positive, --seq at least 2\n");
+  if (!(o->steps >= 1 && o->batch >= 1 && o->seq >= 2 && o->lr > 0.0f)) {
+    fprintf(stderr, "gpt2: --steps, --batch and --lr must be positive, --seq at least 2\n");
+    return -1;
+  }
+  if (isnan(o->lr_min)) o->lr_min = o->lr;
+  const char *bad = o->accum < 1 ? "--accum must be 1 or more"
+                    : o->warmup < 0 || o->warmup >= o->steps
+                        ? "--warmup must be at least 0 and below --steps"
+                    : !(o->lr_min >= 0.0f)  ? "--lr-min must be at least 0"
+                    : o->val_every < 0      ? "--val-every must be at least 0"
+                    : o->save_every < 0 || (o->save_every > 0 && !o->save)
+                        ? "--save-every N needs --save DIR, where the checkpoints go"
+                    : o->stop_at < 0 || o->stop_at > o->steps
+                        ? "--stop-at must be a step of --steps"
+                    : o->sample < 0         ? "--sample must be at least 0"
+                    : !(o->temperature >= 0.0f) ? "--temperature must be at least 0"
+                                                : NULL;
+  if (bad == NULL) return 0;
+  fprintf(stderr, "gpt2: %s\n", bad);
   return -1;
 }
-
-// One global batch: B windows of T+1 tokens starting in [lo, hi), inputs
-// the first T of each, targets the T after the first. Every rank draws the
-// same.
-static void make_batch(const int *text, size_t lo, size_t hi, int B, int T,
-                       uint64_t *rng, int *inp, int *tgt) {
-  for (int b = 0; b < B; b++) {
-    *rng = *rng * 6364136223846793005ull + 1442695040888963407ull;
-    size_t start = lo + (size_t)(*rng >> 33) % (hi - lo - T - 1);
-    for (int t = 0; t < T; t++) {
-      inp[b * T + t] = text[start + t];
-      tgt[b * T + t] = text[start + t + 1];
-    }
-  }
-}
-
-// The batches of a run: the global one, and this rank's rows of it (the
-// model's B).
-typedef struct {
-  int B, T;            // the global batch
-  int rank, world;     // this rank trains on rows rank * B / world onwards
-  int *g_inp, *g_tgt;  // [B,T]
-  int *inp, *tgt;      // [B / world, T]
-} Batches;
 
 // The mean loss over the same VAL_BATCHES global batches from the held-out
 // part. Each rank evaluates every rank's rows, one slice at a time, so that
 // the number needs no exchange and is the same on every rank and at every
 // world size (the slices are equal, so the mean of their means is the
-// batch's mean).
+// batch's mean). Its generator is its own, from a fixed seed: the
+// validation neither moves the training data nor depends on when it runs.
 #define VAL_BATCHES 8
-static float val_loss(GPT2 *m, const int *text, size_t lo, size_t hi, Batches *b) {
-  uint64_t rng = 1234; // fixed, so the before and after see the same bytes
+static float val_loss(GPT2 *m, const int *text, size_t lo, size_t hi, GPT2Batches *b) {
+  GPT2Data val = {text, lo, hi, 1234};
   double sum = 0.0;
   for (int i = 0; i < VAL_BATCHES; i++) {
-    make_batch(text, lo, hi, b->B, b->T, &rng, b->g_inp, b->g_tgt);
+    gpt2_next_batch(b, &val);
     for (int r = 0; r < b->world; r++) {
       gpt2_rank_slice(b->g_inp, b->B, b->T, r, b->world, b->inp);
       gpt2_rank_slice(b->g_tgt, b->B, b->T, r, b->world, b->tgt);
@@ -192,33 +242,80 @@ __attribute__((format(printf, 1, 2))) static void say(const char *fmt, ...) {
 
 // ztier's engine from the config, and this rank's place in the run. Returns
 // 0, or -1 with the reason printed (nothing is left to destroy then).
-static int make_engine(const zt_config_t *zcfg, int B, zt_engine_t **eng, Batches *b) {
+static int make_engine(const zt_config_t *zcfg, int B, zt_engine_t **eng, int *rank,
+                       int *world) {
   int rc = zt_engine_create(zcfg, eng);
   if (rc < 0) {
     fprintf(stderr, "gpt2: zt_engine_create: %s (%s)\n", zt_strerror(rc), zt_last_error(NULL));
     return -1;
   }
-  if (gpt2_zt_world(*eng, &b->rank, &b->world) == 0) {
-    if (B % b->world == 0) return 0;
+  if (gpt2_zt_world(*eng, rank, world) == 0) {
+    if (B % *world == 0) return 0;
     fprintf(stderr, "gpt2: --batch %d is the global batch: it must be a multiple of the %d "
-                    "ranks\n", B, b->world);
+                    "ranks\n", B, *world);
   }
   zt_engine_destroy(*eng);
   *eng = NULL;
   return -1;
 }
 
+// The sample's context and its continuation: the bytes as they are (a
+// control byte other than a newline or a tab as \xNN), or the ids for the
+// other formats, which have no decoding yet.
+static void print_tokens(const int *ids, int n, int bytes) {
+  for (int i = 0; i < n; i++) {
+    int c = ids[i];
+    if (!bytes) say(i ? " %d" : "%d", c);
+    else if (c == '\n' || c == '\t' || (c >= 32 && c < 127)) say("%c", c);
+    else say("\\x%02x", c);
+  }
+}
+
+// --sample: n tokens after the first T / 2 of the held-out part, drawn with
+// a generator of their own (from the seed), so the same run prints the same.
+static void print_sample(GPT2 *m, const int *text, size_t n_train, const Options *o) {
+  int n_prompt = o->seq / 2, bytes = strcmp(o->token_format, "bytes") == 0;
+  int *out = malloc((size_t)o->sample * sizeof(int));
+  if (out == NULL) return;
+  uint64_t rng = o->seed ^ 0x5a3b1e;
+  gpt2_generate(m, text + n_train, n_prompt, o->sample, o->temperature, &rng, out);
+  say("sample (temperature %g): [", o->temperature);
+  print_tokens(text + n_train, n_prompt, bytes);
+  say("]");
+  if (!bytes) say(" ");
+  print_tokens(out, o->sample, bytes);
+  say("\n");
+  free(out);
+}
+
+// The step line: the loss of this rank's rows, the step's rate, and the
+// gradient's norm (of the mean over micro-steps and ranks), with the
+// factor clipping applied when it did.
+static void say_step(int step, int steps, const GPT2StepResult *r, double ms) {
+  char clipped[32] = "";
+  if (r->clip_coef < 1.0) snprintf(clipped, sizeof clipped, " (clipped x%.3f)", r->clip_coef);
+  say("step %4d/%d  loss %.4f  lr %.3e  norm %.4f%s  %7.2f ms\n", step, steps, r->loss, r->lr,
+      r->grad_norm, clipped, ms);
+}
+
 int main(int argc, char **argv) {
   Options o = {"/usr/share/common-licenses/GPL-3", "bytes", 40, 8, 64, 1e-3f, 42, 0, NULL,
-               NULL, NULL, "tiny", NULL, NULL};
+               NULL, NULL, "tiny", NULL, NULL,
+               .accum = 1, .clip = -1.0f, .lr_min = NAN, .temperature = 1.0f};
   int rc = parse_args(argc, argv, &o);
   if (rc != 0) return rc > 0 ? 0 : 2;
   zt_config_t zcfg;
-  if (o.plain && (o.init || o.export_to)) {
-    fprintf(stderr, "gpt2: --init and --export go through ztier: not with --optimizer plain\n");
+  if (o.plain && (o.init || o.export_to || o.save || o.resume)) {
+    fprintf(stderr, "gpt2: --init, --export, --save and --resume go through ztier: not with "
+                    "--optimizer plain\n");
+    return 2;
+  }
+  if (o.init && o.resume) {
+    fprintf(stderr, "gpt2: --init and --resume both give the weights: one or the other\n");
     return 2;
   }
   if (!o.plain && make_config(&o, &zcfg) < 0) return 2;
+  int stop = o.stop_at ? o.stop_at : o.steps;
   // The vocabulary the ids are checked against is the size's (below).
   GPT2Config cfg = {0};
   if (gpt2_config_named(o.size, o.seq, &cfg) != 0 || o.seq > cfg.max_seq_len) {
@@ -242,102 +339,107 @@ int main(int argc, char **argv) {
   // The engine comes first: the world size decides the model's batch, the
   // rank's rows. The plain AdamW has no comm: it is one rank's.
   zt_engine_t *eng = NULL;
-  Batches b = {.B = o.batch, .T = o.seq, .rank = 0, .world = 1};
-  if (!o.plain && make_engine(&zcfg, o.batch, &eng, &b) < 0) {
+  int rank = 0, world = 1;
+  if (!o.plain && make_engine(&zcfg, o.batch, &eng, &rank, &world) < 0) {
     gpt2_free_tokens(&tok);
     return 1;
   }
-  quiet = b.rank != 0;
-  int rows = o.batch / b.world;
+  quiet = rank != 0;
+  int rows = o.batch / world;
   // By default a tiny GPT-2: every shape of the real one, small enough to
   // learn on two cores in seconds. Hugging Face's sizes take its weights.
-
-  GPT2 model;
-  size_t tokens = (size_t)o.batch * o.seq;
-  b.g_inp = malloc(tokens * sizeof(int));
-  b.g_tgt = malloc(tokens * sizeof(int));
-  b.inp = malloc(tokens * sizeof(int));
-  b.tgt = malloc(tokens * sizeof(int));
-  if (!b.g_inp || !b.g_tgt || !b.inp || !b.tgt || gpt2_build(&model, &cfg, rows, o.seq) != 0) {
+  GPT2 model = {0};
+  GPT2Batches b = {0};
+  int ok = 0;
+  if (gpt2_batches_create(&b, o.batch, o.seq, rank, world) != 0 ||
+      gpt2_build(&model, &cfg, rows, o.seq) != 0) {
     fprintf(stderr, "gpt2: out of memory\n");
-    zt_engine_destroy(eng);
-    return 1;
+    goto done;
   }
   // Every rank draws the same initialisation: ztier's master copy is the
   // registered buffer of each, and they must agree.
   gpt2_init_random(&model, o.seed);
   say("gpt2: %s, %zu %s; V %d, T %d, C %d, %d heads, %d layers, B %d: %zu parameters\n",
-      o.text, n, strcmp(o.token_format, "bytes") == 0 ? "bytes" : "tokens", cfg.vocab_size, o.seq, cfg.n_embd, cfg.n_head, cfg.n_layer, o.batch,
-      model.num_parameters);
+      o.text, n, strcmp(o.token_format, "bytes") == 0 ? "bytes" : "tokens", cfg.vocab_size,
+      o.seq, cfg.n_embd, cfg.n_head, cfg.n_layer, o.batch, model.num_parameters);
+  // The training data: the generator starts from the seed, or where the
+  // checkpoint left it.
+  GPT2Data data = {text, 0, n_train, o.seed};
+  int start = 0;
   // ztier takes the buffers once, before the first step; the weights it
-  // keeps as its master copy are the initialisation's.
+  // keeps as its master copy are the initialisation's, --init's or the
+  // checkpoint's.
   if (!o.plain) {
-    rc = gpt2_zt_register(&model, eng, zcfg.stage);
-    if (rc < 0) {
-      zt_engine_destroy(eng);
-      gpt2_free(&model);
-      return 1;
-    }
-    if (o.init && gpt2_zt_import(eng, o.init) < 0) {
-      zt_engine_destroy(eng);
-      gpt2_free(&model);
-      return 1;
-    }
+    if (gpt2_zt_register(&model, eng, zcfg.stage) < 0) goto done;
+    if (o.init && gpt2_zt_import(eng, o.init) < 0) goto done;
     if (o.init) say("weights: %s\n", o.init);
+    if (o.resume) {
+      GPT2LoopState ls;
+      if (gpt2_checkpoint_load(eng, o.resume, &ls) < 0) goto done;
+      if (ls.step >= stop) {
+        fprintf(stderr, "gpt2: --resume %s is at step %d: --steps (or --stop-at) must be "
+                        "past it\n", o.resume, ls.step);
+        goto done;
+      }
+      start = ls.step;
+      data.rng = ls.rng;
+      say("resumed: %s at step %d\n", o.resume, start);
+    }
     static const char *const tiers[] = {"device", "host", "nvme"};
     say("optimizer: ztier %s, stage %d, optimizer tier %s, %d groups\n", zt_version(),
         zcfg.stage, tiers[zcfg.optimizer_tier], gpt2_num_groups(&model));
-    if (b.world > 1)
+    if (world > 1)
       say("data parallel: %d ranks, %d sequences each; the step losses are rank 0's rows'\n",
-          b.world, rows);
+          world, rows);
   } else {
     say("optimizer: plain AdamW (update.c)\n");
   }
+  if (o.accum > 1)
+    say("accumulation: %d micro-steps of %d sequences, %d a step\n", o.accum, o.batch,
+        o.accum * o.batch);
   float val0 = val_loss(&model, text, n_train, n, &b);
   say("val loss %.4f (ln V = %.4f)\n", val0, logf((float)cfg.vocab_size));
 
-  uint64_t rng = o.seed;
+  // GPT-2's betas (0.9, 0.95) and a light weight decay on the matrices.
+  GPT2TrainArgs ta = {.accum = o.accum, .lr = o.lr, .lr_min = o.lr_min, .warmup = o.warmup,
+                      .steps = o.steps, .clip = o.clip, .beta1 = 0.9f, .beta2 = 0.95f,
+                      .eps = 1e-8f, .weight_decay = 0.01f};
   double t0 = now_s();
-  for (int step = 1; step <= o.steps && rc == 0; step++) {
+  rc = 0;
+  for (int step = start + 1; step <= stop && rc == 0; step++) {
     double ts = now_s();
-    make_batch(text, 0, n_train, o.batch, o.seq, &rng, b.g_inp, b.g_tgt);
-    gpt2_rank_slice(b.g_inp, b.B, b.T, b.rank, b.world, b.inp);
-    gpt2_rank_slice(b.g_tgt, b.B, b.T, b.rank, b.world, b.tgt);
-    float loss = gpt2_forward(&model, b.inp, b.tgt);
-    gpt2_zero_grad(&model);
-    // At stage 2 the backward hands each block's gradients to ztier as it
-    // finishes it (GPT2.grads_final).
-    rc = gpt2_backward(&model);
-    // GPT-2's betas (0.9, 0.95) and a light weight decay on the matrices.
-    // grad_scale stays 1: ztier averages over the ranks by itself.
-    zt_step_args_t args = ZT_STEP_ARGS_INIT;
-    args.lr = o.lr;
-    args.beta1 = 0.9f;
-    args.beta2 = 0.95f;
-    args.eps = 1e-8f;
-    args.weight_decay = 0.01f;
-    args.t = (uint64_t)step;
-    if (rc == 0)
-      rc = o.plain ? gpt2_update(&model, args.lr, args.beta1, args.beta2, args.eps,
-                                 args.weight_decay, step)
-                   : gpt2_zt_step(eng, &args, NULL);
-    say("step %4d/%d  loss %.4f  %7.2f ms\n", step, o.steps, loss, 1e3 * (now_s() - ts));
+    GPT2StepResult r;
+    rc = gpt2_train_step(&model, eng, &ta, step, &data, &b, &r);
+    if (rc < 0) break;
+    say_step(step, o.steps, &r, 1e3 * (now_s() - ts));
+    if (o.val_every > 0 && step % o.val_every == 0 && step < stop)
+      say("val loss %.4f at step %d\n", val_loss(&model, text, n_train, n, &b), step);
+    // A run killed later goes on from here (--resume) as if it never was.
+    if (o.save_every > 0 && step % o.save_every == 0 && step < stop) {
+      GPT2LoopState ls = {step, data.rng};
+      rc = gpt2_checkpoint_save(eng, o.save, &ls, rank);
+      if (rc == 0) say("checkpoint: %s (step %d)\n", o.save, step);
+    }
   }
   double train_s = now_s() - t0;
   float val1 = val_loss(&model, text, n_train, n, &b);
-  say("val loss %.4f after %d steps (%.1f s)\n", val1, o.steps, train_s);
+  say("val loss %.4f after %d steps (%.1f s)\n", val1, stop, train_s);
+  if (rc == 0 && o.save) {
+    GPT2LoopState ls = {stop, data.rng};
+    rc = gpt2_checkpoint_save(eng, o.save, &ls, rank);
+    if (rc == 0) say("checkpoint: %s (step %d)\n", o.save, stop);
+  }
   if (rc == 0 && o.export_to) {
     rc = gpt2_zt_export(eng, o.export_to);
     if (rc == 0) say("exported: %s\n", o.export_to);
   }
-  int ok = rc == 0 && val1 < val0;
+  if (rc == 0 && o.sample > 0) print_sample(&model, text, n_train, &o);
+  ok = rc == 0 && val1 < val0;
   if (!ok) fprintf(stderr, "gpt2: %s\n", rc ? "the update failed" : "the loss did not go down");
+done:
   zt_engine_destroy(eng);
   gpt2_free(&model);
-  free(b.g_inp);
-  free(b.g_tgt);
-  free(b.inp);
-  free(b.tgt);
+  gpt2_batches_free(&b);
   gpt2_free_tokens(&tok);
   return ok ? 0 : 1;
 }

@@ -2,6 +2,10 @@
  * examples/gpt2/update.c — plain AdamW over the flat buffers: the reference
  * for ztier's step (zt.c), run with --optimizer plain. With ztier the
  * moments live in ztier's tier instead of m_memory and v_memory.
+ *
+ * The gradient's norm and a scaling of it give the plain path what ztier's
+ * step does by itself: the mean over accumulated micro-steps and clipping
+ * (train.c).
  */
 #include <math.h>
 #include <stdlib.h>
@@ -30,4 +34,15 @@ int gpt2_update(GPT2 *m, float lr, float beta1, float beta2, float eps, float we
     }
   }
   return 0;
+}
+
+double gpt2_grad_norm(const GPT2 *m) {
+  double sumsq = 0.0;
+  for (size_t i = 0; i < m->num_parameters; i++)
+    sumsq += (double)m->grads_memory[i] * m->grads_memory[i];
+  return sqrt(sumsq);
+}
+
+void gpt2_scale_grads(GPT2 *m, float factor) {
+  for (size_t i = 0; i < m->num_parameters; i++) m->grads_memory[i] *= factor;
 }
