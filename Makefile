@@ -234,12 +234,11 @@ $(BUILD)/tests/test_gpt2_zt: $(BUILD)/tests/test_gpt2_zt.o $(GPT2_OBJ) $(TEST_SU
                              $(BUILD)/libztier.a
 	$(CC) $(SANFLAGS) -pthread -o $@ $< $(GPT2_OBJ) $(TEST_SUPPORT_OBJ) $(BUILD)/libztier.a \
 	  $(CMOCKA_LIBS) $(LDLIBS) $(GPT2_LIBS)
-# The tokenizer's test links its two files alone (cJSON is in LDLIBS).
-GPT2_BPE_OBJ := $(BUILD)/obj/examples/gpt2/bpe.o $(BUILD)/obj/examples/gpt2/bpe_unicode.o
-$(BUILD)/tests/test_gpt2_bpe: $(BUILD)/tests/test_gpt2_bpe.o $(GPT2_BPE_OBJ) $(TEST_SUPPORT_OBJ) \
+# The tokenizer's test links the example's files, for data.c's gpt2_load_text.
+$(BUILD)/tests/test_gpt2_bpe: $(BUILD)/tests/test_gpt2_bpe.o $(GPT2_OBJ) $(TEST_SUPPORT_OBJ) \
                               $(BUILD)/libztier.a
-	$(CC) $(SANFLAGS) -pthread -o $@ $< $(GPT2_BPE_OBJ) $(TEST_SUPPORT_OBJ) $(BUILD)/libztier.a \
-	  $(CMOCKA_LIBS) $(LDLIBS)
+	$(CC) $(SANFLAGS) -pthread -o $@ $< $(GPT2_OBJ) $(TEST_SUPPORT_OBJ) $(BUILD)/libztier.a \
+	  $(CMOCKA_LIBS) $(LDLIBS) $(GPT2_LIBS)
 
 # ---- commands -------------------------------------------------------------
 

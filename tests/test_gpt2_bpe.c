@@ -18,6 +18,7 @@
 #include <unistd.h>
 
 #include "examples/gpt2/bpe.h"
+#include "examples/gpt2/gpt2.h" // defines: gpt2_load_text
 
 // ----------------------------------------------------------------------------
 // writing the files
@@ -640,6 +641,37 @@ static void test_refusals(void **state) {
   gpt2_bpe_free(bpe);
 }
 
+// The example's --tokenizer: a text file in the tokenizer's ids, each
+// checked against the model's vocabulary.
+static void test_load_text(void **state) {
+  GPT2Bpe *bpe = load_mini();
+  const char *text = "Hello there, I'm in the caf\xc3\xa9.\n\n  they'll 12123";
+  write_file("text.txt", text, strlen(text));
+  char path[128];
+  snprintf(path, sizeof path, "%s/text.txt", dir);
+  uint32_t *want = NULL;
+  size_t n = 0;
+  assert_int_equal(gpt2_bpe_encode(bpe, text, strlen(text), &want, &n), 0);
+  uint32_t top = 0;
+  for (size_t i = 0; i < n; i++) top = want[i] > top ? want[i] : top;
+  assert_true(top >= 256); /* merged tokens in it */
+  // A vocabulary of top + 1 ids holds them all.
+  GPT2Tokens tok;
+  assert_int_equal(gpt2_load_text(path, bpe, (int)top + 1, &tok), 0);
+  assert_int_equal(tok.n, n);
+  for (size_t i = 0; i < n; i++) assert_int_equal(tok.ids[i], (int)want[i]);
+  gpt2_free_tokens(&tok);
+  // One of `top` ids (a model smaller than the tokenizer) does not: refused,
+  // and nothing is handed out.
+  assert_int_equal(gpt2_load_text(path, bpe, (int)top, &tok), -1);
+  assert_null(tok.ids);
+  assert_int_equal(tok.n, 0);
+  snprintf(path, sizeof path, "%s/missing.txt", dir);
+  assert_int_equal(gpt2_load_text(path, bpe, 279, &tok), -1);
+  free(want);
+  gpt2_bpe_free(bpe);
+}
+
 int main(void) {
   init_mapping();
   snprintf(dir, sizeof dir, "/tmp/zt-test-bpe-XXXXXX");
@@ -655,6 +687,7 @@ int main(void) {
       cmocka_unit_test(test_merges_against_reference),
       cmocka_unit_test(test_round_trip),
       cmocka_unit_test(test_refusals),
+      cmocka_unit_test(test_load_text),
   };
   int rc = T_RUN(tests);
   t_remove_tree(dir);

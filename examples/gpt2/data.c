@@ -3,14 +3,16 @@
  * bytes of a text (one token per byte, V 256), raw little-endian uint16 or
  * uint32 ids in one flat file, or llm.c's token files (a header of 256
  * int32, magic 20240520, version 1, the token count; then uint16 ids).
- * Every id is checked against the model's vocabulary here, so the forward
- * never indexes past wte.
+ * Or a text cut into GPT-2's BPE tokens (gpt2_load_text, with a tokenizer
+ * of bpe.h). Every id is checked against the model's vocabulary here, so
+ * the forward never indexes past wte.
  */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "bpe.h"  // defines: gpt2_bpe_encode
 #include "gpt2.h" // defines: GPT2Tokens
 
 #define LLMC_MAGIC 20240520
@@ -96,6 +98,40 @@ int gpt2_load_tokens(const char *path, const char *format, int vocab, GPT2Tokens
   }
   out->n = count;
   free(raw);
+  return 0;
+}
+
+int gpt2_load_text(const char *path, const GPT2Bpe *bpe, int vocab, GPT2Tokens *out) {
+  memset(out, 0, sizeof *out);
+  size_t n = 0;
+  unsigned char *raw = slurp(path, &n);
+  if (raw == NULL) {
+    fprintf(stderr, "gpt2: %s: %s\n", path, n ? "cannot read it" : strerror(errno ? errno : EIO));
+    return -1;
+  }
+  uint32_t *ids = NULL;
+  size_t count = 0;
+  int rc = gpt2_bpe_encode(bpe, (const char *)raw, n, &ids, &count);
+  free(raw);
+  if (rc == 0 && (out->ids = malloc((count ? count : 1) * sizeof *out->ids)) == NULL)
+    rc = -ENOMEM;
+  for (size_t i = 0; rc == 0 && i < count; i++) {
+    if (ids[i] >= (uint32_t)vocab) {
+      fprintf(stderr, "gpt2: %s: token %zu is %u; the model's vocabulary is %d (--size), "
+                      "smaller than the tokenizer's (%zu)\n",
+              path, i, ids[i], vocab, gpt2_bpe_vocab_size(bpe));
+      rc = -EINVAL;
+      break;
+    }
+    out->ids[i] = (int)ids[i];
+  }
+  free(ids);
+  if (rc == -ENOMEM) fprintf(stderr, "gpt2: out of memory\n");
+  if (rc) {
+    gpt2_free_tokens(out);
+    return -1;
+  }
+  out->n = count;
   return 0;
 }
 

@@ -158,6 +158,10 @@ typedef struct {
   size_t n;
 } GPT2Tokens;
 int gpt2_load_tokens(const char *path, const char *format, int vocab, GPT2Tokens *out);
+// The text at `path` in tokens of `bpe` (bpe.h), each checked against
+// `vocab`; 0, or -1 with a sentence on stderr.
+struct GPT2Bpe;
+int gpt2_load_text(const char *path, const struct GPT2Bpe *bpe, int vocab, GPT2Tokens *out);
 void gpt2_free_tokens(GPT2Tokens *t); // a zeroed struct is fine
 // Frees what gpt2_build allocated; a zeroed struct is fine.
 void gpt2_free(GPT2 *m);

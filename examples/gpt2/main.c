@@ -1,7 +1,8 @@
 /*
  * examples/gpt2/main.c — trains a GPT-2 (a tiny one by default) from
  * random initialisation or given weights on the bytes of a text file (V =
- * 256, one token per byte) or on a file of token ids (--token-format, data.c),
+ * 256, one token per byte), on a text cut by GPT-2's BPE tokenizer
+ * (--tokenizer, bpe.h), or on a file of token ids (--token-format, data.c),
  * with ztier's AdamW (or the plain one of update.c, the reference), and
  * prints the loss as it goes down.
  *
@@ -9,6 +10,7 @@
  *        [--optimizer ztier|plain] [--stage 0|1|2] [--optimizer-tier device|host]
  *        [--zt-config FILE.json] [--init WEIGHTS.safetensors|DIR] [--export OUT.safetensors]
  *        [--size tiny|gpt2|gpt2-medium|gpt2-large|gpt2-xl] [--token-format bytes|u16|u32|llmc]
+ *        [--tokenizer DIR]
  *        [--accum N] [--clip NORM] [--warmup STEPS] [--lr-min LR] [--val-every N]
  *        [--save DIR] [--save-every N] [--resume DIR] [--stop-at STEP] [--sample N]
  *        [--temperature T]
@@ -43,6 +45,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "bpe.h"   // defines: GPT2Bpe, gpt2_bpe_load, gpt2_bpe_decode
 #include "gpt2.h"  // defines: GPT2, GPT2Config, gpt2_zt_register, gpt2_zt_step
 #include "ztier.h" // defines: zt_config_t, zt_engine_create
 
@@ -70,6 +73,7 @@ typedef struct {
   int stop_at;           // --stop-at: the last step of this run; 0: --steps
   int sample;            // --sample: tokens generated at the end
   float temperature;     // --temperature: the sample's; 0 greedy
+  const char *tokenizer; // --tokenizer: a directory of vocab.json and merges.txt
 } Options;
 
 static int parse_args(int argc, char **argv, Options *o) {
@@ -82,11 +86,13 @@ static int parse_args(int argc, char **argv, Options *o) {
              "[--optimizer-tier device|host] [--zt-config FILE.json]\n"
              "            [--init WEIGHTS.safetensors|DIR] [--export OUT.safetensors]\n"
              "            [--size tiny|gpt2|gpt2-medium|gpt2-large|gpt2-xl]\n"
-             "            [--token-format bytes|u16|u32|llmc]\n"
+             "            [--token-format bytes|u16|u32|llmc] [--tokenizer DIR]\n"
              "            [--accum N] [--clip NORM] [--warmup STEPS] [--lr-min LR] "
              "[--val-every N]\n"
              "            [--save DIR] [--save-every N] [--resume DIR] [--stop-at STEP]\n"
              "            [--sample N] [--temperature T]\n"
+             "  --tokenizer DIR  cut the --text file into GPT-2's BPE tokens, read from\n"
+             "                   DIR/vocab.json and DIR/merges.txt (Hugging Face's files)\n"
              "  --accum N        micro-steps of --batch sequences per optimizer step (1)\n"
              "  --clip NORM      clip the gradient's global norm to NORM; 0: none (default:\n"
              "                   the ztier config's clip_grad_norm, none)\n"
@@ -111,6 +117,7 @@ static int parse_args(int argc, char **argv, Options *o) {
     i++;
     if (strcmp(f, "--text") == 0) o->text = v;
     else if (strcmp(f, "--token-format") == 0) o->token_format = v;
+    else if (strcmp(f, "--tokenizer") == 0) o->tokenizer = v;
     else if (strcmp(f, "--steps") == 0) o->steps = atoi(v);
     else if (strcmp(f, "--batch") == 0) o->batch = atoi(v);
     else if (strcmp(f, "--seq") == 0) o->seq = atoi(v);
@@ -262,28 +269,48 @@ static int make_engine(const zt_config_t *zcfg, int B, zt_engine_t **eng, int *r
 // The sample's context and its continuation: the bytes as they are (a
 // control byte other than a newline or a tab as \xNN), or the ids for the
 // other formats, which have no decoding yet.
-static void print_tokens(const int *ids, int n, int bytes) {
-  for (int i = 0; i < n; i++) {
-    int c = ids[i];
-    if (!bytes) say(i ? " %d" : "%d", c);
-    else if (c == '\n' || c == '\t' || (c >= 32 && c < 127)) say("%c", c);
+static void print_bytes(const unsigned char *s, size_t n, int utf8) {
+  for (size_t i = 0; i < n; i++) {
+    int c = s[i];
+    if (c == '\n' || c == '\t' || (c >= 32 && c < 127) || (utf8 && c >= 128)) say("%c", c);
     else say("\\x%02x", c);
   }
 }
 
+// Ids as text: bytes (the bytes format), the tokenizer's decoding (UTF-8
+// passed through), or numbers.
+static void print_tokens(const int *ids, int n, int bytes, const GPT2Bpe *bpe) {
+  uint32_t *u = bpe ? malloc((size_t)(n ? n : 1) * sizeof *u) : NULL;
+  char *text = NULL;
+  size_t len = 0;
+  for (int i = 0; u && i < n; i++) u[i] = (uint32_t)ids[i];
+  if (u && gpt2_bpe_decode(bpe, u, (size_t)n, &text, &len) == 0) {
+    print_bytes((const unsigned char *)text, len, 1);
+  } else {
+    for (int i = 0; i < n; i++) {
+      unsigned char c = (unsigned char)ids[i];
+      if (bytes) print_bytes(&c, 1, 0);
+      else say(i ? " %d" : "%d", ids[i]);
+    }
+  }
+  free(text);
+  free(u);
+}
+
 // --sample: n tokens after the first T / 2 of the held-out part, drawn with
 // a generator of their own (from the seed), so the same run prints the same.
-static void print_sample(GPT2 *m, const int *text, size_t n_train, const Options *o) {
-  int n_prompt = o->seq / 2, bytes = strcmp(o->token_format, "bytes") == 0;
+static void print_sample(GPT2 *m, const int *text, size_t n_train, const Options *o,
+                         const GPT2Bpe *bpe) {
+  int n_prompt = o->seq / 2, bytes = strcmp(o->token_format, "bytes") == 0 || bpe;
   int *out = malloc((size_t)o->sample * sizeof(int));
   if (out == NULL) return;
   uint64_t rng = o->seed ^ 0x5a3b1e;
   gpt2_generate(m, text + n_train, n_prompt, o->sample, o->temperature, &rng, out);
   say("sample (temperature %g): [", o->temperature);
-  print_tokens(text + n_train, n_prompt, bytes);
+  print_tokens(text + n_train, n_prompt, bytes, bpe);
   say("]");
   if (!bytes) say(" ");
-  print_tokens(out, o->sample, bytes);
+  print_tokens(out, o->sample, bytes, bpe);
   say("\n");
   free(out);
 }
@@ -325,13 +352,33 @@ int main(int argc, char **argv) {
     return 2;
   }
   GPT2Tokens tok;
-  if (gpt2_load_tokens(o.text, o.token_format, cfg.vocab_size, &tok) != 0) return 1;
+  GPT2Bpe *bpe = NULL;
+  if (o.tokenizer && strcmp(o.token_format, "bytes") != 0) {
+    fprintf(stderr, "gpt2: --tokenizer cuts a text; --token-format %s is for files of ids: "
+                    "one or the other\n", o.token_format);
+    return 2;
+  }
+  if (o.tokenizer) {
+    char vocab[4096], merges[4096], err[512];
+    snprintf(vocab, sizeof vocab, "%s/vocab.json", o.tokenizer);
+    snprintf(merges, sizeof merges, "%s/merges.txt", o.tokenizer);
+    if (gpt2_bpe_load(&bpe, vocab, merges, err, sizeof err) != 0) {
+      fprintf(stderr, "gpt2: --tokenizer %s: %s\n", o.tokenizer, err);
+      return 1;
+    }
+  }
+  if ((bpe ? gpt2_load_text(o.text, bpe, cfg.vocab_size, &tok)
+           : gpt2_load_tokens(o.text, o.token_format, cfg.vocab_size, &tok)) != 0) {
+    gpt2_bpe_free(bpe);
+    return 1;
+  }
   size_t n = tok.n;
   const int *text = tok.ids;
   if (n < 10 * (size_t)(o.seq + 2)) {
     fprintf(stderr, "gpt2: %s holds %zu tokens; expected at least %d\n", o.text, n,
             10 * (o.seq + 2));
     gpt2_free_tokens(&tok);
+    gpt2_bpe_free(bpe);
     return 1;
   }
   size_t n_train = n * 9 / 10;
@@ -342,6 +389,7 @@ int main(int argc, char **argv) {
   int rank = 0, world = 1;
   if (!o.plain && make_engine(&zcfg, o.batch, &eng, &rank, &world) < 0) {
     gpt2_free_tokens(&tok);
+    gpt2_bpe_free(bpe);
     return 1;
   }
   quiet = rank != 0;
@@ -433,7 +481,7 @@ int main(int argc, char **argv) {
     rc = gpt2_zt_export(eng, o.export_to);
     if (rc == 0) say("exported: %s\n", o.export_to);
   }
-  if (rc == 0 && o.sample > 0) print_sample(&model, text, n_train, &o);
+  if (rc == 0 && o.sample > 0) print_sample(&model, text, n_train, &o, bpe);
   ok = rc == 0 && val1 < val0;
   if (!ok) fprintf(stderr, "gpt2: %s\n", rc ? "the update failed" : "the loss did not go down");
 done:
@@ -441,5 +489,6 @@ done:
   gpt2_free(&model);
   gpt2_batches_free(&b);
   gpt2_free_tokens(&tok);
+  gpt2_bpe_free(bpe);
   return ok ? 0 : 1;
 }
