@@ -1,11 +1,13 @@
 /*
  * test_gpt2_zt.c — examples/gpt2 trained through ztier (examples/gpt2/zt.c)
  * on the host backend at one rank: three steps at stage 0 (device tier),
- * stage 1 and stage 2 (host tier) give bit-identical losses and parameters,
- * ztier's promise across stages; and ztier's stage-0 step agrees with the
+ * stages 1, 2 and 3 (host tier; stage 3 in place, the model computing on
+ * its own buffers) give bit-identical losses and parameters, ztier's
+ * promise across stages, and stage 3 leaves most of the buffers' pages
+ * given back (test_stage3_memory); and ztier's stage-0 step agrees with the
  * example's own AdamW (update.c) within float32 rounding. Then over two
- * ranks under mpirun (test_two_ranks, "Several ranks" below): stages 1 and
- * 2 bit-identical on both ranks, within a measured bound of one rank over
+ * ranks under mpirun (test_two_ranks, "Several ranks" below): stages 1, 2
+ * and 3 bit-identical on both ranks, within a measured bound of one rank over
  * the same global batch, and the loss falls.
  *
  * The model is tiny (V 17, T 6 of 8 positions, C 8, 2 heads, 2 layers, B 2:
@@ -18,6 +20,7 @@
 
 #include <math.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include "ckpt/safetensors.h" // defines: zt__st_parse_header (the export's check)
@@ -41,6 +44,33 @@ typedef struct {
 
 static uint64_t run_seed;
 
+// Pages of [p, p + bytes) in memory now (mincore), from p's page on.
+static size_t resident_pages(const void *p, size_t bytes) {
+  uintptr_t a = (uintptr_t)p & ~(uintptr_t)4095, b = (uintptr_t)p + bytes;
+  size_t n = (b - a + 4095) / 4096, count = 0;
+  unsigned char *vec = malloc(n);
+  assert_non_null(vec);
+  assert_int_equal(mincore((void *)a, b - a, vec), 0);
+  for (size_t i = 0; i < n; i++) count += vec[i] & 1;
+  free(vec);
+  return count;
+}
+
+// The model's weights into out, group by group, each while it is in use
+// (stage 3 fetches it into its place; at the other stages the buffer holds
+// them all).
+static void copy_weights(GPT2 *m, float *out) {
+  for (int g = 0; g < gpt2_num_groups(m); g++) {
+    assert_int_equal(gpt2_use(m, g, 1), 0);
+    for (int i = 0; i < m->num_tensors; i++) {
+      const GPT2Tensor *t = &m->tensors[i];
+      if (t->group == g)
+        memcpy(out + t->offset, m->params_memory + t->offset, t->numel * sizeof(float));
+    }
+    assert_int_equal(gpt2_use(m, g, 0), 0);
+  }
+}
+
 // STEPS steps of main.c's loop, on the tokens of `run_seed`; the mode is
 // plain AdamW or ztier at a stage, on the optimizer tier `tier`.
 static void train(Run *r, int mode, zt_tier_t tier) {
@@ -55,6 +85,7 @@ static void train(Run *r, int mode, zt_tier_t tier) {
     cfg.backend = ZT_BACKEND_HOST; // the model's buffers are host memory
     cfg.stage = mode;
     cfg.optimizer_tier = tier;
+    cfg.params_in_place = mode == 3; // the model computes on its own buffers
     eng = t_engine(&cfg);
     assert_int_equal(gpt2_zt_register(&m, eng, mode), 0);
   }
@@ -83,7 +114,46 @@ static void train(Run *r, int mode, zt_tier_t tier) {
   r->n = m.num_parameters;
   r->params = malloc(r->n * sizeof(float));
   assert_non_null(r->params);
-  memcpy(r->params, m.params_memory, r->n * sizeof(float));
+  copy_weights(&m, r->params);
+  zt_engine_destroy(eng);
+  gpt2_free(&m);
+}
+
+// The example's own tiny size (120,576 parameters, 118 pages of them) at
+// stage 3 in place, a step of main.c's loop: afterwards, and between the
+// passes, the parameter and gradient buffers hold no more than a quarter of
+// their pages (the tensors' partial end pages stay: 28 tensors, at most 56
+// pages, most of them shared).
+static void test_stage3_memory(void **state) {
+  if (t_backend() != ZT_BACKEND_HOST) skip();
+  GPT2Config cfg;
+  assert_int_equal(gpt2_config_named("tiny", 16, &cfg), 0);
+  GPT2 m;
+  assert_int_equal(gpt2_build(&m, &cfg, 2, 16), 0);
+  gpt2_init_random(&m, t_seed());
+  zt_config_t zc = ZT_CONFIG_INIT;
+  zc.backend = ZT_BACKEND_HOST;
+  zc.stage = 3;
+  zc.optimizer_tier = ZT_TIER_HOST;
+  zc.params_in_place = 1;
+  zt_engine_t *eng = t_engine(&zc);
+  assert_int_equal(gpt2_zt_register(&m, eng, 3), 0);
+  size_t bytes = m.num_parameters * sizeof(float), pages = bytes / 4096;
+  int inp[2 * 16], tgt[2 * 16];
+  for (int i = 0; i < 2 * 16; i++) inp[i] = tgt[i] = (i * 7) % cfg.vocab_size;
+  for (int step = 1; step <= 2; step++) {
+    float loss = gpt2_forward(&m, inp, tgt);
+    assert_true(isfinite(loss));
+    assert_int_equal(gpt2_backward(&m), 0); // no zero_grad: the hand-overs zero them
+    zt_step_args_t args = ZT_STEP_ARGS_INIT;
+    args.t = (uint64_t)step;
+    assert_int_equal(gpt2_zt_step(eng, &args, NULL), 0);
+    size_t rp = resident_pages(m.params_memory, bytes), rg = resident_pages(m.grads_memory, bytes);
+    print_message("# stage 3 in place, step %d: %zu and %zu of %zu pages of the parameters and "
+                  "gradients resident\n", step, rp, rg, pages);
+    assert_true(rp <= pages / 4);
+    assert_true(rg <= pages / 4);
+  }
   zt_engine_destroy(eng);
   gpt2_free(&m);
 }
@@ -99,15 +169,18 @@ static void skip_unless_host(void) {
 static void test_stages_identical(void **state) {
   skip_unless_host();
   run_seed = t_seed();
-  Run s0, s1, s2;
+  Run s0, s1, s2, s3;
   train(&s0, 0, ZT_TIER_DEVICE);
   train(&s1, 1, ZT_TIER_HOST);
   train(&s2, 2, ZT_TIER_HOST);
+  train(&s3, 3, ZT_TIER_HOST);
   print_message("# losses stage 0: %.6f %.6f %.6f\n", s0.loss[0], s0.loss[1], s0.loss[2]);
   t_expect_same("stage 1 losses", s1.loss, s0.loss, sizeof(float), STEPS);
   t_expect_same("stage 2 losses", s2.loss, s0.loss, sizeof(float), STEPS);
   t_expect_same("stage 1 params", s1.params, s0.params, sizeof(float), s0.n);
   t_expect_same("stage 2 params", s2.params, s0.params, sizeof(float), s0.n);
+  t_expect_same("stage 3 losses", s3.loss, s0.loss, sizeof(float), STEPS);
+  t_expect_same("stage 3 params", s3.params, s0.params, sizeof(float), s0.n);
 
   GPT2 m;
   assert_int_equal(gpt2_build(&m, &tiny, B, T), 0);
@@ -119,6 +192,7 @@ static void test_stages_identical(void **state) {
   free(s0.params);
   free(s1.params);
   free(s2.params);
+  free(s3.params);
 }
 
 // ztier's stage-0 AdamW against update.c's. Both compute the same formula
@@ -185,6 +259,7 @@ static void train_dp(DpRun *r, int mode) {
     cfg.backend = ZT_BACKEND_HOST;
     cfg.stage = mode;
     cfg.optimizer_tier = ZT_TIER_HOST;
+    cfg.params_in_place = mode == 3;
     eng = t_engine(&cfg);
     assert_int_equal(gpt2_zt_world(eng, &r->rank, &r->world), 0);
   }
@@ -226,7 +301,7 @@ static void train_dp(DpRun *r, int mode) {
   r->n = m.num_parameters;
   r->params = malloc(r->n * sizeof(float));
   assert_non_null(r->params);
-  memcpy(r->params, m.params_memory, r->n * sizeof(float));
+  copy_weights(&m, r->params);
   zt_engine_destroy(eng);
   gpt2_free(&m);
 }
@@ -259,6 +334,7 @@ static void dp_rank(int stage) {
 }
 static void dp_stage_1(void **state) { dp_rank(1); }
 static void dp_stage_2(void **state) { dp_rank(2); }
+static void dp_stage_3(void **state) { dp_rank(3); }
 
 // Reads and removes what rank `rank` left at `stage`.
 static void dp_load(DpRun *r, int stage, int rank, size_t n) {
@@ -326,7 +402,7 @@ static void expect_near_world_1(const char *what, const DpRun *got, const DpRun 
   gpt2_free(&m);
 }
 
-// Two ranks at stages 1 and 2 against each other and against one rank.
+// Two ranks at stages 1, 2 and 3 against each other and against one rank.
 static void test_two_ranks(void **state) {
   skip_unless_host();
   run_seed = t_seed();
@@ -334,10 +410,10 @@ static void test_two_ranks(void **state) {
   assert_non_null(mkdtemp(dir));
   setenv("ZT_TEST_GPT2_DIR", dir, 1);
   T_MPIRUN(2, "dp_stage_*");
-  DpRun w1, plain, run[3][2]; // run[stage][rank]
+  DpRun w1, plain, run[4][2]; // run[stage][rank]
   train_dp(&w1, 1);           // world 1: comm "auto" is single outside mpirun
   train_dp(&plain, PLAIN);
-  for (int st = 1; st <= 2; st++)
+  for (int st = 1; st <= 3; st++)
     for (int r = 0; r < 2; r++) dp_load(&run[st][r], st, r, w1.n);
   rmdir(dir);
 
@@ -349,6 +425,10 @@ static void test_two_ranks(void **state) {
     t_expect_same("stage 2 grad norms", run[2][r].grad_norm, run[1][r].grad_norm,
                   sizeof(double), DP_STEPS);
     t_expect_same("stage 2 params", run[2][r].params, run[1][r].params, sizeof(float), w1.n);
+    t_expect_same("stage 3 losses", run[3][r].loss, run[1][r].loss, sizeof(float), DP_STEPS);
+    t_expect_same("stage 3 grad norms", run[3][r].grad_norm, run[1][r].grad_norm,
+                  sizeof(double), DP_STEPS);
+    t_expect_same("stage 3 params", run[3][r].params, run[1][r].params, sizeof(float), w1.n);
   }
   t_expect_same("rank 1 params", run[1][1].params, run[1][0].params, sizeof(float), w1.n);
   t_expect_same("rank 1 grad norms", run[1][1].grad_norm, run[1][0].grad_norm,
@@ -372,7 +452,7 @@ static void test_two_ranks(void **state) {
   print_message("# 2 ranks: global loss %.4f -> %.4f\n", global[0], global[DP_STEPS - 1]);
   assert_true(global[DP_STEPS - 1] < global[0] - 0.1f);
 
-  for (int st = 1; st <= 2; st++)
+  for (int st = 1; st <= 3; st++)
     for (int r = 0; r < 2; r++) free(run[st][r].params);
   free(w1.params);
   free(plain.params);
@@ -856,10 +936,12 @@ int main(int argc, char **argv) {
   static const struct CMUnitTest scenarios[] = {
       cmocka_unit_test(dp_stage_1),
       cmocka_unit_test(dp_stage_2),
+      cmocka_unit_test(dp_stage_3),
   };
   T_MPI_WORKER(argc, argv, scenarios);
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_stages_identical),
+      cmocka_unit_test(test_stage3_memory),
       cmocka_unit_test(test_matches_plain),
       cmocka_unit_test(test_two_ranks),
       cmocka_unit_test(test_weights_out_in),

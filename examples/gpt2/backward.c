@@ -25,15 +25,18 @@ int gpt2_backward(GPT2 *m) {
   GPT2Acts *a = &m->acts;
   GPT2Weights *g = &m->grads;
 
+  int rc;
   softmax_xent_backward(a->dlogits, a->probs, m->targets, N, V);
+  if ((rc = gpt2_use(m, 0, 1)) < 0) return rc;
   lm_head_backward(a->dln, g->wte, a->dlogits, a->lnf, m->params.wte, N, C, V);
+  if ((rc = gpt2_use(m, 0, 0)) < 0 || (rc = gpt2_use(m, L + 1, 1)) < 0) return rc;
   memset(a->dres, 0, (size_t)N * C * sizeof(float));
   layernorm_backward(a->dres, g->ln_f_w, g->ln_f_b, a->dln, a->layer[L - 1].res2, m->params.ln_f_w,
                      a->lnf_mean, a->lnf_rstd, N, C);
-  int rc = group_done(m, L + 1); // ln_f
-  if (rc < 0) return rc;
+  if ((rc = group_done(m, L + 1)) < 0 || (rc = gpt2_use(m, L + 1, 0)) < 0) return rc; // ln_f
 
   for (int l = L - 1; l >= 0; l--) {
+    if ((rc = gpt2_use(m, 1 + l, 1)) < 0) return rc;
     const GPT2Block *p = &m->params.h[l];
     GPT2Block *gb = &g->h[l];
     const GPT2LayerActs *la = &a->layer[l];
@@ -52,8 +55,9 @@ int gpt2_backward(GPT2 *m) {
     matmul_backward(a->dln, gb->attn_w, gb->attn_b, a->dqkv, la->ln1, p->attn_w, N, C, 3 * C);
     layernorm_backward(a->dres, gb->ln_1_w, gb->ln_1_b, a->dln, x, p->ln_1_w, la->ln1_mean,
                        la->ln1_rstd, N, C);
-    if ((rc = group_done(m, 1 + l)) < 0) return rc;
+    if ((rc = group_done(m, 1 + l)) < 0 || (rc = gpt2_use(m, 1 + l, 0)) < 0) return rc;
   }
+  // The embeddings' backward reads no parameter: no use of group 0.
   encoder_backward(g->wte, g->wpe, a->dres, m->inputs, B, T, C);
   return group_done(m, 0); // wte's second half: the LM head's came first
 }

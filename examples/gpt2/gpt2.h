@@ -132,6 +132,14 @@ typedef struct {
   // NULL: not called. A negative result stops the backward and is returned.
   int (*grads_final)(void *ctx, int group);
   void *grads_final_ctx;
+  // Called around each use of a group's parameters by the forward and the
+  // backward: use 1 before, 0 after (stage 3: zt_fetch, zt_release, so
+  // that ztier backs only the groups in use). NULL: not called. A negative
+  // result stops the pass; the forward then returns NAN and keeps the
+  // result in use_failed, the backward returns it.
+  int (*group_use)(void *ctx, int group, int use);
+  void *group_use_ctx;
+  int use_failed;
 } GPT2;
 
 // ----------------------------------------------------------------------------
@@ -183,6 +191,9 @@ static inline int gpt2_num_groups(const GPT2 *m) { return m->cfg.n_layer + 2; }
 // cross-entropy over the B*T positions is returned and kept for the
 // backward; without (NULL), only probs are computed and -1 is returned.
 float gpt2_forward(GPT2 *m, const int *inputs, const int *targets);
+// m->group_use(group, use) when set; its first failure of the pass is kept
+// in m->use_failed. Returns its result, or 0.
+int gpt2_use(GPT2 *m, int group, int use);
 void gpt2_zero_grad(GPT2 *m);
 // Adds the gradient of the last forward's mean loss to the gradients; the
 // forward must have had targets. Calls m->grads_final (when set) as each
@@ -203,9 +214,12 @@ void gpt2_scale_grads(GPT2 *m, float factor);
 // zt.c: the update through ztier (docs/gpt2.md, "Training through ztier")
 
 // Registers the flat buffers with `eng`, one unit per table entry, named as
-// the table names it, in its group, decayed as it says; at stage 2 also
-// sets m->grads_final so that the backward hands each group over as it
-// finishes (zt_grads_ready). Returns 0 or ztier's negative code (the
+// the table names it, in its group, decayed as it says; at stages 2 and 3
+// also sets m->grads_final so that the backward hands each group over as it
+// finishes (zt_grads_ready), and at stage 3 m->group_use, so that each
+// pass fetches and releases each group around its use (the engine's
+// config must set params_in_place: the model computes on its own
+// buffers). Returns 0 or ztier's negative code (the
 // sentence is printed).
 int gpt2_zt_register(GPT2 *m, zt_engine_t *eng, int stage);
 // One zt_step with `args`: ztier's AdamW replaces gpt2_update; `info` (may

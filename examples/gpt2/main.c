@@ -7,14 +7,14 @@
  * prints the loss as it goes down.
  *
  *   gpt2 [--text FILE] [--steps N] [--batch B] [--seq T] [--lr LR] [--seed S]
- *        [--optimizer ztier|plain] [--stage 0|1|2] [--optimizer-tier device|host]
+ *        [--optimizer ztier|plain] [--stage 0|1|2|3] [--optimizer-tier device|host|nvme]
  *        [--zt-config FILE.json] [--init WEIGHTS.safetensors|DIR] [--export OUT.safetensors]
  *        [--size tiny|gpt2|gpt2-medium|gpt2-large|gpt2-xl] [--token-format bytes|u16|u32|llmc]
  *        [--tokenizer DIR]
  *        [--accum N] [--clip NORM] [--warmup STEPS] [--lr-min LR] [--val-every N]
  *        [--save DIR] [--save-every N] [--resume DIR] [--stop-at STEP] [--sample N]
  *        [--temperature T]
- *   mpirun -np W gpt2 --stage 1|2 [...]
+ *   mpirun -np W gpt2 --stage 1|2|3 [...]
  *
  * Each step is --accum micro-steps of --batch sequences (train.c), at the
  * rate of a linear warm-up and a cosine down to --lr-min (schedule.c), its
@@ -82,8 +82,8 @@ static int parse_args(int argc, char **argv, Options *o) {
     if (strcmp(f, "--help") == 0 || strcmp(f, "-h") == 0) {
       printf("usage: gpt2 [--text FILE] [--steps N] [--batch B] [--seq T] [--lr LR] "
              "[--seed S]\n"
-             "            [--optimizer ztier|plain] [--stage 0|1|2] "
-             "[--optimizer-tier device|host] [--zt-config FILE.json]\n"
+             "            [--optimizer ztier|plain] [--stage 0|1|2|3] "
+             "[--optimizer-tier device|host|nvme] [--zt-config FILE.json]\n"
              "            [--init WEIGHTS.safetensors|DIR] [--export OUT.safetensors]\n"
              "            [--size tiny|gpt2|gpt2-medium|gpt2-large|gpt2-xl]\n"
              "            [--token-format bytes|u16|u32|llmc] [--tokenizer DIR]\n"
@@ -211,8 +211,9 @@ static int apply_flags(const Options *o, zt_config_t *cfg) {
 
 // ztier's config: its defaults, host tier (as charlm's), the file, the
 // flags (before the file too, so that the file is checked against the run's
-// configuration). The forward and backward run on the CPU: host backend,
-// and stage 3 waits for a loop that fetches each block (docs/gpt2.md).
+// configuration). The forward and backward run on the CPU: host backend.
+// At stage 3 the model computes on its own buffers, which ztier backs a
+// group at a time: params_in_place (docs/stages.md, "Stage 3 in place").
 static int make_config(const Options *o, zt_config_t *cfg) {
   *cfg = (zt_config_t)ZT_CONFIG_INIT;
   cfg->optimizer_tier = ZT_TIER_HOST;
@@ -222,9 +223,13 @@ static int make_config(const Options *o, zt_config_t *cfg) {
     return -1;
   }
   if (apply_flags(o, cfg) < 0) return -1;
-  if (cfg->backend != ZT_BACKEND_HOST || cfg->stage > 2 || cfg->optimizer_tier == ZT_TIER_NVME) {
-    fprintf(stderr, "gpt2: ztier with backend host, stage 0, 1 or 2 and optimizer tier device "
-                    "or host only: the model runs on the CPU and does not fetch its blocks\n");
+  if (cfg->backend != ZT_BACKEND_HOST) {
+    fprintf(stderr, "gpt2: ztier with backend host only: the model runs on the CPU\n");
+    return -1;
+  }
+  if (cfg->stage == 3) cfg->params_in_place = 1;
+  if (zt_config_validate(cfg) < 0) {
+    fprintf(stderr, "gpt2: %s\n", zt_last_error(NULL));
     return -1;
   }
   return 0;
@@ -446,6 +451,7 @@ int main(int argc, char **argv) {
     say("accumulation: %d micro-steps of %d sequences, %d a step\n", o.accum, o.batch,
         o.accum * o.batch);
   float val0 = val_loss(&model, text, n_train, n, &b);
+  if (model.use_failed) goto done; // stage 3: a fetch failed (printed)
   say("val loss %.4f (ln V = %.4f)\n", val0, logf((float)cfg.vocab_size));
 
   // GPT-2's betas (0.9, 0.95) and a light weight decay on the matrices.
@@ -471,6 +477,7 @@ int main(int argc, char **argv) {
   }
   double train_s = now_s() - t0;
   float val1 = val_loss(&model, text, n_train, n, &b);
+  if (rc == 0 && model.use_failed) rc = model.use_failed;
   say("val loss %.4f after %d steps (%.1f s)\n", val1, stop, train_s);
   if (rc == 0 && o.save) {
     GPT2LoopState ls = {stop, data.rng};

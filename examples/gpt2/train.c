@@ -88,9 +88,12 @@ int gpt2_train_step(GPT2 *m, zt_engine_t *eng, const GPT2TrainArgs *a, int step,
   for (int k = 0; k < a->accum; k++) {
     gpt2_next_batch(b, d);
     loss += gpt2_forward(m, b->inp, b->tgt);
+    if (m->use_failed) return m->use_failed; // stage 3: a fetch failed
     // Zeroed once a step: the micro-steps' backwards add up in the buffer.
-    // At stage 2 the buffer already reads zero after each hand-over.
-    if (k == 0) gpt2_zero_grad(m);
+    // Where the backward hands groups over (stages 2, 3), the buffer reads
+    // zero after each hand-over already, and at stage 3 zeroing it would
+    // bring back every page ztier gave back.
+    if (k == 0 && m->grads_final == NULL) gpt2_zero_grad(m);
     int rc = gpt2_backward(m); // stage 2: zt_grads_ready per group
     if (rc < 0) return rc;
   }

@@ -4,11 +4,16 @@
  * of gpt2_update's AdamW loop (update.c stays as the reference).
  *
  * Groups: 0 the embeddings (wte, wpe), 1 + i block i, n_layer + 1 ln_f
- * (GPT2Tensor.group). At stage 2 the backward hands each group over as it
- * finishes (zt_grads_ready), ln_f first and the embeddings last, so the
- * gradients leave while the backward goes on; zt_step then has none left
- * to hand over. Stages 0 and 1 need no group call: stage 1 reduces at the
- * step, from the gradient buffer (docs/stages.md, "Using each stage").
+ * (GPT2Tensor.group). At stages 2 and 3 the backward hands each group over
+ * as it finishes (zt_grads_ready), ln_f first and the embeddings last, so
+ * the gradients leave while the backward goes on; zt_step then has none
+ * left to hand over. Stages 0 and 1 need no group call: stage 1 reduces at
+ * the step, from the gradient buffer (docs/stages.md, "Using each stage").
+ * At stage 3 each pass also fetches every group before its use and
+ * releases it after (GPT2.group_use): in place (params_in_place), ztier
+ * gathers the group into the model's own buffer and gives its pages back
+ * at the release, so the loop's code is unchanged and holds only the
+ * groups in use (docs/stages.md, "Stage 3 in place").
  *
  * Weights in and out: --init reads a safetensors file (or Hugging Face's
  * shards) into the registered model by tensor name (zt_import_safetensors),
@@ -37,6 +42,18 @@ static int grads_ready(void *ctx, int group) {
   return rc;
 }
 
+// Stage 3: the group fetched before its use and released after. In place
+// (params_in_place), the pointers zt_fetch returns are the model's own.
+static int use_group(void *ctx, int group, int use) {
+  zt_engine_t *eng = ctx;
+  void *ptrs[GPT2_BLOCK_TENSORS]; // a group holds a block's tensors at most
+  int rc = use ? zt_fetch(eng, group, ptrs, GPT2_BLOCK_TENSORS) : zt_release(eng, group);
+  if (rc < 0)
+    fprintf(stderr, "gpt2: %s(%d): %s (%s)\n", use ? "zt_fetch" : "zt_release", group,
+            zt_strerror(rc), zt_last_error(eng));
+  return rc < 0 ? rc : 0;
+}
+
 int gpt2_zt_register(GPT2 *m, zt_engine_t *eng, int stage) {
   zt_unit_t *units = calloc((size_t)m->num_tensors, sizeof *units);
   if (!units) return -1;
@@ -63,9 +80,13 @@ int gpt2_zt_register(GPT2 *m, zt_engine_t *eng, int stage) {
               zt_last_error(eng));
   }
   if (rc < 0) return rc;
-  if (stage == 2) {
+  if (stage >= 2) {
     m->grads_final = grads_ready;
     m->grads_final_ctx = eng;
+  }
+  if (stage == 3) {
+    m->group_use = use_group;
+    m->group_use_ctx = eng;
   }
   return 0;
 }
