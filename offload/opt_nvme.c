@@ -3,8 +3,9 @@
  * tier_nvme.c): states in swap files, streamed through ZT_NVME_SLOTS pinned
  * slots per step; see opt_nvme.h.
  *
- * A slot holds one window: its record (master | m | v, `chunk` floats each,
- * padded to the swap block), its gradients as they came from the device and
+ * A slot holds one window: its record (master | m | v, `chunk` elements
+ * each: floats, and m and v in the optimizer_states format; padded to the
+ * swap block), its gradients as they came from the device and
  * its cast parameters on their way back. Window w uses slot w % SLOTS. The
  * step keeps LOOKAHEAD = SLOTS - 2 reads ahead of the update, so while
  * window w is updated, windows w+1 and w+2 are being read and window w-1 is
@@ -53,13 +54,26 @@ struct zt__opt_nvme {
   size_t n_windows;
   zt__seg_t *pieces; /* one window's pieces (room for n_segs) */
   size_t chunk;      /* elements per window                    */
-  size_t rec_len;    /* 3 * chunk floats                       */
+  int states;        /* config optimizer_states                */
+  size_t ssz;        /* bytes of an element of m, of v         */
+  float *bounce;     /* export, import of compressed m and v:
+                        2 * chunk floats                       */
+  size_t rec_len;    /* chunk * (4 + 2 * ssz) bytes            */
   size_t stride;     /* rec_len rounded up to the swap block   */
   slot_t slot[ZT_NVME_SLOTS];
   zt__event_t *compute_mark;
   int io_error; /* the first failed completion of this step */
   zt__opt_nvme_stats_t st;
 };
+
+/* A slot's m and v, after its master (chunk floats), in the states'
+ * format; as float * for the launch, whose m and v point at that format. */
+static float *state_m(const zt__opt_nvme_t *o, const slot_t *s) {
+  return (float *)((char *)s->states + o->chunk * sizeof(float));
+}
+static float *state_v(const zt__opt_nvme_t *o, const slot_t *s) {
+  return (float *)((char *)s->states + o->chunk * (sizeof(float) + o->ssz));
+}
 
 /* The element sizes of a slot's gradients and parameters: 0 for those the
  * update reads or writes where they are (in_host). */
@@ -77,30 +91,32 @@ static size_t slot_psz(const zt__opt_nvme_view_t *v) {
  * padding of a small model's record is. */
 static uint32_t swap_block(size_t rec_len) { return rec_len >= (64u << 10) ? 64u << 10 : 4096; }
 
-size_t zt__opt_nvme_stride(size_t chunk) {
-  size_t rec = 3 * chunk * sizeof(float);
+static size_t record_bytes(size_t chunk, size_t ssz) { return chunk * (sizeof(float) + 2 * ssz); }
+
+size_t zt__opt_nvme_stride(size_t chunk, size_t ssz) {
+  size_t rec = record_bytes(chunk, ssz);
   return zt__round_up(rec, swap_block(rec));
 }
 
 /* As the pinned budget counts them: the bytes asked for. */
-size_t zt__opt_nvme_slot_bytes(size_t chunk, size_t gsz, size_t psz) {
-  return zt__opt_nvme_stride(chunk) + chunk * gsz + chunk * psz;
+size_t zt__opt_nvme_slot_bytes(size_t chunk, size_t gsz, size_t psz, size_t ssz) {
+  return zt__opt_nvme_stride(chunk, ssz) + chunk * gsz + chunk * psz;
 }
 
 /* A slot's pinned pages: each of its regions is rounded up to 4 KiB. */
-static size_t slot_pages(size_t chunk, size_t gsz, size_t psz) {
-  return zt__page_round(zt__opt_nvme_stride(chunk)) + zt__page_round(chunk * gsz) +
+static size_t slot_pages(size_t chunk, size_t gsz, size_t psz, size_t ssz) {
+  return zt__page_round(zt__opt_nvme_stride(chunk, ssz)) + zt__page_round(chunk * gsz) +
          zt__page_round(chunk * psz);
 }
 
 size_t zt__opt_nvme_chunk(size_t extent, size_t chunk_bytes, size_t room, size_t gsz,
-                          size_t psz) {
+                          size_t psz, size_t ssz) {
   size_t chunk = chunk_bytes / sizeof(float);
   if (chunk > zt__round_up(extent, CHUNK_ALIGN)) chunk = zt__round_up(extent, CHUNK_ALIGN);
   if (room == 0) return chunk;
-  while (chunk > CHUNK_ALIGN && ZT_NVME_SLOTS * slot_pages(chunk, gsz, psz) > room)
+  while (chunk > CHUNK_ALIGN && ZT_NVME_SLOTS * slot_pages(chunk, gsz, psz, ssz) > room)
     chunk = (chunk / 2 + CHUNK_ALIGN - 1) / CHUNK_ALIGN * CHUNK_ALIGN;
-  return ZT_NVME_SLOTS * slot_pages(chunk, gsz, psz) > room ? 0 : chunk;
+  return ZT_NVME_SLOTS * slot_pages(chunk, gsz, psz, ssz) > room ? 0 : chunk;
 }
 
 /* Elements per window (zt__opt_nvme_chunk), with the room the pinned budget
@@ -109,15 +125,15 @@ static int size_chunk(const zt__ctx_t *ctx, const zt__pinned_t *pin,
                       const zt__opt_nvme_view_t *v, size_t *out) {
   const zt__seg_t *first = &v->segs[0], *last = &v->segs[v->n_segs - 1];
   size_t extent = last->index + last->n - first->index;
-  size_t gsz = slot_gsz(v), psz = slot_psz(v);
+  size_t gsz = slot_gsz(v), psz = slot_psz(v), ssz = zt__states_size(ctx->cfg->optimizer_states);
   size_t budget = ctx->cfg->pinned_budget_bytes, room = 0;
   if (budget != 0) {
     room = budget > pin->pages ? budget - pin->pages : 0;
     if (room == 0) room = 1; /* 0 would mean "no limit" */
   }
-  *out = zt__opt_nvme_chunk(extent, ctx->cfg->chunk_bytes, room, gsz, psz);
+  *out = zt__opt_nvme_chunk(extent, ctx->cfg->chunk_bytes, room, gsz, psz, ssz);
   if (*out == 0) {
-    size_t least = ZT_NVME_SLOTS * slot_pages(CHUNK_ALIGN, gsz, psz);
+    size_t least = ZT_NVME_SLOTS * slot_pages(CHUNK_ALIGN, gsz, psz, ssz);
     return zt__errf(ctx->err, -ENOMEM,
                     "optimizer_tier \"nvme\" needs %d pinned slots of at least %zu bytes "
                     "(%zu in all), but pinned_budget_bytes leaves %zu; raise "
@@ -296,13 +312,17 @@ int zt__opt_nvme_create(const zt__ctx_t *ctx, zt__pinned_t *pin, const zt__count
     if (rc == 0) *out = NULL;
     return rc;
   }
-  o->rec_len = 3 * o->chunk * sizeof(float);
-  o->stride = zt__opt_nvme_stride(o->chunk);
+  o->states = ctx->cfg->optimizer_states;
+  o->ssz = zt__states_size(o->states);
+  o->rec_len = record_bytes(o->chunk, o->ssz);
+  o->stride = zt__opt_nvme_stride(o->chunk, o->ssz);
   o->st.chunk = o->chunk;
   o->n_windows = zt__window_count(view->segs, view->n_segs, o->chunk);
   o->windows = calloc(o->n_windows, sizeof *o->windows);
   o->pieces = calloc(view->n_segs, sizeof *o->pieces);
-  if (o->windows == NULL || o->pieces == NULL) {
+  if (o->states != ZT_STATES_FP32) o->bounce = malloc(2 * o->chunk * sizeof(float));
+  if (o->windows == NULL || o->pieces == NULL ||
+      (o->states != ZT_STATES_FP32 && o->bounce == NULL)) {
     rc = zt__errf(ctx->err, -ENOMEM, "out of memory");
     goto fail;
   }
@@ -356,6 +376,7 @@ void zt__opt_nvme_destroy(zt__opt_nvme_t *o) {
   if (o->compute_mark) be->event_destroy(ctx->be, o->compute_mark);
   free(o->windows);
   free(o->pieces);
+  free(o->bounce);
   free(o);
 }
 
@@ -391,8 +412,8 @@ static int step(zt__opt_nvme_t *o, const zt__adam_hp_t *hp) {
     zt__adam_launch_t l = {
         .hp = hp,
         .master = s->states,
-        .m = s->states + o->chunk,
-        .v = s->states + 2 * o->chunk,
+        .m = state_m(o, s),
+        .v = state_v(o, s),
         .grads = o->view.in_host ? o->view.grads : s->grads,
         .grads_first = o->view.in_host ? o->view.grads_first : win->first,
         .grad_dtype = o->view.grad_dtype,
@@ -402,7 +423,7 @@ static int step(zt__opt_nvme_t *o, const zt__adam_hp_t *hp) {
         .segs = o->pieces,
         .n_segs = n,
     };
-    zt__cpu_adam(ctx->cpu, &l);
+    zt__cpu_adam_in(ctx->cpu, o->states, &l);
     *o->cnt.optimizer_seconds += zt__now() - t1;
     ZT_TRY(send_params(o, w, n));
     ZT_TRY(write_record(o, w));
@@ -434,6 +455,28 @@ static int read_record(zt__opt_nvme_t *o, size_t w) {
   return rc < 0 ? rc : 0;
 }
 
+/* fn on a window's record: its master, m and v as floats. Compressed m
+ * and v go through the bounce buffer, widened exactly and rounded back to
+ * nearest (which gives a widened value back unchanged). */
+static int visit_window(zt__opt_nvme_t *o, slot_t *s, const zt__window_t *win, int import,
+                        zt__opt_nvme_visit_fn fn, void *ctx) {
+  if (o->states == ZT_STATES_FP32)
+    return fn(ctx, win->state_first, win->state_n, s->states, state_m(o, s), state_v(o, s));
+  zt__cpu_t *cpu = o->ctx->cpu;
+  size_t n = win->state_n;
+  float *m = o->bounce, *v = o->bounce + o->chunk;
+  if (!import) {
+    zt__cpu_cast(cpu, m, ZT_FP32, state_m(o, s), ZT_BF16, n);
+    zt__cpu_cast(cpu, v, ZT_FP32, state_v(o, s), ZT_BF16, n);
+  }
+  ZT_TRY(fn(ctx, win->state_first, n, s->states, m, v));
+  if (import) {
+    zt__cpu_cast(cpu, state_m(o, s), ZT_BF16, m, ZT_FP32, n);
+    zt__cpu_cast(cpu, state_v(o, s), ZT_BF16, v, ZT_FP32, n);
+  }
+  return 0;
+}
+
 /* Export reads LOOKAHEAD windows ahead of fn; import only writes, each
  * record's write overlapping fn's filling of the next ones. */
 static int visit(zt__opt_nvme_t *o, int import, zt__opt_nvme_visit_fn fn, void *ctx) {
@@ -448,8 +491,7 @@ static int visit(zt__opt_nvme_t *o, int import, zt__opt_nvme_visit_fn fn, void *
       ZT_TRY(o->io_error);
     }
     const zt__window_t *win = &o->windows[w];
-    ZT_TRY(fn(ctx, win->state_first, win->state_n, s->states, s->states + o->chunk,
-              s->states + 2 * o->chunk));
+    ZT_TRY(visit_window(o, s, win, import, fn, ctx));
     if (import) ZT_TRY(write_record(o, w));
   }
   for (int k = 0; k < ZT_NVME_SLOTS; k++) ZT_TRY(settle(o, &o->slot[k]));

@@ -76,12 +76,13 @@ typedef struct zt__opt_nvme_stats {
  * pages fit `room` bytes of pinned budget (0: no limit); 0 when even 1024
  * do not. */
 ZT_INTERNAL size_t zt__opt_nvme_chunk(size_t extent, size_t chunk_bytes, size_t room,
-                                      size_t gsz, size_t psz);
+                                      size_t gsz, size_t psz, size_t ssz);
 /* Bytes of one record on disk, and of one pinned slot. `gsz`, `psz`: the
  * slot's gradient and parameter element sizes, 0 where it has none (see
- * in_host). */
-ZT_INTERNAL size_t zt__opt_nvme_stride(size_t chunk);
-ZT_INTERNAL size_t zt__opt_nvme_slot_bytes(size_t chunk, size_t gsz, size_t psz);
+ * in_host); `ssz`: m's and v's element size (config optimizer_states,
+ * zt__states_size). */
+ZT_INTERNAL size_t zt__opt_nvme_stride(size_t chunk, size_t ssz);
+ZT_INTERNAL size_t zt__opt_nvme_slot_bytes(size_t chunk, size_t gsz, size_t psz, size_t ssz);
 
 /* Synchronous. Sizes the windows (chunk_bytes, shrunk to fit the pinned
  * budget), takes the slots from pinned memory, creates the swap files in

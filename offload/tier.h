@@ -144,13 +144,6 @@ ZT_INTERNAL int zt__opt_tier_create(zt__opt_tier_t *t, const zt__opt_tier_ops_t 
 /* Frees what t holds and zeroes it; a zeroed t: nothing. */
 ZT_INTERNAL void zt__opt_tier_free(zt__opt_tier_t *t);
 
-/* Bytes of one element of m (or of v) stored in `states`' format. */
-ZT_INTERNAL size_t zt__states_size(int states);
-
-/* The CPU AdamW over l's segments, with m and v in t's format: the host
- * tier's windows and a shard in memory. */
-ZT_INTERNAL void zt__tier_cpu_adam(const zt__opt_tier_t *t, const zt__adam_launch_t *l);
-
 /* The one place a shape is filled: from its fields (`ztier plan`, whose
  * model is one run: extent n), or, zt__opt_tier_shape, what alloc sees for
  * `view` (its extent and flags) with the config and pin's pages. */

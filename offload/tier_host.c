@@ -153,7 +153,7 @@ static int update(zt__opt_tier_t *t, const zt__adam_hp_t *hp, double *sumsq) {
         .segs = st->pieces[s],
         .n_segs = n_pieces,
     };
-    zt__tier_cpu_adam(t, &l);
+    zt__cpu_adam_in(c->cpu, t->states, &l);
     *t->cnt.optimizer_seconds += zt__now() - t1;
     ZT_TRY(send_params(t, &win[s], s, n_pieces));
   }

@@ -33,29 +33,6 @@ void zt__tier_mem_release(const zt__ctx_t *c, zt__pinned_t *pin, int pinned, voi
 
 /* ---- a ZeRO shard's states: the same in both memory tiers but for where -------- */
 
-size_t zt__states_size(int states) { return states == ZT_STATES_BF16 ? 2 : 4; }
-
-void zt__tier_cpu_adam(const zt__opt_tier_t *t, const zt__adam_launch_t *l) {
-  if (t->states == ZT_STATES_FP32) {
-    zt__cpu_adam(t->ctx->cpu, l);
-    return;
-  }
-  zt__adam_qlaunch_t q = {.hp = l->hp,
-                          .states = t->states,
-                          .master = l->master,
-                          .m = l->m,
-                          .v = l->v,
-                          .grads = l->grads,
-                          .grads_first = l->grads_first,
-                          .grad_dtype = l->grad_dtype,
-                          .params = l->params,
-                          .params_first = l->params_first,
-                          .param_dtype = l->param_dtype,
-                          .segs = l->segs,
-                          .n_segs = l->n_segs};
-  zt__cpu_adam_states(t->ctx->cpu, &q);
-}
-
 int zt__tier_mem_shard_alloc(zt__opt_tier_t *t, int pinned) {
   const zt__opt_nvme_view_t *v = &t->view;
   size_t bytes = t->n * sizeof(float), sbytes = t->n * zt__states_size(t->states);
@@ -116,7 +93,7 @@ zt__adam_launch_t zt__tier_mem_launch(const zt__opt_tier_t *t, const zt__adam_hp
 int zt__tier_mem_update_shard(zt__opt_tier_t *t, const zt__adam_hp_t *hp) {
   zt__adam_launch_t l = zt__tier_mem_launch(t, hp);
   double t0 = zt__now();
-  if (t->view.n_segs) zt__tier_cpu_adam(t, &l);
+  if (t->view.n_segs) zt__cpu_adam_in(t->ctx->cpu, t->states, &l);
   *t->cnt.optimizer_seconds += zt__now() - t0;
   return 0;
 }

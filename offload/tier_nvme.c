@@ -52,19 +52,20 @@ static void footprint(const zt__tier_shape_t *s, zt__footprint_t *out) {
    * parameters only on their way to the parameter tier (opt_nvme.h). */
   size_t gsz = s->shard ? 0 : zt__dtype_size(s->grad_dtype);
   size_t psz = s->shard && !s->sink ? 0 : zt__dtype_size(s->param_dtype);
+  size_t ssz = zt__states_size(s->states);
   uint64_t room = 0;
   if (s->budget) room = s->budget > s->pinned ? s->budget - s->pinned : 1; /* 0: no limit */
-  size_t chunk = zt__opt_nvme_chunk(s->extent, s->chunk_bytes, room, gsz, psz);
+  size_t chunk = zt__opt_nvme_chunk(s->extent, s->chunk_bytes, room, gsz, psz, ssz);
   if (chunk == 0) {
     /* The states still go to disk: the figures are those of the slots
      * without a budget, so the nvme bytes count them. */
     out->fits = 0;
-    chunk = zt__opt_nvme_chunk(s->extent, s->chunk_bytes, 0, gsz, psz);
+    chunk = zt__opt_nvme_chunk(s->extent, s->chunk_bytes, 0, gsz, psz, ssz);
   }
-  out->host = ZT_NVME_SLOTS * (uint64_t)zt__opt_nvme_slot_bytes(chunk, gsz, psz);
-  out->pinned_pages = ZT_NVME_SLOTS * (zt__page_round(zt__opt_nvme_stride(chunk)) +
+  out->host = ZT_NVME_SLOTS * (uint64_t)zt__opt_nvme_slot_bytes(chunk, gsz, psz, ssz);
+  out->pinned_pages = ZT_NVME_SLOTS * (zt__page_round(zt__opt_nvme_stride(chunk, ssz)) +
                                        zt__page_round(chunk * gsz) + zt__page_round(chunk * psz));
-  out->nvme = (s->n + chunk - 1) / chunk * (uint64_t)zt__opt_nvme_stride(chunk);
+  out->nvme = (s->n + chunk - 1) / chunk * (uint64_t)zt__opt_nvme_stride(chunk, ssz);
 }
 
 const zt__opt_tier_ops_t zt__tier_nvme = {"nvme", 1, 0, alloc, update, export_states,

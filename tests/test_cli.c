@@ -816,6 +816,8 @@ static void test_help(void **state) {
 }
 
 /* The keys of `j` that must be there. */
+static double num_of(const char *what, const cJSON *j, const char *key);
+
 static void has_keys(const char *what, const char *text, const char *const *keys) {
   cJSON *j = cJSON_Parse(text);
   if (j == NULL || !cJSON_IsObject(j)) fail_msg("%s: not one JSON object:\n%s", what, text);
@@ -909,6 +911,25 @@ static void test_json_everywhere(void **state) {
   int rc = run_split("", "ztier", args, out, sizeof out, err, sizeof err);
   if (rc != 0) fail_msg("ztier %s: exit %d:\n%s%s", args, rc, out, err);
   has_keys(args, out, k_offload);
+
+  /* Both formats in one run: bf16 states move 8 bytes a parameter each way
+   * where fp32 move 12, and each has its own figures. */
+  snprintf(args, sizeof args,
+           "bench offload --path %s --params 256Ki --ram-budget 16Mi --chunk 64Ki --steps 1 "
+           "--disk-bytes 1Mi --threads 1 --states all --json", dir);
+  rc = run_split("", "ztier", args, out, sizeof out, err, sizeof err);
+  if (rc != 0) fail_msg("ztier %s: exit %d:\n%s%s", args, rc, out, err);
+  cJSON *j = cJSON_Parse(out);
+  const cJSON *formats = cJSON_GetObjectItemCaseSensitive(j, "formats");
+  const cJSON *f32 = cJSON_GetObjectItemCaseSensitive(formats, "fp32"),
+              *b16 = cJSON_GetObjectItemCaseSensitive(formats, "bf16");
+  if (f32 == NULL || b16 == NULL) fail_msg("%s: no formats.fp32 and formats.bf16:\n%s", args, out);
+  double a = num_of(args, f32, "bytes_per_param_per_step"),
+         b = num_of(args, b16, "bytes_per_param_per_step");
+  printf("# bench offload --states all: %.2f and %.2f bytes a parameter a step\n", a, b);
+  assert_true(a >= 24.0 && b >= 16.0 && b * 3 <= a * 2 + 0.1);
+  assert_true(num_of(args, b16, "speedup_vs_fp32") > 0);
+  cJSON_Delete(j);
 }
 
 /* The number under `key` in `j`, failing the test when there is none. */

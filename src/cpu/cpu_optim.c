@@ -328,6 +328,27 @@ static void qadam_task(void *vctx, size_t t, int worker) {
   zt__adam_qspan_run(c->isa, l->hp, &s);
 }
 
+void zt__cpu_adam_in(zt__cpu_t *cpu, int states, const zt__adam_launch_t *l) {
+  if (states == ZT_STATES_FP32) {
+    zt__cpu_adam(cpu, l);
+    return;
+  }
+  zt__adam_qlaunch_t q = {.hp = l->hp,
+                          .states = states,
+                          .master = l->master,
+                          .m = l->m,
+                          .v = l->v,
+                          .grads = l->grads,
+                          .grads_first = l->grads_first,
+                          .grad_dtype = l->grad_dtype,
+                          .params = l->params,
+                          .params_first = l->params_first,
+                          .param_dtype = l->param_dtype,
+                          .segs = l->segs,
+                          .n_segs = l->n_segs};
+  zt__cpu_adam_states(cpu, &q);
+}
+
 void zt__cpu_adam_states(zt__cpu_t *cpu, const zt__adam_qlaunch_t *l) {
   if (l->states == ZT_STATES_FP32) {
     zt__adam_launch_t f = {l->hp,         l->master,       l->m,        l->v,

@@ -131,6 +131,15 @@ typedef struct zt__adam_qlaunch {
  * zt__cpu_adam. */
 ZT_INTERNAL void zt__cpu_adam_states(zt__cpu_t *cpu, const zt__adam_qlaunch_t *l);
 
+/* Bytes of one element of m (or of v) stored in `states`' format
+ * (ZT_STATES_FP32 or ZT_STATES_BF16; int8 has scales besides). */
+static inline size_t zt__states_size(int states) { return states == ZT_STATES_BF16 ? 2 : 4; }
+
+/* l's update with its m and v in `states`' format (l->m and l->v then
+ * point at that format's elements): zt__cpu_adam for fp32, else
+ * zt__cpu_adam_states. No sum of squares but for fp32. */
+ZT_INTERNAL void zt__cpu_adam_in(zt__cpu_t *cpu, int states, const zt__adam_launch_t *l);
+
 #ifdef __cplusplus
 }
 #endif

@@ -107,7 +107,7 @@ const keydef_t zt__config_keys[] = {
             "(swap files in swap_path, streamed through pinned slots by each step, as "
             "ZeRO-Infinity does)"},
     {FIELD(optimizer_states), .type = T_ENUM, NAMES(states_names), .supported = 0x3,
-     .also = "\"bf16\" with optimizer_tier \"host\"",
+     .also = "\"bf16\" with optimizer_tier \"host\" or \"nvme\"",
      .doc = "how the optimizer tier stores Adam's m and v: `fp32` (4 bytes each), or "
             "`bf16` (2 bytes each, rounded stochastically from `seed` and the step; "
             "docs/states.md). Checkpoints hold them as fp32 either way, so a run may "
@@ -545,14 +545,15 @@ static int check_combos(const ctx_t *c, const zt_config_t *cfg) {
         "swap_path to name one or more directories for the swap files "
         "(':'-separated), e.g. \"/nvme0/ztier\"");
 
-  /* Compressed states are wired into the host tier only so far. */
-  if (cfg->optimizer_states != ZT_STATES_FP32 && cfg->optimizer_tier != ZT_TIER_HOST)
+  /* Compressed states are updated on the CPU: the device tier has no kernel
+   * for them yet. */
+  if (cfg->optimizer_states != ZT_STATES_FP32 && cfg->optimizer_tier == ZT_TIER_DEVICE)
     return zt__config_kfail(
         c, zt__config_find_key("optimizer_states"), zt__config_find_key("optimizer_tier"),
         ZT_ECONFIG,
         "key 'optimizer_states' is \"%s\" but optimizer_tier is \"%s\"; expected "
-        "optimizer_tier \"host\" (compressed states are not yet in the device and nvme "
-        "tiers) or optimizer_states \"fp32\"",
+        "optimizer_tier \"host\" or \"nvme\" (compressed states are not yet in the "
+        "device tier) or optimizer_states \"fp32\"",
         states_names[cfg->optimizer_states], tier_names[cfg->optimizer_tier]);
 
   /* On a GPU the registered buffers are device memory, which would need

@@ -86,7 +86,7 @@ int tool_plan_main(int argc, char **argv) {
       {"offload-optimizer", TOOL_FLAG_CHOICE, &opt, "none|host|nvme",
        "where the optimizer states live (default none: the device)", 0, 0, offload_names},
       {"optimizer-states", TOOL_FLAG_CHOICE, &states, "fp32|bf16",
-       "how m and v are stored (default fp32; bf16 with --offload-optimizer host)", 0, 0,
+       "how m and v are stored (default fp32; bf16 with --offload-optimizer host or nvme)", 0, 0,
        states_names},
       {"offload-params", TOOL_FLAG_CHOICE, &par, "none|host|nvme",
        "where the parameter shards live at stage 3 (default none)", 0, 0, offload_names},
@@ -152,9 +152,9 @@ int tool_plan_main(int argc, char **argv) {
                           "not know", config ? config : "(defaults)");
   if (stage == UNSET_INT) stage = cfg.stage;
   if (states == UNSET_INT) states = cfg.optimizer_states;
-  if (states != ZT_STATES_FP32 && offload_values[opt] != ZT_TIER_HOST)
+  if (states != ZT_STATES_FP32 && offload_values[opt] == ZT_TIER_DEVICE)
     return tool_args_fail(&cmd, "--optimizer-states is %s; compressed states need "
-                          "--offload-optimizer host", states_names[states]);
+                          "--offload-optimizer host or nvme", states_names[states]);
   if (bucket == UNSET_SIZE) bucket = cfg.bucket_bytes;
   if (chunk == UNSET_SIZE) chunk = cfg.chunk_bytes;
   if (pinned == UNSET_SIZE) pinned = cfg.pinned_budget_bytes;
