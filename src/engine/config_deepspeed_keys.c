@@ -45,6 +45,7 @@ static int do_offload_param(ds_t *d, const char *path, const cJSON *v);
 static int do_optimizer(ds_t *d, const char *path, const cJSON *v);
 static int do_fp16(ds_t *d, const char *path, const cJSON *v);
 static int do_bf16(ds_t *d, const char *path, const cJSON *v);
+static int do_bf16_states(ds_t *d, const char *path, const cJSON *v);
 static int do_block_size(ds_t *d, const char *path, const cJSON *v);
 static int do_queue_depth(ds_t *d, const char *path, const cJSON *v);
 static int do_thread_count(ds_t *d, const char *path, const cJSON *v);
@@ -159,8 +160,7 @@ static const dskey_t keys[] = {
      "ztier checks every step's gradients for inf and nan (the nonfinite key)", NULL},
     {"bf16.bf16_master_weights_and_grads", K_OFF, NULL,
      "ztier keeps fp32 master weights and sums gradients in fp32", "false"},
-    {"bf16.bf16_optimizer_states", K_OFF, NULL, "ztier keeps the Adam moments in fp32",
-     "false"},
+    {"bf16.bf16_optimizer_states", K_MAP, do_bf16_states, BOOL, NULL},
 
     /* DeepSpeed's async I/O: ztier's swap engine. */
     {"aio", K_OBJECT, NULL, NULL, NULL},
@@ -635,6 +635,17 @@ static int do_fp16(ds_t *d, const char *path, const cJSON *fp16) {
 
 /* bf16 trains without loss scaling; DeepSpeed refuses fp16 and bf16 both
  * enabled, and so does ztier. */
+/* DeepSpeed's Adam moments in bf16: ztier's optimizer_states "bf16"
+ * (rounded stochastically, docs/states.md), which the host and nvme tiers
+ * take; with the optimizer on the device the config's check refuses it,
+ * naming both keys. */
+static int do_bf16_states(ds_t *d, const char *path, const cJSON *v) {
+  int on;
+  ZT_TRY(zt__ds_read_bool(d, path, v, &on));
+  return zt__ds_set_enum(d, path, on ? "true" : "false", "optimizer_states",
+                         on ? "bf16" : "fp32");
+}
+
 static int do_bf16(ds_t *d, const char *path, const cJSON *bf16) {
   (void)bf16;
   char p[PATH_LEN];
