@@ -19,7 +19,8 @@
  * The loop's own buffers (parameters and gradients, --dtype) are in RAM, as
  * a GPU's would be on the device; ztier's own host memory is bounded by
  * --ram-budget (pinned_budget_bytes). peak_rss_bytes is the process's peak
- * resident set, the loop's buffers included; the table says how much of it
+ * resident set during the format's registration and steps (reset before
+ * each format), the loop's buffers included; the table says how much of it
  * they are.
  *
  * Before timing, two steps of the nvme tier on a smaller model (1M
@@ -55,6 +56,16 @@ static long vm_kib(const char *key) {
     if (strncmp(line, key, kl) == 0) v = atol(line + kl + 1);
   if (fp) fclose(fp);
   return v;
+}
+
+/* The process's peak RSS (VmHWM) starts again from what it holds now, so
+ * that each format's peak is its own (Linux 4.0 and later; where refused,
+ * the peak is the run's so far). */
+static void reset_peak_rss(void) {
+  FILE *fp = fopen("/proc/self/clear_refs", "w");
+  if (fp == NULL) return;
+  fputs("5", fp);
+  fclose(fp);
 }
 
 typedef struct model {
@@ -170,6 +181,7 @@ static int run_format(const zt_config_t *cfg, size_t n, zt_dtype_t dt, int steps
   const char *name = states_names[cfg->optimizer_states];
   tool_progress("%s states: checking the nvme tier against the in-memory tier", name);
   if (check_tiers(cfg, dt)) return 1;
+  reset_peak_rss();
   tool_progress("%s states: registering %zu parameters (every record written)", name, n);
   model_t md;
   if (model_open(&md, cfg, n, dt)) {

@@ -141,18 +141,18 @@ typedef enum zt_loss_scaling {
  * gradients"). Skipping needs the gradients' norm before the update, a pass
  * over them of its own; applying lets the update take the norm in its own
  * pass when nothing else needs it first. */
+typedef enum zt_nonfinite {
+  ZT_NONFINITE_SKIP = 0, /* skip such a step: nothing is written           */
+  ZT_NONFINITE_APPLY = 1 /* apply it, as torch.optim.AdamW does, unless loss
+                            scaling is on (then it is an overflow: skipped) */
+} zt_nonfinite_t;
+
 /* How the optimizer tier stores Adam's m and v (docs/states.md). */
 typedef enum zt_states {
   ZT_STATES_FP32 = 0, /* 4 bytes each, as torch.optim.AdamW          */
   ZT_STATES_BF16 = 1, /* 2 bytes each, stochastic rounding            */
   ZT_STATES_INT8 = 2  /* 1 byte each + a scale per 256 (not yet wired) */
 } zt_states_t;
-
-typedef enum zt_nonfinite {
-  ZT_NONFINITE_SKIP = 0, /* skip such a step: nothing is written           */
-  ZT_NONFINITE_APPLY = 1 /* apply it, as torch.optim.AdamW does, unless loss
-                            scaling is on (then it is an overflow: skipped) */
-} zt_nonfinite_t;
 
 typedef enum zt_comm_kind {
   ZT_COMM_SINGLE = 0, /* world size 1, no dependency                      */

@@ -56,8 +56,6 @@ struct zt__opt_nvme {
   size_t chunk;      /* elements per window                    */
   int states;        /* config optimizer_states                */
   size_t ssz;        /* bytes of an element of m, of v         */
-  float *bounce;     /* export, import of compressed m and v:
-                        2 * chunk floats                       */
   size_t rec_len;    /* chunk * (4 + 2 * ssz) bytes            */
   size_t stride;     /* rec_len rounded up to the swap block   */
   slot_t slot[ZT_NVME_SLOTS];
@@ -320,9 +318,7 @@ int zt__opt_nvme_create(const zt__ctx_t *ctx, zt__pinned_t *pin, const zt__count
   o->n_windows = zt__window_count(view->segs, view->n_segs, o->chunk);
   o->windows = calloc(o->n_windows, sizeof *o->windows);
   o->pieces = calloc(view->n_segs, sizeof *o->pieces);
-  if (o->states != ZT_STATES_FP32) o->bounce = malloc(2 * o->chunk * sizeof(float));
-  if (o->windows == NULL || o->pieces == NULL ||
-      (o->states != ZT_STATES_FP32 && o->bounce == NULL)) {
+  if (o->windows == NULL || o->pieces == NULL) {
     rc = zt__errf(ctx->err, -ENOMEM, "out of memory");
     goto fail;
   }
@@ -376,7 +372,6 @@ void zt__opt_nvme_destroy(zt__opt_nvme_t *o) {
   if (o->compute_mark) be->event_destroy(ctx->be, o->compute_mark);
   free(o->windows);
   free(o->pieces);
-  free(o->bounce);
   free(o);
 }
 
@@ -456,15 +451,15 @@ static int read_record(zt__opt_nvme_t *o, size_t w) {
 }
 
 /* fn on a window's record: its master, m and v as floats. Compressed m
- * and v go through the bounce buffer, widened exactly and rounded back to
- * nearest (which gives a widened value back unchanged). */
+ * and v go through `bounce` (2 * chunk floats), widened exactly and rounded
+ * back to nearest (which gives a widened value back unchanged). */
 static int visit_window(zt__opt_nvme_t *o, slot_t *s, const zt__window_t *win, int import,
-                        zt__opt_nvme_visit_fn fn, void *ctx) {
+                        float *bounce, zt__opt_nvme_visit_fn fn, void *ctx) {
   if (o->states == ZT_STATES_FP32)
     return fn(ctx, win->state_first, win->state_n, s->states, state_m(o, s), state_v(o, s));
   zt__cpu_t *cpu = o->ctx->cpu;
   size_t n = win->state_n;
-  float *m = o->bounce, *v = o->bounce + o->chunk;
+  float *m = bounce, *v = bounce + o->chunk;
   if (!import) {
     zt__cpu_cast(cpu, m, ZT_FP32, state_m(o, s), ZT_BF16, n);
     zt__cpu_cast(cpu, v, ZT_FP32, state_v(o, s), ZT_BF16, n);
@@ -479,7 +474,8 @@ static int visit_window(zt__opt_nvme_t *o, slot_t *s, const zt__window_t *win, i
 
 /* Export reads LOOKAHEAD windows ahead of fn; import only writes, each
  * record's write overlapping fn's filling of the next ones. */
-static int visit(zt__opt_nvme_t *o, int import, zt__opt_nvme_visit_fn fn, void *ctx) {
+static int visit_windows(zt__opt_nvme_t *o, int import, float *bounce, zt__opt_nvme_visit_fn fn,
+                         void *ctx) {
   size_t issued = 0;
   for (size_t w = 0; w < o->n_windows; w++) {
     slot_t *s = &o->slot[w % ZT_NVME_SLOTS];
@@ -491,11 +487,22 @@ static int visit(zt__opt_nvme_t *o, int import, zt__opt_nvme_visit_fn fn, void *
       ZT_TRY(o->io_error);
     }
     const zt__window_t *win = &o->windows[w];
-    ZT_TRY(visit_window(o, s, win, import, fn, ctx));
+    ZT_TRY(visit_window(o, s, win, import, bounce, fn, ctx));
     if (import) ZT_TRY(write_record(o, w));
   }
   for (int k = 0; k < ZT_NVME_SLOTS; k++) ZT_TRY(settle(o, &o->slot[k]));
   return 0;
+}
+
+static int visit(zt__opt_nvme_t *o, int import, zt__opt_nvme_visit_fn fn, void *ctx) {
+  /* Compressed m and v are widened for fn: a bounce buffer for the visit
+   * only, as checkpoints are rare and the tier's footprint leaves it out. */
+  float *bounce = NULL;
+  if (o->states != ZT_STATES_FP32 && (bounce = malloc(2 * o->chunk * sizeof(float))) == NULL)
+    return zt__errf(o->ctx->err, -ENOMEM, "out of memory");
+  int rc = visit_windows(o, import, bounce, fn, ctx);
+  free(bounce);
+  return rc;
 }
 
 int zt__opt_nvme_export(zt__opt_nvme_t *o, zt__opt_nvme_visit_fn fn, void *ctx) {

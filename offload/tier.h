@@ -89,7 +89,7 @@ typedef struct zt__opt_tier {
                                are their own master (device, unsharded).
                                m and v hold `states`' elements: floats,
                                or bf16 (uint16_t) with ZT_STATES_BF16     */
-  int states;               /* config optimizer_states (host tier only)  */
+  int states;               /* config optimizer_states                    */
   int params_are_master;    /* no master of its own: the fp32 parameters
                                are it (checkpoints save them as master)   */
   zt__staging_t staging;    /* host tier, unsharded                       */

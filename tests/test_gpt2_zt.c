@@ -119,9 +119,9 @@ static void train(Run *r, int mode, zt_tier_t tier) {
   gpt2_free(&m);
 }
 
-// The example's own tiny size (120,576 parameters, 118 pages of them) at
-// stage 3 in place, a step of main.c's loop: afterwards, and between the
-// passes, the parameter and gradient buffers hold no more than a quarter of
+// The example's own tiny size with 16 positions (116,480 parameters, 114
+// pages of them) at stage 3 in place, two steps of main.c's loop: after
+// each, the parameter and gradient buffers hold no more than a quarter of
 // their pages (the tensors' partial end pages stay: 28 tensors, at most 56
 // pages, most of them shared).
 static void test_stage3_memory(void **state) {

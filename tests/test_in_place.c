@@ -26,13 +26,16 @@
  *     groups and the partial pages at units' ends (a W[l] is 64 pages, a
  *     b[l] and u are a quarter page, so both kinds are there); after
  *     registration and after each hand-over the gradients read as zero;
- *   - refusals: another backend than host (by the config), and a buffer
- *     that is a file's mapping, each named; the file is not written, and
- *     the engine registers a good buffer after;
+ *   - refusals: another backend than host (by the config), a buffer that
+ *     is a file's mapping, and a read-only one, each named; the file is not
+ *     written, and the engine registers a good buffer after;
+ *   - locked gradients, which the system does not take back, read as zero
+ *     after registration all the same;
  *   - stages 1 and 2 ignore the key: the same bits, the registered buffers
  *     used as always.
  */
 #define _GNU_SOURCE
+#include <errno.h>
 #include <fcntl.h>
 #include <math.h>
 #include <stdio.h>
@@ -390,7 +393,7 @@ static void in_place_refusals(void **state) {
   float *grads = buffer();
   T_EXPECT_ERR(zt_register_units(eng, file, grads, NUMEL, ZT_FP32, ZT_FP32, units, N_UNITS),
                eng, -EINVAL, "params");
-  assert_non_null(strstr(zt_last_error(eng), "not private anonymous memory"));
+  assert_non_null(strstr(zt_last_error(eng), "not private anonymous read-write memory"));
   assert_true(t_hash(file, bytes) == before);
   /* The gradients named too. */
   float *params = buffer();
@@ -398,6 +401,13 @@ static void in_place_refusals(void **state) {
   T_EXPECT_ERR(zt_register_units(eng, params, file, NUMEL, ZT_FP32, ZT_FP32, units, N_UNITS),
                eng, -EINVAL, "grads");
   assert_true(t_hash(file, bytes) == before);
+  /* Read-only memory: a fetch would write it. */
+  float *ro = buffer();
+  assert_int_equal(mprotect(ro, bytes, PROT_READ), 0);
+  T_EXPECT_ERR(zt_register_units(eng, ro, grads, NUMEL, ZT_FP32, ZT_FP32, units, N_UNITS),
+               eng, -EINVAL, "params");
+  assert_non_null(strstr(zt_last_error(eng), "read-write"));
+  munmap(ro, bytes);
   T_OK(zt_register_units(eng, params, grads, NUMEL, ZT_FP32, ZT_FP32, units, N_UNITS), eng);
   zt_engine_destroy(eng);
   munmap(file, bytes);
@@ -407,10 +417,40 @@ static void in_place_refusals(void **state) {
   munmap(grads, bytes);
 }
 
+/* Locked gradients (mlock), whose pages the system does not take back:
+ * they read as zero after registration all the same, so the loop's first
+ * backward does not add onto what was there. */
+static void in_place_locked_gradients(void **state) {
+  zt_config_t cfg = t_config();
+  cfg.backend = ZT_BACKEND_HOST;
+  cfg.comm = ZT_COMM_SINGLE;
+  cfg.stage = 3;
+  cfg.optimizer_tier = ZT_TIER_HOST;
+  cfg.params_in_place = 1;
+  size_t bytes = NUMEL * sizeof(float);
+  float *params = buffer(), *grads = buffer();
+  init_params(params);
+  for (size_t i = 0; i < NUMEL; i++) grads[i] = 7.0f;
+  if (mlock(grads, bytes) != 0) {
+    printf("# skipped: mlock: %s\n", strerror(errno));
+  } else {
+    zt_engine_t *eng = t_engine(&cfg);
+    T_OK(zt_register_units(eng, params, grads, NUMEL, ZT_FP32, ZT_FP32, units, N_UNITS), eng);
+    for (size_t i = 0; i < NUMEL; i++)
+      if (grads[i] != 0.0f) fail_msg("locked gradient %zu is %g after registration", i,
+                                     (double)grads[i]);
+    zt_engine_destroy(eng);
+    munlock(grads, bytes);
+  }
+  munmap(params, bytes);
+  munmap(grads, bytes);
+}
+
 int main(void) {
   build_units();
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(in_place_refusals),
+      cmocka_unit_test(in_place_locked_gradients),
       cmocka_unit_test(in_place_equals_stage0),
       cmocka_unit_test(in_place_ignored_below_stage3),
   };

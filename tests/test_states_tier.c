@@ -32,6 +32,9 @@
 #include "harness.h"
 
 enum { NUMEL = 5000, N_UNITS = 4, STEPS = 4 };
+/* The nvme tier's chunk_bytes: windows of 1024 elements, so five records
+ * and every slot reused in a step. */
+#define NVME_CHUNK 4096
 static const zt_unit_t units[N_UNITS] = {
     {"a", 0, 1500, 0, 1, ZT_FP32},
     {"b", 1500, 700, 0, 0, ZT_FP32},
@@ -79,7 +82,10 @@ static void model_open(model_t *md, const run_t *rc) {
   cfg.comm = ZT_COMM_SINGLE;
   cfg.stage = rc->stage;
   cfg.optimizer_tier = rc->tier;
-  if (rc->tier == ZT_TIER_NVME) T_OK(zt_config_set(&cfg, "swap_path", t_swap_dir()), NULL);
+  if (rc->tier == ZT_TIER_NVME) {
+    T_OK(zt_config_set(&cfg, "swap_path", t_swap_dir()), NULL);
+    cfg.chunk_bytes = NVME_CHUNK;
+  }
   cfg.optimizer_states = rc->states;
   md->eng = t_engine(&cfg);
   md->dtype = rc->dtype;
@@ -293,7 +299,8 @@ static void bf16_states_bytes(void **state) {
       T_OK(zt_stats(md.eng, &st), md.eng);
       zt_config_t cfg = t_config();
       zt__plan_in_t in = {NUMEL, 1, 0, stage, ZT_BF16, ZT_BF16, tier, ZT_TIER_DEVICE,
-                          cfg.bucket_bytes, cfg.chunk_bytes, 0, rc.states};
+                          cfg.bucket_bytes, tier == ZT_TIER_NVME ? NVME_CHUNK : cfg.chunk_bytes,
+                          0, rc.states};
       zt__plan_t p;
       assert_int_equal(zt__plan(&in, &p), 0);
       printf("# stage %d, %s tier, %s states: host bytes %llu (plan %llu), nvme %llu (plan "

@@ -33,7 +33,6 @@ float gpt2_forward(GPT2 *m, const int *inputs, const int *targets) {
   if (targets) memcpy(m->targets, targets, (size_t)N * sizeof(int));
 
   int L = m->cfg.n_layer;
-  m->use_failed = 0;
   if (gpt2_use(m, 0, 1) < 0) return NAN;
   encoder_forward(a->embed, inputs, m->params.wte, m->params.wpe, B, T, C);
   if (gpt2_use(m, 0, 0) < 0) return NAN;

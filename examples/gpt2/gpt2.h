@@ -135,8 +135,9 @@ typedef struct {
   // Called around each use of a group's parameters by the forward and the
   // backward: use 1 before, 0 after (stage 3: zt_fetch, zt_release, so
   // that ztier backs only the groups in use). NULL: not called. A negative
-  // result stops the pass; the forward then returns NAN and keeps the
-  // result in use_failed, the backward returns it.
+  // result stops the pass; the forward then returns NAN, the backward the
+  // result, and use_failed keeps the first one until the caller clears it
+  // (so that several forwards in a row, as a validation, cannot hide it).
   int (*group_use)(void *ctx, int group, int use);
   void *group_use_ctx;
   int use_failed;

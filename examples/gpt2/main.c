@@ -466,8 +466,11 @@ int main(int argc, char **argv) {
     rc = gpt2_train_step(&model, eng, &ta, step, &data, &b, &r);
     if (rc < 0) break;
     say_step(step, o.steps, &r, 1e3 * (now_s() - ts));
-    if (o.val_every > 0 && step % o.val_every == 0 && step < stop)
-      say("val loss %.4f at step %d\n", val_loss(&model, text, n_train, n, &b), step);
+    if (o.val_every > 0 && step % o.val_every == 0 && step < stop) {
+      float v = val_loss(&model, text, n_train, n, &b);
+      if (model.use_failed) rc = model.use_failed;
+      else say("val loss %.4f at step %d\n", v, step);
+    }
     // A run killed later goes on from here (--resume) as if it never was.
     if (o.save_every > 0 && step % o.save_every == 0 && step < stop) {
       GPT2LoopState ls = {step, data.rng};

@@ -333,6 +333,7 @@ void zt__cpu_adam_in(zt__cpu_t *cpu, int states, const zt__adam_launch_t *l) {
     zt__cpu_adam(cpu, l);
     return;
   }
+  ZT_ASSERT(l->sumsq == NULL); /* the compressed update takes no norm */
   zt__adam_qlaunch_t q = {.hp = l->hp,
                           .states = states,
                           .master = l->master,

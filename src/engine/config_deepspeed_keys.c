@@ -635,17 +635,6 @@ static int do_fp16(ds_t *d, const char *path, const cJSON *fp16) {
 
 /* bf16 trains without loss scaling; DeepSpeed refuses fp16 and bf16 both
  * enabled, and so does ztier. */
-/* DeepSpeed's Adam moments in bf16: ztier's optimizer_states "bf16"
- * (rounded stochastically, docs/states.md), which the host and nvme tiers
- * take; with the optimizer on the device the config's check refuses it,
- * naming both keys. */
-static int do_bf16_states(ds_t *d, const char *path, const cJSON *v) {
-  int on;
-  ZT_TRY(zt__ds_read_bool(d, path, v, &on));
-  return zt__ds_set_enum(d, path, on ? "true" : "false", "optimizer_states",
-                         on ? "bf16" : "fp32");
-}
-
 static int do_bf16(ds_t *d, const char *path, const cJSON *bf16) {
   (void)bf16;
   char p[PATH_LEN];
@@ -659,4 +648,15 @@ static int do_bf16(ds_t *d, const char *path, const cJSON *bf16) {
         p);
   return zt__ds_set_enum(d, p, "true (bf16 trains without loss scaling)", "loss_scaling",
                          "none");
+}
+
+/* DeepSpeed's Adam moments in bf16: ztier's optimizer_states "bf16"
+ * (rounded stochastically, docs/states.md), which the host and nvme tiers
+ * take; with the optimizer on the device the config's check refuses it,
+ * naming both keys. */
+static int do_bf16_states(ds_t *d, const char *path, const cJSON *v) {
+  int on;
+  ZT_TRY(zt__ds_read_bool(d, path, v, &on));
+  return zt__ds_set_enum(d, path, on ? "true" : "false", "optimizer_states",
+                         on ? "bf16" : "fp32");
 }

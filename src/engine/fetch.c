@@ -31,7 +31,7 @@
 #include <string.h>
 
 #include "engine/engine.h"
-#include "engine/in_place.h" // defines: zt__in_place_give_back
+#include "engine/in_place.h" // defines: zt__in_place_give_back_units
 #include "zero/gather.h" // defines: zt__gather_fetch, zt__gather_release
 #include "zero/reduce.h" // defines: zt__reduce_group
 
@@ -92,17 +92,6 @@ static void place_group(zt_engine_t *eng, const zt__group_t *g, void **ptrs, siz
   }
 }
 
-/* Gives back the group's places in `buf` (elements of `esz` bytes); with
- * `zero`, the whole of them reads as zero after. */
-static void give_back_group(const zt_engine_t *eng, int group, void *buf, size_t esz,
-                            int zero) {
-  for (size_t i = 0; i < eng->n_units; i++) {
-    const zt__unit_t *u = &eng->units[i];
-    if (u->group == group)
-      zt__in_place_give_back((char *)buf + u->offset * esz, u->numel * esz, zero);
-  }
-}
-
 int zt_fetch(zt_engine_t *eng, int group, void **params, size_t n_units) {
   ZT_TRY(zt__engine_check(eng, "zt_fetch"));
   zt__group_t *g;
@@ -143,7 +132,8 @@ int zt_release(zt_engine_t *eng, int group) {
                     group);
   if (--g->fetched > 0 || eng->cfg.stage < 3) return 0;
   if (eng->place_params)
-    give_back_group(eng, group, eng->place_params, zt__dtype_size(eng->param_dtype), 0);
+    zt__in_place_give_back_units(eng, group, eng->place_params,
+                                 zt__dtype_size(eng->param_dtype), 0);
   int rc = zt__gather_release(&eng->zero, g);
   return rc < 0 ? zt__engine_fail(eng, rc) : rc;
 }
@@ -171,6 +161,7 @@ int zt_grads_ready(zt_engine_t *eng, int group) {
   /* Packed and cleared (the host backend's copies are done when enqueued):
    * the pages read as zero without being held. */
   if (eng->place_grads)
-    give_back_group(eng, group, eng->place_grads, zt__dtype_size(eng->grad_dtype), 1);
+    zt__in_place_give_back_units(eng, group, eng->place_grads, zt__dtype_size(eng->grad_dtype),
+                                 1);
   return rc;
 }

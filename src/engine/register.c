@@ -15,7 +15,7 @@
 
 #include "base/ckjson.h" // defines: zt__ckjson_dup
 #include "engine/engine.h"
-#include "engine/in_place.h" // defines: zt__in_place_check, zt__in_place_give_back
+#include "engine/in_place.h" // defines: zt__in_place_check, zt__in_place_give_back_units
 #include "zero/reduce.h"   // defines: zt__reduce_flush
 
 #define XXH_INLINE_ALL
@@ -450,13 +450,16 @@ int zt_register_units(zt_engine_t *eng, void *params, void *grads, size_t numel,
   /* Stage 3 owns the parameters from now on: the buffer gave the initial
    * values and the caller may free it. In place, the buffer stays the
    * loop's and holds the fetched groups: until then, neither it nor the
-   * gradient buffer holds anything (the gradients read as zero). */
+   * gradient buffer holds the units' pages (the gradients read as zero). */
   if (eng->cfg.stage >= 3) eng->params = NULL;
   if (in_place(eng)) {
     eng->place_params = params;
     eng->place_grads = grads;
-    zt__in_place_give_back(params, numel * zt__dtype_size(param_dtype), 0);
-    if (grads) zt__in_place_give_back(grads, numel * zt__dtype_size(grad_dtype), 1);
+    size_t psz = zt__dtype_size(param_dtype), gsz = zt__dtype_size(grad_dtype);
+    zt__in_place_no_huge_pages(params, numel * psz);
+    if (grads) zt__in_place_no_huge_pages(grads, numel * gsz);
+    zt__in_place_give_back_units(eng, -1, params, psz, 0);
+    if (grads) zt__in_place_give_back_units(eng, -1, grads, gsz, 1);
   }
   eng->registered = 1;
   zt__log(&eng->cfg, ZT_LOG_INFO,

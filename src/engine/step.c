@@ -11,7 +11,7 @@
 
 #include "base/abi.h" // defines: zt__abi_size, ZT__STEP_ARGS_SIZE_0_1
 #include "engine/engine.h"
-#include "engine/in_place.h" // defines: zt__in_place_give_back
+#include "engine/in_place.h" // defines: zt__in_place_give_back_units
 #include "zero/agree.h" // defines: zt__agree_sum_ranks
 #include "zero/gather.h" // defines: zt__gather_shards
 #include "zero/reduce.h" // defines: zt__reduce_all, zt__reduce_reset
@@ -319,10 +319,10 @@ int zt_step(zt_engine_t *eng, const zt_step_args_t *args, zt_step_info_t *info) 
     return zt__engine_fail(eng, rc);
   }
   if (refused) return refused;
-  /* Stage 3 in place: every group is handed over now, so the registered
-   * gradients read as zero; their pages go back (in_place.h). */
+  /* Stage 3 in place: every group is handed over now, so the units'
+   * registered gradients read as zero; their pages go back (in_place.h). */
   if (eng->place_grads)
-    zt__in_place_give_back(eng->place_grads, eng->numel * zt__dtype_size(eng->grad_dtype), 1);
+    zt__in_place_give_back_units(eng, -1, eng->place_grads, zt__dtype_size(eng->grad_dtype), 1);
   double inv = (double)args->grad_scale / eng->scaler.handed * avg;
   double norm = sqrt(sumsq) * inv;
   int nonfinite = !isfinite(sumsq);
