@@ -31,6 +31,14 @@
 #include "zero/reduce.h"
 
 
+/* Where a bucket's W runs land: the receive buffer, or at one rank the
+ * packed bucket itself, which is its one run already: no collective moves
+ * it (a copy would cost a pass over the gradients, and MPI takes no
+ * aliased buffers). */
+static const void *runs_of(const zt__part_t *p, const zt__xfer_t *x) {
+  return p->world == 1 ? x->send : x->recv;
+}
+
 /* On the sums thread: the landed bucket's W runs, summed in rank order into
  * the shard's gradients. */
 static void sum_bucket(void *arg) {
@@ -41,7 +49,7 @@ static void sum_bucket(void *arg) {
   for (size_t k = 0; k < x->n_spans && mine; k++) {
     size_t a, b;
     if (!zt__span_clip(x->spans[k].a, x->spans[k].b, p->begin, p->end, &a, &b)) continue;
-    zt__cpu_rank_sum(p->ctx->cpu, p->grads + (a - p->begin), (const char *)x->recv + i * gsz,
+    zt__cpu_rank_sum(p->ctx->cpu, p->grads + (a - p->begin), (const char *)runs_of(p, x) + i * gsz,
                      mine, p->reg.grad_dtype, p->world, b - a);
     i += b - a;
   }
@@ -57,7 +65,7 @@ static int sum_bucket_on_device(zt__part_t *p, zt__xfer_t *x) {
   for (size_t k = 0; k < x->n_spans && mine && rc == 0; k++) {
     size_t a, b;
     if (!zt__span_clip(x->spans[k].a, x->spans[k].b, p->begin, p->end, &a, &b)) continue;
-    rc = be->rank_sum(p->ctx->be, p->grads + (a - p->begin), (const char *)x->recv + i * gsz,
+    rc = be->rank_sum(p->ctx->be, p->grads + (a - p->begin), (const char *)runs_of(p, x) + i * gsz,
                       mine, p->reg.grad_dtype, p->world, b - a, ZT_STREAM_REDUCE);
     i += b - a;
   }
@@ -236,7 +244,7 @@ static int start_bucket(zt__part_t *p, zt__xfer_t *x) {
   return start_packed(p, 0);
 }
 
-/* The packed bucket's alltoallv. */
+/* The packed bucket's alltoallv; at one rank, its sums at once. */
 static int start_collective(zt__part_t *p, zt__xfer_t *x) {
   ZT_TRY(zt__part_recv_free(p, x)); /* a gather landed from it before */
   size_t pos = 0;
@@ -257,6 +265,7 @@ static int start_collective(zt__part_t *p, zt__xfer_t *x) {
     x->rdispls[r] = (size_t)r * x->mine;
   }
   x->req = (zt__comm_req_t){0};
+  if (p->world == 1) return finish(p, x); /* landed where it was packed */
   ZT_TRY(p->ctx->comm->ops->alltoallv(p->ctx->comm, zt__part_comm_buf(p, x->send), x->counts,
                                       x->displs, zt__part_comm_buf(p, x->recv), x->rcounts,
                                       x->rdispls, zt__part_red_dtype(p->reg.grad_dtype),
