@@ -359,6 +359,17 @@ static void in_place_ignored_below_stage3(void **state) {
   free(got);
 }
 
+/* Stage 3 in place on the host backend, one rank, the host tier. */
+static zt_config_t in_place_config(void) {
+  zt_config_t cfg = t_config();
+  cfg.backend = ZT_BACKEND_HOST;
+  cfg.comm = ZT_COMM_SINGLE;
+  cfg.stage = 3;
+  cfg.optimizer_tier = ZT_TIER_HOST;
+  cfg.params_in_place = 1;
+  return cfg;
+}
+
 static void in_place_refusals(void **state) {
   /* Other backends: by the config, naming the key and the backend. */
   static const zt_backend_t others[] = {ZT_BACKEND_SIM, ZT_BACKEND_CUDA};
@@ -374,12 +385,7 @@ static void in_place_refusals(void **state) {
   }
 
   /* A file's mapping: named, the file untouched, and a good buffer after. */
-  zt_config_t cfg = t_config();
-  cfg.backend = ZT_BACKEND_HOST;
-  cfg.comm = ZT_COMM_SINGLE;
-  cfg.stage = 3;
-  cfg.optimizer_tier = ZT_TIER_HOST;
-  cfg.params_in_place = 1;
+  zt_config_t cfg = in_place_config();
   zt_engine_t *eng = t_engine(&cfg);
   char path[] = "/tmp/zt-in-place-XXXXXX";
   int fd = mkstemp(path);
@@ -421,12 +427,7 @@ static void in_place_refusals(void **state) {
  * they read as zero after registration all the same, so the loop's first
  * backward does not add onto what was there. */
 static void in_place_locked_gradients(void **state) {
-  zt_config_t cfg = t_config();
-  cfg.backend = ZT_BACKEND_HOST;
-  cfg.comm = ZT_COMM_SINGLE;
-  cfg.stage = 3;
-  cfg.optimizer_tier = ZT_TIER_HOST;
-  cfg.params_in_place = 1;
+  zt_config_t cfg = in_place_config();
   size_t bytes = NUMEL * sizeof(float);
   float *params = buffer(), *grads = buffer();
   init_params(params);

@@ -40,14 +40,19 @@ static uint32_t le32(const unsigned char *p) {
   return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
 }
 
+// The file's bytes, or NULL with a sentence on stderr.
+static unsigned char *read_file(const char *path, size_t *n) {
+  unsigned char *raw = slurp(path, n);
+  if (raw == NULL)
+    fprintf(stderr, "gpt2: %s: %s\n", path, *n ? "cannot read it" : strerror(errno ? errno : EIO));
+  return raw;
+}
+
 int gpt2_load_tokens(const char *path, const char *format, int vocab, GPT2Tokens *out) {
   memset(out, 0, sizeof *out);
   size_t n = 0;
-  unsigned char *raw = slurp(path, &n);
-  if (raw == NULL) {
-    fprintf(stderr, "gpt2: %s: %s\n", path, n ? "cannot read it" : strerror(errno ? errno : EIO));
-    return -1;
-  }
+  unsigned char *raw = read_file(path, &n);
+  if (raw == NULL) return -1;
   size_t width = 1, skip = 0, count;
   if (strcmp(format, "bytes") == 0) {
     width = 1;
@@ -104,11 +109,8 @@ int gpt2_load_tokens(const char *path, const char *format, int vocab, GPT2Tokens
 int gpt2_load_text(const char *path, const GPT2Bpe *bpe, int vocab, GPT2Tokens *out) {
   memset(out, 0, sizeof *out);
   size_t n = 0;
-  unsigned char *raw = slurp(path, &n);
-  if (raw == NULL) {
-    fprintf(stderr, "gpt2: %s: %s\n", path, n ? "cannot read it" : strerror(errno ? errno : EIO));
-    return -1;
-  }
+  unsigned char *raw = read_file(path, &n);
+  if (raw == NULL) return -1;
   uint32_t *ids = NULL;
   size_t count = 0;
   int rc = gpt2_bpe_encode(bpe, (const char *)raw, n, &ids, &count);
