@@ -65,7 +65,8 @@ void zt__tier_mem_shard_free(zt__opt_tier_t *t, int pinned) {
 
 void zt__tier_mem_shard_footprint(const zt__tier_shape_t *s, int pinned, zt__footprint_t *out) {
   *out = (zt__footprint_t){.fits = 1};
-  uint64_t b = zt__tier_mem_bytes(s->n * 4), sb = zt__tier_mem_bytes(s->n * zt__states_size(s->states));
+  uint64_t b = zt__tier_mem_bytes(s->n * 4);
+  uint64_t sb = zt__tier_mem_bytes(s->n * zt__states_size(s->states));
   *(pinned ? &out->host : &out->device) = b + 2 * sb;
   if (pinned) out->pinned_pages = zt__page_round(b) + 2 * zt__page_round(sb);
 }

@@ -142,7 +142,8 @@ static void fetch(loop_t *lp, int grp) {
 static void release(loop_t *lp, int grp) {
   T_OK(zt_release(lp->eng, grp), lp->eng);
   lp->live[grp] = 0;
-  if (lp->check == CHECK_RESIDENT) check_resident("parameters after a release", lp->params, lp->live);
+  if (lp->check == CHECK_RESIDENT)
+    check_resident("parameters after a release", lp->params, lp->live);
 }
 
 static void grads_ready(loop_t *lp, int grp) {
