@@ -413,7 +413,7 @@ static void loss_log_free(LossLog *l) {
 
 // The mean train loss of the first and of the last few steps of
 // (start, stop], each averaged so that one lucky batch does not decide.
-// Returns how many steps each mean took (0: fewer than 2 steps).
+// Returns how many steps each mean took: 10, or half the run when shorter.
 static int train_trend(const LossLog *l, int start, int stop, double *first, double *last) {
   int trained = stop - start, w = trained / 2 < 10 ? trained / 2 : 10;
   *first = *last = 0.0;
@@ -625,9 +625,12 @@ int main(int argc, char **argv) {
   if (rc == 0 && model.use_failed) rc = model.use_failed;
   say("val loss %.4f after %d steps (%.1f s)\n", val1, stop, train_s);
   loss_log_val(&losses, stop, val1);
+  // The train loss's trend, printed and judged in runs long enough for it
+  // to show.
   double first = 0.0, last = 0.0;
-  int w = rc == 0 ? train_trend(&losses, start, stop, &first, &last) : 0;
-  if (w > 0)
+  int judged = stop - start >= MIN_JUDGED_STEPS;
+  int w = train_trend(&losses, start, stop, &first, &last);
+  if (rc == 0 && judged)
     say("train loss %.4f -> %.4f (the means of the first and last %d steps%s)\n", first, last,
         w, world > 1 ? ", rank 0's rows" : "");
   if (rc == 0 && o.stats && !o.plain && !quiet) {
@@ -650,7 +653,6 @@ int main(int argc, char **argv) {
   if (rc == 0 && o.plot) rc = draw_plot(&o, &losses, start, stop, &model, &zcfg, world);
   // Each rank judges its own rows' train loss; the validation loss is the
   // same on every rank.
-  int judged = stop - start >= MIN_JUDGED_STEPS;
   ok = rc == 0 && val1 < val0 && (!judged || last < first);
   if (!ok)
     fprintf(stderr, "gpt2: %s\n", rc                ? "the run failed"
