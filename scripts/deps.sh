@@ -32,6 +32,7 @@ build=(
 demo=(
   base-files         # the demo's text: /usr/share/common-licenses/GPL-3
   gnuplot-nox        # the demo's loss curve (PNG)
+  openmpi-bin        # mpirun: the demo's two ranks (one rank without it)
 )
 test=(
   libcmocka-dev      # unit-test framework of every suite

@@ -377,6 +377,14 @@ static void test_named_sizes(void **state) {
   assert_true(c.n_layer == 48 && c.n_embd == 1600 && c.n_head == 25 && c.max_seq_len == 1024);
   assert_int_equal(gpt2_config_named("tiny", 64, &c), 0);
   assert_true(c.vocab_size == 256 && c.max_seq_len == 64);
+  /* make demo's: 256 x 256 for wte and for wpe, 3 blocks of 12 C^2 + 13 C,
+   * ln_f's 2 C; the same at every T. */
+  assert_int_equal(gpt2_config_named("small", 64, &c), 0);
+  assert_true(c.vocab_size == 256 && c.max_seq_len == 256 && c.n_head == 4);
+  GPT2 small;
+  assert_int_equal(gpt2_build(&small, &c, 1, 64), 0);
+  assert_int_equal(small.num_parameters, 2500864);
+  gpt2_free(&small);
   assert_int_equal(gpt2_config_named("gpt3", 1, &c), -1);
 }
 

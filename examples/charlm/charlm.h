@@ -8,7 +8,8 @@
  *   text.c    the text: bytes to symbol ids, examples, the validation loss
  *   args.c    the command line (the ztier tool's flag tables) and the config
  *             flags
- *   output.c  what the run prints: statistics, a sample, the loss plot
+ *   output.c  what the run prints of its own: the clock, a sample (the
+ *             statistics and the loss plot are examples/run_report.c's)
  *   main.c    the training loop and main()
  */
 #ifndef CHARLM_H
@@ -131,9 +132,6 @@ int apply_flags(const Options *opt, zt_config_t *cfg);
 // output.c
 
 double now_s(void);
-int plot_losses(const char *png, const float *losses, int first, int steps,
-                const char *title);
 void print_sample(CharLM *model, const Text *tx, int n, uint64_t *rng);
-void print_stats(const zt_engine_t *eng, const char *tier_name, double train_s);
 
 #endif /* CHARLM_H */

@@ -16,7 +16,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "charlm.h" // defines: CharLM, Text, Options, parse_args
+#include "charlm.h"              // defines: CharLM, Text, Options, parse_args
+#include "examples/run_report.h" // defines: print_stats, plot_losses
 
 // The batch positions of one step: B draws of the loop's generator.
 static size_t batch_position(const Text *tx, uint64_t *rng) {
@@ -211,7 +212,9 @@ int main(int argc, char **argv) {
   printf("train loss %.4f -> %.4f (first and last %d steps), validation loss "
          "%.4f -> %.4f, %.1f s\n",
          first, last, w, val_before, val_after, t_train);
-  print_stats(model.engine, tier_name, t_train);
+  char what[64];
+  snprintf(what, sizeof what, "optimizer_tier=%s", tier_name);
+  print_stats(model.engine, what, t_train);
   print_sample(&model, &tx, 100, &rng);
 
   if (opt.plot) {
@@ -219,7 +222,7 @@ int main(int argc, char **argv) {
     snprintf(title, sizeof title, "charlm, %zu params, stage %d, optimizer_tier=%s, "
              "param_tier=%s",
              model.num_parameters, cfg.stage, tier_name, tier_names[cfg.param_tier]);
-    int p = plot_losses(opt.plot, losses, start, opt.steps, title);
+    int p = plot_losses(opt.plot, title, losses, start, opt.steps, NULL, NULL, 0);
     if (p == 1) {
       printf("plot skipped: gnuplot not installed\n");
     } else if (p < 0) {

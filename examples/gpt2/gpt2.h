@@ -152,10 +152,11 @@ typedef struct {
 // Returns 0, or -1 for a bad shape or when memory runs out (nothing left
 // to free then).
 int gpt2_build(GPT2 *m, const GPT2Config *cfg, int B, int T);
-// A size by name: "tiny" (V 256, byte-level; T rows of wpe), or Hugging
-// Face's "gpt2", "gpt2-medium", "gpt2-large", "gpt2-xl" (V 50257, 1024
-// positions; their published weights fit it). Returns 0, or -1 for an
-// unknown name.
+// A size by name: "tiny" (V 256, byte-level; T rows of wpe), "small" (V
+// 256, 256 positions, C 256, 4 heads, 3 layers: 2,500,864 parameters, `make
+// demo`'s), or Hugging Face's "gpt2", "gpt2-medium", "gpt2-large",
+// "gpt2-xl" (V 50257, 1024 positions; their published weights fit it).
+// Returns 0, or -1 for an unknown name.
 int gpt2_config_named(const char *name, int T, GPT2Config *cfg);
 
 // The token ids of a file (data.c): `format` "bytes" (a text, V 256), "u16"

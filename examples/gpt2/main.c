@@ -9,11 +9,13 @@
  *   gpt2 [--text FILE] [--steps N] [--batch B] [--seq T] [--lr LR] [--seed S]
  *        [--optimizer ztier|plain] [--stage 0|1|2|3] [--optimizer-tier device|host|nvme]
  *        [--zt-config FILE.json] [--init WEIGHTS.safetensors|DIR] [--export OUT.safetensors]
- *        [--size tiny|gpt2|gpt2-medium|gpt2-large|gpt2-xl] [--token-format bytes|u16|u32|llmc]
- *        [--tokenizer DIR]
+ *        [--size tiny|small|gpt2|gpt2-medium|gpt2-large|gpt2-xl]
+ *        [--token-format bytes|u16|u32|llmc] [--tokenizer DIR]
  *        [--accum N] [--clip NORM] [--warmup STEPS] [--lr-min LR] [--val-every N]
  *        [--save DIR] [--save-every N] [--resume DIR] [--stop-at STEP] [--sample N]
  *        [--temperature T]
+ *        [--param-tier device|host|nvme] [--swap-path DIR] [--pinned-budget BYTES]
+ *        [--val-batches N] [--every N] [--stats] [--plot FILE.png]
  *   mpirun -np W gpt2 --stage 1|2|3 [...]
  *
  * Each step is --accum micro-steps of --batch sequences (train.c), at the
@@ -23,11 +25,16 @@
  * --save-every steps, and --resume
  * goes on from one exactly as the run that never stopped; --stop-at ends a
  * run early, the schedule still spanning --steps, to be resumed later.
+ * --stats prints ztier's statistics after the run (examples/run_report.c,
+ * as charlm does), --plot draws the losses, --every prints one step line
+ * in N.
  *
  * The text's first 90% is trained on; a fixed set of batches from the rest
  * gives the validation loss before and after. Exit status: 0 when the
- * validation loss went down, 1 when it did not or something failed, 2 on a
- * bad command line.
+ * validation loss went down, and the train loss too in a run of 20 steps
+ * or more (the mean of the last 10 steps' below the first 10's, each rank
+ * its own rows'); 1 when either did not or something failed; 2 on a bad
+ * command line.
  *
  * Under mpirun (ztier's comm "auto" finds the launch; stage 1 or 2) the run
  * is data-parallel: --batch is the global batch, drawn alike on every rank,
@@ -45,9 +52,12 @@
 #include <string.h>
 #include <time.h>
 
-#include "bpe.h"   // defines: GPT2Bpe, gpt2_bpe_load, gpt2_bpe_decode
-#include "gpt2.h"  // defines: GPT2, GPT2Config, gpt2_zt_register, gpt2_zt_step
-#include "ztier.h" // defines: zt_config_t, zt_engine_create
+#include <sys/stat.h>
+
+#include "bpe.h"                 // defines: GPT2Bpe, gpt2_bpe_load, gpt2_bpe_decode
+#include "examples/run_report.h" // defines: print_stats, plot_losses
+#include "gpt2.h"                // defines: GPT2, GPT2Config, gpt2_zt_register
+#include "ztier.h"               // defines: zt_config_t, zt_engine_create
 
 typedef struct {
   const char *text;
@@ -74,6 +84,13 @@ typedef struct {
   int sample;            // --sample: tokens generated at the end
   float temperature;     // --temperature: the sample's; 0 greedy
   const char *tokenizer; // --tokenizer: a directory of vocab.json and merges.txt
+  const char *param_tier;    // --param-tier: NULL, the config's
+  const char *swap_path;     // --swap-path: NULL, the config's
+  const char *pinned_budget; // --pinned-budget: NULL, the config's
+  int val_batches;           // --val-batches: global batches of a validation loss
+  int every;                 // --every: a step line every N steps
+  int stats;                 // --stats: ztier's statistics after the run
+  const char *plot;          // --plot: the loss curve, a PNG
 } Options;
 
 static int parse_args(int argc, char **argv, Options *o) {
@@ -85,12 +102,15 @@ static int parse_args(int argc, char **argv, Options *o) {
              "            [--optimizer ztier|plain] [--stage 0|1|2|3] "
              "[--optimizer-tier device|host|nvme] [--zt-config FILE.json]\n"
              "            [--init WEIGHTS.safetensors|DIR] [--export OUT.safetensors]\n"
-             "            [--size tiny|gpt2|gpt2-medium|gpt2-large|gpt2-xl]\n"
+             "            [--size tiny|small|gpt2|gpt2-medium|gpt2-large|gpt2-xl]\n"
              "            [--token-format bytes|u16|u32|llmc] [--tokenizer DIR]\n"
              "            [--accum N] [--clip NORM] [--warmup STEPS] [--lr-min LR] "
              "[--val-every N]\n"
              "            [--save DIR] [--save-every N] [--resume DIR] [--stop-at STEP]\n"
              "            [--sample N] [--temperature T]\n"
+             "            [--param-tier device|host|nvme] [--swap-path DIR] "
+             "[--pinned-budget BYTES]\n"
+             "            [--val-batches N] [--every N] [--stats] [--plot FILE.png]\n"
              "  --tokenizer DIR  cut the --text file into GPT-2's BPE tokens, read from\n"
              "                   DIR/vocab.json and DIR/merges.txt (Hugging Face's files)\n"
              "  --accum N        micro-steps of --batch sequences per optimizer step (1)\n"
@@ -106,9 +126,20 @@ static int parse_args(int argc, char **argv, Options *o) {
              "  --stop-at STEP   end after step STEP (the schedule still spans --steps)\n"
              "  --sample N       generate N tokens at the end (--temperature, default 1;\n"
              "                   0 is greedy)\n"
+             "  --param-tier T   where the parameters live at stage 3 (ztier's param_tier)\n"
+             "  --swap-path DIR  the nvme tiers' swap folder (swap_path)\n"
+             "  --pinned-budget BYTES  ztier's pinned host memory (pinned_budget_bytes)\n"
+             "  --val-batches N  global batches of held-out text per validation loss (8)\n"
+             "  --every N        print one step line in N, its loss the mean of the N\n"
+             "  --stats          print ztier's statistics after the run (rank 0's)\n"
+             "  --plot FILE.png  draw the train and validation losses with gnuplot\n"
              "  --optimizer plain takes every flag but --save and --resume, which go\n"
              "  through ztier (zt_save, zt_load).\n");
       return 1;
+    }
+    if (strcmp(f, "--stats") == 0) {
+      o->stats = 1;
+      continue;
     }
     if (!v) {
       fprintf(stderr, "gpt2: %s needs a value (--help lists the flags)\n", f);
@@ -144,6 +175,12 @@ static int parse_args(int argc, char **argv, Options *o) {
     else if (strcmp(f, "--stop-at") == 0) o->stop_at = atoi(v);
     else if (strcmp(f, "--sample") == 0) o->sample = atoi(v);
     else if (strcmp(f, "--temperature") == 0) o->temperature = strtof(v, NULL);
+    else if (strcmp(f, "--param-tier") == 0) o->param_tier = v;
+    else if (strcmp(f, "--swap-path") == 0) o->swap_path = v;
+    else if (strcmp(f, "--pinned-budget") == 0) o->pinned_budget = v;
+    else if (strcmp(f, "--every") == 0) o->every = atoi(v);
+    else if (strcmp(f, "--val-batches") == 0) o->val_batches = atoi(v);
+    else if (strcmp(f, "--plot") == 0) o->plot = v;
     else if (strcmp(f, "--optimizer") == 0 && strcmp(v, "plain") == 0) o->plain = 1;
     else if (strcmp(f, "--optimizer") == 0 && strcmp(v, "ztier") == 0) o->plain = 0;
     else if (strcmp(f, "--optimizer") == 0) {
@@ -170,23 +207,26 @@ static int parse_args(int argc, char **argv, Options *o) {
                         ? "--stop-at must be a step of --steps"
                     : o->sample < 0         ? "--sample must be at least 0"
                     : !(o->temperature >= 0.0f) ? "--temperature must be at least 0"
-                                                : NULL;
+                    : o->every < 1          ? "--every must be 1 or more"
+                    : o->val_batches < 1    ? "--val-batches must be 1 or more"
+                                            : NULL;
   if (bad == NULL) return 0;
   fprintf(stderr, "gpt2: %s\n", bad);
   return -1;
 }
 
-// The mean loss over the same VAL_BATCHES global batches from the held-out
-// part. Each rank evaluates every rank's rows, one slice at a time, so that
-// the number needs no exchange and is the same on every rank and at every
-// world size (the slices are equal, so the mean of their means is the
-// batch's mean). Its generator is its own, from a fixed seed: the
-// validation neither moves the training data nor depends on when it runs.
-#define VAL_BATCHES 8
-static float val_loss(GPT2 *m, const int *text, size_t lo, size_t hi, GPT2Batches *b) {
+// The mean loss over the same `batches` global batches (--val-batches)
+// from the held-out part. Each rank evaluates every rank's rows, one slice
+// at a time, so that the number needs no exchange and is the same on every
+// rank and at every world size (the slices are equal, so the mean of their
+// means is the batch's mean). Its generator is its own, from a fixed seed:
+// the validation neither moves the training data nor depends on when it
+// runs.
+static float val_loss(GPT2 *m, const int *text, size_t lo, size_t hi, int batches,
+                      GPT2Batches *b) {
   GPT2Data val = {text, lo, hi, 1234};
   double sum = 0.0;
-  for (int i = 0; i < VAL_BATCHES; i++) {
+  for (int i = 0; i < batches; i++) {
     gpt2_next_batch(b, &val);
     for (int r = 0; r < b->world; r++) {
       gpt2_rank_slice(b->g_inp, b->B, b->T, r, b->world, b->inp);
@@ -194,14 +234,17 @@ static float val_loss(GPT2 *m, const int *text, size_t lo, size_t hi, GPT2Batche
       sum += gpt2_forward(m, b->inp, b->tgt);
     }
   }
-  return (float)(sum / (VAL_BATCHES * b->world));
+  return (float)(sum / ((double)batches * b->world));
 }
 
 // The flags that are ztier config keys, set as the file would set them.
 static int apply_flags(const Options *o, zt_config_t *cfg) {
-  const char *keys[] = {"stage", "optimizer_tier"}, *flags[] = {"--stage", "--optimizer-tier"};
-  const char *values[] = {o->stage, o->tier};
-  for (int k = 0; k < 2; k++) {
+  const char *keys[] = {"stage", "optimizer_tier", "param_tier", "swap_path",
+                        "pinned_budget_bytes"};
+  const char *flags[] = {"--stage", "--optimizer-tier", "--param-tier", "--swap-path",
+                         "--pinned-budget"};
+  const char *values[] = {o->stage, o->tier, o->param_tier, o->swap_path, o->pinned_budget};
+  for (int k = 0; k < 5; k++) {
     if (values[k] == NULL || zt_config_set(cfg, keys[k], values[k]) == 0) continue;
     fprintf(stderr, "gpt2: %s %s: %s\n", flags[k], values[k], zt_last_error(NULL));
     return -1;
@@ -320,20 +363,103 @@ static void print_sample(GPT2 *m, const int *text, size_t n_train, const Options
   free(out);
 }
 
-// The step line: the loss of this rank's rows, the step's rate, and the
-// gradient's norm (of the mean over micro-steps and ranks), with the
-// factor clipping applied when it did.
-static void say_step(int step, int steps, const GPT2StepResult *r, double ms) {
-  char clipped[32] = "";
+// The step line: the loss of this rank's rows (with --every, the mean of
+// the `of` steps since the last line, and their mean time), the step's
+// rate, and the gradient's norm (of the mean over micro-steps and ranks),
+// with the factor clipping applied when it did.
+static void say_step(int step, int steps, const GPT2StepResult *r, double loss, int of,
+                     double ms) {
+  char clipped[32] = "", mean[32] = "";
   if (r->clip_coef < 1.0) snprintf(clipped, sizeof clipped, " (clipped x%.3f)", r->clip_coef);
-  say("step %4d/%d  loss %.4f  lr %.3e  norm %.4f%s  %7.2f ms\n", step, steps, r->loss, r->lr,
-      r->grad_norm, clipped, ms);
+  if (of > 1) snprintf(mean, sizeof mean, " (mean of %d)", of);
+  say("step %4d/%d  loss %.4f%s  lr %.3e  norm %.4f%s  %7.2f ms\n", step, steps, loss, mean,
+      r->lr, r->grad_norm, clipped, ms);
+}
+
+// The losses a run keeps for its summary and its plot: each step's (this
+// rank's rows'), and the validation losses with the step each came after.
+typedef struct {
+  float *train; // [steps], train[step - 1]
+  int *val_step;
+  float *val;
+  int n_val, cap_val;
+} LossLog;
+
+static int loss_log_create(LossLog *l, int steps, int val_every) {
+  l->cap_val = 2 + (val_every > 0 ? steps / val_every : 0);
+  l->n_val = 0;
+  l->train = calloc((size_t)steps, sizeof *l->train);
+  l->val_step = malloc((size_t)l->cap_val * sizeof *l->val_step);
+  l->val = malloc((size_t)l->cap_val * sizeof *l->val);
+  return l->train && l->val_step && l->val ? 0 : -1;
+}
+
+static void loss_log_val(LossLog *l, int step, float loss) {
+  if (l->n_val == l->cap_val) return;
+  l->val_step[l->n_val] = step;
+  l->val[l->n_val++] = loss;
+}
+
+static void loss_log_free(LossLog *l) {
+  free(l->train);
+  free(l->val_step);
+  free(l->val);
+}
+
+// Runs shorter than this are not failed for a train loss that did not go
+// down: a few steps' losses are noise (a resumed run may take only two).
+// From 20 on, the first 10 steps and the last 10 are apart.
+#define MIN_JUDGED_STEPS 20
+
+// The mean train loss of the first and of the last few steps of
+// (start, stop], each averaged so that one lucky batch does not decide.
+// Returns how many steps each mean took: 10, or half the run when shorter.
+static int train_trend(const LossLog *l, int start, int stop, double *first, double *last) {
+  int trained = stop - start, w = trained / 2 < 10 ? trained / 2 : 10;
+  *first = *last = 0.0;
+  for (int i = 0; i < w; i++) {
+    *first += l->train[start + i] / w;
+    *last += l->train[stop - w + i] / w;
+  }
+  return w;
+}
+
+// --plot, drawn by rank 0: the train losses of this run's steps and the
+// validation losses. Returns 0, or -1 when gnuplot failed (printed).
+static int draw_plot(const Options *o, const LossLog *l, int start, int stop,
+                     const GPT2 *m, const zt_config_t *zcfg, int world) {
+  if (quiet) return 0;
+  static const char *const tiers[] = {"device", "host", "nvme"};
+  char title[256];
+  if (o->plain)
+    snprintf(title, sizeof title, "gpt2 %s, %zu parameters, plain AdamW", o->size,
+             m->num_parameters);
+  else
+    snprintf(title, sizeof title, "gpt2 %s, %zu parameters, stage %d, %d rank%s, "
+             "optimizer_tier=%s, param_tier=%s", o->size, m->num_parameters, zcfg->stage,
+             world, world > 1 ? "s" : "", tiers[zcfg->optimizer_tier],
+             tiers[zcfg->param_tier]);
+  int p = plot_losses(o->plot, title, l->train, start, stop, l->val_step, l->val, l->n_val);
+  if (p == 1) say("plot skipped: gnuplot not installed\n");
+  else if (p == 0) say("plot: %s\n", o->plot);
+  else fprintf(stderr, "gpt2: --plot %s: gnuplot failed (its message is above)\n", o->plot);
+  return p < 0 ? -1 : 0;
+}
+
+// The exported file's line, with its size as rank 0 sees it.
+static void say_exported(const char *path, const GPT2 *m) {
+  struct stat sb;
+  if (stat(path, &sb) == 0)
+    say("exported: %s (%d tensors, %.2f MB)\n", path, m->num_tensors, sb.st_size / 1e6);
+  else
+    say("exported: %s\n", path);
 }
 
 int main(int argc, char **argv) {
   Options o = {"/usr/share/common-licenses/GPL-3", "bytes", 40, 8, 64, 1e-3f, 42, 0, NULL,
                NULL, NULL, "tiny", NULL, NULL,
-               .accum = 1, .clip = -1.0f, .lr_min = NAN, .temperature = 1.0f};
+               .accum = 1, .clip = -1.0f, .lr_min = NAN, .temperature = 1.0f, .every = 1,
+               .val_batches = 8};
   int rc = parse_args(argc, argv, &o);
   if (rc != 0) return rc > 0 ? 0 : 2;
   zt_config_t zcfg;
@@ -353,7 +479,8 @@ int main(int argc, char **argv) {
   if (gpt2_config_named(o.size, o.seq, &cfg) != 0 || o.seq > cfg.max_seq_len) {
     fprintf(stderr, "gpt2: --size %s with --seq %d: %s\n", o.size, o.seq,
             cfg.max_seq_len ? "--seq is past the size's positions"
-                            : "expected tiny, gpt2, gpt2-medium, gpt2-large or gpt2-xl");
+                            : "expected tiny, small, gpt2, gpt2-medium, gpt2-large or "
+                              "gpt2-xl");
     return 2;
   }
   GPT2Tokens tok;
@@ -403,6 +530,7 @@ int main(int argc, char **argv) {
   // learn on two cores in seconds. Hugging Face's sizes take its weights.
   GPT2 model = {0};
   GPT2Batches b = {0};
+  LossLog losses = {0};
   int ok = 0;
   if (gpt2_batches_create(&b, o.batch, o.seq, rank, world) != 0 ||
       gpt2_build(&model, &cfg, rows, o.seq) != 0) {
@@ -450,26 +578,44 @@ int main(int argc, char **argv) {
   if (o.accum > 1)
     say("accumulation: %d micro-steps of %d sequences, %d a step\n", o.accum, o.batch,
         o.accum * o.batch);
-  float val0 = val_loss(&model, text, n_train, n, &b);
+  if (loss_log_create(&losses, stop, o.val_every) != 0) {
+    fprintf(stderr, "gpt2: out of memory\n");
+    goto done;
+  }
+  float val0 = val_loss(&model, text, n_train, n, o.val_batches, &b);
   if (model.use_failed) goto done; // stage 3: a fetch failed (printed)
   say("val loss %.4f (ln V = %.4f)\n", val0, logf((float)cfg.vocab_size));
+  loss_log_val(&losses, start, val0);
 
   // GPT-2's betas (0.9, 0.95) and a light weight decay on the matrices.
   GPT2TrainArgs ta = {.accum = o.accum, .lr = o.lr, .lr_min = o.lr_min, .warmup = o.warmup,
                       .steps = o.steps, .clip = o.clip, .beta1 = 0.9f, .beta2 = 0.95f,
                       .eps = 1e-8f, .weight_decay = 0.01f};
-  double t0 = now_s();
+  double t0 = now_s(), period_loss = 0.0, period_ms = 0.0;
+  int period = 0;
   rc = 0;
   for (int step = start + 1; step <= stop && rc == 0; step++) {
     double ts = now_s();
     GPT2StepResult r;
     rc = gpt2_train_step(&model, eng, &ta, step, &data, &b, &r);
     if (rc < 0) break;
-    say_step(step, o.steps, &r, 1e3 * (now_s() - ts));
+    losses.train[step - 1] = r.loss;
+    period_loss += r.loss;
+    period_ms += 1e3 * (now_s() - ts);
+    period++;
+    if (step == start + 1 || step % o.every == 0 || step == stop) {
+      say_step(step, o.steps, &r, period_loss / period, period, period_ms / period);
+      period_loss = period_ms = 0.0;
+      period = 0;
+    }
     if (o.val_every > 0 && step % o.val_every == 0 && step < stop) {
-      float v = val_loss(&model, text, n_train, n, &b);
-      if (model.use_failed) rc = model.use_failed;
-      else say("val loss %.4f at step %d\n", v, step);
+      float v = val_loss(&model, text, n_train, n, o.val_batches, &b);
+      if (model.use_failed) {
+        rc = model.use_failed; // stage 3: a fetch failed (printed)
+      } else {
+        say("val loss %.4f at step %d\n", v, step);
+        loss_log_val(&losses, step, v);
+      }
     }
     // A run killed later goes on from here (--resume) as if it never was.
     if (o.save_every > 0 && step % o.save_every == 0 && step < stop) {
@@ -479,9 +625,25 @@ int main(int argc, char **argv) {
     }
   }
   double train_s = now_s() - t0;
-  float val1 = val_loss(&model, text, n_train, n, &b);
+  float val1 = val_loss(&model, text, n_train, n, o.val_batches, &b);
   if (rc == 0 && model.use_failed) rc = model.use_failed;
   say("val loss %.4f after %d steps (%.1f s)\n", val1, stop, train_s);
+  loss_log_val(&losses, stop, val1);
+  // The train loss's trend, printed and judged in runs long enough for it
+  // to show.
+  double first = 0.0, last = 0.0;
+  int judged = stop - start >= MIN_JUDGED_STEPS;
+  int w = train_trend(&losses, start, stop, &first, &last);
+  if (rc == 0 && judged)
+    say("train loss %.4f -> %.4f (the means of the first and last %d steps%s)\n", first, last,
+        w, world > 1 ? ", rank 0's rows" : "");
+  if (rc == 0 && o.stats && !o.plain && !quiet) {
+    static const char *const tiers[] = {"device", "host", "nvme"};
+    char what[128];
+    snprintf(what, sizeof what, "rank %d of %d, stage %d, optimizer_tier=%s, param_tier=%s",
+             rank, world, zcfg.stage, tiers[zcfg.optimizer_tier], tiers[zcfg.param_tier]);
+    print_stats(eng, what, train_s);
+  }
   if (rc == 0 && o.save) {
     GPT2LoopState ls = {stop, data.rng};
     rc = gpt2_checkpoint_save(eng, o.save, &ls, rank);
@@ -489,12 +651,19 @@ int main(int argc, char **argv) {
   }
   if (rc == 0 && o.export_to) {
     rc = gpt2_zt_export(eng, o.export_to);
-    if (rc == 0) say("exported: %s\n", o.export_to);
+    if (rc == 0) say_exported(o.export_to, &model);
   }
   if (rc == 0 && o.sample > 0) print_sample(&model, text, n_train, &o, bpe);
-  ok = rc == 0 && val1 < val0;
-  if (!ok) fprintf(stderr, "gpt2: %s\n", rc ? "the update failed" : "the loss did not go down");
+  if (rc == 0 && o.plot) rc = draw_plot(&o, &losses, start, stop, &model, &zcfg, world);
+  // Each rank judges its own rows' train loss; the validation loss is the
+  // same on every rank.
+  ok = rc == 0 && val1 < val0 && (!judged || last < first);
+  if (!ok)
+    fprintf(stderr, "gpt2: %s\n", rc                ? "the run failed"
+                                  : !(val1 < val0) ? "the validation loss did not go down"
+                                                   : "the train loss did not go down");
 done:
+  loss_log_free(&losses);
   zt_engine_destroy(eng);
   gpt2_free(&model);
   gpt2_batches_free(&b);
