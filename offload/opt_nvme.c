@@ -28,6 +28,7 @@
 #include "offload/swap.h"     // defines: zt__swap_*
 #include "offload/swapspace.h" // defines: zt__swapspace_open
 #include "cpu/window.h"   // defines: zt__window_*
+#include "offload/file_mem.h" // defines: zt__file_mem_release
 
 #define LOOKAHEAD (ZT_NVME_SLOTS - 2)
 /* Windows are a multiple of this many elements (a 4 KiB page of floats), so
@@ -419,6 +420,11 @@ static int step(zt__opt_nvme_t *o, const zt__adam_hp_t *hp) {
         .n_segs = n,
     };
     zt__cpu_adam_in(ctx->cpu, o->states, &l);
+    if (o->view.in_host)
+      zt__file_mem_release(o->view.grads_file,
+                           (const char *)o->view.grads +
+                               (win->first - o->view.grads_first) * zt__dtype_size(o->view.grad_dtype),
+                           win->n * zt__dtype_size(o->view.grad_dtype));
     *o->cnt.optimizer_seconds += zt__now() - t1;
     ZT_TRY(send_params(o, w, n));
     ZT_TRY(write_record(o, w));

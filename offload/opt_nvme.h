@@ -58,6 +58,9 @@ typedef struct zt__opt_nvme_view {
   zt_dtype_t param_dtype;
   struct zt__param_nvme *params_sink; /* NULL: the parameters go to params */
   int in_host;                        /* grads and params are host memory   */
+  /* The file whose pages grads are (file_mem.h), released a window at a
+   * time once updated; NULL or unmapped: grads are memory. */
+  const struct zt__file_mem *grads_file;
 } zt__opt_nvme_view_t;
 
 /* What zt_stats reports of the tier. */

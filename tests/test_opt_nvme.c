@@ -15,6 +15,7 @@
  */
 #include <fcntl.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -187,6 +188,15 @@ static long vm_kib(const char *key) {
   return v;
 }
 
+/* The peak RSS starts again from the current RSS (clear_refs "5"); 0 where
+ * the kernel does not offer it. */
+static int reset_peak_rss(void) {
+  int fd = open("/proc/self/clear_refs", O_WRONLY);
+  int reset = fd >= 0 && write(fd, "5", 1) == 1;
+  if (fd >= 0) close(fd);
+  return reset;
+}
+
 /* States of 8M parameters (96 MiB) under a 4 MiB pinned budget: the chunk
  * shrinks to fit, ztier's pinned memory stays within the budget, and the
  * peak RSS of registration and two steps grows by no more than the budget
@@ -211,9 +221,7 @@ static void test_rss_within_budget(void **state) {
   t_rng_init(&r, t_seed());
   t_fill_normal(f.dp, ZT_FP32, numel, 1.0, &r);
   t_fill_normal(f.dg, ZT_FP32, numel, 1.0, &r);
-  int fd = open("/proc/self/clear_refs", O_WRONLY);
-  int reset = fd >= 0 && write(fd, "5", 1) == 1;
-  if (fd >= 0) close(fd);
+  int reset = reset_peak_rss();
   long base = reset ? vm_kib("VmHWM:") : vm_kib("VmRSS:");
   T_OK(zt_register_flat(f.eng, f.dp, f.dg, numel, ZT_FP32, ZT_FP32), f.eng);
   T_OK(one_step(&f, 1), f.eng);
@@ -281,10 +289,10 @@ static void test_stage1_shard_in_place(void **state) {
                       4096, 64u << 10, 0, ZT_STATES_FP32};
   zt__plan_t unbounded;
   assert_int_equal(zt__plan(&in, &unbounded), 0);
-  /* The least: the shard's sums and parameters (160000 bytes each) and two
-   * bucket pairs (4096 bytes each), in pages, then 4 slots of a 1024-element
-   * record (12288 bytes). */
-  const size_t least = 2 * (40u << 12) + 4 * 4096 + 4 * 12288;
+  /* The least: the shard's parameters (160000 bytes) and two bucket pairs
+   * (4096 bytes each), in pages, then 4 slots of a 1024-element record
+   * (12288 bytes). The shard's gradient sums are a file's (partition.h). */
+  const size_t least = (40u << 12) + 4 * 4096 + 4 * 12288;
   const size_t budgets[] = {0, unbounded.ztier_host, 640u << 10, (560u << 10) + 4095, least,
                             least - 1};
   for (size_t i = 0; i < sizeof budgets / sizeof budgets[0]; i++) {
@@ -316,6 +324,113 @@ static void test_stage1_shard_in_place(void **state) {
   }
   free(want);
   free(got);
+}
+
+/* Resident kilobytes of the mapping that holds addr (/proc/self/smaps). */
+static long mapping_rss_kb(const void *addr) {
+  FILE *f = fopen("/proc/self/smaps", "r");
+  if (f == NULL) return -1;
+  char line[512];
+  unsigned long lo, hi, at = (unsigned long)addr;
+  int inside = 0;
+  long kb = -1;
+  while (kb < 0 && fgets(line, sizeof line, f)) {
+    if (sscanf(line, "%lx-%lx ", &lo, &hi) == 2 && strchr(line, '-') < strchr(line, ' '))
+      inside = lo <= at && at < hi;
+    else if (inside && strncmp(line, "Rss:", 4) == 0)
+      kb = strtol(line + 4, NULL, 10);
+  }
+  fclose(f);
+  return kb;
+}
+
+/* With the nvme tier the shard's gradient sums are a file's pages
+ * (partition.h): each pass over them gives back what it read, so after the
+ * reduction (stage 2: the hand-over; but for the buckets still being
+ * summed), after the norm, and after the step, the process holds none of
+ * them; the step leaves them zero for the next
+ * one; and the norm, taken a window at a time, has the bits of one pass:
+ * three clipped steps over several norm blocks give the host tier's
+ * parameters bit for bit, at stages 1 and 2. */
+static void sums_on_disk_at(int stage) {
+  const size_t numel = 4 * 65536 + 4099; /* five norm blocks, the last short */
+  float *got[2];
+  for (int k = 0; k < 2; k++) {
+    zt_config_t cfg = nvme_config(k ? ZT_TIER_NVME : ZT_TIER_HOST);
+    cfg.backend = ZT_BACKEND_HOST;
+    cfg.comm = ZT_COMM_SINGLE;
+    cfg.stage = stage;
+    cfg.bucket_bytes = 64u << 10;
+    cfg.chunk_bytes = 256u << 10; /* windows of one norm block */
+    flat_t f;
+    int rc = flat_create(&f, &cfg, numel);
+    T_OK(rc, f.eng);
+    const zt__part_t *p = &f.eng->zero.part;
+    assert_int_equal(p->sums_file.map != NULL, k);
+    for (uint64_t t = 1; t <= 3; t++) {
+      if (stage == 2) T_OK(zt_grads_ready(f.eng, 0), f.eng);
+      long after_reduce = k ? mapping_rss_kb(p->grads) : 0;
+      double norm = 0;
+      T_OK(zt_grad_norm(f.eng, 1.0f, &norm), f.eng);
+      long after_norm = k ? mapping_rss_kb(p->grads) : 0;
+      zt_step_args_t a = ZT_STEP_ARGS_INIT;
+      a.lr = 1e-3f;
+      a.t = t;
+      a.clip_grad_norm = (float)(norm / 2); /* clipped, by the norm's bits */
+      T_OK(zt_step(f.eng, &a, NULL), f.eng);
+      if (stage == 2) t_buf_upload(f.eng, f.dg, f.hp, numel * 4); /* handed over: zero */
+      if (!k) continue;
+      long after_step = mapping_rss_kb(p->grads);
+      printf("# stage %d, step %llu: norm %.6f; sums resident %ld, %ld, %ld KiB after the "
+             "reduction, the norm, the step (of %zu KiB)\n",
+             stage, (unsigned long long)t, norm, after_reduce, after_norm, after_step,
+             numel * 4 / 1024);
+      /* The buckets still being summed (on the sums thread) may hold theirs. */
+      assert_true(after_reduce >= 0 &&
+                  after_reduce <= (long)(ZT_XFER_SLOTS * p->bucket_elems * 4 / 1024) + 8);
+      assert_true(after_norm >= 0 && after_norm <= 8);
+      assert_true(after_step >= 0 && after_step <= 8);
+    }
+    got[k] = malloc(numel * 4);
+    t_buf_download(f.eng, got[k], f.dp, numel * 4);
+    flat_destroy(&f);
+  }
+  t_expect_same("sums on disk against the host tier", got[1], got[0], 4, numel);
+  free(got[0]);
+  free(got[1]);
+}
+
+static void test_sums_on_disk(void **state) {
+  sums_on_disk_at(1);
+  sums_on_disk_at(2);
+}
+
+/* At stage 1, 8M parameters: their gradient sums (32 MiB) are a file's, and
+ * the passes over them (the reduction, the norm and the update) each give
+ * back what they are done with, so a step's peak RSS grows by at most 8
+ * MiB (the nvme tier's slots, a window of sums, the pool's stacks). Held in
+ * memory, or kept by any one pass, the sums would add 32 MiB. */
+static void test_sums_peak_rss(void **state) {
+  if (t_backend() != ZT_BACKEND_HOST) skip(); /* RSS counts host memory only */
+  zt_config_t cfg = nvme_config(ZT_TIER_NVME);
+  cfg.backend = ZT_BACKEND_HOST;
+  cfg.comm = ZT_COMM_SINGLE;
+  cfg.stage = 1;
+  cfg.chunk_bytes = 1u << 20;
+  size_t numel = 8u << 20;
+  flat_t f;
+  int rc = flat_create(&f, &cfg, numel);
+  T_OK(rc, f.eng);
+  T_OK(one_step(&f, 1), f.eng); /* everything but the sums touched once */
+  int reset = reset_peak_rss();
+  if (!reset) skip(); /* no peak to measure a step by */
+  long base = vm_kib("VmHWM:");
+  T_OK(one_step(&f, 2), f.eng);
+  long grown = vm_kib("VmHWM:") - base, allowed = 8 << 10;
+  printf("# a step's peak RSS grew by %ld KiB (allowed %ld; the sums are %zu KiB)\n", grown,
+         allowed, numel * 4 / 1024);
+  assert_true(grown <= allowed);
+  flat_destroy(&f);
 }
 
 /* A budget that cannot hold four slots of the smallest window is refused at
@@ -418,6 +533,8 @@ int main(void) {
       cmocka_unit_test(test_bytes_per_step),
       cmocka_unit_test(test_rss_within_budget),
       cmocka_unit_test(test_stage1_shard_in_place),
+      cmocka_unit_test(test_sums_on_disk),
+      cmocka_unit_test(test_sums_peak_rss),
       cmocka_unit_test(test_budget_too_small),
       cmocka_unit_test(test_config_needs_swap_path),
       cmocka_unit_test(test_swap_path_missing),

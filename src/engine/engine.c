@@ -352,6 +352,7 @@ int zt_stats(const zt_engine_t *eng, zt_stats_t *out) {
   zt__param_nvme_stats_t pn;
   zt__param_nvme_stats(eng->ptier.nvme, &pn);
   out->nvme_bytes += pn.file_bytes;
+  if (eng->partitioned) out->nvme_bytes += eng->zero.part.sums_file.bytes; /* 0: in memory */
   out->param_read_bytes = pn.read_bytes;
   out->param_write_bytes = pn.write_bytes;
   const zt__prefetch_t *pf = &eng->zero.prefetch;

@@ -271,7 +271,7 @@ static void free_states(zt_engine_t *eng) {
  * the registered parameters, which the update writes back. */
 static int alloc_states(zt_engine_t *eng) {
   zt__opt_nvme_view_t v = {eng->segs,       eng->n_segs, eng->grads,       0,
-                           eng->grad_dtype, eng->params, 0, eng->param_dtype, NULL, 0};
+                           eng->grad_dtype, eng->params, 0, eng->param_dtype, NULL, 0, NULL};
   return zt__opt_tier_create(&eng->opt, zt__opt_tier_ops(eng->cfg.optimizer_tier), &eng->ctx,
                              &eng->pinned, &eng->counters, &v, 0, 0, eng->state_numel);
 }
@@ -322,7 +322,7 @@ static int alloc_shard_states(zt_engine_t *eng) {
    * steps' parameters to the parameter tier's file when there is one. */
   zt__opt_nvme_view_t v = {p->segs,  p->n_segs, p->grads, p->begin,
                            ZT_FP32,  p->params, p->begin, eng->param_dtype,
-                           pt->nvme, p->on_pinned};
+                           pt->nvme, p->on_pinned, &p->sums_file};
   /* A tier that updates on the CPU takes a shard in device memory as it
    * takes a whole model on a GPU (not as a shard: through its slots). */
   const zt__opt_tier_ops_t *ot = zt__opt_tier_ops(eng->cfg.optimizer_tier);

@@ -151,6 +151,10 @@ static int build_shard_segs(zt__part_t *p) {
 
 /* ---- sizes --------------------------------------------------------------------- */
 
+int zt__part_sums_on_disk(zt_tier_t optimizer_tier, int on_pinned) {
+  return on_pinned && optimizer_tier == ZT_TIER_NVME;
+}
+
 void zt__part_footprint(const zt__part_shape_t *s, zt__part_footprint_t *out) {
   size_t world = (size_t)s->world;
   size_t gsz = zt__dtype_size(s->grad_dtype), psz = zt__dtype_size(s->param_dtype);
@@ -334,7 +338,11 @@ int zt__part_init(zt__part_t *p, const zt__ctx_t *ctx, const zt__zero_reg_t *reg
   ZT_TRY(build_shard_segs(p));
   ZT_TRY(init_pools(p));
 
-  ZT_TRY(zt__part_alloc(p, f.grads_bytes, (void **)&p->grads));
+  if (zt__part_sums_on_disk(cfg->optimizer_tier, p->on_pinned))
+    ZT_TRY(zt__file_mem_map(&p->sums_file, p->ctx->err, cfg->swap_path, f.grads_bytes,
+                            (void **)&p->grads));
+  else
+    ZT_TRY(zt__part_alloc(p, f.grads_bytes, (void **)&p->grads));
   if (p->on_device) {
     /* Zeroed on the loop's stream: the first sums wait for that. */
     ZT_TRY(p->ctx->be_ops->event_record(p->ctx->be, p->cleared, ZT_STREAM_COMPUTE));
@@ -497,7 +505,10 @@ void zt__part_free(zt__part_t *p) {
   /* The sums read the buckets and write the shard's gradients. */
   if (p->sums_ready) zt__work_queue_destroy(&p->sums);
   size_t mine = p->end - p->begin;
-  zt__part_release(p, p->grads, mine * sizeof(float));
+  if (p->sums_file.map)
+    zt__file_mem_unmap(&p->sums_file);
+  else
+    zt__part_release(p, p->grads, mine * sizeof(float));
   zt__part_params_free(p);
   for (int s = 0; s < ZT_XFER_SLOTS; s++) {
     zt__xfer_t *x = &p->xfer[s];

@@ -42,6 +42,7 @@
 #include "cpu/work_queue.h"  // defines: zt__work_queue_t
 #include "offload/arena.h"   // defines: zt__arena_t
 #include "offload/context.h" // defines: zt__ctx_t, zt__counters_t
+#include "offload/file_mem.h" // defines: zt__file_mem_t
 #include "offload/pinned.h"  // defines: zt__pinned_t
 #include "offload/spares.h"  // defines: zt__spares_t
 
@@ -199,6 +200,11 @@ typedef struct zt__part {
   size_t n_segs;
 
   float *grads;  /* the shard's reduced gradient sums, fp32, zero between steps */
+  /* With the optimizer states on NVMe and the sums in host memory, the sums
+   * are a file's pages (file_mem.h, zt__part_sums_on_disk): each pass over
+   * them releases what it has done with, and the step's end empties the
+   * file. Otherwise its map is NULL, and releasing does nothing. */
+  zt__file_mem_t sums_file;
   void *params;  /* the shard's updated parameters, param dtype; with param_tier
                     "nvme" only inside the step (between steps: on disk)       */
   int on_pinned; /* grads/buckets (and params) are pinned host memory
@@ -320,6 +326,12 @@ typedef struct zt__part_footprint {
 } zt__part_footprint_t;
 
 ZT_INTERNAL void zt__part_footprint(const zt__part_shape_t *s, zt__part_footprint_t *out);
+
+/* Whether the shard's gradient sums live in a file of the swap folder
+ * rather than in pinned memory: with the nvme optimizer tier, whose update
+ * reads them from host memory (on_pinned). At 4 bytes a parameter of the
+ * shard they would otherwise be the largest thing the process holds. */
+ZT_INTERNAL int zt__part_sums_on_disk(zt_tier_t optimizer_tier, int on_pinned);
 
 /* `count` groups of `numel` elements each: what the pools are cut by. */
 typedef struct zt__part_size {

@@ -39,18 +39,29 @@ static const void *runs_of(const zt__part_t *p, const zt__xfer_t *x) {
   return p->world == 1 ? x->send : x->recv;
 }
 
+/* Elements summed at a time: when the sums are a file's pages (partition.h:
+ * sums_file), each such piece's pages leave the process once summed, so a
+ * bucket's sums (up to 8 Mi elements) are never resident all at once. */
+#define SUMS_PIECE ((size_t)1 << 18)
+
 /* On the sums thread: the landed bucket's W runs, summed in rank order into
- * the shard's gradients. */
+ * the shard's gradients, a piece at a time. */
 static void sum_bucket(void *arg) {
   zt__xfer_t *x = arg;
   zt__part_t *p = x->part;
   size_t mine = x->mine, i = 0;
   size_t gsz = zt__dtype_size(p->reg.grad_dtype);
+  const char *runs = runs_of(p, x);
   for (size_t k = 0; k < x->n_spans && mine; k++) {
     size_t a, b;
     if (!zt__span_clip(x->spans[k].a, x->spans[k].b, p->begin, p->end, &a, &b)) continue;
-    zt__cpu_rank_sum(p->ctx->cpu, p->grads + (a - p->begin), (const char *)runs_of(p, x) + i * gsz,
-                     mine, p->reg.grad_dtype, p->world, b - a);
+    for (size_t c = a; c < b; c += SUMS_PIECE) {
+      size_t n = zt__min_sz(SUMS_PIECE, b - c);
+      float *sums = p->grads + (c - p->begin);
+      zt__cpu_rank_sum(p->ctx->cpu, sums, runs + (i + (c - a)) * gsz, mine, p->reg.grad_dtype,
+                       p->world, n);
+      zt__file_mem_release(&p->sums_file, sums, n * sizeof(float));
+    }
     i += b - a;
   }
 }
@@ -423,6 +434,7 @@ int zt__reduce_reset(zt__part_t *p) {
     ZT_TRY(be->event_record(p->ctx->be, p->cleared, ZT_STREAM_COMPUTE));
     return be->stream_wait(p->ctx->be, ZT_STREAM_REDUCE, p->cleared);
   }
+  if (p->sums_file.map) return zt__file_mem_zero(&p->sums_file, p->ctx->err);
   memset(p->grads, 0, bytes);
   return 0;
 }

@@ -1,0 +1,94 @@
+/* file_mem.c — a buffer backed by an unlinked file; see file_mem.h. */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <fcntl.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include "offload/file_mem.h"
+
+/* An unnamed file in dir: O_TMPFILE where the file system has it, else a
+ * named one unlinked at once. Either way nothing is left behind, however
+ * the process ends. */
+static int open_unlinked(const char *dir) {
+  int fd = open(dir, O_TMPFILE | O_RDWR | O_CLOEXEC, 0600);
+  if (fd >= 0 || (errno != EOPNOTSUPP && errno != EISDIR && errno != EINVAL)) return fd;
+  char path[1200];
+  if ((size_t)snprintf(path, sizeof path, "%s/ztier-sums.XXXXXX", dir) >= sizeof path) {
+    errno = ENAMETOOLONG;
+    return -1;
+  }
+  fd = mkostemp(path, O_CLOEXEC);
+  if (fd >= 0) unlink(path);
+  return fd;
+}
+
+int zt__file_mem_map(zt__file_mem_t *m, zt__err_t *e, const char *paths, size_t bytes,
+                     void **out) {
+  *m = ZT_FILE_MEM_NONE;
+  *out = NULL;
+  char dir[1024];
+  paths += strspn(paths, ":");
+  size_t len = strcspn(paths, ":");
+  if (len == 0 || len >= sizeof dir)
+    return zt__errf(e, -EINVAL, "gradient sums on disk: swap_path names no directory");
+  memcpy(dir, paths, len);
+  dir[len] = 0;
+  if (bytes == 0) bytes = 64; /* a rank with no shard still has a buffer */
+  int fd = open_unlinked(dir);
+  if (fd < 0)
+    return zt__errf(e, -errno, "gradient sums on disk: cannot create a file in %s: %s", dir,
+                    strerror(errno));
+  /* The size alone: every byte a hole, which reads as zero. */
+  if (ftruncate(fd, (off_t)bytes) != 0) {
+    int err = errno;
+    close(fd);
+    return zt__errf(e, -err, "gradient sums on disk: cannot size a file in %s to %zu bytes: %s",
+                    dir, bytes, strerror(err));
+  }
+  void *p = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  if (p == MAP_FAILED) {
+    int err = errno;
+    close(fd);
+    return zt__errf(e, -err, "gradient sums on disk: mmap of %zu bytes of a file in %s: %s",
+                    bytes, dir, strerror(err));
+  }
+  *m = (zt__file_mem_t){fd, p, bytes};
+  *out = p;
+  return 0;
+}
+
+void zt__file_mem_release(const zt__file_mem_t *m, const void *at, size_t bytes) {
+  if (m == NULL || m->map == NULL || bytes == 0) return;
+  size_t page = (size_t)sysconf(_SC_PAGESIZE);
+  uintptr_t base = (uintptr_t)m->map, lo = (uintptr_t)at, hi = lo + bytes;
+  lo = base + (lo - base) / page * page;
+  hi = base + (hi - base + page - 1) / page * page;
+  if (hi > base + m->bytes) hi = base + (m->bytes + page - 1) / page * page;
+  /* Dirty pages go to the page cache, not away: the mapping is shared. */
+  (void)madvise((void *)lo, hi - lo, MADV_DONTNEED);
+}
+
+int zt__file_mem_zero(const zt__file_mem_t *m, zt__err_t *e) {
+  if (m->map == NULL) return 0;
+  if (fallocate(m->fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, 0, (off_t)m->bytes) == 0)
+    return 0;
+  if (errno != EOPNOTSUPP)
+    return zt__errf(e, -errno, "gradient sums on disk: cannot clear their file: %s",
+                    strerror(errno));
+  /* A file system without holes: written as zeros, then let go. */
+  memset(m->map, 0, m->bytes);
+  zt__file_mem_release(m, m->map, m->bytes);
+  return 0;
+}
+
+void zt__file_mem_unmap(zt__file_mem_t *m) {
+  if (m->map == NULL) return;
+  munmap(m->map, m->bytes);
+  close(m->fd);
+  *m = ZT_FILE_MEM_NONE;
+}
