@@ -275,6 +275,7 @@ static int init_records(zt__opt_nvme_t *o) {
       zt__cpu_cast(ctx->cpu, s->states + o->pieces[k].state_off, ZT_FP32,
                    at + (o->pieces[k].index - win->first) * psz, o->view.param_dtype,
                    o->pieces[k].n);
+    if (o->view.in_host) zt__file_mem_release(o->view.params_file, at, win->n * psz);
     ZT_TRY(write_record(o, w));
   }
   for (int k = 0; k < ZT_NVME_SLOTS; k++) ZT_TRY(settle(o, &o->slot[k]));

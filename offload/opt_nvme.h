@@ -61,6 +61,9 @@ typedef struct zt__opt_nvme_view {
   /* The file whose pages grads are (file_mem.h), released a window at a
    * time once updated; NULL or unmapped: grads are memory. */
   const struct zt__file_mem *grads_file;
+  /* The same for params, released a window at a time once the master is
+   * cast from them (create). */
+  const struct zt__file_mem *params_file;
 } zt__opt_nvme_view_t;
 
 /* What zt_stats reports of the tier. */

@@ -433,6 +433,70 @@ static void test_sums_peak_rss(void **state) {
   flat_destroy(&f);
 }
 
+/* Stage 3 with the parameters on NVMe too, 8M parameters: registration
+ * packs the shard (32 MiB), casts the master from it and writes it to the
+ * parameter tier a piece at a time through a file's pages (partition.h:
+ * params_file), so its peak RSS grows by ztier's pinned memory (the
+ * buckets and slots, 11 MiB here) and at most 4 MiB more; as a pinned
+ * buffer the shard would add 32 MiB. The first step then reads back what
+ * was written: its parameters equal the host tiers' bit for bit. */
+static void test_stage3_register_peak_rss(void **state) {
+  if (t_backend() != ZT_BACKEND_HOST) skip(); /* RSS counts host memory only */
+  enum { GROUPS = 64 };
+  size_t numel = 8u << 20;
+  float *got[2];
+  for (int k = 0; k < 2; k++) {
+    zt_config_t cfg = nvme_config(k ? ZT_TIER_NVME : ZT_TIER_HOST);
+    cfg.backend = ZT_BACKEND_HOST;
+    cfg.comm = ZT_COMM_SINGLE;
+    cfg.stage = 3;
+    cfg.param_tier = k ? ZT_TIER_NVME : ZT_TIER_HOST;
+    cfg.chunk_bytes = 256u << 10;
+    cfg.bucket_bytes = 1u << 20;
+    cfg.max_live_bytes = 2u << 20;
+    flat_t f = {t_engine(&cfg), numel, NULL, NULL, NULL};
+    f.dp = t_buf_alloc(f.eng, numel * 4);
+    f.dg = t_buf_alloc(f.eng, numel * 4);
+    t_rng_t r;
+    t_rng_init(&r, 77);
+    t_fill_normal(f.dp, ZT_FP32, numel, 1.0, &r);
+    t_fill_normal(f.dg, ZT_FP32, numel, 1.0, &r);
+    int reset = k && reset_peak_rss();
+    long base = reset ? vm_kib("VmHWM:") : 0;
+    /* Groups of 512 KiB: the gathered groups' pools stay small. */
+    zt_unit_t units[GROUPS];
+    for (int g = 0; g < GROUPS; g++)
+      units[g] = (zt_unit_t){NULL, g * (numel / GROUPS), numel / GROUPS, g, 1, ZT_FP32};
+    T_OK(zt_register_units(f.eng, f.dp, f.dg, numel, ZT_FP32, ZT_FP32, units, GROUPS), f.eng);
+    if (reset) {
+      zt_stats_t st = ZT_STATS_INIT;
+      T_OK(zt_stats(f.eng, &st), f.eng);
+      long grown = vm_kib("VmHWM:") - base, allowed = (long)(st.host_bytes >> 10) + (4 << 10);
+      printf("# registration's peak RSS grew by %ld KiB (allowed: ztier's pinned %llu KiB + "
+             "4 MiB; the shard is %zu KiB)\n",
+             grown, (unsigned long long)st.host_bytes >> 10, numel * 4 / 1024);
+      assert_true(grown <= allowed);
+    }
+    void *ptr[1];
+    for (int g = 0; g < GROUPS; g++) {
+      assert_int_equal(zt_fetch(f.eng, g, ptr, 1), 1); /* the group's one unit */
+      T_OK(zt_release(f.eng, g), f.eng);
+    }
+    for (int g = GROUPS - 1; g >= 0; g--) T_OK(zt_grads_ready(f.eng, g), f.eng);
+    T_OK(one_step(&f, 1), f.eng);
+    got[k] = malloc(numel * 4);
+    for (int g = 0; g < GROUPS; g++) {
+      assert_int_equal(zt_fetch(f.eng, g, ptr, 1), 1);
+      t_buf_download(f.eng, got[k] + units[g].offset, ptr[0], units[g].numel * 4);
+      T_OK(zt_release(f.eng, g), f.eng);
+    }
+    flat_destroy(&f);
+  }
+  t_expect_same("stage 3, parameters on NVMe against the host tiers", got[1], got[0], 4, numel);
+  free(got[0]);
+  free(got[1]);
+}
+
 /* A budget that cannot hold four slots of the smallest window is refused at
  * registration, naming the key, with the user's buffers untouched. */
 static void test_budget_too_small(void **state) {
@@ -535,6 +599,7 @@ int main(void) {
       cmocka_unit_test(test_stage1_shard_in_place),
       cmocka_unit_test(test_sums_on_disk),
       cmocka_unit_test(test_sums_peak_rss),
+      cmocka_unit_test(test_stage3_register_peak_rss),
       cmocka_unit_test(test_budget_too_small),
       cmocka_unit_test(test_config_needs_swap_path),
       cmocka_unit_test(test_swap_path_missing),

@@ -66,7 +66,7 @@ static void check_opt_tier(zt_tier_t tier, int shard, zt_dtype_t pdt, size_t n,
     T_OK(eng->be_ops->alloc(eng->be, gbytes, &grads), eng);
   }
   zt__seg_t seg = {0, 0, n, 1};
-  zt__opt_nvme_view_t view = {&seg, n ? 1 : 0, grads, 0, gdt, params, 0, pdt, NULL, shard, NULL};
+  zt__opt_nvme_view_t view = {&seg, n ? 1 : 0, grads, 0, gdt, params, 0, pdt, NULL, shard, NULL, NULL};
   const zt__opt_tier_ops_t *ops = zt__opt_tier_ops(tier);
   zt__tier_shape_t shape;
   zt__opt_tier_shape(&view, shard, n, &eng->cfg, &eng->pinned, &shape);

@@ -189,6 +189,9 @@ int zt__plan_with(const zt__plan_in_t *in, const zt__plan_run_t *run, zt__plan_t
         out->pinned_bytes -= pages(grads);
         nvme += grads;
       }
+      /* So are the parameters registration sends to the parameter tier's
+       * medium (partition.h: params_file), pinned at no point. */
+      if (params_on_disk) out->pinned_bytes -= pages(params);
     }
     if (params_on_disk) {
       /* The parameter tier's own: on disk between steps. */

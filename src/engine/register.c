@@ -271,7 +271,7 @@ static void free_states(zt_engine_t *eng) {
  * the registered parameters, which the update writes back. */
 static int alloc_states(zt_engine_t *eng) {
   zt__opt_nvme_view_t v = {eng->segs,       eng->n_segs, eng->grads,       0,
-                           eng->grad_dtype, eng->params, 0, eng->param_dtype, NULL, 0, NULL};
+                           eng->grad_dtype, eng->params, 0, eng->param_dtype, NULL, 0, NULL, NULL};
   return zt__opt_tier_create(&eng->opt, zt__opt_tier_ops(eng->cfg.optimizer_tier), &eng->ctx,
                              &eng->pinned, &eng->counters, &v, 0, 0, eng->state_numel);
 }
@@ -296,14 +296,20 @@ static int alloc_shard_states(zt_engine_t *eng) {
   ZT_TRY(zt__zero_init(&eng->zero, &eng->ctx, &reg));
   size_t mine = p->end - p->begin;
   size_t psz = zt__dtype_size(eng->param_dtype);
-  /* The shard's parameters, from which the master is cast. */
-  if (mine) {
-    zt__copy_kind_t kind = p->params_pinned ? ZT_COPY_D2H : ZT_COPY_D2D;
-    ZT_TRY(zt__part_walk(&eng->ctx, eng->segs, eng->n_segs, ZT_SPAN_PACK, p->params,
-                         eng->params, psz, p->begin, p->end, kind, ZT_STREAM_D2H));
+  /* The shard's parameters, from which the master is cast: a piece at a
+   * time when they are a file's pages (partition.h: params_file), each given
+   * back once packed. */
+  size_t piece = p->params_file.map ? zt__max_sz(eng->cfg.chunk_bytes / psz, 1) : mine;
+  zt__copy_kind_t kind = p->params_pinned ? ZT_COPY_D2H : ZT_COPY_D2D;
+  for (size_t a = p->begin; a < p->end; a += piece) {
+    size_t b = zt__min_sz(a + piece, p->end);
+    char *at = (char *)p->params + (a - p->begin) * psz;
+    ZT_TRY(zt__part_walk(&eng->ctx, eng->segs, eng->n_segs, ZT_SPAN_PACK, at, eng->params,
+                         psz, a, b, kind, ZT_STREAM_D2H));
     ZT_TRY(eng->be_ops->stream_sync(eng->be, ZT_STREAM_D2H));
-    if (kind == ZT_COPY_D2H) eng->d2h_bytes += mine * psz;
+    zt__file_mem_release(&p->params_file, at, (b - a) * psz);
   }
+  if (kind == ZT_COPY_D2H) eng->d2h_bytes += mine * psz;
   /* The parameter tier: the room's buffer, or (nvme) a file, made here
    * for a shard that has elements. */
   eng->ptier = (zt__param_tier_t){.ops = zt__param_tier_ops(eng->cfg.param_tier),
@@ -322,7 +328,7 @@ static int alloc_shard_states(zt_engine_t *eng) {
    * steps' parameters to the parameter tier's file when there is one. */
   zt__opt_nvme_view_t v = {p->segs,  p->n_segs, p->grads, p->begin,
                            ZT_FP32,  p->params, p->begin, eng->param_dtype,
-                           pt->nvme, p->on_pinned, &p->sums_file};
+                           pt->nvme, p->on_pinned, &p->sums_file, &p->params_file};
   /* A tier that updates on the CPU takes a shard in device memory as it
    * takes a whole model on a GPU (not as a shard: through its slots). */
   const zt__opt_tier_ops_t *ot = zt__opt_tier_ops(eng->cfg.optimizer_tier);
@@ -331,7 +337,12 @@ static int alloc_shard_states(zt_engine_t *eng) {
   if (!pt->on_medium) return 0;
   /* From here on the shard's parameters are on the tier's medium between
    * steps. */
-  ZT_TRY(pt->ops->put(pt, p->begin, p->end, p->params));
+  for (size_t a = p->begin; a < p->end; a += piece) {
+    size_t b = zt__min_sz(a + piece, p->end);
+    char *at = (char *)p->params + (a - p->begin) * psz;
+    ZT_TRY(pt->ops->put(pt, a, b, at));
+    zt__file_mem_release(&p->params_file, at, (b - a) * psz);
+  }
   ZT_TRY(pt->ops->done(pt));
   zt__part_params_free(p);
   return 0;

@@ -348,8 +348,13 @@ int zt__part_init(zt__part_t *p, const zt__ctx_t *ctx, const zt__zero_reg_t *reg
     ZT_TRY(p->ctx->be_ops->event_record(p->ctx->be, p->cleared, ZT_STREAM_COMPUTE));
     ZT_TRY(p->ctx->be_ops->stream_wait(p->ctx->be, ZT_STREAM_REDUCE, p->cleared));
   }
-  /* With param_tier "nvme" too, until register.c has written them out. */
-  ZT_TRY(zt__part_params_alloc(p));
+  /* With param_tier "nvme" too, until register.c has written them out:
+   * then, in host memory, as a file's pages (params_file). */
+  if (p->on_pinned && pto->read != NULL)
+    ZT_TRY(zt__file_mem_map(&p->params_file, p->ctx->err, cfg->swap_path,
+                            f.params_bytes, &p->params));
+  else
+    ZT_TRY(zt__part_params_alloc(p));
 
   /* A bucket's spans: at most one per group span, and one more where the
    * bucket edge cuts a span. */
@@ -445,6 +450,11 @@ int zt__part_params_alloc(zt__part_t *p) {
 }
 
 void zt__part_params_free(zt__part_t *p) {
+  if (p->params_file.map) {
+    zt__file_mem_unmap(&p->params_file);
+    p->params = NULL;
+    return;
+  }
   size_t bytes = (p->end - p->begin) * zt__dtype_size(p->reg.param_dtype);
   zt__tier_mem_release(p->ctx, p->reg.pinned, p->params_pinned, p->params, bytes);
   p->params = NULL;

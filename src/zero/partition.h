@@ -222,6 +222,12 @@ typedef struct zt__part {
   int params_pinned; /* params are pinned host memory (on_pinned, a parameter
                         tier whose ops say pinned_buffer: "host", or on_device
                         with one that reads ahead from its medium: "nvme")    */
+  /* With on_pinned and a parameter tier that has a medium of its own
+   * ("nvme"), the params registration packs are a file's pages on their way
+   * there (file_mem.h): register.c packs, casts and puts them a piece at a
+   * time and gives each piece back, so the shard is never all resident.
+   * Otherwise its map is NULL. */
+  zt__file_mem_t params_file;
 
   /* Collectives agreed on so far (agree.c): the ranks compare it, which
    * catches a rank that skipped one. */
@@ -431,7 +437,8 @@ ZT_INTERNAL int zt__part_span_op(zt__part_t *p, zt__span_op_t op, void *packed, 
 ZT_INTERNAL zt__group_t *zt__part_group(zt__part_t *p, int id);
 
 /* The shard's parameters, param dtype, in their tier's memory: pinned with
- * params_pinned, else the backend's. Pairs with zt__part_params_free. */
+ * params_pinned, else the backend's. Pairs with zt__part_params_free, which
+ * also unmaps registration's params_file. */
 ZT_INTERNAL int zt__part_params_alloc(zt__part_t *p);
 ZT_INTERNAL void zt__part_params_free(zt__part_t *p);
 
