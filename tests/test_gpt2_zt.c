@@ -557,6 +557,23 @@ static void test_weights_out_in(void **state) {
   unlink(tuned);
 }
 
+// The initialisation written to a file (init_file.c, what a stage-3 run
+// imports instead of filling its buffer) holds gpt2_init_random's values
+// bit for bit, under the Hugging Face names and shapes --init reads; wte
+// (4099 x 64) takes two of the writer's pieces.
+static void test_init_file(void **state) {
+  const GPT2Config cfg = {4099, 16, 2, 2, 64};
+  char path[256];
+  snprintf(path, sizeof path, "%s/gpt2-init-%d.safetensors", t_swap_dir(), (int)getpid());
+  GPT2 m;
+  assert_int_equal(gpt2_build(&m, &cfg, 1, 8), 0);
+  gpt2_init_random(&m, t_seed());
+  assert_int_equal(gpt2_init_random_file(&m, t_seed(), path), 0);
+  expect_export_is(&m, path);
+  unlink(path);
+  gpt2_free(&m);
+}
+
 // ---- the training loop (train.c, schedule.c, sample.c) ------------------------
 //
 // The loop's step as main.c runs it (gpt2_train_step), on batches drawn from
@@ -945,6 +962,7 @@ int main(int argc, char **argv) {
       cmocka_unit_test(test_matches_plain),
       cmocka_unit_test(test_two_ranks),
       cmocka_unit_test(test_weights_out_in),
+      cmocka_unit_test(test_init_file),
       cmocka_unit_test(test_resume_bit_exact),
       cmocka_unit_test(test_resume_needs_loop_state),
       cmocka_unit_test(test_accum_matches_batch),

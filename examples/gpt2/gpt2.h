@@ -4,6 +4,8 @@
  *
  *   model.c     the parameter table (Hugging Face names and shapes), the
  *               flat buffers, GPT-2's initialisation
+ *   init_file.c that initialisation written to a safetensors file, which a
+ *               stage-3 loop reads in through ztier (never whole in memory)
  *   ops.c       the layer operations, forward and backward: embeddings,
  *               LayerNorm, the Conv1D matmul (OpenBLAS), GELU, residual adds,
  *               softmax cross-entropy
@@ -179,6 +181,16 @@ void gpt2_free(GPT2 *m);
 // projections (the two c_proj) scaled by 1/sqrt(2L), zero biases, unit
 // LayerNorm gains. Deterministic in seed.
 void gpt2_init_random(GPT2 *m, uint64_t seed);
+// The next n values of tensor t's initialisation: gains 1, other vectors
+// 0, matrices N(0, std) drawn from *seed, which moves on. Called tensor
+// after tensor in table order, n at a time, it gives gpt2_init_random's.
+void gpt2_init_values(const GPT2 *m, const GPT2Tensor *t, uint64_t *seed, float *out,
+                      size_t n);
+// init_file.c: gpt2_init_random's weights written to a safetensors file
+// (the names and shapes --init reads) a piece at a time, so that a
+// stage-3 loop starts from them without ever holding the whole model.
+// Returns 0, or -1 with the reason on stderr.
+int gpt2_init_random_file(const GPT2 *m, uint64_t seed, const char *path);
 // The table entry of a name ("wte.weight", "h.1.mlp.c_fc.bias"), or NULL.
 const GPT2Tensor *gpt2_tensor(const GPT2 *m, const char *name);
 // Block l's slice of the flat buffers: its first float and its length.

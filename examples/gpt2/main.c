@@ -53,6 +53,7 @@
 #include <time.h>
 
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "bpe.h"                 // defines: GPT2Bpe, gpt2_bpe_load, gpt2_bpe_decode
 #include "examples/run_report.h" // defines: print_stats, plot_losses
@@ -532,14 +533,25 @@ int main(int argc, char **argv) {
   GPT2Batches b = {0};
   LossLog losses = {0};
   int ok = 0;
+  char init_path[1200] = ""; // the initialisation's file until ztier has read it
   if (gpt2_batches_create(&b, o.batch, o.seq, rank, world) != 0 ||
       gpt2_build(&model, &cfg, rows, o.seq) != 0) {
     fprintf(stderr, "gpt2: out of memory\n");
     goto done;
   }
   // Every rank draws the same initialisation: ztier's master copy is the
-  // registered buffer of each, and they must agree.
-  gpt2_init_random(&model, o.seed);
+  // registered buffer of each, and they must agree. At stage 3 with a swap
+  // folder it goes through a file there instead (init_file.c), read in by
+  // ztier after registration, so the loop never holds the whole model.
+  if (!o.plain && zcfg.stage == 3 && !o.init && !o.resume &&
+      zcfg.swap_path[strspn(zcfg.swap_path, ":")]) {
+    const char *dir = zcfg.swap_path + strspn(zcfg.swap_path, ":");
+    snprintf(init_path, sizeof init_path, "%.*s/gpt2-init-%d-r%d.safetensors",
+             (int)strcspn(dir, ":"), dir, (int)getpid(), rank);
+    if (gpt2_init_random_file(&model, o.seed, init_path) < 0) goto done;
+  } else {
+    gpt2_init_random(&model, o.seed);
+  }
   say("gpt2: %s, %zu %s; V %d, T %d, C %d, %d heads, %d layers, B %d: %zu parameters\n",
       o.text, n, strcmp(o.token_format, "bytes") == 0 ? "bytes" : "tokens", cfg.vocab_size,
       o.seq, cfg.n_embd, cfg.n_head, cfg.n_layer, o.batch, model.num_parameters);
@@ -552,6 +564,13 @@ int main(int argc, char **argv) {
   // checkpoint's.
   if (!o.plain) {
     if (gpt2_zt_register(&model, eng, zcfg.stage) < 0) goto done;
+    if (init_path[0]) {
+      int imported = gpt2_zt_import(eng, init_path);
+      unlink(init_path);
+      init_path[0] = 0;
+      if (imported < 0) goto done;
+      say("weights: the random initialisation, through %s\n", zcfg.swap_path);
+    }
     if (o.init && gpt2_zt_import(eng, o.init) < 0) goto done;
     if (o.init) say("weights: %s\n", o.init);
     if (o.resume) {
@@ -663,6 +682,7 @@ int main(int argc, char **argv) {
                                   : !(val1 < val0) ? "the validation loss did not go down"
                                                    : "the train loss did not go down");
 done:
+  if (init_path[0]) unlink(init_path);
   loss_log_free(&losses);
   zt_engine_destroy(eng);
   gpt2_free(&model);

@@ -216,21 +216,25 @@ static float normal(uint64_t *s) {
   return (float)(sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2));
 }
 
-void gpt2_init_random(GPT2 *m, uint64_t seed) {
+void gpt2_init_values(const GPT2 *m, const GPT2Tensor *t, uint64_t *seed, float *out,
+                      size_t n) {
+  if (t->ndim == 1) {
+    int is_gain = strstr(t->name, "ln_") && strstr(t->name, ".weight");
+    for (size_t j = 0; j < n; j++) out[j] = is_gain ? 1.0f : 0.0f;
+    return;
+  }
   // The residual stream adds two projections per block; scaling their
   // weights by 1/sqrt(2L) keeps its variance independent of depth, as
   // GPT-2's paper does.
   float proj_std = 0.02f / sqrtf(2.0f * m->cfg.n_layer);
+  float std = strstr(t->name, "c_proj.weight") ? proj_std : 0.02f;
+  for (size_t j = 0; j < n; j++) out[j] = std * normal(seed);
+}
+
+void gpt2_init_random(GPT2 *m, uint64_t seed) {
   for (int i = 0; i < m->num_tensors; i++) {
     const GPT2Tensor *t = &m->tensors[i];
-    float *p = m->params_memory + t->offset;
-    int is_gain = strstr(t->name, "ln_") && strstr(t->name, ".weight");
-    if (t->ndim == 1) {
-      for (size_t j = 0; j < t->numel; j++) p[j] = is_gain ? 1.0f : 0.0f;
-      continue;
-    }
-    float std = strstr(t->name, "c_proj.weight") ? proj_std : 0.02f;
-    for (size_t j = 0; j < t->numel; j++) p[j] = std * normal(&seed);
+    gpt2_init_values(m, t, &seed, m->params_memory + t->offset, t->numel);
   }
 }
 
