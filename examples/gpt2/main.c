@@ -92,6 +92,7 @@ typedef struct {
   int every;                 // --every: a step line every N steps
   int stats;                 // --stats: ztier's statistics after the run
   const char *plot;          // --plot: the loss curve, a PNG
+  int layers;                // --layers: blocks instead of the size's; 0: the size's
 } Options;
 
 static int parse_args(int argc, char **argv, Options *o) {
@@ -103,7 +104,8 @@ static int parse_args(int argc, char **argv, Options *o) {
              "            [--optimizer ztier|plain] [--stage 0|1|2|3] "
              "[--optimizer-tier device|host|nvme] [--zt-config FILE.json]\n"
              "            [--init WEIGHTS.safetensors|DIR] [--export OUT.safetensors]\n"
-             "            [--size tiny|small|gpt2|gpt2-medium|gpt2-large|gpt2-xl]\n"
+             "            [--size tiny|small|gpt2|gpt2-medium|gpt2-large|gpt2-xl] "
+             "[--layers N]\n"
              "            [--token-format bytes|u16|u32|llmc] [--tokenizer DIR]\n"
              "            [--accum N] [--clip NORM] [--warmup STEPS] [--lr-min LR] "
              "[--val-every N]\n"
@@ -112,6 +114,8 @@ static int parse_args(int argc, char **argv, Options *o) {
              "            [--param-tier device|host|nvme] [--swap-path DIR] "
              "[--pinned-budget BYTES]\n"
              "            [--val-batches N] [--every N] [--stats] [--plot FILE.png]\n"
+             "  --layers N       N blocks at the size's width instead of its own count (a\n"
+             "                   model of any depth, for runs at scale)\n"
              "  --tokenizer DIR  cut the --text file into GPT-2's BPE tokens, read from\n"
              "                   DIR/vocab.json and DIR/merges.txt (Hugging Face's files)\n"
              "  --accum N        micro-steps of --batch sequences per optimizer step (1)\n"
@@ -160,6 +164,7 @@ static int parse_args(int argc, char **argv, Options *o) {
     else if (strcmp(f, "--zt-config") == 0) o->zt_config = v;
     else if (strcmp(f, "--init") == 0) o->init = v;
     else if (strcmp(f, "--size") == 0) o->size = v;
+    else if (strcmp(f, "--layers") == 0) o->layers = atoi(v);
     else if (strcmp(f, "--export") == 0) o->export_to = v;
     else if (strcmp(f, "--accum") == 0) o->accum = atoi(v);
     else if (strcmp(f, "--clip") == 0 && strtof(v, NULL) >= 0.0f) o->clip = strtof(v, NULL);
@@ -484,6 +489,12 @@ int main(int argc, char **argv) {
                               "gpt2-xl");
     return 2;
   }
+  if (o.layers < 0 || o.layers > 10000) {
+    fprintf(stderr, "gpt2: --layers %d: expected 1 to 10000 blocks (0: the size's)\n",
+            o.layers);
+    return 2;
+  }
+  if (o.layers) cfg.n_layer = o.layers;
   GPT2Tokens tok;
   GPT2Bpe *bpe = NULL;
   if (o.tokenizer && strcmp(o.token_format, "bytes") != 0) {
