@@ -18,7 +18,7 @@ static int open_unlinked(const char *dir) {
   int fd = open(dir, O_TMPFILE | O_RDWR | O_CLOEXEC, 0600);
   if (fd >= 0 || (errno != EOPNOTSUPP && errno != EISDIR && errno != EINVAL)) return fd;
   char path[1200];
-  if ((size_t)snprintf(path, sizeof path, "%s/ztier-sums.XXXXXX", dir) >= sizeof path) {
+  if ((size_t)snprintf(path, sizeof path, "%s/ztier-mem.XXXXXX", dir) >= sizeof path) {
     errno = ENAMETOOLONG;
     return -1;
   }
@@ -27,35 +27,38 @@ static int open_unlinked(const char *dir) {
   return fd;
 }
 
-int zt__file_mem_map(zt__file_mem_t *m, zt__err_t *e, const char *paths, size_t bytes,
-                     void **out) {
+int zt__file_mem_map(zt__file_mem_t *m, zt__err_t *e, const char *what, const char *paths,
+                     size_t bytes, void **out) {
   *m = ZT_FILE_MEM_NONE;
   *out = NULL;
   char dir[1024];
   paths += strspn(paths, ":");
   size_t len = strcspn(paths, ":");
   if (len == 0 || len >= sizeof dir)
-    return zt__errf(e, -EINVAL, "gradient sums on disk: swap_path names no directory");
+    return zt__errf(e, -EINVAL, "%s on disk: swap_path names no directory", what);
   memcpy(dir, paths, len);
   dir[len] = 0;
   if (bytes == 0) bytes = 64; /* a rank with no shard still has a buffer */
   int fd = open_unlinked(dir);
   if (fd < 0)
-    return zt__errf(e, -errno, "gradient sums on disk: cannot create a file in %s: %s", dir,
+    return zt__errf(e, -errno, "%s on disk: cannot create a file in %s: %s", what, dir,
                     strerror(errno));
-  /* The size alone: every byte a hole, which reads as zero. */
-  if (ftruncate(fd, (off_t)bytes) != 0) {
-    int err = errno;
+  /* The blocks reserved now: a shared mapping that meets a full disk on a
+   * write faults (SIGBUS) instead of returning an error, so a full disk
+   * is refused here. A file system without fallocate gets a sparse file. */
+  int rc = fallocate(fd, 0, 0, (off_t)bytes) == 0 ? 0 : errno;
+  if (rc == EOPNOTSUPP || rc == ENOSYS) rc = ftruncate(fd, (off_t)bytes) == 0 ? 0 : errno;
+  if (rc) {
     close(fd);
-    return zt__errf(e, -err, "gradient sums on disk: cannot size a file in %s to %zu bytes: %s",
-                    dir, bytes, strerror(err));
+    return zt__errf(e, -rc, "%s on disk: cannot reserve %zu bytes in %s: %s", what, bytes, dir,
+                    strerror(rc));
   }
   void *p = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
   if (p == MAP_FAILED) {
-    int err = errno;
+    rc = errno;
     close(fd);
-    return zt__errf(e, -err, "gradient sums on disk: mmap of %zu bytes of a file in %s: %s",
-                    bytes, dir, strerror(err));
+    return zt__errf(e, -rc, "%s on disk: mmap of %zu bytes of a file in %s: %s", what, bytes,
+                    dir, strerror(rc));
   }
   *m = (zt__file_mem_t){fd, p, bytes};
   *out = p;
@@ -73,17 +76,20 @@ void zt__file_mem_release(const zt__file_mem_t *m, const void *at, size_t bytes)
   (void)madvise((void *)lo, hi - lo, MADV_DONTNEED);
 }
 
-int zt__file_mem_zero(const zt__file_mem_t *m, zt__err_t *e) {
-  if (m->map == NULL) return 0;
-  if (fallocate(m->fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, 0, (off_t)m->bytes) == 0)
-    return 0;
-  if (errno != EOPNOTSUPP)
-    return zt__errf(e, -errno, "gradient sums on disk: cannot clear their file: %s",
-                    strerror(errno));
-  /* A file system without holes: written as zeros, then let go. */
-  memset(m->map, 0, m->bytes);
-  zt__file_mem_release(m, m->map, m->bytes);
-  return 0;
+void zt__file_mem_zero(const zt__file_mem_t *m) {
+  if (m->map == NULL) return;
+  /* Zeroed in the file, its page cache dropped unwritten: the blocks stay
+   * reserved (ZERO_RANGE) or, where only holes are offered, go (PUNCH_HOLE). */
+  if (fallocate(m->fd, FALLOC_FL_ZERO_RANGE | FALLOC_FL_KEEP_SIZE, 0, (off_t)m->bytes) == 0 ||
+      fallocate(m->fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, 0, (off_t)m->bytes) == 0)
+    return;
+  /* Neither: written as zeros a piece at a time, each let go. */
+  const size_t piece = (size_t)1 << 24;
+  for (size_t at = 0; at < m->bytes; at += piece) {
+    size_t n = m->bytes - at < piece ? m->bytes - at : piece;
+    memset((char *)m->map + at, 0, n);
+    zt__file_mem_release(m, (char *)m->map + at, n);
+  }
 }
 
 void zt__file_mem_unmap(zt__file_mem_t *m) {

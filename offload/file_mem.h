@@ -10,8 +10,10 @@
  * (zt__file_mem_release): the pages leave the process, the data stays in
  * the file (in the page cache while the system has room, written back by
  * the kernel otherwise) and reads back on the next touch. zt__file_mem_zero
- * empties the whole file at once (a punched hole reads as zeros), which is
- * how the sums are cleared between steps without a pass over them.
+ * zeroes the whole file at once and drops its pages unwritten, which is how
+ * the sums are cleared between steps without a pass over them. The blocks
+ * are reserved when the file is made: a write into a shared mapping that
+ * finds the disk full would fault rather than fail.
  *
  * A zt__file_mem_t that was never mapped (map NULL, as when zeroed) backs
  * nothing: its release and zero do nothing, so callers call them whatever
@@ -33,17 +35,20 @@ typedef struct zt__file_mem {
 #define ZT_FILE_MEM_NONE ((zt__file_mem_t){-1, NULL, 0})
 
 /* Maps `bytes` of zeros backed by an unlinked file in the first of the
- * ':'-separated directories `paths` (swap_path); *out is the buffer. */
-ZT_INTERNAL int zt__file_mem_map(zt__file_mem_t *m, zt__err_t *e, const char *paths,
-                                 size_t bytes, void **out);
+ * ':'-separated directories `paths` (swap_path), its blocks reserved;
+ * *out is the buffer. `what` names it in errors. */
+ZT_INTERNAL int zt__file_mem_map(zt__file_mem_t *m, zt__err_t *e, const char *what,
+                                 const char *paths, size_t bytes, void **out);
 
 /* The pages of [at, at + bytes) leave the process; the data stays. The
  * range is widened to whole pages: a shared file mapping loses nothing by
  * dropping a page another user still writes, which faults it back. */
 ZT_INTERNAL void zt__file_mem_release(const zt__file_mem_t *m, const void *at, size_t bytes);
 
-/* The whole buffer reads as zeros again, and holds no page or block. */
-ZT_INTERNAL int zt__file_mem_zero(const zt__file_mem_t *m, zt__err_t *e);
+/* The whole buffer reads as zeros again and none of it is resident: the
+ * file's range zeroed (its blocks kept) or punched, or, on a file system
+ * with neither, written with zeros a piece at a time. */
+ZT_INTERNAL void zt__file_mem_zero(const zt__file_mem_t *m);
 
 ZT_INTERNAL void zt__file_mem_unmap(zt__file_mem_t *m);
 

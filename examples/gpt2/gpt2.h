@@ -150,7 +150,7 @@ typedef struct {
 
 // Builds the table, allocates the parameters, gradients (zeroed) and the
 // activations for batches of B sequences of T tokens (T <= max_seq_len).
-// Parameters are left uninitialised: call gpt2_init_random or fill them.
+// Parameters are zero: call gpt2_init_random or fill them.
 // Returns 0, or -1 for a bad shape or when memory runs out (nothing left
 // to free then).
 int gpt2_build(GPT2 *m, const GPT2Config *cfg, int B, int T);
@@ -189,8 +189,10 @@ void gpt2_init_values(const GPT2 *m, const GPT2Tensor *t, uint64_t *seed, float 
 // init_file.c: gpt2_init_random's weights written to a safetensors file
 // (the names and shapes --init reads) a piece at a time, so that a
 // stage-3 loop starts from them without ever holding the whole model.
-// Returns 0, or -1 with the reason on stderr.
-int gpt2_init_random_file(const GPT2 *m, uint64_t seed, const char *path);
+// The file is unnamed, in directory `dir`: gone however the process ends.
+// Returns its descriptor (read it as /proc/self/fd/N), or -1 with the
+// reason on stderr.
+int gpt2_init_random_file(const GPT2 *m, uint64_t seed, const char *dir);
 // The table entry of a name ("wte.weight", "h.1.mlp.c_fc.bias"), or NULL.
 const GPT2Tensor *gpt2_tensor(const GPT2 *m, const char *name);
 // Block l's slice of the flat buffers: its first float and its length.

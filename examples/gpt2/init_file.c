@@ -13,13 +13,18 @@
  *
  * The file: an 8-byte little-endian header length, the JSON header (each
  * tensor's dtype, shape and byte range, in table order, padded with spaces
- * to 8 bytes), then the tensors' fp32 bytes.
+ * to 8 bytes), then the tensors' fp32 bytes. It has no name (O_TMPFILE, or
+ * a name unlinked at once): a run that dies leaves nothing the size of the
+ * model behind in the swap folder.
  */
+#define _GNU_SOURCE // O_TMPFILE
 #include <errno.h>
+#include <fcntl.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <cjson/cJSON.h> // defines: cJSON
 
@@ -58,10 +63,25 @@ static char *header_json(const GPT2 *m) {
 
 static int write_all(FILE *f, const void *p, size_t n) { return fwrite(p, 1, n, f) == n; }
 
-int gpt2_init_random_file(const GPT2 *m, uint64_t seed, const char *path) {
+// A file in dir with no name, open for reading and writing; -1 on failure.
+static int open_unnamed(const char *dir) {
+  int fd = open(dir, O_TMPFILE | O_RDWR | O_CLOEXEC, 0600);
+  if (fd >= 0 || (errno != EOPNOTSUPP && errno != EISDIR && errno != EINVAL)) return fd;
+  char path[4096];
+  if ((size_t)snprintf(path, sizeof path, "%s/gpt2-init.XXXXXX", dir) >= sizeof path) {
+    errno = ENAMETOOLONG;
+    return -1;
+  }
+  fd = mkostemp(path, O_CLOEXEC);
+  if (fd >= 0) unlink(path);
+  return fd;
+}
+
+int gpt2_init_random_file(const GPT2 *m, uint64_t seed, const char *dir) {
   char *json = header_json(m);
   float *piece = malloc(PIECE * sizeof(float));
-  FILE *f = json && piece ? fopen(path, "wb") : NULL;
+  int fd = json && piece ? open_unnamed(dir) : -1;
+  FILE *f = fd >= 0 ? fdopen(dup(fd), "wb") : NULL;
   int ok = f != NULL;
   if (ok) {
     size_t len = strlen(json), padded = (len + 7) / 8 * 8;
@@ -84,10 +104,13 @@ int gpt2_init_random_file(const GPT2 *m, uint64_t seed, const char *path) {
     ok = 0;
     err = errno;
   }
-  if (!ok)
-    fprintf(stderr, "gpt2: cannot write the initial weights to %s: %s\n", path,
+  if (!ok) {
+    fprintf(stderr, "gpt2: cannot write the initial weights to a file in %s: %s\n", dir,
             json && piece ? strerror(err) : "out of memory");
+    if (fd >= 0) close(fd);
+    fd = -1;
+  }
   free(json);
   free(piece);
-  return ok ? 0 : -1;
+  return fd;
 }

@@ -164,7 +164,15 @@ static int parse_args(int argc, char **argv, Options *o) {
     else if (strcmp(f, "--zt-config") == 0) o->zt_config = v;
     else if (strcmp(f, "--init") == 0) o->init = v;
     else if (strcmp(f, "--size") == 0) o->size = v;
-    else if (strcmp(f, "--layers") == 0) o->layers = atoi(v);
+    else if (strcmp(f, "--layers") == 0) {
+      char *end;
+      long n = strtol(v, &end, 10);
+      if (end == v || *end || n < 1 || n > 10000) {
+        fprintf(stderr, "gpt2: --layers %s: expected 1 to 10000 blocks\n", v);
+        return -1;
+      }
+      o->layers = (int)n;
+    }
     else if (strcmp(f, "--export") == 0) o->export_to = v;
     else if (strcmp(f, "--accum") == 0) o->accum = atoi(v);
     else if (strcmp(f, "--clip") == 0 && strtof(v, NULL) >= 0.0f) o->clip = strtof(v, NULL);
@@ -489,11 +497,6 @@ int main(int argc, char **argv) {
                               "gpt2-xl");
     return 2;
   }
-  if (o.layers < 0 || o.layers > 10000) {
-    fprintf(stderr, "gpt2: --layers %d: expected 1 to 10000 blocks (0: the size's)\n",
-            o.layers);
-    return 2;
-  }
   if (o.layers) cfg.n_layer = o.layers;
   GPT2Tokens tok;
   GPT2Bpe *bpe = NULL;
@@ -544,7 +547,7 @@ int main(int argc, char **argv) {
   GPT2Batches b = {0};
   LossLog losses = {0};
   int ok = 0;
-  char init_path[1200] = ""; // the initialisation's file until ztier has read it
+  int init_fd = -1; // the initialisation's file (unnamed) until ztier has read it
   if (gpt2_batches_create(&b, o.batch, o.seq, rank, world) != 0 ||
       gpt2_build(&model, &cfg, rows, o.seq) != 0) {
     fprintf(stderr, "gpt2: out of memory\n");
@@ -556,10 +559,11 @@ int main(int argc, char **argv) {
   // ztier after registration, so the loop never holds the whole model.
   if (!o.plain && zcfg.stage == 3 && !o.init && !o.resume &&
       zcfg.swap_path[strspn(zcfg.swap_path, ":")]) {
-    const char *dir = zcfg.swap_path + strspn(zcfg.swap_path, ":");
-    snprintf(init_path, sizeof init_path, "%.*s/gpt2-init-%d-r%d.safetensors",
-             (int)strcspn(dir, ":"), dir, (int)getpid(), rank);
-    if (gpt2_init_random_file(&model, o.seed, init_path) < 0) goto done;
+    const char *swap = zcfg.swap_path + strspn(zcfg.swap_path, ":");
+    char dir[1024];
+    snprintf(dir, sizeof dir, "%.*s", (int)strcspn(swap, ":"), swap);
+    init_fd = gpt2_init_random_file(&model, o.seed, dir);
+    if (init_fd < 0) goto done;
   } else {
     gpt2_init_random(&model, o.seed);
   }
@@ -575,10 +579,12 @@ int main(int argc, char **argv) {
   // checkpoint's.
   if (!o.plain) {
     if (gpt2_zt_register(&model, eng, zcfg.stage) < 0) goto done;
-    if (init_path[0]) {
-      int imported = gpt2_zt_import(eng, init_path);
-      unlink(init_path);
-      init_path[0] = 0;
+    if (init_fd >= 0) {
+      char path[64];
+      snprintf(path, sizeof path, "/proc/self/fd/%d", init_fd);
+      int imported = gpt2_zt_import(eng, path);
+      close(init_fd);
+      init_fd = -1;
       if (imported < 0) goto done;
       say("weights: the random initialisation, through %s\n", zcfg.swap_path);
     }
@@ -693,7 +699,7 @@ int main(int argc, char **argv) {
                                   : !(val1 < val0) ? "the validation loss did not go down"
                                                    : "the train loss did not go down");
 done:
-  if (init_path[0]) unlink(init_path);
+  if (init_fd >= 0) close(init_fd);
   loss_log_free(&losses);
   zt_engine_destroy(eng);
   gpt2_free(&model);

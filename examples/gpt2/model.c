@@ -170,7 +170,9 @@ int gpt2_build(GPT2 *m, const GPT2Config *cfg, int B, int T) {
       !m->targets)
     goto fail;
   fill_table(m);
-  m->params_memory = malloc(m->num_parameters * sizeof(float));
+  // Zeros, not garbage: a stage-3 loop registers it before importing its
+  // weights (init_file.c), and calloc's zero pages cost nothing resident.
+  m->params_memory = calloc(m->num_parameters, sizeof(float));
   m->grads_memory = calloc(m->num_parameters, sizeof(float));
   m->acts_memory = malloc(point_acts(m, NULL) * sizeof(float));
   if (!m->params_memory || !m->grads_memory || !m->acts_memory) goto fail;

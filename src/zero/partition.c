@@ -297,6 +297,20 @@ uint64_t zt__part_pool_misses(const zt__part_t *p) {
   return p->gathered_pool.outside + p->grads_pool.outside;
 }
 
+/* A buffer of the shard as a file's pages in swap_path (file_mem.h): 1, or
+ * 0 where the folder cannot give one (no room, a file system without
+ * shared mappings), said in a warning; the caller then takes pinned memory,
+ * as without the nvme tiers. */
+static int map_or_warn(zt__part_t *p, zt__file_mem_t *m, const char *what, size_t bytes,
+                       void **out) {
+  zt__err_t keep = *p->ctx->err;
+  if (zt__file_mem_map(m, p->ctx->err, what, p->ctx->cfg->swap_path, bytes, out) == 0) return 1;
+  zt__log(p->ctx->cfg, ZT_LOG_WARN, "%s; %s are kept in pinned memory instead (%zu bytes)",
+          p->ctx->err->msg, what, bytes);
+  *p->ctx->err = keep;
+  return 0;
+}
+
 int zt__part_init(zt__part_t *p, const zt__ctx_t *ctx, const zt__zero_reg_t *reg) {
   p->ctx = ctx;
   p->reg = *reg;
@@ -338,10 +352,9 @@ int zt__part_init(zt__part_t *p, const zt__ctx_t *ctx, const zt__zero_reg_t *reg
   ZT_TRY(build_shard_segs(p));
   ZT_TRY(init_pools(p));
 
-  if (zt__part_sums_on_disk(cfg->optimizer_tier, p->on_pinned))
-    ZT_TRY(zt__file_mem_map(&p->sums_file, p->ctx->err, cfg->swap_path, f.grads_bytes,
-                            (void **)&p->grads));
-  else
+  if (!zt__part_sums_on_disk(cfg->optimizer_tier, p->on_pinned) ||
+      !map_or_warn(p, &p->sums_file, "the shard's gradient sums", f.grads_bytes,
+                   (void **)&p->grads))
     ZT_TRY(zt__part_alloc(p, f.grads_bytes, (void **)&p->grads));
   if (p->on_device) {
     /* Zeroed on the loop's stream: the first sums wait for that. */
@@ -350,10 +363,9 @@ int zt__part_init(zt__part_t *p, const zt__ctx_t *ctx, const zt__zero_reg_t *reg
   }
   /* With param_tier "nvme" too, until register.c has written them out:
    * then, in host memory, as a file's pages (params_file). */
-  if (p->on_pinned && pto->read != NULL)
-    ZT_TRY(zt__file_mem_map(&p->params_file, p->ctx->err, cfg->swap_path,
-                            f.params_bytes, &p->params));
-  else
+  if (!(p->on_pinned && pto->read != NULL) ||
+      !map_or_warn(p, &p->params_file, "registration's parameters", f.params_bytes,
+                   &p->params))
     ZT_TRY(zt__part_params_alloc(p));
 
   /* A bucket's spans: at most one per group span, and one more where the

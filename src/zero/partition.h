@@ -202,8 +202,9 @@ typedef struct zt__part {
   float *grads;  /* the shard's reduced gradient sums, fp32, zero between steps */
   /* With the optimizer states on NVMe and the sums in host memory, the sums
    * are a file's pages (file_mem.h, zt__part_sums_on_disk): each pass over
-   * them releases what it has done with, and the step's end empties the
-   * file. Otherwise its map is NULL, and releasing does nothing. */
+   * them releases what it has done with, and the step's end zeroes the
+   * file. Otherwise, or where swap_path cannot map a file (a warning says
+   * so), its map is NULL and releasing does nothing. */
   zt__file_mem_t sums_file;
   void *params;  /* the shard's updated parameters, param dtype; with param_tier
                     "nvme" only inside the step (between steps: on disk)       */
@@ -224,9 +225,11 @@ typedef struct zt__part {
                         with one that reads ahead from its medium: "nvme")    */
   /* With on_pinned and a parameter tier that has a medium of its own
    * ("nvme"), the params registration packs are a file's pages on their way
-   * there (file_mem.h): register.c packs, casts and puts them a piece at a
-   * time and gives each piece back, so the shard is never all resident.
-   * Otherwise its map is NULL. */
+   * there (file_mem.h): register.c packs and puts them a piece at a time
+   * and gives each piece back, and the nvme optimizer tier casts its master
+   * a window at a time, so with it the shard is never all resident (the
+   * host tier casts the whole shard into its memory). Otherwise, or where
+   * swap_path cannot map a file, its map is NULL. */
   zt__file_mem_t params_file;
 
   /* Collectives agreed on so far (agree.c): the ranks compare it, which

@@ -434,7 +434,10 @@ int zt__reduce_reset(zt__part_t *p) {
     ZT_TRY(be->event_record(p->ctx->be, p->cleared, ZT_STREAM_COMPUTE));
     return be->stream_wait(p->ctx->be, ZT_STREAM_REDUCE, p->cleared);
   }
-  if (p->sums_file.map) return zt__file_mem_zero(&p->sums_file, p->ctx->err);
+  if (p->sums_file.map) {
+    zt__file_mem_zero(&p->sums_file);
+    return 0;
+  }
   memset(p->grads, 0, bytes);
   return 0;
 }
