@@ -390,6 +390,21 @@ static void say_step(int step, int steps, const GPT2StepResult *r, double loss, 
       r->lr, r->grad_norm, clipped, ms);
 }
 
+// --stats: where the last step's time went, from ztier's counters: zt_step (of
+// it the AdamW update), waiting in zt_fetch for groups not yet read, and the
+// rest: the loop's forward and backward, with the fetches' gathers and
+// copies into place and the hand-overs inside them.
+static void say_step_split(zt_engine_t *eng, const zt_stats_t *before, double seconds) {
+  zt_stats_t after = ZT_STATS_INIT;
+  if (zt_stats(eng, &after) < 0) return;
+  double step = after.step_seconds - before->step_seconds;
+  double adam = after.optimizer_seconds - before->optimizer_seconds;
+  double stall = after.fetch_stall_seconds - before->fetch_stall_seconds;
+  say("      %.2f s: zt_step %.2f s (AdamW %.2f s), fetch stall %.2f s, the rest (forward, "
+      "backward, gathers) %.2f s\n",
+      seconds, step, adam, stall, seconds - step - stall);
+}
+
 // The losses a run keeps for its summary and its plot: each step's (this
 // rank's rows'), and the validation losses with the step each came after.
 typedef struct {
@@ -632,15 +647,19 @@ int main(int argc, char **argv) {
   rc = 0;
   for (int step = start + 1; step <= stop && rc == 0; step++) {
     double ts = now_s();
+    zt_stats_t before = ZT_STATS_INIT;
+    if (o.stats && eng) zt_stats(eng, &before);
     GPT2StepResult r;
     rc = gpt2_train_step(&model, eng, &ta, step, &data, &b, &r);
     if (rc < 0) break;
+    double step_s = now_s() - ts;
     losses.train[step - 1] = r.loss;
     period_loss += r.loss;
     period_ms += 1e3 * (now_s() - ts);
     period++;
     if (step == start + 1 || step % o.every == 0 || step == stop) {
       say_step(step, o.steps, &r, period_loss / period, period, period_ms / period);
+      if (o.stats && eng) say_step_split(eng, &before, step_s); // this step's alone
       period_loss = period_ms = 0.0;
       period = 0;
     }
