@@ -27,6 +27,14 @@ static int open_unlinked(const char *dir) {
   return fd;
 }
 
+/* The file's size and blocks, as zt__file_mem_map makes them: errno's code
+ * or 0. */
+static int reserve(int fd, size_t bytes) {
+  int rc = fallocate(fd, 0, 0, (off_t)bytes) == 0 ? 0 : errno;
+  if (rc == EOPNOTSUPP || rc == ENOSYS) rc = ftruncate(fd, (off_t)bytes) == 0 ? 0 : errno;
+  return rc;
+}
+
 int zt__file_mem_map(zt__file_mem_t *m, zt__err_t *e, const char *what, const char *paths,
                      size_t bytes, void **out) {
   *m = ZT_FILE_MEM_NONE;
@@ -46,8 +54,7 @@ int zt__file_mem_map(zt__file_mem_t *m, zt__err_t *e, const char *what, const ch
   /* The blocks reserved now: a shared mapping that meets a full disk on a
    * write faults (SIGBUS) instead of returning an error, so a full disk
    * is refused here. A file system without fallocate gets a sparse file. */
-  int rc = fallocate(fd, 0, 0, (off_t)bytes) == 0 ? 0 : errno;
-  if (rc == EOPNOTSUPP || rc == ENOSYS) rc = ftruncate(fd, (off_t)bytes) == 0 ? 0 : errno;
+  int rc = reserve(fd, bytes);
   if (rc) {
     close(fd);
     return zt__errf(e, -rc, "%s on disk: cannot reserve %zu bytes in %s: %s", what, bytes, dir,
@@ -65,13 +72,34 @@ int zt__file_mem_map(zt__file_mem_t *m, zt__err_t *e, const char *what, const ch
   return 0;
 }
 
+/* [at, at + bytes) widened to whole pages, within the mapping. */
+static void page_range(const zt__file_mem_t *m, const void *at, size_t bytes, uintptr_t *lo,
+                       uintptr_t *hi) {
+  size_t page = (size_t)sysconf(_SC_PAGESIZE);
+  uintptr_t base = (uintptr_t)m->map;
+  *lo = base + ((uintptr_t)at - base) / page * page;
+  *hi = base + ((uintptr_t)at + bytes - base + page - 1) / page * page;
+  if (*hi > base + m->bytes) *hi = base + (m->bytes + page - 1) / page * page;
+}
+
+#ifndef MADV_POPULATE_READ
+#define MADV_POPULATE_READ 22 /* Linux 5.14 */
+#define MADV_POPULATE_WRITE 23
+#endif
+
+void zt__file_mem_touch(const zt__file_mem_t *m, const void *at, size_t bytes, int write) {
+  if (m == NULL || m->map == NULL || bytes == 0) return;
+  uintptr_t lo, hi;
+  page_range(m, at, bytes, &lo, &hi);
+  /* One call maps the range instead of a fault a page; an older kernel
+   * refuses it, and the pages fault in as they are touched. */
+  (void)madvise((void *)lo, hi - lo, write ? MADV_POPULATE_WRITE : MADV_POPULATE_READ);
+}
+
 void zt__file_mem_release(const zt__file_mem_t *m, const void *at, size_t bytes) {
   if (m == NULL || m->map == NULL || bytes == 0) return;
-  size_t page = (size_t)sysconf(_SC_PAGESIZE);
-  uintptr_t base = (uintptr_t)m->map, lo = (uintptr_t)at, hi = lo + bytes;
-  lo = base + (lo - base) / page * page;
-  hi = base + (hi - base + page - 1) / page * page;
-  if (hi > base + m->bytes) hi = base + (m->bytes + page - 1) / page * page;
+  uintptr_t lo, hi;
+  page_range(m, at, bytes, &lo, &hi);
   /* Dirty pages go to the page cache, not away: the mapping is shared. */
   (void)madvise((void *)lo, hi - lo, MADV_DONTNEED);
 }

@@ -40,6 +40,11 @@ typedef struct zt__file_mem {
 ZT_INTERNAL int zt__file_mem_map(zt__file_mem_t *m, zt__err_t *e, const char *what,
                                  const char *paths, size_t bytes, void **out);
 
+/* The pages of [at, at + bytes) mapped now, for writing or for reading,
+ * in one call rather than a fault a page (a pass about to sweep them). */
+ZT_INTERNAL void zt__file_mem_touch(const zt__file_mem_t *m, const void *at, size_t bytes,
+                                    int write);
+
 /* The pages of [at, at + bytes) leave the process; the data stays. The
  * range is widened to whole pages: a shared file mapping loses nothing by
  * dropping a page another user still writes, which faults it back. */

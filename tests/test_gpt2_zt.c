@@ -576,6 +576,49 @@ static void test_init_file(void **state) {
   gpt2_free(&m);
 }
 
+// The example's own run at stage 3: with the nvme tiers it starts from the
+// initialisation's file (main.c, init_file.c) and prints the losses of a
+// run that filled its buffer (the host tiers, no swap folder), to the
+// digit; and it leaves no file in the swap folder.
+static void test_run_init_through_file(void **state) {
+  skip_unless_host();
+  char bin[512], dir[512], cmd[8192], out[2][600];
+  snprintf(bin, sizeof bin, "%s/examples/gpt2", t_build_dir());
+  if (access(bin, X_OK) != 0) skip(); /* make tests without make examples */
+  snprintf(dir, sizeof dir, "%s/gpt2-run-%d", t_swap_dir(), (int)getpid());
+  const char *flags[2] = {"--optimizer-tier nvme --param-tier nvme --swap-path", ""};
+  for (int k = 0; k < 2; k++) {
+    snprintf(out[k], sizeof out[k], "%s/gpt2-run-%d-%d.txt", t_swap_dir(), (int)getpid(), k);
+    snprintf(cmd, sizeof cmd,
+             "mkdir -p %s && OPENBLAS_NUM_THREADS=1 %s --steps 3 --stage 3 --seed %llu %s %s "
+             "> %s.log 2>&1 && grep -o -e '^weights: [a-z ]*' -e 'loss [0-9.]*' %s.log > %s",
+             dir, bin, (unsigned long long)t_seed(), flags[k], k ? "" : dir, out[k], out[k],
+             out[k]);
+    printf("# %s\n", cmd);
+    if (system(cmd) != 0) fail_msg("the run failed: %s", cmd);
+  }
+  char a[4096] = "", b[4096] = "";
+  FILE *f = fopen(out[0], "r");
+  assert_non_null(f);
+  a[fread(a, 1, sizeof a - 1, f)] = 0;
+  fclose(f);
+  f = fopen(out[1], "r");
+  assert_non_null(f);
+  b[fread(b, 1, sizeof b - 1, f)] = 0;
+  fclose(f);
+  printf("# through the file:\n%s", a);
+  const char *said = "weights: the random initialisation\n";
+  assert_true(strncmp(a, said, strlen(said)) == 0);
+  const char *losses = strchr(a, '\n') + 1;
+  if (strcmp(losses, b) != 0) fail_msg("losses differ:\n%s\nvs\n%s", losses, b);
+  assert_true(strstr(b, "loss") != NULL);
+  snprintf(cmd, sizeof cmd, "test -z \"$(ls -A %s)\"", dir);
+  if (system(cmd) != 0) fail_msg("files left in %s", dir);
+  snprintf(cmd, sizeof cmd, "rm -rf %s %s %s %s.log %s.log", dir, out[0], out[1], out[0],
+           out[1]);
+  assert_int_equal(system(cmd), 0);
+}
+
 // ---- the training loop (train.c, schedule.c, sample.c) ------------------------
 //
 // The loop's step as main.c runs it (gpt2_train_step), on batches drawn from
@@ -965,6 +1008,7 @@ int main(int argc, char **argv) {
       cmocka_unit_test(test_two_ranks),
       cmocka_unit_test(test_weights_out_in),
       cmocka_unit_test(test_init_file),
+      cmocka_unit_test(test_run_init_through_file),
       cmocka_unit_test(test_resume_bit_exact),
       cmocka_unit_test(test_resume_needs_loop_state),
       cmocka_unit_test(test_accum_matches_batch),

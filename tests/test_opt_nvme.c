@@ -289,10 +289,10 @@ static void test_stage1_shard_in_place(void **state) {
                       4096, 64u << 10, 0, ZT_STATES_FP32};
   zt__plan_t unbounded;
   assert_int_equal(zt__plan(&in, &unbounded), 0);
-  /* The least: the shard's parameters (160000 bytes) and two bucket pairs
-   * (4096 bytes each), in pages, then 4 slots of a 1024-element record
-   * (12288 bytes). The shard's gradient sums are a file's (partition.h). */
-  const size_t least = (40u << 12) + 4 * 4096 + 4 * 12288;
+  /* The least: the shard's sums and parameters (160000 bytes each) and two
+   * bucket pairs (4096 bytes each), in pages, then 4 slots of a 1024-element
+   * record (12288 bytes). */
+  const size_t least = 2 * (40u << 12) + 4 * 4096 + 4 * 12288;
   const size_t budgets[] = {0, unbounded.ztier_host, 640u << 10, (560u << 10) + 4095, least,
                             least - 1};
   for (size_t i = 0; i < sizeof budgets / sizeof budgets[0]; i++) {
@@ -344,22 +344,43 @@ static long mapping_rss_kb(const void *addr) {
   return kb;
 }
 
-/* With the nvme tier the shard's gradient sums are a file's pages
+/* A stage-3 step on one group: its use, its hand-over, the norm (*norm;
+ * the sums' resident KiB after the hand-over and the norm in rss[0..1]),
+ * the step clipped to half the norm (rss[2] after it). */
+static void stage3_step(flat_t *f, uint64_t t, double *norm, long rss[3]) {
+  const zt__part_t *p = &f->eng->zero.part;
+  void *ptr[1];
+  assert_int_equal(zt_fetch(f->eng, 0, ptr, 1), 1);
+  T_OK(zt_release(f->eng, 0), f->eng);
+  T_OK(zt_grads_ready(f->eng, 0), f->eng);
+  rss[0] = mapping_rss_kb(p->grads);
+  T_OK(zt_grad_norm(f->eng, 1.0f, norm), f->eng);
+  rss[1] = mapping_rss_kb(p->grads);
+  zt_step_args_t a = ZT_STEP_ARGS_INIT;
+  a.lr = 1e-3f;
+  a.t = t;
+  a.clip_grad_norm = (float)(*norm / 2); /* clipped, by the norm's bits */
+  T_OK(zt_step(f->eng, &a, NULL), f->eng);
+  rss[2] = mapping_rss_kb(p->grads);
+  t_buf_upload(f->eng, f->dg, f->hp, f->numel * 4); /* handed over: zero */
+}
+
+/* At stage 3 with the nvme tier the shard's gradient sums are a file's pages
  * (partition.h): each pass over them gives back what it read, so after the
- * reduction (stage 2: the hand-over; but for the buckets still being
- * summed), after the norm, and after the step, the process holds none of
- * them; the step leaves them zero for the next
- * one; and the norm, taken a window at a time, has the bits of one pass:
- * three clipped steps over several norm blocks give the host tier's
- * parameters bit for bit, at stages 1 and 2. */
-static void sums_on_disk_at(int stage) {
+ * hand-over (but for the buckets still being summed), after the norm, and
+ * after the step, the process holds none of them; the step leaves them
+ * zero for the next one; and the norm, taken a window at a time, has the
+ * bits of one pass: three clipped steps over several norm blocks give the
+ * host tier's parameters bit for bit. At stages 1 and 2 the sums stay in
+ * memory. */
+static void test_sums_on_disk(void **state) {
   const size_t numel = 4 * 65536 + 4099; /* five norm blocks, the last short */
   float *got[2];
   for (int k = 0; k < 2; k++) {
     zt_config_t cfg = nvme_config(k ? ZT_TIER_NVME : ZT_TIER_HOST);
     cfg.backend = ZT_BACKEND_HOST;
     cfg.comm = ZT_COMM_SINGLE;
-    cfg.stage = stage;
+    cfg.stage = 3;
     cfg.bucket_bytes = 64u << 10;
     cfg.chunk_bytes = 256u << 10; /* windows of one norm block */
     flat_t f;
@@ -368,44 +389,43 @@ static void sums_on_disk_at(int stage) {
     const zt__part_t *p = &f.eng->zero.part;
     assert_int_equal(p->sums_file.map != NULL, k);
     for (uint64_t t = 1; t <= 3; t++) {
-      if (stage == 2) T_OK(zt_grads_ready(f.eng, 0), f.eng);
-      long after_reduce = k ? mapping_rss_kb(p->grads) : 0;
       double norm = 0;
-      T_OK(zt_grad_norm(f.eng, 1.0f, &norm), f.eng);
-      long after_norm = k ? mapping_rss_kb(p->grads) : 0;
-      zt_step_args_t a = ZT_STEP_ARGS_INIT;
-      a.lr = 1e-3f;
-      a.t = t;
-      a.clip_grad_norm = (float)(norm / 2); /* clipped, by the norm's bits */
-      T_OK(zt_step(f.eng, &a, NULL), f.eng);
-      if (stage == 2) t_buf_upload(f.eng, f.dg, f.hp, numel * 4); /* handed over: zero */
+      long rss[3];
+      stage3_step(&f, t, &norm, rss);
       if (!k) continue;
-      long after_step = mapping_rss_kb(p->grads);
-      printf("# stage %d, step %llu: norm %.6f; sums resident %ld, %ld, %ld KiB after the "
-             "reduction, the norm, the step (of %zu KiB)\n",
-             stage, (unsigned long long)t, norm, after_reduce, after_norm, after_step,
-             numel * 4 / 1024);
+      printf("# step %llu: norm %.6f; sums resident %ld, %ld, %ld KiB after the hand-over, "
+             "the norm, the step (of %zu KiB)\n",
+             (unsigned long long)t, norm, rss[0], rss[1], rss[2], numel * 4 / 1024);
       /* The buckets still being summed (on the sums thread) may hold theirs. */
-      assert_true(after_reduce >= 0 &&
-                  after_reduce <= (long)(ZT_XFER_SLOTS * p->bucket_elems * 4 / 1024) + 8);
-      assert_true(after_norm >= 0 && after_norm <= 8);
-      assert_true(after_step >= 0 && after_step <= 8);
+      assert_true(rss[0] >= 0 &&
+                  rss[0] <= (long)(ZT_XFER_SLOTS * p->bucket_elems * 4 / 1024) + 8);
+      assert_true(rss[1] >= 0 && rss[1] <= 8);
+      assert_true(rss[2] >= 0 && rss[2] <= 8);
     }
     got[k] = malloc(numel * 4);
-    t_buf_download(f.eng, got[k], f.dp, numel * 4);
+    void *ptr[1];
+    assert_int_equal(zt_fetch(f.eng, 0, ptr, 1), 1);
+    t_buf_download(f.eng, got[k], ptr[0], numel * 4);
+    T_OK(zt_release(f.eng, 0), f.eng);
     flat_destroy(&f);
   }
   t_expect_same("sums on disk against the host tier", got[1], got[0], 4, numel);
   free(got[0]);
   free(got[1]);
+  for (int stage = 1; stage <= 2; stage++) {
+    zt_config_t cfg = nvme_config(ZT_TIER_NVME);
+    cfg.backend = ZT_BACKEND_HOST;
+    cfg.comm = ZT_COMM_SINGLE;
+    cfg.stage = stage;
+    flat_t f;
+    int rc = flat_create(&f, &cfg, 4096);
+    T_OK(rc, f.eng);
+    assert_null(f.eng->zero.part.sums_file.map);
+    flat_destroy(&f);
+  }
 }
 
-static void test_sums_on_disk(void **state) {
-  sums_on_disk_at(1);
-  sums_on_disk_at(2);
-}
-
-/* At stage 1, 8M parameters: their gradient sums (32 MiB) are a file's, and
+/* At stage 3, 8M parameters: their gradient sums (32 MiB) are a file's, and
  * the passes over them (the reduction, the norm and the update) each give
  * back what they are done with, so a step's peak RSS grows by at most 8
  * MiB (the nvme tier's slots, a window of sums, the pool's stacks). Held in
@@ -415,17 +435,20 @@ static void test_sums_peak_rss(void **state) {
   zt_config_t cfg = nvme_config(ZT_TIER_NVME);
   cfg.backend = ZT_BACKEND_HOST;
   cfg.comm = ZT_COMM_SINGLE;
-  cfg.stage = 1;
+  cfg.stage = 3;
   cfg.chunk_bytes = 1u << 20;
+  cfg.max_live_bytes = 1u << 20; /* the one group is not kept past its use */
   size_t numel = 8u << 20;
   flat_t f;
   int rc = flat_create(&f, &cfg, numel);
   T_OK(rc, f.eng);
-  T_OK(one_step(&f, 1), f.eng); /* everything but the sums touched once */
+  double norm;
+  long rss[3];
+  stage3_step(&f, 1, &norm, rss); /* everything but the sums touched once */
   int reset = reset_peak_rss();
   if (!reset) skip(); /* no peak to measure a step by */
   long base = vm_kib("VmHWM:");
-  T_OK(one_step(&f, 2), f.eng);
+  stage3_step(&f, 2, &norm, rss);
   long grown = vm_kib("VmHWM:") - base, allowed = 8 << 10;
   printf("# a step's peak RSS grew by %ld KiB (allowed %ld; the sums are %zu KiB)\n", grown,
          allowed, numel * 4 / 1024);

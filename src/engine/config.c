@@ -186,9 +186,9 @@ const keydef_t zt__config_keys[] = {
      .also = "with optimizer_tier \"host\": >= 6 * chunk_bytes (the staging ring)",
      .doc = "most pinned host memory the engine may hold, in 4 KiB pages (host-tier "
             "states and the staging ring; the nvme tier's slots, whose chunk shrinks "
-            "to fit; at stages 1-3 with either, the shard's parameters and buckets, "
-            "and with \"host\" its gradient sums, unless a GPU reduces them in device "
-            "memory: docs/gpu.md); 0 = no limit"},
+            "to fit; at stages 1-3 with either, the shard's gradient sums, parameters "
+            "and buckets, but the sums at stage 3 with \"nvme\", unless a GPU reduces "
+            "them in device memory: docs/gpu.md); 0 = no limit"},
     {FIELD(numa_node), .type = T_INT, .lo = -1, .hi = 1023, .sup = 1023,
      .doc = "NUMA node of the pinned host memory (with pinned_budget_bytes set): -1 "
             "places it on the node hwloc reports next to the GPU (cuda backend), or "

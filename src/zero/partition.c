@@ -151,8 +151,8 @@ static int build_shard_segs(zt__part_t *p) {
 
 /* ---- sizes --------------------------------------------------------------------- */
 
-int zt__part_sums_on_disk(zt_tier_t optimizer_tier, int on_pinned) {
-  return on_pinned && optimizer_tier == ZT_TIER_NVME;
+int zt__part_sums_on_disk(int stage, zt_tier_t optimizer_tier, int on_pinned) {
+  return stage == 3 && on_pinned && optimizer_tier == ZT_TIER_NVME;
 }
 
 void zt__part_footprint(const zt__part_shape_t *s, zt__part_footprint_t *out) {
@@ -352,7 +352,7 @@ int zt__part_init(zt__part_t *p, const zt__ctx_t *ctx, const zt__zero_reg_t *reg
   ZT_TRY(build_shard_segs(p));
   ZT_TRY(init_pools(p));
 
-  if (!zt__part_sums_on_disk(cfg->optimizer_tier, p->on_pinned) ||
+  if (!zt__part_sums_on_disk(cfg->stage, cfg->optimizer_tier, p->on_pinned) ||
       !map_or_warn(p, &p->sums_file, "the shard's gradient sums", f.grads_bytes,
                    (void **)&p->grads))
     ZT_TRY(zt__part_alloc(p, f.grads_bytes, (void **)&p->grads));

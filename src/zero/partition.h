@@ -200,8 +200,8 @@ typedef struct zt__part {
   size_t n_segs;
 
   float *grads;  /* the shard's reduced gradient sums, fp32, zero between steps */
-  /* With the optimizer states on NVMe and the sums in host memory, the sums
-   * are a file's pages (file_mem.h, zt__part_sums_on_disk): each pass over
+  /* At stage 3 with the optimizer states on NVMe and the sums in host
+   * memory, the sums are a file's pages (file_mem.h, zt__part_sums_on_disk): each pass over
    * them releases what it has done with, and the step's end zeroes the
    * file. Otherwise, or where swap_path cannot map a file (a warning says
    * so), its map is NULL and releasing does nothing. */
@@ -337,10 +337,13 @@ typedef struct zt__part_footprint {
 ZT_INTERNAL void zt__part_footprint(const zt__part_shape_t *s, zt__part_footprint_t *out);
 
 /* Whether the shard's gradient sums live in a file of the swap folder
- * rather than in pinned memory: with the nvme optimizer tier, whose update
- * reads them from host memory (on_pinned). At 4 bytes a parameter of the
- * shard they would otherwise be the largest thing the process holds. */
-ZT_INTERNAL int zt__part_sums_on_disk(zt_tier_t optimizer_tier, int on_pinned);
+ * rather than in pinned memory: at stage 3 with the nvme optimizer tier,
+ * whose update reads them from host memory (on_pinned). There the loop
+ * holds no model buffer, and at 4 bytes a parameter of the shard the sums
+ * would be the largest thing the process holds. At stages 1 and 2 the loop
+ * holds the whole model anyway, and the sums stay in memory, where a step
+ * neither faults them in nor zeroes them page by page (docs/offload.md). */
+ZT_INTERNAL int zt__part_sums_on_disk(int stage, zt_tier_t optimizer_tier, int on_pinned);
 
 /* `count` groups of `numel` elements each: what the pools are cut by. */
 typedef struct zt__part_size {
