@@ -82,20 +82,6 @@ static void page_range(const zt__file_mem_t *m, const void *at, size_t bytes, ui
   if (*hi > base + m->bytes) *hi = base + (m->bytes + page - 1) / page * page;
 }
 
-#ifndef MADV_POPULATE_READ
-#define MADV_POPULATE_READ 22 /* Linux 5.14 */
-#define MADV_POPULATE_WRITE 23
-#endif
-
-void zt__file_mem_touch(const zt__file_mem_t *m, const void *at, size_t bytes, int write) {
-  if (m == NULL || m->map == NULL || bytes == 0) return;
-  uintptr_t lo, hi;
-  page_range(m, at, bytes, &lo, &hi);
-  /* One call maps the range instead of a fault a page; an older kernel
-   * refuses it, and the pages fault in as they are touched. */
-  (void)madvise((void *)lo, hi - lo, write ? MADV_POPULATE_WRITE : MADV_POPULATE_READ);
-}
-
 void zt__file_mem_release(const zt__file_mem_t *m, const void *at, size_t bytes) {
   if (m == NULL || m->map == NULL || bytes == 0) return;
   uintptr_t lo, hi;

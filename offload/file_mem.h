@@ -1,9 +1,10 @@
 /*
  * file_mem.h — a buffer backed by an unlinked file in the swap folder
  * instead of by anonymous memory (offload/file_mem.c): what the ZeRO room
- * keeps the shard's gradient sums in when the optimizer states are on
- * NVMe, so that the sums, 4 bytes a parameter of the shard, do not stay in
- * the process between their reduction and the update.
+ * keeps the shard's gradient sums in at stage 3 when the optimizer states
+ * are on NVMe, so that the sums, 4 bytes a parameter of the shard, do not
+ * stay in the process between their reduction and the update (and, with
+ * the parameters on NVMe too, registration's copy of the shard).
  *
  * The buffer is a shared mapping of the file, so it is read and written as
  * memory, through the page cache. Each user releases what it is done with
@@ -39,11 +40,6 @@ typedef struct zt__file_mem {
  * *out is the buffer. `what` names it in errors. */
 ZT_INTERNAL int zt__file_mem_map(zt__file_mem_t *m, zt__err_t *e, const char *what,
                                  const char *paths, size_t bytes, void **out);
-
-/* The pages of [at, at + bytes) mapped now, for writing or for reading,
- * in one call rather than a fault a page (a pass about to sweep them). */
-ZT_INTERNAL void zt__file_mem_touch(const zt__file_mem_t *m, const void *at, size_t bytes,
-                                    int write);
 
 /* The pages of [at, at + bytes) leave the process; the data stays. The
  * range is widened to whole pages: a shared file mapping loses nothing by

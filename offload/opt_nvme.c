@@ -422,7 +422,6 @@ static int step(zt__opt_nvme_t *o, const zt__adam_hp_t *hp) {
     };
     size_t gsz = zt__dtype_size(o->view.grad_dtype);
     const char *grads = (const char *)o->view.grads + (win->first - o->view.grads_first) * gsz;
-    if (o->view.in_host) zt__file_mem_touch(o->view.grads_file, grads, win->n * gsz, 0);
     zt__cpu_adam_in(ctx->cpu, o->states, &l);
     if (o->view.in_host) zt__file_mem_release(o->view.grads_file, grads, win->n * gsz);
     *o->cnt.optimizer_seconds += zt__now() - t1;

@@ -578,8 +578,8 @@ static void test_init_file(void **state) {
 
 // The example's own run at stage 3: with the nvme tiers it starts from the
 // initialisation's file (main.c, init_file.c) and prints the losses of a
-// run that filled its buffer (the host tiers, no swap folder), to the
-// digit; and it leaves no file in the swap folder.
+// run that filled its buffer (the example's default tiers, no swap
+// folder), to the digit; and it leaves no file in the swap folder.
 static void test_run_init_through_file(void **state) {
   skip_unless_host();
   char bin[512], dir[512], cmd[8192], out[2][600];
@@ -590,10 +590,11 @@ static void test_run_init_through_file(void **state) {
   for (int k = 0; k < 2; k++) {
     snprintf(out[k], sizeof out[k], "%s/gpt2-run-%d-%d.txt", t_swap_dir(), (int)getpid(), k);
     snprintf(cmd, sizeof cmd,
-             "mkdir -p %s && OPENBLAS_NUM_THREADS=1 %s --steps 3 --stage 3 --seed %llu %s %s "
-             "> %s.log 2>&1 && grep -o -e '^weights: [a-z ]*' -e 'loss [0-9.]*' %s.log > %s",
-             dir, bin, (unsigned long long)t_seed(), flags[k], k ? "" : dir, out[k], out[k],
-             out[k]);
+             "mkdir -p '%s' && OPENBLAS_NUM_THREADS=1 '%s' --steps 3 --stage 3 --seed %llu %s "
+             "%s%s%s > '%s.log' 2>&1 && grep -o -e '^weights: [a-z ]*' -e 'loss [0-9.]*' "
+             "'%s.log' > '%s'",
+             dir, bin, (unsigned long long)t_seed(), flags[k], k ? "" : "'", k ? "" : dir,
+             k ? "" : "'", out[k], out[k], out[k]);
     printf("# %s\n", cmd);
     if (system(cmd) != 0) fail_msg("the run failed: %s", cmd);
   }
@@ -612,10 +613,10 @@ static void test_run_init_through_file(void **state) {
   const char *losses = strchr(a, '\n') + 1;
   if (strcmp(losses, b) != 0) fail_msg("losses differ:\n%s\nvs\n%s", losses, b);
   assert_true(strstr(b, "loss") != NULL);
-  snprintf(cmd, sizeof cmd, "test -z \"$(ls -A %s)\"", dir);
+  snprintf(cmd, sizeof cmd, "test -z \"$(ls -A '%s')\"", dir);
   if (system(cmd) != 0) fail_msg("files left in %s", dir);
-  snprintf(cmd, sizeof cmd, "rm -rf %s %s %s %s.log %s.log", dir, out[0], out[1], out[0],
-           out[1]);
+  snprintf(cmd, sizeof cmd, "rm -rf '%s' '%s' '%s' '%s.log' '%s.log'", dir, out[0], out[1],
+           out[0], out[1]);
   assert_int_equal(system(cmd), 0);
 }
 

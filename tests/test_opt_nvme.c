@@ -426,6 +426,7 @@ static void test_sums_on_disk(void **state) {
     flat_t f;
     int rc = flat_create(&f, &cfg, 4096);
     T_OK(rc, f.eng);
+    assert_true(f.eng->zero.part.on_pinned); /* host memory, as at stage 3 */
     assert_null(f.eng->zero.part.sums_file.map);
     flat_destroy(&f);
   }
@@ -434,8 +435,9 @@ static void test_sums_on_disk(void **state) {
 /* At stage 3, 8M parameters: their gradient sums (32 MiB) are a file's, and
  * the passes over them (the reduction, the norm and the update) each give
  * back what they are done with, so a step's peak RSS grows by at most 8
- * MiB (the nvme tier's slots, a window of sums, the pool's stacks). Held in
- * memory, or kept by any one pass, the sums would add 32 MiB. */
+ * MiB (the nvme tier's slots, a window of sums, the pool's stacks). Kept
+ * by any one pass, the sums' pages would add 32 MiB. (That they are a
+ * file's at all, test_sums_on_disk holds.) */
 static void test_sums_peak_rss(void **state) {
   if (t_backend() != ZT_BACKEND_HOST) skip(); /* RSS counts host memory only */
   zt_config_t cfg = stage3_config(ZT_TIER_NVME);

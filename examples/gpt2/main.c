@@ -647,8 +647,10 @@ int main(int argc, char **argv) {
   rc = 0;
   for (int step = start + 1; step <= stop && rc == 0; step++) {
     double ts = now_s();
+    // The step line's, with --stats its split: ztier's counters before.
+    int line = step == start + 1 || step % o.every == 0 || step == stop;
     zt_stats_t before = ZT_STATS_INIT;
-    if (o.stats && eng) zt_stats(eng, &before);
+    int split = o.stats && eng && line && zt_stats(eng, &before) == 0;
     GPT2StepResult r;
     rc = gpt2_train_step(&model, eng, &ta, step, &data, &b, &r);
     if (rc < 0) break;
@@ -657,9 +659,9 @@ int main(int argc, char **argv) {
     period_loss += r.loss;
     period_ms += 1e3 * (now_s() - ts);
     period++;
-    if (step == start + 1 || step % o.every == 0 || step == stop) {
+    if (line) {
       say_step(step, o.steps, &r, period_loss / period, period, period_ms / period);
-      if (o.stats && eng) say_step_split(eng, &before, step_s); // this step's alone
+      if (split) say_step_split(eng, &before, step_s); // this step's alone
       period_loss = period_ms = 0.0;
       period = 0;
     }

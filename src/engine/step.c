@@ -81,12 +81,13 @@ static int sumsq_of_file(zt_engine_t *eng, const zt__part_t *p, double *out) {
     while (j < p->n_segs && p->segs[j].index + p->segs[j].n <= lo) j++;
     zt__window_t w = {.first = lo, .n = hi - lo, .seg_begin = j};
     size_t k = zt__window_pieces(p->segs, p->n_segs, &w, 0, pieces);
-    zt__file_mem_touch(&p->sums_file, p->grads + (first - p->begin),
-                       (hi - first) * sizeof(float), 0);
     zt__cpu_sumsq_add(eng->cpu, p->grads, p->begin, ZT_FP32, pieces, k, out);
     zt__file_mem_release(&p->sums_file, p->grads + (first - p->begin),
                          (hi - first) * sizeof(float));
   }
+  /* A read fault maps the neighbouring cached pages too (the kernel's
+   * fault-around), some of them in windows already given back. */
+  zt__file_mem_release(&p->sums_file, p->grads, (p->end - p->begin) * sizeof(float));
   free(pieces);
   return 0;
 }

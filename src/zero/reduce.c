@@ -58,7 +58,6 @@ static void sum_bucket(void *arg) {
     for (size_t c = a; c < b; c += SUMS_PIECE) {
       size_t n = zt__min_sz(SUMS_PIECE, b - c);
       float *sums = p->grads + (c - p->begin);
-      zt__file_mem_touch(&p->sums_file, sums, n * sizeof(float), 1);
       zt__cpu_rank_sum(p->ctx->cpu, sums, runs + (i + (c - a)) * gsz, mine, p->reg.grad_dtype,
                        p->world, n);
       zt__file_mem_release(&p->sums_file, sums, n * sizeof(float));
