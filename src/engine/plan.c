@@ -190,10 +190,11 @@ int zt__plan_with(const zt__plan_in_t *in, const zt__plan_run_t *run, zt__plan_t
         nvme += grads;
       }
       /* So are the parameters registration sends to the parameter tier's
-       * medium (partition.h: params_file); with the nvme optimizer tier,
-       * which sends each step's there itself, they are pinned at no point
-       * (the host tier's steps update them in a fresh pinned buffer). */
-      if (params_on_disk && in->optimizer_tier == ZT_TIER_NVME)
+       * medium, without a pinned budget (partition.h: params_file); with
+       * the nvme optimizer tier, which sends each step's there itself, they
+       * are then pinned at no point (the host tier's steps update them in
+       * a fresh pinned buffer). */
+      if (params_on_disk && in->optimizer_tier == ZT_TIER_NVME && in->pinned_budget_bytes == 0)
         out->pinned_bytes -= pages(params);
     }
     if (params_on_disk) {

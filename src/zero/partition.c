@@ -362,8 +362,12 @@ int zt__part_init(zt__part_t *p, const zt__ctx_t *ctx, const zt__zero_reg_t *reg
     ZT_TRY(p->ctx->be_ops->stream_wait(p->ctx->be, ZT_STREAM_REDUCE, p->cleared));
   }
   /* With param_tier "nvme" too, until register.c has written them out:
-   * then, in host memory, as a file's pages (params_file). */
-  if (!(p->on_pinned && pto->read != NULL) ||
+   * then, in host memory and without a pinned budget, as a file's pages
+   * (params_file). Under a budget they stay pinned: their room, given back
+   * once they are written, is what zt_fetch's reads from the parameter
+   * tier use after registration (the nvme tier's slots are sized with
+   * them held). */
+  if (!(p->on_pinned && pto->read != NULL && cfg->pinned_budget_bytes == 0) ||
       !map_or_warn(p, &p->params_file, "registration's parameters", f.params_bytes,
                    &p->params))
     ZT_TRY(zt__part_params_alloc(p));

@@ -223,8 +223,8 @@ typedef struct zt__part {
   int params_pinned; /* params are pinned host memory (on_pinned, a parameter
                         tier whose ops say pinned_buffer: "host", or on_device
                         with one that reads ahead from its medium: "nvme")    */
-  /* With on_pinned and a parameter tier that has a medium of its own
-   * ("nvme"), the params registration packs are a file's pages on their way
+  /* With on_pinned, a parameter tier that has a medium of its own ("nvme")
+   * and no pinned budget, the params registration packs are a file's pages on their way
    * there (file_mem.h): register.c packs and puts them a piece at a time
    * and gives each piece back, and the nvme optimizer tier casts its master
    * a window at a time, so with it the shard is never all resident (the
