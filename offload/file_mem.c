@@ -35,17 +35,10 @@ static int reserve(int fd, size_t bytes) {
   return rc;
 }
 
-int zt__file_mem_map(zt__file_mem_t *m, zt__err_t *e, const char *what, const char *paths,
+int zt__file_mem_map(zt__file_mem_t *m, zt__err_t *e, const char *what, const char *dir,
                      size_t bytes, void **out) {
   *m = ZT_FILE_MEM_NONE;
   *out = NULL;
-  char dir[1024];
-  paths += strspn(paths, ":");
-  size_t len = strcspn(paths, ":");
-  if (len == 0 || len >= sizeof dir)
-    return zt__errf(e, -EINVAL, "%s on disk: swap_path names no directory", what);
-  memcpy(dir, paths, len);
-  dir[len] = 0;
   if (bytes == 0) bytes = 64; /* a rank with no shard still has a buffer */
   int fd = open_unlinked(dir);
   if (fd < 0)

@@ -35,11 +35,10 @@ typedef struct zt__file_mem {
 
 #define ZT_FILE_MEM_NONE ((zt__file_mem_t){-1, NULL, 0})
 
-/* Maps `bytes` of zeros backed by an unlinked file in the first of the
- * ':'-separated directories `paths` (swap_path), its blocks reserved;
- * *out is the buffer. `what` names it in errors. */
+/* Maps `bytes` of zeros backed by an unlinked file in directory `dir`, its
+ * blocks reserved; *out is the buffer. `what` names it in errors. */
 ZT_INTERNAL int zt__file_mem_map(zt__file_mem_t *m, zt__err_t *e, const char *what,
-                                 const char *paths, size_t bytes, void **out);
+                                 const char *dir, size_t bytes, void **out);
 
 /* The pages of [at, at + bytes) leave the process; the data stays. The
  * range is widened to whole pages: a shared file mapping loses nothing by

@@ -10,6 +10,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "offload/swap.h"      // defines: ZT__SWAP_MAX_PATHS
+#include "offload/swapspace.h" // defines: zt__swapspace_split_paths
 #include "offload/tier.h" // defines: zt__tier_mem_alloc, zt__opt_tier_ops, zt__param_tier_ops
 #include "zero/partition.h"
 
@@ -297,14 +299,17 @@ uint64_t zt__part_pool_misses(const zt__part_t *p) {
   return p->gathered_pool.outside + p->grads_pool.outside;
 }
 
-/* A buffer of the shard as a file's pages in swap_path (file_mem.h): 1, or
- * 0 where the folder cannot give one (no room, a file system without
- * shared mappings), said in a warning; the caller then takes pinned memory,
- * as without the nvme tiers. */
+/* A buffer of the shard as a file's pages in swap_path's first directory
+ * (file_mem.h): 1, or 0 where the folder cannot give one (no room, a file
+ * system without shared mappings), said in a warning; the caller then takes
+ * pinned memory, as without the nvme tiers. */
 static int map_or_warn(zt__part_t *p, zt__file_mem_t *m, const char *what, size_t bytes,
                        void **out) {
+  char buf[sizeof p->ctx->cfg->swap_path];
+  const char *dirs[ZT__SWAP_MAX_PATHS];
+  if (zt__swapspace_split_paths(p->ctx->cfg->swap_path, buf, sizeof buf, dirs) == 0) return 0;
   zt__err_t keep = *p->ctx->err;
-  if (zt__file_mem_map(m, p->ctx->err, what, p->ctx->cfg->swap_path, bytes, out) == 0) return 1;
+  if (zt__file_mem_map(m, p->ctx->err, what, dirs[0], bytes, out) == 0) return 1;
   zt__log(p->ctx->cfg, ZT_LOG_WARN, "%s; %s are kept in pinned memory instead (%zu bytes)",
           p->ctx->err->msg, what, bytes);
   *p->ctx->err = keep;
