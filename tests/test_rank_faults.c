@@ -97,6 +97,10 @@ static void check(int rc, const char *call, zt_engine_t *eng) {
   printf("# rank %d: %s failed (%s) at %.6f: %s\n", me, call, zt_err_name(rc), now_realtime(),
          zt_last_error(eng));
   fflush(stdout);
+  /* mpirun aborts the job at the first non-zero exit: a moment's wait lets
+   * a slower peer reach its own call and print its error, which the test
+   * reads (on two cores, three ranks, the bad rank could exit first). */
+  usleep(300 * 1000);
   exit(1);
 }
 
