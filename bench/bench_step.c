@@ -51,6 +51,7 @@ static const char *const backend_names[] = {"host", "sim", "cuda", NULL};
 static const zt_backend_t backend_of[] = {ZT_BACKEND_HOST, ZT_BACKEND_SIM, ZT_BACKEND_CUDA};
 static const char *const tier_names[] = {"device", "host", "nvme", NULL};
 static const char *const stage_names[] = {"0", "1", "2", "3", NULL};
+static const char *const grad_sums_names[] = {"auto", "memory", "disk", NULL};
 
 #define MAX_STEPS 64
 
@@ -250,7 +251,7 @@ int bench_step_main(int argc, char **argv) {
   zt_config_t cfg = ZT_CONFIG_INIT;
   size_t n = (size_t)16 << 20;
   int backend_i = 1, stage_i = 1, opt_i = 1, param_i = 0, steps = 5, groups = 8, json = 0;
-  int threads = 0;
+  int threads = 0, grad_sums_i = ZT_GRAD_SUMS_AUTO;
   const tool_flag_t flags[] = {
       {"backend", TOOL_FLAG_CHOICE, &backend_i, "host|sim|cuda",
        "the device: host memory, the modelled GPU, or a GPU (default sim)", 0, 0,
@@ -261,6 +262,9 @@ int bench_step_main(int argc, char **argv) {
        "where the optimizer states live (default host)", 0, 0, tier_names},
       {"param-tier", TOOL_FLAG_CHOICE, &param_i, "device|host|nvme",
        "stage 3: where the parameter shards live (default device)", 0, 0, tier_names},
+      {"grad-sums", TOOL_FLAG_CHOICE, &grad_sums_i, "auto|memory|disk",
+       "config grad_sums: where the shard's gradient sums live (default auto)", 0, 0,
+       grad_sums_names},
       {"params", TOOL_FLAG_COUNT, &n, "N", "parameters, bf16 (default 16Mi)", 1024, 1e11,
        NULL},
       {"groups", TOOL_FLAG_INT, &groups, "G", "groups (layers), one unit each (default 8)",
@@ -292,6 +296,7 @@ int bench_step_main(int argc, char **argv) {
   cfg.optimizer_tier = (zt_tier_t)opt_i;
   cfg.param_tier = (zt_tier_t)param_i;
   cfg.threads = threads;
+  cfg.grad_sums = (zt_grad_sums_t)grad_sums_i;
   if ((path && zt_config_set(&cfg, "swap_path", path) < 0) || zt_config_validate(&cfg) < 0) {
     fprintf(stderr, "%s: %s\n", prog, zt_last_error(NULL));
     return 2;
@@ -410,6 +415,7 @@ int bench_step_main(int argc, char **argv) {
     tool_report_int(j, "stage", stage_i);
     tool_report_str(j, "optimizer_tier", tier_names[opt_i]);
     tool_report_str(j, "param_tier", tier_names[param_i]);
+    tool_report_str(j, "grad_sums", grad_sums_names[grad_sums_i]);
     tool_report_int(j, "params", (long long)n);
     tool_report_int(j, "shard_params", (long long)shard);
     tool_report_int(j, "groups", groups);

@@ -154,6 +154,16 @@ typedef enum zt_states {
   ZT_STATES_INT8 = 2  /* 1 byte each + a scale per 256 (not yet wired) */
 } zt_states_t;
 
+/* Where a ZeRO shard's fp32 gradient sums live between the hand-over and
+ * the update (docs/offload.md, "The gradient sums and registration on
+ * disk"). */
+typedef enum zt_grad_sums {
+  ZT_GRAD_SUMS_AUTO = 0,   /* a file in swap_path at stage 3 with the nvme
+                              optimizer tier, memory otherwise            */
+  ZT_GRAD_SUMS_MEMORY = 1, /* pinned host memory, or the device's        */
+  ZT_GRAD_SUMS_DISK = 2    /* a file in swap_path (optimizer_tier nvme)   */
+} zt_grad_sums_t;
+
 typedef enum zt_comm_kind {
   ZT_COMM_SINGLE = 0, /* world size 1, no dependency                      */
   ZT_COMM_MPI = 1,    /* MPI_COMM_WORLD of an mpirun launch; host buffers */
@@ -267,6 +277,8 @@ typedef struct zt_config {
   int params_in_place;
 
   zt_states_t optimizer_states; /* "fp32" | "bf16": how m and v are stored */
+
+  zt_grad_sums_t grad_sums; /* "auto" | "memory" | "disk": the shard's sums */
 } zt_config_t;
 
 /* The defaults. Every engine field has a working default. The macro puts
@@ -281,7 +293,7 @@ typedef struct zt_config {
         0.5, 2000, 1.0, (size_t)16 << 20, 0, 0, ZT_LOG_WARN, NULL, NULL,     \
         (size_t)16 << 20, "", (size_t)8 << 20, 32, 2, 0, -1, "", -1, 0,      \
         300.0, (size_t)64 << 20, (size_t)1 << 30, (size_t)1 << 20, 300.0,    \
-        ZT_NONFINITE_SKIP, 0, ZT_STATES_FP32                                 \
+        ZT_NONFINITE_SKIP, 0, ZT_STATES_FP32, ZT_GRAD_SUMS_AUTO              \
   }
 
 /*

@@ -102,6 +102,7 @@ static const tkey_t tkeys[] = {
     {AT(params_in_place), K_INT, {0}, 0},
     /* "int8" is not wired into the tiers yet: refused. */
     {AT(optimizer_states), K_ENUM, {"fp32", "bf16", NULL}, 3},
+    {AT(grad_sums), K_ENUM, {"auto", "memory", "disk"}, 3},
 };
 #define N_TKEYS (sizeof tkeys / sizeof tkeys[0])
 
@@ -196,6 +197,7 @@ static tval_t random_value(const tkey_t *k, t_rng_t *r) {
     do v.i = (int)rnd(r, (uint64_t)k->n_names);
     while (k->names[v.i] == NULL);
     if (!strcmp(n, "optimizer_states")) v.i = 0; /* "bf16" needs optimizer_tier "host" */
+    if (!strcmp(n, "grad_sums") && v.i == 2) v.i = 1; /* "disk" needs the nvme tier */
     break;
   case K_INT:
     v.i = !strcmp(n, "device")             ? (int)rnd(r, 1024)
@@ -382,6 +384,7 @@ static zt_config_t random_config(t_rng_t *r) {
   c.swap_sqpoll = (int)rnd(r, 2);
   c.params_in_place = c.backend == ZT_BACKEND_HOST ? (int)rnd(r, 2) : 0;
   c.optimizer_states = c.optimizer_tier == ZT_TIER_HOST ? (zt_states_t)rnd(r, 2) : ZT_STATES_FP32;
+  c.grad_sums = (zt_grad_sums_t)rnd(r, c.optimizer_tier == ZT_TIER_NVME && c.stage ? 3 : 2);
   return c;
 }
 

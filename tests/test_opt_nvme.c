@@ -286,7 +286,7 @@ static void test_stage1_shard_in_place(void **state) {
   assert_int_equal(stage1_run(ZT_TIER_HOST, 0, want, &host), 0);
 
   zt__plan_in_t in = {numel, 1, 0, 1, ZT_FP32, ZT_FP32, ZT_TIER_NVME, ZT_TIER_DEVICE,
-                      4096, 64u << 10, 0, ZT_STATES_FP32};
+                      4096, 64u << 10, 0, ZT_STATES_FP32, ZT_GRAD_SUMS_AUTO};
   zt__plan_t unbounded;
   assert_int_equal(zt__plan(&in, &unbounded), 0);
   /* The least: the shard's sums and parameters (160000 bytes each) and two
@@ -384,21 +384,24 @@ static void stage3_step(flat_t *f, uint64_t t, double *norm, long rss[3]) {
  * memory. */
 static void test_sums_on_disk(void **state) {
   const size_t numel = 4 * 65536 + 4099; /* five norm blocks, the last short */
-  float *got[2];
-  for (int k = 0; k < 2; k++) {
+  float *got[3];
+  /* The host tier; the nvme tier with grad_sums "auto" (a file at stage 3);
+   * the nvme tier with grad_sums "memory". */
+  for (int k = 0; k < 3; k++) {
     zt_config_t cfg = stage3_config(k ? ZT_TIER_NVME : ZT_TIER_HOST);
     cfg.bucket_bytes = 64u << 10;
     cfg.chunk_bytes = 256u << 10; /* windows of one norm block */
+    if (k == 2) T_OK(zt_config_set(&cfg, "grad_sums", "memory"), NULL);
     flat_t f;
     int rc = flat_create(&f, &cfg, numel);
     T_OK(rc, f.eng);
     const zt__part_t *p = &f.eng->zero.part;
-    assert_int_equal(p->sums_file.map != NULL, k);
+    assert_int_equal(p->sums_file.map != NULL, k == 1);
     for (uint64_t t = 1; t <= 3; t++) {
       double norm = 0;
       long rss[3];
       stage3_step(&f, t, &norm, rss);
-      if (!k) continue;
+      if (k != 1) continue;
       printf("# step %llu: norm %.6f; sums resident %ld, %ld, %ld KiB after the hand-over, "
              "the norm, the step (of %zu KiB)\n",
              (unsigned long long)t, norm, rss[0], rss[1], rss[2], numel * 4 / 1024);
@@ -416,20 +419,81 @@ static void test_sums_on_disk(void **state) {
     flat_destroy(&f);
   }
   t_expect_same("sums on disk against the host tier", got[1], got[0], 4, numel);
-  free(got[0]);
-  free(got[1]);
+  t_expect_same("sums in memory against the host tier", got[2], got[0], 4, numel);
+  for (int k = 0; k < 3; k++) free(got[k]);
+}
+
+/* At stages 1 and 2, grad_sums "auto" keeps the sums in pinned memory, and
+ * "disk" puts them in a file as at stage 3: given back after each pass, and
+ * the same bits over three clipped steps. */
+static void test_sums_on_disk_by_config(void **state) {
+  const size_t numel = 2 * 65536 + 777;
+  float *grads = malloc(numel * 4);
+  t_rng_t r;
+  t_rng_init(&r, t_seed() + 1);
+  t_fill_normal(grads, ZT_FP32, numel, 0.5, &r);
   for (int stage = 1; stage <= 2; stage++) {
-    zt_config_t cfg = nvme_config(ZT_TIER_NVME);
-    cfg.backend = ZT_BACKEND_HOST;
-    cfg.comm = ZT_COMM_SINGLE;
-    cfg.stage = stage;
-    flat_t f;
-    int rc = flat_create(&f, &cfg, 4096);
-    T_OK(rc, f.eng);
-    assert_true(f.eng->zero.part.on_pinned); /* host memory, as at stage 3 */
-    assert_null(f.eng->zero.part.sums_file.map);
-    flat_destroy(&f);
+    float *got[2];
+    for (int k = 0; k < 2; k++) {
+      zt_config_t cfg = nvme_config(ZT_TIER_NVME);
+      cfg.backend = ZT_BACKEND_HOST;
+      cfg.comm = ZT_COMM_SINGLE;
+      cfg.stage = stage;
+      cfg.bucket_bytes = 64u << 10;
+      cfg.chunk_bytes = 256u << 10;
+      if (k) T_OK(zt_config_set(&cfg, "grad_sums", "disk"), NULL);
+      flat_t f;
+      int rc = flat_create(&f, &cfg, numel);
+      T_OK(rc, f.eng);
+      const zt__part_t *p = &f.eng->zero.part;
+      assert_true(p->on_pinned); /* host memory, as at stage 3 */
+      assert_int_equal(p->sums_file.map != NULL, k);
+      /* ztier plan counts them where they are: host memory or the disk. */
+      zt_stats_t st = ZT_STATS_INIT;
+      T_OK(zt_stats(f.eng, &st), f.eng);
+      zt__plan_in_t in = {numel, 1, 0, stage, ZT_FP32, ZT_FP32, ZT_TIER_NVME, ZT_TIER_DEVICE,
+                          cfg.bucket_bytes, cfg.chunk_bytes, 0, ZT_STATES_FP32, cfg.grad_sums};
+      zt__plan_t pl;
+      assert_int_equal(zt__plan(&in, &pl), 0);
+      assert_int_equal(st.host_bytes, pl.ztier_host);
+      assert_int_equal(st.nvme_bytes, pl.ztier_nvme);
+      for (uint64_t t = 1; t <= 3; t++) {
+        t_buf_upload(f.eng, f.dg, grads, numel * 4); /* the backward's gradients */
+        double norm = 0;
+        T_OK(zt_grad_norm(f.eng, 1.0f, &norm), f.eng);
+        if (k) assert_true(mapping_rss_kb(p->grads) <= 8);
+        zt_step_args_t a = ZT_STEP_ARGS_INIT;
+        a.lr = 1e-3f;
+        a.t = t;
+        a.clip_grad_norm = (float)(norm / 2);
+        T_OK(zt_step(f.eng, &a, NULL), f.eng);
+        if (k) assert_true(mapping_rss_kb(p->grads) <= 8);
+      }
+      got[k] = malloc(numel * 4);
+      t_buf_download(f.eng, got[k], f.dp, numel * 4);
+      flat_destroy(&f);
+    }
+    t_expect_same("stage 1-2 sums on disk against in memory", got[1], got[0], 4, numel);
+    free(got[0]);
+    free(got[1]);
   }
+  free(grads);
+}
+
+/* grad_sums "disk" needs a shard whose update reads the sums a window at a
+ * time: the config names both keys otherwise. */
+static void test_grad_sums_refused(void **state) {
+  zt_config_t cfg = nvme_config(ZT_TIER_NVME);
+  T_OK(zt_config_set(&cfg, "grad_sums", "disk"), NULL);
+  cfg.stage = 0;
+  T_EXPECT_ERR(zt_config_validate(&cfg), NULL, ZT_ECONFIG, "'grad_sums'");
+  assert_non_null(strstr(zt_last_error(NULL), "stage"));
+  cfg.stage = 2;
+  cfg.optimizer_tier = ZT_TIER_HOST;
+  T_EXPECT_ERR(zt_config_validate(&cfg), NULL, ZT_ECONFIG, "optimizer_tier");
+  cfg.optimizer_tier = ZT_TIER_NVME;
+  T_OK(zt_config_validate(&cfg), NULL);
+  T_EXPECT_ERR(zt_config_set(&cfg, "grad_sums", "ram"), NULL, ZT_ECONFIG, "grad_sums");
 }
 
 /* At stage 3, 8M parameters: their gradient sums (32 MiB) are a file's, and
@@ -628,6 +692,8 @@ int main(void) {
       cmocka_unit_test(test_rss_within_budget),
       cmocka_unit_test(test_stage1_shard_in_place),
       cmocka_unit_test(test_sums_on_disk),
+      cmocka_unit_test(test_sums_on_disk_by_config),
+      cmocka_unit_test(test_grad_sums_refused),
       cmocka_unit_test(test_sums_peak_rss),
       cmocka_unit_test(test_stage3_register_peak_rss),
       cmocka_unit_test(test_budget_too_small),

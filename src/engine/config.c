@@ -54,6 +54,7 @@ static const char *const scaling_names[] = {"auto", "none", "static", "dynamic"}
 static const char *const level_names[] = {"error", "warn", "info", "debug"};
 static const char *const nonfinite_names[] = {"skip", "apply"};
 static const char *const states_names[] = {"fp32", "bf16", "int8"};
+static const char *const grad_sums_names[] = {"auto", "memory", "disk"};
 
 #define FIELD(f) .name = #f, .off = offsetof(zt_config_t, f)
 #define CAP(f) .cap = sizeof(((zt_config_t *)0)->f)
@@ -112,6 +113,14 @@ const keydef_t zt__config_keys[] = {
             "`bf16` (2 bytes each, rounded stochastically from `seed` and the step; "
             "docs/states.md). Checkpoints hold them as fp32 either way, so a run may "
             "resume in the other format"},
+    {FIELD(grad_sums), .type = T_ENUM, NAMES(grad_sums_names), .supported = 0x7,
+     .also = "\"disk\" needs stage 1-3 and optimizer_tier \"nvme\"",
+     .doc = "stages 1-3: where the shard's fp32 gradient sums (4 bytes a parameter) "
+            "live from the hand-over to the update: `memory` (pinned host memory, or "
+            "device memory with optimizer_tier `device`), `disk` (an unlinked file in "
+            "swap_path's first directory, each pass giving back the pages it read; "
+            "docs/offload.md) or `auto` (`disk` at stage 3 with optimizer_tier `nvme`, "
+            "`memory` otherwise). `memory` is faster, `disk` holds no RAM for them"},
     {FIELD(param_tier), .type = T_ENUM, NAMES(tier_names), .supported = 0x7,
      .also = "\"host\" and \"nvme\" need stage 3; \"nvme\" needs swap_path",
      .doc = "where this rank's shard of the parameters lives between uses at stage 3: "
@@ -555,6 +564,20 @@ static int check_combos(const ctx_t *c, const zt_config_t *cfg) {
         "optimizer_tier \"host\" or \"nvme\" (compressed states are not yet in the "
         "device tier) or optimizer_states \"fp32\"",
         states_names[cfg->optimizer_states], tier_names[cfg->optimizer_tier]);
+
+  /* The sums' file is read and given back window by window by the nvme
+   * tier's update; another tier would read it whole. */
+  if (cfg->grad_sums == ZT_GRAD_SUMS_DISK &&
+      (cfg->stage == 0 || cfg->optimizer_tier != ZT_TIER_NVME))
+    return zt__config_kfail(
+        c, zt__config_find_key("grad_sums"),
+        zt__config_find_key(cfg->stage == 0 ? "stage" : "optimizer_tier"), ZT_ECONFIG,
+        "key 'grad_sums' is \"disk\" but %s; expected stage 1, 2 or 3 with "
+        "optimizer_tier \"nvme\" (the shard's sums are summed, read and updated a "
+        "window at a time there), or grad_sums \"auto\" or \"memory\"",
+        cfg->stage == 0 ? "stage is 0 (no shard, no sums)"
+                        : (cfg->optimizer_tier == ZT_TIER_HOST ? "optimizer_tier is \"host\""
+                                                               : "optimizer_tier is \"device\""));
 
   /* On a GPU the registered buffers are device memory, which would need
    * virtual memory management to be backed a group at a time. */

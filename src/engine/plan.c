@@ -183,7 +183,7 @@ int zt__plan_with(const zt__plan_in_t *in, const zt__plan_run_t *run, zt__plan_t
     } else {
       host = grads + params + buckets;
       out->pinned_bytes += pages(grads) + pages(params) + bucket_pages;
-      if (zt__part_sums_on_disk(in->stage, in->optimizer_tier, on_pinned)) {
+      if (zt__part_sums_on_disk(in->stage, in->optimizer_tier, on_pinned, in->grad_sums)) {
         /* The sums are a file's pages in swap_path (partition.h). */
         host -= grads;
         out->pinned_bytes -= pages(grads);

@@ -28,6 +28,7 @@ typedef struct zt__plan_in {
   size_t chunk_bytes;       /* config chunk_bytes (host and nvme tiers)    */
   size_t pinned_budget_bytes; /* config pinned_budget_bytes (nvme tier)  */
   int optimizer_states;       /* config optimizer_states                  */
+  int grad_sums;              /* config grad_sums (0: auto)               */
 } zt__plan_in_t;
 
 /* What the device rows also depend on: the backend and comm of the run,

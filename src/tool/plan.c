@@ -22,6 +22,7 @@ static const zt_dtype_t dtype_values[] = {ZT_FP32, ZT_BF16, ZT_FP16};
 static const char *const offload_names[] = {"none", "host", "nvme", NULL};
 static const zt_tier_t offload_values[] = {ZT_TIER_DEVICE, ZT_TIER_HOST, ZT_TIER_NVME};
 static const char *const states_names[] = {"fp32", "bf16", NULL};
+static const char *const grad_sums_names[] = {"auto", "memory", "disk", NULL};
 static const char *const backend_names[] = {"host", "cuda", "sim", NULL};
 static const zt_backend_t backend_values[] = {ZT_BACKEND_HOST, ZT_BACKEND_CUDA, ZT_BACKEND_SIM};
 static const char *const comm_names[] = {"auto", "single", "mpi", "nccl", NULL};
@@ -61,7 +62,8 @@ int tool_plan_main(int argc, char **argv) {
   size_t params = 0, bucket = UNSET_SIZE, chunk = UNSET_SIZE, pinned = UNSET_SIZE,
          group = 0, live = UNSET_SIZE;
   int ranks = 1, stage = UNSET_INT, dtype = 1, opt = UNSET_INT, par = UNSET_INT, rank = 0,
-      json = 0, backend = UNSET_INT, comm = UNSET_INT, states = UNSET_INT;
+      json = 0, backend = UNSET_INT, comm = UNSET_INT, states = UNSET_INT,
+      grad_sums = UNSET_INT;
   const char *config = NULL;
   const tool_flag_t flags[] = {
       {"params", TOOL_FLAG_COUNT, &params, "N",
@@ -88,6 +90,10 @@ int tool_plan_main(int argc, char **argv) {
       {"optimizer-states", TOOL_FLAG_CHOICE, &states, "fp32|bf16",
        "how m and v are stored (default fp32; bf16 with --offload-optimizer host or nvme)", 0, 0,
        states_names},
+      {"grad-sums", TOOL_FLAG_CHOICE, &grad_sums, "auto|memory|disk",
+       "config grad_sums: where the shard's gradient sums live (default auto: disk at "
+       "stage 3 with --offload-optimizer nvme; disk needs --offload-optimizer nvme)",
+       0, 0, grad_sums_names},
       {"offload-params", TOOL_FLAG_CHOICE, &par, "none|host|nvme",
        "where the parameter shards live at stage 3 (default none)", 0, 0, offload_names},
       {"bucket", TOOL_FLAG_BYTES, &bucket, "BYTES",
@@ -115,7 +121,7 @@ int tool_plan_main(int argc, char **argv) {
       prog,
       "ztier plan --params N [--ranks R] [--stage S] [--dtype fp32|bf16|fp16]\n"
       "                  [--offload-optimizer none|host|nvme] [--offload-params none|host|nvme]\n"
-      "                  [--optimizer-states fp32|bf16]\n"
+      "                  [--optimizer-states fp32|bf16] [--grad-sums auto|memory|disk]\n"
       "                  [--backend host|cuda|sim] [--comm auto|single|mpi|nccl]\n"
       "                  [--group-params N] [--max-live BYTES] [--pinned-budget BYTES]\n"
       "                  [--config PATH] [--json]",
@@ -155,6 +161,10 @@ int tool_plan_main(int argc, char **argv) {
   if (states != ZT_STATES_FP32 && offload_values[opt] == ZT_TIER_DEVICE)
     return tool_args_fail(&cmd, "--optimizer-states is %s; compressed states need "
                           "--offload-optimizer host or nvme", states_names[states]);
+  if (grad_sums == UNSET_INT) grad_sums = cfg.grad_sums;
+  if (grad_sums == ZT_GRAD_SUMS_DISK && (stage == 0 || offload_values[opt] != ZT_TIER_NVME))
+    return tool_args_fail(&cmd, "--grad-sums is disk; the sums' file needs --stage 1, 2 or 3 "
+                          "and --offload-optimizer nvme");
   if (bucket == UNSET_SIZE) bucket = cfg.bucket_bytes;
   if (chunk == UNSET_SIZE) chunk = cfg.chunk_bytes;
   if (pinned == UNSET_SIZE) pinned = cfg.pinned_budget_bytes;
@@ -168,7 +178,7 @@ int tool_plan_main(int argc, char **argv) {
   }
   zt__plan_in_t in = {params, ranks, rank, stage, dtype_values[dtype], dtype_values[dtype],
                       offload_values[opt], offload_values[par], bucket, chunk, pinned,
-                      states};
+                      states, grad_sums};
   const zt__plan_run_t run = {backend_values[backend], comm_values[comm], group, live};
   /* The group the rows count: the whole model unless a smaller one is given. */
   uint64_t group_n = group && group < params ? group : params;

@@ -153,8 +153,9 @@ static int build_shard_segs(zt__part_t *p) {
 
 /* ---- sizes --------------------------------------------------------------------- */
 
-int zt__part_sums_on_disk(int stage, zt_tier_t optimizer_tier, int on_pinned) {
-  return stage == 3 && on_pinned && optimizer_tier == ZT_TIER_NVME;
+int zt__part_sums_on_disk(int stage, zt_tier_t optimizer_tier, int on_pinned, int grad_sums) {
+  if (!on_pinned || optimizer_tier != ZT_TIER_NVME || grad_sums == ZT_GRAD_SUMS_MEMORY) return 0;
+  return grad_sums == ZT_GRAD_SUMS_DISK || stage == 3;
 }
 
 void zt__part_footprint(const zt__part_shape_t *s, zt__part_footprint_t *out) {
@@ -357,7 +358,7 @@ int zt__part_init(zt__part_t *p, const zt__ctx_t *ctx, const zt__zero_reg_t *reg
   ZT_TRY(build_shard_segs(p));
   ZT_TRY(init_pools(p));
 
-  if (!zt__part_sums_on_disk(cfg->stage, cfg->optimizer_tier, p->on_pinned) ||
+  if (!zt__part_sums_on_disk(cfg->stage, cfg->optimizer_tier, p->on_pinned, cfg->grad_sums) ||
       !map_or_warn(p, &p->sums_file, "the shard's gradient sums", f.grads_bytes,
                    (void **)&p->grads))
     ZT_TRY(zt__part_alloc(p, f.grads_bytes, (void **)&p->grads));

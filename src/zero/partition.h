@@ -337,13 +337,16 @@ typedef struct zt__part_footprint {
 ZT_INTERNAL void zt__part_footprint(const zt__part_shape_t *s, zt__part_footprint_t *out);
 
 /* Whether the shard's gradient sums live in a file of the swap folder
- * rather than in pinned memory: at stage 3 with the nvme optimizer tier,
- * whose update reads them from host memory (on_pinned). There the loop
- * holds no model buffer, and at 4 bytes a parameter of the shard the sums
- * would be the largest thing the process holds. At stages 1 and 2 the loop
- * holds the whole model anyway, and the sums stay in memory, where a step
- * neither faults them in nor zeroes them page by page (docs/offload.md). */
-ZT_INTERNAL int zt__part_sums_on_disk(int stage, zt_tier_t optimizer_tier, int on_pinned);
+ * rather than in pinned memory, with the nvme optimizer tier, whose update
+ * reads them from host memory (on_pinned) a window at a time: config
+ * grad_sums "disk" at any stage, "memory" never, and "auto" at stage 3.
+ * There the loop holds no model buffer, and at 4 bytes a parameter of the
+ * shard the sums would be the largest thing the process holds. At stages 1
+ * and 2 the loop holds the whole model anyway, so "auto" keeps them in
+ * memory, where a step neither faults them in nor zeroes them page by page
+ * (docs/offload.md). */
+ZT_INTERNAL int zt__part_sums_on_disk(int stage, zt_tier_t optimizer_tier, int on_pinned,
+                                      int grad_sums);
 
 /* `count` groups of `numel` elements each: what the pools are cut by. */
 typedef struct zt__part_size {
