@@ -3,7 +3,8 @@
  * the int8 code's grid, rounding and bounds; every ISA bit-identical to the
  * scalar build (bf16 and int8 states, every gradient and parameter dtype,
  * tails, unaligned starts, spans across a 2^32 index boundary); the threaded
- * executor identical for 1, 2 and 3 threads; one step of each format against
+ * executor identical for 1, 2 and 3 threads, and its int8 blocks whole
+ * where they span segments (dense states, as the tiers lay them out); one step of each format against
  * the double reference within the bounds docs/states.md derives; and 300
  * steps of a noisy quadratic whose final loss with bf16 and int8 states
  * stays near fp32's, over three seeds.
@@ -526,6 +527,139 @@ static void test_threads(void **state) {
     zt__cpu_destroy(cpu[k]);
 }
 
+/* ---- int8 blocks across segments ------------------------------------------------ */
+
+/* Dense states, as a tier lays them out (no padding): segments that start
+ * and end inside ZT_QBLOCK blocks, one-element ones, several in one block,
+ * gaps in the element index, alternating decay, pieces across CHUNK edges
+ * of the state offset, and a short last block. */
+typedef struct dense {
+  zt__seg_t segs[9];
+  size_t n_segs, states, total;
+} dense_t;
+
+static dense_t make_dense(void) {
+  static const size_t spans[][2] = {{3, 1000},     {1010, 65536 + 300}, {70000, 70001},
+                                    {140010, 5},   {140020, 1},         {140022, 300},
+                                    {140400, 77},  {140500, 131072},    {271600, 2}};
+  dense_t D = {.n_segs = 9};
+  size_t off = 0;
+  for (size_t k = 0; k < D.n_segs; k++) {
+    D.segs[k] = (zt__seg_t){spans[k][0], off, spans[k][1], (int)(k % 2)};
+    off += spans[k][1];
+  }
+  D.states = off;
+  D.total = 271600 + 2 + 5;
+  return D;
+}
+
+/* What the executor must give, from optim_math.h one element at a time:
+ * each block of the state space with its old scales, its elements' updates
+ * in state order (whatever segment holds them), new scales from its new
+ * values, then codes rounded with bits keyed by each element's index. */
+static void dense_reference(const zt__adam_hp_t *hp, const dense_t *D, exec_case_t *c,
+                            zt_dtype_t gdt) {
+  uint64_t *idx = xmalloc(D->states * sizeof *idx);
+  int *decay = xmalloc(D->states * sizeof *decay);
+  for (size_t j = 0; j < D->n_segs; j++)
+    for (size_t k = 0; k < D->segs[j].n; k++) {
+      idx[D->segs[j].state_off + k] = D->segs[j].index + k;
+      decay[D->segs[j].state_off + k] = D->segs[j].decay;
+    }
+  uint8_t *qm = c->m, *qv = c->v;
+  uint32_t skey = zt_state_key(hp->sr_key);
+  for (size_t b = 0; b < n_blocks(D->states); b++) {
+    size_t i0 = b * ZT_QBLOCK, len = zt__min_sz(ZT_QBLOCK, D->states - i0);
+    float mds = zt_q8_dscale(c->ms[b], ZT_Q8_M_TOP), vds = zt_q8_dscale(c->vs[b], ZT_Q8_V_TOP);
+    float mn[ZT_QBLOCK], sn[ZT_QBLOCK];
+    uint32_t mmax = 0, smax = 0;
+    for (size_t k = 0; k < len; k++) {
+      size_t st = i0 + k, e = idx[st] - 3;
+      zt_adam_update_q8(hp, decay[st], (float)t_load(c->grads, gdt, e), &c->master[st], qm[st],
+                        qv[st], mds, vds, &mn[k], &sn[k]);
+      ((uint16_t *)c->params)[e] =
+          zt_f32_to_bf16_sr(c->master[st], zt_sr_bits(hp->sr_key, idx[st]));
+      mmax = zt_q8_absmax(mmax, mn[k]);
+      smax = zt_q8_absmax(smax, sn[k]);
+    }
+    c->ms[b] = zt_f32_from_bits(mmax);
+    c->vs[b] = zt_f32_from_bits(smax);
+    float minv = zt_q8_inv(c->ms[b], ZT_Q8_M_TOP), sinv = zt_q8_inv(c->vs[b], ZT_Q8_V_TOP);
+    for (size_t k = 0; k < len; k++) {
+      uint32_t rnd = zt_sr_bits(skey, idx[i0 + k]);
+      qm[i0 + k] = (uint8_t)zt_q8m_encode(mn[k], minv, rnd);
+      qv[i0 + k] = (uint8_t)zt_q8v_encode(sn[k], sinv, rnd >> 16);
+    }
+  }
+  free(idx), free(decay);
+}
+
+/* The executor over dense int8 states gives the reference's bits with 1, 2
+ * and 3 threads, on the scalar build and this CPU's, and with the same
+ * states cut into other segments (one segment split in two inside a
+ * block). */
+static void test_blocks_across_segments(void **state) {
+  t_rng_t r;
+  t_rng_init(&r, t_seed() ^ 0x5e);
+  dense_t D = make_dense();
+  layout_t L = {.n_segs = D.n_segs, .total = D.total, .states = n_blocks(D.states) * ZT_QBLOCK};
+  zt_dtype_t pdt = ZT_BF16;
+  for (int gi = 0; gi < 2; gi++) {
+    zt_dtype_t gdt = gi ? ZT_FP32 : ZT_BF16;
+    exec_case_t init, run, want;
+    exec_alloc(&init, &L, ZT_STATES_INT8, gdt, pdt);
+    qbufs_t q = {.n = D.states, .states = ZT_STATES_INT8, .m = init.m, .v = init.v,
+                 .ms = init.ms, .vs = init.vs};
+    float *m = xmalloc(D.states * 4), *v = xmalloc(D.states * 4);
+    fresh_moments(m, v, D.states, &r);
+    qb_set(&q, m, v, &r);
+    free(m), free(v);
+    t_fill_uniform(init.master, ZT_FP32, L.states, -1.0, 1.0, &r);
+    t_fill_normal(init.grads, gdt, L.total, 0.01, &r);
+    t_fill_normal(init.params, pdt, L.total, 1.0, &r);
+    zt__adam_hp_t hp = make_hp(1e-3, 0.01f, 7, ZT_MODE_ADAMW, 1, t_rng_next(&r), 1.0f);
+    exec_alloc(&want, &L, ZT_STATES_INT8, gdt, pdt);
+    exec_copy(&want, &init, &L, ZT_STATES_INT8, gdt, pdt);
+    dense_reference(&hp, &D, &want, gdt);
+
+    /* The same states with segment 5 (300 elements) cut at 100. */
+    zt__seg_t cut[10];
+    memcpy(cut, D.segs, 5 * sizeof *cut);
+    cut[5] = D.segs[5], cut[5].n = 100;
+    cut[6] = D.segs[5], cut[6].index += 100, cut[6].state_off += 100, cut[6].n = 200;
+    memcpy(cut + 7, D.segs + 6, 3 * sizeof *cut);
+    exec_alloc(&run, &L, ZT_STATES_INT8, gdt, pdt);
+    for (int k = 0; k < 3; k++)
+      for (int isa = 0; isa < 2; isa++)
+        for (int split = 0; split < 2; split++) {
+          zt__err_t e;
+          zt__cpu_t *cpu;
+          assert_int_equal(zt__cpu_create(k + 1, &e, &cpu), 0);
+          if (isa == 0) cpu->isa = ZT_ISA_SCALAR;
+          exec_copy(&run, &init, &L, ZT_STATES_INT8, gdt, pdt);
+          zt__adam_qlaunch_t l = {&hp,        ZT_STATES_INT8, run.master, run.m,  run.v,
+                                  run.ms,     run.vs,         run.grads,  3,      gdt,
+                                  run.params, 3,              pdt,        split ? cut : D.segs,
+                                  D.n_segs + (size_t)split};
+          zt__cpu_adam_states(cpu, &l);
+          zt__cpu_destroy(cpu);
+          char ctx[96];
+          snprintf(ctx, sizeof ctx, "%s gradients, %d threads, %s, %s",
+                   gi ? "fp32" : "bf16", k + 1, isa ? "this CPU's build" : "scalar",
+                   split ? "a segment cut in two" : "as laid out");
+          expect_same("master", run.master, want.master, D.states * 4, ctx);
+          expect_same("m", run.m, want.m, D.states, ctx);
+          expect_same("v", run.v, want.v, D.states, ctx);
+          expect_same("m scales", run.ms, want.ms, n_blocks(D.states) * 4, ctx);
+          expect_same("v scales", run.vs, want.vs, n_blocks(D.states) * 4, ctx);
+          expect_same("params", run.params, want.params, L.total * 2, ctx);
+        }
+    exec_free(&run);
+    exec_free(&want);
+    exec_free(&init);
+  }
+}
+
 /* ---- one step against the double reference ------------------------------------- */
 
 /*
@@ -748,6 +882,7 @@ int main(void) {
       cmocka_unit_test(test_bits_avx512),
       cmocka_unit_test(test_fp32_unchanged),
       cmocka_unit_test(test_threads),
+      cmocka_unit_test(test_blocks_across_segments),
       cmocka_unit_test(test_step_error),
       cmocka_unit_test(test_quadratic_300_steps),
   };

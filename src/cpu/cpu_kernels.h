@@ -123,6 +123,30 @@ typedef struct zt__adam_qspan {
   int decay;
 } zt__adam_qspan_t;
 
+/* A run of elements of one int8 block that spans several runs (segments,
+ * or pieces of them): `n` elements from `index` on, their gradients at
+ * `grads`, their fp32 master at `master` and their copy-out at `params`
+ * (NULL: none), one weight-decay flag. */
+typedef struct zt__q8_run {
+  const void *grads;
+  void *params;
+  float *master;
+  uint64_t index;
+  size_t n;
+  int decay;
+} zt__q8_run_t;
+
+/* One int8 block made of `n_runs` runs, one after another in the block's
+ * state order (together at most ZT_QBLOCK elements): qm and qv are its
+ * first codes, m_scale and v_scale its scales. The same operations, in the
+ * same order per element, as a span's block, so a block gives the same bits
+ * whether one run holds it or several. Scalar on every ISA: such blocks
+ * are the few that cross a segment's edge. */
+ZT_INTERNAL void zt__adam_q8_block_runs(const zt__adam_hp_t *hp, uint8_t *qm, uint8_t *qv,
+                                        float *m_scale, float *v_scale,
+                                        zt_dtype_t grad_dtype, zt_dtype_t param_dtype,
+                                        const zt__q8_run_t *runs, size_t n_runs);
+
 /* Bytes of m and v together per parameter in `states`, scales included. */
 ZT_INTERNAL double zt__states_bytes_per_param(int states);
 

@@ -195,6 +195,41 @@ ZT_INLINE void q8_block(const zt__adam_hp_t *hp, const zt__adam_qspan_t *s, size
   }
 }
 
+void zt__adam_q8_block_runs(const zt__adam_hp_t *hp, uint8_t *qm, uint8_t *qv, float *m_scale,
+                            float *v_scale, zt_dtype_t grad_dtype, zt_dtype_t param_dtype,
+                            const zt__q8_run_t *runs, size_t n_runs) {
+  float mds = zt_q8_dscale(*m_scale, ZT_Q8_M_TOP);
+  float vds = zt_q8_dscale(*v_scale, ZT_Q8_V_TOP);
+  int sr = hp->stochastic != 0 && param_dtype == ZT_BF16;
+  float mnew[ZT_QBLOCK], snew[ZT_QBLOCK];
+  uint32_t mmax = 0, smax = 0;
+  size_t len = 0;
+  for (size_t r = 0; r < n_runs; r++) {
+    const zt__q8_run_t *u = &runs[r];
+    for (size_t k = 0; k < u->n; k++, len++) {
+      zt_adam_update_q8(hp, u->decay, load_elem(u->grads, grad_dtype, k), &u->master[k],
+                        qm[len], qv[len], mds, vds, &mnew[len], &snew[len]);
+      if (u->params)
+        store_elem(u->params, param_dtype, k, u->master[k], sr,
+                   sr ? zt_sr_bits(hp->sr_key, u->index + k) : 0u);
+      mmax = zt_q8_absmax(mmax, mnew[len]);
+      smax = zt_q8_absmax(smax, snew[len]);
+    }
+  }
+  float ms = zt_f32_from_bits(mmax), ss = zt_f32_from_bits(smax);
+  *m_scale = ms;
+  *v_scale = ss;
+  float minv = zt_q8_inv(ms, ZT_Q8_M_TOP), sinv = zt_q8_inv(ss, ZT_Q8_V_TOP);
+  uint32_t skey = zt_state_key(hp->sr_key);
+  len = 0;
+  for (size_t r = 0; r < n_runs; r++)
+    for (size_t k = 0; k < runs[r].n; k++, len++) {
+      uint32_t rnd = zt_sr_bits(skey, runs[r].index + k);
+      qm[len] = (uint8_t)zt_q8m_encode(mnew[len], minv, rnd);
+      qv[len] = (uint8_t)zt_q8v_encode(snew[len], sinv, rnd >> 16);
+    }
+}
+
 ZT_INLINE void qspan_loop(const zt__adam_hp_t *hp, const zt__adam_qspan_t *s, int gdt,
                           int pdt, int sr) {
   if (s->states == ZT_STATES_BF16) {

@@ -304,13 +304,11 @@ typedef struct qadam_ctx {
   size_t gsz, psz, ssz;
 } qadam_ctx_t;
 
-static void qadam_task(void *vctx, size_t t, int worker) {
-  const qadam_ctx_t *c = vctx;
+/* The span of the launch's states [st, st + n), all in segment `seg`. */
+static zt__adam_qspan_t qspan_at(const qadam_ctx_t *c, const zt__seg_t *seg, size_t st,
+                                 size_t n) {
   const zt__adam_qlaunch_t *l = c->l;
-  const piece_t *pc = &c->pieces[t];
-  const zt__seg_t *seg = &l->segs[pc->seg];
-  size_t st = seg->state_off + pc->off;
-  size_t idx = seg->index + pc->off;
+  size_t idx = seg->index + (st - seg->state_off);
   zt__adam_qspan_t s = {
       .m = (char *)l->m + st * c->ssz,
       .v = (char *)l->v + st * c->ssz,
@@ -320,7 +318,7 @@ static void qadam_task(void *vctx, size_t t, int worker) {
       .grads = (const char *)l->grads + (idx - l->grads_first) * c->gsz,
       .grad_dtype = l->grad_dtype,
       .param_dtype = l->param_dtype,
-      .n = pc->n,
+      .n = n,
       .index = idx,
       .decay = seg->decay,
   };
@@ -331,7 +329,104 @@ static void qadam_task(void *vctx, size_t t, int worker) {
     s.master = (float *)l->params + (idx - l->params_first);
     s.params = NULL;
   }
-  zt__adam_qspan_run(c->isa, l->hp, &s);
+  return s;
+}
+
+static void qadam_task(void *vctx, size_t t, int worker) {
+  const qadam_ctx_t *c = vctx;
+  const piece_t *pc = &c->pieces[t];
+  const zt__seg_t *seg = &c->l->segs[pc->seg];
+  zt__adam_qspan_t s = qspan_at(c, seg, seg->state_off + pc->off, pc->n);
+  zt__adam_qspan_run(c->isa, c->l->hp, &s);
+}
+
+/* ---- int8: blocks over the state offsets, across segments --------------------- */
+
+/* The int8 update's tasks are whole CHUNK windows of the state offsets, so
+ * that each ZT_QBLOCK block, whose scale its elements share, is one task's
+ * even where it spans segments. A window here is a piece_t: `seg` its first
+ * segment, `off` its first state offset, `n` its states. */
+static size_t next_q8_batch(cursor_t *cur, piece_t *out) {
+  size_t k = 0;
+  while (k < BATCH && cur->seg < cur->n_segs) {
+    const zt__seg_t *s = &cur->segs[cur->seg];
+    if (cur->off >= s->n) {
+      cur->seg++;
+      cur->off = 0;
+      continue;
+    }
+    size_t seg0 = cur->seg, first = s->state_off + cur->off;
+    size_t end = (first / CHUNK + 1) * CHUNK, last = first;
+    while (cur->seg < cur->n_segs && cur->segs[cur->seg].state_off < end) {
+      const zt__seg_t *t = &cur->segs[cur->seg];
+      if (t->state_off + t->n > end) {
+        cur->off = end - t->state_off;
+        last = end;
+        break;
+      }
+      last = t->state_off + t->n;
+      cur->seg++;
+      cur->off = 0;
+    }
+    out[k++] = (piece_t){seg0, first, last - first};
+  }
+  return k;
+}
+
+/* The block [b, b_end) of a window, from segment j on, as runs. */
+static void q8_block_across(const qadam_ctx_t *c, size_t j, size_t b, size_t b_end) {
+  const zt__adam_qlaunch_t *l = c->l;
+  zt__q8_run_t runs[ZT_QBLOCK];
+  size_t n_runs = 0;
+  for (size_t pos = b; pos < b_end && j < l->n_segs; j++) {
+    const zt__seg_t *u = &l->segs[j];
+    /* The states that share a block follow one another without a gap; a
+     * padded layout resumes at a later block (zt__adam_qlaunch_t). */
+    if (u->state_off > pos) {
+      ZT_ASSERT(u->state_off >= b_end);
+      break;
+    }
+    size_t u_end = zt__min_sz(u->state_off + u->n, b_end);
+    zt__adam_qspan_t s = qspan_at(c, u, pos, u_end - pos);
+    runs[n_runs++] = (zt__q8_run_t){s.grads, s.params, s.master, s.index, s.n, s.decay};
+    pos = u_end;
+  }
+  zt__adam_q8_block_runs(l->hp, (uint8_t *)l->m + b, (uint8_t *)l->v + b,
+                         l->m_scale + b / ZT_QBLOCK, l->v_scale + b / ZT_QBLOCK,
+                         l->grad_dtype, l->params ? l->param_dtype : ZT_FP32, runs, n_runs);
+}
+
+/* A window: the blocks one segment holds alone as spans (the vector
+ * build), the others run by run. A block is a segment's alone when the
+ * segment covers it, or when the states after the segment's end resume only
+ * at a later block (a layout padded to whole blocks; that block is then
+ * short, as the launch's last one may be). */
+static void q8_task(void *vctx, size_t t, int worker) {
+  const qadam_ctx_t *c = vctx;
+  const zt__adam_qlaunch_t *l = c->l;
+  const piece_t *w = &c->pieces[t];
+  size_t j = w->seg, end = w->off + w->n;
+  for (size_t b = w->off; b < end;) {
+    while (l->segs[j].state_off + l->segs[j].n <= b) j++;
+    const zt__seg_t *s = &l->segs[j];
+    if (s->state_off > b) b = s->state_off; /* past a padding gap, to a block start */
+    ZT_ASSERT(b % ZT_QBLOCK == 0);
+    size_t s_end = zt__min_sz(s->state_off + s->n, end);
+    size_t b_end = zt__min_sz(b + ZT_QBLOCK, end);
+    size_t next = j + 1 < l->n_segs ? zt__min_sz(l->segs[j + 1].state_off, end) : end;
+    if (s_end < b_end && next < b_end) {
+      q8_block_across(c, j, b, b_end);
+      b = b_end;
+      continue;
+    }
+    /* Up to the last block s holds alone. */
+    size_t run_end = next >= zt__round_up(s_end, ZT_QBLOCK) || s_end == end
+                         ? s_end
+                         : s_end / ZT_QBLOCK * ZT_QBLOCK;
+    zt__adam_qspan_t sp = qspan_at(c, s, b, run_end - b);
+    zt__adam_qspan_run(c->isa, l->hp, &sp);
+    b = zt__round_up(run_end, ZT_QBLOCK);
+  }
 }
 
 void zt__cpu_adam_in(zt__cpu_t *cpu, int states, const zt__adam_launch_t *l) {
@@ -364,8 +459,6 @@ void zt__cpu_adam_states(zt__cpu_t *cpu, const zt__adam_qlaunch_t *l) {
     zt__cpu_adam(cpu, &f);
     return;
   }
-  for (size_t k = 0; l->states == ZT_STATES_INT8 && k < l->n_segs; k++)
-    ZT_ASSERT(l->segs[k].state_off % ZT_QBLOCK == 0);
   cpu_impl_t *c = (cpu_impl_t *)cpu;
   qadam_ctx_t ctx = {l,
                      c->pieces,
@@ -375,6 +468,13 @@ void zt__cpu_adam_states(zt__cpu_t *cpu, const zt__adam_qlaunch_t *l) {
                      l->states == ZT_STATES_BF16 ? 2 : 1};
   cursor_t cur = {l->segs, l->n_segs, 0, 0};
   size_t k;
+  if (l->states == ZT_STATES_INT8) {
+    /* The blocks are counted from the launch's first state. */
+    ZT_ASSERT(l->n_segs == 0 || l->segs[0].state_off % ZT_QBLOCK == 0);
+    while ((k = next_q8_batch(&cur, c->pieces)) > 0)
+      zt__pool_run(cpu->pool, k, q8_task, &ctx);
+    return;
+  }
   while ((k = next_qbatch(&cur, c->pieces)) > 0)
     zt__pool_run(cpu->pool, k, qadam_task, &ctx);
 }

@@ -108,13 +108,16 @@ ZT_INTERNAL void zt__cpu_cast(zt__cpu_t *cpu, void *dst, zt_dtype_t dst_dtype,
  * One step's update with m and v in a compressed format (docs/states.md):
  * zt__adam_launch_t's fields and addressing, with m and v of `states`'s
  * element type (void *: float, uint16_t or uint8_t codes) and, for int8,
- * m_scale[state_off / ZT_QBLOCK + k] and v_scale[...] the scales of the
- * ZT_QBLOCK-element blocks of the state arrays. int8 requires each
- * segment's state_off to be a multiple of ZT_QBLOCK (a block never spans
- * two segments: a state layout pads each segment to whole blocks).
- * Chunks are cut at multiples of ZT_NORM_BLOCK in the state offset, so
- * every int8 block is updated whole by one thread, and the result is the
- * same for any thread count. No sum of squares here (zt__cpu_sumsq).
+ * m_scale[b] and v_scale[b] the scales of block b, the ZT_QBLOCK states
+ * [b * ZT_QBLOCK, (b + 1) * ZT_QBLOCK) of the state arrays. For int8 the
+ * first segment's state_off is a multiple of ZT_QBLOCK and the segments'
+ * states follow one another without a gap (a tier's, a window's), so the
+ * blocks are the state space's, whatever the segments: a block may span
+ * segments, and only the launch's last block may be short. Work is cut at
+ * multiples of ZT_NORM_BLOCK in the state offset, so every int8 block is
+ * updated whole by one thread, and the result is the same for any thread
+ * count and any cut of the same states into segments. No sum of squares
+ * here (zt__cpu_sumsq).
  */
 typedef struct zt__adam_qlaunch {
   const zt__adam_hp_t *hp;
