@@ -527,34 +527,39 @@ cudaError_t zt__cuda_sumsq(const void *grads, size_t grads_first, zt_dtype_t dty
 
 /* sums[j] += runs[j] + runs[stride + j] + ..., in rank order and in fp32:
  * zt__cpu_rank_sum's additions, one element per thread, so the same bits
- * (fp32 adds in one order; no fused multiply-add is involved). */
+ * (fp32 adds in one order; no fused multiply-add is involved). With
+ * `first` the sums are not read: 0 + the sum, as onto zeroed sums. */
 template <int GD>
 __global__ void __launch_bounds__(256)
 rank_sum_kernel(float *__restrict__ sums, const void *__restrict__ runs, u64 stride,
-                int world, u64 n) {
+                int world, u64 n, int first) {
   const u64 step = (u64)gridDim.x * blockDim.x;
   for (u64 j = (u64)blockIdx.x * blockDim.x + threadIdx.x; j < n; j += step) {
     float sum = load_elem<GD>(runs, j);
     for (int r = 1; r < world; r++) sum = __fadd_rn(sum, load_elem<GD>(runs, r * stride + j));
-    sums[j] = __fadd_rn(sums[j], sum);
+    if (first)
+      sums[j] = __fadd_rn(0.0f, sum); /* -0 + 0 is +0 */
+    else
+      sums[j] = __fadd_rn(sums[j], sum);
   }
 }
 
 template <int GD>
 static cudaError_t rank_sum_launch(float *sums, const void *runs, u64 stride, int world,
-                                   u64 n, cudaStream_t stream) {
+                                   u64 n, int first, cudaStream_t stream) {
   u64 blocks = (n + 255) / 256;
   if (blocks > (1u << 20)) blocks = 1u << 20;
-  rank_sum_kernel<GD><<<(unsigned)blocks, 256, 0, stream>>>(sums, runs, stride, world, n);
+  rank_sum_kernel<GD><<<(unsigned)blocks, 256, 0, stream>>>(sums, runs, stride, world, n,
+                                                             first);
   return cudaGetLastError();
 }
 
 cudaError_t zt__cuda_rank_sum(float *sums, const void *runs, size_t stride, zt_dtype_t dtype,
-                              int world, size_t n, cudaStream_t stream) {
+                              int world, size_t n, int first, cudaStream_t stream) {
   switch (dtype) {
-  case ZT_FP32: return rank_sum_launch<ZT_FP32>(sums, runs, stride, world, n, stream);
-  case ZT_BF16: return rank_sum_launch<ZT_BF16>(sums, runs, stride, world, n, stream);
-  case ZT_FP16: return rank_sum_launch<ZT_FP16>(sums, runs, stride, world, n, stream);
+  case ZT_FP32: return rank_sum_launch<ZT_FP32>(sums, runs, stride, world, n, first, stream);
+  case ZT_BF16: return rank_sum_launch<ZT_BF16>(sums, runs, stride, world, n, first, stream);
+  case ZT_FP16: return rank_sum_launch<ZT_FP16>(sums, runs, stride, world, n, first, stream);
   }
   return cudaErrorInvalidValue;
 }

@@ -97,9 +97,10 @@ ZT_INTERNAL cudaError_t zt__cuda_sumsq(const void *grads, size_t grads_first,
                                        double *d_partials, cudaStream_t stream);
 
 /* sums[j] += the sum over ranks, in rank order and in fp32, of runs[r *
- * stride + j] (dtype `dtype`), j in [0, n): zt__cpu_rank_sum's bits. */
+ * stride + j] (dtype `dtype`), j in [0, n), with `first` 0 + it (the sums
+ * not read): zt__cpu_rank_sum's bits. */
 ZT_INTERNAL cudaError_t zt__cuda_rank_sum(float *sums, const void *runs, size_t stride,
-                                          zt_dtype_t dtype, int world, size_t n,
+                                          zt_dtype_t dtype, int world, size_t n, int first,
                                           cudaStream_t stream);
 
 /* dst[i] = (dst_dtype) src[i], i < n, round to nearest even; a copy of the

@@ -486,54 +486,64 @@ static void test_sumsq_matches_cpu(void **state) {
 
 /* rank_sum: sums[j] += runs[j] + runs[stride + j] + ..., fp32 adds in rank
  * order, the bits of the same adds written out here in C; and within fp32
- * rounding of a long double sum. Fresh random data, world 1 to 4, odd
- * lengths, every gradient dtype. */
+ * rounding of a long double sum. With `first` the sums are not read (they
+ * hold NaN) and come out as 0 + the sum (+0 for a sum of -0). Fresh random
+ * data, world 1 to 4, odd lengths, every gradient dtype. */
 static void test_rank_sum_matches_cpu(void **state) {
   ctx_t *c = *state;
   t_rng_t *r = &c->rng;
-  for (int di = 0; di < 3; di++)
-    for (int world = 1; world <= 4; world++) {
-      zt_dtype_t dt = dtypes[di];
-      size_t esz = t_dtype_size(dt);
-      size_t n = 1 + t_rng_next(r) % 70000, stride = n + t_rng_next(r) % 100;
-      size_t run_elems = stride * (size_t)(world - 1) + n;
-      void *h_runs = host_alloc(run_elems * esz);
-      float *h_sums = host_alloc(n * sizeof(float)), *got = host_alloc(n * sizeof(float));
-      t_fill_normal(h_runs, dt, run_elems, 1.0, r);
-      t_fill_normal(h_sums, ZT_FP32, n, 1.0, r);
-      void *d_runs = dev_alloc(c, run_elems * esz);
-      float *d_sums = dev_alloc(c, n * sizeof(float));
-      upload(c, d_runs, h_runs, run_elems * esz);
-      upload(c, d_sums, h_sums, n * sizeof(float));
-      BE_OK(c, ops->rank_sum(c->be, d_sums, d_runs, stride, dt, world, n, ZT_STREAM_D2H));
-      BE_OK(c, ops->stream_sync(c->be, ZT_STREAM_D2H));
-      download(c, got, d_sums, n * sizeof(float));
-      for (size_t j = 0; j < n; j++) {
-        float sum = (float)t_load(h_runs, dt, j);
-        long double ref = t_load(h_runs, dt, j), mag = fabsl(ref);
-        for (int k = 1; k < world; k++) {
-          long double x = t_load(h_runs, dt, (size_t)k * stride + j);
-          sum = sum + (float)x;
-          ref += x;
-          mag += fabsl(x);
+  for (int first = 0; first < 2; first++)
+    for (int di = 0; di < 3; di++)
+      for (int world = 1; world <= 4; world++) {
+        zt_dtype_t dt = dtypes[di];
+        size_t esz = t_dtype_size(dt);
+        size_t n = 1 + t_rng_next(r) % 70000, stride = n + t_rng_next(r) % 100;
+        size_t run_elems = stride * (size_t)(world - 1) + n;
+        void *h_runs = host_alloc(run_elems * esz);
+        float *h_sums = host_alloc(n * sizeof(float)), *got = host_alloc(n * sizeof(float));
+        t_fill_normal(h_runs, dt, run_elems, 1.0, r);
+        /* -0 in every rank's run of element 0: the sum is -0. */
+        for (int k = 0; k < world; k++) t_store(h_runs, dt, (size_t)k * stride, -0.0);
+        if (first)
+          for (size_t j = 0; j < n; j++) h_sums[j] = NAN;
+        else
+          t_fill_normal(h_sums, ZT_FP32, n, 1.0, r);
+        void *d_runs = dev_alloc(c, run_elems * esz);
+        float *d_sums = dev_alloc(c, n * sizeof(float));
+        upload(c, d_runs, h_runs, run_elems * esz);
+        upload(c, d_sums, h_sums, n * sizeof(float));
+        BE_OK(c,
+              ops->rank_sum(c->be, d_sums, d_runs, stride, dt, world, n, first, ZT_STREAM_D2H));
+        BE_OK(c, ops->stream_sync(c->be, ZT_STREAM_D2H));
+        download(c, got, d_sums, n * sizeof(float));
+        for (size_t j = 0; j < n; j++) {
+          float sum = (float)t_load(h_runs, dt, j);
+          long double ref = t_load(h_runs, dt, j), mag = fabsl(ref);
+          for (int k = 1; k < world; k++) {
+            long double x = t_load(h_runs, dt, (size_t)k * stride + j);
+            sum = sum + (float)x;
+            ref += x;
+            mag += fabsl(x);
+          }
+          float base = first ? 0.0f : h_sums[j];
+          float want = base + sum;
+          ref += base;
+          mag += fabsl((long double)base);
+          if (memcmp(&got[j], &want, sizeof want) != 0) {
+            printf("# rank_sum %s world %d%s: element %zu of %zu is %.9g, expected %.9g\n",
+                   t_dtype_name(dt), world, first ? " first" : "", j, n, (double)got[j],
+                   (double)want);
+            fail();
+          }
+          /* world fp32 adds, each within half an ulp of the magnitudes. */
+          assert_true(fabsl((long double)got[j] - ref) <= world * 0x1p-24L * mag);
         }
-        float want = h_sums[j] + sum;
-        ref += h_sums[j];
-        mag += fabsl((long double)h_sums[j]);
-        if (memcmp(&got[j], &want, sizeof want) != 0) {
-          printf("# rank_sum %s world %d: element %zu of %zu is %.9g, expected %.9g\n",
-                 t_dtype_name(dt), world, j, n, (double)got[j], (double)want);
-          fail();
-        }
-        /* world fp32 adds, each within half an ulp of the magnitudes. */
-        assert_true(fabsl((long double)got[j] - ref) <= world * 0x1p-24L * mag);
+        ops->free(c->be, d_runs, run_elems * esz);
+        ops->free(c->be, d_sums, n * sizeof(float));
+        free(h_runs);
+        free(h_sums);
+        free(got);
       }
-      ops->free(c->be, d_runs, run_elems * esz);
-      ops->free(c->be, d_sums, n * sizeof(float));
-      free(h_runs);
-      free(h_sums);
-      free(got);
-    }
 }
 
 /* ---- cast ----------------------------------------------------------------------- */

@@ -125,9 +125,10 @@ typedef struct zt__backend_ops {
 
   /* A ZeRO owner's sums of its gradients (zt__cpu_rank_sum's, to the bit):
    * sums[j] += runs[j] + runs[stride + j] + ... + runs[(world-1) * stride + j],
-   * the runs of dtype `dtype` added in rank order in fp32, j in [0, n). */
+   * the runs of dtype `dtype` added in rank order in fp32, j in [0, n);
+   * with `first`, sums[j] = 0 + ..., the sums not read. */
   int (*rank_sum)(zt__backend_t *be, float *sums, const void *runs, size_t stride,
-                  zt_dtype_t dtype, int world, size_t n, zt__stream_t stream);
+                  zt_dtype_t dtype, int world, size_t n, int first, zt__stream_t stream);
 
   /* dst[i] = (dst_dtype) src[i] for n elements, round to nearest even. */
   int (*cast)(zt__backend_t *be, void *dst, zt_dtype_t dst_dtype,

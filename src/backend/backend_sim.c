@@ -83,6 +83,7 @@ typedef struct op {
   size_t n;                    /* CAST, RANK_SUM */
   size_t first;                /* SUMSQ: grads_first; RANK_SUM: the stride */
   int world;                   /* RANK_SUM */
+  int sums_first;              /* RANK_SUM: the sums taken as zero */
   sumsq_out_t *out;            /* SUMSQ */
   void (*fn)(void *arg);       /* CALL */
   void *arg;
@@ -338,7 +339,8 @@ static void run_op(zt__backend_t *be, op_t *op) {
     break;
   case OP_RANK_SUM:
     pthread_mutex_lock(&be->kernel_mu);
-    zt__cpu_rank_sum(be->cpu, op->dst, op->src, op->first, op->dtype, op->world, op->n);
+    zt__cpu_rank_sum(be->cpu, op->dst, op->src, op->first, op->dtype, op->world, op->n,
+                     op->sums_first);
     pthread_mutex_unlock(&be->kernel_mu);
     break;
   case OP_CALL:
@@ -747,13 +749,14 @@ static int sim_cast(zt__backend_t *be, void *dst, zt_dtype_t dst_dtype, const vo
 }
 
 static int sim_rank_sum(zt__backend_t *be, float *sums, const void *runs, size_t stride,
-                        zt_dtype_t dtype, int world, size_t n, zt__stream_t stream) {
+                        zt_dtype_t dtype, int world, size_t n, int first,
+                        zt__stream_t stream) {
   if (n == 0) return 0;
   ZT_TRY(order_after_compute(be, stream));
   op_t op = {.kind = OP_RANK_SUM, .link = -1, .dtype = dtype, .n = n, .first = stride,
-             .world = world};
-  /* Reads every run and reads and writes the sums. */
-  op.cost = n * ((size_t)world * elem_size(dtype) + 2 * sizeof(float));
+             .world = world, .sums_first = first};
+  /* Reads every run and writes the sums, reading them too unless first. */
+  op.cost = n * ((size_t)world * elem_size(dtype) + (first ? 1 : 2) * sizeof(float));
   pthread_mutex_lock(&be->mu);
   op.dst = reach(be, sums);
   op.src = reach(be, runs);

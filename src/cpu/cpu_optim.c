@@ -227,7 +227,7 @@ double zt__cpu_sumsq(zt__cpu_t *cpu, const void *grads, size_t grads_first,
 /* In blocks converted to fp32 first, so that every loop is a plain vector
  * loop; each element's sum is the same as one at a time. */
 void zt__cpu_rank_sum(const zt__cpu_t *cpu, float *sums, const void *runs, size_t stride,
-                      zt_dtype_t dtype, int world, size_t n) {
+                      zt_dtype_t dtype, int world, size_t n, int first) {
   enum { BLOCK = 2048 };
   float sum[BLOCK], run[BLOCK];
   size_t gsz = zt__dtype_size(dtype);
@@ -240,7 +240,10 @@ void zt__cpu_rank_sum(const zt__cpu_t *cpu, float *sums, const void *runs, size_
                    0, 0);
       for (size_t j = 0; j < m; j++) sum[j] = sum[j] + run[j];
     }
-    for (size_t j = 0; j < m; j++) sums[j0 + j] = sums[j0 + j] + sum[j];
+    if (first)
+      for (size_t j = 0; j < m; j++) sums[j0 + j] = 0.0f + sum[j]; /* -0 + 0 is +0 */
+    else
+      for (size_t j = 0; j < m; j++) sums[j0 + j] = sums[j0 + j] + sum[j];
   }
 }
 

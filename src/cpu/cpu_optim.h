@@ -96,9 +96,12 @@ ZT_INTERNAL void zt__cpu_sumsq_add(zt__cpu_t *cpu, const void *grads, size_t gra
 /* A ZeRO owner's sums, on the calling thread: sums[j] += the sum over
  * ranks, in rank order and in fp32, of element j of each rank's run in
  * `runs` (runs `stride` elements apart, of dtype `dtype`), j in [0, n).
+ * With `first` the sums are taken as zero, not read: sums[j] = 0 + the
+ * sum, the bits of adding to zeroed sums, so a step need not zero them.
  * Every backend's rank_sum gives these bits. */
 ZT_INTERNAL void zt__cpu_rank_sum(const zt__cpu_t *cpu, float *sums, const void *runs,
-                                  size_t stride, zt_dtype_t dtype, int world, size_t n);
+                                  size_t stride, zt_dtype_t dtype, int world, size_t n,
+                                  int first);
 
 /* dst[i] = (dst_dtype) src[i], i in [0, n), all threads, round to nearest. */
 ZT_INTERNAL void zt__cpu_cast(zt__cpu_t *cpu, void *dst, zt_dtype_t dst_dtype,

@@ -149,6 +149,9 @@ typedef struct zt__xfer {
   size_t *displs;           /* displacements, recv counts, recv displs      */
   size_t *rcounts, *rdispls;
   size_t mine;              /* elements of the bucket in this rank's shard  */
+  int first;                /* gradient bucket: its spans' first hand-over
+                               since the sums were last read, so its sums
+                               are written, not added to (reduce.c)        */
   zt__comm_req_t req;
 } zt__xfer_t;
 
@@ -217,8 +220,9 @@ typedef struct zt__part {
    * waits for it before the comm reads params (zt__part_updated). */
   int update_pending;
   zt__event_t *updated;
-  /* on_device: recorded on the loop's stream after the step's zeroing of
-   * grads, which the reduce stream's next sums wait for (reduce.c). */
+  /* on_device: recorded on the loop's stream after the step's update has
+   * read grads (and once after their zeroing at registration), which the
+   * reduce stream's next sums, writing them, wait for (reduce.c). */
   zt__event_t *cleared;
   int params_pinned; /* params are pinned host memory (on_pinned, a parameter
                         tier whose ops say pinned_buffer: "host", or on_device

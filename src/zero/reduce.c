@@ -14,9 +14,15 @@
  * rank_sum kernel, enqueued on the reduce stream once the bucket has landed
  * and recorded, instead of the sums thread's: the same bits. That stream is
  * not ordered after the loop's backward (backend.h): the sums need only the
- * landed bucket, which the host waited for, and the shard's sums zeroed at
- * the last step's end (zt__reduce_reset orders it after that), so a bucket
+ * landed bucket, which the host waited for, and the last step's update
+ * done with the sums (zt__reduce_reset orders it after that), so a bucket
  * slot freed for the next bucket never waits for the loop's kernels.
+ *
+ * A group's first hand-over in a step writes its sums (`first`: 0 + the
+ * ranks' sum, the bits of adding to zeros), a later one (accumulation at
+ * stages 2 and 3) adds to them; every group is handed over by the step at
+ * the latest (zt__reduce_all), so no step reads another's sums and none
+ * has to clear them.
  *
  * Calls agree.c (the vote before each hand-over and each step reduction)
  * and partition.c (spans, memory); called by the engine (zt_grads_ready, the
@@ -59,7 +65,7 @@ static void sum_bucket(void *arg) {
       size_t n = zt__min_sz(SUMS_PIECE, b - c);
       float *sums = p->grads + (c - p->begin);
       zt__cpu_rank_sum(p->ctx->cpu, sums, runs + (i + (c - a)) * gsz, mine, p->reg.grad_dtype,
-                       p->world, n);
+                       p->world, n, x->first);
       zt__file_mem_release(&p->sums_file, sums, n * sizeof(float));
     }
     i += b - a;
@@ -77,7 +83,7 @@ static int sum_bucket_on_device(zt__part_t *p, zt__xfer_t *x) {
     size_t a, b;
     if (!zt__span_clip(x->spans[k].a, x->spans[k].b, p->begin, p->end, &a, &b)) continue;
     rc = be->rank_sum(p->ctx->be, p->grads + (a - p->begin), (const char *)runs_of(p, x) + i * gsz,
-                      mine, p->reg.grad_dtype, p->world, b - a, ZT_STREAM_REDUCE);
+                      mine, p->reg.grad_dtype, p->world, b - a, x->first, ZT_STREAM_REDUCE);
     i += b - a;
   }
   if (rc == 0) rc = be->event_record(p->ctx->be, x->summed, ZT_STREAM_REDUCE);
@@ -296,7 +302,7 @@ static int take_slot(zt__part_t *p, zt__xfer_t **out) {
 }
 
 /* Cuts `spans` (sorted) into buckets and starts each. */
-static int reduce_spans(zt__part_t *p, const zt__span_t *spans, size_t n) {
+static int reduce_spans(zt__part_t *p, const zt__span_t *spans, size_t n, int first) {
   zt__xfer_t *x = NULL;
   size_t room = 0;
   for (size_t k = 0; k < n; k++) {
@@ -304,6 +310,7 @@ static int reduce_spans(zt__part_t *p, const zt__span_t *spans, size_t n) {
     while (a < spans[k].b) {
       if (x == NULL) {
         ZT_TRY(take_slot(p, &x));
+        x->first = first;
         room = p->bucket_elems;
       }
       size_t b = zt__min_sz(spans[k].b, a + room);
@@ -344,7 +351,9 @@ int zt__reduce_group(zt__part_t *p, zt__group_t *g) {
   ZT_TRY(zt__reduce_progress(p));
   zt__span_t *src = malloc(g->n_spans * sizeof *src);
   if (src == NULL) return zt__errf(p->ctx->err, -ENOMEM, "out of memory");
-  int rc = reduce_spans(p, src, grad_sources(p, g, src));
+  /* The group's first hand-over since the last step writes its sums; a
+   * later one (accumulation) adds to them. */
+  int rc = reduce_spans(p, src, grad_sources(p, g, src), !g->reduced);
   free(src);
   ZT_TRY(rc);
   /* Every bucket holding them is packed: the group's own buffer can go. */
@@ -378,7 +387,7 @@ int zt__reduce_all(zt__part_t *p, const zt_step_args_t *args) {
       p->groups[g].reduced = 1;
     }
     qsort(all, n, sizeof *all, by_start);
-    int rc = reduce_spans(p, all, n);
+    int rc = reduce_spans(p, all, n, 1); /* none of them handed over yet */
     free(all);
     ZT_TRY(rc);
     for (size_t g = 0; g < p->n_groups; g++) zt__part_drop_grads(p, &p->groups[g]);
@@ -422,22 +431,20 @@ int zt__reduce_reset(zt__part_t *p) {
   zt__part_trim_grad_spares(p, ZT_GROUP_GRAD_BUFS);
   for (size_t g = 0; g < p->n_groups; g++) p->groups[g].reduced = 0;
   for (int s = 0; s < ZT_XFER_SLOTS; s++) ZT_TRY(wait_sums(p, &p->xfer[s]));
-  size_t bytes = (p->end - p->begin) * sizeof(float);
-  /* On the device behind the update, which read them, on the loop's stream;
-   * the next sums, on the reduce stream, wait for that. (Their buckets'
-   * packing, on the D2H stream, is ordered after it too, and the sums come
-   * after the packing through the host: the wait says the rule where it is
-   * needed rather than leaning on that.) */
+  /* The sums are not cleared: each group's first hand-over of the next
+   * step writes its sums rather than adding to them (zt__xfer_t.first),
+   * which saves a pass over them. On the device the next sums, on the
+   * reduce stream, wait for the update, which read these on the loop's
+   * stream. (Their buckets' packing, on the D2H stream, is ordered after it
+   * too, and the sums come after the packing through the host: the wait
+   * says the rule where it is needed rather than leaning on that.) */
   if (p->on_device) {
     const zt__backend_ops_t *be = p->ctx->be_ops;
-    ZT_TRY(be->memset_zero(p->ctx->be, p->grads, bytes, ZT_STREAM_COMPUTE));
     ZT_TRY(be->event_record(p->ctx->be, p->cleared, ZT_STREAM_COMPUTE));
     return be->stream_wait(p->ctx->be, ZT_STREAM_REDUCE, p->cleared);
   }
-  if (p->sums_file.map) {
-    zt__file_mem_zero(&p->sums_file);
-    return 0;
-  }
-  memset(p->grads, 0, bytes);
+  /* A file's pages are dropped all the same: zeroed, the kernel need not
+   * write them back, nor read them in again for the next writes. */
+  if (p->sums_file.map) zt__file_mem_zero(&p->sums_file);
   return 0;
 }

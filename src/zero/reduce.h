@@ -51,12 +51,14 @@ ZT_INTERNAL int zt__reduce_flush(zt__part_t *p);
  * free after it. */
 ZT_INTERNAL int zt__reduce_drain(zt__part_t *p);
 
-/* Between steps: p->grads back to zero, groups not handed over. */
+/* Between steps: groups not handed over, so that each one's next hand-over
+ * writes its sums afresh (p->grads is not cleared; a file's pages are
+ * dropped). */
 ZT_INTERNAL int zt__reduce_reset(zt__part_t *p);
 
 /* zt_load: gradient buckets still in flight (handed over before the load)
  * are completed and dropped, never summed: they would land in the sums
- * after zt__reduce_reset cleared them. Every rank has the same buckets in
+ * after zt__reduce_reset started them afresh. Every rank has the same buckets in
  * flight (they are collectives). */
 ZT_INTERNAL int zt__reduce_drop_buckets(zt__part_t *p);
 
