@@ -3,8 +3,9 @@
  * when the CPU touches it; its streams run beside the caller, so work that
  * is not ordered by an event races (and work that is, does not); copies
  * take the time of the modelled link, the two directions at once; host
- * syncs are counted; its kernels give the host backend's bits; and an
- * engine on it orders its step after the loop's own stream (zt_set_stream).
+ * syncs are counted; its kernels give the host backend's bits; its trace
+ * (ZT_SIM_TRACE) records each op in order; and an engine on it orders its
+ * step after the loop's own stream (zt_set_stream).
  * Fresh random data each run.
  */
 #define _GNU_SOURCE
@@ -131,6 +132,69 @@ static void test_round_trip(void **state) {
   free(src);
   free(back);
   sim_close(&s);
+}
+
+/* ZT_SIM_TRACE: one line per op, with its stream, kind and bytes, reached,
+ * started and done in that order, the second copy started after the first
+ * was done (one link direction); a path that cannot be written is refused
+ * naming the variable. */
+static void test_trace(void **state) {
+  char path[512];
+  snprintf(path, sizeof path, "%s/sim-trace.csv", t_swap_dir());
+  setenv("ZT_SIM_TRACE", path, 1);
+  sim_t s;
+  sim_open(&s, NULL);
+  unsetenv("ZT_SIM_TRACE");
+  const size_t n = 1 << 20;
+  unsigned char *pin = pinned(&s, n);
+  void *d = NULL;
+  assert_int_equal(ops->alloc(s.be, n, &d), 0);
+  assert_int_equal(ops->copy(s.be, d, pin, n, ZT_COPY_H2D, ZT_STREAM_H2D), 0);
+  assert_int_equal(ops->copy(s.be, d, pin, n / 2, ZT_COPY_H2D, ZT_STREAM_H2D), 0);
+  assert_int_equal(ops->memset_zero(s.be, d, n, ZT_STREAM_COMPUTE), 0);
+  assert_int_equal(ops->stream_sync(s.be, ZT_STREAM_H2D), 0);
+  assert_int_equal(ops->stream_sync(s.be, ZT_STREAM_COMPUTE), 0);
+  ops->free(s.be, d, n);
+  unpin(&s, pin);
+  sim_close(&s);
+  FILE *f = fopen(path, "r");
+  assert_non_null(f);
+  char line[256], stream[32], op[32];
+  assert_non_null(fgets(line, sizeof line, f));
+  assert_string_equal(line, "stream,op,bytes,reached_s,started_s,done_s\n");
+  double t[3][3];
+  size_t bytes[3];
+  for (int k = 0; k < 3; k++) {
+    assert_non_null(fgets(line, sizeof line, f));
+    printf("# %s", line);
+    assert_int_equal(sscanf(line, "%31[^,],%31[^,],%zu,%lf,%lf,%lf", stream, op, &bytes[k],
+                            &t[k][0], &t[k][1], &t[k][2]),
+                     6);
+    assert_true(t[k][0] >= 0 && t[k][0] <= t[k][1] && t[k][1] <= t[k][2]);
+    int copy = strcmp(op, "copy h2d") == 0;
+    assert_true(copy ? strcmp(stream, "h2d") == 0
+                     : strcmp(op, "memset") == 0 && strcmp(stream, "compute") == 0);
+  }
+  assert_null(fgets(line, sizeof line, f)); /* nothing else ran */
+  fclose(f);
+  unlink(path);
+  /* The two copies, in order, the second begun once the first was done. */
+  int a = bytes[0] == n ? 0 : bytes[1] == n ? 1 : 2;
+  int b = bytes[0] == n / 2 ? 0 : bytes[1] == n / 2 ? 1 : 2;
+  assert_true(a != b && t[b][1] >= t[a][2]);
+
+  setenv("ZT_SIM_TRACE", "/nonexistent-dir/trace.csv", 1);
+  zt_config_t cfg = t_config();
+  zt__err_t err;
+  zt__cpu_t *cpu;
+  zt__backend_t *be = NULL;
+  assert_int_equal(zt__cpu_create(1, &err, &cpu), 0);
+  assert_true(ops->create(&cfg, cpu, &err, &be) < 0);
+  unsetenv("ZT_SIM_TRACE");
+  printf("# %s\n", err.msg);
+  assert_non_null(strstr(err.msg, "ZT_SIM_TRACE"));
+  assert_null(be);
+  zt__cpu_destroy(cpu);
 }
 
 /* A copy on ztier's H2D stream that the compute stream does not wait for is
@@ -1017,6 +1081,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_cpu_touch_faults),
       cmocka_unit_test(test_round_trip),
+      cmocka_unit_test(test_trace),
       cmocka_unit_test(test_event_orders_streams),
       cmocka_unit_test(test_link_model),
       cmocka_unit_test(test_host_syncs_counted),

@@ -26,6 +26,7 @@
  *   ZT_SIM_LINK_GBPS    each direction of the host link, GB/s (25)
  *   ZT_SIM_MEMORY_GBPS  device memory bandwidth, GB/s (2000)
  *   ZT_SIM_LAUNCH_US    the cost of each launch or copy on its stream, µs (2)
+ *   ZT_SIM_TRACE        a file to write each op's timeline to (CSV), or unset
  *
  * Threads: the caller's (one engine call at a time, plus a test's) and one
  * per stream that has had work. One mutex guards the tables, the queues and
@@ -34,6 +35,7 @@
 #define _GNU_SOURCE
 #include <errno.h>
 #include <pthread.h>
+#include <stdio.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -138,6 +140,9 @@ struct zt__backend {
   zt__event_t *compute_mark; /* the ordering rule, as cuda's */
 
   uint64_t host_syncs;
+
+  FILE *trace;     /* ZT_SIM_TRACE: one line per op run, under mu */
+  double trace_t0; /* the times in it are from here               */
 };
 
 /* ---- time ------------------------------------------------------------------- */
@@ -326,8 +331,26 @@ static size_t elem_size(zt_dtype_t t) { return t == ZT_FP32 ? 4 : 2; }
  * destination holds what it held, so work that reads it early reads old
  * bytes. When the CPU takes longer than the model, the resource is held
  * that much longer. */
-static void run_op(zt__backend_t *be, op_t *op) {
-  double seconds = be->launch_s, *resource;
+static const char *const op_names[] = {"copy", "memset", "adam", "sumsq",
+                                       "cast", "rank_sum", "call"};
+static const char *const stream_names[ZT_STREAM_COUNT] = {"compute", "h2d", "d2h", "prefetch",
+                                                          "reduce"};
+
+/* One line of the trace: where the op ran, what it was, and when it was
+ * reached on its stream, started (its modelled time spent) and done. */
+static void trace_op(zt__backend_t *be, const sim_stream_t *s, const op_t *op, double reached,
+                     double started, double done) {
+  const char *stream = s == be->user ? "user" : stream_names[s - be->streams];
+  const char *dir = op->kind != OP_COPY ? ""
+                    : op->link == 0     ? " h2d"
+                    : op->link == 1     ? " d2h"
+                                        : " d2d";
+  fprintf(be->trace, "%s,%s%s,%zu,%.6f,%.6f,%.6f\n", stream, op_names[op->kind], dir, op->cost,
+          reached - be->trace_t0, started - be->trace_t0, done - be->trace_t0);
+}
+
+static void run_op(zt__backend_t *be, const sim_stream_t *s, op_t *op) {
+  double reached = now_s(), seconds = be->launch_s, *resource;
   pthread_mutex_lock(&be->mu);
   if (op->link >= 0) {
     resource = &be->link_free[op->link];
@@ -339,6 +362,7 @@ static void run_op(zt__backend_t *be, op_t *op) {
   double end = reserve(resource, seconds);
   pthread_mutex_unlock(&be->mu);
   sleep_until(end);
+  double started = now_s();
   switch (op->kind) {
   case OP_COPY:
     memmove(op->dst, op->src, op->bytes);
@@ -379,6 +403,7 @@ static void run_op(zt__backend_t *be, op_t *op) {
   double real_end = now_s();
   pthread_mutex_lock(&be->mu);
   if (*resource < real_end) *resource = real_end;
+  if (be->trace) trace_op(be, s, op, reached, started, real_end);
   pthread_mutex_unlock(&be->mu);
 }
 
@@ -398,7 +423,7 @@ static void *stream_main(void *arg) {
       op->ev->refs--;
     } else {
       pthread_mutex_unlock(&be->mu);
-      run_op(be, op);
+      run_op(be, s, op);
       free(op->segs);
       free(op->staged);
       pthread_mutex_lock(&be->mu);
@@ -480,6 +505,18 @@ static int sim_create(const zt_config_t *cfg, zt__cpu_t *cpu, zt__err_t *err,
     sim_destroy(be);
     return zt__errf(err, -ENOMEM, "sim backend: out of memory");
   }
+  const char *trace = getenv("ZT_SIM_TRACE");
+  if (trace && *trace) {
+    be->trace = fopen(trace, "w");
+    if (be->trace == NULL) {
+      int e = errno;
+      sim_destroy(be);
+      return zt__errf(err, -EINVAL, "sim backend: ZT_SIM_TRACE is \"%s\", which cannot be "
+                      "written (%s); expected a file path, or unset", trace, strerror(e));
+    }
+    be->trace_t0 = now_s();
+    fprintf(be->trace, "stream,op,bytes,reached_s,started_s,done_s\n");
+  }
   *out = be;
   return 0;
 }
@@ -505,6 +542,7 @@ static void sim_destroy(zt__backend_t *be) {
   free(be->regions);
   free(be->pinned);
   free(be->compute_mark);
+  if (be->trace) fclose(be->trace);
   zt__cpu_destroy(be->cpu);
   pthread_cond_destroy(&be->cv);
   pthread_mutex_destroy(&be->kernel_mu);
