@@ -597,7 +597,7 @@ static void dense_reference(const zt__adam_hp_t *hp, const dense_t *D, exec_case
 /* The executor over dense int8 states gives the reference's bits with 1, 2
  * and 3 threads, on the scalar build and this CPU's, and with the same
  * states cut into other segments (one segment split in two inside a
- * block). */
+ * block) or among empty segments at odd offsets. */
 static void test_blocks_across_segments(void **state) {
   t_rng_t r;
   t_rng_init(&r, t_seed() ^ 0x5e);
@@ -628,10 +628,21 @@ static void test_blocks_across_segments(void **state) {
     cut[5] = D.segs[5], cut[5].n = 100;
     cut[6] = D.segs[5], cut[6].index += 100, cut[6].state_off += 100, cut[6].n = 200;
     memcpy(cut + 7, D.segs + 6, 3 * sizeof *cut);
+    /* And with empty segments at odd offsets: first, inside, last. */
+    zt__seg_t holes[12];
+    holes[0] = (zt__seg_t){1, 5, 0, 1};
+    memcpy(holes + 1, D.segs, 4 * sizeof *holes);
+    holes[5] = (zt__seg_t){140015, D.states + 1000, 0, 0};
+    memcpy(holes + 6, D.segs + 4, 5 * sizeof *holes);
+    holes[11] = (zt__seg_t){271605, 7, 0, 1};
+    const zt__seg_t *layouts[3] = {D.segs, cut, holes};
+    const size_t n_layouts[3] = {D.n_segs, D.n_segs + 1, D.n_segs + 3};
+    static const char *const layout_names[3] = {"as laid out", "a segment cut in two",
+                                                "with empty segments"};
     exec_alloc(&run, &L, ZT_STATES_INT8, gdt, pdt);
     for (int k = 0; k < 3; k++)
       for (int isa = 0; isa < 2; isa++)
-        for (int split = 0; split < 2; split++) {
+        for (int split = 0; split < 3; split++) {
           zt__err_t e;
           zt__cpu_t *cpu;
           assert_int_equal(zt__cpu_create(k + 1, &e, &cpu), 0);
@@ -639,14 +650,14 @@ static void test_blocks_across_segments(void **state) {
           exec_copy(&run, &init, &L, ZT_STATES_INT8, gdt, pdt);
           zt__adam_qlaunch_t l = {&hp,        ZT_STATES_INT8, run.master, run.m,  run.v,
                                   run.ms,     run.vs,         run.grads,  3,      gdt,
-                                  run.params, 3,              pdt,        split ? cut : D.segs,
-                                  D.n_segs + (size_t)split};
+                                  run.params, 3,              pdt,        layouts[split],
+                                  n_layouts[split]};
           zt__cpu_adam_states(cpu, &l);
           zt__cpu_destroy(cpu);
           char ctx[96];
           snprintf(ctx, sizeof ctx, "%s gradients, %d threads, %s, %s",
                    gi ? "fp32" : "bf16", k + 1, isa ? "this CPU's build" : "scalar",
-                   split ? "a segment cut in two" : "as laid out");
+                   layout_names[split]);
           expect_same("master", run.master, want.master, D.states * 4, ctx);
           expect_same("m", run.m, want.m, D.states, ctx);
           expect_same("v", run.v, want.v, D.states, ctx);

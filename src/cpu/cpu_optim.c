@@ -32,7 +32,8 @@
 
 typedef struct piece {
   size_t seg; /* index into the launch's segments */
-  size_t off; /* first element, relative to the segment */
+  size_t off; /* first element, relative to the segment (an int8 window:
+                 its first state offset; next_q8_batch) */
   size_t n;
 } piece_t;
 
@@ -360,8 +361,13 @@ static size_t next_q8_batch(cursor_t *cur, piece_t *out) {
     }
     size_t seg0 = cur->seg, first = s->state_off + cur->off;
     size_t end = (first / CHUNK + 1) * CHUNK, last = first;
-    while (cur->seg < cur->n_segs && cur->segs[cur->seg].state_off < end) {
+    while (cur->seg < cur->n_segs) {
       const zt__seg_t *t = &cur->segs[cur->seg];
+      if (t->n == 0) { /* holds no state: its offset says nothing */
+        cur->seg++;
+        continue;
+      }
+      if (t->state_off >= end) break;
       if (t->state_off + t->n > end) {
         cur->off = end - t->state_off;
         last = end;
@@ -376,6 +382,27 @@ static size_t next_q8_batch(cursor_t *cur, piece_t *out) {
   return k;
 }
 
+/* The layout zt__adam_qlaunch_t requires of int8 states, checked in every
+ * build: a block's scale is its states', so a state the layout does not
+ * place where it says would be updated against another block's scale, or
+ * not at all. Segments ascend; the first state, and any state after a gap,
+ * starts a block. A programming error in the caller (the tiers lay states
+ * out so), not bad input: it stops the process. */
+static void check_q8_layout(const zt__adam_qlaunch_t *l) {
+  size_t end = 0;
+  int any = 0;
+  for (size_t k = 0; k < l->n_segs; k++) {
+    const zt__seg_t *s = &l->segs[k];
+    if (s->n == 0) continue;
+    if ((!any || s->state_off != end) && (s->state_off % ZT_QBLOCK || s->state_off < end))
+      zt__assert_fail("int8 states: a segment after a gap (or the first) starts on a block, "
+                      "and segments ascend",
+                      __FILE__, __LINE__);
+    end = s->state_off + s->n;
+    any = 1;
+  }
+}
+
 /* The block [b, b_end) of a window, from segment j on, as runs. */
 static void q8_block_across(const qadam_ctx_t *c, size_t j, size_t b, size_t b_end) {
   const zt__adam_qlaunch_t *l = c->l;
@@ -383,6 +410,7 @@ static void q8_block_across(const qadam_ctx_t *c, size_t j, size_t b, size_t b_e
   size_t n_runs = 0;
   for (size_t pos = b; pos < b_end && j < l->n_segs; j++) {
     const zt__seg_t *u = &l->segs[j];
+    if (u->n == 0) continue;
     /* The states that share a block follow one another without a gap; a
      * padded layout resumes at a later block (zt__adam_qlaunch_t). */
     if (u->state_off > pos) {
@@ -410,13 +438,15 @@ static void q8_task(void *vctx, size_t t, int worker) {
   const piece_t *w = &c->pieces[t];
   size_t j = w->seg, end = w->off + w->n;
   for (size_t b = w->off; b < end;) {
-    while (l->segs[j].state_off + l->segs[j].n <= b) j++;
+    while (l->segs[j].n == 0 || l->segs[j].state_off + l->segs[j].n <= b) j++;
     const zt__seg_t *s = &l->segs[j];
     if (s->state_off > b) b = s->state_off; /* past a padding gap, to a block start */
     ZT_ASSERT(b % ZT_QBLOCK == 0);
     size_t s_end = zt__min_sz(s->state_off + s->n, end);
     size_t b_end = zt__min_sz(b + ZT_QBLOCK, end);
-    size_t next = j + 1 < l->n_segs ? zt__min_sz(l->segs[j + 1].state_off, end) : end;
+    size_t k = j + 1;
+    while (k < l->n_segs && l->segs[k].n == 0) k++;
+    size_t next = k < l->n_segs ? zt__min_sz(l->segs[k].state_off, end) : end;
     if (s_end < b_end && next < b_end) {
       q8_block_across(c, j, b, b_end);
       b = b_end;
@@ -472,8 +502,7 @@ void zt__cpu_adam_states(zt__cpu_t *cpu, const zt__adam_qlaunch_t *l) {
   cursor_t cur = {l->segs, l->n_segs, 0, 0};
   size_t k;
   if (l->states == ZT_STATES_INT8) {
-    /* The blocks are counted from the launch's first state. */
-    ZT_ASSERT(l->n_segs == 0 || l->segs[0].state_off % ZT_QBLOCK == 0);
+    check_q8_layout(l);
     while ((k = next_q8_batch(&cur, c->pieces)) > 0)
       zt__pool_run(cpu->pool, k, q8_task, &ctx);
     return;

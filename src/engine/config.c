@@ -120,7 +120,9 @@ const keydef_t zt__config_keys[] = {
             "device memory with optimizer_tier `device`), `disk` (an unlinked file in "
             "swap_path's first directory, each pass giving back the pages it read; "
             "docs/offload.md) or `auto` (`disk` at stage 3 with optimizer_tier `nvme`, "
-            "`memory` otherwise). `memory` is faster, `disk` holds no RAM for them"},
+            "`memory` otherwise). `memory` can be faster, `disk` holds no RAM for them. A "
+            "shard reduced in device memory (more than one rank on a GPU backend) keeps "
+            "them there, with a warning for `disk`"},
     {FIELD(param_tier), .type = T_ENUM, NAMES(tier_names), .supported = 0x7,
      .also = "\"host\" and \"nvme\" need stage 3; \"nvme\" needs swap_path",
      .doc = "where this rank's shard of the parameters lives between uses at stage 3: "

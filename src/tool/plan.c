@@ -163,8 +163,8 @@ int tool_plan_main(int argc, char **argv) {
                           "--offload-optimizer host or nvme", states_names[states]);
   if (grad_sums == UNSET_INT) grad_sums = cfg.grad_sums;
   if (grad_sums == ZT_GRAD_SUMS_DISK && (stage == 0 || offload_values[opt] != ZT_TIER_NVME))
-    return tool_args_fail(&cmd, "--grad-sums is disk; the sums' file needs --stage 1, 2 or 3 "
-                          "and --offload-optimizer nvme");
+    return tool_args_fail(&cmd, "--grad-sums (or the config's grad_sums) is disk; the sums' "
+                          "file needs --stage 1, 2 or 3 and --offload-optimizer nvme");
   if (bucket == UNSET_SIZE) bucket = cfg.bucket_bytes;
   if (chunk == UNSET_SIZE) chunk = cfg.chunk_bytes;
   if (pinned == UNSET_SIZE) pinned = cfg.pinned_budget_bytes;

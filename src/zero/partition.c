@@ -343,7 +343,7 @@ int zt__part_init(zt__part_t *p, const zt__ctx_t *ctx, const zt__zero_reg_t *reg
       p->on_pinned || pto->pinned_buffer || (p->on_device && pto->read != NULL);
   if (p->on_device) {
     ZT_TRY(p->ctx->be_ops->event_create(p->ctx->be, &p->updated));
-    ZT_TRY(p->ctx->be_ops->event_create(p->ctx->be, &p->cleared));
+    ZT_TRY(p->ctx->be_ops->event_create(p->ctx->be, &p->sums_read));
   }
   zt__part_footprint_t f;
   zt__part_footprint(&(zt__part_shape_t){p->total, p->world, p->rank, p->ctx->cfg->stage,
@@ -358,14 +358,18 @@ int zt__part_init(zt__part_t *p, const zt__ctx_t *ctx, const zt__zero_reg_t *reg
   ZT_TRY(build_shard_segs(p));
   ZT_TRY(init_pools(p));
 
+  if (cfg->grad_sums == ZT_GRAD_SUMS_DISK && !p->on_pinned)
+    zt__log(cfg, ZT_LOG_WARN,
+            "grad_sums is \"disk\", but this rank's shard is reduced in device memory (more "
+            "than one rank on a GPU backend), so its gradient sums stay there");
   if (!zt__part_sums_on_disk(cfg->stage, cfg->optimizer_tier, p->on_pinned, cfg->grad_sums) ||
       !map_or_warn(p, &p->sums_file, "the shard's gradient sums", f.grads_bytes,
                    (void **)&p->grads))
     ZT_TRY(zt__part_alloc(p, f.grads_bytes, (void **)&p->grads));
   if (p->on_device) {
     /* Zeroed on the loop's stream: the first sums wait for that. */
-    ZT_TRY(p->ctx->be_ops->event_record(p->ctx->be, p->cleared, ZT_STREAM_COMPUTE));
-    ZT_TRY(p->ctx->be_ops->stream_wait(p->ctx->be, ZT_STREAM_REDUCE, p->cleared));
+    ZT_TRY(p->ctx->be_ops->event_record(p->ctx->be, p->sums_read, ZT_STREAM_COMPUTE));
+    ZT_TRY(p->ctx->be_ops->stream_wait(p->ctx->be, ZT_STREAM_REDUCE, p->sums_read));
   }
   /* With param_tier "nvme" too, until register.c has written them out:
    * then, in host memory and without a pinned budget, as a file's pages
@@ -570,7 +574,7 @@ void zt__part_free(zt__part_t *p) {
   zt__arena_destroy(&p->gathered_pool);
   zt__arena_destroy(&p->grads_pool);
   if (p->updated) p->ctx->be_ops->event_destroy(p->ctx->be, p->updated);
-  if (p->cleared) p->ctx->be_ops->event_destroy(p->ctx->be, p->cleared);
+  if (p->sums_read) p->ctx->be_ops->event_destroy(p->ctx->be, p->sums_read);
   free(p->groups);
   free(p->segs);
   memset(p, 0, sizeof *p);

@@ -223,7 +223,7 @@ typedef struct zt__part {
   /* on_device: recorded on the loop's stream after the step's update has
    * read grads (and once after their zeroing at registration), which the
    * reduce stream's next sums, writing them, wait for (reduce.c). */
-  zt__event_t *cleared;
+  zt__event_t *sums_read;
   int params_pinned; /* params are pinned host memory (on_pinned, a parameter
                         tier whose ops say pinned_buffer: "host", or on_device
                         with one that reads ahead from its medium: "nvme")    */
@@ -343,12 +343,13 @@ ZT_INTERNAL void zt__part_footprint(const zt__part_shape_t *s, zt__part_footprin
 /* Whether the shard's gradient sums live in a file of the swap folder
  * rather than in pinned memory, with the nvme optimizer tier, whose update
  * reads them from host memory (on_pinned) a window at a time: config
- * grad_sums "disk" at any stage, "memory" never, and "auto" at stage 3.
- * There the loop holds no model buffer, and at 4 bytes a parameter of the
+ * grad_sums "disk" at any stage, "memory" never, and "auto" at stage 3. At
+ * stage 3 the loop holds no model buffer, and at 4 bytes a parameter of the
  * shard the sums would be the largest thing the process holds. At stages 1
  * and 2 the loop holds the whole model anyway, so "auto" keeps them in
- * memory, where a step neither faults them in nor zeroes them page by page
- * (docs/offload.md). */
+ * memory, where a step does not fault them in page by page
+ * (docs/offload.md). A shard reduced in device memory (not on_pinned)
+ * keeps them there whatever the key says. */
 ZT_INTERNAL int zt__part_sums_on_disk(int stage, zt_tier_t optimizer_tier, int on_pinned,
                                       int grad_sums);
 

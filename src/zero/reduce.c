@@ -99,6 +99,8 @@ static int sum_bucket_on_device(zt__part_t *p, zt__xfer_t *x) {
   return 0;
 }
 
+static int wait_sums(zt__part_t *p, zt__xfer_t *x);
+
 /* The bucket has landed: its sums go to the device, or to the sums thread.
  * Where that thread cannot start, they are done here: a gradient is never
  * lost. */
@@ -111,6 +113,9 @@ static int finish(zt__part_t *p, zt__xfer_t *x) {
     return 0;
   }
   *p->ctx->err = keep;
+  /* Summed here, after the older buckets' sums still on the thread. */
+  for (int s = 0; s < ZT_XFER_SLOTS; s++)
+    if (&p->xfer[s] != x) ZT_TRY(wait_sums(p, &p->xfer[s]));
   sum_bucket(x);
   return 0;
 }
@@ -164,6 +169,30 @@ static int start_packed(zt__part_t *p, int block) {
 /* One rank has no order to keep with others: it never waits here. */
 int zt__reduce_flush(zt__part_t *p) { return start_packed(p, p->world > 1); }
 
+/* The bucket in flight packed first, before `x` when x is not NULL; or
+ * NULL. Buckets are summed in the order they were packed: a group's first
+ * hand-over writes its sums and a later one adds to them (zt__xfer_t
+ * .first), so a later bucket summed first would be overwritten. */
+static zt__xfer_t *oldest_in_flight(zt__part_t *p, const zt__xfer_t *x) {
+  zt__xfer_t *oldest = NULL;
+  for (int s = 0; s < ZT_XFER_SLOTS; s++) {
+    zt__xfer_t *y = &p->xfer[s];
+    if (!y->busy || (x && y->pack_seq >= x->pack_seq)) continue;
+    if (oldest == NULL || y->pack_seq < oldest->pack_seq) oldest = y;
+  }
+  return oldest;
+}
+
+/* Waits for the slot's collective and starts its sums. */
+static int land(zt__part_t *p, zt__xfer_t *x) {
+  int rc = p->ctx->comm->ops->wait(p->ctx->comm, &x->req);
+  if (rc < 0) {
+    x->busy = 0;
+    return rc;
+  }
+  return finish(p, x);
+}
+
 /* The slot's collective has landed and its sums are done. With
  * `sums_on_stream`, sums on the device are not waited for by the host: the
  * loop's stream waits for them, for the norm and the update it runs next
@@ -171,12 +200,8 @@ int zt__reduce_flush(zt__part_t *p) { return start_packed(p, p->world > 1); }
 static int wait_slot(zt__part_t *p, zt__xfer_t *x, int sums_on_stream) {
   if (x->packing) ZT_TRY(start_packed(p, 1));
   if (x->busy) {
-    int rc = p->ctx->comm->ops->wait(p->ctx->comm, &x->req);
-    if (rc < 0) {
-      x->busy = 0;
-      return rc;
-    }
-    ZT_TRY(finish(p, x));
+    for (zt__xfer_t *y; (y = oldest_in_flight(p, x)) != NULL;) ZT_TRY(land(p, y));
+    ZT_TRY(land(p, x));
   }
   if (sums_on_stream && x->summing)
     return p->ctx->be_ops->stream_wait(p->ctx->be, ZT_STREAM_COMPUTE, x->summed);
@@ -184,24 +209,22 @@ static int wait_slot(zt__part_t *p, zt__xfer_t *x, int sums_on_stream) {
 }
 
 /* Starts the collectives whose buckets are packed and finishes the buckets
- * that have landed, without blocking. */
+ * that have landed, oldest first, without blocking: a landed bucket waits
+ * for an older one still in flight (oldest_in_flight). */
 int zt__reduce_progress(zt__part_t *p) {
   ZT_TRY(start_packed(p, 0));
-  for (int s = 0; s < ZT_XFER_SLOTS; s++) {
-    zt__xfer_t *x = &p->xfer[s];
-    if (!x->busy) continue;
+  for (zt__xfer_t *x; (x = oldest_in_flight(p, NULL)) != NULL;) {
     int done = p->ctx->comm->ops->test(p->ctx->comm, &x->req);
     if (done < 0) {
       x->busy = 0;
       return done;
     }
-    if (done) {
-      if (x->req.status < 0) {
-        x->busy = 0;
-        return x->req.status;
-      }
-      ZT_TRY(finish(p, x));
+    if (!done) return 0;
+    if (x->req.status < 0) {
+      x->busy = 0;
+      return x->req.status;
     }
+    ZT_TRY(finish(p, x));
   }
   return 0;
 }
@@ -440,8 +463,8 @@ int zt__reduce_reset(zt__part_t *p) {
    * says the rule where it is needed rather than leaning on that.) */
   if (p->on_device) {
     const zt__backend_ops_t *be = p->ctx->be_ops;
-    ZT_TRY(be->event_record(p->ctx->be, p->cleared, ZT_STREAM_COMPUTE));
-    return be->stream_wait(p->ctx->be, ZT_STREAM_REDUCE, p->cleared);
+    ZT_TRY(be->event_record(p->ctx->be, p->sums_read, ZT_STREAM_COMPUTE));
+    return be->stream_wait(p->ctx->be, ZT_STREAM_REDUCE, p->sums_read);
   }
   /* A file's pages are dropped all the same: zeroed, the kernel need not
    * write them back, nor read them in again for the next writes. */
