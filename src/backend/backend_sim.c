@@ -35,7 +35,6 @@
 #define _GNU_SOURCE
 #include <errno.h>
 #include <pthread.h>
-#include <stdio.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -45,6 +44,7 @@
 
 #include "backend/backend.h"
 #include "backend/backend_sim.h"
+#include "backend/sim_trace.h"
 
 enum { QUEUE_CAP = 256 };
 
@@ -141,8 +141,7 @@ struct zt__backend {
 
   uint64_t host_syncs;
 
-  FILE *trace;     /* ZT_SIM_TRACE: one line per op run, under mu */
-  double trace_t0; /* the times in it are from here               */
+  zt__sim_trace_t *trace; /* ZT_SIM_TRACE: a line per op run, under mu */
 };
 
 /* ---- time ------------------------------------------------------------------- */
@@ -331,8 +330,9 @@ static size_t elem_size(zt_dtype_t t) { return t == ZT_FP32 ? 4 : 2; }
  * destination holds what it held, so work that reads it early reads old
  * bytes. When the CPU takes longer than the model, the resource is held
  * that much longer. */
-static const char *const op_names[] = {"copy", "memset", "adam", "sumsq",
+static const char *const op_names[] = {"copy", "memset",   "adam", "sumsq",
                                        "cast", "rank_sum", "call"};
+static const char *const copy_names[] = {"copy h2d", "copy d2h", "copy d2d"};
 static const char *const stream_names[ZT_STREAM_COUNT] = {"compute", "h2d", "d2h", "prefetch",
                                                           "reduce"};
 
@@ -340,13 +340,10 @@ static const char *const stream_names[ZT_STREAM_COUNT] = {"compute", "h2d", "d2h
  * reached on its stream, started (its modelled time spent) and done. */
 static void trace_op(zt__backend_t *be, const sim_stream_t *s, const op_t *op, double reached,
                      double started, double done) {
-  const char *stream = s == be->user ? "user" : stream_names[s - be->streams];
-  const char *dir = op->kind != OP_COPY ? ""
-                    : op->link == 0     ? " h2d"
-                    : op->link == 1     ? " d2h"
-                                        : " d2d";
-  fprintf(be->trace, "%s,%s%s,%zu,%.6f,%.6f,%.6f\n", stream, op_names[op->kind], dir, op->cost,
-          reached - be->trace_t0, started - be->trace_t0, done - be->trace_t0);
+  const char *what = op->kind == OP_COPY ? copy_names[op->link < 0 ? 2 : op->link]
+                                         : op_names[op->kind];
+  zt__sim_trace_line(be->trace, s == be->user ? "user" : stream_names[s - be->streams], what,
+                     op->cost, reached, started, done);
 }
 
 static void run_op(zt__backend_t *be, const sim_stream_t *s, op_t *op) {
@@ -505,17 +502,10 @@ static int sim_create(const zt_config_t *cfg, zt__cpu_t *cpu, zt__err_t *err,
     sim_destroy(be);
     return zt__errf(err, -ENOMEM, "sim backend: out of memory");
   }
-  const char *trace = getenv("ZT_SIM_TRACE");
-  if (trace && *trace) {
-    be->trace = fopen(trace, "w");
-    if (be->trace == NULL) {
-      int e = errno;
-      sim_destroy(be);
-      return zt__errf(err, -EINVAL, "sim backend: ZT_SIM_TRACE is \"%s\", which cannot be "
-                      "written (%s); expected a file path, or unset", trace, strerror(e));
-    }
-    be->trace_t0 = now_s();
-    fprintf(be->trace, "stream,op,bytes,reached_s,started_s,done_s\n");
+  rc = zt__sim_trace_open(now_s(), err, &be->trace);
+  if (rc < 0) {
+    sim_destroy(be);
+    return rc;
   }
   *out = be;
   return 0;
@@ -542,7 +532,7 @@ static void sim_destroy(zt__backend_t *be) {
   free(be->regions);
   free(be->pinned);
   free(be->compute_mark);
-  if (be->trace) fclose(be->trace);
+  zt__sim_trace_close(be->trace);
   zt__cpu_destroy(be->cpu);
   pthread_cond_destroy(&be->cv);
   pthread_mutex_destroy(&be->kernel_mu);
