@@ -486,8 +486,10 @@ static void w_accumulate(void **state) {
  * packed: its first hand-over writes the sums and the second adds to them,
  * so the second summed first would be lost. A small group handed over
  * before it puts the big group's first bucket in the second slot, which
- * landed and was summed first before. Every gradient is 1, so the norm of
- * the averaged sums is exactly 2 sqrt(n), each step; then the step. */
+ * landed and was summed first before: on a wait for the slot, and, with
+ * both landed (the pause) when a third group's hand-over makes progress.
+ * Every gradient is 1, so the norm of the averaged sums is exact each
+ * step; then the step. */
 static void w_sums_in_pack_order(void **state) {
   const size_t n = (size_t)1 << 18, small = 64;
   for (int stage = 2; stage <= 3; stage++) {
@@ -495,27 +497,31 @@ static void w_sums_in_pack_order(void **state) {
     cfg.stage = stage;
     cfg.bucket_bytes = n * 4; /* the big group is one bucket */
     zt_engine_t *eng = t_engine(&cfg);
-    float *h = malloc((n + small) * 4);
-    for (size_t i = 0; i < n + small; i++) h[i] = 1.0f;
-    void *p = t_buf_alloc(eng, (n + small) * 4), *g = t_buf_alloc(eng, (n + small) * 4);
-    t_buf_upload(eng, p, h, (n + small) * 4);
-    zt_unit_t units[2] = {{"big", 0, n, 0, 1, ZT_FP32}, {"small", n, small, 1, 1, ZT_FP32}};
-    T_OK(zt_register_units(eng, p, g, n + small, ZT_FP32, ZT_FP32, units, 2), eng);
+    float *h = malloc((n + 2 * small) * 4);
+    for (size_t i = 0; i < n + 2 * small; i++) h[i] = 1.0f;
+    void *p = t_buf_alloc(eng, (n + 2 * small) * 4);
+    void *g = t_buf_alloc(eng, (n + 2 * small) * 4);
+    t_buf_upload(eng, p, h, (n + 2 * small) * 4);
+    zt_unit_t units[3] = {{"big", 0, n, 0, 1, ZT_FP32}, {"small", n, small, 1, 1, ZT_FP32},
+                          {"tiny", n + small, small, 2, 1, ZT_FP32}};
+    T_OK(zt_register_units(eng, p, g, n + 2 * small, ZT_FP32, ZT_FP32, units, 3), eng);
     for (uint64_t t = 1; t <= 4; t++) {
       void *ptr[1];
-      for (int id = 0; stage == 3 && id < 2; id++) {
+      for (int id = 0; stage == 3 && id < 3; id++) {
         assert_int_equal(zt_fetch(eng, id, ptr, 1), 1);
         T_OK(zt_release(eng, id), eng);
       }
-      t_buf_upload(eng, g, h, (n + small) * 4);
+      t_buf_upload(eng, g, h, (n + 2 * small) * 4);
       T_OK(zt_grads_ready(eng, 1), eng);
       for (int m = 0; m < 2; m++) {
         t_buf_upload(eng, g, h, n * 4); /* handed over: the loop writes it again */
         T_OK(zt_grads_ready(eng, 0), eng);
       }
+      usleep(50000);
+      T_OK(zt_grads_ready(eng, 2), eng);
       double norm = 0;
       T_OK(zt_grad_norm(eng, 1.0f, &norm), eng);
-      double want = sqrt(4.0 * (double)n + (double)small);
+      double want = sqrt(4.0 * (double)n + 2.0 * (double)small);
       if (norm != want)
         fail_msg("stage %d step %llu: norm %.6f, want %.6f", stage, (unsigned long long)t,
                  norm, want);
@@ -524,8 +530,8 @@ static void w_sums_in_pack_order(void **state) {
       a.t = t;
       T_OK(zt_step(eng, &a, NULL), eng);
     }
-    t_buf_free(eng, p, (n + small) * 4);
-    t_buf_free(eng, g, (n + small) * 4);
+    t_buf_free(eng, p, (n + 2 * small) * 4);
+    t_buf_free(eng, g, (n + 2 * small) * 4);
     zt_engine_destroy(eng);
     free(h);
   }

@@ -342,8 +342,9 @@ static void trace_op(zt__backend_t *be, const sim_stream_t *s, const op_t *op, d
                      double started, double done) {
   const char *what = op->kind == OP_COPY ? copy_names[op->link < 0 ? 2 : op->link]
                                          : op_names[op->kind];
-  zt__sim_trace_line(be->trace, s == be->user ? "user" : stream_names[s - be->streams], what,
-                     op->cost, reached, started, done);
+  int own = s >= be->streams && s < be->streams + ZT_STREAM_COUNT;
+  zt__sim_trace_line(be->trace, own ? stream_names[s - be->streams] : "user", what, op->cost,
+                     reached, started, done);
 }
 
 static void run_op(zt__backend_t *be, const sim_stream_t *s, op_t *op) {

@@ -12,9 +12,10 @@
 
 typedef struct zt__sim_trace zt__sim_trace_t;
 
-/* The trace ZT_SIM_TRACE names, its times counted from `t0` (seconds of
- * CLOCK_MONOTONIC), its header written; *out NULL when the variable is
- * unset or empty. A path that cannot be written is -EINVAL, naming it. */
+/* The trace ZT_SIM_TRACE names (a "%p" in it the process id), written
+ * afresh, its times counted from `t0` (seconds of CLOCK_MONOTONIC), its
+ * header written; *out NULL when the variable is unset or empty. A path
+ * that cannot be written is -EINVAL, naming it. */
 ZT_INTERNAL int zt__sim_trace_open(double t0, zt__err_t *err, zt__sim_trace_t **out);
 
 /* One op: the stream it ran on, what it was, the bytes its modelled time
