@@ -105,16 +105,19 @@ typedef struct cursor {
   size_t off; /* next element in it */
 } cursor_t;
 
+/* The segment the walk is in, past those it has finished; NULL at the end. */
+static const zt__seg_t *cursor_seg(cursor_t *cur) {
+  while (cur->seg < cur->n_segs && cur->off >= cur->segs[cur->seg].n) {
+    cur->seg++;
+    cur->off = 0;
+  }
+  return cur->seg < cur->n_segs ? &cur->segs[cur->seg] : NULL;
+}
+
 /* Fills up to BATCH pieces; returns how many (0 when the walk is over). */
 static size_t next_batch(cursor_t *cur, piece_t *out) {
   size_t k = 0;
-  while (k < BATCH && cur->seg < cur->n_segs) {
-    const zt__seg_t *s = &cur->segs[cur->seg];
-    if (cur->off >= s->n) {
-      cur->seg++;
-      cur->off = 0;
-      continue;
-    }
+  for (const zt__seg_t *s; k < BATCH && (s = cursor_seg(cur)) != NULL;) {
     size_t idx = s->index + cur->off;
     size_t to_edge = CHUNK - idx % CHUNK;
     size_t n = s->n - cur->off < to_edge ? s->n - cur->off : to_edge;
@@ -286,13 +289,7 @@ void zt__cpu_cast(zt__cpu_t *cpu, void *dst, zt_dtype_t dst_dtype, const void *s
  * the element index: the int8 blocks live in the state arrays. */
 static size_t next_qbatch(cursor_t *cur, piece_t *out) {
   size_t k = 0;
-  while (k < BATCH && cur->seg < cur->n_segs) {
-    const zt__seg_t *s = &cur->segs[cur->seg];
-    if (cur->off >= s->n) {
-      cur->seg++;
-      cur->off = 0;
-      continue;
-    }
+  for (const zt__seg_t *s; k < BATCH && (s = cursor_seg(cur)) != NULL;) {
     size_t to_edge = CHUNK - (s->state_off + cur->off) % CHUNK;
     size_t n = s->n - cur->off < to_edge ? s->n - cur->off : to_edge;
     out[k++] = (piece_t){cur->seg, cur->off, n};
@@ -352,13 +349,7 @@ static void qadam_task(void *vctx, size_t t, int worker) {
  * segment, `off` its first state offset, `n` its states. */
 static size_t next_q8_batch(cursor_t *cur, piece_t *out) {
   size_t k = 0;
-  while (k < BATCH && cur->seg < cur->n_segs) {
-    const zt__seg_t *s = &cur->segs[cur->seg];
-    if (cur->off >= s->n) {
-      cur->seg++;
-      cur->off = 0;
-      continue;
-    }
+  for (const zt__seg_t *s; k < BATCH && (s = cursor_seg(cur)) != NULL;) {
     size_t seg0 = cur->seg, first = s->state_off + cur->off;
     size_t end = (first / CHUNK + 1) * CHUNK, last = first;
     while (cur->seg < cur->n_segs) {
