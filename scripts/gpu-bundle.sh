@@ -174,12 +174,16 @@ for t in "$obj"/tests/test_*; do
   # The layer check and the install check read the source tree, which does
   # not travel; the GPT-2 example's checks need OpenBLAS, which the
   # bundle does not carry (its shared library alone is 36 MB). The config
-  # and checkpoint-format parsers and the struct sizes take no backend and
-  # run the same everywhere: they stay home (1.1 to 1.9 MiB each; every
-  # suite carries its own copy of the library, and the folder and the
-  # working tree must fit in 64 MiB together). None of them touches a GPU.
-  test_layers | test_install | test_gpt2_grad | test_gpt2_zt) continue ;;
+  # and checkpoint-format parsers, the struct sizes, the small helpers, the
+  # runner's own check, the thread pool, the swap engine, the host
+  # backend's streams and the sim model take no GPU backend and run the
+  # same everywhere: they stay home (1 to 2 MiB each; every suite carries
+  # its own copy of the library, and the folder and the working tree must
+  # fit in 64 MiB together). None of them touches a GPU.
+  test_layers | test_install | test_gpt2_grad | test_gpt2_zt | test_gpt2_bpe) continue ;;
   test_config | test_config_deepspeed | test_ckpt_format | test_abi) continue ;;
+  test_util | test_spares | test_runner | test_threadpool | test_swap) continue ;;
+  test_host_streams | test_sim) continue ;;
   esac
   cp "$t" "$tmp/tests/"
 done
@@ -194,7 +198,7 @@ strip --strip-all "$tmp/ztier" "$tmp/gpu-info" "$tmp"/tests/* "$tmp"/examples/*
 # this machine's copies, as ztier and the tests resolve them here.
 ship+=(libudev.so.1)
 for so in "${ship[@]}"; do
-  path=$(ldd "$tmp/tests/test_util" "$tmp/ztier" 2>/dev/null |
+  path=$(ldd "$tmp/tests/test_api" "$tmp/ztier" 2>/dev/null |
     awk -v n="$so" '$1 == n && $3 ~ /^\// { print $3; exit }')
   [ -n "$path" ] || die "$so: not found by ldd in the built binaries"
   cp -L "$path" "$tmp/lib/$so"

@@ -324,12 +324,6 @@ static void *sim_comm_view(zt__backend_t *be, void *p) { return zt__sim_reach(be
 
 static size_t elem_size(zt_dtype_t t) { return t == ZT_FP32 ? 4 : 2; }
 
-/* Runs one op, outside the lock. Its modelled time is reserved first on
- * the resource it holds (a link direction, or the device's compute), and
- * its bytes land at the end of that time, as a GPU's do: until then its
- * destination holds what it held, so work that reads it early reads old
- * bytes. When the CPU takes longer than the model, the resource is held
- * that much longer. */
 static const char *const op_names[] = {"copy", "memset",   "adam", "sumsq",
                                        "cast", "rank_sum", "call"};
 static const char *const copy_names[] = {"copy h2d", "copy d2h", "copy d2d"};
@@ -347,6 +341,12 @@ static void trace_op(zt__backend_t *be, const sim_stream_t *s, const op_t *op, d
                      reached, started, done);
 }
 
+/* Runs one op, outside the lock. Its modelled time is reserved first on
+ * the resource it holds (a link direction, or the device's compute), and
+ * its bytes land at the end of that time, as a GPU's do: until then its
+ * destination holds what it held, so work that reads it early reads old
+ * bytes. When the CPU takes longer than the model, the resource is held
+ * that much longer. */
 static void run_op(zt__backend_t *be, const sim_stream_t *s, op_t *op) {
   double reached = now_s(), seconds = be->launch_s, *resource;
   pthread_mutex_lock(&be->mu);
