@@ -450,6 +450,20 @@ static void exec_copy(exec_case_t *d, const exec_case_t *s, const layout_t *L, i
   memcpy(d->params, s->params, L->total * t_dtype_size(pdt));
 }
 
+/* Fresh inputs for a case: `n_states` states of format st from fresh
+ * moments, a master in [-1, 1), and the gradients and parameters. */
+static void exec_fill(exec_case_t *c, const layout_t *L, size_t n_states, int st,
+                      zt_dtype_t gdt, zt_dtype_t pdt, t_rng_t *r) {
+  qbufs_t q = {.n = n_states, .states = st, .m = c->m, .v = c->v, .ms = c->ms, .vs = c->vs};
+  float *m = xmalloc(n_states * 4), *v = xmalloc(n_states * 4);
+  fresh_moments(m, v, n_states, r);
+  qb_set(&q, m, v, r);
+  free(m), free(v);
+  t_fill_uniform(c->master, ZT_FP32, L->states, -1.0, 1.0, r);
+  t_fill_normal(c->grads, gdt, L->total, 0.01, r);
+  t_fill_normal(c->params, pdt, L->total, 1.0, r);
+}
+
 static void test_threads(void **state) {
   t_rng_t r;
   t_rng_init(&r, t_seed() ^ 0x3d);
@@ -464,19 +478,7 @@ static void test_threads(void **state) {
     exec_case_t init, run, want;
     exec_alloc(&init, &L, st, gdt, pdt);
     /* Fresh states: the whole padded arrays, as one span would set them. */
-    qbufs_t q = {.n = L.states,
-                 .states = st,
-                 .m = init.m,
-                 .v = init.v,
-                 .ms = init.ms,
-                 .vs = init.vs};
-    float *m = xmalloc(L.states * 4), *v = xmalloc(L.states * 4);
-    fresh_moments(m, v, L.states, &r);
-    qb_set(&q, m, v, &r);
-    free(m), free(v);
-    t_fill_uniform(init.master, ZT_FP32, L.states, -1.0, 1.0, &r);
-    t_fill_normal(init.grads, gdt, L.total, 0.01, &r);
-    t_fill_normal(init.params, pdt, L.total, 1.0, &r);
+    exec_fill(&init, &L, L.states, st, gdt, pdt, &r);
     zt__adam_hp_t hp = make_hp(1e-3, 0.01f, 11, ZT_MODE_ADAMW, 1, t_rng_next(&r), 1.0f);
 
     exec_alloc(&want, &L, st, gdt, pdt);
@@ -608,15 +610,7 @@ static void test_blocks_across_segments(void **state) {
     zt_dtype_t gdt = gi ? ZT_FP32 : ZT_BF16;
     exec_case_t init, run, want;
     exec_alloc(&init, &L, ZT_STATES_INT8, gdt, pdt);
-    qbufs_t q = {.n = D.states, .states = ZT_STATES_INT8, .m = init.m, .v = init.v,
-                 .ms = init.ms, .vs = init.vs};
-    float *m = xmalloc(D.states * 4), *v = xmalloc(D.states * 4);
-    fresh_moments(m, v, D.states, &r);
-    qb_set(&q, m, v, &r);
-    free(m), free(v);
-    t_fill_uniform(init.master, ZT_FP32, L.states, -1.0, 1.0, &r);
-    t_fill_normal(init.grads, gdt, L.total, 0.01, &r);
-    t_fill_normal(init.params, pdt, L.total, 1.0, &r);
+    exec_fill(&init, &L, D.states, ZT_STATES_INT8, gdt, pdt, &r);
     zt__adam_hp_t hp = make_hp(1e-3, 0.01f, 7, ZT_MODE_ADAMW, 1, t_rng_next(&r), 1.0f);
     exec_alloc(&want, &L, ZT_STATES_INT8, gdt, pdt);
     exec_copy(&want, &init, &L, ZT_STATES_INT8, gdt, pdt);
