@@ -379,7 +379,8 @@ void zt__opt_nvme_destroy(zt__opt_nvme_t *o) {
 
 /* ---- the step ----------------------------------------------------------------------- */
 
-static int step(zt__opt_nvme_t *o, const zt__adam_hp_t *hp) {
+static int step(zt__opt_nvme_t *o, const zt__adam_hp_t *hp,
+                const zt__update_progress_t *progress) {
   const zt__ctx_t *ctx = o->ctx;
   const zt__backend_ops_t *be = ctx->be_ops;
   /* The gradients are final once the user's work on the compute stream is:
@@ -428,6 +429,8 @@ static int step(zt__opt_nvme_t *o, const zt__adam_hp_t *hp) {
     ZT_TRY(send_params(o, w, n));
     ZT_TRY(write_record(o, w));
     ZT_TRY(reap(o, 0)); /* hands the kernel more I/O while the next waits */
+    if (in_place && progress && progress->fn)
+      ZT_TRY(progress->fn(progress->arg, win->first + win->n));
   }
   for (int k = 0; k < ZT_NVME_SLOTS; k++) ZT_TRY(settle(o, &o->slot[k]));
   double t0 = zt__now();
@@ -436,10 +439,11 @@ static int step(zt__opt_nvme_t *o, const zt__adam_hp_t *hp) {
   return 0;
 }
 
-int zt__opt_nvme_step(zt__opt_nvme_t *o, const zt__adam_hp_t *hp) {
+int zt__opt_nvme_step(zt__opt_nvme_t *o, const zt__adam_hp_t *hp,
+                      const zt__update_progress_t *progress) {
   if (o == NULL) return 0; /* an empty shard */
   o->io_error = 0;
-  int rc = step(o, hp);
+  int rc = step(o, hp, progress);
   return rc < 0 ? fail(o, rc) : 0;
 }
 

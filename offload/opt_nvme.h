@@ -102,12 +102,30 @@ ZT_INTERNAL int zt__opt_nvme_create(const zt__ctx_t *ctx, zt__pinned_t *pin,
                                     const zt__counters_t *cnt, const zt__opt_nvme_view_t *view,
                                     zt__opt_nvme_t **out);
 
+/* Who follows an update as it goes: fn(arg, upto) is called in element
+ * order, on the caller's thread, each time the parameters of every element
+ * of the view below `upto` (its index space: a shard's state index) are
+ * written where the view says. The memory tiers cut their update for it
+ * into windows that end on multiples of `every` (0: one window); the nvme
+ * tier calls it after each of its own windows. A negative return stops
+ * the update and is returned. Stages 1 and 2 gather the parameters behind it
+ * (zero/gather.h), so that the copies back overlap the rest of the update. */
+typedef struct zt__update_progress {
+  int (*fn)(void *arg, size_t upto);
+  void *arg;
+  size_t every;
+} zt__update_progress_t;
+
 /* Synchronous. One step's update of every state, streamed; the gradients
  * are read after the work already on the compute stream, and the updated
- * parameters are in the view's buffer when it returns. 0, or a negative code
- * with a sentence (an I/O error names the file, offset and errno; a block
- * whose checksum fails is ZT_ECHECKSUM); nothing is in flight on return. */
-ZT_INTERNAL int zt__opt_nvme_step(zt__opt_nvme_t *o, const zt__adam_hp_t *hp);
+ * parameters are in the view's buffer when it returns. `progress`: NULL, or
+ * told of each window once its parameters are written (in_host without a
+ * sink only: elsewhere they are not where the view says until the copies
+ * are done). 0, or a negative code with a sentence (an I/O error names the
+ * file, offset and errno; a block whose checksum fails is ZT_ECHECKSUM);
+ * nothing is in flight on return. */
+ZT_INTERNAL int zt__opt_nvme_step(zt__opt_nvme_t *o, const zt__adam_hp_t *hp,
+                                  const zt__update_progress_t *progress);
 
 /* Checkpoints (ckpt/): every record visited in state order, a window at a
  * time, through the slots. fn gets the window's states [state_first,

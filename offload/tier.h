@@ -94,6 +94,9 @@ typedef struct zt__opt_tier {
                                are it (checkpoints save them as master)   */
   zt__staging_t staging;    /* host tier, unsharded                       */
   zt__opt_nvme_t *nvme;     /* nvme tier; NULL for an empty shard         */
+  zt__update_progress_t progress; /* a shard's next update tells fn as it
+                                     goes (opt_nvme.h; the host and nvme
+                                     tiers); fn NULL: nobody follows it   */
   void *own;                /* the storage of a tier other than these: the
                                engine and checkpoints see states only
                                through export and import                 */

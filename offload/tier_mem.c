@@ -6,8 +6,10 @@
  * over a view; and the walk of states in memory for checkpoints; see
  * tier.h.
  */
+#include <errno.h>
 #include <stdlib.h>
 
+#include "cpu/window.h" // defines: zt__window_next, zt__window_pieces
 #include "offload/tier.h"
 
 uint64_t zt__tier_mem_bytes(uint64_t bytes) { return bytes ? bytes : 64; }
@@ -93,10 +95,37 @@ zt__adam_launch_t zt__tier_mem_launch(const zt__opt_tier_t *t, const zt__adam_hp
  * the view's parameters. */
 int zt__tier_mem_update_shard(zt__opt_tier_t *t, const zt__adam_hp_t *hp) {
   zt__adam_launch_t l = zt__tier_mem_launch(t, hp);
+  const zt__update_progress_t *pr = &t->progress;
+  const zt__opt_nvme_view_t *v = &t->view;
   double t0 = zt__now();
-  if (t->view.n_segs) zt__cpu_adam_in(t->ctx->cpu, t->states, &l);
-  *t->cnt.optimizer_seconds += zt__now() - t0;
-  return 0;
+  if (pr->fn == NULL || v->n_segs == 0) {
+    if (v->n_segs) zt__cpu_adam_in(t->ctx->cpu, t->states, &l);
+    *t->cnt.optimizer_seconds += zt__now() - t0;
+    return 0;
+  }
+  /* Followed: windows that end on multiples of `every` (the gather's
+   * buckets), each told once its parameters are written. AdamW is
+   * elementwise, and every element keeps its own index (rounding keys): the
+   * same bits as one launch. */
+  zt__seg_t *pieces = malloc(v->n_segs * sizeof *pieces);
+  if (pieces == NULL) return zt__errf(t->ctx->err, -ENOMEM, "out of memory");
+  int rc = 0;
+  const zt__seg_t *last = &v->segs[v->n_segs - 1];
+  size_t j = 0, every = pr->every ? pr->every : last->index + last->n;
+  zt__window_t w;
+  for (size_t pos = 0; rc == 0 && zt__window_next(v->segs, v->n_segs, every, &j, pos, &w);
+       pos = w.first + w.n) {
+    size_t cut = every - w.first % every, k = w.seg_begin;
+    if (w.n > cut) zt__window_next(v->segs, v->n_segs, cut, &k, w.first, &w);
+    l.segs = pieces;
+    l.n_segs = zt__window_pieces(v->segs, v->n_segs, &w, 0, pieces);
+    double t1 = zt__now();
+    zt__cpu_adam_in(t->ctx->cpu, t->states, &l);
+    *t->cnt.optimizer_seconds += zt__now() - t1;
+    rc = pr->fn(pr->arg, w.first + w.n);
+  }
+  free(pieces);
+  return rc;
 }
 
 static int move(const zt__ctx_t *c, float *dev, float *host, size_t n, int to_dev) {

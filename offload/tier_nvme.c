@@ -12,7 +12,7 @@ static int alloc(zt__opt_tier_t *t) {
 /* The swapper times its own update and copies. */
 static int update(zt__opt_tier_t *t, const zt__adam_hp_t *hp, double *sumsq) {
   (void)sumsq; /* never asked for: update_sumsq is 0 */
-  return zt__opt_nvme_step(t->nvme, hp);
+  return zt__opt_nvme_step(t->nvme, hp, &t->progress);
 }
 
 /* The swapper's windows are numbered from the view's state 0. */

@@ -10,6 +10,8 @@
  * room and `ztier plan` read instead of the tier's name: which buffers are
  * pinned, whether the shard is on the tier's medium, and the shard and
  * bucket sizes zt__part_footprint gives against what zt__part_init took.
+ * Last, a shard's update followed by its progress fn (what the gather of
+ * stages 1 and 2 starts behind): told in order, and the same bits.
  */
 #include <stdint.h>
 #include <stdio.h>
@@ -251,6 +253,90 @@ static void test_flags_and_part_footprint(void **state) {
     }
 }
 
+/* ---- a shard's update, followed ---------------------------------------------- */
+
+/* What the progress fn sees: at each call, the parameters below `upto` are
+ * the update's (the unfollowed update's bits), those above untouched. */
+typedef struct follow {
+  const uint16_t *params, *want, *before;
+  size_t first, end, every, calls, last;
+  int memory; /* a memory tier: its windows end on multiples of every */
+} follow_t;
+
+static int followed(void *arg, size_t upto) {
+  follow_t *f = arg;
+  assert_true(upto > f->last);
+  assert_true(upto <= f->end);
+  if (f->memory && upto < f->end) assert_int_equal(upto % f->every, 0);
+  for (size_t i = f->first; i < f->end; i++)
+    if (memcmp(&f->params[i - f->first], i < upto ? &f->want[i - f->first]
+                                                   : &f->before[i - f->first], 2)) {
+      fail_msg("element %zu %s the update at upto=%zu", i, i < upto ? "lacks" : "already has",
+               upto);
+    }
+  f->last = upto;
+  f->calls++;
+  return 0;
+}
+
+/* One shard update of a tier that updates on the CPU (host, nvme) over
+ * params, from fresh random gradients, told to `f` (NULL: not followed). */
+static void update_shard_once(zt_engine_t *eng, zt_tier_t tier, const zt__seg_t *segs,
+                              size_t n_segs, size_t first, size_t n, uint16_t *params,
+                              const float *grads, follow_t *f) {
+  zt__opt_nvme_view_t view = {segs, n_segs, grads, first, ZT_FP32, params, first, ZT_BF16,
+                              NULL, 1, NULL, NULL};
+  zt__opt_tier_t t;
+  T_OK(zt__opt_tier_create(&t, zt__opt_tier_ops(tier), &eng->ctx, &eng->pinned,
+                           &eng->counters, &view, 1, first, n),
+       eng);
+  zt_step_args_t a = ZT_STEP_ARGS_INIT;
+  a.t = 1;
+  a.lr = 1e-2f;
+  a.weight_decay = 0.1f;
+  zt__adam_hp_t hp;
+  zt__adam_hp_make(&a, 1.0, ZT_MODE_ADAMW, 1, zt_sr_key(7, 1), &hp);
+  if (f) t.progress = (zt__update_progress_t){followed, f, f->every};
+  T_OK(t.ops->update(&t, &hp, NULL), eng);
+  zt__opt_tier_free(&t);
+}
+
+/* The host and nvme tiers' shard update tells its progress fn, in order,
+ * how far the parameters are written (the gather of stages 1 and 2 starts
+ * each bucket behind it), and gives the unfollowed update's bits. The
+ * shard starts off a bucket boundary and holds two segments. */
+static void test_shard_update_progress(void **state) {
+  (void)state;
+  const size_t first = 1000, n = 70001, every = 8192;
+  const zt__seg_t segs[2] = {{first, 0, 30000, 1}, {first + 30000, 30000, n - 30000, 0}};
+  t_rng_t r;
+  t_rng_init(&r, t_seed());
+  uint16_t *before = malloc(n * 2), *want = malloc(n * 2), *got = malloc(n * 2);
+  float *grads = malloc(n * 4);
+  assert_true(before && want && got && grads);
+  t_fill_normal(before, ZT_BF16, n, 1.0, &r);
+  t_fill_normal(grads, ZT_FP32, n, 1.0, &r);
+  static const zt_tier_t tiers[] = {ZT_TIER_HOST, ZT_TIER_NVME};
+  for (int k = 0; k < 2; k++) {
+    zt_config_t cfg = t_config();
+    cfg.optimizer_tier = tiers[k];
+    cfg.chunk_bytes = 4096 * 16; /* nvme: windows of 16 Ki states */
+    snprintf(cfg.swap_path, sizeof cfg.swap_path, "%s", t_swap_dir());
+    zt_engine_t *eng = t_engine(&cfg);
+    memcpy(want, before, n * 2);
+    update_shard_once(eng, tiers[k], segs, 2, first, n, want, grads, NULL);
+    memcpy(got, before, n * 2);
+    follow_t f = {got, want, before, first, first + n, every, 0, 0, tiers[k] == ZT_TIER_HOST};
+    update_shard_once(eng, tiers[k], segs, 2, first, n, got, grads, &f);
+    print_message("  %s tier: %zu calls\n", zt__opt_tier_ops(tiers[k])->name, f.calls);
+    assert_int_equal(f.last, first + n);
+    assert_true(f.calls >= 4); /* more than one window, told each */
+    t_expect_same("the followed update against the unfollowed", got, want, 2, n);
+    zt_engine_destroy(eng);
+  }
+  free(before), free(want), free(got), free(grads);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_opt_tiers_match_footprint),
@@ -258,6 +344,7 @@ int main(void) {
       cmocka_unit_test(test_param_nvme_matches_footprint),
       cmocka_unit_test(test_param_reads_through_ops),
       cmocka_unit_test(test_flags_and_part_footprint),
+      cmocka_unit_test(test_shard_update_progress),
   };
   return T_RUN(tests);
 }

@@ -15,7 +15,7 @@
 #include "engine/engine.h"
 #include "engine/in_place.h" // defines: zt__in_place_give_back_units
 #include "zero/agree.h" // defines: zt__agree_sum_ranks
-#include "zero/gather.h" // defines: zt__gather_shards
+#include "zero/gather.h" // defines: zt__gather_shards, zt__gather_walk_t
 #include "zero/reduce.h" // defines: zt__reduce_all, zt__reduce_reset
 
 /* Finite and in [lo, hi) or [lo, hi]: the step's hyper-parameter checks. */
@@ -188,7 +188,7 @@ int zt_grad_norm(zt_engine_t *eng, float grad_scale, double *norm) {
 
 /* ---- the update of a shard ---------------------------------------------------- */
 
-/* Stages 1 to 3: the update of this rank's shard, in its tier, then (stages
+/* Stages 1 to 3: the update of this rank's shard, in its tier, and (stages
  * 1, 2) every rank's updated parameters back into every rank's buffer.
  * With the shard's parameters on the parameter tier's own medium between
  * steps (on_medium), an optimizer tier that sends its parameters there
@@ -204,7 +204,17 @@ static int update_shard(zt_engine_t *eng, const zt__adam_hp_t *hp) {
     ZT_TRY(zt__part_params_alloc(p));
     t->view.params = p->params; /* a fresh buffer each step */
   }
+  /* Stages 1 and 2, with a tier that updates the shard on the CPU where it
+   * is: the gather follows the update (gather.h), so that each bucket's
+   * collective and copy to the device overlap the update of the next. */
+  int follow = eng->cfg.stage < 3 && t->ops->cpu_update && t->shard;
+  zt__gather_walk_t walk;
+  if (follow) {
+    ZT_TRY(zt__gather_shards_begin(p, &walk));
+    t->progress = (zt__update_progress_t){zt__gather_shards_upto, &walk, p->bucket_elems};
+  }
   int rc = t->ops->update(t, hp, NULL);
+  t->progress = (zt__update_progress_t){0};
   if (rc == 0) rc = zt__part_updated(p);
   if (rc == 0 && pt->on_medium) rc = zt__part_update_wait(p); /* the put reads them */
   if (rc == 0 && fresh) rc = pt->ops->put(pt, p->begin, p->end, p->params);
@@ -213,7 +223,8 @@ static int update_shard(zt_engine_t *eng, const zt__adam_hp_t *hp) {
   ZT_TRY(rc < 0 ? rc : done);
   double t1 = zt__now();
   /* Stage 3 gathers when a group is fetched, not after the step. */
-  if (eng->cfg.stage < 3) ZT_TRY(zt__gather_shards(&eng->zero.part));
+  if (follow) ZT_TRY(zt__gather_shards_end(&walk));
+  else if (eng->cfg.stage < 3) ZT_TRY(zt__gather_shards(p));
   eng->copy_seconds += zt__now() - t1;
   return 0;
 }

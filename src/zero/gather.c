@@ -11,6 +11,7 @@
  * before each fetch, reduce.c to move the gradient buckets along, and
  * partition.c for spans and slots. Nothing below calls back into it.
  */
+#include <stdint.h>
 #include <stdlib.h>
 
 #include "offload/param_nvme.h" // defines: zt__param_read_t
@@ -97,13 +98,18 @@ static int land_gather(zt__part_t *p, zt__xfer_t *x) {
   return 0;
 }
 
-/* Gathers the spans, cut into buckets, two in flight: the gather of bucket
- * k+1 runs while bucket k lands. This rank's part of span i comes from
- * src[i] (its first element in the shard; NULL: none), or with src NULL
- * from part.params. */
-static int gather_spans(zt__part_t *p, const zt__span_t *spans, const char *const *src,
-                        size_t n) {
-  size_t psz = zt__dtype_size(p->reg.param_dtype);
+/* A gather of spans cut into buckets, two in flight: the gather of bucket
+ * k+1 runs while bucket k lands. walk_begin, then walk_upto as this rank's
+ * parameters are written, then walk_end. This rank's part of span i comes
+ * from src[i] (its first element in the shard; NULL: none), or with src
+ * NULL from part.params. */
+static int walk_begin(zt__part_t *p, zt__gather_walk_t *w, const zt__span_t *spans,
+                      const char *const *src, size_t n) {
+  w->p = p;
+  w->spans = spans;
+  w->src = src;
+  w->n = n;
+  w->i = 0;
   int in_place = 1;
   for (size_t i = 0; i < n; i++) in_place &= gathers_in_place(p, &spans[i]);
   /* Gathers into place, and stage 3's through pinned buckets, have slots
@@ -111,9 +117,9 @@ static int gather_spans(zt__part_t *p, const zt__span_t *spans, const char *cons
    * fetches the next group while the last one's gradients travel) go on,
    * and are only moved along. Else the gathers need the buckets' buffers,
    * and those land first. */
-  int own_slots = in_place || p->gx[0].recv != NULL;
-  zt__xfer_t *slots = own_slots ? p->gx : p->xfer;
-  if (own_slots) {
+  w->own_slots = in_place || p->gx[0].recv != NULL;
+  w->slots = w->own_slots ? p->gx : p->xfer;
+  if (w->own_slots) {
     ZT_TRY(zt__reduce_flush(p));
     ZT_TRY(zt__reduce_progress(p));
   } else {
@@ -122,43 +128,78 @@ static int gather_spans(zt__part_t *p, const zt__span_t *spans, const char *cons
   /* Stage 3's slots take turns across fetches too: the slot a fetch uses
    * first is not the one whose copy the last fetch enqueued last, so its
    * buffer is free without waiting for that copy. */
-  size_t k = own_slots ? p->gx_next : 0;
-  for (size_t i = 0; i < n; i++)
-    for (size_t a = spans[i].a; a < spans[i].b; k++) {
-      size_t b = zt__min_sz(spans[i].b, a + p->bucket_elems);
-      char *at = spans[i].at ? spans[i].at + (a - spans[i].a) * psz : NULL;
-      zt__span_t piece = {a, b, at};
-      /* This rank's part of the piece starts at max(a, begin). */
-      size_t mine = zt__max_sz(a, p->begin);
-      const char *send =
-          (const char *)p->params + (mine > p->begin ? mine - p->begin : 0) * psz;
-      if (src)
-        send = src[i] ? src[i] + (mine > zt__max_sz(spans[i].a, p->begin)
-                                      ? mine - zt__max_sz(spans[i].a, p->begin)
-                                      : 0) * psz
-                      : NULL;
-      zt__xfer_t *x = &slots[k % ZT_XFER_SLOTS];
-      if (x->busy) ZT_TRY(land_gather(p, x));
-      ZT_TRY(start_gather(p, x, &piece, send));
-      a = b;
+  w->k = w->own_slots ? p->gx_next : 0;
+  w->a = n ? spans[0].a : 0;
+  return 0;
+}
+
+/* Starts the pieces in order while this rank's part of the next one,
+ * [max(a, begin), min(b, end)), is empty or lies below `upto`. */
+static int walk_upto(zt__gather_walk_t *w, size_t upto) {
+  zt__part_t *p = w->p;
+  size_t psz = zt__dtype_size(p->reg.param_dtype);
+  while (w->i < w->n) {
+    const zt__span_t *sp = &w->spans[w->i];
+    if (w->a >= sp->b) {
+      if (++w->i < w->n) w->a = w->spans[w->i].a;
+      continue;
     }
-  for (size_t j = k; j < k + ZT_XFER_SLOTS; j++) {
-    zt__xfer_t *x = &slots[j % ZT_XFER_SLOTS];
+    size_t a = w->a, b = zt__min_sz(sp->b, a + p->bucket_elems);
+    size_t mine = zt__max_sz(a, p->begin), mine_end = zt__min_sz(b, p->end);
+    if (mine < mine_end && mine_end > upto) return 0;
+    zt__span_t piece = {a, b, sp->at ? sp->at + (a - sp->a) * psz : NULL};
+    const char *send = (const char *)p->params + (mine > p->begin ? mine - p->begin : 0) * psz;
+    if (w->src) {
+      size_t from = zt__max_sz(sp->a, p->begin);
+      send = w->src[w->i] ? w->src[w->i] + (mine > from ? mine - from : 0) * psz : NULL;
+    }
+    zt__xfer_t *x = &w->slots[w->k % ZT_XFER_SLOTS];
+    if (x->busy) ZT_TRY(land_gather(p, x));
+    ZT_TRY(start_gather(p, x, &piece, send));
+    w->k++;
+    w->a = b;
+  }
+  return 0;
+}
+
+/* The rest of the pieces, and every one landed; the loop's next work reads
+ * what landed. */
+static int walk_end(zt__gather_walk_t *w) {
+  zt__part_t *p = w->p;
+  ZT_TRY(walk_upto(w, SIZE_MAX));
+  for (size_t j = w->k; j < w->k + ZT_XFER_SLOTS; j++) {
+    zt__xfer_t *x = &w->slots[j % ZT_XFER_SLOTS];
     if (x->busy) ZT_TRY(land_gather(p, x));
   }
-  /* The loop's next work reads what landed. */
   for (int s = 0; s < ZT_XFER_SLOTS; s++)
-    if (slots[s].landing)
-      ZT_TRY(p->ctx->be_ops->stream_wait(p->ctx->be, ZT_STREAM_COMPUTE, slots[s].landed));
-  if (own_slots) p->gx_next = (unsigned)(k % ZT_XFER_SLOTS);
+    if (w->slots[s].landing)
+      ZT_TRY(p->ctx->be_ops->stream_wait(p->ctx->be, ZT_STREAM_COMPUTE, w->slots[s].landed));
+  if (w->own_slots) p->gx_next = (unsigned)(w->k % ZT_XFER_SLOTS);
   else p->next_slot = 0;
   return 0;
 }
 
-int zt__gather_shards(zt__part_t *p) {
-  zt__span_t all = {0, p->total, NULL};
+static int gather_spans(zt__part_t *p, const zt__span_t *spans, const char *const *src,
+                        size_t n) {
+  zt__gather_walk_t w;
+  ZT_TRY(walk_begin(p, &w, spans, src, n));
+  return walk_end(&w);
+}
+
+int zt__gather_shards_begin(zt__part_t *p, zt__gather_walk_t *w) {
   ZT_TRY(zt__part_update_wait(p)); /* the comm reads the updated shard */
-  return gather_spans(p, &all, NULL, 1);
+  w->all = (zt__span_t){0, p->total, NULL};
+  return walk_begin(p, w, &w->all, NULL, 1);
+}
+
+int zt__gather_shards_upto(void *walk, size_t upto) { return walk_upto(walk, upto); }
+
+int zt__gather_shards_end(zt__gather_walk_t *w) { return walk_end(w); }
+
+int zt__gather_shards(zt__part_t *p) {
+  zt__gather_walk_t w;
+  ZT_TRY(zt__gather_shards_begin(p, &w));
+  return walk_end(&w);
 }
 
 /* Called for every zt_fetch at stage 3, also of a group this rank holds
