@@ -34,7 +34,7 @@ static int gathers_in_place(const zt__part_t *p, const zt__span_t *sp) {
 /* Starts the gather of span sp (at most a bucket) into slot x: each rank
  * contributes the part of it in its shard, from `send`. */
 static int start_gather(zt__part_t *p, zt__xfer_t *x, const zt__span_t *sp,
-                        const void *send) {
+                        const void *send, int direct) {
   /* A rank with none of it sends 0 elements, from a buffer of its own (a
    * stage-3 gather slot has no send buffer: its recv bucket, or for a
    * gather into place the place itself, then). */
@@ -50,13 +50,15 @@ static int start_gather(zt__part_t *p, zt__xfer_t *x, const zt__span_t *sp,
   x->spans[0] = *sp;
   x->n_spans = 1;
   x->req = (zt__comm_req_t){0};
+  x->busy = 1;
+  x->direct = direct && !gathers_in_place(p, sp) ? send : NULL;
+  if (x->direct) return 0;
   void *recv = gathers_in_place(p, sp) ? sp->at : x->recv;
   if (recv == x->recv) ZT_TRY(zt__part_recv_free(p, x));
   ZT_TRY(p->ctx->comm->ops->all_gatherv(p->ctx->comm, zt__part_comm_buf(p, send),
                                         x->counts[p->rank], zt__part_comm_buf(p, recv),
                                         x->counts, x->displs,
                                         zt__part_red_dtype(p->reg.param_dtype), &x->req));
-  x->busy = 1;
   return 0;
 }
 
@@ -68,7 +70,9 @@ static int start_gather(zt__part_t *p, zt__xfer_t *x, const zt__span_t *sp,
 static int land_gather(zt__part_t *p, zt__xfer_t *x) {
   size_t psz = zt__dtype_size(p->reg.param_dtype);
   x->busy = 0;
-  ZT_TRY(p->ctx->comm->ops->wait(p->ctx->comm, &x->req));
+  const void *from = x->direct ? x->direct : x->recv;
+  x->direct = NULL;
+  if (from == x->recv) ZT_TRY(p->ctx->comm->ops->wait(p->ctx->comm, &x->req));
   const zt__span_t *sp = &x->spans[0];
   if (gathers_in_place(p, sp)) return 0;
   zt__copy_kind_t kind = p->on_pinned ? ZT_COPY_H2D : ZT_COPY_D2D;
@@ -80,10 +84,10 @@ static int land_gather(zt__part_t *p, zt__xfer_t *x) {
    * loop's work on the groups before. */
   zt__stream_t stream = sp->at == NULL ? ZT_STREAM_H2D : ZT_STREAM_PREFETCH;
   if (sp->at == NULL)
-    ZT_TRY(zt__part_span_op(p, ZT_SPAN_UNPACK, x->recv, p->reg.params, psz, sp->a, sp->b,
+    ZT_TRY(zt__part_span_op(p, ZT_SPAN_UNPACK, (void *)from, p->reg.params, psz, sp->a, sp->b,
                             kind, stream));
   else
-    ZT_TRY(p->ctx->be_ops->copy(p->ctx->be, sp->at, x->recv, n * psz, kind, stream));
+    ZT_TRY(p->ctx->be_ops->copy(p->ctx->be, sp->at, from, n * psz, kind, stream));
   if (kind == ZT_COPY_H2D) *p->reg.counters->h2d_bytes += n * psz;
   int rc = p->ctx->be_ops->event_record(p->ctx->be, x->landed, stream);
   if (rc < 0) {
@@ -110,6 +114,7 @@ static int walk_begin(zt__part_t *p, zt__gather_walk_t *w, const zt__span_t *spa
   w->src = src;
   w->n = n;
   w->i = 0;
+  w->direct = 0;
   int in_place = 1;
   for (size_t i = 0; i < n; i++) in_place &= gathers_in_place(p, &spans[i]);
   /* Gathers into place, and stage 3's through pinned buckets, have slots
@@ -155,7 +160,7 @@ static int walk_upto(zt__gather_walk_t *w, size_t upto) {
     }
     zt__xfer_t *x = &w->slots[w->k % ZT_XFER_SLOTS];
     if (x->busy) ZT_TRY(land_gather(p, x));
-    ZT_TRY(start_gather(p, x, &piece, send));
+    ZT_TRY(start_gather(p, x, &piece, send, w->direct));
     w->k++;
     w->a = b;
   }
@@ -189,7 +194,15 @@ static int gather_spans(zt__part_t *p, const zt__span_t *spans, const char *cons
 int zt__gather_shards_begin(zt__part_t *p, zt__gather_walk_t *w) {
   ZT_TRY(zt__part_update_wait(p)); /* the comm reads the updated shard */
   w->all = (zt__span_t){0, p->total, NULL};
-  return walk_begin(p, w, &w->all, NULL, 1);
+  ZT_TRY(walk_begin(p, w, &w->all, NULL, 1));
+  /* One rank gathers nothing from others: each bucket is copied to the
+   * device from the shard itself, no collective and no copy into a slot
+   * first. The update that follows rewrites the shard: the last step's
+   * copies out of it are done first (they were reaped by this step's
+   * buckets, which reuse the slots, unless there were too few). */
+  for (int s = 0; s < ZT_XFER_SLOTS; s++) ZT_TRY(zt__part_recv_free(p, &w->slots[s]));
+  w->direct = p->world == 1;
+  return 0;
 }
 
 int zt__gather_shards_upto(void *walk, size_t upto) { return walk_upto(walk, upto); }

@@ -26,6 +26,8 @@ typedef struct zt__gather_walk {
   size_t k;            /* pieces started, counting from the first slot    */
   zt__xfer_t *slots;   /* the gather's slots: p->gx, or the buckets'      */
   int own_slots;
+  int direct;          /* one rank, followed: buckets copied to the device
+                          from the shard itself (zt__xfer_t.direct)       */
   zt__span_t all;      /* zt__gather_shards_begin's one span              */
 } zt__gather_walk_t;
 

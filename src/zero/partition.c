@@ -508,6 +508,10 @@ void zt__part_reap(zt__part_t *p) {
     x->packing = x->summing = 0;
     if (!x->busy) continue;
     x->busy = 0;
+    if (x->direct) { /* a gather at one rank: no collective, nothing to reap */
+      x->direct = NULL;
+      continue;
+    }
     if (p->on_pinned) {
       c->ops->wait(c, &x->req);
       continue;

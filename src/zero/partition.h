@@ -135,6 +135,9 @@ typedef struct zt__xfer {
   int landing;              /* a gathered span's copy out of `recv` is
                                enqueued and may not be done (gather.c)      */
   zt__event_t *landed;      /* recorded after that copy                     */
+  const void *direct;       /* a gather at one rank: the span's source, the
+                               shard itself, copied out of there with no
+                               collective and no slot (NULL: out of recv) */
   uint64_t sums;            /* ticket of its sums on the sums thread, not
                                waited for yet (0: none)                     */
   int summing;              /* on_device: its sums are enqueued on the D2H
