@@ -22,7 +22,9 @@
 
 #include "harness.h"
 #include "base/internal.h" // defines: zt__cpu_count, zt__threads_for_rank
+#include "engine/engine.h" // defines: struct zt_engine (its CPU optimizer, ZeRO room)
 #include "engine/plan.h" // defines: zt__plan
+#include "zero/reduce.h" // defines: zt__reduce_sumsq
 
 #define W_MAX 4
 
@@ -537,6 +539,74 @@ static void w_sums_in_pack_order(void **state) {
   }
 }
 
+/* The step's sum of squares (zt__reduce_sumsq) adds the pieces' sums the
+ * sums thread took as it wrote them, and takes those a bucket edge cut
+ * itself: bit for bit the sum of one pass over the shard's sums
+ * (zt__cpu_sumsq), on fresh random gradients, with buckets that cut the
+ * pieces, unit edges inside a ZT_NORM_BLOCK, and (stages 2, 3) every group
+ * handed over twice. The host tier, whose sums are memory the CPU reads
+ * (but for several ranks on a GPU backend). */
+static void w_norm_from_the_sums(void **state) {
+  const size_t n = 3 * ZT_NORM_BLOCK + 4567, small = 3001, total = 2 * n + small;
+  for (int stage = 1; stage <= 3; stage++) {
+    zt_config_t cfg = t_config();
+    cfg.stage = stage;
+    cfg.optimizer_tier = ZT_TIER_HOST;
+    cfg.bucket_bytes = 98 * 4096; /* 100352 elements: not a multiple of ZT_NORM_BLOCK */
+    zt_engine_t *eng = t_engine(&cfg);
+    zt__part_t *p = &eng->zero.part;
+    float *h = malloc(total * 4);
+    void *pb = t_buf_alloc(eng, total * 4), *gb = t_buf_alloc(eng, total * 4);
+    t_rng_t rng;
+    t_rng_init(&rng, t_seed() ^ (0x51ull * (uint64_t)(p->rank + 1)));
+    t_fill_normal(h, ZT_FP32, total, 0.5, &rng);
+    t_buf_upload(eng, pb, h, total * 4);
+    zt_unit_t units[3] = {{"a", 0, n, 0, 1, ZT_FP32}, {"b", n, small, 1, 0, ZT_FP32},
+                          {"c", n + small, n, 2, 1, ZT_FP32}};
+    T_OK(zt_register_units(eng, pb, gb, total, ZT_FP32, ZT_FP32, units, 3), eng);
+    for (uint64_t t = 1; t <= 3; t++) {
+      void *ptr[1];
+      for (int id = 0; stage == 3 && id < 3; id++) {
+        assert_int_equal(zt_fetch(eng, id, ptr, 1), 1);
+        T_OK(zt_release(eng, id), eng);
+      }
+      for (int m = 0; m < 2; m++) {
+        t_fill_normal(h, ZT_FP32, total, 1.0, &rng);
+        t_buf_upload(eng, gb, h, total * 4);
+        for (int id = 2; stage >= 2 && id >= 0; id--) T_OK(zt_grads_ready(eng, id), eng);
+      }
+      double norm;
+      T_OK(zt_grad_norm(eng, 1.0f, &norm), eng);
+      zt_step_args_t a = ZT_STEP_ARGS_INIT;
+      a.t = t;
+      /* Several ranks on a GPU backend reduce in device memory: the
+       * backend's sumsq, which test_cuda holds. */
+      if (p->on_device) {
+        T_OK(zt_step(eng, &a, NULL), eng);
+        continue;
+      }
+      size_t taken = 0;
+      for (size_t k = 0; k < p->n_norm; k++) taken += p->norm_have[k];
+      double want = zt__cpu_sumsq(eng->cpu, p->grads, p->begin, ZT_FP32, p->segs, p->n_segs);
+      double got = -1.0;
+      T_OK(zt__reduce_sumsq(p, &got), eng);
+      print_message("# stage %d rank %d step %llu: %zu of %zu pieces taken by the sums thread\n",
+                    stage, p->rank, (unsigned long long)t, taken, p->n_norm);
+      if (memcmp(&got, &want, sizeof got))
+        fail_msg("stage %d rank %d step %llu: sum of squares %.17g, one pass gives %.17g",
+                 stage, p->rank, (unsigned long long)t, got, want);
+      /* Every rank's shard holds a piece that no bucket edge cuts, which the
+       * sums thread takes. */
+      assert_true(p->end == p->begin || taken > 0);
+      T_OK(zt_step(eng, &a, NULL), eng);
+    }
+    t_buf_free(eng, pb, total * 4);
+    t_buf_free(eng, gb, total * 4);
+    zt_engine_destroy(eng);
+    free(h);
+  }
+}
+
 /* Bytes per tier equal `ztier plan`'s; bytes on the wire per step equal
  * ZeRO's volume: a reduce-scatter of the gradients plus an all-gather of
  * the parameters, (W-1)/W of the model each. */
@@ -753,6 +823,7 @@ static const struct CMUnitTest scenarios[] = {
     cmocka_unit_test(w_stages_agree),
     cmocka_unit_test(w_accumulate), cmocka_unit_test(w_stats),
     cmocka_unit_test(w_mismatch), cmocka_unit_test(w_sums_in_pack_order),
+    cmocka_unit_test(w_norm_from_the_sums),
 };
 
 /* World size 1 runs in this process (comm "auto" is single here). */

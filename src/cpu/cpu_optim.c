@@ -226,6 +226,50 @@ double zt__cpu_sumsq(zt__cpu_t *cpu, const void *grads, size_t grads_first,
   return total;
 }
 
+/* ---- the same sum, a piece at a time ------------------------------------------- */
+
+size_t zt__cpu_sumsq_pieces(const zt__seg_t *segs, size_t n_segs, zt__seg_t *out) {
+  cursor_t cur = {segs, n_segs, 0, 0};
+  size_t count = 0;
+  for (const zt__seg_t *s; (s = cursor_seg(&cur)) != NULL; count++) {
+    size_t idx = s->index + cur.off;
+    size_t n = zt__min_sz(s->n - cur.off, CHUNK - idx % CHUNK);
+    if (out) out[count] = (zt__seg_t){idx, s->state_off + cur.off, n, s->decay};
+    cur.off += n;
+  }
+  return count;
+}
+
+double zt__cpu_sumsq_piece(const zt__cpu_t *cpu, const void *g, zt_dtype_t dtype, size_t n) {
+  return zt__sumsq_run(cpu->isa, g, dtype, n);
+}
+
+typedef struct fill_ctx {
+  const char *grads;
+  size_t grads_first, gsz;
+  zt_dtype_t dtype;
+  const zt__seg_t *pieces;
+  const unsigned char *have;
+  double *sums;
+  zt__isa_t isa;
+} fill_ctx_t;
+
+static void fill_task(void *vctx, size_t k, int worker) {
+  const fill_ctx_t *c = vctx;
+  if (c->have[k]) return;
+  const zt__seg_t *pc = &c->pieces[k];
+  c->sums[k] = zt__sumsq_run(c->isa, c->grads + (pc->index - c->grads_first) * c->gsz, c->dtype,
+                             pc->n);
+}
+
+void zt__cpu_sumsq_fill(zt__cpu_t *cpu, const void *grads, size_t grads_first, zt_dtype_t dtype,
+                        const zt__seg_t *pieces, size_t n, const unsigned char *have,
+                        double *sums) {
+  fill_ctx_t ctx = {grads, grads_first, zt__dtype_size(dtype), dtype, pieces, have, sums,
+                    cpu->isa};
+  if (n) zt__pool_run(cpu->pool, n, fill_task, &ctx);
+}
+
 /* ---- a ZeRO owner's sums ------------------------------------------------------- */
 
 /* In blocks converted to fp32 first, so that every loop is a plain vector

@@ -93,6 +93,21 @@ ZT_INTERNAL void zt__cpu_sumsq_add(zt__cpu_t *cpu, const void *grads, size_t gra
                                    zt_dtype_t dtype, const zt__seg_t *segs, size_t n_segs,
                                    double *total);
 
+/* zt__cpu_sumsq taken apart, for a caller that takes each piece's sum when
+ * it suits it (a ZeRO owner's sums thread, as it writes them): the sum is
+ * 0.0 + sums[0] + sums[1] + ..., in this order, over the pieces that
+ * zt__cpu_sumsq_pieces writes to out (each segment's part of each
+ * ZT_NORM_BLOCK of the index; index and state_off of the piece's first
+ * element; out NULL: only counted), sums[k] being piece k's
+ * zt__cpu_sumsq_piece (its n gradients from its first). zt__cpu_sumsq_fill
+ * takes, on all threads, those of the pieces that `have` does not mark. */
+ZT_INTERNAL size_t zt__cpu_sumsq_pieces(const zt__seg_t *segs, size_t n_segs, zt__seg_t *out);
+ZT_INTERNAL double zt__cpu_sumsq_piece(const zt__cpu_t *cpu, const void *g, zt_dtype_t dtype,
+                                       size_t n);
+ZT_INTERNAL void zt__cpu_sumsq_fill(zt__cpu_t *cpu, const void *grads, size_t grads_first,
+                                    zt_dtype_t dtype, const zt__seg_t *pieces, size_t n,
+                                    const unsigned char *have, double *sums);
+
 /* A ZeRO owner's sums, on the calling thread: sums[j] += the sum over
  * ranks, in rank order and in fp32, of element j of each rank's run in
  * `runs` (runs `stride` elements apart, of dtype `dtype`), j in [0, n).

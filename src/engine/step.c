@@ -11,12 +11,11 @@
 #include <string.h>
 
 #include "base/abi.h" // defines: zt__abi_size, ZT__STEP_ARGS_SIZE_0_1
-#include "cpu/window.h" // defines: zt__window_pieces
 #include "engine/engine.h"
 #include "engine/in_place.h" // defines: zt__in_place_give_back_units
 #include "zero/agree.h" // defines: zt__agree_sum_ranks
 #include "zero/gather.h" // defines: zt__gather_shards, zt__gather_walk_t
-#include "zero/reduce.h" // defines: zt__reduce_all, zt__reduce_reset
+#include "zero/reduce.h" // defines: zt__reduce_all, zt__reduce_sumsq, zt__reduce_reset
 
 /* Finite and in [lo, hi) or [lo, hi]: the step's hyper-parameter checks. */
 static int bad_float(zt__err_t *e, const char *name, float x, const char *expected) {
@@ -65,33 +64,6 @@ static int check_args(zt_engine_t *eng, const zt_step_args_t *user, const zt_ste
 }
 
 
-/* The shard's sum of squares when its sums are a file's pages (partition.h):
- * a window at a time, each released once read, so that the pass holds no
- * more than a window of them. The windows are cut at multiples of
- * ZT_NORM_BLOCK of the index, which gives the bits of one pass. */
-static int sumsq_of_file(zt_engine_t *eng, const zt__part_t *p, double *out) {
-  const size_t block = ZT_NORM_BLOCK;
-  size_t span = eng->cfg.chunk_bytes / sizeof(float) / block * block;
-  if (span == 0) span = block;
-  zt__seg_t *pieces = malloc(p->n_segs * sizeof *pieces);
-  if (pieces == NULL) return zt__errf(&eng->err, -ENOMEM, "out of memory");
-  size_t j = 0;
-  for (size_t lo = p->begin / block * block; lo < p->end; lo += span) {
-    size_t hi = zt__min_sz(lo + span, p->end), first = zt__max_sz(lo, p->begin);
-    while (j < p->n_segs && p->segs[j].index + p->segs[j].n <= lo) j++;
-    zt__window_t w = {.first = lo, .n = hi - lo, .seg_begin = j};
-    size_t k = zt__window_pieces(p->segs, p->n_segs, &w, 0, pieces);
-    zt__cpu_sumsq_add(eng->cpu, p->grads, p->begin, ZT_FP32, pieces, k, out);
-    zt__file_mem_release(&p->sums_file, p->grads + (first - p->begin),
-                         (hi - first) * sizeof(float));
-  }
-  /* A read fault maps the neighbouring cached pages too (the kernel's
-   * fault-around), some of them in windows already given back. */
-  zt__file_mem_release(&p->sums_file, p->grads, (p->end - p->begin) * sizeof(float));
-  free(pieces);
-  return 0;
-}
-
 /* Sum of squares of the gradients, summed over ranks in rank order, and the
  * factor that turns the gradients it was taken on into the average
  * gradient: 1 unpartitioned, 1/W for the sums of W ranks of a shard. At
@@ -125,10 +97,8 @@ static int grad_sumsq(zt_engine_t *eng, const char *fn, int local, const zt_step
     if (p->on_device)
       ZT_TRY(eng->be_ops->sumsq(eng->be, p->grads, p->begin, ZT_FP32, p->segs, p->n_segs,
                                 ZT_STREAM_COMPUTE, out));
-    else if (p->n_segs && p->sums_file.map)
-      ZT_TRY(sumsq_of_file(eng, p, out));
-    else if (p->n_segs)
-      *out = zt__cpu_sumsq(eng->cpu, p->grads, p->begin, ZT_FP32, p->segs, p->n_segs);
+    else
+      ZT_TRY(zt__reduce_sumsq(p, out));
     /* The loss scale is the same on every rank (the scaler moves on the
      * all-gathered sum), so "handed out the current one" is comparable; a
      * rank that did not would unscale by another value than its peers. */
@@ -225,7 +195,7 @@ static int update_shard(zt_engine_t *eng, const zt__adam_hp_t *hp) {
   /* Stage 3 gathers when a group is fetched, not after the step. */
   if (follow) ZT_TRY(zt__gather_shards_end(&walk));
   else if (eng->cfg.stage < 3) ZT_TRY(zt__gather_shards(p));
-  eng->copy_seconds += zt__now() - t1;
+  eng->copy_seconds += zt__now() - t1 + (follow ? walk.wait_seconds : 0.0);
   return 0;
 }
 

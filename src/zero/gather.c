@@ -9,7 +9,9 @@
  * (prefetch.c: the trace, buffers, reads ahead, staged groups), which reads
  * from the parameter tier (offload/param_nvme.c); and agree.c for the vote
  * before each fetch, reduce.c to move the gradient buckets along, and
- * partition.c for spans and slots. Nothing below calls back into it.
+ * partition.c for spans and slots. Nothing below calls back into it, but
+ * the optimizer tier's update, through the progress fn the engine gives it
+ * (zt__gather_shards_upto), so that the gather follows the update.
  */
 #include <stdint.h>
 #include <stdlib.h>
@@ -31,8 +33,12 @@ static int gathers_in_place(const zt__part_t *p, const zt__span_t *sp) {
   return sp->at != NULL && sp->at != ZT_SPAN_ZERO && !p->on_pinned;
 }
 
+static int land_copy(zt__part_t *p, zt__xfer_t *x, const void *from);
+
 /* Starts the gather of span sp (at most a bucket) into slot x: each rank
- * contributes the part of it in its shard, from `send`. */
+ * contributes the part of it in its shard, from `send`. With `direct` (one
+ * rank, the shards' gather) there is nothing to gather: the span is copied
+ * to where it goes from `send`, the shard itself, at once. */
 static int start_gather(zt__part_t *p, zt__xfer_t *x, const zt__span_t *sp,
                         const void *send, int direct) {
   /* A rank with none of it sends 0 elements, from a buffer of its own (a
@@ -50,31 +56,35 @@ static int start_gather(zt__part_t *p, zt__xfer_t *x, const zt__span_t *sp,
   x->spans[0] = *sp;
   x->n_spans = 1;
   x->req = (zt__comm_req_t){0};
-  x->busy = 1;
-  x->direct = direct && !gathers_in_place(p, sp) ? send : NULL;
-  if (x->direct) return 0;
+  if (direct && !gathers_in_place(p, sp)) return land_copy(p, x, send);
   void *recv = gathers_in_place(p, sp) ? sp->at : x->recv;
   if (recv == x->recv) ZT_TRY(zt__part_recv_free(p, x));
   ZT_TRY(p->ctx->comm->ops->all_gatherv(p->ctx->comm, zt__part_comm_buf(p, send),
                                         x->counts[p->rank], zt__part_comm_buf(p, recv),
                                         x->counts, x->displs,
                                         zt__part_red_dtype(p->reg.param_dtype), &x->req));
+  x->busy = 1;
   return 0;
 }
 
-/* Slot x's gathered span, to where it goes: the registered parameters, or
- * the packed buffer its `at` points into. The copy is enqueued on the H2D
- * stream and recorded; the loop's stream waits for it at the end of the
- * gather (gather_spans), and the slot's next collective before writing its
- * buffer (zt__part_recv_free): no host sync here. */
+/* Slot x's gathered span, once its collective is done, to where it goes
+ * (land_copy). */
 static int land_gather(zt__part_t *p, zt__xfer_t *x) {
-  size_t psz = zt__dtype_size(p->reg.param_dtype);
   x->busy = 0;
-  const void *from = x->direct ? x->direct : x->recv;
-  x->direct = NULL;
-  if (from == x->recv) ZT_TRY(p->ctx->comm->ops->wait(p->ctx->comm, &x->req));
+  ZT_TRY(p->ctx->comm->ops->wait(p->ctx->comm, &x->req));
+  if (gathers_in_place(p, &x->spans[0])) return 0;
+  return land_copy(p, x, x->recv);
+}
+
+/* Slot x's span, from `from` (its recv bucket, or at one rank the shard),
+ * to where it goes: the registered parameters, or the packed buffer its
+ * `at` points into. The copy is enqueued and recorded; the loop's stream
+ * waits for it at the end of the gather (walk_end), and the slot's next
+ * collective before writing its buffer (zt__part_recv_free): no host sync
+ * here. */
+static int land_copy(zt__part_t *p, zt__xfer_t *x, const void *from) {
+  size_t psz = zt__dtype_size(p->reg.param_dtype);
   const zt__span_t *sp = &x->spans[0];
-  if (gathers_in_place(p, sp)) return 0;
   zt__copy_kind_t kind = p->on_pinned ? ZT_COPY_H2D : ZT_COPY_D2D;
   size_t n = sp->b - sp->a;
   /* Into the loop's registered parameters: on the H2D stream, behind what
@@ -115,6 +125,7 @@ static int walk_begin(zt__part_t *p, zt__gather_walk_t *w, const zt__span_t *spa
   w->n = n;
   w->i = 0;
   w->direct = 0;
+  w->wait_seconds = 0.0;
   int in_place = 1;
   for (size_t i = 0; i < n; i++) in_place &= gathers_in_place(p, &spans[i]);
   /* Gathers into place, and stage 3's through pinned buckets, have slots
@@ -133,14 +144,38 @@ static int walk_begin(zt__part_t *p, zt__gather_walk_t *w, const zt__span_t *spa
   /* Stage 3's slots take turns across fetches too: the slot a fetch uses
    * first is not the one whose copy the last fetch enqueued last, so its
    * buffer is free without waiting for that copy. */
-  w->k = w->own_slots ? p->gx_next : 0;
+  w->k = w->landed = w->own_slots ? p->gx_next : 0;
   w->a = n ? spans[0].a : 0;
   return 0;
 }
 
+/* Lands the pieces started before piece `until`, oldest first (a slot's
+ * next piece needs its last one landed): with `block`, waiting for their
+ * collectives; without, as long as they are done. */
+static int walk_land(zt__gather_walk_t *w, size_t until, int block) {
+  zt__part_t *p = w->p;
+  for (; w->landed < until; w->landed++) {
+    zt__xfer_t *x = &w->slots[w->landed % ZT_XFER_SLOTS];
+    if (!x->busy) continue; /* copied when it started (one rank) */
+    if (!block) {
+      int done = p->ctx->comm->ops->test(p->ctx->comm, &x->req);
+      if (done < 0) {
+        x->busy = 0;
+        return done;
+      }
+      if (!done) return 0;
+    }
+    ZT_TRY(land_gather(p, x));
+  }
+  return 0;
+}
+
 /* Starts the pieces in order while this rank's part of the next one,
- * [max(a, begin), min(b, end)), is empty or lies below `upto`. */
-static int walk_upto(zt__gather_walk_t *w, size_t upto) {
+ * [max(a, begin), min(b, end)), is empty or lies below `upto`. Without
+ * `block` (called from inside the update) it never waits: a piece whose
+ * slot still holds a collective that is not done waits for a later call,
+ * so that no rank's update waits for another's. */
+static int walk_upto(zt__gather_walk_t *w, size_t upto, int block) {
   zt__part_t *p = w->p;
   size_t psz = zt__dtype_size(p->reg.param_dtype);
   while (w->i < w->n) {
@@ -151,31 +186,32 @@ static int walk_upto(zt__gather_walk_t *w, size_t upto) {
     }
     size_t a = w->a, b = zt__min_sz(sp->b, a + p->bucket_elems);
     size_t mine = zt__max_sz(a, p->begin), mine_end = zt__min_sz(b, p->end);
-    if (mine < mine_end && mine_end > upto) return 0;
+    if (mine < mine_end && mine_end > upto) break;
+    zt__xfer_t *x = &w->slots[w->k % ZT_XFER_SLOTS];
+    if (x->busy) {
+      ZT_TRY(walk_land(w, w->k - ZT_XFER_SLOTS + 1, block));
+      if (x->busy) return 0;
+    }
     zt__span_t piece = {a, b, sp->at ? sp->at + (a - sp->a) * psz : NULL};
     const char *send = (const char *)p->params + (mine > p->begin ? mine - p->begin : 0) * psz;
     if (w->src) {
       size_t from = zt__max_sz(sp->a, p->begin);
       send = w->src[w->i] ? w->src[w->i] + (mine > from ? mine - from : 0) * psz : NULL;
     }
-    zt__xfer_t *x = &w->slots[w->k % ZT_XFER_SLOTS];
-    if (x->busy) ZT_TRY(land_gather(p, x));
     ZT_TRY(start_gather(p, x, &piece, send, w->direct));
     w->k++;
     w->a = b;
   }
-  return 0;
+  /* The pieces whose collectives are done go on to the device now. */
+  return block ? 0 : walk_land(w, w->k, 0);
 }
 
 /* The rest of the pieces, and every one landed; the loop's next work reads
  * what landed. */
 static int walk_end(zt__gather_walk_t *w) {
   zt__part_t *p = w->p;
-  ZT_TRY(walk_upto(w, SIZE_MAX));
-  for (size_t j = w->k; j < w->k + ZT_XFER_SLOTS; j++) {
-    zt__xfer_t *x = &w->slots[j % ZT_XFER_SLOTS];
-    if (x->busy) ZT_TRY(land_gather(p, x));
-  }
+  ZT_TRY(walk_upto(w, SIZE_MAX, 1));
+  ZT_TRY(walk_land(w, w->k, 1));
   for (int s = 0; s < ZT_XFER_SLOTS; s++)
     if (w->slots[s].landing)
       ZT_TRY(p->ctx->be_ops->stream_wait(p->ctx->be, ZT_STREAM_COMPUTE, w->slots[s].landed));
@@ -196,16 +232,23 @@ int zt__gather_shards_begin(zt__part_t *p, zt__gather_walk_t *w) {
   w->all = (zt__span_t){0, p->total, NULL};
   ZT_TRY(walk_begin(p, w, &w->all, NULL, 1));
   /* One rank gathers nothing from others: each bucket is copied to the
-   * device from the shard itself, no collective and no copy into a slot
-   * first. The update that follows rewrites the shard: the last step's
-   * copies out of it are done first (they were reaped by this step's
-   * buckets, which reuse the slots, unless there were too few). */
+   * device from the shard itself, with no collective and no copy into a
+   * slot first. The next update rewrites the shard, and a followed one
+   * comes after this call: the last step's copies out of the shard are
+   * done first (the slots' reuse by this step's buckets waited for them
+   * already, unless there were fewer buckets than slots). */
   for (int s = 0; s < ZT_XFER_SLOTS; s++) ZT_TRY(zt__part_recv_free(p, &w->slots[s]));
   w->direct = p->world == 1;
   return 0;
 }
 
-int zt__gather_shards_upto(void *walk, size_t upto) { return walk_upto(walk, upto); }
+int zt__gather_shards_upto(void *walk, size_t upto) {
+  zt__gather_walk_t *w = walk;
+  double t0 = zt__now();
+  int rc = walk_upto(w, upto, 0);
+  w->wait_seconds += zt__now() - t0;
+  return rc;
+}
 
 int zt__gather_shards_end(zt__gather_walk_t *w) { return walk_end(w); }
 

@@ -24,10 +24,12 @@ typedef struct zt__gather_walk {
   size_t n;
   size_t i, a;         /* the next piece starts at element a of span i    */
   size_t k;            /* pieces started, counting from the first slot    */
+  size_t landed;       /* pieces landed (copies enqueued), in order       */
   zt__xfer_t *slots;   /* the gather's slots: p->gx, or the buckets'      */
   int own_slots;
-  int direct;          /* one rank, followed: buckets copied to the device
-                          from the shard itself (zt__xfer_t.direct)       */
+  int direct;          /* the shards' gather at one rank: each bucket is
+                          copied from the shard itself when it starts     */
+  double wait_seconds; /* spent in zt__gather_shards_upto                 */
   zt__span_t all;      /* zt__gather_shards_begin's one span              */
 } zt__gather_walk_t;
 
@@ -39,7 +41,9 @@ ZT_INTERNAL int zt__gather_shards(zt__part_t *p);
  * (the tier's zt__update_progress_t, `arg` the walk): begin before the
  * update; zt__gather_shards_upto starts, in order, the buckets whose part
  * from this rank is written below `upto` (its signature is the progress
- * fn's); end starts the rest and lands them all. The buckets' copies to
+ * fn's), and sends on to the device those whose collectives are done,
+ * never waiting (a bucket whose slot is still busy waits for a later
+ * call); end starts the rest and lands them all. The buckets' copies to
  * the device then overlap the rest of the update. Every rank starts the
  * same buckets in the same order, each when its own part is ready. `w`
  * stays where it is from begin to end. */

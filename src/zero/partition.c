@@ -366,6 +366,15 @@ int zt__part_init(zt__part_t *p, const zt__ctx_t *ctx, const zt__zero_reg_t *reg
       !map_or_warn(p, &p->sums_file, "the shard's gradient sums", f.grads_bytes,
                    (void **)&p->grads))
     ZT_TRY(zt__part_alloc(p, f.grads_bytes, (void **)&p->grads));
+  if (!p->on_device) {
+    p->n_norm = zt__cpu_sumsq_pieces(p->segs, p->n_segs, NULL);
+    p->norm_pieces = calloc(p->n_norm + 1, sizeof *p->norm_pieces);
+    p->norm_sums = calloc(p->n_norm + 1, sizeof *p->norm_sums);
+    p->norm_have = calloc(p->n_norm + 1, 1);
+    if (!p->norm_pieces || !p->norm_sums || !p->norm_have)
+      return zt__errf(p->ctx->err, -ENOMEM, "out of memory");
+    zt__cpu_sumsq_pieces(p->segs, p->n_segs, p->norm_pieces);
+  }
   if (p->on_device) {
     /* Zeroed on the loop's stream: the first sums wait for that. */
     ZT_TRY(p->ctx->be_ops->event_record(p->ctx->be, p->sums_read, ZT_STREAM_COMPUTE));
@@ -508,10 +517,6 @@ void zt__part_reap(zt__part_t *p) {
     x->packing = x->summing = 0;
     if (!x->busy) continue;
     x->busy = 0;
-    if (x->direct) { /* a gather at one rank: no collective, nothing to reap */
-      x->direct = NULL;
-      continue;
-    }
     if (p->on_pinned) {
       c->ops->wait(c, &x->req);
       continue;
@@ -581,6 +586,9 @@ void zt__part_free(zt__part_t *p) {
   if (p->sums_read) p->ctx->be_ops->event_destroy(p->ctx->be, p->sums_read);
   free(p->groups);
   free(p->segs);
+  free(p->norm_pieces);
+  free(p->norm_sums);
+  free(p->norm_have);
   memset(p, 0, sizeof *p);
 }
 

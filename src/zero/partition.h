@@ -132,12 +132,10 @@ typedef struct zt__xfer {
   uint64_t pack_seq;        /* its place in the order buckets were packed   */
   zt__event_t *packed;      /* recorded after those copies (and the clear
                                behind them at stage 2+)                     */
-  int landing;              /* a gathered span's copy out of `recv` is
+  int landing;              /* a gathered span's copy out of `recv` (or at
+                               one rank out of the shard itself) is
                                enqueued and may not be done (gather.c)      */
   zt__event_t *landed;      /* recorded after that copy                     */
-  const void *direct;       /* a gather at one rank: the span's source, the
-                               shard itself, copied out of there with no
-                               collective and no slot (NULL: out of recv) */
   uint64_t sums;            /* ticket of its sums on the sums thread, not
                                waited for yet (0: none)                     */
   int summing;              /* on_device: its sums are enqueued on the D2H
@@ -212,6 +210,16 @@ typedef struct zt__part {
    * file. Otherwise, or where swap_path cannot map a file (a warning says
    * so), its map is NULL and releasing does nothing. */
   zt__file_mem_t sums_file;
+  /* The sum of squares of `grads`, a piece at a time (zt__cpu_sumsq_pieces):
+   * the sums thread takes a piece's as it writes the piece's last sums
+   * (norm_have[k]: since the last step), so that the step adds them in
+   * zt__cpu_sumsq's order, its bits, with a pass over the pieces not taken
+   * only (zt__reduce_sumsq), not over the whole shard. A shard the CPU
+   * reads only (not on_device). */
+  zt__seg_t *norm_pieces;
+  double *norm_sums;
+  unsigned char *norm_have;
+  size_t n_norm;
   void *params;  /* the shard's updated parameters, param dtype; with param_tier
                     "nvme" only inside the step (between steps: on disk)       */
   int on_pinned; /* grads/buckets (and params) are pinned host memory

@@ -45,10 +45,37 @@ static const void *runs_of(const zt__part_t *p, const zt__xfer_t *x) {
   return p->world == 1 ? x->send : x->recv;
 }
 
-/* Elements summed at a time: when the sums are a file's pages (partition.h:
- * sums_file), each such piece's pages leave the process once summed, so a
- * bucket's sums (up to 8 Mi elements) are never resident all at once. */
+/* Elements summed at a time, cut at multiples of it in the index: when the
+ * sums are a file's pages (partition.h: sums_file), each such piece's pages
+ * leave the process once summed, so a bucket's sums (up to 8 Mi elements)
+ * are never resident all at once; and a piece of the sum of squares (inside
+ * one ZT_NORM_BLOCK, which divides it) is never cut in two. */
 #define SUMS_PIECE ((size_t)1 << 18)
+
+/* The first piece of the sum of squares that ends after index `at`. */
+static size_t norm_piece_at(const zt__part_t *p, size_t at) {
+  size_t lo = 0, hi = p->n_norm;
+  while (lo < hi) {
+    size_t mid = lo + (hi - lo) / 2;
+    const zt__seg_t *q = &p->norm_pieces[mid];
+    if (q->index + q->n <= at) lo = mid + 1;
+    else hi = mid;
+  }
+  return lo;
+}
+
+/* The sums [a, b) were just written: the sum of squares of each piece they
+ * hold whole, taken while they are in cache; a piece they cut has changed
+ * and is left to the step (zt__reduce_sumsq). */
+static void take_norms(zt__part_t *p, size_t a, size_t b) {
+  for (size_t k = norm_piece_at(p, a); k < p->n_norm && p->norm_pieces[k].index < b; k++) {
+    const zt__seg_t *q = &p->norm_pieces[k];
+    p->norm_have[k] = q->index >= a && q->index + q->n <= b;
+    if (p->norm_have[k])
+      p->norm_sums[k] =
+          zt__cpu_sumsq_piece(p->ctx->cpu, p->grads + (q->index - p->begin), ZT_FP32, q->n);
+  }
+}
 
 /* On the sums thread: the landed bucket's W runs, summed in rank order into
  * the shard's gradients, a piece at a time. */
@@ -61,12 +88,13 @@ static void sum_bucket(void *arg) {
   for (size_t k = 0; k < x->n_spans && mine; k++) {
     size_t a, b;
     if (!zt__span_clip(x->spans[k].a, x->spans[k].b, p->begin, p->end, &a, &b)) continue;
-    for (size_t c = a; c < b; c += SUMS_PIECE) {
-      size_t n = zt__min_sz(SUMS_PIECE, b - c);
+    for (size_t c = a, e; c < b; c = e) {
+      e = zt__min_sz(b, (c / SUMS_PIECE + 1) * SUMS_PIECE);
       float *sums = p->grads + (c - p->begin);
       zt__cpu_rank_sum(p->ctx->cpu, sums, runs + (i + (c - a)) * gsz, mine, p->reg.grad_dtype,
-                       p->world, n, x->first);
-      zt__file_mem_release(&p->sums_file, sums, n * sizeof(float));
+                       p->world, e - c, x->first);
+      take_norms(p, c, e);
+      zt__file_mem_release(&p->sums_file, sums, (e - c) * sizeof(float));
     }
     i += b - a;
   }
@@ -450,10 +478,25 @@ int zt__reduce_drop_buckets(zt__part_t *p) {
   return rc;
 }
 
+int zt__reduce_sumsq(zt__part_t *p, double *out) {
+  zt__cpu_sumsq_fill(p->ctx->cpu, p->grads, p->begin, ZT_FP32, p->norm_pieces, p->n_norm,
+                     p->norm_have, p->norm_sums);
+  double total = 0.0;
+  for (size_t k = 0; k < p->n_norm; k++) total += p->norm_sums[k];
+  *out = total;
+  /* The pieces read here fault in their neighbours too (the kernel's
+   * fault-around), which go back with them. */
+  zt__file_mem_release(&p->sums_file, p->grads, (p->end - p->begin) * sizeof(float));
+  return 0;
+}
+
 int zt__reduce_reset(zt__part_t *p) {
   zt__part_trim_grad_spares(p, ZT_GROUP_GRAD_BUFS);
   for (size_t g = 0; g < p->n_groups; g++) p->groups[g].reduced = 0;
   for (int s = 0; s < ZT_XFER_SLOTS; s++) ZT_TRY(wait_sums(p, &p->xfer[s]));
+  /* The next step's sums are new: none of their pieces' sums of squares
+   * is taken yet. */
+  if (p->norm_have) memset(p->norm_have, 0, p->n_norm);
   /* The sums are not cleared: each group's first hand-over of the next
    * step writes its sums rather than adding to them (zt__xfer_t.first),
    * which saves a pass over them. On the device the next sums, on the
