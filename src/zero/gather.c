@@ -141,6 +141,14 @@ static int walk_begin(zt__part_t *p, zt__gather_walk_t *w, const zt__span_t *spa
   } else {
     ZT_TRY(zt__reduce_drain(p));
   }
+  /* A slot still busy here is a failed walk's (a fetch that stopped part
+   * way): its collective is settled, and its span, whose destination that
+   * walk gave up, is not landed. */
+  for (int s = 0; s < ZT_XFER_SLOTS; s++)
+    if (w->slots[s].busy) {
+      w->slots[s].busy = 0;
+      ZT_TRY(p->ctx->comm->ops->wait(p->ctx->comm, &w->slots[s].req));
+    }
   /* Stage 3's slots take turns across fetches too: the slot a fetch uses
    * first is not the one whose copy the last fetch enqueued last, so its
    * buffer is free without waiting for that copy. */
@@ -172,9 +180,11 @@ static int walk_land(zt__gather_walk_t *w, size_t until, int block) {
 
 /* Starts the pieces in order while this rank's part of the next one,
  * [max(a, begin), min(b, end)), is empty or lies below `upto`. Without
- * `block` (called from inside the update) it never waits: a piece whose
- * slot still holds a collective that is not done waits for a later call,
- * so that no rank's update waits for another's. */
+ * `block` (called from inside the update) it never waits for a
+ * collective: a piece whose slot still holds one that is not done waits
+ * for a later call, so that no rank's update waits for another's. (Its
+ * slot's last copy to the device, two pieces back, is waited for if not
+ * done: that is this rank's own.) */
 static int walk_upto(zt__gather_walk_t *w, size_t upto, int block) {
   zt__part_t *p = w->p;
   size_t psz = zt__dtype_size(p->reg.param_dtype);
@@ -188,9 +198,9 @@ static int walk_upto(zt__gather_walk_t *w, size_t upto, int block) {
     size_t mine = zt__max_sz(a, p->begin), mine_end = zt__min_sz(b, p->end);
     if (mine < mine_end && mine_end > upto) break;
     zt__xfer_t *x = &w->slots[w->k % ZT_XFER_SLOTS];
-    if (x->busy) {
+    if (x->busy) { /* with this walk's piece k - SLOTS (walk_begin) */
       ZT_TRY(walk_land(w, w->k - ZT_XFER_SLOTS + 1, block));
-      if (x->busy) return 0;
+      if (x->busy) return 0; /* not done, and not to be waited for */
     }
     zt__span_t piece = {a, b, sp->at ? sp->at + (a - sp->a) * psz : NULL};
     const char *send = (const char *)p->params + (mine > p->begin ? mine - p->begin : 0) * psz;

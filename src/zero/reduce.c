@@ -51,6 +51,7 @@ static const void *runs_of(const zt__part_t *p, const zt__xfer_t *x) {
  * are never resident all at once; and a piece of the sum of squares (inside
  * one ZT_NORM_BLOCK, which divides it) is never cut in two. */
 #define SUMS_PIECE ((size_t)1 << 18)
+_Static_assert(SUMS_PIECE % ZT_NORM_BLOCK == 0, "a sum of squares piece is never cut in two");
 
 /* The first piece of the sum of squares that ends after index `at`. */
 static size_t norm_piece_at(const zt__part_t *p, size_t at) {
