@@ -43,10 +43,10 @@ ZT_INTERNAL int zt__gather_shards(zt__part_t *p);
  * from this rank is written below `upto` (its signature is the progress
  * fn's), and sends on to the device those whose collectives are done,
  * never waiting for a collective (a bucket whose slot still holds one
- * waits for a later call); end starts the rest and lands them all. The buckets' copies to
- * the device then overlap the rest of the update. Every rank starts the
- * same buckets in the same order, each when its own part is ready. `w`
- * stays where it is from begin to end. */
+ * waits for a later call); end starts the rest and lands them all. The
+ * buckets' copies to the device then overlap the rest of the update.
+ * Every rank starts the same buckets in the same order, each when its own
+ * part is ready. `w` stays where it is from begin to end. */
 ZT_INTERNAL int zt__gather_shards_begin(zt__part_t *p, zt__gather_walk_t *w);
 ZT_INTERNAL int zt__gather_shards_upto(void *w, size_t upto);
 ZT_INTERNAL int zt__gather_shards_end(zt__gather_walk_t *w);
