@@ -205,24 +205,18 @@ static void sumsq_task(void *vctx, size_t t, int worker) {
   c->sums[t] = zt__sumsq_run(c->isa, g, c->dtype, pc->n);
 }
 
-void zt__cpu_sumsq_add(zt__cpu_t *cpu, const void *grads, size_t grads_first,
-                       zt_dtype_t dtype, const zt__seg_t *segs, size_t n_segs,
-                       double *total) {
+double zt__cpu_sumsq(zt__cpu_t *cpu, const void *grads, size_t grads_first,
+                     zt_dtype_t dtype, const zt__seg_t *segs, size_t n_segs) {
   cpu_impl_t *c = (cpu_impl_t *)cpu;
   sumsq_ctx_t ctx = {grads, grads_first, dtype,   zt__dtype_size(dtype),
                      segs,  c->pieces,   c->sums, cpu->isa};
   cursor_t cur = {segs, n_segs, 0, 0};
+  double total = 0.0;
   size_t k;
   while ((k = next_batch(&cur, c->pieces)) > 0) {
     zt__pool_run(cpu->pool, k, sumsq_task, &ctx);
-    for (size_t t = 0; t < k; t++) *total += c->sums[t];
+    for (size_t t = 0; t < k; t++) total += c->sums[t];
   }
-}
-
-double zt__cpu_sumsq(zt__cpu_t *cpu, const void *grads, size_t grads_first,
-                     zt_dtype_t dtype, const zt__seg_t *segs, size_t n_segs) {
-  double total = 0.0;
-  zt__cpu_sumsq_add(cpu, grads, grads_first, dtype, segs, n_segs, &total);
   return total;
 }
 

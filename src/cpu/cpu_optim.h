@@ -86,12 +86,6 @@ ZT_INTERNAL double zt__cpu_sumsq(zt__cpu_t *cpu, const void *grads,
                                  size_t grads_first, zt_dtype_t dtype,
                                  const zt__seg_t *segs, size_t n_segs);
 
-/* The same, its blocks' sums added to *total one by one: calls over
- * segments cut at multiples of ZT_NORM_BLOCK of the index, in index order,
- * give the bits of one call over them all. */
-ZT_INTERNAL void zt__cpu_sumsq_add(zt__cpu_t *cpu, const void *grads, size_t grads_first,
-                                   zt_dtype_t dtype, const zt__seg_t *segs, size_t n_segs,
-                                   double *total);
 
 /* zt__cpu_sumsq taken apart, for a caller that takes each piece's sum when
  * it suits it (a ZeRO owner's sums thread, as it writes them): the sum is
