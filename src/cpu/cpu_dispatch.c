@@ -96,6 +96,15 @@ double zt__sumsq_run(zt__isa_t isa, const void *g, zt_dtype_t dtype, size_t n) {
   }
 }
 
+void zt__add_run(zt__isa_t isa, float *dst, const void *src, zt_dtype_t src_dtype, size_t n,
+                 int first) {
+  switch (isa) {
+  case ZT_ISA_AVX512: zt__add_avx512(dst, src, src_dtype, n, first); return;
+  case ZT_ISA_AVX2: zt__add_avx2(dst, src, src_dtype, n, first); return;
+  default: zt__add_scalar(dst, src, src_dtype, n, first); return;
+  }
+}
+
 void zt__cast_run(zt__isa_t isa, void *dst, zt_dtype_t dst_dtype, const void *src,
                   zt_dtype_t src_dtype, size_t n, int stochastic, uint32_t sr_key,
                   uint64_t index) {

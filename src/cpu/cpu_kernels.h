@@ -82,8 +82,17 @@ ZT_INTERNAL void zt__cast_run(zt__isa_t isa, void *dst, zt_dtype_t dst_dtype,
                               const void *src, zt_dtype_t src_dtype, size_t n,
                               int stochastic, uint32_t sr_key, uint64_t index);
 
+/* dst[i] = (first ? 0.0f : dst[i]) + (float)src[i] for n elements, src of
+ * `src_dtype` and not overlapping dst: one rank's run added to the fp32
+ * sums of a gradient reduction (zt__cpu_rank_sum). With `first` the sum
+ * starts from +0, so a -0 gradient sums to +0, as 0.0f + -0.0f does. */
+ZT_INTERNAL void zt__add_run(zt__isa_t isa, float *dst, const void *src,
+                             zt_dtype_t src_dtype, size_t n, int first);
+
 /* The three builds, for the dispatcher and the tests. */
 #define ZT_DECLARE_ISA_KERNELS_(sfx)                                           \
+  ZT_INTERNAL void zt__add_##sfx(float *dst, const void *src,                  \
+                                 zt_dtype_t src_dtype, size_t n, int first);   \
   ZT_INTERNAL void zt__adam_span_##sfx(const zt__adam_hp_t *hp,                \
                                        const zt__adam_span_t *s);              \
   ZT_INTERNAL double zt__sumsq_##sfx(const void *g, zt_dtype_t dtype, size_t n); \

@@ -426,6 +426,31 @@ double zt__sumsq_avx2(const void *g, zt_dtype_t dtype, size_t n) {
   }
 }
 
+/* ---- rank sums ------------------------------------------------------------- */
+
+ZT_INLINE void add_loop(float *dst, const void *src, int sdt, size_t n, int first) {
+  size_t i = 0;
+  for (; i + W <= n; i += W) {
+    __m256 a = first ? _mm256_setzero_ps() : _mm256_loadu_ps(dst + i);
+    _mm256_storeu_ps(dst + i, _mm256_add_ps(a, load8(src, sdt, i)));
+  }
+  if (i < n)
+    zt__add_scalar(dst + i, (const char *)src + i * zt__dtype_size(sdt), sdt, n - i, first);
+}
+
+void zt__add_avx2(float *dst, const void *src, zt_dtype_t src_dtype, size_t n, int first) {
+#define ADD_CASE(s_)                                                                     \
+  if (src_dtype == s_) {                                                                 \
+    if (first) add_loop(dst, src, s_, n, 1);                                             \
+    else add_loop(dst, src, s_, n, 0);                                                   \
+    return;                                                                              \
+  }
+  ADD_CASE(ZT_BF16)
+  ADD_CASE(ZT_FP16)
+  ADD_CASE(ZT_FP32)
+#undef ADD_CASE
+}
+
 /* ---- casts ----------------------------------------------------------------- */
 
 ZT_INLINE size_t cast_loop(void *dst, int ddt, const void *src, int sdt, size_t n, int sr,

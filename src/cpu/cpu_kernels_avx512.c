@@ -288,6 +288,34 @@ double zt__sumsq_avx512(const void *g, zt_dtype_t dtype, size_t n) {
   }
 }
 
+/* ---- rank sums ------------------------------------------------------------- */
+
+ZT_INLINE void add_loop(float *dst, const void *src, int sdt, size_t n, int first) {
+  size_t i = 0;
+  for (; i + W <= n; i += W) {
+    __m512 a = first ? _mm512_setzero_ps() : _mm512_loadu_ps(dst + i);
+    _mm512_storeu_ps(dst + i, _mm512_add_ps(a, load16(src, sdt, i, 0xffff, 0)));
+  }
+  if (i < n) {
+    __mmask16 k = (__mmask16)((1u << (n - i)) - 1u);
+    __m512 a = first ? _mm512_setzero_ps() : _mm512_maskz_loadu_ps(k, dst + i);
+    _mm512_mask_storeu_ps(dst + i, k, _mm512_add_ps(a, load16(src, sdt, i, k, 1)));
+  }
+}
+
+void zt__add_avx512(float *dst, const void *src, zt_dtype_t src_dtype, size_t n, int first) {
+#define ADD_CASE(s_)                                                                     \
+  if (src_dtype == s_) {                                                                 \
+    if (first) add_loop(dst, src, s_, n, 1);                                             \
+    else add_loop(dst, src, s_, n, 0);                                                   \
+    return;                                                                              \
+  }
+  ADD_CASE(ZT_BF16)
+  ADD_CASE(ZT_FP16)
+  ADD_CASE(ZT_FP32)
+#undef ADD_CASE
+}
+
 /* ---- casts ----------------------------------------------------------------- */
 
 ZT_INLINE void cast_loop(void *dst, int ddt, const void *src, int sdt, size_t n, int sr,

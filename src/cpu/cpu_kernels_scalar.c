@@ -112,6 +112,26 @@ double zt__sumsq_scalar(const void *g, zt_dtype_t dtype, size_t n) {
   }
 }
 
+/* ---- rank sums ------------------------------------------------------------- */
+
+ZT_INLINE void add_loop(float *restrict dst, const void *restrict src, int sdt, size_t n,
+                        int first) {
+  for (size_t i = 0; i < n; i++) dst[i] = (first ? 0.0f : dst[i]) + load_elem(src, sdt, i);
+}
+
+void zt__add_scalar(float *dst, const void *src, zt_dtype_t src_dtype, size_t n, int first) {
+#define ADD_CASE(s_)                                                                     \
+  if (src_dtype == s_) {                                                                 \
+    if (first) add_loop(dst, src, s_, n, 1);                                             \
+    else add_loop(dst, src, s_, n, 0);                                                   \
+    return;                                                                              \
+  }
+  ADD_CASE(ZT_BF16)
+  ADD_CASE(ZT_FP16)
+  ADD_CASE(ZT_FP32)
+#undef ADD_CASE
+}
+
 /* ---- casts ----------------------------------------------------------------- */
 
 ZT_INLINE void cast_loop(void *dst, int ddt, const void *src, int sdt, size_t n, int sr,

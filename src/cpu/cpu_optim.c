@@ -270,22 +270,21 @@ void zt__cpu_sumsq_fill(zt__cpu_t *cpu, const void *grads, size_t grads_first, z
  * loop; each element's sum is the same as one at a time. */
 void zt__cpu_rank_sum(const zt__cpu_t *cpu, float *sums, const void *runs, size_t stride,
                       zt_dtype_t dtype, int world, size_t n, int first) {
+  /* One rank: its run is the sum, added to the sums (or to +0) at once. */
+  if (world == 1) {
+    zt__add_run(cpu->isa, sums, runs, dtype, n, first);
+    return;
+  }
   enum { BLOCK = 2048 };
-  float sum[BLOCK], run[BLOCK];
+  float sum[BLOCK];
   size_t gsz = zt__dtype_size(dtype);
   const char *at = runs;
   for (size_t j0 = 0; j0 < n; j0 += BLOCK) {
     size_t m = zt__min_sz(BLOCK, n - j0);
     zt__cast_run(cpu->isa, sum, ZT_FP32, at + j0 * gsz, dtype, m, 0, 0, 0);
-    for (int r = 1; r < world; r++) {
-      zt__cast_run(cpu->isa, run, ZT_FP32, at + ((size_t)r * stride + j0) * gsz, dtype, m, 0,
-                   0, 0);
-      for (size_t j = 0; j < m; j++) sum[j] = sum[j] + run[j];
-    }
-    if (first)
-      for (size_t j = 0; j < m; j++) sums[j0 + j] = 0.0f + sum[j]; /* -0 + 0 is +0 */
-    else
-      for (size_t j = 0; j < m; j++) sums[j0 + j] = sums[j0 + j] + sum[j];
+    for (int r = 1; r < world; r++)
+      zt__add_run(cpu->isa, sum, at + ((size_t)r * stride + j0) * gsz, dtype, m, 0);
+    zt__add_run(cpu->isa, sums + j0, sum, ZT_FP32, m, first);
   }
 }
 
