@@ -551,7 +551,7 @@ static void check_norm_pieces(zt_engine_t *eng, const char *when, uint64_t t) {
   if (p->on_device) return;
   size_t taken = 0;
   for (size_t k = 0; k < p->n_norm; k++) taken += p->norm_have[k];
-  double want = zt__cpu_sumsq(eng->cpu, p->grads, p->begin, ZT_FP32, p->segs, p->n_segs);
+  double want = zt__cpu_sumsq(eng->cpu, p->grads, p->begin, p->sums_dtype, p->segs, p->n_segs);
   double got = -1.0;
   T_OK(zt__reduce_sumsq(p, &got), eng);
   print_message("# stage %d rank %d step %llu %s (sums in %s): %zu of %zu pieces taken by the "

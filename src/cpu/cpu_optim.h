@@ -102,6 +102,11 @@ ZT_INTERNAL void zt__cpu_sumsq_fill(zt__cpu_t *cpu, const void *grads, size_t gr
                                     zt_dtype_t dtype, const zt__seg_t *pieces, size_t n,
                                     const unsigned char *have, double *sums);
 
+/* x[i] = +0 where x[i] is -0, for n 16-bit floats (bf16 or fp16: -0 is
+ * 0x8000 in both), writing only blocks that hold one: gradients that are
+ * their own sums read as 0 + g would give them. */
+ZT_INTERNAL void zt__cpu_positive_zeros(uint16_t *x, size_t n);
+
 /* A ZeRO owner's sums, on the calling thread: sums[j] += the sum over
  * ranks, in rank order and in fp32, of element j of each rank's run in
  * `runs` (runs `stride` elements apart, of dtype `dtype`), j in [0, n).

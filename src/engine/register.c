@@ -326,8 +326,8 @@ static int alloc_shard_states(zt_engine_t *eng) {
   /* The states read the gradient shard and write the parameter shard where
    * they are, in the room's memory (partition.c); the nvme tier sends its
    * steps' parameters to the parameter tier's file when there is one. */
-  zt__opt_nvme_view_t v = {p->segs,  p->n_segs, p->grads, p->begin,
-                           ZT_FP32,  p->params, p->begin, eng->param_dtype,
+  zt__opt_nvme_view_t v = {p->segs,        p->n_segs, p->grads, p->begin,
+                           p->sums_dtype, p->params, p->begin, eng->param_dtype,
                            pt->nvme, p->on_pinned, &p->sums_file, &p->params_file};
   /* A tier that updates on the CPU takes a shard in device memory as it
    * takes a whole model on a GPU (not as a shard: through its slots). */

@@ -167,7 +167,7 @@ void zt__part_footprint(const zt__part_shape_t *s, zt__part_footprint_t *out) {
   out->begin = zt__min_sz(a, s->total);
   out->end = zt__min_sz(b, s->total);
   size_t mine = out->end - out->begin;
-  out->grads_bytes = mine * sizeof(float);
+  out->grads_bytes = mine * (zt__part_lands_grads(s) ? gsz : sizeof(float));
   out->params_bytes = mine * psz;
   /* The alltoallv's receive displacements reach (W - 1) x this rank's part
    * of a bucket, and comm refuses any displacement above ZT_COMM_MAX_COUNT
@@ -354,6 +354,11 @@ int zt__part_init(zt__part_t *p, const zt__ctx_t *ctx, const zt__zero_reg_t *reg
   p->begin = f.begin;
   p->end = f.end;
   p->bucket_elems = f.bucket_elems;
+  p->grads_land = zt__part_lands_grads(&(zt__part_shape_t){.world = p->world,
+                                                           .stage = cfg->stage,
+                                                           .grad_dtype = p->reg.grad_dtype,
+                                                           .on_pinned = p->on_pinned});
+  p->sums_dtype = p->grads_land ? p->reg.grad_dtype : ZT_FP32;
   ZT_TRY(build_groups(p));
   ZT_TRY(build_shard_segs(p));
   ZT_TRY(init_pools(p));
@@ -553,7 +558,7 @@ void zt__part_free(zt__part_t *p) {
   if (p->sums_file.map)
     zt__file_mem_unmap(&p->sums_file);
   else
-    zt__part_release(p, p->grads, mine * sizeof(float));
+    zt__part_release(p, p->grads, mine * zt__dtype_size(p->sums_dtype));
   zt__part_params_free(p);
   for (int s = 0; s < ZT_XFER_SLOTS; s++) {
     zt__xfer_t *x = &p->xfer[s];

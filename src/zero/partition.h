@@ -203,7 +203,15 @@ typedef struct zt__part {
   zt__seg_t *segs;
   size_t n_segs;
 
-  float *grads;  /* the shard's reduced gradient sums, fp32, zero between steps */
+  /* The shard's gradients as the norm and the update read them, of
+   * `sums_dtype`: the reduced sums in fp32; or, where the gradients land
+   * (zt__part_lands_grads), this rank's 16-bit gradients as they came from
+   * the device, which are their own sums (one rank: 0 + g), read as the
+   * fp32 sums would give them (reduce.c makes their zeros +0, as 0 + g
+   * does). zt__part_sums_at finds an element. */
+  void *grads;
+  zt_dtype_t sums_dtype;
+  int grads_land; /* zt__part_lands_grads */
   /* At stage 3 with the optimizer states on NVMe and the sums in host
    * memory, the sums are a file's pages (file_mem.h, zt__part_sums_on_disk): each pass over
    * them releases what it has done with, and the step's end zeroes the
@@ -343,13 +351,31 @@ typedef struct zt__part_shape {
 typedef struct zt__part_footprint {
   size_t shard, begin, end; /* elements per rank, and this rank's [begin, end) */
   size_t bucket_elems;      /* after the comm's cap                          */
-  size_t grads_bytes;       /* the shard's gradient sums (fp32)              */
+  size_t grads_bytes;       /* the shard's gradient sums (fp32), or its
+                               landed gradients (zt__part_lands_grads)     */
   size_t params_bytes;      /* the shard's parameters                        */
   size_t send_bytes, recv_bytes; /* each of the ZT_XFER_SLOTS buckets          */
   size_t gx_recv_bytes;     /* each gather slot's pinned bucket; 0: none     */
 } zt__part_footprint_t;
 
 ZT_INTERNAL void zt__part_footprint(const zt__part_shape_t *s, zt__part_footprint_t *out);
+
+/* Whether the gradients land as they are instead of being summed: one rank
+ * at stage 1 hands each gradient over once a step, in the step (reduce.c),
+ * so its sum is the gradient itself, and with a 16-bit gradient in memory
+ * the CPU reads (on_pinned) the bucket's copy from the device can write
+ * the shard's gradients directly. No fp32 sums are written (a pass of 6
+ * bytes a parameter), the update reads 2 bytes a gradient instead of 4,
+ * and the shard's gradients take half the memory. Stages 2 and 3 may hand
+ * a group over again in a step (accumulation), which needs fp32 sums. */
+static inline int zt__part_lands_grads(const zt__part_shape_t *s) {
+  return s->world == 1 && s->stage == 1 && s->on_pinned && s->grad_dtype != ZT_FP32;
+}
+
+/* Element `index` (of the shard) of its gradients as the update reads them. */
+static inline char *zt__part_sums_at(const zt__part_t *p, size_t index) {
+  return (char *)p->grads + (index - p->begin) * zt__dtype_size(p->sums_dtype);
+}
 
 /* Whether the shard's gradient sums live in a file of the swap folder
  * rather than in pinned memory, with the nvme optimizer tier, whose update

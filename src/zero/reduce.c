@@ -73,29 +73,34 @@ static void take_norms(zt__part_t *p, size_t a, size_t b) {
     const zt__seg_t *q = &p->norm_pieces[k];
     p->norm_have[k] = q->index >= a && q->index + q->n <= b;
     if (p->norm_have[k])
-      p->norm_sums[k] =
-          zt__cpu_sumsq_piece(p->ctx->cpu, p->grads + (q->index - p->begin), ZT_FP32, q->n);
+      p->norm_sums[k] = zt__cpu_sumsq_piece(p->ctx->cpu, zt__part_sums_at(p, q->index),
+                                            p->sums_dtype, q->n);
   }
 }
 
 /* On the sums thread: the landed bucket's W runs, summed in rank order into
- * the shard's gradients, a piece at a time. */
+ * the shard's gradients, a piece at a time. Gradients that landed as they
+ * are (grads_land) are their own sums: their -0s become the +0s that 0 + g
+ * gives, so the update reads what fp32 sums would hold. */
 static void sum_bucket(void *arg) {
   zt__xfer_t *x = arg;
   zt__part_t *p = x->part;
   size_t mine = x->mine, i = 0;
-  size_t gsz = zt__dtype_size(p->reg.grad_dtype);
+  size_t gsz = zt__dtype_size(p->reg.grad_dtype), esz = zt__dtype_size(p->sums_dtype);
   const char *runs = runs_of(p, x);
   for (size_t k = 0; k < x->n_spans && mine; k++) {
     size_t a, b;
     if (!zt__span_clip(x->spans[k].a, x->spans[k].b, p->begin, p->end, &a, &b)) continue;
     for (size_t c = a, e; c < b; c = e) {
       e = zt__min_sz(b, (c / SUMS_PIECE + 1) * SUMS_PIECE);
-      float *sums = p->grads + (c - p->begin);
-      zt__cpu_rank_sum(p->ctx->cpu, sums, runs + (i + (c - a)) * gsz, mine, p->reg.grad_dtype,
-                       p->world, e - c, x->first);
+      char *sums = zt__part_sums_at(p, c);
+      if (p->grads_land)
+        zt__cpu_positive_zeros((uint16_t *)sums, e - c);
+      else
+        zt__cpu_rank_sum(p->ctx->cpu, (float *)sums, runs + (i + (c - a)) * gsz, mine,
+                         p->reg.grad_dtype, p->world, e - c, x->first);
       take_norms(p, c, e);
-      zt__file_mem_release(&p->sums_file, sums, (e - c) * sizeof(float));
+      zt__file_mem_release(&p->sums_file, sums, (e - c) * esz);
     }
     i += b - a;
   }
@@ -111,8 +116,9 @@ static int sum_bucket_on_device(zt__part_t *p, zt__xfer_t *x) {
   for (size_t k = 0; k < x->n_spans && mine && rc == 0; k++) {
     size_t a, b;
     if (!zt__span_clip(x->spans[k].a, x->spans[k].b, p->begin, p->end, &a, &b)) continue;
-    rc = be->rank_sum(p->ctx->be, p->grads + (a - p->begin), (const char *)runs_of(p, x) + i * gsz,
-                      mine, p->reg.grad_dtype, p->world, b - a, x->first, ZT_STREAM_REDUCE);
+    rc = be->rank_sum(p->ctx->be, (float *)zt__part_sums_at(p, a),
+                      (const char *)runs_of(p, x) + i * gsz, mine, p->reg.grad_dtype, p->world,
+                      b - a, x->first, ZT_STREAM_REDUCE);
     i += b - a;
   }
   if (rc == 0) rc = be->event_record(p->ctx->be, x->summed, ZT_STREAM_REDUCE);
@@ -271,7 +277,9 @@ static int start_bucket(zt__part_t *p, zt__xfer_t *x) {
   size_t off = 0;
   for (size_t k = 0; k < x->n_spans; k++) {
     const zt__span_t *sp = &x->spans[k];
-    char *dst = (char *)x->send + off * gsz;
+    /* Gradients that land as they are go to the shard's own (one rank: the
+     * shard is every span). */
+    char *dst = p->grads_land ? zt__part_sums_at(p, sp->a) : (char *)x->send + off * gsz;
     size_t n = sp->b - sp->a;
     if (sp->at == NULL) {
       ZT_TRY(zt__part_span_op(p, ZT_SPAN_PACK, dst, p->reg.grads, gsz, sp->a, sp->b, kind,
@@ -480,14 +488,15 @@ int zt__reduce_drop_buckets(zt__part_t *p) {
 }
 
 int zt__reduce_sumsq(zt__part_t *p, double *out) {
-  zt__cpu_sumsq_fill(p->ctx->cpu, p->grads, p->begin, ZT_FP32, p->norm_pieces, p->n_norm,
-                     p->norm_have, p->norm_sums);
+  zt__cpu_sumsq_fill(p->ctx->cpu, p->grads, p->begin, p->sums_dtype, p->norm_pieces,
+                     p->n_norm, p->norm_have, p->norm_sums);
   double total = 0.0;
   for (size_t k = 0; k < p->n_norm; k++) total += p->norm_sums[k];
   *out = total;
   /* The pieces read here fault in their neighbours too (the kernel's
    * fault-around), which go back with them. */
-  zt__file_mem_release(&p->sums_file, p->grads, (p->end - p->begin) * sizeof(float));
+  zt__file_mem_release(&p->sums_file, p->grads,
+                       (p->end - p->begin) * zt__dtype_size(p->sums_dtype));
   return 0;
 }
 

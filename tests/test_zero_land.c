@@ -1,0 +1,139 @@
+/*
+ * test_zero_land.c — one rank at stage 1 with 16-bit gradients and an
+ * optimizer tier that updates on the CPU (host, nvme): the gradients land
+ * in the shard's own memory as they came from the device, 2 bytes a
+ * parameter, and are their own sums (zt__part_lands_grads). Held here: the
+ * landed gradients are the loop's, bit for bit, but for their -0s, which
+ * are +0 as 0 + g makes them; the norm and the parameters after each step
+ * are bit for bit those of stage 2, whose sums are fp32; and the shard's
+ * gradient memory is half of stage 2's. Fresh random gradients with exact
+ * zeros of both signs, over several buckets that cut the norm's pieces.
+ */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "harness.h"
+#include "engine/engine.h" // defines: struct zt_engine (its ZeRO room)
+
+#define STEPS 3
+
+typedef struct side {
+  zt_engine_t *eng;
+  void *params, *grads; /* backend memory */
+} side_t;
+
+static void side_open(side_t *s, int stage, zt_tier_t tier, int sums, zt_dtype_t dt, size_t n,
+                      const void *init) {
+  zt_config_t cfg = t_config();
+  cfg.stage = stage;
+  cfg.optimizer_tier = tier;
+  cfg.grad_sums = sums;
+  snprintf(cfg.swap_path, sizeof cfg.swap_path, "%s", t_swap_dir());
+  cfg.bucket_bytes = 37 * 4096; /* buckets of 37888 elements cut the norm's pieces */
+  s->eng = t_engine(&cfg);
+  size_t bytes = n * t_dtype_size(dt);
+  s->params = t_buf_alloc(s->eng, bytes);
+  s->grads = t_buf_alloc(s->eng, bytes);
+  t_buf_upload(s->eng, s->params, init, bytes);
+  zt_unit_t unit = {"w", 0, n, 0, 1, dt};
+  T_OK(zt_register_units(s->eng, s->params, s->grads, n, dt, dt, &unit, 1), s->eng);
+}
+
+static void side_close(side_t *s, size_t bytes) {
+  t_buf_free(s->eng, s->params, bytes);
+  t_buf_free(s->eng, s->grads, bytes);
+  zt_engine_destroy(s->eng);
+}
+
+/* Random 16-bit gradients, about one in 50 an exact zero of either sign. */
+static void fill_grads(uint16_t *g, zt_dtype_t dt, size_t n, t_rng_t *r) {
+  t_fill_normal(g, dt, n, 1.0, r);
+  for (size_t i = 0; i < n; i++)
+    if (t_rng_next(r) % 50 == 0) g[i] = t_rng_next(r) & 1 ? 0x8000u : 0;
+}
+
+static void land_as_stage_2(zt_tier_t tier, int sums_where, zt_dtype_t dt) {
+  const size_t n = 3 * ZT_NORM_BLOCK + 7777, bytes = n * 2;
+  uint16_t *h = malloc(bytes), *got = malloc(bytes), *want = malloc(bytes);
+  assert_true(h && got && want);
+  t_rng_t rng;
+  t_rng_init(&rng, t_seed() ^ (0x1a4dull + (uint64_t)tier * 7 + (uint64_t)dt));
+  t_fill_normal(h, dt, n, 0.5, &rng);
+  side_t land, sums;
+  side_open(&land, 1, tier, sums_where, dt, n, h);
+  side_open(&sums, 2, tier, sums_where, dt, n, h);
+  zt__part_t *p = &land.eng->zero.part;
+  assert_int_equal(p->grads_land, 1);
+  assert_int_equal(p->sums_dtype, dt);
+  assert_int_equal(sums.eng->zero.part.grads_land, 0);
+  assert_int_equal(p->sums_file.map != NULL, sums_where == ZT_GRAD_SUMS_DISK);
+  /* The shard's gradients: 2 bytes a parameter against the fp32 sums' 4,
+   * in pinned memory unless they are a file's pages. */
+  zt_stats_t a = ZT_STATS_INIT, b = ZT_STATS_INIT;
+  T_OK(zt_stats(land.eng, &a), land.eng);
+  T_OK(zt_stats(sums.eng, &b), sums.eng);
+  print_message("# %s tier, %s, sums in %s: pinned bytes %llu landed, %llu with fp32 sums\n",
+                tier == ZT_TIER_HOST ? "host" : "nvme", t_dtype_name(dt),
+                sums_where == ZT_GRAD_SUMS_DISK ? "a file" : "memory",
+                (unsigned long long)a.host_bytes, (unsigned long long)b.host_bytes);
+  if (sums_where != ZT_GRAD_SUMS_DISK) assert_true(a.host_bytes + bytes == b.host_bytes);
+  for (uint64_t t = 1; t <= STEPS; t++) {
+    fill_grads(h, dt, n, &rng);
+    t_buf_upload(land.eng, land.grads, h, bytes);
+    t_buf_upload(sums.eng, sums.grads, h, bytes);
+    double norm_land, norm_sums;
+    T_OK(zt_grad_norm(land.eng, 1.0f, &norm_land), land.eng);
+    T_OK(zt_grad_norm(sums.eng, 1.0f, &norm_sums), sums.eng);
+    /* After the norm the shard holds what landed (one unit from offset 0:
+     * the state index is the element's), and is host memory (a file's
+     * pages read back in). */
+    size_t zeros = 0;
+    for (size_t i = 0; i < n; i++) {
+      uint16_t g = ((const uint16_t *)p->grads)[i], w = h[i] == 0x8000u ? 0 : h[i];
+      zeros += h[i] == 0x8000u;
+      if (g != w)
+        fail_msg("step %llu: landed gradient %zu is 0x%04x, the loop's 0x%04x, expected 0x%04x",
+                 (unsigned long long)t, i, g, h[i], w);
+    }
+    assert_true(zeros > 0);
+    if (memcmp(&norm_land, &norm_sums, sizeof norm_land))
+      fail_msg("step %llu: norm %.17g landed, %.17g from fp32 sums", (unsigned long long)t,
+               norm_land, norm_sums);
+    zt_step_args_t args = ZT_STEP_ARGS_INIT;
+    args.t = t;
+    args.weight_decay = 0.01f;
+    T_OK(zt_step(land.eng, &args, NULL), land.eng);
+    T_OK(zt_step(sums.eng, &args, NULL), sums.eng);
+    t_buf_download(land.eng, got, land.params, bytes);
+    t_buf_download(sums.eng, want, sums.params, bytes);
+    t_expect_same("parameters, landed against stage 2's sums", got, want, 2, n);
+  }
+  side_close(&land, bytes);
+  side_close(&sums, bytes);
+  free(h), free(got), free(want);
+}
+
+static void test_host_bf16(void **state) {
+  land_as_stage_2(ZT_TIER_HOST, ZT_GRAD_SUMS_AUTO, ZT_BF16);
+}
+static void test_host_fp16(void **state) {
+  land_as_stage_2(ZT_TIER_HOST, ZT_GRAD_SUMS_AUTO, ZT_FP16);
+}
+static void test_nvme_bf16(void **state) {
+  land_as_stage_2(ZT_TIER_NVME, ZT_GRAD_SUMS_AUTO, ZT_BF16);
+}
+/* grad_sums "disk": the gradients land in a file's pages. */
+static void test_nvme_bf16_file(void **state) {
+  land_as_stage_2(ZT_TIER_NVME, ZT_GRAD_SUMS_DISK, ZT_BF16);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_host_bf16),
+      cmocka_unit_test(test_host_fp16),
+      cmocka_unit_test(test_nvme_bf16),
+      cmocka_unit_test(test_nvme_bf16_file),
+  };
+  return T_RUN(tests);
+}
