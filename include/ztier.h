@@ -154,9 +154,9 @@ typedef enum zt_states {
   ZT_STATES_INT8 = 2  /* 1 byte each + a scale per 256 (not yet wired) */
 } zt_states_t;
 
-/* Where a ZeRO shard's fp32 gradient sums live between the hand-over and
- * the update (docs/offload.md, "The gradient sums and registration on
- * disk"). */
+/* Where a ZeRO shard's gradient sums live between the hand-over and the
+ * update: fp32, or one rank's 16-bit gradients at stage 1 (docs/offload.md,
+ * "The gradient sums and registration on disk"). */
 typedef enum zt_grad_sums {
   ZT_GRAD_SUMS_AUTO = 0,   /* a file in swap_path at stage 3 with the nvme
                               optimizer tier, memory otherwise            */

@@ -91,8 +91,9 @@ zt__adam_launch_t zt__tier_mem_launch(const zt__opt_tier_t *t, const zt__adam_hp
   };
 }
 
-/* The CPU AdamW over the shard, from its reduced gradient sums (fp32) into
- * the view's parameters. */
+/* The CPU AdamW over the shard, from its reduced gradient sums (fp32, or
+ * the gradients as they landed: the view's dtype) into the view's
+ * parameters. */
 int zt__tier_mem_update_shard(zt__opt_tier_t *t, const zt__adam_hp_t *hp) {
   zt__adam_launch_t l = zt__tier_mem_launch(t, hp);
   const zt__update_progress_t *pr = &t->progress;

@@ -17,6 +17,8 @@
 #include "engine/engine.h" // defines: struct zt_engine (its ZeRO room)
 
 #define STEPS 3
+#define UNIT_A (3 * ZT_NORM_BLOCK + 7777)
+#define GAP 5
 
 typedef struct side {
   zt_engine_t *eng;
@@ -36,9 +38,14 @@ static void side_open(side_t *s, int stage, zt_tier_t tier, int sums, zt_dtype_t
   s->params = t_buf_alloc(s->eng, bytes);
   s->grads = t_buf_alloc(s->eng, bytes);
   t_buf_upload(s->eng, s->params, init, bytes);
-  zt_unit_t unit = {"w", 0, n, 0, 1, dt};
-  T_OK(zt_register_units(s->eng, s->params, s->grads, n, dt, dt, &unit, 1), s->eng);
+  /* Two units of odd sizes, a frozen gap between them: spans, and the
+   * pieces the sums thread takes, end off any vector or block edge. */
+  zt_unit_t units[2] = {{"w", 0, UNIT_A, 0, 1, dt}, {"b", UNIT_A + GAP, n - UNIT_A - GAP, 1, 0, dt}};
+  T_OK(zt_register_units(s->eng, s->params, s->grads, n, dt, dt, units, 2), s->eng);
 }
+
+/* The element of the registered buffer that state index i is. */
+static size_t element_of(size_t i) { return i < UNIT_A ? i : i + GAP; }
 
 static void side_close(side_t *s, size_t bytes) {
   t_buf_free(s->eng, s->params, bytes);
@@ -54,7 +61,7 @@ static void fill_grads(uint16_t *g, zt_dtype_t dt, size_t n, t_rng_t *r) {
 }
 
 static void land_as_stage_2(zt_tier_t tier, int sums_where, zt_dtype_t dt) {
-  const size_t n = 3 * ZT_NORM_BLOCK + 7777, bytes = n * 2;
+  const size_t n = UNIT_A + GAP + 40001, states = n - GAP, bytes = n * 2;
   uint16_t *h = malloc(bytes), *got = malloc(bytes), *want = malloc(bytes);
   assert_true(h && got && want);
   t_rng_t rng;
@@ -77,7 +84,7 @@ static void land_as_stage_2(zt_tier_t tier, int sums_where, zt_dtype_t dt) {
                 tier == ZT_TIER_HOST ? "host" : "nvme", t_dtype_name(dt),
                 sums_where == ZT_GRAD_SUMS_DISK ? "a file" : "memory",
                 (unsigned long long)a.host_bytes, (unsigned long long)b.host_bytes);
-  if (sums_where != ZT_GRAD_SUMS_DISK) assert_true(a.host_bytes + bytes == b.host_bytes);
+  if (sums_where != ZT_GRAD_SUMS_DISK) assert_true(a.host_bytes + states * 2 == b.host_bytes);
   for (uint64_t t = 1; t <= STEPS; t++) {
     fill_grads(h, dt, n, &rng);
     t_buf_upload(land.eng, land.grads, h, bytes);
@@ -85,16 +92,16 @@ static void land_as_stage_2(zt_tier_t tier, int sums_where, zt_dtype_t dt) {
     double norm_land, norm_sums;
     T_OK(zt_grad_norm(land.eng, 1.0f, &norm_land), land.eng);
     T_OK(zt_grad_norm(sums.eng, 1.0f, &norm_sums), sums.eng);
-    /* After the norm the shard holds what landed (one unit from offset 0:
-     * the state index is the element's), and is host memory (a file's
-     * pages read back in). */
+    /* After the norm the shard holds what landed, in state order, and is
+     * host memory (a file's pages read back in). */
     size_t zeros = 0;
-    for (size_t i = 0; i < n; i++) {
-      uint16_t g = ((const uint16_t *)p->grads)[i], w = h[i] == 0x8000u ? 0 : h[i];
-      zeros += h[i] == 0x8000u;
+    for (size_t i = 0; i < states; i++) {
+      uint16_t loop = h[element_of(i)], w = loop == 0x8000u ? 0 : loop;
+      uint16_t g = ((const uint16_t *)p->grads)[i];
+      zeros += loop == 0x8000u;
       if (g != w)
         fail_msg("step %llu: landed gradient %zu is 0x%04x, the loop's 0x%04x, expected 0x%04x",
-                 (unsigned long long)t, i, g, h[i], w);
+                 (unsigned long long)t, i, g, loop, w);
     }
     assert_true(zeros > 0);
     if (memcmp(&norm_land, &norm_sums, sizeof norm_land))
@@ -103,6 +110,8 @@ static void land_as_stage_2(zt_tier_t tier, int sums_where, zt_dtype_t dt) {
     zt_step_args_t args = ZT_STEP_ARGS_INIT;
     args.t = t;
     args.weight_decay = 0.01f;
+    args.grad_scale = 0.75f;
+    args.clip_grad_norm = t == 2 ? (float)(norm_land / 2) : 0.0f; /* clips at step 2 */
     T_OK(zt_step(land.eng, &args, NULL), land.eng);
     T_OK(zt_step(sums.eng, &args, NULL), sums.eng);
     t_buf_download(land.eng, got, land.params, bytes);
@@ -123,6 +132,9 @@ static void test_host_fp16(void **state) {
 static void test_nvme_bf16(void **state) {
   land_as_stage_2(ZT_TIER_NVME, ZT_GRAD_SUMS_AUTO, ZT_BF16);
 }
+static void test_nvme_fp16(void **state) {
+  land_as_stage_2(ZT_TIER_NVME, ZT_GRAD_SUMS_AUTO, ZT_FP16);
+}
 /* grad_sums "disk": the gradients land in a file's pages. */
 static void test_nvme_bf16_file(void **state) {
   land_as_stage_2(ZT_TIER_NVME, ZT_GRAD_SUMS_DISK, ZT_BF16);
@@ -133,6 +145,7 @@ int main(void) {
       cmocka_unit_test(test_host_bf16),
       cmocka_unit_test(test_host_fp16),
       cmocka_unit_test(test_nvme_bf16),
+      cmocka_unit_test(test_nvme_fp16),
       cmocka_unit_test(test_nvme_bf16_file),
   };
   return T_RUN(tests);

@@ -144,12 +144,13 @@ int zt__plan_with(const zt__plan_in_t *in, const zt__plan_run_t *run, zt__plan_t
     int on_pinned = zt__part_pinned(run->backend, run->comm, in->ranks, ot->cpu_update,
                                     in->stage == 3 && in->param_tier != ZT_TIER_DEVICE);
     zt__part_footprint_t f;
-    zt__part_footprint(&(zt__part_shape_t){n, in->ranks, in->rank, in->stage, in->bucket_bytes,
-                                            in->param_dtype, in->grad_dtype, on_pinned},
-                       &f);
+    zt__part_shape_t ps = {n, in->ranks, in->rank, in->stage, in->bucket_bytes,
+                           in->param_dtype, in->grad_dtype, on_pinned};
+    zt__part_footprint(&ps, &f);
     uint64_t mine = f.end - f.begin;
     out->shard_params = mine;
-    /* The shard's gradient sums (fp32) and updated params. */
+    /* The shard's gradient sums (fp32, or the gradients as they landed:
+     * zt__part_lands_grads) and updated params. */
     uint64_t grads = part_bytes(f.grads_bytes), params = part_bytes(f.params_bytes);
     /* Buckets: ZT_XFER_SLOTS of (send, recv), and with pinned buckets at
      * stage 3 a gather slot's recv bucket each. */
@@ -213,7 +214,8 @@ int zt__plan_with(const zt__plan_in_t *in, const zt__plan_run_t *run, zt__plan_t
     uint64_t pinned = out->pinned_bytes;
     zt__tier_shape_t s =
         shape_of(in, mine, on_pinned || !ot->cpu_update, params_on_disk, pinned);
-    s.grad_dtype = ZT_FP32; /* the tier reads the shard's sums */
+    /* The tier reads the shard's sums, or its landed gradients. */
+    s.grad_dtype = zt__part_lands_grads(&ps) ? in->grad_dtype : ZT_FP32;
     opt_tier(in, &s, &device, &host, &nvme, out);
     if (in->stage == 3) {
       /* The loop holds no model buffer: ztier's shards (above) are the
