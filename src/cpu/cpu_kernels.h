@@ -162,10 +162,10 @@ ZT_INTERNAL double zt__states_bytes_per_param(int states);
 ZT_INTERNAL void zt__adam_qspan_run(zt__isa_t isa, const zt__adam_hp_t *hp,
                                     const zt__adam_qspan_t *s);
 
-/* The builds. AVX-512 machines run the AVX2 build of it (they have AVX2):
- * zt__adam_qspan_run sends ZT_ISA_AVX512 there. */
+/* The builds. */
 ZT_INTERNAL void zt__adam_qspan_scalar(const zt__adam_hp_t *hp, const zt__adam_qspan_t *s);
 ZT_INTERNAL void zt__adam_qspan_avx2(const zt__adam_hp_t *hp, const zt__adam_qspan_t *s);
+ZT_INTERNAL void zt__adam_qspan_avx512(const zt__adam_hp_t *hp, const zt__adam_qspan_t *s);
 
 #ifdef __cplusplus
 }

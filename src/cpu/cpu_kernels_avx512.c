@@ -150,8 +150,9 @@ ZT_INLINE vhp_t vhp_make(const zt__adam_hp_t *hp) {
   return c;
 }
 
-/* zt_adam_update on 16 lanes: the same operations in the same order. */
-ZT_INLINE void adam16(const vhp_t *c, int dmode, __m512 g, __m512 *p, __m512 *m,
+/* zt_adam_update on 16 lanes: the same operations in the same order;
+ * returns sqrt(v), which int8 states store. */
+ZT_INLINE __m512 adam16(const vhp_t *c, int dmode, __m512 g, __m512 *p, __m512 *m,
                       __m512 *v) {
   g = _mm512_mul_ps(g, c->gmul);
   __m512 pv = *p;
@@ -159,11 +160,13 @@ ZT_INLINE void adam16(const vhp_t *c, int dmode, __m512 g, __m512 *p, __m512 *m,
   if (dmode == DECAY_ADAMW) pv = _mm512_mul_ps(pv, c->decay_mul);
   __m512 mv = _mm512_fmadd_ps(c->b1, *m, _mm512_mul_ps(c->omb1, g));
   __m512 vv = _mm512_fmadd_ps(c->b2, *v, _mm512_mul_ps(_mm512_mul_ps(c->omb2, g), g));
-  __m512 denom = _mm512_fmadd_ps(_mm512_sqrt_ps(vv), c->inv_bc2_sqrt, c->eps);
+  __m512 sq = _mm512_sqrt_ps(vv);
+  __m512 denom = _mm512_fmadd_ps(sq, c->inv_bc2_sqrt, c->eps);
   pv = _mm512_fmadd_ps(c->neg_step, _mm512_div_ps(mv, denom), pv);
   *p = pv;
   *m = mv;
   *v = vv;
+  return sq;
 }
 
 ZT_INLINE void adam_step(const vhp_t *c, const zt__adam_span_t *s, size_t i, int gdt,
@@ -371,4 +374,239 @@ void zt__cast_avx512(void *dst, zt_dtype_t dst_dtype, const void *src,
     index += k;
     n -= k;
   }
+}
+
+/* ---- AdamW with compressed states ----------------------------------------------- */
+
+/* As the AVX2 build's (cpu_kernels_avx2.c), 16 lanes a vector: the update
+ * in blocks of ZT_QBLOCK elements of the span, the vector loop over a
+ * block's whole vectors and optim_math.h's functions for the rest, and a
+ * block whose element indices cross a 2^32 boundary sent to the scalar
+ * build whole. */
+
+ZT_INLINE float q_load1(const void *buf, int dt, size_t i) {
+  if (dt == ZT_BF16) return zt_bf16_to_f32(((const uint16_t *)buf)[i]);
+  if (dt == ZT_FP16) return zt_f16_to_f32(((const uint16_t *)buf)[i]);
+  return ((const float *)buf)[i];
+}
+
+ZT_INLINE void q_store1(void *buf, int dt, size_t i, float x, int sr, uint32_t rnd) {
+  if (dt == ZT_BF16)
+    ((uint16_t *)buf)[i] = sr ? zt_f32_to_bf16_sr(x, rnd) : zt_f32_to_bf16_rne(x);
+  else if (dt == ZT_FP16)
+    ((uint16_t *)buf)[i] = zt_f32_to_f16_rne(x);
+  else
+    ((float *)buf)[i] = x;
+}
+
+/* zt_q8_decode on 16 codes (32-bit lanes). */
+ZT_INLINE __m512 q8_decode16(__m512i c, int man) {
+  __m512i f = _mm512_add_epi32(_mm512_slli_epi32(c, 23 - man), splat(0x38000000u));
+  return _mm512_sub_ps(_mm512_castsi512_ps(f), _mm512_set1_ps(0x1p-15f));
+}
+
+/* zt_q8_encode on 16 lanes of y >= 0 (or NaN); `r16` the 16 random bits in
+ * the low half of each lane, the high half zero. */
+ZT_INLINE __m512i q8_encode16(__m512 y, int man, __m512i r16) {
+  int shift = 23 - man;
+  __m512i z = _mm512_sub_epi32(_mm512_castps_si512(_mm512_add_ps(y, _mm512_set1_ps(0x1p-15f))),
+                               splat(0x38000000u));
+  z = _mm512_add_epi32(z, _mm512_slli_epi32(r16, shift - 16));
+  return _mm512_min_epu32(_mm512_srli_epi32(z, shift), splat((16u << man) - 1u));
+}
+
+ZT_INLINE __m512i abs_bits(__m512 x) {
+  return _mm512_and_si512(_mm512_castps_si512(x), splat(0x7fffffffu));
+}
+
+/* The keys of one block: the parameters' and the states', with the high
+ * half of the block's index folded in. */
+typedef struct qkeys {
+  __m512i par, st;
+  uint32_t par1, st1; /* the same, for the scalar remainder */
+} qkeys_t;
+
+ZT_INLINE void bf16s_block(const vhp_t *c, const zt__adam_hp_t *hp,
+                           const zt__adam_qspan_t *s, size_t i0, size_t len, int gdt,
+                           int pdt, int sr, int dmode, const qkeys_t *k) {
+  uint16_t *m = s->m, *v = s->v;
+  float *master = s->master;
+  uint32_t lo = (uint32_t)s->index;
+  size_t i = i0, end = i0 + len;
+  for (; i + W <= end; i += W) {
+    __m512 g = load16(s->grads, gdt, i, 0xffff, 0);
+    __m512 p = _mm512_loadu_ps(master + i);
+    __m512 mv = bf16_to_f32(_mm256_loadu_si256((const __m256i *)(m + i)));
+    __m512 vv = bf16_to_f32(_mm256_loadu_si256((const __m256i *)(v + i)));
+    adam16(c, dmode, g, &p, &mv, &vv);
+    _mm512_storeu_ps(master + i, p);
+    __m512i rnd = sr_bits(k->st, lo + (uint32_t)i);
+    _mm256_storeu_si256((__m256i *)(m + i), _mm512_cvtepi32_epi16(f32_to_bf16_sr(mv, rnd)));
+    _mm256_storeu_si256((__m256i *)(v + i),
+                        _mm512_cvtepi32_epi16(f32_to_bf16_sr(vv, _mm512_srli_epi32(rnd, 16))));
+    if (pdt != NO_PARAMS) {
+      __m512i prnd = sr ? sr_bits(k->par, lo + (uint32_t)i) : k->par;
+      store16(s->params, pdt, i, p, sr, prnd, 0xffff, 0, 0);
+    }
+  }
+  for (; i < end; i++) {
+    uint32_t il = lo + (uint32_t)i;
+    zt_adam_update_bf16s(hp, s->decay, q_load1(s->grads, gdt, i), &master[i], &m[i], &v[i],
+                         zt_mix32(il ^ k->st1));
+    if (pdt != NO_PARAMS)
+      q_store1(s->params, pdt, i, master[i], sr, sr ? zt_mix32(il ^ k->par1) : 0u);
+  }
+}
+
+ZT_INLINE void q8_block(const vhp_t *c, const zt__adam_hp_t *hp, const zt__adam_qspan_t *s,
+                        size_t i0, size_t len, int gdt, int pdt, int sr, int dmode,
+                        const qkeys_t *k) {
+  uint8_t *qm = s->m, *qv = s->v;
+  float *master = s->master;
+  uint32_t lo = (uint32_t)s->index;
+  size_t b = i0 / ZT_QBLOCK, nv = len / W * W;
+  float mds1 = zt_q8_dscale(s->m_scale[b], ZT_Q8_M_TOP);
+  float vds1 = zt_q8_dscale(s->v_scale[b], ZT_Q8_V_TOP);
+  __m512 mds = _mm512_set1_ps(mds1), vds = _mm512_set1_ps(vds1);
+  float mnew[ZT_QBLOCK] __attribute__((aligned(64)));
+  float snew[ZT_QBLOCK] __attribute__((aligned(64)));
+  __m512i mmax = _mm512_setzero_si512(), smax = _mm512_setzero_si512();
+  /* The update with the old scales. */
+  for (size_t j = 0; j < nv; j += W) {
+    size_t i = i0 + j;
+    __m512 g = load16(s->grads, gdt, i, 0xffff, 0);
+    __m512 p = _mm512_loadu_ps(master + i);
+    __m512i cm = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(qm + i)));
+    __m512 mv = q8_decode16(_mm512_and_si512(cm, splat(0x7f)), ZT_Q8_M_MAN);
+    mv = _mm512_castsi512_ps(
+        _mm512_or_si512(_mm512_castps_si512(_mm512_mul_ps(mv, mds)),
+                        _mm512_slli_epi32(_mm512_and_si512(cm, splat(0x80)), 24)));
+    __m512i cv = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(qv + i)));
+    __m512 sv = _mm512_mul_ps(q8_decode16(cv, ZT_Q8_V_MAN), vds);
+    __m512 vv = _mm512_mul_ps(sv, sv);
+    __m512 sq = adam16(c, dmode, g, &p, &mv, &vv);
+    _mm512_storeu_ps(master + i, p);
+    if (pdt != NO_PARAMS) {
+      __m512i prnd = sr ? sr_bits(k->par, lo + (uint32_t)i) : k->par;
+      store16(s->params, pdt, i, p, sr, prnd, 0xffff, 0, 0);
+    }
+    _mm512_store_ps(mnew + j, mv);
+    _mm512_store_ps(snew + j, sq);
+    mmax = _mm512_max_epu32(mmax, abs_bits(mv));
+    smax = _mm512_max_epu32(smax, abs_bits(sq));
+  }
+  uint32_t mmax1 = (uint32_t)_mm512_reduce_max_epu32(mmax);
+  uint32_t smax1 = (uint32_t)_mm512_reduce_max_epu32(smax);
+  for (size_t j = nv; j < len; j++) {
+    size_t i = i0 + j;
+    zt_adam_update_q8(hp, s->decay, q_load1(s->grads, gdt, i), &master[i], qm[i], qv[i],
+                      mds1, vds1, &mnew[j], &snew[j]);
+    if (pdt != NO_PARAMS)
+      q_store1(s->params, pdt, i, master[i], sr,
+               sr ? zt_mix32((lo + (uint32_t)i) ^ k->par1) : 0u);
+    mmax1 = zt_q8_absmax(mmax1, mnew[j]);
+    smax1 = zt_q8_absmax(smax1, snew[j]);
+  }
+  /* The new scales, then the codes. */
+  float ms = zt_f32_from_bits(mmax1), ss = zt_f32_from_bits(smax1);
+  s->m_scale[b] = ms;
+  s->v_scale[b] = ss;
+  float minv1 = zt_q8_inv(ms, ZT_Q8_M_TOP), sinv1 = zt_q8_inv(ss, ZT_Q8_V_TOP);
+  __m512 minv = _mm512_set1_ps(minv1), sinv = _mm512_set1_ps(sinv1);
+  size_t j = 0;
+  for (; j < nv; j += W) {
+    __m512i rnd = sr_bits(k->st, lo + (uint32_t)(i0 + j));
+    __m512 mv = _mm512_load_ps(mnew + j);
+    __m512i sign =
+        _mm512_and_si512(_mm512_srli_epi32(_mm512_castps_si512(mv), 24), splat(0x80));
+    __m512 ym = _mm512_mul_ps(_mm512_castsi512_ps(abs_bits(mv)), minv);
+    __m512i cm = _mm512_or_si512(
+        q8_encode16(ym, ZT_Q8_M_MAN, _mm512_and_si512(rnd, splat(0xffffu))), sign);
+    __m512 ys = _mm512_mul_ps(_mm512_castsi512_ps(abs_bits(_mm512_load_ps(snew + j))), sinv);
+    __m512i cv = q8_encode16(ys, ZT_Q8_V_MAN, _mm512_srli_epi32(rnd, 16));
+    _mm_storeu_si128((__m128i *)(qm + i0 + j), _mm512_cvtepi32_epi8(cm));
+    _mm_storeu_si128((__m128i *)(qv + i0 + j), _mm512_cvtepi32_epi8(cv));
+  }
+  for (; j < len; j++) {
+    size_t i = i0 + j;
+    uint32_t rnd = zt_mix32((lo + (uint32_t)i) ^ k->st1);
+    qm[i] = (uint8_t)zt_q8m_encode(mnew[j], minv1, rnd);
+    qv[i] = (uint8_t)zt_q8v_encode(snew[j], sinv1, rnd >> 16);
+  }
+}
+
+/* Software prefetch of the block this many blocks ahead, a line at a time
+ * (the AVX2 build's distance). Prefetches past the end of a buffer never
+ * fault. */
+#define QPREFETCH_BLOCKS 2
+
+ZT_INLINE void prefetch_lines(const void *p, size_t bytes) {
+  for (size_t o = 0; o < bytes; o += 64) _mm_prefetch((const char *)p + o, _MM_HINT_T0);
+}
+
+ZT_INLINE void prefetch_block(const zt__adam_qspan_t *s, size_t i, int gdt, int pdt) {
+  size_t ssz = s->states == ZT_STATES_BF16 ? 2 : 1, gsz = gdt == ZT_FP32 ? 4 : 2;
+  prefetch_lines(s->master + i, ZT_QBLOCK * 4);
+  prefetch_lines((const char *)s->grads + i * gsz, ZT_QBLOCK * gsz);
+  prefetch_lines((const char *)s->m + i * ssz, ZT_QBLOCK * ssz);
+  prefetch_lines((const char *)s->v + i * ssz, ZT_QBLOCK * ssz);
+  if (pdt != NO_PARAMS)
+    prefetch_lines((const char *)s->params + i * (pdt == ZT_FP32 ? 4 : 2),
+                   ZT_QBLOCK * (pdt == ZT_FP32 ? 4 : 2));
+}
+
+ZT_INLINE void qspan_loop(const zt__adam_hp_t *hp, const zt__adam_qspan_t *s, int gdt,
+                          int pdt, int sr, int dmode) {
+  vhp_t c = vhp_make(hp);
+  uint32_t skey = zt_state_key(hp->sr_key);
+  qkeys_t k;
+  uint64_t hi_now = s->index >> 32;
+  k.par1 = zt_sr_key_hi(hp->sr_key, (uint32_t)hi_now);
+  k.st1 = zt_sr_key_hi(skey, (uint32_t)hi_now);
+  k.par = splat(k.par1);
+  k.st = splat(k.st1);
+  for (size_t i0 = 0; i0 < s->n; i0 += ZT_QBLOCK) {
+    size_t len = zt__min_sz(ZT_QBLOCK, s->n - i0);
+    uint64_t first = s->index + i0, last = first + len - 1;
+    if ((first >> 32) != (last >> 32)) {
+      /* The key changes inside this block: the scalar build, whole. */
+      zt__adam_qspan_t t = *s;
+      size_t ssz = s->states == ZT_STATES_BF16 ? 2 : 1;
+      t.master = s->master + i0;
+      t.m = (char *)s->m + i0 * ssz;
+      t.v = (char *)s->v + i0 * ssz;
+      if (s->m_scale) t.m_scale = s->m_scale + i0 / ZT_QBLOCK;
+      if (s->v_scale) t.v_scale = s->v_scale + i0 / ZT_QBLOCK;
+      t.grads = (const char *)s->grads + i0 * zt__dtype_size(s->grad_dtype);
+      if (t.params) t.params = (char *)s->params + i0 * zt__dtype_size(s->param_dtype);
+      t.index = first;
+      t.n = len;
+      zt__adam_qspan_scalar(hp, &t);
+      continue;
+    }
+    if ((first >> 32) != hi_now) {
+      hi_now = first >> 32;
+      k.par1 = zt_sr_key_hi(hp->sr_key, (uint32_t)hi_now);
+      k.st1 = zt_sr_key_hi(skey, (uint32_t)hi_now);
+      k.par = splat(k.par1);
+      k.st = splat(k.st1);
+    }
+    prefetch_block(s, i0 + QPREFETCH_BLOCKS * ZT_QBLOCK, gdt, pdt);
+    if (s->states == ZT_STATES_BF16)
+      bf16s_block(&c, hp, s, i0, len, gdt, pdt, sr, dmode, &k);
+    else
+      q8_block(&c, hp, s, i0, len, gdt, pdt, sr, dmode, &k);
+  }
+}
+
+void zt__adam_qspan_avx512(const zt__adam_hp_t *hp, const zt__adam_qspan_t *s) {
+  if (s->states == ZT_STATES_FP32) {
+    zt__adam_span_t f = {s->master, s->m,     s->v, s->grads, s->grad_dtype, s->params,
+                         s->param_dtype, s->n, s->index, s->decay};
+    zt__adam_span_avx512(hp, &f);
+    return;
+  }
+#define QSPAN_LOOP(gdt, pdt, sr, dmode) qspan_loop(hp, s, gdt, pdt, sr, dmode)
+  ADAM_SWITCH(QSPAN_LOOP);
+#undef QSPAN_LOOP
 }

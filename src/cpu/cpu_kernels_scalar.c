@@ -313,9 +313,9 @@ void zt__adam_qspan_run(zt__isa_t isa, const zt__adam_hp_t *hp, const zt__adam_q
     zt__adam_span_run(isa, hp, &f);
     return;
   }
-  /* AVX-512 machines have AVX2: one vector build of the compressed update
-   * (docs/states.md says why that is enough for now). */
-  if (isa >= ZT_ISA_AVX2)
+  if (isa == ZT_ISA_AVX512)
+    zt__adam_qspan_avx512(hp, s);
+  else if (isa == ZT_ISA_AVX2)
     zt__adam_qspan_avx2(hp, s);
   else
     zt__adam_qspan_scalar(hp, s);
