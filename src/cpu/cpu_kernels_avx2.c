@@ -514,21 +514,6 @@ void zt__cast_avx2(void *dst, zt_dtype_t dst_dtype, const void *src, zt_dtype_t 
  * build whole. Plain stores throughout: the streams are no longer all fp32,
  * and the byte streams are not vector-aligned. */
 
-ZT_INLINE float q_load1(const void *buf, int dt, size_t i) {
-  if (dt == ZT_BF16) return zt_bf16_to_f32(((const uint16_t *)buf)[i]);
-  if (dt == ZT_FP16) return zt_f16_to_f32(((const uint16_t *)buf)[i]);
-  return ((const float *)buf)[i];
-}
-
-ZT_INLINE void q_store1(void *buf, int dt, size_t i, float x, int sr, uint32_t rnd) {
-  if (dt == ZT_BF16)
-    ((uint16_t *)buf)[i] = sr ? zt_f32_to_bf16_sr(x, rnd) : zt_f32_to_bf16_rne(x);
-  else if (dt == ZT_FP16)
-    ((uint16_t *)buf)[i] = zt_f32_to_f16_rne(x);
-  else
-    ((float *)buf)[i] = x;
-}
-
 /* zt_q8_decode on 8 codes (32-bit lanes). */
 ZT_INLINE __m256 q8_decode8(__m256i c, int man) {
   __m256i f = _mm256_add_epi32(_mm256_slli_epi32(c, 23 - man), splat(0x38000000u));
@@ -595,6 +580,8 @@ typedef struct qkeys {
   __m256i par, st;
   uint32_t par1, st1; /* the same, for the scalar remainder */
 } qkeys_t;
+
+#include "cpu/cpu_kernels_qvec.h" // defines: q_load1, q_store1, qspan_vec
 
 ZT_INLINE void bf16s_block(const vhp_t *c, const zt__adam_hp_t *hp,
                            const zt__adam_qspan_t *s, size_t i0, size_t len, int gdt,
@@ -705,70 +692,6 @@ ZT_INLINE void q8_block(const vhp_t *c, const zt__adam_hp_t *hp, const zt__adam_
   }
 }
 
-/* Software prefetch of the block this many blocks ahead, a line at a time
- * (as PREFETCH_BYTES does for the fp32 update: 2 KiB of the master ahead).
- * Prefetches past the end of a buffer never fault. */
-#define QPREFETCH_BLOCKS 2
-
-ZT_INLINE void prefetch_lines(const void *p, size_t bytes) {
-  for (size_t o = 0; o < bytes; o += 64) _mm_prefetch((const char *)p + o, _MM_HINT_T0);
-}
-
-ZT_INLINE void prefetch_block(const zt__adam_qspan_t *s, size_t i, int gdt, int pdt) {
-  size_t ssz = s->states == ZT_STATES_BF16 ? 2 : 1, gsz = gdt == ZT_FP32 ? 4 : 2;
-  prefetch_lines(s->master + i, ZT_QBLOCK * 4);
-  prefetch_lines((const char *)s->grads + i * gsz, ZT_QBLOCK * gsz);
-  prefetch_lines((const char *)s->m + i * ssz, ZT_QBLOCK * ssz);
-  prefetch_lines((const char *)s->v + i * ssz, ZT_QBLOCK * ssz);
-  if (pdt != NO_PARAMS)
-    prefetch_lines((const char *)s->params + i * (pdt == ZT_FP32 ? 4 : 2),
-                   ZT_QBLOCK * (pdt == ZT_FP32 ? 4 : 2));
-}
-
-ZT_INLINE void qspan_loop(const zt__adam_hp_t *hp, const zt__adam_qspan_t *s, int gdt,
-                          int pdt, int sr, int dmode) {
-  vhp_t c = vhp_make(hp);
-  uint32_t skey = zt_state_key(hp->sr_key);
-  qkeys_t k;
-  uint64_t hi_now = s->index >> 32;
-  k.par1 = zt_sr_key_hi(hp->sr_key, (uint32_t)hi_now);
-  k.st1 = zt_sr_key_hi(skey, (uint32_t)hi_now);
-  k.par = splat(k.par1);
-  k.st = splat(k.st1);
-  for (size_t i0 = 0; i0 < s->n; i0 += ZT_QBLOCK) {
-    size_t len = zt__min_sz(ZT_QBLOCK, s->n - i0);
-    uint64_t first = s->index + i0, last = first + len - 1;
-    if ((first >> 32) != (last >> 32)) {
-      /* The key changes inside this block: the scalar build, whole. */
-      zt__adam_qspan_t t = *s;
-      size_t ssz = s->states == ZT_STATES_BF16 ? 2 : 1;
-      t.master = s->master + i0;
-      t.m = (char *)s->m + i0 * ssz;
-      t.v = (char *)s->v + i0 * ssz;
-      if (s->m_scale) t.m_scale = s->m_scale + i0 / ZT_QBLOCK;
-      if (s->v_scale) t.v_scale = s->v_scale + i0 / ZT_QBLOCK;
-      t.grads = (const char *)s->grads + i0 * zt__dtype_size(s->grad_dtype);
-      if (t.params) t.params = (char *)s->params + i0 * zt__dtype_size(s->param_dtype);
-      t.index = first;
-      t.n = len;
-      zt__adam_qspan_scalar(hp, &t);
-      continue;
-    }
-    if ((first >> 32) != hi_now) {
-      hi_now = first >> 32;
-      k.par1 = zt_sr_key_hi(hp->sr_key, (uint32_t)hi_now);
-      k.st1 = zt_sr_key_hi(skey, (uint32_t)hi_now);
-      k.par = splat(k.par1);
-      k.st = splat(k.st1);
-    }
-    prefetch_block(s, i0 + QPREFETCH_BLOCKS * ZT_QBLOCK, gdt, pdt);
-    if (s->states == ZT_STATES_BF16)
-      bf16s_block(&c, hp, s, i0, len, gdt, pdt, sr, dmode, &k);
-    else
-      q8_block(&c, hp, s, i0, len, gdt, pdt, sr, dmode, &k);
-  }
-}
-
 void zt__adam_qspan_avx2(const zt__adam_hp_t *hp, const zt__adam_qspan_t *s) {
   if (s->states == ZT_STATES_FP32) {
     zt__adam_span_t f = {s->master, s->m,     s->v, s->grads, s->grad_dtype, s->params,
@@ -776,7 +699,5 @@ void zt__adam_qspan_avx2(const zt__adam_hp_t *hp, const zt__adam_qspan_t *s) {
     zt__adam_span_avx2(hp, &f);
     return;
   }
-#define QSPAN_LOOP(gdt, pdt, sr, dmode) qspan_loop(hp, s, gdt, pdt, sr, dmode)
-  ADAM_SWITCH(QSPAN_LOOP);
-#undef QSPAN_LOOP
+  qspan_vec(hp, s);
 }
