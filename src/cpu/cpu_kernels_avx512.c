@@ -434,13 +434,7 @@ ZT_INLINE void bf16s_block(const vhp_t *c, const zt__adam_hp_t *hp,
       store16(s->params, pdt, i, p, sr, prnd, 0xffff, 0, 0);
     }
   }
-  for (; i < end; i++) {
-    uint32_t il = lo + (uint32_t)i;
-    zt_adam_update_bf16s(hp, s->decay, q_load1(s->grads, gdt, i), &master[i], &m[i], &v[i],
-                         zt_mix32(il ^ k->st1));
-    if (pdt != NO_PARAMS)
-      q_store1(s->params, pdt, i, master[i], sr, sr ? zt_mix32(il ^ k->par1) : 0u);
-  }
+  bf16s_rest(hp, s, i, end, gdt, pdt, sr, k);
 }
 
 ZT_INLINE void q8_block(const vhp_t *c, const zt__adam_hp_t *hp, const zt__adam_qspan_t *s,
@@ -482,21 +476,10 @@ ZT_INLINE void q8_block(const vhp_t *c, const zt__adam_hp_t *hp, const zt__adam_
   }
   uint32_t mmax1 = (uint32_t)_mm512_reduce_max_epu32(mmax);
   uint32_t smax1 = (uint32_t)_mm512_reduce_max_epu32(smax);
-  for (size_t j = nv; j < len; j++) {
-    size_t i = i0 + j;
-    zt_adam_update_q8(hp, s->decay, q_load1(s->grads, gdt, i), &master[i], qm[i], qv[i],
-                      mds1, vds1, &mnew[j], &snew[j]);
-    if (pdt != NO_PARAMS)
-      q_store1(s->params, pdt, i, master[i], sr,
-               sr ? zt_mix32((lo + (uint32_t)i) ^ k->par1) : 0u);
-    mmax1 = zt_q8_absmax(mmax1, mnew[j]);
-    smax1 = zt_q8_absmax(smax1, snew[j]);
-  }
+  q8_rest_update(hp, s, i0, nv, len, gdt, pdt, sr, k, mds1, vds1, mnew, snew, &mmax1, &smax1);
   /* The new scales, then the codes. */
-  float ms = zt_f32_from_bits(mmax1), ss = zt_f32_from_bits(smax1);
-  s->m_scale[b] = ms;
-  s->v_scale[b] = ss;
-  float minv1 = zt_q8_inv(ms, ZT_Q8_M_TOP), sinv1 = zt_q8_inv(ss, ZT_Q8_V_TOP);
+  float minv1, sinv1;
+  q8_new_scales(s, b, mmax1, smax1, &minv1, &sinv1);
   __m512 minv = _mm512_set1_ps(minv1), sinv = _mm512_set1_ps(sinv1);
   size_t j = 0;
   for (; j < nv; j += W) {
@@ -512,12 +495,7 @@ ZT_INLINE void q8_block(const vhp_t *c, const zt__adam_hp_t *hp, const zt__adam_
     _mm_storeu_si128((__m128i *)(qm + i0 + j), _mm512_cvtepi32_epi8(cm));
     _mm_storeu_si128((__m128i *)(qv + i0 + j), _mm512_cvtepi32_epi8(cv));
   }
-  for (; j < len; j++) {
-    size_t i = i0 + j;
-    uint32_t rnd = zt_mix32((lo + (uint32_t)i) ^ k->st1);
-    qm[i] = (uint8_t)zt_q8m_encode(mnew[j], minv1, rnd);
-    qv[i] = (uint8_t)zt_q8v_encode(snew[j], sinv1, rnd >> 16);
-  }
+  q8_rest_encode(s, i0, j, len, k, mnew, snew, minv1, sinv1);
 }
 
 void zt__adam_qspan_avx512(const zt__adam_hp_t *hp, const zt__adam_qspan_t *s) {

@@ -30,8 +30,65 @@ ZT_INLINE void q_store1(void *buf, int dt, size_t i, float x, int sr, uint32_t r
     ((float *)buf)[i] = x;
 }
 
+/* A block's elements past its whole vectors, one at a time: a bf16-state
+ * block's [i, end); an int8 block's update of [j, len) with the old scales
+ * (its new m and sqrt(v) into mnew, snew, and their maxima into *mmax and
+ * *smax), and its codes of [j, len) once the new scales are known. */
+ZT_INLINE void bf16s_rest(const zt__adam_hp_t *hp, const zt__adam_qspan_t *s, size_t i,
+                          size_t end, int gdt, int pdt, int sr, const qkeys_t *k) {
+  uint32_t lo = (uint32_t)s->index;
+  for (; i < end; i++) {
+    uint32_t il = lo + (uint32_t)i;
+    zt_adam_update_bf16s(hp, s->decay, q_load1(s->grads, gdt, i), &s->master[i],
+                         (uint16_t *)s->m + i, (uint16_t *)s->v + i, zt_mix32(il ^ k->st1));
+    if (pdt != NO_PARAMS)
+      q_store1(s->params, pdt, i, s->master[i], sr, sr ? zt_mix32(il ^ k->par1) : 0u);
+  }
+}
+
+ZT_INLINE void q8_rest_update(const zt__adam_hp_t *hp, const zt__adam_qspan_t *s, size_t i0,
+                              size_t j, size_t len, int gdt, int pdt, int sr,
+                              const qkeys_t *k, float mds, float vds, float *mnew,
+                              float *snew, uint32_t *mmax, uint32_t *smax) {
+  const uint8_t *qm = s->m, *qv = s->v;
+  uint32_t lo = (uint32_t)s->index;
+  for (; j < len; j++) {
+    size_t i = i0 + j;
+    zt_adam_update_q8(hp, s->decay, q_load1(s->grads, gdt, i), &s->master[i], qm[i], qv[i],
+                      mds, vds, &mnew[j], &snew[j]);
+    if (pdt != NO_PARAMS)
+      q_store1(s->params, pdt, i, s->master[i], sr,
+               sr ? zt_mix32((lo + (uint32_t)i) ^ k->par1) : 0u);
+    *mmax = zt_q8_absmax(*mmax, mnew[j]);
+    *smax = zt_q8_absmax(*smax, snew[j]);
+  }
+}
+
+ZT_INLINE void q8_rest_encode(const zt__adam_qspan_t *s, size_t i0, size_t j, size_t len,
+                              const qkeys_t *k, const float *mnew, const float *snew,
+                              float minv, float sinv) {
+  uint8_t *qm = s->m, *qv = s->v;
+  uint32_t lo = (uint32_t)s->index;
+  for (; j < len; j++) {
+    size_t i = i0 + j;
+    uint32_t rnd = zt_mix32((lo + (uint32_t)i) ^ k->st1);
+    qm[i] = (uint8_t)zt_q8m_encode(mnew[j], minv, rnd);
+    qv[i] = (uint8_t)zt_q8v_encode(snew[j], sinv, rnd >> 16);
+  }
+}
+
+/* Block b's new scales from the maxima's bits; their inverses out. */
+ZT_INLINE void q8_new_scales(const zt__adam_qspan_t *s, size_t b, uint32_t mmax, uint32_t smax,
+                             float *minv, float *sinv) {
+  float ms = zt_f32_from_bits(mmax), ss = zt_f32_from_bits(smax);
+  s->m_scale[b] = ms;
+  s->v_scale[b] = ss;
+  *minv = zt_q8_inv(ms, ZT_Q8_M_TOP);
+  *sinv = zt_q8_inv(ss, ZT_Q8_V_TOP);
+}
+
 /* The build's update of `len` elements of the span from i0, one block
- * (whole vectors, then q_load1's remainder). */
+ * (whole vectors, then the rests above). */
 ZT_INLINE void bf16s_block(const vhp_t *c, const zt__adam_hp_t *hp,
                            const zt__adam_qspan_t *s, size_t i0, size_t len, int gdt,
                            int pdt, int sr, int dmode, const qkeys_t *k);
