@@ -632,13 +632,13 @@ static void test_stages_on_slow_link(void **state) {
   setenv("ZT_SIM_LINK_GBPS", "0.2", 1); /* 12 KB a group: 60 us */
   static const zt_tier_t tiers[] = {ZT_TIER_HOST, ZT_TIER_DEVICE};
   /* The most host syncs a step makes, by tier and stage (docs/design.md,
-   * "The data path on a GPU, and its sync points"). Stage 1 hands every
-   * bucket over inside the step, whose waits for their packing and sums
-   * depend on the device's pace (4 and 5-6 measured): bounds with room.
-   * The device tier at stage 2 makes one, its sum of squares: one rank's
-   * gather after the update waits for it by the streams' order, not on
-   * the host. */
-  static const int step_syncs[2][4] = {{0, 8, 2, 1}, {0, 12, 1, 2}};
+   * "The data path on a GPU, and its sync points"). The host tier at stage
+   * 1 hands every bucket over inside the step, whose waits for their
+   * packing and sums depend on the device's pace (4 measured): a bound
+   * with room. The device tier at stages 1 and 2 makes one, its sum of
+   * squares: one rank's buckets, sums and gather are ordered by the
+   * streams, not on the host. */
+  static const int step_syncs[2][4] = {{0, 8, 2, 1}, {0, 1, 1, 2}};
   /* own: 0 the loop's gradient buffer; 1 engine-owned; 2 engine-owned,
    * groups of different sizes. */
   for (int stage = 1; stage <= 3; stage++) {

@@ -14,9 +14,10 @@
  * rank_sum kernel, enqueued on the reduce stream once the bucket has landed
  * and recorded, instead of the sums thread's: the same bits. That stream is
  * not ordered after the loop's backward (backend.h): the sums need only the
- * landed bucket, which the host waited for, and the last step's update
- * done with the sums (zt__reduce_reset orders it after that), so a bucket
- * slot freed for the next bucket never waits for the loop's kernels.
+ * landed bucket, which the host waited for (one rank: which the stream
+ * waits for, device_ordered), and the last step's update done with the
+ * sums (zt__reduce_reset orders it after that), so a bucket slot freed for
+ * the next bucket never waits for the loop's kernels.
  *
  * A group's first hand-over in a step writes its sums (`first`: 0 + the
  * ranks' sum, the bits of adding to zeros), a later one (accumulation at
@@ -136,6 +137,12 @@ static int sum_bucket_on_device(zt__part_t *p, zt__xfer_t *x) {
 
 static int wait_sums(zt__part_t *p, zt__xfer_t *x);
 
+/* One rank's buckets in device memory meet no comm: the device alone
+ * reads and writes them (packing on the D2H stream, sums on the reduce
+ * stream), so streams waiting on events order a bucket's sums after its
+ * packing and a slot's next packing after its sums, with no host wait. */
+static int device_ordered(const zt__part_t *p) { return p->on_device && p->world == 1; }
+
 /* The bucket has landed: its sums go to the device, or to the sums thread.
  * Where that thread cannot start, they are done here: a gradient is never
  * lost. */
@@ -189,6 +196,12 @@ static zt__xfer_t *oldest_packing(zt__part_t *p) {
 static int start_packed(zt__part_t *p, int block) {
   const zt__backend_ops_t *be = p->ctx->be_ops;
   for (zt__xfer_t *x; (x = oldest_packing(p)) != NULL;) {
+    if (device_ordered(p)) {
+      ZT_TRY(be->stream_wait(p->ctx->be, ZT_STREAM_REDUCE, x->packed));
+      x->packing = 0;
+      ZT_TRY(start_collective(p, x));
+      continue;
+    }
     int done = be->event_done(p->ctx->be, x->packed);
     if (done < 0) return done;
     if (!done) {
@@ -351,11 +364,15 @@ static int start_collective(zt__part_t *p, zt__xfer_t *x) {
   return 0;
 }
 
-/* The next free slot, waiting for the oldest bucket when both are busy. */
+/* The next free slot, waiting for the oldest bucket when both are busy
+ * (device_ordered: the D2H stream waits for its sums instead). */
 static int take_slot(zt__part_t *p, zt__xfer_t **out) {
   zt__xfer_t *x = &p->xfer[p->next_slot];
   p->next_slot = (p->next_slot + 1) % ZT_XFER_SLOTS;
-  ZT_TRY(wait_slot(p, x, 0));
+  if (device_ordered(p) && x->summing)
+    ZT_TRY(p->ctx->be_ops->stream_wait(p->ctx->be, ZT_STREAM_D2H, x->summed));
+  else
+    ZT_TRY(wait_slot(p, x, 0));
   x->n_spans = 0;
   *out = x;
   return 0;
