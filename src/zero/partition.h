@@ -235,8 +235,9 @@ typedef struct zt__part {
   int on_device; /* grads/buckets/params are device memory the CPU cannot read
                     (optimizer tier "device" on a GPU backend; see the top) */
   /* on_device: the step's update of params is enqueued on the loop's
-   * stream, recorded in `updated`, and not known done: the next gather
-   * waits for it before the comm reads params (zt__part_updated). */
+   * stream, recorded in `updated`, and not known done: the next gather of
+   * several ranks waits for it before the comm reads params, one rank's
+   * copies are ordered after it by their stream (zt__part_updated). */
   int update_pending;
   zt__event_t *updated;
   /* on_device: recorded on the loop's stream after the step's update has

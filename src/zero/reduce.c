@@ -336,7 +336,10 @@ static int start_bucket(zt__part_t *p, zt__xfer_t *x) {
 
 /* The packed bucket's alltoallv; at one rank, its sums at once. */
 static int start_collective(zt__part_t *p, zt__xfer_t *x) {
-  ZT_TRY(zt__part_recv_free(p, x)); /* a gather landed from it before */
+  /* A gather landed from its receive buffer before. One rank receives
+   * nothing there: its runs are the packed bucket, and its gathers copy
+   * from the shard. */
+  if (p->world > 1) ZT_TRY(zt__part_recv_free(p, x));
   size_t pos = 0;
   for (int r = 0; r < p->world; r++) {
     size_t lo, hi, n = 0;
