@@ -69,7 +69,8 @@ static void add_bits(zt__isa_t isa) {
         t_fill_normal(s, dtypes[di], n, 3.0, &r);
         t_store(s, dtypes[di], t_rng_next(&r) % n, -0.0);
         t_fill_normal(d, ZT_FP32, n, 3.0, &r);
-        for (size_t i = 0; i < n; i++) want[i] = (first ? 0.0f : d[i]) + widen(s, dtypes[di], i);
+        for (size_t i = 0; i < n; i++)
+          want[i] = (first ? 0.0f : d[i]) + widen(s, dtypes[di], i);
         /* The element just past the run is not written. */
         d[n] = 7.0f;
         zt__add_run(isa, d, s, dtypes[di], n, first);

@@ -40,7 +40,8 @@ static void side_open(side_t *s, int stage, zt_tier_t tier, int sums, zt_dtype_t
   t_buf_upload(s->eng, s->params, init, bytes);
   /* Two units of odd sizes, a frozen gap between them: spans, and the
    * pieces the sums thread takes, end off any vector or block edge. */
-  zt_unit_t units[2] = {{"w", 0, UNIT_A, 0, 1, dt}, {"b", UNIT_A + GAP, n - UNIT_A - GAP, 1, 0, dt}};
+  zt_unit_t units[2] = {{"w", 0, UNIT_A, 0, 1, dt},
+                        {"b", UNIT_A + GAP, n - UNIT_A - GAP, 1, 0, dt}};
   T_OK(zt_register_units(s->eng, s->params, s->grads, n, dt, dt, units, 2), s->eng);
 }
 
@@ -71,9 +72,9 @@ static void land_as_stage_2(zt_tier_t tier, int sums_where, zt_dtype_t dt) {
   side_open(&land, 1, tier, sums_where, dt, n, h);
   side_open(&sums, 2, tier, sums_where, dt, n, h);
   zt__part_t *p = &land.eng->zero.part;
-  assert_int_equal(p->grads_land, 1);
+  assert_int_equal(zt__part_landed(p), 1);
   assert_int_equal(p->sums_dtype, dt);
-  assert_int_equal(sums.eng->zero.part.grads_land, 0);
+  assert_int_equal(zt__part_landed(&sums.eng->zero.part), 0);
   assert_int_equal(p->sums_file.map != NULL, sums_where == ZT_GRAD_SUMS_DISK);
   /* The shard's gradients: 2 bytes a parameter against the fp32 sums' 4,
    * in pinned memory unless they are a file's pages. */

@@ -354,11 +354,11 @@ int zt__part_init(zt__part_t *p, const zt__ctx_t *ctx, const zt__zero_reg_t *reg
   p->begin = f.begin;
   p->end = f.end;
   p->bucket_elems = f.bucket_elems;
-  p->grads_land = zt__part_lands_grads(&(zt__part_shape_t){.world = p->world,
-                                                           .stage = cfg->stage,
-                                                           .grad_dtype = p->reg.grad_dtype,
-                                                           .on_pinned = p->on_pinned});
-  p->sums_dtype = p->grads_land ? p->reg.grad_dtype : ZT_FP32;
+  int land = zt__part_lands_grads(&(zt__part_shape_t){.world = p->world,
+                                                      .stage = cfg->stage,
+                                                      .grad_dtype = p->reg.grad_dtype,
+                                                      .on_pinned = p->on_pinned});
+  p->sums_dtype = land ? p->reg.grad_dtype : ZT_FP32;
   ZT_TRY(build_groups(p));
   ZT_TRY(build_shard_segs(p));
   ZT_TRY(init_pools(p));

@@ -208,10 +208,9 @@ typedef struct zt__part {
    * (zt__part_lands_grads), this rank's 16-bit gradients as they came from
    * the device, which are their own sums (one rank: 0 + g), read as the
    * fp32 sums would give them (reduce.c makes their zeros +0, as 0 + g
-   * does). zt__part_sums_at finds an element. */
+   * does). zt__part_sums_at finds an element; zt__part_landed says which. */
   void *grads;
   zt_dtype_t sums_dtype;
-  int grads_land; /* zt__part_lands_grads */
   /* At stage 3 with the optimizer states on NVMe and the sums in host
    * memory, the sums are a file's pages (file_mem.h, zt__part_sums_on_disk): each pass over
    * them releases what it has done with, and the step's end zeroes the
@@ -372,6 +371,10 @@ ZT_INTERNAL void zt__part_footprint(const zt__part_shape_t *s, zt__part_footprin
 static inline int zt__part_lands_grads(const zt__part_shape_t *s) {
   return s->world == 1 && s->stage == 1 && s->on_pinned && s->grad_dtype != ZT_FP32;
 }
+
+/* The shard's gradients are the landed ones (zt__part_lands_grads), not
+ * fp32 sums. */
+static inline int zt__part_landed(const zt__part_t *p) { return p->sums_dtype != ZT_FP32; }
 
 /* Element `index` (of the shard) of its gradients as the update reads them. */
 static inline char *zt__part_sums_at(const zt__part_t *p, size_t index) {

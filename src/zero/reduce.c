@@ -81,7 +81,7 @@ static void take_norms(zt__part_t *p, size_t a, size_t b) {
 
 /* On the sums thread: the landed bucket's W runs, summed in rank order into
  * the shard's gradients, a piece at a time. Gradients that landed as they
- * are (grads_land) are their own sums: their -0s become the +0s that 0 + g
+ * are (zt__part_landed) are their own sums: their -0s become the +0s that 0 + g
  * gives, so the update reads what fp32 sums would hold. */
 static void sum_bucket(void *arg) {
   zt__xfer_t *x = arg;
@@ -95,7 +95,7 @@ static void sum_bucket(void *arg) {
     for (size_t c = a, e; c < b; c = e) {
       e = zt__min_sz(b, (c / SUMS_PIECE + 1) * SUMS_PIECE);
       char *sums = zt__part_sums_at(p, c);
-      if (p->grads_land)
+      if (zt__part_landed(p))
         zt__cpu_positive_zeros((uint16_t *)sums, e - c);
       else
         zt__cpu_rank_sum(p->ctx->cpu, (float *)sums, runs + (i + (c - a)) * gsz, mine,
@@ -292,7 +292,7 @@ static int start_bucket(zt__part_t *p, zt__xfer_t *x) {
     const zt__span_t *sp = &x->spans[k];
     /* Gradients that land as they are go to the shard's own (one rank: the
      * shard is every span). */
-    char *dst = p->grads_land ? zt__part_sums_at(p, sp->a) : (char *)x->send + off * gsz;
+    char *dst = zt__part_landed(p) ? zt__part_sums_at(p, sp->a) : (char *)x->send + off * gsz;
     size_t n = sp->b - sp->a;
     if (sp->at == NULL) {
       ZT_TRY(zt__part_span_op(p, ZT_SPAN_PACK, dst, p->reg.grads, gsz, sp->a, sp->b, kind,
