@@ -502,13 +502,14 @@ static uint64_t host_syncs(zt_engine_t *e) {
   return st.host_syncs;
 }
 
+/* 0: run_loop's counted calls find the device still busy, the host ahead
+ * of it (device_idle does nothing). */
+static int idle_before_calls = 1;
+
 /* Every stream of the engine's backend has run dry (the loop's stream is
  * its compute stream): a host sync counted inside the next call is then
  * one ztier makes whatever the device's pace, not a wait for work that was
  * still running. */
-/* 0: each counted call runs with the device still busy, the host ahead. */
-static int idle_before_calls = 1;
-
 static void device_idle(zt_engine_t *e) {
   if (!idle_before_calls) return;
   for (int s = 0; s < ZT_STREAM_COUNT; s++)
