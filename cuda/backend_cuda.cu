@@ -758,6 +758,19 @@ static int cuda_rank_sum(zt__backend_t *be, float *sums, const void *runs, size_
   return 0;
 }
 
+static int cuda_land_grads(zt__backend_t *be, uint16_t *dst, const uint16_t *src, size_t n,
+                           zt__stream_t stream) {
+  ZT_TRY(check_stream(be, "land_grads", stream));
+  if (n == 0) return 0;
+  if (dst == NULL || src == NULL)
+    return zt__errf(be->err, -EINVAL, "land_grads: dst is %p and src is %p; expected both "
+                    "non-NULL for %zu elements", (void *)dst, (const void *)src, n);
+  device_scope scope(be->device);
+  ZT_TRY(order_after_compute(be, stream));
+  CU_TRY(be, zt__cuda_land_grads(dst, src, n, be->streams[stream]));
+  return 0;
+}
+
 /* Its device memory is moved by NCCL only: a host comm has no view of it. */
 static void *cuda_comm_view(zt__backend_t *be, void *p) { return NULL; }
 
@@ -801,6 +814,7 @@ extern "C" const zt__backend_ops_t zt__backend_cuda_ops = {
     cuda_adam,
     cuda_sumsq,
     cuda_rank_sum,
+    cuda_land_grads,
     cuda_cast,
     cuda_host_syncs,
     cuda_set_stream,

@@ -564,6 +564,47 @@ cudaError_t zt__cuda_rank_sum(float *sums, const void *runs, size_t stride, zt_d
   return cudaErrorInvalidValue;
 }
 
+/* ---- landed gradients ---------------------------------------------------------- */
+
+/* One 16-bit gradient, and two in one 32-bit word: a -0 becomes +0. */
+__host__ __device__ inline uint16_t land_one(uint16_t g) { return g == 0x8000u ? 0 : g; }
+__host__ __device__ inline uint32_t land_pair(uint32_t w) {
+  return (uint32_t)land_one((uint16_t)w) | (uint32_t)land_one((uint16_t)(w >> 16)) << 16;
+}
+
+/* Thread `first` of a grid of `stride` threads: two values a step where
+ * both buffers are 4-byte aligned (the usual case: cudaMalloc's buffers,
+ * spans of even length), one otherwise; thread 0 takes an odd last one. */
+__host__ __device__ inline void land_thread(uint16_t *dst, const uint16_t *src, u64 n,
+                                            u64 first, u64 stride) {
+  if ((((uintptr_t)dst | (uintptr_t)src) & 3) == 0) {
+    for (u64 i = first; i < n / 2; i += stride)
+      ((uint32_t *)dst)[i] = land_pair(((const uint32_t *)src)[i]);
+    if (first == 0 && (n & 1)) dst[n - 1] = land_one(src[n - 1]);
+    return;
+  }
+  for (u64 i = first; i < n; i += stride) dst[i] = land_one(src[i]);
+}
+
+__global__ void __launch_bounds__(256)
+land_grads_kernel(uint16_t *__restrict__ dst, const uint16_t *__restrict__ src, u64 n) {
+  land_thread(dst, src, n, (u64)blockIdx.x * blockDim.x + threadIdx.x,
+              (u64)gridDim.x * blockDim.x);
+}
+
+/* Enough blocks for a pair a thread, at most 2^20: the loop covers the rest. */
+static u64 land_blocks(u64 n) {
+  u64 blocks = (n / 2 + 255) / 256 + 1;
+  return blocks > (1u << 20) ? 1u << 20 : blocks;
+}
+
+cudaError_t zt__cuda_land_grads(uint16_t *dst, const uint16_t *src, size_t n,
+                                cudaStream_t stream) {
+  u64 blocks = land_blocks(n);
+  land_grads_kernel<<<(unsigned)blocks, 256, 0, stream>>>(dst, src, n);
+  return cudaGetLastError();
+}
+
 /* ---- cast --------------------------------------------------------------------- */
 
 template <int SD, int DD>

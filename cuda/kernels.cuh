@@ -103,6 +103,11 @@ ZT_INTERNAL cudaError_t zt__cuda_rank_sum(float *sums, const void *runs, size_t 
                                           zt_dtype_t dtype, int world, size_t n, int first,
                                           cudaStream_t stream);
 
+/* dst[i] = src[i] for n 16-bit gradients, a -0 (0x8000) written as +0:
+ * zt__cpu_positive_zeros' bits, copied. Stream-ordered; n >= 1. */
+ZT_INTERNAL cudaError_t zt__cuda_land_grads(uint16_t *dst, const uint16_t *src, size_t n,
+                                            cudaStream_t stream);
+
 /* dst[i] = (dst_dtype) src[i], i < n, round to nearest even; a copy of the
  * bits when the dtypes are equal. Stream-ordered; n >= 1. */
 ZT_INTERNAL cudaError_t zt__cuda_cast(void *dst, zt_dtype_t dst_dtype, const void *src,

@@ -27,6 +27,8 @@
  *     around 2^32 and 2^40, where no buffer can be allocated;
  *   - cast: all 9 dtype pairs, special values and random bit patterns,
  *     misaligned, with poisoned guards.
+ *   - land_grads: the copy with -0 as +0, 4-byte aligned and not, odd and
+ *     even lengths, with poisoned guards.
  *
  * What this does not check: the CUDA runtime, streams, the table cache
  * (test_cuda.c does, on a GPU), and the device's own floating-point unit:
@@ -996,6 +998,47 @@ static void test_cast_matches_cpu(void **state) {
          "kernel\n", cases, sizeof sizes / sizeof sizes[0]);
 }
 
+/* ---- landed gradients ---------------------------------------------------------------- */
+
+/* land_grads_kernel over its whole grid (land_blocks), against the CPU's
+ * copy with -0 as +0, aligned and not, odd and even lengths, between
+ * poisoned guards; random bits with one value in 8 a -0. */
+static void test_land_grads_matches_cpu(void **state) {
+  (void)state;
+  t_rng_t r;
+  t_rng_init(&r, t_seed() ^ 0x1a4d);
+  static const size_t sizes[] = {1, 2, 3, 511, 512, 513, 100001};
+  const size_t guard = 8; /* off 0: 4-byte aligned, as malloc's buffers are */
+  int cases = 0;
+  for (size_t si = 0; si < sizeof sizes / sizeof sizes[0]; si++)
+    for (size_t off = 0; off < 2; off++) {
+      const size_t n = sizes[si], all = n + 2 * guard;
+      uint16_t *src = (uint16_t *)xalloc(all * 2), *got = (uint16_t *)xalloc(all * 2),
+               *want = (uint16_t *)xalloc(all * 2);
+      t_fill_bits(src, all * 2, &r);
+      for (size_t i = 0; i < all; i++)
+        if (t_rng_next(&r) % 8 == 0) src[i] = 0x8000u;
+      t_fill_bits(got, all * 2, &r);
+      memcpy(want, got, all * 2);
+      /* off 1: dst and src 2 bytes past a 4-byte boundary, the one-value path. */
+      const u64 blocks = kern::land_blocks(n), stride = blocks * 256;
+      for (u64 t = 0; t < stride; t++)
+        kern::land_thread(got + guard + off, src + guard + off, n, t, stride);
+      zt__cpu_land_grads(want + guard + off, src + guard + off, n);
+      size_t zeros = 0;
+      for (size_t i = 0; i < n; i++) zeros += src[guard + off + i] == 0x8000u;
+      assert_true(n < 64 || zeros > 0);
+      char what[64];
+      snprintf(what, sizeof what, "land_grads n %zu offset %zu", n, off);
+      t_expect_same(what, got, want, 2, all);
+      free(src);
+      free(got);
+      free(want);
+      cases++;
+    }
+  printf("# land_grads: %d cases bit-identical to zt__cpu_land_grads\n", cases);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_adam_matches_cpu),
@@ -1003,6 +1046,7 @@ int main(void) {
       cmocka_unit_test(test_adam_vector_layouts),
       cmocka_unit_test(test_sumsq_matches_cpu),
       cmocka_unit_test(test_cast_matches_cpu),
+      cmocka_unit_test(test_land_grads_matches_cpu),
   };
   return T_RUN(tests);
 }

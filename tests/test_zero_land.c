@@ -1,12 +1,16 @@
 /*
- * test_zero_land.c — one rank at stage 1 with 16-bit gradients and an
- * optimizer tier that updates on the CPU (host, nvme): the gradients land
- * in the shard's own memory as they came from the device, 2 bytes a
- * parameter, and are their own sums (zt__part_lands_grads). Held here: the
+ * test_zero_land.c — one rank at stage 1 with 16-bit gradients: the
+ * gradients land in the shard's own memory as they came from the loop, 2
+ * bytes a parameter, and are their own sums (zt__part_lands_grads): pinned
+ * memory with an optimizer tier that updates on the CPU (host, nvme), the
+ * backend's with the device tier (on sim and cuda through the land_grads
+ * kernel, which clears the -0s as it copies). Held here: the
  * landed gradients are the loop's, bit for bit, but for their -0s, which
  * are +0 as 0 + g makes them; the norm and the parameters after each step
  * are bit for bit those of stage 2, whose sums are fp32; and the shard's
- * gradient memory is half of stage 2's. Fresh random gradients with exact
+ * gradient memory is half of stage 2's, with no bucket buffers (one rank
+ * receives nothing, and landed gradients are packed nowhere else). Fresh
+ * random gradients with exact
  * zeros of both signs, over several buckets that cut the norm's pieces.
  */
 #include <math.h>
@@ -15,6 +19,7 @@
 
 #include "harness.h"
 #include "engine/engine.h" // defines: struct zt_engine (its ZeRO room)
+#include "offload/tier.h"  // defines: zt__tier_mem_bytes
 
 #define STEPS 3
 #define UNIT_A (3 * ZT_NORM_BLOCK + 7777)
@@ -81,11 +86,25 @@ static void land_as_stage_2(zt_tier_t tier, int sums_where, zt_dtype_t dt) {
   zt_stats_t a = ZT_STATS_INIT, b = ZT_STATS_INIT;
   T_OK(zt_stats(land.eng, &a), land.eng);
   T_OK(zt_stats(sums.eng, &b), sums.eng);
-  print_message("# %s tier, %s, sums in %s: pinned bytes %llu landed, %llu with fp32 sums\n",
-                tier == ZT_TIER_HOST ? "host" : "nvme", t_dtype_name(dt),
+  int device = tier == ZT_TIER_DEVICE;
+  uint64_t held_land = device ? a.device_bytes : a.host_bytes;
+  uint64_t held_sums = device ? b.device_bytes : b.host_bytes;
+  print_message("# %s tier, %s, sums in %s: %s bytes %llu landed, %llu with fp32 sums\n",
+                tier == ZT_TIER_HOST ? "host" : device ? "device" : "nvme", t_dtype_name(dt),
                 sums_where == ZT_GRAD_SUMS_DISK ? "a file" : "memory",
-                (unsigned long long)a.host_bytes, (unsigned long long)b.host_bytes);
-  if (sums_where != ZT_GRAD_SUMS_DISK) assert_true(a.host_bytes + states * 2 == b.host_bytes);
+                device ? "backend" : "pinned", (unsigned long long)held_land,
+                (unsigned long long)held_sums);
+  /* Stage 2 packs its buckets; one rank at either stage receives none. */
+  uint64_t buckets = 0;
+  for (int s = 0; s < ZT_XFER_SLOTS; s++) {
+    const zt__xfer_t *xl = &p->xfer[s], *xs = &sums.eng->zero.part.xfer[s];
+    assert_int_equal(xl->send_bytes, 0);
+    assert_int_equal(xl->recv_bytes + xs->recv_bytes, 0);
+    assert_true(xs->send_bytes > 0);
+    buckets += zt__tier_mem_bytes(xs->send_bytes) - zt__tier_mem_bytes(xl->send_bytes);
+  }
+  if (sums_where != ZT_GRAD_SUMS_DISK)
+    assert_true(held_land + states * 2 + buckets == held_sums);
   for (uint64_t t = 1; t <= STEPS; t++) {
     fill_grads(h, dt, n, &rng);
     t_buf_upload(land.eng, land.grads, h, bytes);
@@ -93,12 +112,17 @@ static void land_as_stage_2(zt_tier_t tier, int sums_where, zt_dtype_t dt) {
     double norm_land, norm_sums;
     T_OK(zt_grad_norm(land.eng, 1.0f, &norm_land), land.eng);
     T_OK(zt_grad_norm(sums.eng, 1.0f, &norm_sums), sums.eng);
-    /* After the norm the shard holds what landed, in state order, and is
-     * host memory (a file's pages read back in). */
+    /* After the norm the shard holds what landed, in state order: host
+     * memory (a file's pages read back in), or the backend's. */
+    const uint16_t *landed = p->grads;
+    if (device) {
+      t_buf_download(land.eng, got, p->grads, states * 2);
+      landed = got;
+    }
     size_t zeros = 0;
     for (size_t i = 0; i < states; i++) {
       uint16_t loop = h[element_of(i)], w = loop == 0x8000u ? 0 : loop;
-      uint16_t g = ((const uint16_t *)p->grads)[i];
+      uint16_t g = landed[i];
       zeros += loop == 0x8000u;
       if (g != w)
         fail_msg("step %llu: landed gradient %zu is 0x%04x, the loop's 0x%04x, expected 0x%04x",
@@ -136,6 +160,13 @@ static void test_nvme_bf16(void **state) {
 static void test_nvme_fp16(void **state) {
   land_as_stage_2(ZT_TIER_NVME, ZT_GRAD_SUMS_AUTO, ZT_FP16);
 }
+/* The device tier: the backend's memory, and on a GPU backend its kernel. */
+static void test_device_bf16(void **state) {
+  land_as_stage_2(ZT_TIER_DEVICE, ZT_GRAD_SUMS_AUTO, ZT_BF16);
+}
+static void test_device_fp16(void **state) {
+  land_as_stage_2(ZT_TIER_DEVICE, ZT_GRAD_SUMS_AUTO, ZT_FP16);
+}
 /* grad_sums "disk": the gradients land in a file's pages. */
 static void test_nvme_bf16_file(void **state) {
   land_as_stage_2(ZT_TIER_NVME, ZT_GRAD_SUMS_DISK, ZT_BF16);
@@ -148,6 +179,8 @@ int main(void) {
       cmocka_unit_test(test_nvme_bf16),
       cmocka_unit_test(test_nvme_fp16),
       cmocka_unit_test(test_nvme_bf16_file),
+      cmocka_unit_test(test_device_bf16),
+      cmocka_unit_test(test_device_fp16),
   };
   return T_RUN(tests);
 }

@@ -21,6 +21,7 @@
 #define ZT_BACKEND_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 #include "cpu/cpu_optim.h" // defines: zt__cpu_t, zt__adam_launch_t, zt__seg_t
 #include "base/internal.h"  // defines: zt__err_t
@@ -129,6 +130,12 @@ typedef struct zt__backend_ops {
    * with `first`, sums[j] = 0 + ..., the sums not read. */
   int (*rank_sum)(zt__backend_t *be, float *sums, const void *runs, size_t stride,
                   zt_dtype_t dtype, int world, size_t n, int first, zt__stream_t stream);
+
+  /* dst[i] = src[i] for n 16-bit gradients, a -0 written as +0: what 0 + g
+   * gives, so that one rank's gradients landed as they are read as the
+   * fp32 sums of one rank would (reduce.c). */
+  int (*land_grads)(zt__backend_t *be, uint16_t *dst, const uint16_t *src, size_t n,
+                    zt__stream_t stream);
 
   /* dst[i] = (dst_dtype) src[i] for n elements, round to nearest even. */
   int (*cast)(zt__backend_t *be, void *dst, zt_dtype_t dst_dtype,

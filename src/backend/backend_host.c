@@ -180,6 +180,13 @@ static void *host_comm_view(zt__backend_t *be, void *p) {
   return p;
 }
 
+static int host_land_grads(zt__backend_t *be, uint16_t *dst, const uint16_t *src, size_t n,
+                           zt__stream_t stream) {
+  after_queued(be, stream);
+  zt__cpu_land_grads(dst, src, n);
+  return 0;
+}
+
 static int host_cast(zt__backend_t *be, void *dst, zt_dtype_t dst_dtype, const void *src,
                      zt_dtype_t src_dtype, size_t n, zt__stream_t stream) {
   after_queued(be, stream);
@@ -222,6 +229,7 @@ const zt__backend_ops_t zt__backend_host_ops = {
     .adam = host_adam,
     .sumsq = host_sumsq,
     .rank_sum = host_rank_sum,
+    .land_grads = host_land_grads,
     .cast = host_cast,
     .host_syncs = host_host_syncs,
     .set_stream = host_set_stream,

@@ -85,6 +85,11 @@ static int nocuda_rank_sum(zt__backend_t *be, float *sums, const void *runs, siz
 
 static void *nocuda_comm_view(zt__backend_t *be, void *p) { return NULL; }
 
+static int nocuda_land_grads(zt__backend_t *be, uint16_t *dst, const uint16_t *src, size_t n,
+                             zt__stream_t stream) {
+  return ZT_ENOCUDA;
+}
+
 static int nocuda_cast(zt__backend_t *be, void *dst, zt_dtype_t dst_dtype, const void *src,
                        zt_dtype_t src_dtype, size_t n, zt__stream_t stream) {
   return ZT_ENOCUDA;
@@ -119,6 +124,7 @@ const zt__backend_ops_t zt__backend_cuda_ops = {
     .adam = nocuda_adam,
     .sumsq = nocuda_sumsq,
     .rank_sum = nocuda_rank_sum,
+    .land_grads = nocuda_land_grads,
     .cast = nocuda_cast,
     .host_syncs = nocuda_host_syncs,
     .set_stream = nocuda_set_stream,

@@ -55,6 +55,7 @@ typedef enum op_kind {
   OP_SUMSQ,
   OP_CAST,
   OP_RANK_SUM,
+  OP_LAND,
   OP_CALL,
   OP_RECORD,
   OP_WAIT
@@ -84,7 +85,7 @@ typedef struct op {
   void *staged;    /* owned: COPY's source, copied at enqueue   */
   size_t n_segs;
   zt_dtype_t dtype, src_dtype; /* SUMSQ, CAST, RANK_SUM */
-  size_t n;                    /* CAST, RANK_SUM */
+  size_t n;                    /* CAST, RANK_SUM, LAND */
   size_t first;                /* SUMSQ: grads_first; RANK_SUM: the stride */
   int world;                   /* RANK_SUM */
   int sums_first;              /* RANK_SUM: the sums taken as zero */
@@ -324,8 +325,8 @@ static void *sim_comm_view(zt__backend_t *be, void *p) { return zt__sim_reach(be
 
 static size_t elem_size(zt_dtype_t t) { return t == ZT_FP32 ? 4 : 2; }
 
-static const char *const op_names[] = {"copy", "memset",   "adam", "sumsq",
-                                       "cast", "rank_sum", "call"};
+static const char *const op_names[] = {"copy", "memset",   "adam",       "sumsq",
+                                       "cast", "rank_sum", "land_grads", "call"};
 static const char *const copy_names[] = {"copy h2d", "copy d2h", "copy d2d"};
 static const char *const stream_names[ZT_STREAM_COUNT] = {"compute", "h2d", "d2h", "prefetch",
                                                           "reduce"};
@@ -361,6 +362,8 @@ static void run_op(zt__backend_t *be, const sim_stream_t *s, op_t *op) {
   pthread_mutex_unlock(&be->mu);
   sleep_until(end);
   double started = now_s();
+  int kernel = op->kind >= OP_ADAM && op->kind <= OP_LAND;
+  if (kernel) pthread_mutex_lock(&be->kernel_mu);
   switch (op->kind) {
   case OP_COPY:
     memmove(op->dst, op->src, op->bytes);
@@ -371,26 +374,21 @@ static void run_op(zt__backend_t *be, const sim_stream_t *s, op_t *op) {
   case OP_ADAM:
     op->adam.hp = &op->hp;
     op->adam.segs = op->segs;
-    pthread_mutex_lock(&be->kernel_mu);
     zt__cpu_adam(be->cpu, &op->adam);
-    pthread_mutex_unlock(&be->kernel_mu);
     break;
   case OP_SUMSQ:
-    pthread_mutex_lock(&be->kernel_mu);
     op->out->value =
         zt__cpu_sumsq(be->cpu, op->src, op->first, op->dtype, op->segs, op->n_segs);
-    pthread_mutex_unlock(&be->kernel_mu);
     break;
   case OP_CAST:
-    pthread_mutex_lock(&be->kernel_mu);
     zt__cpu_cast(be->cpu, op->dst, op->dtype, op->src, op->src_dtype, op->n);
-    pthread_mutex_unlock(&be->kernel_mu);
     break;
   case OP_RANK_SUM:
-    pthread_mutex_lock(&be->kernel_mu);
     zt__cpu_rank_sum(be->cpu, op->dst, op->src, op->first, op->dtype, op->world, op->n,
                      op->sums_first);
-    pthread_mutex_unlock(&be->kernel_mu);
+    break;
+  case OP_LAND:
+    zt__cpu_land_grads(op->dst, op->src, op->n);
     break;
   case OP_CALL:
     op->fn(op->arg);
@@ -398,6 +396,7 @@ static void run_op(zt__backend_t *be, const sim_stream_t *s, op_t *op) {
   default:
     break;
   }
+  if (kernel) pthread_mutex_unlock(&be->kernel_mu);
   double real_end = now_s();
   pthread_mutex_lock(&be->mu);
   if (*resource < real_end) *resource = real_end;
@@ -641,15 +640,21 @@ static int sim_copy(zt__backend_t *be, void *dst, const void *src, size_t bytes,
   return rc;
 }
 
-static int sim_memset_zero(zt__backend_t *be, void *p, size_t bytes, zt__stream_t stream) {
-  if (bytes == 0) return 0;
+/* Enqueues an op on device memory `dst` (and `src`), in the ordering rule. */
+static int push_on_device(zt__backend_t *be, zt__stream_t stream, op_t *op, void *dst,
+                          const void *src) {
   ZT_TRY(order_after_compute(be, stream));
-  op_t op = {.kind = OP_MEMSET, .bytes = bytes, .cost = bytes, .link = -1};
   pthread_mutex_lock(&be->mu);
-  op.dst = reach(be, p);
-  int rc = push_locked(be, stream_of(be, stream), &op);
+  op->dst = reach(be, dst);
+  op->src = src ? reach(be, src) : NULL;
+  int rc = push_locked(be, stream_of(be, stream), op);
   pthread_mutex_unlock(&be->mu);
   return rc;
+}
+
+static int sim_memset_zero(zt__backend_t *be, void *p, size_t bytes, zt__stream_t stream) {
+  op_t op = {.kind = OP_MEMSET, .bytes = bytes, .cost = bytes, .link = -1};
+  return bytes ? push_on_device(be, stream, &op, p, NULL) : 0;
 }
 
 static int sim_event_create(zt__backend_t *be, zt__event_t **out) {
@@ -792,33 +797,25 @@ static int sim_sumsq(zt__backend_t *be, const void *grads, size_t grads_first,
 
 static int sim_cast(zt__backend_t *be, void *dst, zt_dtype_t dst_dtype, const void *src,
                     zt_dtype_t src_dtype, size_t n, zt__stream_t stream) {
-  if (n == 0) return 0;
-  ZT_TRY(order_after_compute(be, stream));
   op_t op = {.kind = OP_CAST, .link = -1, .dtype = dst_dtype, .src_dtype = src_dtype, .n = n};
   op.cost = n * (elem_size(dst_dtype) + elem_size(src_dtype));
-  pthread_mutex_lock(&be->mu);
-  op.dst = reach(be, dst);
-  op.src = reach(be, src);
-  int rc = push_locked(be, stream_of(be, stream), &op);
-  pthread_mutex_unlock(&be->mu);
-  return rc;
+  return n ? push_on_device(be, stream, &op, dst, src) : 0;
 }
 
 static int sim_rank_sum(zt__backend_t *be, float *sums, const void *runs, size_t stride,
                         zt_dtype_t dtype, int world, size_t n, int first,
                         zt__stream_t stream) {
-  if (n == 0) return 0;
-  ZT_TRY(order_after_compute(be, stream));
   op_t op = {.kind = OP_RANK_SUM, .link = -1, .dtype = dtype, .n = n, .first = stride,
              .world = world, .sums_first = first};
   /* Reads every run and writes the sums, reading them too unless first. */
   op.cost = n * ((size_t)world * elem_size(dtype) + (first ? 1 : 2) * sizeof(float));
-  pthread_mutex_lock(&be->mu);
-  op.dst = reach(be, sums);
-  op.src = reach(be, runs);
-  int rc = push_locked(be, stream_of(be, stream), &op);
-  pthread_mutex_unlock(&be->mu);
-  return rc;
+  return n ? push_on_device(be, stream, &op, sums, runs) : 0;
+}
+
+static int sim_land_grads(zt__backend_t *be, uint16_t *dst, const uint16_t *src, size_t n,
+                          zt__stream_t stream) {
+  op_t op = {.kind = OP_LAND, .link = -1, .n = n, .cost = 2 * n * sizeof *dst};
+  return n ? push_on_device(be, stream, &op, dst, src) : 0;
 }
 
 static uint64_t sim_host_syncs(const zt__backend_t *be) {
@@ -891,6 +888,7 @@ const zt__backend_ops_t zt__backend_sim_ops = {
     .adam = sim_adam,
     .sumsq = sim_sumsq,
     .rank_sum = sim_rank_sum,
+    .land_grads = sim_land_grads,
     .cast = sim_cast,
     .host_syncs = sim_host_syncs,
     .set_stream = sim_set_stream,

@@ -301,6 +301,14 @@ void zt__cpu_positive_zeros(uint16_t *x, size_t n) {
     if (x[i] == 0x8000u) x[i] = 0;
 }
 
+void zt__cpu_land_grads(uint16_t *restrict dst, const uint16_t *restrict src, size_t n) {
+  enum { BLOCK = 64 };
+  size_t i = 0;
+  for (; i + BLOCK <= n; i += BLOCK)
+    for (int j = 0; j < BLOCK; j++) dst[i + j] = src[i + j] == 0x8000u ? 0 : src[i + j];
+  for (; i < n; i++) dst[i] = src[i] == 0x8000u ? 0 : src[i];
+}
+
 /* ---- casts ------------------------------------------------------------------- */
 
 typedef struct cast_ctx {

@@ -107,6 +107,10 @@ ZT_INTERNAL void zt__cpu_sumsq_fill(zt__cpu_t *cpu, const void *grads, size_t gr
  * their own sums read as 0 + g would give them. */
 ZT_INTERNAL void zt__cpu_positive_zeros(uint16_t *x, size_t n);
 
+/* dst[i] = src[i] with a -0 written as +0, n 16-bit floats, in one pass
+ * (the backends' land_grads on the calling thread). */
+ZT_INTERNAL void zt__cpu_land_grads(uint16_t *dst, const uint16_t *src, size_t n);
+
 /* A ZeRO owner's sums, on the calling thread: sums[j] += the sum over
  * ranks, in rank order and in fp32, of element j of each rank's run in
  * `runs` (runs `stride` elements apart, of dtype `dtype`), j in [0, n).

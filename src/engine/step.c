@@ -95,8 +95,8 @@ static int grad_sumsq(zt_engine_t *eng, const char *fn, int local, const zt_step
     ZT_TRY(rc);
     *out = 0.0;
     if (p->on_device)
-      ZT_TRY(eng->be_ops->sumsq(eng->be, p->grads, p->begin, ZT_FP32, p->segs, p->n_segs,
-                                ZT_STREAM_COMPUTE, out));
+      ZT_TRY(eng->be_ops->sumsq(eng->be, p->grads, p->begin, p->sums_dtype, p->segs,
+                                p->n_segs, ZT_STREAM_COMPUTE, out));
     else
       ZT_TRY(zt__reduce_sumsq(p, out));
     /* The loss scale is the same on every rank (the scaler moves on the

@@ -49,6 +49,8 @@ int zt__part_walk(const zt__ctx_t *ctx, const zt__seg_t *segs, size_t n_segs, zt
     char *u = (char *)user + (g->index + (s - g->state_off)) * esz;
     char *pk = (char *)packed + (s - a) * esz;
     if (op == ZT_SPAN_PACK) ZT_TRY(be->copy(ctx->be, pk, u, n * esz, kind, stream));
+    if (op == ZT_SPAN_LAND)
+      ZT_TRY(be->land_grads(ctx->be, (uint16_t *)pk, (const uint16_t *)u, n, stream));
     if (op == ZT_SPAN_UNPACK) ZT_TRY(be->copy(ctx->be, u, pk, n * esz, kind, stream));
     if (op == ZT_SPAN_CLEAR) ZT_TRY(be->memset_zero(ctx->be, u, n * esz, stream));
     s += n;
@@ -180,9 +182,12 @@ void zt__part_footprint(const zt__part_shape_t *s, zt__part_footprint_t *out) {
   size_t bucket = zt__min_sz(out->bucket_elems, s->total);
   size_t own = zt__min_sz(bucket, out->shard);
   /* send: a packed bucket of gradients, or a shard's piece of parameters;
-   * recv: W runs of this rank's part of a bucket, or a gathered bucket. */
-  out->send_bytes = bucket * zt__max_sz(gsz, psz);
-  out->recv_bytes = zt__max_sz(world * own * gsz, bucket * psz);
+   * recv: W runs of this rank's part of a bucket, or a gathered bucket. One
+   * rank receives nothing (its packed bucket is its one run, its gathers
+   * copy from the shard), and gradients that land in the shard are packed
+   * nowhere else. */
+  out->send_bytes = zt__part_lands_grads(s) ? 0 : bucket * zt__max_sz(gsz, psz);
+  out->recv_bytes = world == 1 ? 0 : zt__max_sz(world * own * gsz, bucket * psz);
   /* Stage 3's gathers through pinned buckets have a recv bucket each. */
   out->gx_recv_bytes = s->stage >= 3 && s->on_pinned ? bucket * psz : 0;
 }

@@ -362,14 +362,18 @@ ZT_INTERNAL void zt__part_footprint(const zt__part_shape_t *s, zt__part_footprin
 
 /* Whether the gradients land as they are instead of being summed: one rank
  * at stage 1 hands each gradient over once a step, in the step (reduce.c),
- * so its sum is the gradient itself, and with a 16-bit gradient in memory
- * the CPU reads (on_pinned) the bucket's copy from the device can write
- * the shard's gradients directly. No fp32 sums are written (a pass of 6
- * bytes a parameter), the update reads 2 bytes a gradient instead of 4,
- * and the shard's gradients take half the memory. Stages 2 and 3 may hand
- * a group over again in a step (accumulation), which needs fp32 sums. */
+ * so its sum is the gradient itself, and with a 16-bit gradient the
+ * bucket's copy out of the loop's buffer can write the shard's gradients
+ * directly: a copy into memory the CPU reads (pinned, or the host
+ * backend's), whose -0s the sums thread then makes +0 as 0 + g does, or in
+ * a GPU's memory (on_device) the land_grads kernel, which does both in one
+ * pass. No fp32 sums are written (a pass of
+ * 6 bytes a parameter), the norm and the update read 2 bytes a gradient
+ * instead of 4, and the shard's gradients take half the memory. Stages 2
+ * and 3 may hand a group over again in a step (accumulation), which needs
+ * fp32 sums. */
 static inline int zt__part_lands_grads(const zt__part_shape_t *s) {
-  return s->world == 1 && s->stage == 1 && s->on_pinned && s->grad_dtype != ZT_FP32;
+  return s->world == 1 && s->stage == 1 && s->grad_dtype != ZT_FP32;
 }
 
 /* The shard's gradients are the landed ones (zt__part_lands_grads), not
@@ -471,6 +475,7 @@ ZT_INTERNAL void zt__part_release(zt__part_t *p, void *ptr, size_t bytes);
 /* What a walk does with a state span and the user's buffer. */
 typedef enum zt__span_op {
   ZT_SPAN_PACK,   /* the user's buffer pieces → packed[0 ..) */
+  ZT_SPAN_LAND,   /* the same with the backend's land_grads (16-bit) */
   ZT_SPAN_UNPACK, /* packed → the user's buffer pieces       */
   ZT_SPAN_CLEAR   /* the user's buffer pieces → zeros        */
 } zt__span_op_t;

@@ -114,6 +114,8 @@ static int sum_bucket_on_device(zt__part_t *p, zt__xfer_t *x) {
   size_t mine = x->mine, i = 0;
   size_t gsz = zt__dtype_size(p->reg.grad_dtype);
   int rc = 0;
+  /* Landed gradients are their own sums: land_grads wrote them. */
+  if (zt__part_landed(p)) mine = 0;
   for (size_t k = 0; k < x->n_spans && mine && rc == 0; k++) {
     size_t a, b;
     if (!zt__span_clip(x->spans[k].a, x->spans[k].b, p->begin, p->end, &a, &b)) continue;
@@ -287,20 +289,25 @@ static int start_bucket(zt__part_t *p, zt__xfer_t *x) {
   const zt__backend_ops_t *be = p->ctx->be_ops;
   size_t gsz = zt__dtype_size(p->reg.grad_dtype);
   zt__copy_kind_t kind = p->on_pinned ? ZT_COPY_D2H : ZT_COPY_D2D;
+  /* Gradients that land as they are go to the shard's own (one rank: the
+   * shard is every span); in device memory through land_grads, which
+   * leaves their sums nothing to do (sum_bucket_on_device). */
+  int landed = zt__part_landed(p), on_device_landed = landed && p->on_device;
   size_t off = 0;
   for (size_t k = 0; k < x->n_spans; k++) {
     const zt__span_t *sp = &x->spans[k];
-    /* Gradients that land as they are go to the shard's own (one rank: the
-     * shard is every span). */
-    char *dst = zt__part_landed(p) ? zt__part_sums_at(p, sp->a) : (char *)x->send + off * gsz;
+    char *dst = landed ? zt__part_sums_at(p, sp->a) : (char *)x->send + off * gsz;
     size_t n = sp->b - sp->a;
     if (sp->at == NULL) {
-      ZT_TRY(zt__part_span_op(p, ZT_SPAN_PACK, dst, p->reg.grads, gsz, sp->a, sp->b, kind,
-                     ZT_STREAM_D2H));
+      ZT_TRY(zt__part_span_op(p, on_device_landed ? ZT_SPAN_LAND : ZT_SPAN_PACK, dst,
+                              p->reg.grads, gsz, sp->a, sp->b, kind, ZT_STREAM_D2H));
     } else if (sp->at == ZT_SPAN_ZERO) {
       /* The slot is free (take_slot), so the CPU may write pinned memory. */
       if (p->on_pinned) memset(dst, 0, n * gsz);
       else ZT_TRY(be->memset_zero(p->ctx->be, dst, n * gsz, ZT_STREAM_D2H));
+    } else if (on_device_landed) {
+      ZT_TRY(be->land_grads(p->ctx->be, (uint16_t *)dst, (const uint16_t *)sp->at, n,
+                            ZT_STREAM_D2H));
     } else {
       ZT_TRY(be->copy(p->ctx->be, dst, sp->at, n * gsz, kind, ZT_STREAM_D2H));
     }
