@@ -20,6 +20,14 @@
  *   device_kernel_s device optimizer tier: the backend's AdamW kernel over
  *                   the shard in device memory, interleaved with the steps
  *
+ * Both kernels' times include a pass that takes the sum of squares of the
+ * loop's 16-bit gradients first (zt__cpu_sumsq, or the backend's sumsq:
+ * the least any norm reads) when the step needs the norm before the
+ * update: a step with inf/nan gradients is
+ * skipped (config "nonfinite" "skip", the default) or the gradients are
+ * clipped. The update cannot start before that pass has read the last
+ * gradient, and both run on the same CPU or device memory.
+ *
  * Each is work the step cannot avoid, on a resource it cannot share with
  * the others' parts of itself, so no schedule of the step beats the
  * largest. step_s is the median of --steps steps after a warm-up one, with
@@ -160,18 +168,22 @@ static int step(model_t *md, uint64_t t, double *seconds) {
 /* The shard's update outside the step: the CPU optimizer's (host, nvme
  * tiers) over host buffers, or the backend's kernel (device tier) over
  * device ones, with the tier's dtypes. */
+#define REF_BUFS 6
+
 typedef struct ref {
   model_t *md;
   int device;
+  int norm_first; /* the step takes the gradients' norm before the update */
   size_t n;
   zt_dtype_t gdt, pdt;
   int master;
-  void *buf[5]; /* master, m, v, grads, params */
-  size_t bytes[5];
+  void *buf[REF_BUFS]; /* master, m, v, grads, params, and the loop's
+                          16-bit gradients, which the norm's pass reads */
+  size_t bytes[REF_BUFS];
 } ref_t;
 
 static void ref_close(ref_t *r) {
-  for (int i = 0; i < 5; i++) {
+  for (int i = 0; i < REF_BUFS; i++) {
     if (r->buf[i] == NULL) continue;
     if (r->device) bench_dev_free(&r->md->dev, r->buf[i], r->bytes[i]);
     else bench_free(r->buf[i], r->bytes[i]);
@@ -183,14 +195,15 @@ static int ref_open(ref_t *r, model_t *md, size_t shard) {
   memset(r, 0, sizeof *r);
   r->md = md;
   r->device = e->cfg.optimizer_tier == ZT_TIER_DEVICE;
+  r->norm_first = e->cfg.nonfinite == ZT_NONFINITE_SKIP || e->cfg.clip_grad_norm > 0;
   r->n = shard ? shard : 1;
   r->gdt = e->opt.view.grad_dtype;
   r->pdt = e->opt.view.param_dtype;
   r->master = r->pdt != ZT_FP32;
   size_t f = r->n * 4;
-  size_t bytes[5] = {r->master ? f : 0, f, f, r->n * zt__dtype_size(r->gdt),
-                     r->n * zt__dtype_size(r->pdt)};
-  for (int i = 0; i < 5; i++) {
+  size_t bytes[REF_BUFS] = {r->master ? f : 0, f, f, r->n * zt__dtype_size(r->gdt),
+                            r->n * zt__dtype_size(r->pdt), r->norm_first ? r->n * 2 : 0};
+  for (int i = 0; i < REF_BUFS; i++) {
     r->bytes[i] = bytes[i];
     if (bytes[i] == 0) continue;
     r->buf[i] = bench_alloc(bytes[i], 1);
@@ -205,9 +218,10 @@ static int ref_open(ref_t *r, model_t *md, size_t shard) {
   bench_fill_values(r->buf[3], r->gdt, r->n, 0.02, 13);
   bench_fill_values(r->buf[4], r->pdt, r->n, 2.0, 14);
   if (r->master) bench_fill_values(r->buf[0], ZT_FP32, r->n, 2.0, 15);
+  if (r->norm_first) bench_fill_values(r->buf[5], ZT_BF16, r->n, 0.02, 16);
   if (!r->device) return 0;
   /* The device tier's kernel runs on device memory: the values go there. */
-  for (int i = 0; i < 5; i++) {
+  for (int i = 0; i < REF_BUFS; i++) {
     if (r->buf[i] == NULL) continue;
     void *d = NULL;
     int rc = bench_dev_alloc(&md->dev, r->bytes[i], &d, prog) ||
@@ -215,14 +229,15 @@ static int ref_open(ref_t *r, model_t *md, size_t shard) {
     bench_free(r->buf[i], r->bytes[i]);
     r->buf[i] = d;
     if (rc == 0) continue;
-    for (int j = i + 1; j < 5; j++) /* still host memory: not ref_close's */
+    for (int j = i + 1; j < REF_BUFS; j++) /* still host memory: not ref_close's */
       if (r->buf[j]) bench_free(r->buf[j], r->bytes[j]), r->buf[j] = NULL;
     return 1;
   }
   return 0;
 }
 
-/* One update of the shard; its seconds, or < 0. */
+/* One update of the shard, after the norm's pass where the step takes one
+ * first (norm_first); its seconds, or < 0. */
 static double ref_run(ref_t *r, uint64_t t) {
   zt_engine_t *e = r->md->eng;
   zt_step_args_t a = ZT_STEP_ARGS_INIT;
@@ -234,11 +249,15 @@ static double ref_run(ref_t *r, uint64_t t) {
   zt__seg_t seg = {0, 0, r->n, 1};
   zt__adam_launch_t l = {&hp,       r->buf[0], r->buf[1], r->buf[2], r->buf[3], 0,
                          r->gdt,    r->buf[4], 0,         r->pdt,    &seg,      1, NULL};
-  double t0 = zt__now();
+  double sumsq = 0.0, t0 = zt__now();
   if (!r->device) {
+    if (r->norm_first) sumsq = zt__cpu_sumsq(e->cpu, r->buf[5], 0, ZT_BF16, &seg, 1);
     zt__cpu_adam(e->cpu, &l);
     return zt__now() - t0;
   }
+  if (r->norm_first && e->be_ops->sumsq(e->be, r->buf[5], 0, ZT_BF16, &seg, 1,
+                                        ZT_STREAM_COMPUTE, &sumsq) != 0)
+    return fail(r->md, "sumsq"), -1;
   if (e->be_ops->adam(e->be, &l, ZT_STREAM_COMPUTE) != 0) return fail(r->md, "adam"), -1;
   if (bench_dev_sync(&r->md->dev, prog)) return -1;
   return zt__now() - t0;
@@ -402,6 +421,7 @@ int bench_step_main(int argc, char **argv) {
       tool_report_null(j, "disk_s");
     }
     tool_report_num(j, device ? "device_kernel_s" : "cpu_adam_s", kernel_s);
+    tool_report_bool(j, "kernel_s_includes_norm", ref.norm_first);
     tool_report_null(j, device ? "cpu_adam_s" : "device_kernel_s");
     tool_report_num(j, "h2d_bytes_per_step", m_h2d);
     tool_report_num(j, "d2h_bytes_per_step", m_d2h);
@@ -438,9 +458,9 @@ int bench_step_main(int argc, char **argv) {
     printf("    disk               %8.4f s  (%.0f read at %.2f GB/s, %.0f written at %.2f "
            "GB/s)\n",
            disk_s, m_rd, disk_r, m_wr, disk_w);
-  printf("    %-18s %8.4f s  (%llu parameters of the shard, %d threads)\n",
+  printf("    %-18s %8.4f s  (%llu parameters of the shard, %d threads%s)\n",
          device ? "device kernel" : "CPU AdamW", kernel_s, (unsigned long long)shard,
-         isa_threads);
+         isa_threads, ref.norm_first ? ", after the norm's pass" : "");
   printf("  efficiency           %8.3f\n", efficiency);
   printf("  host syncs per step  %8lld\n", m_syncs);
   return 0;
