@@ -10,8 +10,12 @@
  * are bit for bit those of stage 2, whose sums are fp32; and the shard's
  * gradient memory is half of stage 2's, with no bucket buffers (one rank
  * receives nothing, and landed gradients are packed nowhere else). Fresh
- * random gradients with exact
- * zeros of both signs, over several buckets that cut the norm's pieces.
+ * random gradients with exact zeros of both signs, over several buckets
+ * that cut the norm's pieces.
+ *
+ * And one rank's parameters in place (zt__part_params_in_place): with the
+ * device tier and a dense registration, stages 1 and 2 update the loop's
+ * own buffer, bit for bit as stage 0 does.
  */
 #include <math.h>
 #include <stdlib.h>
@@ -172,6 +176,62 @@ static void test_nvme_bf16_file(void **state) {
   land_as_stage_2(ZT_TIER_NVME, ZT_GRAD_SUMS_DISK, ZT_BF16);
 }
 
+/* ---- one rank's parameters in place ------------------------------------------ */
+
+/* One rank with the device tier and one dense unit (the state index is the
+ * buffer index) at stages 1 and 2: the shard's parameters are the loop's
+ * own buffer, which the update writes and nothing gathers into
+ * (zt__part_params_in_place), bit for bit stage 0's parameters after each
+ * step; the frozen gap of side_open keeps a shard copy. */
+static void in_place_as_stage_0(int stage) {
+  const size_t n = 3 * ZT_NORM_BLOCK + 4321, bytes = n * 2;
+  uint16_t *h = malloc(bytes), *got = malloc(bytes), *want = malloc(bytes);
+  assert_true(h && got && want);
+  t_rng_t rng;
+  t_rng_init(&rng, t_seed() ^ (0x91aceull + (uint64_t)stage));
+  t_fill_normal(h, ZT_BF16, n, 0.5, &rng);
+  side_t s[2]; /* [0] the stage, [1] stage 0 */
+  for (int k = 0; k < 2; k++) {
+    zt_config_t cfg = t_config();
+    cfg.stage = k ? 0 : stage;
+    cfg.optimizer_tier = ZT_TIER_DEVICE;
+    cfg.bucket_bytes = 37 * 4096;
+    s[k].eng = t_engine(&cfg);
+    s[k].params = t_buf_alloc(s[k].eng, bytes);
+    s[k].grads = t_buf_alloc(s[k].eng, bytes);
+    t_buf_upload(s[k].eng, s[k].params, h, bytes);
+    zt_unit_t unit = {"w", 0, n, 0, 1, ZT_BF16};
+    T_OK(zt_register_units(s[k].eng, s[k].params, s[k].grads, n, ZT_BF16, ZT_BF16, &unit, 1),
+         s[k].eng);
+  }
+  const zt__part_t *p = &s[0].eng->zero.part;
+  assert_int_equal(p->params_in_place, 1);
+  assert_ptr_equal(p->params, s[0].params);
+  side_t gap;
+  side_open(&gap, stage, ZT_TIER_DEVICE, ZT_GRAD_SUMS_AUTO, ZT_BF16, UNIT_A + GAP + 999, h);
+  assert_int_equal(gap.eng->zero.part.params_in_place, 0);
+  side_close(&gap, (UNIT_A + GAP + 999) * 2);
+  for (uint64_t t = 1; t <= STEPS; t++) {
+    fill_grads(h, ZT_BF16, n, &rng);
+    zt_step_args_t args = ZT_STEP_ARGS_INIT;
+    args.t = t;
+    args.weight_decay = 0.01f;
+    for (int k = 0; k < 2; k++) {
+      t_buf_upload(s[k].eng, s[k].grads, h, bytes);
+      if (stage >= 2) T_OK(zt_grads_ready(s[k].eng, 0), s[k].eng);
+      T_OK(zt_step(s[k].eng, &args, NULL), s[k].eng);
+    }
+    t_buf_download(s[0].eng, got, s[0].params, bytes);
+    t_buf_download(s[1].eng, want, s[1].params, bytes);
+    t_expect_same("parameters in place against stage 0's", got, want, 2, n);
+  }
+  for (int k = 0; k < 2; k++) side_close(&s[k], bytes);
+  free(h), free(got), free(want);
+}
+
+static void test_in_place_stage_1(void **state) { in_place_as_stage_0(1); }
+static void test_in_place_stage_2(void **state) { in_place_as_stage_0(2); }
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_host_bf16),
@@ -181,6 +241,8 @@ int main(void) {
       cmocka_unit_test(test_nvme_bf16_file),
       cmocka_unit_test(test_device_bf16),
       cmocka_unit_test(test_device_fp16),
+      cmocka_unit_test(test_in_place_stage_1),
+      cmocka_unit_test(test_in_place_stage_2),
   };
   return T_RUN(tests);
 }

@@ -301,7 +301,8 @@ static int alloc_shard_states(zt_engine_t *eng) {
    * back once packed. */
   size_t piece = p->params_file.map ? zt__max_sz(eng->cfg.chunk_bytes / psz, 1) : mine;
   zt__copy_kind_t kind = p->params_pinned ? ZT_COPY_D2H : ZT_COPY_D2D;
-  for (size_t a = p->begin; a < p->end; a += piece) {
+  /* Parameters in place are the loop's buffer already. */
+  for (size_t a = p->begin; a < p->end && !p->params_in_place; a += piece) {
     size_t b = zt__min_sz(a + piece, p->end);
     char *at = (char *)p->params + (a - p->begin) * psz;
     ZT_TRY(zt__part_walk(&eng->ctx, eng->segs, eng->n_segs, ZT_SPAN_PACK, at, eng->params,

@@ -194,7 +194,7 @@ static int update_shard(zt_engine_t *eng, const zt__adam_hp_t *hp) {
   double t1 = zt__now();
   /* Stage 3 gathers when a group is fetched, not after the step. */
   if (follow) ZT_TRY(zt__gather_shards_end(&walk));
-  else if (eng->cfg.stage < 3) ZT_TRY(zt__gather_shards(p));
+  else if (eng->cfg.stage < 3 && !p->params_in_place) ZT_TRY(zt__gather_shards(p));
   eng->copy_seconds += zt__now() - t1 + (follow ? walk.wait_seconds : 0.0);
   return 0;
 }

@@ -179,7 +179,8 @@ int tool_plan_main(int argc, char **argv) {
   zt__plan_in_t in = {params, ranks, rank, stage, dtype_values[dtype], dtype_values[dtype],
                       offload_values[opt], offload_values[par], bucket, chunk, pinned,
                       states, grad_sums};
-  const zt__plan_run_t run = {backend_values[backend], comm_values[comm], group, live};
+  /* The loop's one flat buffer (no frozen gaps). */
+  const zt__plan_run_t run = {backend_values[backend], comm_values[comm], group, live, 0};
   /* The group the rows count: the whole model unless a smaller one is given. */
   uint64_t group_n = group && group < params ? group : params;
   zt__plan_t p;

@@ -170,7 +170,7 @@ void zt__part_footprint(const zt__part_shape_t *s, zt__part_footprint_t *out) {
   out->end = zt__min_sz(b, s->total);
   size_t mine = out->end - out->begin;
   out->grads_bytes = mine * (zt__part_lands_grads(s) ? gsz : sizeof(float));
-  out->params_bytes = mine * psz;
+  out->params_bytes = zt__part_params_in_place(s) ? 0 : mine * psz;
   /* The alltoallv's receive displacements reach (W - 1) x this rank's part
    * of a bucket, and comm refuses any displacement above ZT_COMM_MAX_COUNT
    * (MPI's int): capped at MAX / W, a displacement never is. The same on
@@ -322,6 +322,13 @@ static int map_or_warn(zt__part_t *p, zt__file_mem_t *m, const char *what, size_
   return 0;
 }
 
+/* Whether the registration's state index is its buffer index. */
+static int dense(const zt__zero_reg_t *reg) {
+  for (size_t k = 0; k < reg->n_segs; k++)
+    if (reg->segs[k].index != reg->segs[k].state_off) return 0;
+  return reg->params != NULL;
+}
+
 int zt__part_init(zt__part_t *p, const zt__ctx_t *ctx, const zt__zero_reg_t *reg) {
   p->ctx = ctx;
   p->reg = *reg;
@@ -351,19 +358,17 @@ int zt__part_init(zt__part_t *p, const zt__ctx_t *ctx, const zt__zero_reg_t *reg
     ZT_TRY(p->ctx->be_ops->event_create(p->ctx->be, &p->sums_read));
   }
   zt__part_footprint_t f;
-  zt__part_footprint(&(zt__part_shape_t){p->total, p->world, p->rank, p->ctx->cfg->stage,
-                                          p->ctx->cfg->bucket_bytes, p->reg.param_dtype,
-                                          p->reg.grad_dtype, p->on_pinned},
-                     &f);
+  zt__part_shape_t shape = {p->total,          p->world,          p->rank,
+                            p->ctx->cfg->stage, p->ctx->cfg->bucket_bytes,
+                            p->reg.param_dtype, p->reg.grad_dtype, p->on_pinned,
+                            dense(&p->reg)};
+  zt__part_footprint(&shape, &f);
+  p->params_in_place = zt__part_params_in_place(&shape) && !p->params_pinned;
   p->shard = f.shard;
   p->begin = f.begin;
   p->end = f.end;
   p->bucket_elems = f.bucket_elems;
-  int land = zt__part_lands_grads(&(zt__part_shape_t){.world = p->world,
-                                                      .stage = cfg->stage,
-                                                      .grad_dtype = p->reg.grad_dtype,
-                                                      .on_pinned = p->on_pinned});
-  p->sums_dtype = land ? p->reg.grad_dtype : ZT_FP32;
+  p->sums_dtype = zt__part_lands_grads(&shape) ? p->reg.grad_dtype : ZT_FP32;
   ZT_TRY(build_groups(p));
   ZT_TRY(build_shard_segs(p));
   ZT_TRY(init_pools(p));
@@ -396,9 +401,11 @@ int zt__part_init(zt__part_t *p, const zt__ctx_t *ctx, const zt__zero_reg_t *reg
    * once they are written, is what zt_fetch's reads from the parameter
    * tier use after registration (the nvme tier's slots are sized with
    * them held). */
-  if (!(p->on_pinned && pto->read != NULL && cfg->pinned_budget_bytes == 0) ||
-      !map_or_warn(p, &p->params_file, "registration's parameters", f.params_bytes,
-                   &p->params))
+  if (p->params_in_place)
+    p->params = p->reg.params;
+  else if (!(p->on_pinned && pto->read != NULL && cfg->pinned_budget_bytes == 0) ||
+           !map_or_warn(p, &p->params_file, "registration's parameters", f.params_bytes,
+                        &p->params))
     ZT_TRY(zt__part_params_alloc(p));
 
   /* A bucket's spans: at most one per group span, and one more where the
@@ -495,13 +502,11 @@ int zt__part_params_alloc(zt__part_t *p) {
 }
 
 void zt__part_params_free(zt__part_t *p) {
-  if (p->params_file.map) {
-    zt__file_mem_unmap(&p->params_file);
-    p->params = NULL;
-    return;
-  }
   size_t bytes = (p->end - p->begin) * zt__dtype_size(p->reg.param_dtype);
-  zt__tier_mem_release(p->ctx, p->reg.pinned, p->params_pinned, p->params, bytes);
+  if (p->params_file.map)
+    zt__file_mem_unmap(&p->params_file);
+  else if (!p->params_in_place) /* the loop's own buffer stays the loop's */
+    zt__tier_mem_release(p->ctx, p->reg.pinned, p->params_pinned, p->params, bytes);
   p->params = NULL;
 }
 

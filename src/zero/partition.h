@@ -233,6 +233,9 @@ typedef struct zt__part {
                     (zt__part_pinned)                                      */
   int on_device; /* grads/buckets/params are device memory the CPU cannot read
                     (optimizer tier "device" on a GPU backend; see the top) */
+  int params_in_place; /* params is the loop's registered buffer, which the
+                          update writes and nothing gathers into
+                          (zt__part_params_in_place)                     */
   /* on_device: the step's update of params is enqueued on the loop's
    * stream, recorded in `updated`, and not known done: the next gather of
    * several ranks waits for it before the comm reads params, one rank's
@@ -344,6 +347,8 @@ typedef struct zt__part_shape {
   size_t bucket_bytes;
   zt_dtype_t param_dtype, grad_dtype;
   int on_pinned;
+  int dense; /* the registration's state index is its buffer index (every
+                unit in order, no frozen gap): `ztier plan` assumes so   */
 } zt__part_shape_t;
 
 /* The sizes zt__part_init allocates, computed without allocating (plan.c
@@ -353,7 +358,8 @@ typedef struct zt__part_footprint {
   size_t bucket_elems;      /* after the comm's cap                          */
   size_t grads_bytes;       /* the shard's gradient sums (fp32), or its
                                landed gradients (zt__part_lands_grads)     */
-  size_t params_bytes;      /* the shard's parameters                        */
+  size_t params_bytes;      /* the shard's parameters (0: the loop's own,
+                               zt__part_params_in_place)                   */
   size_t send_bytes, recv_bytes; /* each of the ZT_XFER_SLOTS buckets          */
   size_t gx_recv_bytes;     /* each gather slot's pinned bucket; 0: none     */
 } zt__part_footprint_t;
@@ -374,6 +380,17 @@ ZT_INTERNAL void zt__part_footprint(const zt__part_shape_t *s, zt__part_footprin
  * fp32 sums. */
 static inline int zt__part_lands_grads(const zt__part_shape_t *s) {
   return s->world == 1 && s->stage == 1 && s->grad_dtype != ZT_FP32;
+}
+
+/* Whether the shard's parameters are the loop's registered buffer itself:
+ * one rank at stage 1 or 2 holds every parameter in its shard, and where
+ * they are in the backend's memory (not on_pinned: the device tier) and
+ * the state index is the buffer index (dense), the update can write them
+ * where the loop reads them. No shard copy of the parameters, and no
+ * gather after the update: on a GPU a device-to-device pass of 4 bytes a
+ * bf16 parameter a step, and its memory. */
+static inline int zt__part_params_in_place(const zt__part_shape_t *s) {
+  return s->world == 1 && s->stage < 3 && !s->on_pinned && s->dense;
 }
 
 /* The shard's gradients are the landed ones (zt__part_lands_grads), not
