@@ -683,13 +683,14 @@ static void test_stages_on_slow_link(void **state) {
       }
     }
   }
-  /* The device tier again at stages 1 and 2, the host running ahead of a
-   * slowed device: still the one sync of the sum of squares a step, and
-   * none in zt_grads_ready (one rank's buckets and gather are ordered by
-   * the streams, whatever the device's pace). */
+  /* The device tier again, the host running ahead of a slowed device:
+   * still the one sync of the sum of squares a step, and none in
+   * zt_grads_ready or zt_fetch (one rank's buckets, gather and fetches
+   * from the shard are ordered by the streams, whatever the device's
+   * pace). */
   setenv("ZT_SIM_MEMORY_GBPS", "1", 1);
   idle_before_calls = 0;
-  for (int stage = 1; stage <= 2; stage++) {
+  for (int stage = 1; stage <= 3; stage++) {
     syncs_t hs, ss;
     run_loop(ZT_BACKEND_HOST, stage, ZT_TIER_HOST, 0, 0, p0, g, want, &hs);
     run_loop(ZT_BACKEND_SIM, stage, ZT_TIER_DEVICE, 0, 0, p0, g, got, &ss);
@@ -699,6 +700,7 @@ static void test_stages_on_slow_link(void **state) {
            (unsigned long long)ss.step, STEPS);
     t_expect_same("params, sim against host, host ahead", got, want, 4, n);
     assert_int_equal(ss.ready, 0);
+    assert_int_equal(ss.fetch, 0);
     assert_true(ss.step <= STEPS);
   }
   idle_before_calls = 1;

@@ -37,8 +37,9 @@ static int land_copy(zt__part_t *p, zt__xfer_t *x, const void *from);
 
 /* Starts the gather of span sp (at most a bucket) into slot x: each rank
  * contributes the part of it in its shard, from `send`. With `direct` (one
- * rank, the shards' gather) there is nothing to gather: the span is copied
- * to where it goes from `send`, the shard itself, at once. */
+ * rank: the shards' gather, or a fetch from a shard in device memory)
+ * there is nothing to gather: the span is copied to where it goes from
+ * `send`, the shard itself, at once. */
 static int start_gather(zt__part_t *p, zt__xfer_t *x, const zt__span_t *sp,
                         const void *send, int direct) {
   /* A rank with none of it sends 0 elements, from a buffer of its own (a
@@ -56,7 +57,7 @@ static int start_gather(zt__part_t *p, zt__xfer_t *x, const zt__span_t *sp,
   x->spans[0] = *sp;
   x->n_spans = 1;
   x->req = (zt__comm_req_t){0};
-  if (direct && !gathers_in_place(p, sp)) return land_copy(p, x, send);
+  if (direct) return land_copy(p, x, send);
   void *recv = gathers_in_place(p, sp) ? sp->at : x->recv;
   if (recv == x->recv) ZT_TRY(zt__part_recv_free(p, x));
   ZT_TRY(p->ctx->comm->ops->all_gatherv(p->ctx->comm, zt__part_comm_buf(p, send),
@@ -231,9 +232,10 @@ static int walk_end(zt__gather_walk_t *w) {
 }
 
 static int gather_spans(zt__part_t *p, const zt__span_t *spans, const char *const *src,
-                        size_t n) {
+                        size_t n, int direct) {
   zt__gather_walk_t w;
   ZT_TRY(walk_begin(p, &w, spans, src, n));
+  w.direct = direct;
   return walk_end(&w);
 }
 
@@ -299,15 +301,23 @@ int zt__gather_fetch(zt__zero_t *z, zt__group_t *g) {
     zt__prefetch_make_room(pf, g);
     if (pf->tier) ZT_TRY(zt__prefetch_take(pf, g, &r));
   }
-  /* Sent from the shard itself: the comm reads the updated shard. (A group
-   * staged ahead, or read from disk, is sent from its own copy.) */
-  if (staged == NULL && r == NULL) ZT_TRY(zt__part_update_wait(p));
+  /* Sent from the shard itself: the comm of several ranks reads the updated
+   * shard, so the host waits for an update on the device. One rank's
+   * copies out of a shard in device memory (its parameters too, not pinned
+   * for a parameter tier) go on the prefetch stream, which waits for the
+   * update by event (zt__part_updated): no host wait. (A group staged
+   * ahead, or read from disk, is sent from its own copy.) */
+  int from_shard = staged == NULL && r == NULL;
+  int direct = from_shard && p->world == 1 && p->on_device && !p->params_pinned;
+  if (from_shard && !direct) ZT_TRY(zt__part_update_wait(p));
   zt__span_t *dst = malloc(g->n_spans * sizeof *dst);
   const char **src = malloc(g->n_spans * sizeof *src);
   int rc = dst && src ? 0 : zt__errf(p->ctx->err, -ENOMEM, "out of memory");
   if (rc == 0 && staged) g->params = staged;
-  /* Without pinned buckets the comm gathers into the buffer itself. */
-  else if (rc == 0) rc = zt__prefetch_buf_get(pf, g->numel * psz, !p->on_pinned, &g->params);
+  /* Without pinned buckets the comm gathers into the buffer itself; one
+   * rank's direct copies (on the prefetch stream) are all that write it. */
+  else if (rc == 0)
+    rc = zt__prefetch_buf_get(pf, g->numel * psz, !p->on_pinned && !direct, &g->params);
   else if (staged) zt__prefetch_buf_put(pf, staged, g->numel * psz);
   if (rc == 0) {
     for (size_t k = 0; k < g->n_spans; k++) {
@@ -319,7 +329,7 @@ int zt__gather_fetch(zt__zero_t *z, zt__group_t *g) {
                : r      ? (const char *)r->buf + r->at[k]
                         : (const char *)p->params + (a - p->begin) * psz;
     }
-    rc = gather_spans(p, dst, src, g->n_spans);
+    rc = gather_spans(p, dst, src, g->n_spans, direct);
   }
   free(dst);
   free(src);
