@@ -195,7 +195,9 @@ static int ref_open(ref_t *r, model_t *md, size_t shard) {
   memset(r, 0, sizeof *r);
   r->md = md;
   r->device = e->cfg.optimizer_tier == ZT_TIER_DEVICE;
-  r->norm_first = e->cfg.nonfinite == ZT_NONFINITE_SKIP || e->cfg.clip_grad_norm > 0;
+  /* As zt_step decides (step.c: skips_nonfinite, step_clip). */
+  r->norm_first =
+      e->cfg.nonfinite == ZT_NONFINITE_SKIP || e->scaler.scaled || e->cfg.clip_grad_norm > 0;
   r->n = shard ? shard : 1;
   r->gdt = e->opt.view.grad_dtype;
   r->pdt = e->opt.view.param_dtype;

@@ -15,7 +15,8 @@
  *
  * And one rank's parameters in place (zt__part_params_in_place): with the
  * device tier and a dense registration, stages 1 and 2 update the loop's
- * own buffer, bit for bit as stage 0 does.
+ * own buffer, bit for bit as stage 0 does, and so does a fresh engine
+ * resumed from its checkpoint.
  */
 #include <math.h>
 #include <stdlib.h>
@@ -178,11 +179,37 @@ static void test_nvme_bf16_file(void **state) {
 
 /* ---- one rank's parameters in place ------------------------------------------ */
 
-/* One rank with the device tier and one dense unit (the state index is the
- * buffer index) at stages 1 and 2: the shard's parameters are the loop's
- * own buffer, which the update writes and nothing gathers into
- * (zt__part_params_in_place), bit for bit stage 0's parameters after each
- * step; the frozen gap of side_open keeps a shard copy. */
+/* One dense unit (the state index is the buffer index) of bf16, the device
+ * tier, parameters `init`. */
+static void dense_open(side_t *s, int stage, size_t n, const void *init) {
+  zt_config_t cfg = t_config();
+  cfg.stage = stage;
+  cfg.optimizer_tier = ZT_TIER_DEVICE;
+  cfg.bucket_bytes = 37 * 4096;
+  s->eng = t_engine(&cfg);
+  s->params = t_buf_alloc(s->eng, n * 2);
+  s->grads = t_buf_alloc(s->eng, n * 2);
+  t_buf_upload(s->eng, s->params, init, n * 2);
+  zt_unit_t unit = {"w", 0, n, 0, 1, ZT_BF16};
+  T_OK(zt_register_units(s->eng, s->params, s->grads, n, ZT_BF16, ZT_BF16, &unit, 1), s->eng);
+}
+
+/* Step t of `s` on gradients `g` (host memory). */
+static void dense_step(side_t *s, const uint16_t *g, size_t n, uint64_t t) {
+  zt_step_args_t args = ZT_STEP_ARGS_INIT;
+  args.t = t;
+  args.weight_decay = 0.01f;
+  t_buf_upload(s->eng, s->grads, g, n * 2);
+  if (s->eng->cfg.stage >= 2) T_OK(zt_grads_ready(s->eng, 0), s->eng);
+  T_OK(zt_step(s->eng, &args, NULL), s->eng);
+}
+
+/* One rank with the device tier and one dense unit at stages 1 and 2: the
+ * shard's parameters are the loop's own buffer, which the update writes and
+ * nothing gathers into (zt__part_params_in_place), bit for bit stage 0's
+ * parameters after each step; a checkpoint of it resumes to the same bits
+ * in a fresh engine whose buffer held other values; the frozen gap of
+ * side_open keeps a shard copy. */
 static void in_place_as_stage_0(int stage) {
   const size_t n = 3 * ZT_NORM_BLOCK + 4321, bytes = n * 2;
   uint16_t *h = malloc(bytes), *got = malloc(bytes), *want = malloc(bytes);
@@ -191,19 +218,8 @@ static void in_place_as_stage_0(int stage) {
   t_rng_init(&rng, t_seed() ^ (0x91aceull + (uint64_t)stage));
   t_fill_normal(h, ZT_BF16, n, 0.5, &rng);
   side_t s[2]; /* [0] the stage, [1] stage 0 */
-  for (int k = 0; k < 2; k++) {
-    zt_config_t cfg = t_config();
-    cfg.stage = k ? 0 : stage;
-    cfg.optimizer_tier = ZT_TIER_DEVICE;
-    cfg.bucket_bytes = 37 * 4096;
-    s[k].eng = t_engine(&cfg);
-    s[k].params = t_buf_alloc(s[k].eng, bytes);
-    s[k].grads = t_buf_alloc(s[k].eng, bytes);
-    t_buf_upload(s[k].eng, s[k].params, h, bytes);
-    zt_unit_t unit = {"w", 0, n, 0, 1, ZT_BF16};
-    T_OK(zt_register_units(s[k].eng, s[k].params, s[k].grads, n, ZT_BF16, ZT_BF16, &unit, 1),
-         s[k].eng);
-  }
+  dense_open(&s[0], stage, n, h);
+  dense_open(&s[1], 0, n, h);
   const zt__part_t *p = &s[0].eng->zero.part;
   assert_int_equal(p->params_in_place, 1);
   assert_ptr_equal(p->params, s[0].params);
@@ -211,20 +227,30 @@ static void in_place_as_stage_0(int stage) {
   side_open(&gap, stage, ZT_TIER_DEVICE, ZT_GRAD_SUMS_AUTO, ZT_BF16, UNIT_A + GAP + 999, h);
   assert_int_equal(gap.eng->zero.part.params_in_place, 0);
   side_close(&gap, (UNIT_A + GAP + 999) * 2);
-  for (uint64_t t = 1; t <= STEPS; t++) {
+  char dir[512];
+  snprintf(dir, sizeof dir, "%s/in-place-%d", t_swap_dir(), stage);
+  t_remove_tree(dir);
+  side_t resumed = {0};
+  for (uint64_t t = 1; t <= STEPS + 1; t++) {
     fill_grads(h, ZT_BF16, n, &rng);
-    zt_step_args_t args = ZT_STEP_ARGS_INIT;
-    args.t = t;
-    args.weight_decay = 0.01f;
-    for (int k = 0; k < 2; k++) {
-      t_buf_upload(s[k].eng, s[k].grads, h, bytes);
-      if (stage >= 2) T_OK(zt_grads_ready(s[k].eng, 0), s[k].eng);
-      T_OK(zt_step(s[k].eng, &args, NULL), s[k].eng);
-    }
+    for (int k = 0; k < 2; k++) dense_step(&s[k], h, n, t);
+    if (resumed.eng) dense_step(&resumed, h, n, t);
     t_buf_download(s[0].eng, got, s[0].params, bytes);
     t_buf_download(s[1].eng, want, s[1].params, bytes);
     t_expect_same("parameters in place against stage 0's", got, want, 2, n);
+    if (resumed.eng) {
+      t_buf_download(resumed.eng, got, resumed.params, bytes);
+      t_expect_same("parameters in place, resumed, against stage 0's", got, want, 2, n);
+    }
+    if (t == STEPS - 1) {
+      T_OK(zt_save(s[0].eng, dir), s[0].eng);
+      t_fill_normal(h, ZT_BF16, n, 3.0, &rng); /* not the saved values */
+      dense_open(&resumed, stage, n, h);
+      T_OK(zt_load(resumed.eng, dir), resumed.eng);
+    }
   }
+  side_close(&resumed, bytes);
+  t_remove_tree(dir);
   for (int k = 0; k < 2; k++) side_close(&s[k], bytes);
   free(h), free(got), free(want);
 }

@@ -116,9 +116,8 @@ const keydef_t zt__config_keys[] = {
     {FIELD(grad_sums), .type = T_ENUM, NAMES(grad_sums_names), .supported = 0x7,
      .also = "\"disk\" needs stage 1-3 and optimizer_tier \"nvme\"",
      .doc = "stages 1-3: where the shard's fp32 gradient sums (4 bytes a parameter; "
-            "one rank at stage 1 with 16-bit gradients and optimizer_tier `host` or "
-            "`nvme`: the gradients as they landed, 2) live from the hand-over to the "
-            "update: `memory` (pinned host memory, or "
+            "one rank at stage 1 with 16-bit gradients: the gradients as they landed, "
+            "2) live from the hand-over to the update: `memory` (pinned host memory, or "
             "device memory with optimizer_tier `device`), `disk` (an unlinked file in "
             "swap_path's first directory, each pass giving back the pages it read; "
             "docs/offload.md) or `auto` (`disk` at stage 3 with optimizer_tier `nvme`, "

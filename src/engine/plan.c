@@ -95,7 +95,8 @@ static void device_rows(const zt__plan_in_t *in, const zt__plan_run_t *run, zt__
                                               in->grad_dtype, 1, !run->gaps},
                          &f);
       uint64_t recv = f.recv_bytes > f.gx_recv_bytes ? f.recv_bytes : f.gx_recv_bytes;
-      need = ((recv + 255) & ~(uint64_t)255) + f.send_bytes;
+      uint64_t buckets = ((recv + 255) & ~(uint64_t)255) + f.send_bytes;
+      if (buckets > need) need = buckets; /* none at one rank with landed gradients */
     }
     d->comm_scratch = (need + MiB - 1) / MiB * MiB;
   }

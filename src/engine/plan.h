@@ -40,10 +40,10 @@ typedef struct zt__plan_run {
   zt_comm_kind_t comm;   /* nccl stages host buckets in device scratch  */
   uint64_t group_params; /* the largest group's parameters; 0: all      */
   size_t max_live_bytes; /* config max_live_bytes (stage 3)             */
-  int gaps;              /* the registration is not one flat buffer of
-                            units in order (frozen gaps): one rank keeps a
-                            shard copy of its parameters
-                            (zt__part_params_in_place); 0: it is        */
+  int gaps;              /* the registration has frozen gaps (its units
+                            are not end to end from offset 0): one rank
+                            keeps a shard copy of its parameters
+                            (zt__part_params_in_place); 0: none         */
 } zt__plan_run_t;
 
 /* The device memory of a rank at its peak, row by row (plan.c says what

@@ -27,7 +27,8 @@ typedef struct zt__gather_walk {
   size_t landed;       /* pieces landed (copies enqueued), in order       */
   zt__xfer_t *slots;   /* the gather's slots: p->gx, or the buckets'      */
   int own_slots;
-  int direct;          /* the shards' gather at one rank: each bucket is
+  int direct;          /* one rank (the shards' gather; a stage-3 fetch
+                          from a shard in device memory): each bucket is
                           copied from the shard itself when it starts     */
   double wait_seconds; /* spent in zt__gather_shards_upto                 */
   zt__span_t all;      /* zt__gather_shards_begin's one span              */

@@ -347,8 +347,9 @@ typedef struct zt__part_shape {
   size_t bucket_bytes;
   zt_dtype_t param_dtype, grad_dtype;
   int on_pinned;
-  int dense; /* the registration's state index is its buffer index (every
-                unit in order, no frozen gap): `ztier plan` assumes so   */
+  int dense; /* the registration's state index is its buffer index (the
+                units, sorted by offset, end to end from 0: no frozen
+                gap); `ztier plan` assumes so                        */
 } zt__part_shape_t;
 
 /* The sizes zt__part_init allocates, computed without allocating (plan.c
