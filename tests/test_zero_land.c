@@ -211,7 +211,7 @@ static void dense_step(side_t *s, const uint16_t *g, size_t n, uint64_t t) {
  * in a fresh engine whose buffer held other values; the frozen gap of
  * side_open keeps a shard copy. */
 static void in_place_as_stage_0(int stage) {
-  const size_t n = 3 * ZT_NORM_BLOCK + 4321, bytes = n * 2;
+  const size_t n = UNIT_A + GAP + 4321, bytes = n * 2; /* side_open's layout fits */
   uint16_t *h = malloc(bytes), *got = malloc(bytes), *want = malloc(bytes);
   assert_true(h && got && want);
   t_rng_t rng;
@@ -224,9 +224,9 @@ static void in_place_as_stage_0(int stage) {
   assert_int_equal(p->params_in_place, 1);
   assert_ptr_equal(p->params, s[0].params);
   side_t gap;
-  side_open(&gap, stage, ZT_TIER_DEVICE, ZT_GRAD_SUMS_AUTO, ZT_BF16, UNIT_A + GAP + 999, h);
+  side_open(&gap, stage, ZT_TIER_DEVICE, ZT_GRAD_SUMS_AUTO, ZT_BF16, n, h);
   assert_int_equal(gap.eng->zero.part.params_in_place, 0);
-  side_close(&gap, (UNIT_A + GAP + 999) * 2);
+  side_close(&gap, bytes);
   char dir[512];
   snprintf(dir, sizeof dir, "%s/in-place-%d", t_swap_dir(), stage);
   t_remove_tree(dir);
