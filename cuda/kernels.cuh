@@ -104,7 +104,7 @@ ZT_INTERNAL cudaError_t zt__cuda_rank_sum(float *sums, const void *runs, size_t 
                                           cudaStream_t stream);
 
 /* dst[i] = src[i] for n 16-bit gradients, a -0 (0x8000) written as +0:
- * zt__cpu_positive_zeros' bits, copied. Stream-ordered; n >= 1. */
+ * zt__cpu_land_grads' bits. Stream-ordered; n >= 1. */
 ZT_INTERNAL cudaError_t zt__cuda_land_grads(uint16_t *dst, const uint16_t *src, size_t n,
                                             cudaStream_t stream);
 

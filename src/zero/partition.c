@@ -326,7 +326,7 @@ static int map_or_warn(zt__part_t *p, zt__file_mem_t *m, const char *what, size_
 static int dense(const zt__zero_reg_t *reg) {
   for (size_t k = 0; k < reg->n_segs; k++)
     if (reg->segs[k].index != reg->segs[k].state_off) return 0;
-  return reg->params != NULL;
+  return 1;
 }
 
 int zt__part_init(zt__part_t *p, const zt__ctx_t *ctx, const zt__zero_reg_t *reg) {
