@@ -328,6 +328,51 @@ static void test_adam_bits_large(void **state) {
   bufs_free(&b);
 }
 
+/* A -0 gradient updates as +0 does (what 0 + g, a sum over ranks, gives
+ * it), on every ISA, for every gradient dtype and decay: with m, the
+ * parameter and v at ±0 as well, where the sign of a zero would show. */
+static void test_adam_negative_zero_gradient(void **state) {
+  (void)state;
+  t_rng_t r;
+  t_rng_init(&r, t_seed() ^ 0x0e0);
+  static const zt_dtype_t gdts[] = {ZT_FP32, ZT_BF16, ZT_FP16};
+  const size_t n = 67; /* vector blocks and a tail */
+  int cases = 0;
+  for (int isa = ZT_ISA_SCALAR; isa <= ZT_ISA_AVX512; isa++) {
+    if (!zt__isa_supported((zt__isa_t)isa)) continue;
+    for (size_t gi = 0; gi < 3; gi++)
+      for (int mode = 0; mode < 3; mode++) {
+        span_bufs_t neg, pos;
+        bufs_alloc(&neg, n, gdts[gi], P_NONE, 0);
+        bufs_alloc(&pos, n, gdts[gi], P_NONE, 0);
+        bufs_fill(&neg, &r);
+        for (size_t i = 0; i < n; i++) {
+          if (i % 2 == 0) neg.m[i] = -0.0f;
+          if (i % 3 == 0) neg.master[i] = i % 2 ? 0.0f : -0.0f;
+          if (i % 5 == 0) neg.v[i] = 0.0f;
+          size_t gsz = t_dtype_size(gdts[gi]);
+          if (gsz == 4) ((float *)neg.grads)[i] = -0.0f;
+          else ((uint16_t *)neg.grads)[i] = 0x8000u;
+        }
+        bufs_copy(&pos, &neg);
+        memset(pos.grads, 0, n * t_dtype_size(gdts[gi]));
+        zt__adam_hp_t hp = random_hp(&r, mode == 2 ? ZT_MODE_ADAM_L2 : ZT_MODE_ADAMW, 0);
+        zt__adam_span_t sn = bufs_span(&neg, 0, mode != 1), sp = bufs_span(&pos, 0, mode != 1);
+        zt__adam_span_run((zt__isa_t)isa, &hp, &sn);
+        zt__adam_span_run((zt__isa_t)isa, &hp, &sp);
+        char ctx[96];
+        snprintf(ctx, sizeof ctx, "%s, %s gradients -0 against +0, %s",
+                 zt__isa_name((zt__isa_t)isa), t_dtype_name(gdts[gi]),
+                 mode == 0 ? "AdamW" : mode == 1 ? "no decay" : "Adam L2");
+        expect_bufs_same(&neg, &pos, ctx);
+        bufs_free(&neg);
+        bufs_free(&pos);
+        cases++;
+      }
+  }
+  printf("# -0 gradients update as +0: %d cases\n", cases);
+}
+
 /* ---- update: against the double reference ------------------------------------ */
 
 static void test_adam_reference(void **state) {
@@ -1054,6 +1099,7 @@ int main(void) {
       cmocka_unit_test(test_adam_bits_avx2),
       cmocka_unit_test(test_adam_bits_avx512),
       cmocka_unit_test(test_adam_bits_large),
+      cmocka_unit_test(test_adam_negative_zero_gradient),
       cmocka_unit_test(test_adam_reference),
       cmocka_unit_test(test_conversion_known_values),
       cmocka_unit_test(test_cast_scalar_is_optim_math),

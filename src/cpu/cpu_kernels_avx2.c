@@ -192,7 +192,7 @@ ZT_INLINE vhp_t vhp_make(const zt__adam_hp_t *hp) {
  * Returns sqrt(v), which the int8 states store (the fp32 update drops it). */
 ZT_INLINE __m256 adam8(const vhp_t *c, int dmode, __m256 g, __m256 *p, __m256 *m,
                        __m256 *v) {
-  g = _mm256_mul_ps(g, c->gmul);
+  g = _mm256_fmadd_ps(g, c->gmul, _mm256_setzero_ps());
   __m256 pv = *p;
   if (dmode == DECAY_L2) g = _mm256_fmadd_ps(c->wd, pv, g);
   if (dmode == DECAY_ADAMW) pv = _mm256_mul_ps(pv, c->decay_mul);

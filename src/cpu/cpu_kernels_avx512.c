@@ -154,7 +154,7 @@ ZT_INLINE vhp_t vhp_make(const zt__adam_hp_t *hp) {
  * returns sqrt(v), which int8 states store. */
 ZT_INLINE __m512 adam16(const vhp_t *c, int dmode, __m512 g, __m512 *p, __m512 *m,
                       __m512 *v) {
-  g = _mm512_mul_ps(g, c->gmul);
+  g = _mm512_fmadd_ps(g, c->gmul, _mm512_setzero_ps());
   __m512 pv = *p;
   if (dmode == DECAY_L2) g = _mm512_fmadd_ps(c->wd, pv, g);
   if (dmode == DECAY_ADAMW) pv = _mm512_mul_ps(pv, c->decay_mul);

@@ -185,6 +185,7 @@ typedef struct zt__adam_hp {
 
 /*
  * One element of AdamW / Adam-L2, torch semantics:
+ *   g = g_raw * gmul + 0                   (a -0 gradient as +0)
  *   AdamW:  p = p * (1 - lr wd)            (decoupled, on the old weight)
  *   Adam:   g = g + wd p                   (L2, into the moments)
  *   m = b1 m + (1 - b1) g
@@ -195,7 +196,11 @@ typedef struct zt__adam_hp {
  */
 ZT_HD void zt_adam_update(const zt__adam_hp_t *hp, int decay, float g_raw,
                           float *p, float *m, float *v) {
-  float g = g_raw * hp->gmul;
+  /* g_raw * gmul + 0: the product's rounding, and a -0 gradient read as
+   * the +0 that a sum over ranks gives it (0 + g), so the bits do not
+   * depend on whether the gradients came through fp32 sums (stages 1-3),
+   * or as the loop wrote them (stage 0, one rank's landed or in place). */
+  float g = fmaf(g_raw, hp->gmul, 0.0f);
   float pv = *p;
   if (decay) {
     if (hp->mode == ZT_MODE_ADAM_L2)
