@@ -726,6 +726,31 @@ static int cuda_sumsq(zt__backend_t *be, const void *grads, size_t grads_first,
   return 0;
 }
 
+static int cuda_sumsq_pieces(zt__backend_t *be, const void *grads, size_t grads_first,
+                             zt_dtype_t dtype, const zt__seg_t *segs, size_t n_segs,
+                             double *sums, zt__stream_t stream) {
+  ZT_TRY(check_stream(be, "sumsq_pieces", stream));
+  ZT_TRY(check_dtype(be, "sumsq_pieces", "dtype", dtype));
+  if (n_segs == 0) return 0;
+  if (grads == NULL || segs == NULL || sums == NULL)
+    return zt__errf(be->err, -EINVAL, "sumsq_pieces: grads is %p, segs %p and sums %p; "
+                    "expected all non-NULL with n_segs %zu", grads, (const void *)segs,
+                    (void *)sums, n_segs);
+  ZT_TRY(plan_reserve(be, n_segs));
+  size_t count = 0;
+  unsigned long long pieces = zt__cuda_sumsq_plan(segs, n_segs, be->plan, &count);
+  if (pieces == 0) return 0;
+  if (pieces / (ZT_CUDA_SUMSQ_THREADS / 32) >= MAX_GRID)
+    return zt__errf(be->err, -EOVERFLOW, "sumsq_pieces: %llu pieces exceed one launch", pieces);
+  device_scope scope(be->device);
+  ZT_TRY(order_after_compute(be, stream));
+  table_entry_t *t = NULL;
+  ZT_TRY(table_bind(be, &be->sumsq_tables, count, stream, &t));
+  CU_TRY(be, zt__cuda_sumsq(grads, grads_first, dtype, t->dev, count, pieces, sums,
+                            be->streams[stream]));
+  return table_release(be, t, stream);
+}
+
 static int cuda_cast(zt__backend_t *be, void *dst, zt_dtype_t dst_dtype, const void *src,
                      zt_dtype_t src_dtype, size_t n, zt__stream_t stream) {
   ZT_TRY(check_stream(be, "cast", stream));
@@ -759,15 +784,19 @@ static int cuda_rank_sum(zt__backend_t *be, float *sums, const void *runs, size_
 }
 
 static int cuda_land_grads(zt__backend_t *be, uint16_t *dst, const uint16_t *src, size_t n,
+                           zt_dtype_t dtype, size_t index, double *sums,
                            zt__stream_t stream) {
   ZT_TRY(check_stream(be, "land_grads", stream));
   if (n == 0) return 0;
   if (dst == NULL || src == NULL)
     return zt__errf(be->err, -EINVAL, "land_grads: dst is %p and src is %p; expected both "
                     "non-NULL for %zu elements", (void *)dst, (const void *)src, n);
+  if (sums && dtype != ZT_BF16 && dtype != ZT_FP16)
+    return zt__errf(be->err, -EINVAL, "land_grads: dtype is %s; expected bf16 or fp16 for "
+                    "the sums of squares", zt__dtype_name(dtype));
   device_scope scope(be->device);
   ZT_TRY(order_after_compute(be, stream));
-  CU_TRY(be, zt__cuda_land_grads(dst, src, n, be->streams[stream]));
+  CU_TRY(be, zt__cuda_land_grads(dst, src, n, dtype, index, sums, be->streams[stream]));
   return 0;
 }
 
@@ -813,6 +842,7 @@ extern "C" const zt__backend_ops_t zt__backend_cuda_ops = {
     cuda_stream_sync,
     cuda_adam,
     cuda_sumsq,
+    cuda_sumsq_pieces,
     cuda_rank_sum,
     cuda_land_grads,
     cuda_cast,

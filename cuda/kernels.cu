@@ -592,6 +592,66 @@ land_grads_kernel(uint16_t *__restrict__ dst, const uint16_t *__restrict__ src, 
               (u64)gridDim.x * blockDim.x);
 }
 
+/* The cut [lo, hi) of a landing at one warp, with its sum of squares: lane
+ * `lane` lands sumsq_lane's elements and adds their squares in its order,
+ * so the warp's fold gives sumsq_kernel's sum of the landed gradients. */
+template <int GD>
+HD double land_sumsq_lane(uint16_t *dst, const uint16_t *src, u64 lo, u64 hi, unsigned lane) {
+  const u64 len = hi - lo;
+  const u64 cnt = len > lane ? (len - lane + 31) / 32 : 0;
+  const u64 at = lo + lane;
+  double acc = 0.0;
+  u64 k = 0;
+  for (; k + 16 <= cnt; k += 16) {
+    uint16_t x[16];
+    UNROLL
+    for (int u = 0; u < 16; u++) x[u] = land_one(src[at + (k + u) * 32]);
+    UNROLL
+    for (int u = 0; u < 16; u++) {
+      dst[at + (k + u) * 32] = x[u];
+      const double d = (double)load_elem<GD>(x, u);
+      acc += d * d;
+    }
+  }
+  for (; k < cnt; k++) {
+    const uint16_t x = land_one(src[at + k * 32]);
+    dst[at + k * 32] = x;
+    const double d = (double)load_elem<GD>(&x, 0);
+    acc += d * d;
+  }
+  return acc;
+}
+
+/* The cut `cut` of a landing of n gradients whose first has the state
+ * index `index`: [*lo, *hi) of them, between multiples of ZT_NORM_BLOCK. */
+HD void land_cut(u64 index, u64 n, u64 cut, u64 *lo, u64 *hi) {
+  const u64 B = ZT_NORM_BLOCK, end = (index / B + cut + 1) * B - index;
+  *lo = cut == 0 ? 0 : (index / B + cut) * B - index;
+  *hi = end < n ? end : n;
+}
+
+HD u64 land_cuts(u64 index, u64 n) {
+  return (index + n - 1) / ZT_NORM_BLOCK - index / ZT_NORM_BLOCK + 1;
+}
+
+/* A warp a cut (sumsq_kernel's shape); its lanes folded as there. */
+template <int GD>
+__global__ void __launch_bounds__(ZT_CUDA_SUMSQ_THREADS)
+land_sumsq_kernel(uint16_t *__restrict__ dst, const uint16_t *__restrict__ src, u64 n,
+                  u64 index, double *__restrict__ sums) {
+  const unsigned lane = threadIdx.x & 31u;
+  const u64 cut = (u64)blockIdx.x * (ZT_CUDA_SUMSQ_THREADS / 32) + (threadIdx.x >> 5);
+  if (cut >= land_cuts(index, n)) return; /* whole warps leave together */
+  u64 lo, hi;
+  land_cut(index, n, cut, &lo, &hi);
+  double acc = land_sumsq_lane<GD>(dst, src, lo, hi, lane);
+  for (int w = 16; w >= 1; w >>= 1) {
+    const double other = __shfl_down_sync(0xffffffffu, acc, w);
+    if ((int)lane < w) acc += other;
+  }
+  if (lane == 0) sums[cut] = acc;
+}
+
 /* Enough blocks for a pair a thread, at most 2^20: the loop covers the rest. */
 static u64 land_blocks(u64 n) {
   u64 blocks = (n / 2 + 255) / 256 + 1;
@@ -599,9 +659,22 @@ static u64 land_blocks(u64 n) {
 }
 
 cudaError_t zt__cuda_land_grads(uint16_t *dst, const uint16_t *src, size_t n,
+                                zt_dtype_t dtype, size_t index, double *sums,
                                 cudaStream_t stream) {
-  u64 blocks = land_blocks(n);
-  land_grads_kernel<<<(unsigned)blocks, 256, 0, stream>>>(dst, src, n);
+  if (sums == NULL) {
+    land_grads_kernel<<<(unsigned)land_blocks(n), 256, 0, stream>>>(dst, src, n);
+    return cudaGetLastError();
+  }
+  const u64 per_block = ZT_CUDA_SUMSQ_THREADS / 32;
+  const unsigned grid = (unsigned)((land_cuts(index, n) + per_block - 1) / per_block);
+  if (dtype == ZT_BF16)
+    land_sumsq_kernel<ZT_BF16><<<grid, ZT_CUDA_SUMSQ_THREADS, 0, stream>>>(dst, src, n, index,
+                                                                           sums);
+  else if (dtype == ZT_FP16)
+    land_sumsq_kernel<ZT_FP16><<<grid, ZT_CUDA_SUMSQ_THREADS, 0, stream>>>(dst, src, n, index,
+                                                                           sums);
+  else
+    return cudaErrorInvalidValue;
   return cudaGetLastError();
 }
 

@@ -104,8 +104,12 @@ ZT_INTERNAL cudaError_t zt__cuda_rank_sum(float *sums, const void *runs, size_t 
                                           cudaStream_t stream);
 
 /* dst[i] = src[i] for n 16-bit gradients, a -0 (0x8000) written as +0:
- * zt__cpu_land_grads' bits. Stream-ordered; n >= 1. */
+ * zt__cpu_land_grads' bits. With `sums` (device memory), the same pass
+ * writes sums[j], the sum of squares of the j-th cut of the state indices
+ * [index, index + n) at the multiples of ZT_NORM_BLOCK, zt__cpu_sumsq_piece's
+ * bits for `dtype` (bf16 or fp16). Stream-ordered; n >= 1. */
 ZT_INTERNAL cudaError_t zt__cuda_land_grads(uint16_t *dst, const uint16_t *src, size_t n,
+                                            zt_dtype_t dtype, size_t index, double *sums,
                                             cudaStream_t stream);
 
 /* dst[i] = (dst_dtype) src[i], i < n, round to nearest even; a copy of the

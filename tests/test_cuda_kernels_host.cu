@@ -1039,6 +1039,78 @@ static void test_land_grads_matches_cpu(void **state) {
   printf("# land_grads: %d cases bit-identical to zt__cpu_land_grads\n", cases);
 }
 
+/* land_sumsq_kernel over its whole grid (zt__cuda_land_grads' launch with
+ * sums): warp w of block b lands cut b * 8 + w of the indices [index,
+ * index + n) at the multiples of ZT_NORM_BLOCK, its lanes folded as
+ * gpu_sumsq folds them; against the CPU's landing and each cut's
+ * zt__sumsq_scalar, for cuts whole and cut at either end, bf16 and fp16,
+ * with -0s, between poisoned guards. */
+static void test_land_sumsq_matches_cpu(void **state) {
+  (void)state;
+  t_rng_t r;
+  t_rng_init(&r, t_seed() ^ 0x1a5e);
+  const u64 B = ZT_NORM_BLOCK;
+  struct { u64 index, n; } shapes[] = {
+      {0, 1}, {0, B}, {5, 3}, {B - 7, 20}, {3 * B + 100, 2 * B + 5}, {B, 4 * B}, {7, 9 * B + 1}};
+  const size_t guard = 8;
+  int cases = 0;
+  for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++)
+    for (int di = 0; di < 2; di++) {
+      const zt_dtype_t dt = di ? ZT_FP16 : ZT_BF16;
+      const u64 index = shapes[si].index, n = shapes[si].n, all = n + 2 * guard;
+      uint16_t *src = (uint16_t *)xalloc(all * 2), *got = (uint16_t *)xalloc(all * 2),
+               *want = (uint16_t *)xalloc(all * 2);
+      t_fill_normal(src, dt, all, 1.0, &r);
+      for (size_t i = 0; i < all; i++)
+        if (t_rng_next(&r) % 16 == 0) src[i] = 0x8000u;
+      t_fill_bits(got, all * 2, &r);
+      memcpy(want, got, all * 2);
+      const u64 cuts = kern::land_cuts(index, n), per_block = ZT_CUDA_SUMSQ_THREADS / 32;
+      double *sums = (double *)xalloc((cuts + 1) * sizeof(double));
+      sums[cuts] = -1.0; /* past the last cut: left alone */
+      for (u64 b = 0; b < (cuts + per_block - 1) / per_block; b++)
+        for (u64 w = 0; w < per_block; w++) {
+          const u64 cut = b * per_block + w;
+          if (cut >= cuts) continue;
+          u64 lo, hi;
+          kern::land_cut(index, n, cut, &lo, &hi);
+          double acc[32];
+          for (unsigned lane = 0; lane < 32; lane++)
+            acc[lane] = dt == ZT_BF16
+                            ? kern::land_sumsq_lane<ZT_BF16>(got + guard, src + guard, lo, hi, lane)
+                            : kern::land_sumsq_lane<ZT_FP16>(got + guard, src + guard, lo, hi, lane);
+          for (int sh = 16; sh >= 1; sh >>= 1) {
+            double other[32];
+            for (int j = 0; j < 32; j++) other[j] = j + sh < 32 ? acc[j + sh] : acc[j];
+            for (int j = 0; j < 32; j++)
+              if (j < sh) acc[j] += other[j];
+          }
+          sums[cut] = acc[0];
+        }
+      zt__cpu_land_grads(want + guard, src + guard, n);
+      char what[96];
+      snprintf(what, sizeof what, "land_grads with sums, index %llu n %llu %s", index, n,
+               t_dtype_name(dt));
+      t_expect_same(what, got, want, 2, all);
+      u64 covered = 0;
+      for (u64 c = 0, lo = 0; lo < n; c++) {
+        const u64 hi = (index + lo) / B * B + B - index < n ? (index + lo) / B * B + B - index : n;
+        const double expect = zt__sumsq_scalar(want + guard + lo, dt, hi - lo);
+        if (memcmp(&sums[c], &expect, sizeof expect) != 0)
+          fail_msg("%s: cut %llu [%llu, %llu) sum %.17g, want %.17g", what, c, lo, hi, sums[c],
+                   expect);
+        covered += hi - lo;
+        lo = hi;
+      }
+      assert_int_equal(covered, n);
+      assert_true(sums[cuts] == -1.0);
+      free(src), free(got), free(want), free(sums);
+      cases++;
+    }
+  printf("# land_grads with sums: %d cases bit-identical to the CPU's landing and sums\n",
+         cases);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_adam_matches_cpu),
@@ -1047,6 +1119,7 @@ int main(void) {
       cmocka_unit_test(test_sumsq_matches_cpu),
       cmocka_unit_test(test_cast_matches_cpu),
       cmocka_unit_test(test_land_grads_matches_cpu),
+      cmocka_unit_test(test_land_sumsq_matches_cpu),
   };
   return T_RUN(tests);
 }

@@ -110,7 +110,7 @@ static void test_device_rows(void **state) {
                                 host ? ZT_TIER_HOST : ZT_TIER_DEVICE, ZT_TIER_DEVICE, bucket,
                                 (size_t)16 << 20, 0, ZT_STATES_FP32, ZT_GRAD_SUMS_AUTO};
             zt__plan_run_t run = {ZT_BACKEND_CUDA, nccl ? ZT_COMM_NCCL : ZT_COMM_MPI,
-                                  gi == 0 ? 0 : group, live, 0};
+                                  gi == 0 ? 0 : group, live, 0, 1};
             zt__plan_t pl;
             assert_int_equal(zt__plan_with(&in, &run, &pl), 0);
             assert_true(pl.supported);
@@ -128,7 +128,7 @@ static void test_device_rows(void **state) {
   const uint64_t bucket = (uint64_t)16 << 20;
   zt__plan_in_t in = {n, 8, 0, 3, ZT_BF16, ZT_BF16, ZT_TIER_DEVICE, ZT_TIER_DEVICE, bucket,
                       (size_t)16 << 20, 0, ZT_STATES_FP32, ZT_GRAD_SUMS_AUTO};
-  zt__plan_run_t run = {ZT_BACKEND_CUDA, ZT_COMM_AUTO, 1000000, 5 * 2000000 + 1, 0};
+  zt__plan_run_t run = {ZT_BACKEND_CUDA, ZT_COMM_AUTO, 1000000, 5 * 2000000 + 1, 0, 1};
   zt__plan_t pl;
   assert_int_equal(zt__plan_with(&in, &run, &pl), 0);
   assert_int_equal(pl.dev.live_groups, 5);
@@ -138,7 +138,7 @@ static void test_device_rows(void **state) {
   /* Stage 0 on one rank: the loop's buffers and the states, nothing else. */
   zt__plan_in_t s0 = {n, 1, 0, 0, ZT_BF16, ZT_BF16, ZT_TIER_DEVICE, ZT_TIER_DEVICE, bucket,
                       (size_t)16 << 20, 0, ZT_STATES_FP32, ZT_GRAD_SUMS_AUTO};
-  run = (zt__plan_run_t){ZT_BACKEND_SIM, ZT_COMM_AUTO, 0, 0, 0};
+  run = (zt__plan_run_t){ZT_BACKEND_SIM, ZT_COMM_AUTO, 0, 0, 0, 1};
   assert_int_equal(zt__plan_with(&s0, &run, &pl), 0);
   expect_t e = expect_rows(n, 1, 0, 2, 2, 0, bucket, n, 0, 0);
   expect_same("bf16 stage 0, one rank", &pl.dev, &e);
@@ -164,7 +164,7 @@ static void test_rows_add_up(void **state) {
                                   tiers[pt], 4096, 1 << 20, 0, ZT_STATES_FP32, ZT_GRAD_SUMS_AUTO};
               zt__plan_run_t run = {(zt_backend_t)be,
                                     be == ZT_BACKEND_CUDA ? ZT_COMM_NCCL : ZT_COMM_AUTO, 4099,
-                                    1 << 16, 0};
+                                    1 << 16, 0, 1};
               zt__plan_t p;
               assert_int_equal(zt__plan_with(&in, &run, &p), 0);
               /* The rows the engine keeps are the same without the run (as
@@ -199,7 +199,7 @@ static void test_rows_add_up(void **state) {
   /* Out of range: a backend or comm the enums do not have. */
   zt__plan_in_t in = {1000, 1, 0, 1, ZT_BF16, ZT_BF16, ZT_TIER_DEVICE, ZT_TIER_DEVICE, 4096,
                       4096, 0, ZT_STATES_FP32, ZT_GRAD_SUMS_AUTO};
-  zt__plan_run_t bad = {(zt_backend_t)7, ZT_COMM_AUTO, 0, 0, 0};
+  zt__plan_run_t bad = {(zt_backend_t)7, ZT_COMM_AUTO, 0, 0, 0, 1};
   zt__plan_t p;
   assert_int_equal(zt__plan_with(&in, &bad, &p), -EINVAL);
   bad.backend = ZT_BACKEND_CUDA;

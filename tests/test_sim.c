@@ -390,6 +390,70 @@ static void test_adam_bits(void **state) {
   free(p), free(g), free(m), free(v), free(hp_), free(hm), free(hv);
 }
 
+/* The norm's pieces on the device: land_grads with sums writes the landed
+ * gradients and each cut's sum of squares (cuts at the multiples of
+ * ZT_NORM_BLOCK of the index, whole and partial), and sumsq_pieces each
+ * piece's of a segment table, both zt__cpu_sumsq_piece's bits, in device
+ * memory, with no host sync. */
+static void test_norm_pieces(void **state) {
+  t_rng_t rng;
+  t_rng_init(&rng, t_seed() ^ 0x50e5);
+  const size_t B = ZT_NORM_BLOCK, n = 3 * B + 1234, index = 2 * B - 1000;
+  const size_t cuts = (index + n - 1) / B - index / B + 1;
+  uint16_t *g = malloc(n * 2), *landed = malloc(n * 2), *want = malloc(n * 2);
+  double *sums = malloc((cuts + 4) * sizeof(double)), *want_sums = malloc((cuts + 4) * sizeof(double));
+  assert_true(g && landed && want && sums && want_sums);
+  t_fill_normal(g, ZT_BF16, n, 1.0, &rng);
+  for (size_t i = 0; i < n; i += 97) g[i] = 0x8000u;
+  zt__err_t err = {0};
+  zt__cpu_t *cpu = NULL;
+  assert_int_equal(zt__cpu_create(1, &err, &cpu), 0);
+  zt__cpu_land_grads(want, g, n);
+  for (size_t c = 0, lo = 0, hi; lo < n; c++, lo = hi) {
+    hi = zt__min_sz(n, (index + lo) / B * B + B - index);
+    want_sums[c] = zt__cpu_sumsq_piece(cpu, want + lo, ZT_BF16, hi - lo);
+  }
+  /* Three segments (state_off = index - the grads' first): pieces cut at
+   * their edges too. */
+  zt__seg_t segs[3] = {{index, 0, 5000, 1}, {index + 5000, 5000, B, 0},
+                       {index + 5000 + B, 5000 + B, n - 5000 - B, 1}};
+  size_t n_pieces = zt__cpu_sumsq_pieces(segs, 3, NULL);
+  assert_true(n_pieces <= cuts + 4 && n_pieces > cuts);
+  double *piece_want = malloc(n_pieces * sizeof(double));
+  zt__cpu_sumsq_each(cpu, want, index, ZT_BF16, segs, 3, piece_want);
+
+  sim_t s;
+  sim_open(&s, NULL);
+  void *dg, *dl, *ds;
+  assert_int_equal(ops->alloc(s.be, n * 2, &dg), 0);
+  assert_int_equal(ops->alloc(s.be, n * 2, &dl), 0);
+  assert_int_equal(ops->alloc(s.be, (cuts + 4) * sizeof(double), &ds), 0);
+  assert_int_equal(ops->copy(s.be, dg, g, n * 2, ZT_COPY_H2D, ZT_STREAM_COMPUTE), 0);
+  uint64_t syncs = ops->host_syncs(s.be);
+  assert_int_equal(ops->land_grads(s.be, dl, dg, n, ZT_BF16, index, ds, ZT_STREAM_D2H), 0);
+  assert_int_equal(ops->host_syncs(s.be), syncs);
+  assert_int_equal(ops->copy(s.be, sums, ds, cuts * sizeof(double), ZT_COPY_D2H,
+                             ZT_STREAM_D2H), 0);
+  assert_int_equal(ops->copy(s.be, landed, dl, n * 2, ZT_COPY_D2H, ZT_STREAM_D2H), 0);
+  t_expect_same("landed gradients", landed, want, 2, n);
+  t_expect_same("the cuts' sums of squares", sums, want_sums, 8, cuts);
+  /* The pieces of the landed gradients, after the landing on its stream. */
+  syncs = ops->host_syncs(s.be);
+  assert_int_equal(ops->sumsq_pieces(s.be, dl, index, ZT_BF16, segs, 3, ds, ZT_STREAM_D2H), 0);
+  assert_int_equal(ops->host_syncs(s.be), syncs);
+  assert_int_equal(ops->copy(s.be, sums, ds, n_pieces * sizeof(double), ZT_COPY_D2H,
+                             ZT_STREAM_D2H), 0);
+  assert_int_equal(ops->stream_sync(s.be, ZT_STREAM_D2H), 0);
+  t_expect_same("the pieces' sums of squares", sums, piece_want, 8, n_pieces);
+  ops->free(s.be, dg, n * 2);
+  ops->free(s.be, dl, n * 2);
+  ops->free(s.be, ds, (cuts + 4) * sizeof(double));
+  sim_close(&s);
+  zt__cpu_destroy(cpu);
+  free(g), free(landed), free(want), free(sums), free(want_sums), free(piece_want);
+  (void)state;
+}
+
 /* ---- an engine on sim ------------------------------------------------------------ */
 
 typedef struct backward {
@@ -1132,6 +1196,7 @@ int main(void) {
       cmocka_unit_test(test_link_model),
       cmocka_unit_test(test_host_syncs_counted),
       cmocka_unit_test(test_adam_bits),
+      cmocka_unit_test(test_norm_pieces),
       cmocka_unit_test(test_step_after_loop_stream),
       cmocka_unit_test(test_stages_on_slow_link),
       cmocka_unit_test(test_fetch_after_unfinished_read),

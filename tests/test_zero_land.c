@@ -108,8 +108,15 @@ static void land_as_stage_2(zt_tier_t tier, int sums_where, zt_dtype_t dt) {
     assert_true(xs->send_bytes > 0);
     buckets += zt__tier_mem_bytes(xs->send_bytes) - zt__tier_mem_bytes(xl->send_bytes);
   }
+  /* On a GPU backend the landing takes the norm's pieces' sums to device
+   * memory of its own: 8 bytes a piece, as many as the shard has blocks of
+   * ZT_NORM_BLOCK and units at most. */
+  uint64_t norm = p->norm_dev ? zt__tier_mem_bytes(p->norm_dev_bytes) : 0;
+  assert_int_equal(p->norm_dev != NULL, device && t_backend() != ZT_BACKEND_HOST);
+  if (p->norm_dev)
+    assert_int_equal(p->norm_dev_bytes, (states / ZT_NORM_BLOCK + p->reg.n_segs) * 8);
   if (sums_where != ZT_GRAD_SUMS_DISK)
-    assert_true(held_land + states * 2 + buckets == held_sums);
+    assert_true(held_land + states * 2 + buckets == held_sums + norm);
   for (uint64_t t = 1; t <= STEPS; t++) {
     fill_grads(h, dt, n, &rng);
     t_buf_upload(land.eng, land.grads, h, bytes);
@@ -206,7 +213,8 @@ static void dense_step(side_t *s, const uint16_t *g, size_t n, uint64_t t) {
 
 /* One rank with the device tier and one dense unit at stages 1 and 2: the
  * shard's parameters are the loop's own buffer, which the update writes and
- * nothing gathers into (zt__part_params_in_place), bit for bit stage 0's
+ * nothing gathers into (zt__part_params_in_place), and at stage 1 its
+ * gradients the loop's (zt__part_grads_in_place), bit for bit stage 0's
  * parameters after each step; a checkpoint of it resumes to the same bits
  * in a fresh engine whose buffer held other values; the frozen gap of
  * side_open keeps a shard copy. */
@@ -223,6 +231,10 @@ static void in_place_as_stage_0(int stage) {
   const zt__part_t *p = &s[0].eng->zero.part;
   assert_int_equal(p->params_in_place, 1);
   assert_ptr_equal(p->params, s[0].params);
+  /* At stage 1 the gradients too are read where the loop wrote them, -0s
+   * and all (fill_grads), which the update reads as +0. */
+  assert_int_equal(p->grads_in_place, stage == 1);
+  if (stage == 1) assert_ptr_equal(p->grads, s[0].grads);
   side_t gap;
   side_open(&gap, stage, ZT_TIER_DEVICE, ZT_GRAD_SUMS_AUTO, ZT_BF16, n, h);
   assert_int_equal(gap.eng->zero.part.params_in_place, 0);

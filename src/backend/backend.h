@@ -124,6 +124,12 @@ typedef struct zt__backend_ops {
                const zt__seg_t *segs, size_t n_segs, zt__stream_t stream,
                double *out);
 
+  /* sumsq's pieces, not added and not waited for: sums[k] (device memory)
+   * of the k-th of zt__cpu_sumsq_pieces(segs), zt__cpu_sumsq_piece's bits. */
+  int (*sumsq_pieces)(zt__backend_t *be, const void *grads, size_t grads_first,
+                      zt_dtype_t dtype, const zt__seg_t *segs, size_t n_segs, double *sums,
+                      zt__stream_t stream);
+
   /* A ZeRO owner's sums of its gradients (zt__cpu_rank_sum's, to the bit):
    * sums[j] += runs[j] + runs[stride + j] + ... + runs[(world-1) * stride + j],
    * the runs of dtype `dtype` added in rank order in fp32, j in [0, n);
@@ -131,11 +137,15 @@ typedef struct zt__backend_ops {
   int (*rank_sum)(zt__backend_t *be, float *sums, const void *runs, size_t stride,
                   zt_dtype_t dtype, int world, size_t n, int first, zt__stream_t stream);
 
-  /* dst[i] = src[i] for n 16-bit gradients, a -0 written as +0: what 0 + g
-   * gives, so that one rank's gradients landed as they are read as the
-   * fp32 sums of one rank would (reduce.c). */
+  /* dst[i] = src[i] for n 16-bit gradients of `dtype`, a -0 written as +0:
+   * what 0 + g gives, so that one rank's gradients landed as they are read
+   * as the fp32 sums of one rank would (reduce.c). With `sums` (device
+   * memory; NULL: none), the same pass takes the sum of squares of each cut
+   * of the state indices [index, index + n) at the multiples of
+   * ZT_NORM_BLOCK: sums[j] of the j-th, zt__cpu_sumsq_piece's bits, so
+   * that the norm need not read the gradients again. */
   int (*land_grads)(zt__backend_t *be, uint16_t *dst, const uint16_t *src, size_t n,
-                    zt__stream_t stream);
+                    zt_dtype_t dtype, size_t index, double *sums, zt__stream_t stream);
 
   /* dst[i] = (dst_dtype) src[i] for n elements, round to nearest even. */
   int (*cast)(zt__backend_t *be, void *dst, zt_dtype_t dst_dtype,

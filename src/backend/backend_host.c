@@ -180,10 +180,19 @@ static void *host_comm_view(zt__backend_t *be, void *p) {
   return p;
 }
 
+static int host_sumsq_pieces(zt__backend_t *be, const void *grads, size_t grads_first,
+                             zt_dtype_t dtype, const zt__seg_t *segs, size_t n_segs,
+                             double *sums, zt__stream_t stream) {
+  after_queued(be, stream);
+  zt__cpu_sumsq_each(be->cpu, grads, grads_first, dtype, segs, n_segs, sums);
+  return 0;
+}
+
 static int host_land_grads(zt__backend_t *be, uint16_t *dst, const uint16_t *src, size_t n,
+                           zt_dtype_t dtype, size_t index, double *sums,
                            zt__stream_t stream) {
   after_queued(be, stream);
-  zt__cpu_land_grads(dst, src, n);
+  zt__cpu_land_sumsq(be->cpu, dst, src, n, dtype, index, sums);
   return 0;
 }
 
@@ -228,6 +237,7 @@ const zt__backend_ops_t zt__backend_host_ops = {
     .stream_sync = host_stream_sync,
     .adam = host_adam,
     .sumsq = host_sumsq,
+    .sumsq_pieces = host_sumsq_pieces,
     .rank_sum = host_rank_sum,
     .land_grads = host_land_grads,
     .cast = host_cast,

@@ -86,7 +86,14 @@ static int nocuda_rank_sum(zt__backend_t *be, float *sums, const void *runs, siz
 static void *nocuda_comm_view(zt__backend_t *be, void *p) { return NULL; }
 
 static int nocuda_land_grads(zt__backend_t *be, uint16_t *dst, const uint16_t *src, size_t n,
+                             zt_dtype_t dtype, size_t index, double *sums,
                              zt__stream_t stream) {
+  return ZT_ENOCUDA;
+}
+
+static int nocuda_sumsq_pieces(zt__backend_t *be, const void *grads, size_t grads_first,
+                               zt_dtype_t dtype, const zt__seg_t *segs, size_t n_segs,
+                               double *sums, zt__stream_t stream) {
   return ZT_ENOCUDA;
 }
 
@@ -123,6 +130,7 @@ const zt__backend_ops_t zt__backend_cuda_ops = {
     .stream_sync = nocuda_stream_sync,
     .adam = nocuda_adam,
     .sumsq = nocuda_sumsq,
+    .sumsq_pieces = nocuda_sumsq_pieces,
     .rank_sum = nocuda_rank_sum,
     .land_grads = nocuda_land_grads,
     .cast = nocuda_cast,

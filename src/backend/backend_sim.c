@@ -39,11 +39,11 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "backend/backend.h"
 #include "backend/backend_sim.h"
+#include "backend/sim_clock.h"
 #include "backend/sim_trace.h"
 
 enum { QUEUE_CAP = 256 };
@@ -84,12 +84,13 @@ typedef struct op {
   zt__seg_t *segs; /* owned (ADAM, SUMSQ)                       */
   void *staged;    /* owned: COPY's source, copied at enqueue   */
   size_t n_segs;
-  zt_dtype_t dtype, src_dtype; /* SUMSQ, CAST, RANK_SUM */
+  zt_dtype_t dtype, src_dtype; /* SUMSQ, CAST, RANK_SUM, LAND */
   size_t n;                    /* CAST, RANK_SUM, LAND */
-  size_t first;                /* SUMSQ: grads_first; RANK_SUM: the stride */
+  size_t first; /* SUMSQ: grads_first; RANK_SUM: the stride; LAND: the index */
+  double *sums; /* LAND: its cuts' sums of squares, or NULL */
   int world;                   /* RANK_SUM */
   int sums_first;              /* RANK_SUM: the sums taken as zero */
-  sumsq_out_t *out;            /* SUMSQ */
+  sumsq_out_t *out;            /* SUMSQ (NULL: each piece's sum to dst) */
   void (*fn)(void *arg);       /* CALL */
   void *arg;
   zt__event_t *ev; /* RECORD, WAIT */
@@ -144,39 +145,6 @@ struct zt__backend {
 
   zt__sim_trace_t *trace; /* ZT_SIM_TRACE: a line per op run, under mu */
 };
-
-/* ---- time ------------------------------------------------------------------- */
-
-static double now_s(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
-static void sleep_until(double t) {
-  double left = t - now_s();
-  if (left <= 0) return;
-  struct timespec ts = {(time_t)left, (long)((left - (double)(time_t)left) * 1e9)};
-  while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
-  }
-}
-
-/* Holds a resource free at *free_at for `seconds` from max(now, *free_at);
- * returns the end. Under be->mu. */
-static double reserve(double *free_at, double seconds) {
-  double start = now_s();
-  if (*free_at > start) start = *free_at;
-  *free_at = start + seconds;
-  return *free_at;
-}
-
-static double env_figure(const char *name, double fallback) {
-  const char *s = getenv(name);
-  if (s == NULL || *s == 0) return fallback;
-  char *end;
-  double v = strtod(s, &end);
-  return (*end == 0 && v > 0) ? v : -1.0;
-}
 
 /* ---- memory ------------------------------------------------------------------- */
 
@@ -349,7 +317,7 @@ static void trace_op(zt__backend_t *be, const sim_stream_t *s, const op_t *op, d
  * bytes. When the CPU takes longer than the model, the resource is held
  * that much longer. */
 static void run_op(zt__backend_t *be, const sim_stream_t *s, op_t *op) {
-  double reached = now_s(), seconds = be->launch_s, *resource;
+  double reached = zt__now(), seconds = be->launch_s, *resource;
   pthread_mutex_lock(&be->mu);
   if (op->link >= 0) {
     resource = &be->link_free[op->link];
@@ -358,10 +326,10 @@ static void run_op(zt__backend_t *be, const sim_stream_t *s, op_t *op) {
     resource = &be->compute_free;
     seconds += (double)op->cost / be->memory_bps;
   }
-  double end = reserve(resource, seconds);
+  double end = zt__sim_reserve(resource, seconds);
   pthread_mutex_unlock(&be->mu);
-  sleep_until(end);
-  double started = now_s();
+  zt__sim_sleep_until(end);
+  double started = zt__now();
   int kernel = op->kind >= OP_ADAM && op->kind <= OP_LAND;
   if (kernel) pthread_mutex_lock(&be->kernel_mu);
   switch (op->kind) {
@@ -377,8 +345,10 @@ static void run_op(zt__backend_t *be, const sim_stream_t *s, op_t *op) {
     zt__cpu_adam(be->cpu, &op->adam);
     break;
   case OP_SUMSQ:
-    op->out->value =
-        zt__cpu_sumsq(be->cpu, op->src, op->first, op->dtype, op->segs, op->n_segs);
+    if (op->out)
+      op->out->value = zt__cpu_sumsq(be->cpu, op->src, op->first, op->dtype, op->segs, op->n_segs);
+    else
+      zt__cpu_sumsq_each(be->cpu, op->src, op->first, op->dtype, op->segs, op->n_segs, op->dst);
     break;
   case OP_CAST:
     zt__cpu_cast(be->cpu, op->dst, op->dtype, op->src, op->src_dtype, op->n);
@@ -388,7 +358,7 @@ static void run_op(zt__backend_t *be, const sim_stream_t *s, op_t *op) {
                      op->sums_first);
     break;
   case OP_LAND:
-    zt__cpu_land_grads(op->dst, op->src, op->n);
+    zt__cpu_land_sumsq(be->cpu, op->dst, op->src, op->n, op->dtype, op->first, op->sums);
     break;
   case OP_CALL:
     op->fn(op->arg);
@@ -397,7 +367,7 @@ static void run_op(zt__backend_t *be, const sim_stream_t *s, op_t *op) {
     break;
   }
   if (kernel) pthread_mutex_unlock(&be->kernel_mu);
-  double real_end = now_s();
+  double real_end = zt__now();
   pthread_mutex_lock(&be->mu);
   if (*resource < real_end) *resource = real_end;
   if (be->trace) trace_op(be, s, op, reached, started, real_end);
@@ -473,8 +443,9 @@ static void sim_destroy(zt__backend_t *be);
 static int sim_create(const zt_config_t *cfg, zt__cpu_t *cpu, zt__err_t *err,
                       zt__backend_t **out) {
   *out = NULL;
-  double link = env_figure("ZT_SIM_LINK_GBPS", 25), memory = env_figure("ZT_SIM_MEMORY_GBPS", 2000),
-         launch = env_figure("ZT_SIM_LAUNCH_US", 2);
+  double link = zt__sim_env_figure("ZT_SIM_LINK_GBPS", 25),
+         memory = zt__sim_env_figure("ZT_SIM_MEMORY_GBPS", 2000),
+         launch = zt__sim_env_figure("ZT_SIM_LAUNCH_US", 2);
   if (link < 0 || memory < 0 || launch < 0)
     return zt__errf(err, -EINVAL,
                     "sim backend: ZT_SIM_LINK_GBPS, ZT_SIM_MEMORY_GBPS and ZT_SIM_LAUNCH_US "
@@ -502,7 +473,7 @@ static int sim_create(const zt_config_t *cfg, zt__cpu_t *cpu, zt__err_t *err,
     sim_destroy(be);
     return zt__errf(err, -ENOMEM, "sim backend: out of memory");
   }
-  rc = zt__sim_trace_open(now_s(), err, &be->trace);
+  rc = zt__sim_trace_open(zt__now(), err, &be->trace);
   if (rc < 0) {
     sim_destroy(be);
     return rc;
@@ -771,15 +742,24 @@ static int sim_adam(zt__backend_t *be, const zt__adam_launch_t *l, zt__stream_t 
   return rc;
 }
 
+/* The sum of squares over the segments: to `out` when not NULL, each
+ * piece's to `sums` otherwise. */
+static op_t sumsq_op(zt__backend_t *be, const void *grads, size_t grads_first,
+                     zt_dtype_t dtype, const zt__seg_t *segs, size_t n_segs,
+                     sumsq_out_t *out) {
+  op_t op = {.kind = OP_SUMSQ, .link = -1, .dtype = dtype, .n_segs = n_segs, .out = out,
+             .first = grads_first};
+  for (size_t i = 0; i < n_segs; i++) op.cost += segs[i].n * elem_size(dtype);
+  op.segs = segs_copy(be, segs, n_segs);
+  return op;
+}
+
 static int sim_sumsq(zt__backend_t *be, const void *grads, size_t grads_first,
                      zt_dtype_t dtype, const zt__seg_t *segs, size_t n_segs,
                      zt__stream_t stream, double *out) {
   sumsq_out_t result = {0};
-  op_t op = {.kind = OP_SUMSQ, .link = -1, .dtype = dtype, .n_segs = n_segs, .out = &result,
-             .first = grads_first};
-  for (size_t i = 0; i < n_segs; i++) op.cost += segs[i].n * elem_size(dtype);
   ZT_TRY(order_after_compute(be, stream));
-  op.segs = segs_copy(be, segs, n_segs);
+  op_t op = sumsq_op(be, grads, grads_first, dtype, segs, n_segs, &result);
   if (op.segs == NULL) return -ENOMEM;
   pthread_mutex_lock(&be->mu);
   op.src = reach(be, grads);
@@ -793,6 +773,14 @@ static int sim_sumsq(zt__backend_t *be, const void *grads, size_t grads_first,
   pthread_mutex_unlock(&be->mu);
   if (rc == 0) *out = result.value;
   return rc;
+}
+
+static int sim_sumsq_pieces(zt__backend_t *be, const void *grads, size_t grads_first,
+                            zt_dtype_t dtype, const zt__seg_t *segs, size_t n_segs,
+                            double *sums, zt__stream_t stream) {
+  if (n_segs == 0) return 0;
+  op_t op = sumsq_op(be, grads, grads_first, dtype, segs, n_segs, NULL);
+  return op.segs ? push_on_device(be, stream, &op, sums, grads) : -ENOMEM;
 }
 
 static int sim_cast(zt__backend_t *be, void *dst, zt_dtype_t dst_dtype, const void *src,
@@ -812,9 +800,12 @@ static int sim_rank_sum(zt__backend_t *be, float *sums, const void *runs, size_t
   return n ? push_on_device(be, stream, &op, sums, runs) : 0;
 }
 
+/* The sums, taken in the same pass, add nothing to its modelled time. */
 static int sim_land_grads(zt__backend_t *be, uint16_t *dst, const uint16_t *src, size_t n,
+                          zt_dtype_t dtype, size_t index, double *sums,
                           zt__stream_t stream) {
-  op_t op = {.kind = OP_LAND, .link = -1, .n = n, .cost = 2 * n * sizeof *dst};
+  op_t op = {.kind = OP_LAND, .link = -1, .n = n, .cost = 2 * n * sizeof *dst,
+             .dtype = dtype, .first = index, .sums = sums ? zt__sim_reach(be, sums) : NULL};
   return n ? push_on_device(be, stream, &op, dst, src) : 0;
 }
 
@@ -887,6 +878,7 @@ const zt__backend_ops_t zt__backend_sim_ops = {
     .stream_sync = sim_stream_sync,
     .adam = sim_adam,
     .sumsq = sim_sumsq,
+    .sumsq_pieces = sim_sumsq_pieces,
     .rank_sum = sim_rank_sum,
     .land_grads = sim_land_grads,
     .cast = sim_cast,

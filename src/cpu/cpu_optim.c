@@ -238,6 +238,18 @@ double zt__cpu_sumsq_piece(const zt__cpu_t *cpu, const void *g, zt_dtype_t dtype
   return zt__sumsq_run(cpu->isa, g, dtype, n);
 }
 
+void zt__cpu_sumsq_each(const zt__cpu_t *cpu, const void *grads, size_t grads_first,
+                        zt_dtype_t dtype, const zt__seg_t *segs, size_t n_segs, double *sums) {
+  cursor_t cur = {segs, n_segs, 0, 0};
+  size_t gsz = zt__dtype_size(dtype);
+  for (const zt__seg_t *s; (s = cursor_seg(&cur)) != NULL; sums++) {
+    size_t idx = s->index + cur.off;
+    size_t n = zt__min_sz(s->n - cur.off, CHUNK - idx % CHUNK);
+    *sums = zt__sumsq_run(cpu->isa, (const char *)grads + (idx - grads_first) * gsz, dtype, n);
+    cur.off += n;
+  }
+}
+
 typedef struct fill_ctx {
   const char *grads;
   size_t grads_first, gsz;
@@ -307,6 +319,15 @@ void zt__cpu_land_grads(uint16_t *restrict dst, const uint16_t *restrict src, si
   for (; i + BLOCK <= n; i += BLOCK)
     for (int j = 0; j < BLOCK; j++) dst[i + j] = src[i + j] == 0x8000u ? 0 : src[i + j];
   for (; i < n; i++) dst[i] = src[i] == 0x8000u ? 0 : src[i];
+}
+
+void zt__cpu_land_sumsq(const zt__cpu_t *cpu, uint16_t *dst, const uint16_t *src, size_t n,
+                        zt_dtype_t dtype, size_t index, double *sums) {
+  for (size_t i = 0, m; i < n; i += m) {
+    m = zt__min_sz(n - i, CHUNK - (index + i) % CHUNK);
+    zt__cpu_land_grads(dst + i, src + i, m);
+    if (sums) *sums++ = zt__sumsq_run(cpu->isa, dst + i, dtype, m);
+  }
 }
 
 /* ---- casts ------------------------------------------------------------------- */

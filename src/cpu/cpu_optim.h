@@ -98,6 +98,11 @@ ZT_INTERNAL double zt__cpu_sumsq(zt__cpu_t *cpu, const void *grads,
 ZT_INTERNAL size_t zt__cpu_sumsq_pieces(const zt__seg_t *segs, size_t n_segs, zt__seg_t *out);
 ZT_INTERNAL double zt__cpu_sumsq_piece(const zt__cpu_t *cpu, const void *g, zt_dtype_t dtype,
                                        size_t n);
+/* sums[k] = zt__cpu_sumsq_piece of the k-th piece of zt__cpu_sumsq_pieces(segs), on
+ * the calling thread (the backends' sumsq_pieces). */
+ZT_INTERNAL void zt__cpu_sumsq_each(const zt__cpu_t *cpu, const void *grads, size_t grads_first,
+                                    zt_dtype_t dtype, const zt__seg_t *segs, size_t n_segs,
+                                    double *sums);
 ZT_INTERNAL void zt__cpu_sumsq_fill(zt__cpu_t *cpu, const void *grads, size_t grads_first,
                                     zt_dtype_t dtype, const zt__seg_t *pieces, size_t n,
                                     const unsigned char *have, double *sums);
@@ -110,6 +115,13 @@ ZT_INTERNAL void zt__cpu_positive_zeros(uint16_t *x, size_t n);
 /* dst[i] = src[i] with a -0 written as +0, n 16-bit floats, in one pass
  * (the backends' land_grads on the calling thread). */
 ZT_INTERNAL void zt__cpu_land_grads(uint16_t *dst, const uint16_t *src, size_t n);
+
+/* zt__cpu_land_grads, and with `sums` (NULL: none) the sum of squares of
+ * each cut of the indices [index, index + n) at the multiples of
+ * ZT_NORM_BLOCK, taken on the landed block while it is in cache: the
+ * backends' land_grads on the calling thread. */
+ZT_INTERNAL void zt__cpu_land_sumsq(const zt__cpu_t *cpu, uint16_t *dst, const uint16_t *src,
+                                    size_t n, zt_dtype_t dtype, size_t index, double *sums);
 
 /* A ZeRO owner's sums, on the calling thread: sums[j] += the sum over
  * ranks, in rank order and in fp32, of element j of each rank's run in

@@ -92,7 +92,7 @@ static void device_rows(const zt__plan_in_t *in, const zt__plan_run_t *run, zt__
       zt__part_footprint_t f;
       zt__part_footprint(&(zt__part_shape_t){n, in->ranks, in->rank, in->stage,
                                               in->bucket_bytes, in->param_dtype,
-                                              in->grad_dtype, 1, !run->gaps},
+                                              in->grad_dtype, 1, !run->gaps, run->units},
                          &f);
       uint64_t recv = f.recv_bytes > f.gx_recv_bytes ? f.recv_bytes : f.gx_recv_bytes;
       uint64_t buckets = ((recv + 255) & ~(uint64_t)255) + f.send_bytes;
@@ -146,14 +146,17 @@ int zt__plan_with(const zt__plan_in_t *in, const zt__plan_run_t *run, zt__plan_t
                                     in->stage == 3 && in->param_tier != ZT_TIER_DEVICE);
     zt__part_footprint_t f;
     zt__part_shape_t ps = {n, in->ranks, in->rank, in->stage, in->bucket_bytes,
-                           in->param_dtype, in->grad_dtype, on_pinned, !run->gaps};
+                           in->param_dtype, in->grad_dtype, on_pinned, !run->gaps,
+                           run->units};
     zt__part_footprint(&ps, &f);
     uint64_t mine = f.end - f.begin;
     out->shard_params = mine;
     /* The shard's gradient sums (fp32, or the gradients as they landed:
-     * zt__part_lands_grads) and updated params (none allocated where they
-     * are the loop's: zt__part_params_in_place). */
-    uint64_t grads = part_bytes(f.grads_bytes);
+     * zt__part_lands_grads, with their pieces' sums of squares in a GPU's
+     * memory) and updated params (none allocated where they are the
+     * loop's: zt__part_grads_in_place, zt__part_params_in_place). */
+    uint64_t grads = zt__part_grads_in_place(&ps) ? 0 : part_bytes(f.grads_bytes);
+    if (f.norm_bytes && run->backend != ZT_BACKEND_HOST) grads += part_bytes(f.norm_bytes);
     uint64_t params = zt__part_params_in_place(&ps) ? 0 : part_bytes(f.params_bytes);
     /* Buckets: ZT_XFER_SLOTS of (send, recv), and with pinned buckets at
      * stage 3 a gather slot's recv bucket each. */

@@ -94,7 +94,7 @@ static int grad_sumsq(zt_engine_t *eng, const char *fn, int local, const zt_step
     }
     ZT_TRY(rc);
     *out = 0.0;
-    if (p->on_device)
+    if (p->on_device && p->norm_dev == NULL)
       ZT_TRY(eng->be_ops->sumsq(eng->be, p->grads, p->begin, p->sums_dtype, p->segs,
                                 p->n_segs, ZT_STREAM_COMPUTE, out));
     else

@@ -29,8 +29,7 @@ void zt__part_release(zt__part_t *p, void *ptr, size_t bytes) {
 
 /* ---- state spans and the user's buffers ------------------------------------- */
 
-/* The segment holding state index s (segments ascend in state_off). */
-static size_t seg_of_state(const zt__seg_t *segs, size_t n_segs, size_t s) {
+size_t zt__part_seg_of_state(const zt__seg_t *segs, size_t n_segs, size_t s) {
   size_t lo = 0, hi = n_segs;
   while (hi - lo > 1) {
     size_t mid = (lo + hi) / 2;
@@ -43,14 +42,12 @@ int zt__part_walk(const zt__ctx_t *ctx, const zt__seg_t *segs, size_t n_segs, zt
                   void *packed, void *user, size_t esz, size_t a, size_t b,
                   zt__copy_kind_t kind, zt__stream_t stream) {
   const zt__backend_ops_t *be = ctx->be_ops;
-  for (size_t j = seg_of_state(segs, n_segs, a), s = a; s < b; j++) {
+  for (size_t j = zt__part_seg_of_state(segs, n_segs, a), s = a; s < b; j++) {
     const zt__seg_t *g = &segs[j];
     size_t n = zt__min_sz(b, g->state_off + g->n) - s;
     char *u = (char *)user + (g->index + (s - g->state_off)) * esz;
     char *pk = (char *)packed + (s - a) * esz;
     if (op == ZT_SPAN_PACK) ZT_TRY(be->copy(ctx->be, pk, u, n * esz, kind, stream));
-    if (op == ZT_SPAN_LAND)
-      ZT_TRY(be->land_grads(ctx->be, (uint16_t *)pk, (const uint16_t *)u, n, stream));
     if (op == ZT_SPAN_UNPACK) ZT_TRY(be->copy(ctx->be, u, pk, n * esz, kind, stream));
     if (op == ZT_SPAN_CLEAR) ZT_TRY(be->memset_zero(ctx->be, u, n * esz, stream));
     s += n;
@@ -169,7 +166,8 @@ void zt__part_footprint(const zt__part_shape_t *s, zt__part_footprint_t *out) {
   out->begin = zt__min_sz(a, s->total);
   out->end = zt__min_sz(b, s->total);
   size_t mine = out->end - out->begin;
-  out->grads_bytes = mine * (zt__part_lands_grads(s) ? gsz : sizeof(float));
+  out->grads_bytes =
+      zt__part_grads_in_place(s) ? 0 : mine * (zt__part_lands_grads(s) ? gsz : sizeof(float));
   out->params_bytes = zt__part_params_in_place(s) ? 0 : mine * psz;
   /* The alltoallv's receive displacements reach (W - 1) x this rank's part
    * of a bucket, and comm refuses any displacement above ZT_COMM_MAX_COUNT
@@ -190,6 +188,11 @@ void zt__part_footprint(const zt__part_shape_t *s, zt__part_footprint_t *out) {
   out->recv_bytes = world == 1 ? 0 : zt__max_sz(world * own * gsz, bucket * psz);
   /* Stage 3's gathers through pinned buckets have a recv bucket each. */
   out->gx_recv_bytes = s->stage >= 3 && s->on_pinned ? bucket * psz : 0;
+  /* The pieces cut the shard's state indices, which its units tile, at
+   * each unit's start and at the multiples of ZT_NORM_BLOCK inside. */
+  out->norm_bytes = zt__part_lands_grads(s) && !s->on_pinned && !zt__part_grads_in_place(s)
+                        ? (mine / ZT_NORM_BLOCK + zt__max_sz(s->units, 1)) * sizeof(double)
+                        : 0;
 }
 
 /* ---- init / free -------------------------------------------------------------- */
@@ -329,6 +332,30 @@ static int dense(const zt__zero_reg_t *reg) {
   return 1;
 }
 
+/* The norm's pieces (partition.h), and for gradients that land in a GPU's
+ * memory the device memory their sums are taken to, of the plan's size
+ * (norm_bytes), and a registered host copy the step reads them into. */
+static int norm_pieces_init(zt__part_t *p, size_t dev_bytes) {
+  p->n_norm = zt__cpu_sumsq_pieces(p->segs, p->n_segs, NULL);
+  p->norm_pieces = calloc(p->n_norm + 1, sizeof *p->norm_pieces);
+  p->norm_sums = calloc(p->n_norm + 1, sizeof *p->norm_sums);
+  p->norm_have = calloc(p->n_norm + 1, 1);
+  if (!p->norm_pieces || !p->norm_sums || !p->norm_have)
+    return zt__errf(p->ctx->err, -ENOMEM, "out of memory");
+  zt__cpu_sumsq_pieces(p->segs, p->n_segs, p->norm_pieces);
+  if (!p->on_device) return 0;
+  ZT_ASSERT(p->n_norm * sizeof(double) <= dev_bytes);
+  ZT_TRY(zt__part_alloc(p, dev_bytes, (void **)&p->norm_dev));
+  p->norm_dev_bytes = dev_bytes;
+  int rc = p->ctx->be_ops->host_register(p->ctx->be, p->norm_sums,
+                                         (p->n_norm + 1) * sizeof *p->norm_sums);
+  if (rc < 0) {
+    zt__part_release(p, p->norm_dev, dev_bytes);
+    p->norm_dev = NULL;
+  }
+  return rc;
+}
+
 int zt__part_init(zt__part_t *p, const zt__ctx_t *ctx, const zt__zero_reg_t *reg) {
   p->ctx = ctx;
   p->reg = *reg;
@@ -361,9 +388,10 @@ int zt__part_init(zt__part_t *p, const zt__ctx_t *ctx, const zt__zero_reg_t *reg
   zt__part_shape_t shape = {p->total,          p->world,          p->rank,
                             p->ctx->cfg->stage, p->ctx->cfg->bucket_bytes,
                             p->reg.param_dtype, p->reg.grad_dtype, p->on_pinned,
-                            dense(&p->reg)};
+                            dense(&p->reg),     p->reg.n_segs};
   zt__part_footprint(&shape, &f);
   p->params_in_place = zt__part_params_in_place(&shape) && !p->params_pinned;
+  p->grads_in_place = zt__part_grads_in_place(&shape) && p->params_in_place;
   p->shard = f.shard;
   p->begin = f.begin;
   p->end = f.end;
@@ -377,19 +405,17 @@ int zt__part_init(zt__part_t *p, const zt__ctx_t *ctx, const zt__zero_reg_t *reg
     zt__log(cfg, ZT_LOG_WARN,
             "grad_sums is \"disk\", but this rank's shard is reduced in device memory (more "
             "than one rank on a GPU backend), so its gradient sums stay there");
-  if (!zt__part_sums_on_disk(cfg->stage, cfg->optimizer_tier, p->on_pinned, cfg->grad_sums) ||
-      !map_or_warn(p, &p->sums_file, "the shard's gradient sums", f.grads_bytes,
-                   (void **)&p->grads))
+  if (p->grads_in_place)
+    p->grads = p->reg.grads;
+  else if (!zt__part_sums_on_disk(cfg->stage, cfg->optimizer_tier, p->on_pinned,
+                                  cfg->grad_sums) ||
+           !map_or_warn(p, &p->sums_file, "the shard's gradient sums", f.grads_bytes,
+                        (void **)&p->grads))
     ZT_TRY(zt__part_alloc(p, f.grads_bytes, (void **)&p->grads));
-  if (!p->on_device) {
-    p->n_norm = zt__cpu_sumsq_pieces(p->segs, p->n_segs, NULL);
-    p->norm_pieces = calloc(p->n_norm + 1, sizeof *p->norm_pieces);
-    p->norm_sums = calloc(p->n_norm + 1, sizeof *p->norm_sums);
-    p->norm_have = calloc(p->n_norm + 1, 1);
-    if (!p->norm_pieces || !p->norm_sums || !p->norm_have)
-      return zt__errf(p->ctx->err, -ENOMEM, "out of memory");
-    zt__cpu_sumsq_pieces(p->segs, p->n_segs, p->norm_pieces);
-  }
+  /* On a GPU the norm of fp32 sums, or of gradients in place, is one
+   * sumsq over the shard (step.c). */
+  if (!p->on_device || (zt__part_landed(p) && !p->grads_in_place))
+    ZT_TRY(norm_pieces_init(p, f.norm_bytes));
   if (p->on_device) {
     /* Zeroed on the loop's stream: the first sums wait for that. */
     ZT_TRY(p->ctx->be_ops->event_record(p->ctx->be, p->sums_read, ZT_STREAM_COMPUTE));
@@ -567,7 +593,7 @@ void zt__part_free(zt__part_t *p) {
   size_t mine = p->end - p->begin;
   if (p->sums_file.map)
     zt__file_mem_unmap(&p->sums_file);
-  else
+  else if (!p->grads_in_place) /* the loop's own buffer stays the loop's */
     zt__part_release(p, p->grads, mine * zt__dtype_size(p->sums_dtype));
   zt__part_params_free(p);
   for (int s = 0; s < ZT_XFER_SLOTS; s++) {
@@ -601,6 +627,10 @@ void zt__part_free(zt__part_t *p) {
   if (p->sums_read) p->ctx->be_ops->event_destroy(p->ctx->be, p->sums_read);
   free(p->groups);
   free(p->segs);
+  if (p->norm_dev) {
+    p->ctx->be_ops->host_unregister(p->ctx->be, p->norm_sums);
+    zt__part_release(p, p->norm_dev, p->norm_dev_bytes);
+  }
   free(p->norm_pieces);
   free(p->norm_sums);
   free(p->norm_have);

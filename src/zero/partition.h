@@ -227,12 +227,22 @@ typedef struct zt__part {
   double *norm_sums;
   unsigned char *norm_have;
   size_t n_norm;
+  /* Landed gradients in a GPU's memory (on_device) take their pieces' sums
+   * as they land, in the same pass (land_grads): norm_dev[k], device
+   * memory, is piece k's, which norm_have marks; the step copies them into
+   * norm_sums (registered host memory) and takes the rest on the device
+   * (zt__reduce_sumsq). NULL elsewhere. */
+  double *norm_dev;
+  size_t norm_dev_bytes;
   void *params;  /* the shard's updated parameters, param dtype; with param_tier
                     "nvme" only inside the step (between steps: on disk)       */
   int on_pinned; /* grads/buckets (and params) are pinned host memory
                     (zt__part_pinned)                                      */
   int on_device; /* grads/buckets/params are device memory the CPU cannot read
                     (optimizer tier "device" on a GPU backend; see the top) */
+  int grads_in_place; /* grads is the loop's registered buffer, which the
+                          norm and the update read as the loop wrote it
+                          (zt__part_grads_in_place)                     */
   int params_in_place; /* params is the loop's registered buffer, which the
                           update writes and nothing gathers into
                           (zt__part_params_in_place)                     */
@@ -350,6 +360,7 @@ typedef struct zt__part_shape {
   int dense; /* the registration's state index is its buffer index (the
                 units, sorted by offset, end to end from 0: no frozen
                 gap); `ztier plan` assumes so                        */
+  size_t units; /* the registration's units (`ztier plan`: 1 unless told) */
 } zt__part_shape_t;
 
 /* The sizes zt__part_init allocates, computed without allocating (plan.c
@@ -363,6 +374,10 @@ typedef struct zt__part_footprint {
                                zt__part_params_in_place)                   */
   size_t send_bytes, recv_bytes; /* each of the ZT_XFER_SLOTS buckets          */
   size_t gx_recv_bytes;     /* each gather slot's pinned bucket; 0: none     */
+  size_t norm_bytes;        /* landed gradients in a GPU's memory: their
+                               pieces' sums of squares (norm_dev), 8 bytes
+                               for each of at most shard / ZT_NORM_BLOCK +
+                               units pieces; allocated on a GPU backend only */
 } zt__part_footprint_t;
 
 ZT_INTERNAL void zt__part_footprint(const zt__part_shape_t *s, zt__part_footprint_t *out);
@@ -392,6 +407,17 @@ static inline int zt__part_lands_grads(const zt__part_shape_t *s) {
  * bf16 parameter a step, and its memory. */
 static inline int zt__part_params_in_place(const zt__part_shape_t *s) {
   return s->world == 1 && s->stage < 3 && !s->on_pinned && s->dense;
+}
+
+/* Whether the shard's gradients are the loop's registered buffer itself:
+ * gradients that would land as they are (zt__part_lands_grads) where the
+ * parameters are the loop's own too (zt__part_params_in_place: one rank,
+ * the backend's memory, a flat registration). The norm and the update read
+ * them where the loop wrote them, -0s and all (the update reads a -0
+ * gradient as +0, optim_math.h): no landing pass, no shard memory, nothing
+ * before the norm but the loop's own backward. */
+static inline int zt__part_grads_in_place(const zt__part_shape_t *s) {
+  return zt__part_lands_grads(s) && zt__part_params_in_place(s);
 }
 
 /* The shard's gradients are the landed ones (zt__part_lands_grads), not
@@ -490,10 +516,12 @@ ZT_INTERNAL uint64_t zt__part_pool_misses(const zt__part_t *p);
 ZT_INTERNAL int zt__part_alloc(zt__part_t *p, size_t bytes, void **out);
 ZT_INTERNAL void zt__part_release(zt__part_t *p, void *ptr, size_t bytes);
 
+/* The segment holding state index s (segments ascend in state_off). */
+ZT_INTERNAL size_t zt__part_seg_of_state(const zt__seg_t *segs, size_t n_segs, size_t s);
+
 /* What a walk does with a state span and the user's buffer. */
 typedef enum zt__span_op {
   ZT_SPAN_PACK,   /* the user's buffer pieces → packed[0 ..) */
-  ZT_SPAN_LAND,   /* the same with the backend's land_grads (16-bit) */
   ZT_SPAN_UNPACK, /* packed → the user's buffer pieces       */
   ZT_SPAN_CLEAR   /* the user's buffer pieces → zeros        */
 } zt__span_op_t;

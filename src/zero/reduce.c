@@ -79,6 +79,53 @@ static void take_norms(zt__part_t *p, size_t a, size_t b) {
   }
 }
 
+/* Gradients [s, s + n) of the shard about to land in a GPU's memory
+ * (norm_dev): where land_grads is to write the sums of squares of its
+ * cuts of them, and which pieces of the norm those are. The slots from the
+ * piece holding s on get the cuts in order, and no more slots than pieces
+ * there are written, as the pieces cut at every multiple of ZT_NORM_BLOCK
+ * too; a piece whose slot got a cut that is not the whole piece, or that
+ * the gradients only touch, is left to the step (zt__reduce_sumsq), as
+ * take_norms leaves it. */
+static double *land_norms(zt__part_t *p, size_t s, size_t n) {
+  if (p->norm_dev == NULL) return NULL;
+  const size_t B = ZT_NORM_BLOCK, e = s + n, k0 = norm_piece_at(p, s);
+  for (size_t k = k0; k < p->n_norm && p->norm_pieces[k].index < e; k++) {
+    size_t j = k - k0, lo = j ? (s / B + j) * B : s, hi = zt__min_sz(e, (s / B + j + 1) * B);
+    const zt__seg_t *q = &p->norm_pieces[k];
+    p->norm_have[k] = lo < e && q->index == lo && q->index + q->n == hi;
+  }
+  return p->norm_dev + k0;
+}
+
+/* The pieces [a, b) touches, changed without their sums. */
+static void forget_norms(zt__part_t *p, size_t a, size_t b) {
+  for (size_t k = norm_piece_at(p, a); k < p->n_norm && p->norm_pieces[k].index < b; k++)
+    p->norm_have[k] = 0;
+}
+
+/* Lands n 16-bit gradients of the shard from state index s, read at src,
+ * with their pieces' sums of squares (land_norms), on the D2H stream. */
+static int land_run(zt__part_t *p, const void *src, size_t s, size_t n) {
+  return p->ctx->be_ops->land_grads(p->ctx->be, (uint16_t *)zt__part_sums_at(p, s),
+                                    (const uint16_t *)src, n, p->sums_dtype, s,
+                                    land_norms(p, s, n), ZT_STREAM_D2H);
+}
+
+/* The state span [a, b) of the loop's registered gradients, landed a unit
+ * at a time (zt__part_walk's pieces of the buffer). */
+static int land_registered(zt__part_t *p, size_t a, size_t b) {
+  const zt__seg_t *segs = p->reg.segs;
+  size_t gsz = zt__dtype_size(p->reg.grad_dtype);
+  for (size_t j = zt__part_seg_of_state(segs, p->reg.n_segs, a), s = a; s < b; j++) {
+    size_t n = zt__min_sz(b, segs[j].state_off + segs[j].n) - s;
+    ZT_TRY(land_run(p, (const char *)p->reg.grads + (segs[j].index + s - segs[j].state_off) * gsz,
+                    s, n));
+    s += n;
+  }
+  return 0;
+}
+
 /* On the sums thread: the landed bucket's W runs, summed in rank order into
  * the shard's gradients, a piece at a time. Gradients that landed as they
  * are (zt__part_landed) are their own sums: their -0s become the +0s that 0 + g
@@ -298,16 +345,18 @@ static int start_bucket(zt__part_t *p, zt__xfer_t *x) {
     const zt__span_t *sp = &x->spans[k];
     char *dst = landed ? zt__part_sums_at(p, sp->a) : (char *)x->send + off * gsz;
     size_t n = sp->b - sp->a;
-    if (sp->at == NULL) {
-      ZT_TRY(zt__part_span_op(p, on_device_landed ? ZT_SPAN_LAND : ZT_SPAN_PACK, dst,
-                              p->reg.grads, gsz, sp->a, sp->b, kind, ZT_STREAM_D2H));
+    if (sp->at == NULL && on_device_landed) {
+      ZT_TRY(land_registered(p, sp->a, sp->b));
+    } else if (sp->at == NULL) {
+      ZT_TRY(zt__part_span_op(p, ZT_SPAN_PACK, dst, p->reg.grads, gsz, sp->a, sp->b, kind,
+                              ZT_STREAM_D2H));
     } else if (sp->at == ZT_SPAN_ZERO) {
       /* The slot is free (take_slot), so the CPU may write pinned memory. */
       if (p->on_pinned) memset(dst, 0, n * gsz);
       else ZT_TRY(be->memset_zero(p->ctx->be, dst, n * gsz, ZT_STREAM_D2H));
+      if (on_device_landed) forget_norms(p, sp->a, sp->b);
     } else if (on_device_landed) {
-      ZT_TRY(be->land_grads(p->ctx->be, (uint16_t *)dst, (const uint16_t *)sp->at, n,
-                            ZT_STREAM_D2H));
+      ZT_TRY(land_run(p, sp->at, sp->a, n));
     } else {
       ZT_TRY(be->copy(p->ctx->be, dst, sp->at, n * gsz, kind, ZT_STREAM_D2H));
     }
@@ -459,6 +508,12 @@ int zt__reduce_all(zt__part_t *p, const zt_step_args_t *args) {
    * collective to confuse the step's with). */
   ZT_TRY(zt__reduce_flush(p));
   ZT_TRY(zt__agree(p, "zt_step", ZT_AGREE_STEP, -1, 0, p->total, args));
+  /* Gradients in place are the shard's already, ordered before the norm
+   * and the update by the loop's own stream. */
+  if (p->grads_in_place) {
+    for (size_t g = 0; g < p->n_groups; g++) p->groups[g].reduced = 1;
+    return 0;
+  }
   /* The groups not handed over yet, as one sorted list so that small groups
    * share buckets. */
   size_t n = 0;
@@ -514,9 +569,32 @@ int zt__reduce_drop_buckets(zt__part_t *p) {
   return rc;
 }
 
+/* The pieces' sums of gradients landed in a GPU's memory: those no landing
+ * took are taken into their slots on the loop's stream, a run of them at a
+ * time, and all come back to the host in one copy and one wait. */
+static int sums_from_device(zt__part_t *p) {
+  const zt__backend_ops_t *be = p->ctx->be_ops;
+  for (size_t k = 0, e; k < p->n_norm; k = e) {
+    for (e = k; e < p->n_norm && !p->norm_have[e];) e++;
+    if (e > k)
+      ZT_TRY(be->sumsq_pieces(p->ctx->be, p->grads, p->begin, p->sums_dtype,
+                              &p->norm_pieces[k], e - k, p->norm_dev + k, ZT_STREAM_COMPUTE));
+    else
+      e++;
+  }
+  ZT_TRY(be->copy(p->ctx->be, p->norm_sums, p->norm_dev, p->n_norm * sizeof *p->norm_sums,
+                  ZT_COPY_D2H, ZT_STREAM_COMPUTE));
+  ZT_TRY(be->stream_sync(p->ctx->be, ZT_STREAM_COMPUTE));
+  memset(p->norm_have, 1, p->n_norm);
+  return 0;
+}
+
 int zt__reduce_sumsq(zt__part_t *p, double *out) {
-  zt__cpu_sumsq_fill(p->ctx->cpu, p->grads, p->begin, p->sums_dtype, p->norm_pieces,
-                     p->n_norm, p->norm_have, p->norm_sums);
+  if (p->norm_dev)
+    ZT_TRY(sums_from_device(p));
+  else
+    zt__cpu_sumsq_fill(p->ctx->cpu, p->grads, p->begin, p->sums_dtype, p->norm_pieces,
+                       p->n_norm, p->norm_have, p->norm_sums);
   double total = 0.0;
   for (size_t k = 0; k < p->n_norm; k++) total += p->norm_sums[k];
   *out = total;

@@ -52,10 +52,11 @@ ZT_INTERNAL int zt__reduce_flush(zt__part_t *p);
 ZT_INTERNAL int zt__reduce_drain(zt__part_t *p);
 
 /* After zt__reduce_all, with the shard in memory the CPU reads (not
- * on_device): the sum of squares of the shard's sums, zt__cpu_sumsq's bits,
- * from the pieces' sums that the sums thread took as it wrote them, and
- * those of the pieces it could not take whole (a bucket edge cut them),
- * taken here on all threads. */
+ * on_device), or landed in a GPU's memory (norm_dev): the sum of squares of
+ * the shard's sums, zt__cpu_sumsq's bits, from the pieces' sums that the
+ * sums thread, or the landing, took as it wrote them, and those of the
+ * pieces it could not take whole (a bucket edge cut them), taken here: on
+ * all threads, or on the device, with one host sync. */
 ZT_INTERNAL int zt__reduce_sumsq(zt__part_t *p, double *out);
 
 /* Between steps: groups not handed over, so that each one's next hand-over
