@@ -767,8 +767,8 @@ static int cuda_cast(zt__backend_t *be, void *dst, zt_dtype_t dst_dtype, const v
 }
 
 static int cuda_rank_sum(zt__backend_t *be, float *sums, const void *runs, size_t stride,
-                         zt_dtype_t dtype, int world, size_t n, int first,
-                         zt__stream_t stream) {
+                         zt_dtype_t dtype, int world, size_t n, int first, size_t index,
+                         double *norms, zt__stream_t stream) {
   ZT_TRY(check_stream(be, "rank_sum", stream));
   ZT_TRY(check_dtype(be, "rank_sum", "dtype", dtype));
   if (n == 0) return 0;
@@ -778,8 +778,8 @@ static int cuda_rank_sum(zt__backend_t *be, float *sums, const void *runs, size_
                     (void *)sums, runs, world, stride, n);
   device_scope scope(be->device);
   ZT_TRY(order_after_compute(be, stream));
-  CU_TRY(be,
-         zt__cuda_rank_sum(sums, runs, stride, dtype, world, n, first, be->streams[stream]));
+  CU_TRY(be, zt__cuda_rank_sum(sums, runs, stride, dtype, world, n, first, index, norms,
+                               be->streams[stream]));
   return 0;
 }
 

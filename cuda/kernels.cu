@@ -544,9 +544,77 @@ rank_sum_kernel(float *__restrict__ sums, const void *__restrict__ runs, u64 str
   }
 }
 
+/* a + b rounded to nearest, never fused with a product. */
+HD float add_rn(float a, float b) {
+#if defined(__CUDA_ARCH__)
+  return __fadd_rn(a, b);
+#else
+  return a + b;
+#endif
+}
+
+/* The cuts of the state indices [index, index + n) at the multiples of
+ * ZT_NORM_BLOCK (a landing's or a rank sum's, with their sums of squares),
+ * and cut `cut`'s elements [*lo, *hi) of them. */
+HD u64 land_cuts(u64 index, u64 n) {
+  return (index + n - 1) / ZT_NORM_BLOCK - index / ZT_NORM_BLOCK + 1;
+}
+HD void land_cut(u64 index, u64 n, u64 cut, u64 *lo, u64 *hi) {
+  const u64 B = ZT_NORM_BLOCK, end = (index / B + cut + 1) * B - index;
+  *lo = cut == 0 ? 0 : (index / B + cut) * B - index;
+  *hi = end < n ? end : n;
+}
+
+/* rank_sum_kernel's sums of the cut [lo, hi) at one warp, with their sum of
+ * squares: lane `lane` writes sumsq_lane's elements and adds their squares
+ * in its order, so the warp's fold gives sumsq_kernel's sum of the sums. */
+template <int GD>
+HD double rank_sum_sumsq_lane(float *sums, const void *runs, u64 stride, int world, int first,
+                              u64 lo, u64 hi, unsigned lane) {
+  const u64 len = hi - lo;
+  const u64 cnt = len > lane ? (len - lane + 31) / 32 : 0;
+  double acc = 0.0;
+  for (u64 k = 0; k < cnt; k++) {
+    const u64 j = lo + lane + k * 32;
+    float sum = load_elem<GD>(runs, j);
+    for (int r = 1; r < world; r++) sum = add_rn(sum, load_elem<GD>(runs, r * stride + j));
+    sum = add_rn(first ? 0.0f : sums[j], sum);
+    sums[j] = sum;
+    const double d = (double)sum;
+    acc += d * d;
+  }
+  return acc;
+}
+
+/* A warp a cut (sumsq_kernel's shape); its lanes folded as there. */
+template <int GD>
+__global__ void __launch_bounds__(ZT_CUDA_SUMSQ_THREADS)
+rank_sum_sumsq_kernel(float *__restrict__ sums, const void *__restrict__ runs, u64 stride,
+                      int world, u64 n, int first, u64 index, double *__restrict__ norms) {
+  const unsigned lane = threadIdx.x & 31u;
+  const u64 cut = (u64)blockIdx.x * (ZT_CUDA_SUMSQ_THREADS / 32) + (threadIdx.x >> 5);
+  if (cut >= land_cuts(index, n)) return; /* whole warps leave together */
+  u64 lo, hi;
+  land_cut(index, n, cut, &lo, &hi);
+  double acc = rank_sum_sumsq_lane<GD>(sums, runs, stride, world, first, lo, hi, lane);
+  for (int w = 16; w >= 1; w >>= 1) {
+    const double other = __shfl_down_sync(0xffffffffu, acc, w);
+    if ((int)lane < w) acc += other;
+  }
+  if (lane == 0) norms[cut] = acc;
+}
+
 template <int GD>
 static cudaError_t rank_sum_launch(float *sums, const void *runs, u64 stride, int world,
-                                   u64 n, int first, cudaStream_t stream) {
+                                   u64 n, int first, u64 index, double *norms,
+                                   cudaStream_t stream) {
+  if (norms) {
+    const u64 per_block = ZT_CUDA_SUMSQ_THREADS / 32;
+    const unsigned grid = (unsigned)((land_cuts(index, n) + per_block - 1) / per_block);
+    rank_sum_sumsq_kernel<GD><<<grid, ZT_CUDA_SUMSQ_THREADS, 0, stream>>>(
+        sums, runs, stride, world, n, first, index, norms);
+    return cudaGetLastError();
+  }
   u64 blocks = (n + 255) / 256;
   if (blocks > (1u << 20)) blocks = 1u << 20;
   rank_sum_kernel<GD><<<(unsigned)blocks, 256, 0, stream>>>(sums, runs, stride, world, n,
@@ -555,11 +623,15 @@ static cudaError_t rank_sum_launch(float *sums, const void *runs, u64 stride, in
 }
 
 cudaError_t zt__cuda_rank_sum(float *sums, const void *runs, size_t stride, zt_dtype_t dtype,
-                              int world, size_t n, int first, cudaStream_t stream) {
+                              int world, size_t n, int first, size_t index, double *norms,
+                              cudaStream_t stream) {
   switch (dtype) {
-  case ZT_FP32: return rank_sum_launch<ZT_FP32>(sums, runs, stride, world, n, first, stream);
-  case ZT_BF16: return rank_sum_launch<ZT_BF16>(sums, runs, stride, world, n, first, stream);
-  case ZT_FP16: return rank_sum_launch<ZT_FP16>(sums, runs, stride, world, n, first, stream);
+  case ZT_FP32:
+    return rank_sum_launch<ZT_FP32>(sums, runs, stride, world, n, first, index, norms, stream);
+  case ZT_BF16:
+    return rank_sum_launch<ZT_BF16>(sums, runs, stride, world, n, first, index, norms, stream);
+  case ZT_FP16:
+    return rank_sum_launch<ZT_FP16>(sums, runs, stride, world, n, first, index, norms, stream);
   }
   return cudaErrorInvalidValue;
 }
@@ -620,18 +692,6 @@ HD double land_sumsq_lane(uint16_t *dst, const uint16_t *src, u64 lo, u64 hi, un
     acc += d * d;
   }
   return acc;
-}
-
-/* The cut `cut` of a landing of n gradients whose first has the state
- * index `index`: [*lo, *hi) of them, between multiples of ZT_NORM_BLOCK. */
-HD void land_cut(u64 index, u64 n, u64 cut, u64 *lo, u64 *hi) {
-  const u64 B = ZT_NORM_BLOCK, end = (index / B + cut + 1) * B - index;
-  *lo = cut == 0 ? 0 : (index / B + cut) * B - index;
-  *hi = end < n ? end : n;
-}
-
-HD u64 land_cuts(u64 index, u64 n) {
-  return (index + n - 1) / ZT_NORM_BLOCK - index / ZT_NORM_BLOCK + 1;
 }
 
 /* A warp a cut (sumsq_kernel's shape); its lanes folded as there. */

@@ -98,10 +98,13 @@ ZT_INTERNAL cudaError_t zt__cuda_sumsq(const void *grads, size_t grads_first,
 
 /* sums[j] += the sum over ranks, in rank order and in fp32, of runs[r *
  * stride + j] (dtype `dtype`), j in [0, n), with `first` 0 + it (the sums
- * not read): zt__cpu_rank_sum's bits. */
+ * not read): zt__cpu_rank_sum's bits. With `norms` (device memory), the
+ * same pass writes norms[j], the sum of squares of the sums of the j-th
+ * cut of the state indices [index, index + n) at the multiples of
+ * ZT_NORM_BLOCK, zt__cpu_sumsq_piece's bits. */
 ZT_INTERNAL cudaError_t zt__cuda_rank_sum(float *sums, const void *runs, size_t stride,
                                           zt_dtype_t dtype, int world, size_t n, int first,
-                                          cudaStream_t stream);
+                                          size_t index, double *norms, cudaStream_t stream);
 
 /* dst[i] = src[i] for n 16-bit gradients, a -0 (0x8000) written as +0:
  * zt__cpu_land_grads' bits. With `sums` (device memory), the same pass

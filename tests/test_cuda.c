@@ -513,7 +513,8 @@ static void test_rank_sum_matches_cpu(void **state) {
         upload(c, d_runs, h_runs, run_elems * esz);
         upload(c, d_sums, h_sums, n * sizeof(float));
         BE_OK(c,
-              ops->rank_sum(c->be, d_sums, d_runs, stride, dt, world, n, first, ZT_STREAM_D2H));
+              ops->rank_sum(c->be, d_sums, d_runs, stride, dt, world, n, first, 0, NULL,
+                            ZT_STREAM_D2H));
         BE_OK(c, ops->stream_sync(c->be, ZT_STREAM_D2H));
         download(c, got, d_sums, n * sizeof(float));
         for (size_t j = 0; j < n; j++) {

@@ -28,7 +28,10 @@
  *   - cast: all 9 dtype pairs, special values and random bit patterns,
  *     misaligned, with poisoned guards.
  *   - land_grads: the copy with -0 as +0, 4-byte aligned and not, odd and
- *     even lengths, with poisoned guards.
+ *     even lengths, with poisoned guards; and with the sums of squares of
+ *     its cuts at the multiples of ZT_NORM_BLOCK;
+ *   - rank_sum with the sums of squares of its cuts: the fp32 adds in rank
+ *     order, every dtype, 1 to 3 ranks.
  *
  * What this does not check: the CUDA runtime, streams, the table cache
  * (test_cuda.c does, on a GPU), and the device's own floating-point unit:
@@ -1111,6 +1114,87 @@ static void test_land_sumsq_matches_cpu(void **state) {
          cases);
 }
 
+/* ---- a ZeRO owner's sums --------------------------------------------------------- */
+
+/* rank_sum_sumsq_kernel over its whole grid (zt__cuda_rank_sum's launch
+ * with norms): warp w of block b writes the sums of cut b * 8 + w of the
+ * indices [index, index + n), its lanes folded as gpu_sumsq folds them;
+ * against the fp32 adds in rank order written out here and each cut's
+ * zt__sumsq_scalar of them, every dtype, 1 to 3 ranks, first or adding,
+ * with -0 runs (whose sum from +0 is +0), between poisoned guards. */
+static void test_rank_sum_sumsq_matches_cpu(void **state) {
+  (void)state;
+  t_rng_t r;
+  t_rng_init(&r, t_seed() ^ 0x5e45);
+  const u64 B = ZT_NORM_BLOCK, guard = 8;
+  struct { u64 index, n; } shapes[] = {{0, 1}, {B - 5, 12}, {3 * B + 7, 2 * B + 3}};
+  int cases = 0;
+  for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++)
+    for (int di = 0; di < 3; di++)
+      for (int world = 1; world <= 3; world++)
+        for (int first = 0; first <= 1; first++) {
+          const zt_dtype_t dt = dtypes[di];
+          const size_t esz = t_dtype_size(dt);
+          const u64 index = shapes[si].index, n = shapes[si].n, stride = n + 3;
+          const u64 all = n + 2 * guard;
+          void *runs = xalloc((stride * (u64)(world - 1) + n) * esz);
+          float *got = (float *)xalloc(all * 4), *want = (float *)xalloc(all * 4);
+          t_fill_normal(runs, dt, stride * (u64)(world - 1) + n, 1.0, &r);
+          for (int k = 0; k < world; k++) t_store(runs, dt, (u64)k * stride + n / 2, -0.0);
+          t_fill_normal(got, ZT_FP32, all, 1.0, &r);
+          memcpy(want, got, all * 4);
+          const u64 cuts = kern::land_cuts(index, n), per_block = ZT_CUDA_SUMSQ_THREADS / 32;
+          double *norms = (double *)xalloc((cuts + 1) * sizeof(double));
+          norms[cuts] = -1.0;
+          for (u64 b = 0; b < (cuts + per_block - 1) / per_block; b++)
+            for (u64 w = 0; w < per_block; w++) {
+              const u64 cut = b * per_block + w;
+              if (cut >= cuts) continue;
+              u64 lo, hi;
+              kern::land_cut(index, n, cut, &lo, &hi);
+              double acc[32];
+              for (unsigned lane = 0; lane < 32; lane++)
+                acc[lane] =
+                    dt == ZT_FP32
+                        ? kern::rank_sum_sumsq_lane<ZT_FP32>(got + guard, runs, stride, world,
+                                                             first, lo, hi, lane)
+                    : dt == ZT_BF16
+                        ? kern::rank_sum_sumsq_lane<ZT_BF16>(got + guard, runs, stride, world,
+                                                             first, lo, hi, lane)
+                        : kern::rank_sum_sumsq_lane<ZT_FP16>(got + guard, runs, stride, world,
+                                                             first, lo, hi, lane);
+              for (int sh = 16; sh >= 1; sh >>= 1) {
+                double other[32];
+                for (int j = 0; j < 32; j++) other[j] = j + sh < 32 ? acc[j + sh] : acc[j];
+                for (int j = 0; j < 32; j++)
+                  if (j < sh) acc[j] += other[j];
+              }
+              norms[cut] = acc[0];
+            }
+          for (u64 j = 0; j < n; j++) {
+            float sum = (float)t_load(runs, dt, j);
+            for (int k = 1; k < world; k++) sum = sum + (float)t_load(runs, dt, k * stride + j);
+            want[guard + j] = (first ? 0.0f : want[guard + j]) + sum;
+          }
+          char what[112];
+          snprintf(what, sizeof what, "rank_sum with norms, index %llu n %llu %s world %d%s",
+                   index, n, t_dtype_name(dt), world, first ? " first" : "");
+          t_expect_same(what, got, want, 4, all);
+          for (u64 c = 0, lo = 0, hi; lo < n; c++, lo = hi) {
+            hi = (index + lo) / B * B + B - index < n ? (index + lo) / B * B + B - index : n;
+            const double expect = zt__sumsq_scalar(want + guard + lo, ZT_FP32, hi - lo);
+            if (memcmp(&norms[c], &expect, sizeof expect) != 0)
+              fail_msg("%s: cut %llu [%llu, %llu) sum %.17g, want %.17g", what, c, lo, hi,
+                       norms[c], expect);
+          }
+          assert_true(norms[cuts] == -1.0);
+          free(runs), free(got), free(want), free(norms);
+          cases++;
+        }
+  printf("# rank_sum with norms: %d cases bit-identical to the fp32 adds and their sums\n",
+         cases);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_adam_matches_cpu),
@@ -1120,6 +1204,7 @@ int main(void) {
       cmocka_unit_test(test_cast_matches_cpu),
       cmocka_unit_test(test_land_grads_matches_cpu),
       cmocka_unit_test(test_land_sumsq_matches_cpu),
+      cmocka_unit_test(test_rank_sum_sumsq_matches_cpu),
   };
   return T_RUN(tests);
 }

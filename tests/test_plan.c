@@ -18,7 +18,9 @@
 #include <unistd.h>
 
 #include "harness.h"
-#include "engine/plan.h" // defines: zt__plan_with, zt__plan_run_t, zt__plan_device_t
+#include "engine/plan.h"    // defines: zt__plan_with, zt__plan_run_t, zt__plan_device_t
+#include "offload/tier.h"    // defines: zt__tier_mem_bytes
+#include "zero/partition.h"  // defines: zt__part_footprint
 
 /* ---- the figures, computed here ------------------------------------------------ */
 
@@ -52,7 +54,9 @@ static expect_t expect_rows(uint64_t n, int W, int stage, uint64_t p, uint64_t g
   /* On the device with the device tier, and with the host tier too where
    * the comm moves device memory (nccl): reduced there first. */
   if (stage && (!host_tier || nccl)) {
-    e.shard = mine * 4 + mine * p;
+    /* And the norm's pieces' sums of squares, 8 bytes for each of at most
+     * a piece a ZT_NORM_BLOCK, one more and one a segment (one here). */
+    e.shard = mine * 4 + mine * p + (mine / 65536 + 2) * 8;
     e.buckets = 2 * (send + recv);
   }
   if (stage == 3) {
@@ -178,8 +182,18 @@ static void test_rows_add_up(void **state) {
                 assert_int_equal(q.dev.buckets, 0);
                 assert_true(p.dev.buckets > 0);
               } else {
-                assert_int_equal(q.ztier_device, p.ztier_device);
-                assert_int_equal(q.dev.optimizer + q.dev.shard + q.dev.buckets,
+                /* A shard in a GPU's memory keeps its norm's pieces' sums
+                 * there too (partition.h, norm_bytes), which the host
+                 * backend's shard, read by the CPU, does not. */
+                zt__part_footprint_t f;
+                zt__part_footprint(&(zt__part_shape_t){1000003, ranks, rank, stage, 4096,
+                                                        ZT_BF16, ZT_FP32, 0, 1, 1},
+                                   &f);
+                uint64_t norm = be != ZT_BACKEND_HOST && p.dev.shard > 0 && f.norm_bytes
+                                    ? zt__tier_mem_bytes(f.norm_bytes)
+                                    : 0;
+                assert_int_equal(q.ztier_device + norm, p.ztier_device);
+                assert_int_equal(q.dev.optimizer + q.dev.shard + q.dev.buckets + norm,
                                  p.dev.optimizer + p.dev.shard + p.dev.buckets);
               }
               const zt__plan_device_t *d = &p.dev;

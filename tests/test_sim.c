@@ -392,9 +392,9 @@ static void test_adam_bits(void **state) {
 
 /* The norm's pieces on the device: land_grads with sums writes the landed
  * gradients and each cut's sum of squares (cuts at the multiples of
- * ZT_NORM_BLOCK of the index, whole and partial), and sumsq_pieces each
- * piece's of a segment table, both zt__cpu_sumsq_piece's bits, in device
- * memory, with no host sync. */
+ * ZT_NORM_BLOCK of the index, whole and partial), rank_sum with norms its
+ * sums and theirs, and sumsq_pieces each piece's of a segment table, all
+ * zt__cpu_sumsq_piece's bits, in device memory, with no host sync. */
 static void test_norm_pieces(void **state) {
   t_rng_t rng;
   t_rng_init(&rng, t_seed() ^ 0x50e5);
@@ -445,6 +445,34 @@ static void test_norm_pieces(void **state) {
                              ZT_STREAM_D2H), 0);
   assert_int_equal(ops->stream_sync(s.be, ZT_STREAM_D2H), 0);
   t_expect_same("the pieces' sums of squares", sums, piece_want, 8, n_pieces);
+  /* rank_sum's sums of two ranks' runs (the landed gradients and the
+   * originals) with their cuts' sums of squares, onto zeros. */
+  float *fsums = malloc(n * 4), *fwant = malloc(n * 4);
+  void *druns, *dsums;
+  assert_true(fsums && fwant);
+  assert_int_equal(ops->alloc(s.be, n * 4, &druns), 0);
+  assert_int_equal(ops->alloc(s.be, n * 4, &dsums), 0);
+  assert_int_equal(ops->copy(s.be, druns, want, n * 2, ZT_COPY_H2D, ZT_STREAM_REDUCE), 0);
+  assert_int_equal(ops->copy(s.be, (char *)druns + n * 2, g, n * 2, ZT_COPY_H2D,
+                             ZT_STREAM_REDUCE), 0);
+  syncs = ops->host_syncs(s.be);
+  assert_int_equal(ops->rank_sum(s.be, dsums, druns, n, ZT_BF16, 2, n, 1, index, ds,
+                                 ZT_STREAM_REDUCE), 0);
+  assert_int_equal(ops->host_syncs(s.be), syncs);
+  assert_int_equal(ops->copy(s.be, fsums, dsums, n * 4, ZT_COPY_D2H, ZT_STREAM_REDUCE), 0);
+  assert_int_equal(ops->copy(s.be, sums, ds, cuts * sizeof(double), ZT_COPY_D2H,
+                             ZT_STREAM_REDUCE), 0);
+  for (size_t i = 0; i < n; i++)
+    fwant[i] = 0.0f + (zt_bf16_to_f32(want[i]) + zt_bf16_to_f32(g[i]));
+  for (size_t c = 0, lo = 0, hi; lo < n; c++, lo = hi) {
+    hi = zt__min_sz(n, (index + lo) / B * B + B - index);
+    want_sums[c] = zt__cpu_sumsq_piece(cpu, fwant + lo, ZT_FP32, hi - lo);
+  }
+  t_expect_same("rank_sum's sums", fsums, fwant, 4, n);
+  t_expect_same("rank_sum's cuts' sums of squares", sums, want_sums, 8, cuts);
+  ops->free(s.be, druns, n * 4);
+  ops->free(s.be, dsums, n * 4);
+  free(fsums), free(fwant);
   ops->free(s.be, dg, n * 2);
   ops->free(s.be, dl, n * 2);
   ops->free(s.be, ds, (cuts + 4) * sizeof(double));

@@ -108,15 +108,19 @@ static void land_as_stage_2(zt_tier_t tier, int sums_where, zt_dtype_t dt) {
     assert_true(xs->send_bytes > 0);
     buckets += zt__tier_mem_bytes(xs->send_bytes) - zt__tier_mem_bytes(xl->send_bytes);
   }
-  /* On a GPU backend the landing takes the norm's pieces' sums to device
-   * memory of its own: 8 bytes a piece, as many as the shard has blocks of
-   * ZT_NORM_BLOCK and units at most. */
-  uint64_t norm = p->norm_dev ? zt__tier_mem_bytes(p->norm_dev_bytes) : 0;
+  /* On a GPU backend the landing and the sums alike take the norm's
+   * pieces' sums to device memory of their own: 8 bytes a piece, at most
+   * as many as the shard has blocks of ZT_NORM_BLOCK, one more, and the
+   * registration's segments. */
+  const zt__part_t *ps = &sums.eng->zero.part;
   assert_int_equal(p->norm_dev != NULL, device && t_backend() != ZT_BACKEND_HOST);
-  if (p->norm_dev)
-    assert_int_equal(p->norm_dev_bytes, (states / ZT_NORM_BLOCK + p->reg.n_segs) * 8);
+  assert_int_equal(ps->norm_dev != NULL, p->norm_dev != NULL);
+  if (p->norm_dev) {
+    assert_int_equal(p->norm_dev_bytes, (states / ZT_NORM_BLOCK + 1 + p->reg.n_segs) * 8);
+    assert_int_equal(ps->norm_dev_bytes, p->norm_dev_bytes);
+  }
   if (sums_where != ZT_GRAD_SUMS_DISK)
-    assert_true(held_land + states * 2 + buckets == held_sums + norm);
+    assert_true(held_land + states * 2 + buckets == held_sums);
   for (uint64_t t = 1; t <= STEPS; t++) {
     fill_grads(h, dt, n, &rng);
     t_buf_upload(land.eng, land.grads, h, bytes);

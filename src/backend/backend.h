@@ -133,9 +133,13 @@ typedef struct zt__backend_ops {
   /* A ZeRO owner's sums of its gradients (zt__cpu_rank_sum's, to the bit):
    * sums[j] += runs[j] + runs[stride + j] + ... + runs[(world-1) * stride + j],
    * the runs of dtype `dtype` added in rank order in fp32, j in [0, n);
-   * with `first`, sums[j] = 0 + ..., the sums not read. */
+   * with `first`, sums[j] = 0 + ..., the sums not read. With `norms`
+   * (device memory; NULL: none), the same pass takes the sum of squares of
+   * the sums it writes, each cut of the state indices [index, index + n)
+   * at the multiples of ZT_NORM_BLOCK to norms[j], as land_grads does. */
   int (*rank_sum)(zt__backend_t *be, float *sums, const void *runs, size_t stride,
-                  zt_dtype_t dtype, int world, size_t n, int first, zt__stream_t stream);
+                  zt_dtype_t dtype, int world, size_t n, int first, size_t index,
+                  double *norms, zt__stream_t stream);
 
   /* dst[i] = src[i] for n 16-bit gradients of `dtype`, a -0 written as +0:
    * what 0 + g gives, so that one rank's gradients landed as they are read

@@ -167,10 +167,10 @@ static int host_sumsq(zt__backend_t *be, const void *grads, size_t grads_first,
 }
 
 static int host_rank_sum(zt__backend_t *be, float *sums, const void *runs, size_t stride,
-                         zt_dtype_t dtype, int world, size_t n, int first,
-                         zt__stream_t stream) {
+                         zt_dtype_t dtype, int world, size_t n, int first, size_t index,
+                         double *norms, zt__stream_t stream) {
   after_queued(be, stream);
-  zt__cpu_rank_sum(be->cpu, sums, runs, stride, dtype, world, n, first);
+  zt__cpu_rank_sum_sumsq(be->cpu, sums, runs, stride, dtype, world, n, first, index, norms);
   return 0;
 }
 

@@ -78,8 +78,8 @@ static int nocuda_sumsq(zt__backend_t *be, const void *grads, size_t grads_first
 }
 
 static int nocuda_rank_sum(zt__backend_t *be, float *sums, const void *runs, size_t stride,
-                           zt_dtype_t dtype, int world, size_t n, int first,
-                           zt__stream_t stream) {
+                           zt_dtype_t dtype, int world, size_t n, int first, size_t index,
+                           double *norms, zt__stream_t stream) {
   return ZT_ENOCUDA;
 }
 

@@ -86,8 +86,9 @@ typedef struct op {
   size_t n_segs;
   zt_dtype_t dtype, src_dtype; /* SUMSQ, CAST, RANK_SUM, LAND */
   size_t n;                    /* CAST, RANK_SUM, LAND */
-  size_t first; /* SUMSQ: grads_first; RANK_SUM: the stride; LAND: the index */
-  double *sums; /* LAND: its cuts' sums of squares, or NULL */
+  size_t first; /* SUMSQ: grads_first; RANK_SUM: the stride */
+  size_t index; /* LAND, RANK_SUM: the state index of element 0 */
+  double *sums; /* LAND, RANK_SUM: its cuts' sums of squares, or NULL */
   int world;                   /* RANK_SUM */
   int sums_first;              /* RANK_SUM: the sums taken as zero */
   sumsq_out_t *out;            /* SUMSQ (NULL: each piece's sum to dst) */
@@ -354,11 +355,11 @@ static void run_op(zt__backend_t *be, const sim_stream_t *s, op_t *op) {
     zt__cpu_cast(be->cpu, op->dst, op->dtype, op->src, op->src_dtype, op->n);
     break;
   case OP_RANK_SUM:
-    zt__cpu_rank_sum(be->cpu, op->dst, op->src, op->first, op->dtype, op->world, op->n,
-                     op->sums_first);
+    zt__cpu_rank_sum_sumsq(be->cpu, op->dst, op->src, op->first, op->dtype, op->world, op->n,
+                           op->sums_first, op->index, op->sums);
     break;
   case OP_LAND:
-    zt__cpu_land_sumsq(be->cpu, op->dst, op->src, op->n, op->dtype, op->first, op->sums);
+    zt__cpu_land_sumsq(be->cpu, op->dst, op->src, op->n, op->dtype, op->index, op->sums);
     break;
   case OP_CALL:
     op->fn(op->arg);
@@ -791,11 +792,13 @@ static int sim_cast(zt__backend_t *be, void *dst, zt_dtype_t dst_dtype, const vo
 }
 
 static int sim_rank_sum(zt__backend_t *be, float *sums, const void *runs, size_t stride,
-                        zt_dtype_t dtype, int world, size_t n, int first,
-                        zt__stream_t stream) {
+                        zt_dtype_t dtype, int world, size_t n, int first, size_t index,
+                        double *norms, zt__stream_t stream) {
   op_t op = {.kind = OP_RANK_SUM, .link = -1, .dtype = dtype, .n = n, .first = stride,
-             .world = world, .sums_first = first};
-  /* Reads every run and writes the sums, reading them too unless first. */
+             .world = world, .sums_first = first, .index = index,
+             .sums = norms ? zt__sim_reach(be, norms) : NULL};
+  /* Reads every run and writes the sums, reading them too unless first;
+   * their sums of squares, taken in the same pass, add nothing. */
   op.cost = n * ((size_t)world * elem_size(dtype) + (first ? 1 : 2) * sizeof(float));
   return n ? push_on_device(be, stream, &op, sums, runs) : 0;
 }
@@ -805,7 +808,7 @@ static int sim_land_grads(zt__backend_t *be, uint16_t *dst, const uint16_t *src,
                           zt_dtype_t dtype, size_t index, double *sums,
                           zt__stream_t stream) {
   op_t op = {.kind = OP_LAND, .link = -1, .n = n, .cost = 2 * n * sizeof *dst,
-             .dtype = dtype, .first = index, .sums = sums ? zt__sim_reach(be, sums) : NULL};
+             .dtype = dtype, .index = index, .sums = sums ? zt__sim_reach(be, sums) : NULL};
   return n ? push_on_device(be, stream, &op, dst, src) : 0;
 }
 

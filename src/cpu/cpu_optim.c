@@ -300,6 +300,18 @@ void zt__cpu_rank_sum(const zt__cpu_t *cpu, float *sums, const void *runs, size_
   }
 }
 
+void zt__cpu_rank_sum_sumsq(const zt__cpu_t *cpu, float *sums, const void *runs,
+                            size_t stride, zt_dtype_t dtype, int world, size_t n, int first,
+                            size_t index, double *norms) {
+  size_t gsz = zt__dtype_size(dtype);
+  for (size_t i = 0, m; i < n; i += m) {
+    m = zt__min_sz(n - i, CHUNK - (index + i) % CHUNK);
+    zt__cpu_rank_sum(cpu, sums + i, (const char *)runs + i * gsz, stride, dtype, world, m,
+                     first);
+    if (norms) *norms++ = zt__sumsq_run(cpu->isa, sums + i, ZT_FP32, m);
+  }
+}
+
 void zt__cpu_positive_zeros(uint16_t *x, size_t n) {
   enum { BLOCK = 64 }; /* a fixed trip count, which the compiler vectorizes */
   size_t i = 0;

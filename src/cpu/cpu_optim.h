@@ -120,6 +120,13 @@ ZT_INTERNAL void zt__cpu_land_grads(uint16_t *dst, const uint16_t *src, size_t n
  * each cut of the indices [index, index + n) at the multiples of
  * ZT_NORM_BLOCK, taken on the landed block while it is in cache: the
  * backends' land_grads on the calling thread. */
+/* zt__cpu_rank_sum, and with `norms` (NULL: none) the sum of squares of the
+ * sums of each cut of the indices [index, index + n) at the multiples of
+ * ZT_NORM_BLOCK, taken on each cut's sums as they are written: the
+ * backends' rank_sum on the calling thread. */
+ZT_INTERNAL void zt__cpu_rank_sum_sumsq(const zt__cpu_t *cpu, float *sums, const void *runs,
+                                        size_t stride, zt_dtype_t dtype, int world, size_t n,
+                                        int first, size_t index, double *norms);
 ZT_INTERNAL void zt__cpu_land_sumsq(const zt__cpu_t *cpu, uint16_t *dst, const uint16_t *src,
                                     size_t n, zt_dtype_t dtype, size_t index, double *sums);
 

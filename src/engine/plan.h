@@ -44,7 +44,8 @@ typedef struct zt__plan_run {
                             are not end to end from offset 0): one rank
                             keeps a shard copy of its parameters
                             (zt__part_params_in_place); 0: none         */
-  size_t units;          /* the registration's units; 0: one            */
+  size_t segs;           /* the registration's segments (units merged
+                            where adjacent with one decay flag); 0: one */
 } zt__plan_run_t;
 
 /* The device memory of a rank at its peak, row by row (plan.c says what

@@ -188,10 +188,11 @@ void zt__part_footprint(const zt__part_shape_t *s, zt__part_footprint_t *out) {
   out->recv_bytes = world == 1 ? 0 : zt__max_sz(world * own * gsz, bucket * psz);
   /* Stage 3's gathers through pinned buckets have a recv bucket each. */
   out->gx_recv_bytes = s->stage >= 3 && s->on_pinned ? bucket * psz : 0;
-  /* The pieces cut the shard's state indices, which its units tile, at
-   * each unit's start and at the multiples of ZT_NORM_BLOCK inside. */
-  out->norm_bytes = zt__part_lands_grads(s) && !s->on_pinned && !zt__part_grads_in_place(s)
-                        ? (mine / ZT_NORM_BLOCK + zt__max_sz(s->units, 1)) * sizeof(double)
+  /* The pieces cut the shard's state indices, which its segments tile, at
+   * each segment's start and at the multiples of ZT_NORM_BLOCK inside: at
+   * most mine / ZT_NORM_BLOCK + 1 of those. */
+  out->norm_bytes = s->stage >= 1 && !s->on_pinned && !zt__part_grads_in_place(s)
+                        ? (mine / ZT_NORM_BLOCK + 1 + zt__max_sz(s->segs, 1)) * sizeof(double)
                         : 0;
 }
 
@@ -412,10 +413,9 @@ int zt__part_init(zt__part_t *p, const zt__ctx_t *ctx, const zt__zero_reg_t *reg
            !map_or_warn(p, &p->sums_file, "the shard's gradient sums", f.grads_bytes,
                         (void **)&p->grads))
     ZT_TRY(zt__part_alloc(p, f.grads_bytes, (void **)&p->grads));
-  /* On a GPU the norm of fp32 sums, or of gradients in place, is one
-   * sumsq over the shard (step.c). */
-  if (!p->on_device || (zt__part_landed(p) && !p->grads_in_place))
-    ZT_TRY(norm_pieces_init(p, f.norm_bytes));
+  /* On a GPU the norm of gradients in place is one sumsq over the shard
+   * (step.c). */
+  if (!p->grads_in_place || !p->on_device) ZT_TRY(norm_pieces_init(p, f.norm_bytes));
   if (p->on_device) {
     /* Zeroed on the loop's stream: the first sums wait for that. */
     ZT_TRY(p->ctx->be_ops->event_record(p->ctx->be, p->sums_read, ZT_STREAM_COMPUTE));

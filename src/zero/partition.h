@@ -227,11 +227,12 @@ typedef struct zt__part {
   double *norm_sums;
   unsigned char *norm_have;
   size_t n_norm;
-  /* Landed gradients in a GPU's memory (on_device) take their pieces' sums
-   * as they land, in the same pass (land_grads): norm_dev[k], device
-   * memory, is piece k's, which norm_have marks; the step copies them into
-   * norm_sums (registered host memory) and takes the rest on the device
-   * (zt__reduce_sumsq). NULL elsewhere. */
+  /* A shard in a GPU's memory (on_device) takes its pieces' sums of
+   * squares as its gradients are written, in the same pass (rank_sum's
+   * sums, land_grads' landing): norm_dev[k], device memory, is piece k's,
+   * which norm_have marks; the step copies them into norm_sums (registered
+   * host memory) and takes the rest on the device (zt__reduce_sumsq). NULL
+   * elsewhere, and for gradients in place (one sumsq over them). */
   double *norm_dev;
   size_t norm_dev_bytes;
   void *params;  /* the shard's updated parameters, param dtype; with param_tier
@@ -360,7 +361,8 @@ typedef struct zt__part_shape {
   int dense; /* the registration's state index is its buffer index (the
                 units, sorted by offset, end to end from 0: no frozen
                 gap); `ztier plan` assumes so                        */
-  size_t units; /* the registration's units (`ztier plan`: 1 unless told) */
+  size_t segs; /* the registration's segments (its units, sorted, adjacent
+                  ones of one decay flag merged; `ztier plan`: 1)     */
 } zt__part_shape_t;
 
 /* The sizes zt__part_init allocates, computed without allocating (plan.c
@@ -374,10 +376,10 @@ typedef struct zt__part_footprint {
                                zt__part_params_in_place)                   */
   size_t send_bytes, recv_bytes; /* each of the ZT_XFER_SLOTS buckets          */
   size_t gx_recv_bytes;     /* each gather slot's pinned bucket; 0: none     */
-  size_t norm_bytes;        /* landed gradients in a GPU's memory: their
-                               pieces' sums of squares (norm_dev), 8 bytes
-                               for each of at most shard / ZT_NORM_BLOCK +
-                               units pieces; allocated on a GPU backend only */
+  size_t norm_bytes;        /* a shard in a GPU's memory: its pieces' sums of
+                               squares (norm_dev), 8 bytes for each of at
+                               most shard / ZT_NORM_BLOCK + 1 + segs
+                               pieces; allocated on a GPU backend only    */
 } zt__part_footprint_t;
 
 ZT_INTERNAL void zt__part_footprint(const zt__part_shape_t *s, zt__part_footprint_t *out);

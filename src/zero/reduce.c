@@ -79,15 +79,16 @@ static void take_norms(zt__part_t *p, size_t a, size_t b) {
   }
 }
 
-/* Gradients [s, s + n) of the shard about to land in a GPU's memory
- * (norm_dev): where land_grads is to write the sums of squares of its
- * cuts of them, and which pieces of the norm those are. The slots from the
- * piece holding s on get the cuts in order, and no more slots than pieces
- * there are written, as the pieces cut at every multiple of ZT_NORM_BLOCK
- * too; a piece whose slot got a cut that is not the whole piece, or that
- * the gradients only touch, is left to the step (zt__reduce_sumsq), as
- * take_norms leaves it. */
-static double *land_norms(zt__part_t *p, size_t s, size_t n) {
+/* The shard's gradients [s, s + n), about to be written in a GPU's memory
+ * (norm_dev) by a pass that takes the sums of squares of its cuts of them
+ * (land_grads, rank_sum): where that pass is to write them, and which
+ * pieces of the norm those are. The slots from the piece holding s on get
+ * the cuts in order, and no more slots than pieces there are written, as
+ * the pieces cut at every multiple of ZT_NORM_BLOCK too; a piece whose
+ * slot got a cut that is not the whole piece, or that the pass only
+ * touches, is left to the step (zt__reduce_sumsq), as take_norms leaves
+ * it. */
+static double *norms_at(zt__part_t *p, size_t s, size_t n) {
   if (p->norm_dev == NULL) return NULL;
   const size_t B = ZT_NORM_BLOCK, e = s + n, k0 = norm_piece_at(p, s);
   for (size_t k = k0; k < p->n_norm && p->norm_pieces[k].index < e; k++) {
@@ -105,11 +106,11 @@ static void forget_norms(zt__part_t *p, size_t a, size_t b) {
 }
 
 /* Lands n 16-bit gradients of the shard from state index s, read at src,
- * with their pieces' sums of squares (land_norms), on the D2H stream. */
+ * with their pieces' sums of squares (norms_at), on the D2H stream. */
 static int land_run(zt__part_t *p, const void *src, size_t s, size_t n) {
   return p->ctx->be_ops->land_grads(p->ctx->be, (uint16_t *)zt__part_sums_at(p, s),
                                     (const uint16_t *)src, n, p->sums_dtype, s,
-                                    land_norms(p, s, n), ZT_STREAM_D2H);
+                                    norms_at(p, s, n), ZT_STREAM_D2H);
 }
 
 /* The state span [a, b) of the loop's registered gradients, landed a unit
@@ -168,7 +169,7 @@ static int sum_bucket_on_device(zt__part_t *p, zt__xfer_t *x) {
     if (!zt__span_clip(x->spans[k].a, x->spans[k].b, p->begin, p->end, &a, &b)) continue;
     rc = be->rank_sum(p->ctx->be, (float *)zt__part_sums_at(p, a),
                       (const char *)runs_of(p, x) + i * gsz, mine, p->reg.grad_dtype, p->world,
-                      b - a, x->first, ZT_STREAM_REDUCE);
+                      b - a, x->first, a, norms_at(p, a, b - a), ZT_STREAM_REDUCE);
     i += b - a;
   }
   if (rc == 0) rc = be->event_record(p->ctx->be, x->summed, ZT_STREAM_REDUCE);
