@@ -565,20 +565,45 @@ HD void land_cut(u64 index, u64 n, u64 cut, u64 *lo, u64 *hi) {
   *hi = end < n ? end : n;
 }
 
+/* One element of rank_sum_kernel: the ranks' runs added in rank order. */
+template <int GD>
+HD float ranks_sum(const void *__restrict__ runs, u64 stride, int world, u64 j) {
+  float sum = load_elem<GD>(runs, j);
+  for (int r = 1; r < world; r++) sum = add_rn(sum, load_elem<GD>(runs, r * stride + j));
+  return sum;
+}
+
 /* rank_sum_kernel's sums of the cut [lo, hi) at one warp, with their sum of
  * squares: lane `lane` writes sumsq_lane's elements and adds their squares
- * in its order, so the warp's fold gives sumsq_kernel's sum of the sums. */
+ * in its order, so the warp's fold gives sumsq_kernel's sum of the sums.
+ * As there, 16 elements' loads go first and their adds after, in order. */
 template <int GD>
-HD double rank_sum_sumsq_lane(float *sums, const void *runs, u64 stride, int world, int first,
-                              u64 lo, u64 hi, unsigned lane) {
+HD double rank_sum_sumsq_lane(float *__restrict__ sums, const void *__restrict__ runs,
+                              u64 stride, int world, int first, u64 lo, u64 hi,
+                              unsigned lane) {
   const u64 len = hi - lo;
   const u64 cnt = len > lane ? (len - lane + 31) / 32 : 0;
+  const u64 at = lo + lane;
   double acc = 0.0;
-  for (u64 k = 0; k < cnt; k++) {
-    const u64 j = lo + lane + k * 32;
-    float sum = load_elem<GD>(runs, j);
-    for (int r = 1; r < world; r++) sum = add_rn(sum, load_elem<GD>(runs, r * stride + j));
-    sum = add_rn(first ? 0.0f : sums[j], sum);
+  u64 k = 0;
+  for (; k + 16 <= cnt; k += 16) {
+    float x[16], base[16];
+    UNROLL
+    for (int u = 0; u < 16; u++) {
+      x[u] = ranks_sum<GD>(runs, stride, world, at + (k + u) * 32);
+      base[u] = first ? 0.0f : sums[at + (k + u) * 32];
+    }
+    UNROLL
+    for (int u = 0; u < 16; u++) {
+      const float sum = add_rn(base[u], x[u]);
+      sums[at + (k + u) * 32] = sum;
+      const double d = (double)sum;
+      acc += d * d;
+    }
+  }
+  for (; k < cnt; k++) {
+    const u64 j = at + k * 32;
+    const float sum = add_rn(first ? 0.0f : sums[j], ranks_sum<GD>(runs, stride, world, j));
     sums[j] = sum;
     const double d = (double)sum;
     acc += d * d;

@@ -536,9 +536,12 @@ ZT_API int zt_step(zt_engine_t *eng, const zt_step_args_t *args,
  * For loops that clip themselves. inf/nan when a gradient is. Synchronous.
  * At stages 1 to 3 the norm needs the gradients summed over ranks, so this
  * hands every group's gradients over to their owners, as zt_step() would:
- * call it after the last micro-step's backward, just before zt_step().
- * Gradients added after it, until that zt_step(), are not seen by the step
- * (stage 1 cannot tell that they changed).
+ * call it after the last micro-step's backward, just before zt_step(),
+ * and leave the gradient buffer alone in between: gradients changed there
+ * are not seen by a step that has them handed over (stage 1 cannot tell
+ * that they changed), while stage 0, and one rank at stage 1 whose
+ * gradients are read where the loop wrote them (docs/design.md), read the
+ * buffer again at the step, norm included.
  */
 ZT_API int zt_grad_norm(zt_engine_t *eng, float grad_scale, double *norm);
 

@@ -54,9 +54,9 @@ static expect_t expect_rows(uint64_t n, int W, int stage, uint64_t p, uint64_t g
   /* On the device with the device tier, and with the host tier too where
    * the comm moves device memory (nccl): reduced there first. */
   if (stage && (!host_tier || nccl)) {
-    /* And the norm's pieces' sums of squares, 8 bytes for each of at most
+    /* And the norm's pieces' sums of squares, 16 bytes for each of at most
      * a piece a ZT_NORM_BLOCK, one more and one a segment (one here). */
-    e.shard = mine * 4 + mine * p + (mine / 65536 + 2) * 8;
+    e.shard = mine * 4 + mine * p + (mine / 65536 + 2) * 16;
     e.buckets = 2 * (send + recv);
   }
   if (stage == 3) {

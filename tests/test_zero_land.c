@@ -109,14 +109,14 @@ static void land_as_stage_2(zt_tier_t tier, int sums_where, zt_dtype_t dt) {
     buckets += zt__tier_mem_bytes(xs->send_bytes) - zt__tier_mem_bytes(xl->send_bytes);
   }
   /* On a GPU backend the landing and the sums alike take the norm's
-   * pieces' sums to device memory of their own: 8 bytes a piece, at most
-   * as many as the shard has blocks of ZT_NORM_BLOCK, one more, and the
-   * registration's segments. */
+   * pieces' sums to device memory of their own: 16 bytes a piece (the
+   * passes' and the step's), at most as many as the shard has blocks of
+   * ZT_NORM_BLOCK, one more, and the registration's segments. */
   const zt__part_t *ps = &sums.eng->zero.part;
   assert_int_equal(p->norm_dev != NULL, device && t_backend() != ZT_BACKEND_HOST);
   assert_int_equal(ps->norm_dev != NULL, p->norm_dev != NULL);
   if (p->norm_dev) {
-    assert_int_equal(p->norm_dev_bytes, (states / ZT_NORM_BLOCK + 1 + p->reg.n_segs) * 8);
+    assert_int_equal(p->norm_dev_bytes, (states / ZT_NORM_BLOCK + 1 + p->reg.n_segs) * 16);
     assert_int_equal(ps->norm_dev_bytes, p->norm_dev_bytes);
   }
   if (sums_where != ZT_GRAD_SUMS_DISK)
@@ -271,6 +271,57 @@ static void in_place_as_stage_0(int stage) {
   free(h), free(got), free(want);
 }
 
+/* One rank at stage 2 with the device tier on a GPU backend: one group of
+ * a weight, a bias and a weight (a change of decay flag inside a block of
+ * ZT_NORM_BLOCK, which cuts a piece of the norm there), handed over in one
+ * bucket, from the registered buffer and from the group's own (zt_grads:
+ * one span over all three units). The sums' own pass takes every piece's
+ * sum of squares, none left to the step, and the norm is the gradients'. */
+static void pieces_taken_in_pass(int registered) {
+  const size_t n = 501000, w0 = 100000, b0 = 1000;
+  zt_config_t cfg = t_config();
+  cfg.stage = 2;
+  cfg.optimizer_tier = ZT_TIER_DEVICE;
+  zt_engine_t *eng = t_engine(&cfg);
+  uint16_t *h = malloc(n * 2);
+  assert_non_null(h);
+  t_rng_t rng;
+  t_rng_init(&rng, t_seed() ^ (0x91eceull + (uint64_t)registered));
+  fill_grads(h, ZT_BF16, n, &rng);
+  void *params = t_buf_alloc(eng, n * 2), *grads = registered ? t_buf_alloc(eng, n * 2) : NULL;
+  t_buf_upload(eng, params, h, n * 2);
+  zt_unit_t u[3] = {{"w0", 0, w0, 0, 1, ZT_BF16},
+                    {"b0", w0, b0, 0, 0, ZT_BF16},
+                    {"w1", w0 + b0, n - w0 - b0, 0, 1, ZT_BF16}};
+  T_OK(zt_register_units(eng, params, grads, n, ZT_BF16, ZT_BF16, u, 3), eng);
+  if (!registered) {
+    void *ptrs[3];
+    assert_int_equal(zt_grads(eng, 0, ptrs, 3), 3);
+    grads = ptrs[0]; /* the group's units, end to end */
+    assert_ptr_equal(ptrs[2], (char *)grads + (w0 + b0) * 2);
+  }
+  t_buf_upload(eng, grads, h, n * 2);
+  T_OK(zt_grads_ready(eng, 0), eng);
+  const zt__part_t *p = &eng->zero.part;
+  size_t taken = 0;
+  for (size_t k = 0; k < p->n_norm; k++) taken += p->norm_have[k];
+  print_message("# %zu of %zu pieces taken by the sums' own pass\n", taken, p->n_norm);
+  assert_true(p->n_norm > n / ZT_NORM_BLOCK + 1); /* the bias cuts a piece */
+  if (p->norm_dev) assert_int_equal(taken, p->n_norm);
+  double norm = 0.0, want = 0.0;
+  T_OK(zt_grad_norm(eng, 1.0f, &norm), eng);
+  for (size_t i = 0; i < n; i++) want += t_load(h, ZT_BF16, i) * t_load(h, ZT_BF16, i);
+  want = sqrt(want);
+  if (fabs(norm - want) > 1e-12 * want) fail_msg("norm %.17g, want %.17g", norm, want);
+  t_buf_free(eng, params, n * 2);
+  if (registered) t_buf_free(eng, grads, n * 2);
+  zt_engine_destroy(eng);
+  free(h);
+}
+
+static void test_pieces_taken_registered(void **state) { pieces_taken_in_pass(1); }
+static void test_pieces_taken_group_buffer(void **state) { pieces_taken_in_pass(0); }
+
 static void test_in_place_stage_1(void **state) { in_place_as_stage_0(1); }
 static void test_in_place_stage_2(void **state) { in_place_as_stage_0(2); }
 
@@ -283,6 +334,8 @@ int main(void) {
       cmocka_unit_test(test_nvme_bf16_file),
       cmocka_unit_test(test_device_bf16),
       cmocka_unit_test(test_device_fp16),
+      cmocka_unit_test(test_pieces_taken_registered),
+      cmocka_unit_test(test_pieces_taken_group_buffer),
       cmocka_unit_test(test_in_place_stage_1),
       cmocka_unit_test(test_in_place_stage_2),
   };

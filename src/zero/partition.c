@@ -190,9 +190,10 @@ void zt__part_footprint(const zt__part_shape_t *s, zt__part_footprint_t *out) {
   out->gx_recv_bytes = s->stage >= 3 && s->on_pinned ? bucket * psz : 0;
   /* The pieces cut the shard's state indices, which its segments tile, at
    * each segment's start and at the multiples of ZT_NORM_BLOCK inside: at
-   * most mine / ZT_NORM_BLOCK + 1 of those. */
+   * most mine / ZT_NORM_BLOCK + 1 of those. A slot each for the passes'
+   * sums, and one each for those the step takes (partition.h). */
   out->norm_bytes = s->stage >= 1 && !s->on_pinned && !zt__part_grads_in_place(s)
-                        ? (mine / ZT_NORM_BLOCK + 1 + zt__max_sz(s->segs, 1)) * sizeof(double)
+                        ? 2 * (mine / ZT_NORM_BLOCK + 1 + zt__max_sz(s->segs, 1)) * sizeof(double)
                         : 0;
 }
 
@@ -338,18 +339,21 @@ static int dense(const zt__zero_reg_t *reg) {
  * (norm_bytes), and a registered host copy the step reads them into. */
 static int norm_pieces_init(zt__part_t *p, size_t dev_bytes) {
   p->n_norm = zt__cpu_sumsq_pieces(p->segs, p->n_segs, NULL);
+  /* On the device the host copy takes all of norm_dev back at once. */
+  size_t host_sums = p->on_device ? dev_bytes / sizeof(double) : p->n_norm;
   p->norm_pieces = calloc(p->n_norm + 1, sizeof *p->norm_pieces);
-  p->norm_sums = calloc(p->n_norm + 1, sizeof *p->norm_sums);
+  p->norm_sums = calloc(host_sums + 1, sizeof *p->norm_sums);
   p->norm_have = calloc(p->n_norm + 1, 1);
-  if (!p->norm_pieces || !p->norm_sums || !p->norm_have)
+  if (p->on_device) p->norm_missing = calloc(p->n_norm + 1, sizeof *p->norm_missing);
+  if (!p->norm_pieces || !p->norm_sums || !p->norm_have || (p->on_device && !p->norm_missing))
     return zt__errf(p->ctx->err, -ENOMEM, "out of memory");
   zt__cpu_sumsq_pieces(p->segs, p->n_segs, p->norm_pieces);
   if (!p->on_device) return 0;
-  ZT_ASSERT(p->n_norm * sizeof(double) <= dev_bytes);
+  ZT_ASSERT(2 * p->n_norm * sizeof(double) <= dev_bytes);
   ZT_TRY(zt__part_alloc(p, dev_bytes, (void **)&p->norm_dev));
   p->norm_dev_bytes = dev_bytes;
   int rc = p->ctx->be_ops->host_register(p->ctx->be, p->norm_sums,
-                                         (p->n_norm + 1) * sizeof *p->norm_sums);
+                                         (host_sums + 1) * sizeof *p->norm_sums);
   if (rc < 0) {
     zt__part_release(p, p->norm_dev, dev_bytes);
     p->norm_dev = NULL;
@@ -392,7 +396,9 @@ int zt__part_init(zt__part_t *p, const zt__ctx_t *ctx, const zt__zero_reg_t *reg
                             dense(&p->reg),     p->reg.n_segs};
   zt__part_footprint(&shape, &f);
   p->params_in_place = zt__part_params_in_place(&shape) && !p->params_pinned;
-  p->grads_in_place = zt__part_grads_in_place(&shape) && p->params_in_place;
+  /* As the footprint decides it (stages 1 and 2 pin no parameters). */
+  p->grads_in_place = zt__part_grads_in_place(&shape);
+  ZT_ASSERT(!p->grads_in_place || p->params_in_place);
   p->shard = f.shard;
   p->begin = f.begin;
   p->end = f.end;
@@ -634,6 +640,7 @@ void zt__part_free(zt__part_t *p) {
   free(p->norm_pieces);
   free(p->norm_sums);
   free(p->norm_have);
+  free(p->norm_missing);
   memset(p, 0, sizeof *p);
 }
 

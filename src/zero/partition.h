@@ -229,12 +229,14 @@ typedef struct zt__part {
   size_t n_norm;
   /* A shard in a GPU's memory (on_device) takes its pieces' sums of
    * squares as its gradients are written, in the same pass (rank_sum's
-   * sums, land_grads' landing): norm_dev[k], device memory, is piece k's,
-   * which norm_have marks; the step copies them into norm_sums (registered
-   * host memory) and takes the rest on the device (zt__reduce_sumsq). NULL
-   * elsewhere, and for gradients in place (one sumsq over them). */
+   * sums, land_grads' landing): norm_dev[k], device memory, is piece k's
+   * where norm_have marks it. The step takes the rest (norm_missing) in one
+   * sumsq_pieces into the second half of norm_dev, and copies all of it
+   * into norm_sums (registered host memory) at once (zt__reduce_sumsq).
+   * NULL elsewhere, and for gradients in place (one sumsq over them). */
   double *norm_dev;
   size_t norm_dev_bytes;
+  zt__seg_t *norm_missing;
   void *params;  /* the shard's updated parameters, param dtype; with param_tier
                     "nvme" only inside the step (between steps: on disk)       */
   int on_pinned; /* grads/buckets (and params) are pinned host memory
@@ -377,7 +379,7 @@ typedef struct zt__part_footprint {
   size_t send_bytes, recv_bytes; /* each of the ZT_XFER_SLOTS buckets          */
   size_t gx_recv_bytes;     /* each gather slot's pinned bucket; 0: none     */
   size_t norm_bytes;        /* a shard in a GPU's memory: its pieces' sums of
-                               squares (norm_dev), 8 bytes for each of at
+                               squares (norm_dev), 16 bytes for each of at
                                most shard / ZT_NORM_BLOCK + 1 + segs
                                pieces; allocated on a GPU backend only    */
 } zt__part_footprint_t;

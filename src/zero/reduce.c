@@ -84,7 +84,8 @@ static void take_norms(zt__part_t *p, size_t a, size_t b) {
  * (land_grads, rank_sum): where that pass is to write them, and which
  * pieces of the norm those are. The slots from the piece holding s on get
  * the cuts in order, and no more slots than pieces there are written, as
- * the pieces cut at every multiple of ZT_NORM_BLOCK too; a piece whose
+ * the pieces cut at every multiple of ZT_NORM_BLOCK too. Within one
+ * segment of the shard (seg_end) the cuts are its pieces; a piece whose
  * slot got a cut that is not the whole piece, or that the pass only
  * touches, is left to the step (zt__reduce_sumsq), as take_norms leaves
  * it. */
@@ -97,6 +98,13 @@ static double *norms_at(zt__part_t *p, size_t s, size_t n) {
     p->norm_have[k] = lo < e && q->index == lo && q->index + q->n == hi;
   }
   return p->norm_dev + k0;
+}
+
+/* The end of the shard's segment holding index s: the pieces of the norm
+ * cut there too, so a pass that takes its cuts' sums stops there. */
+static size_t seg_end(const zt__part_t *p, size_t s) {
+  const zt__seg_t *g = &p->segs[zt__part_seg_of_state(p->segs, p->n_segs, s - p->begin)];
+  return g->index + g->n;
 }
 
 /* The pieces [a, b) touches, changed without their sums. */
@@ -115,15 +123,24 @@ static void forget_norms(zt__part_t *p, size_t a, size_t b) {
 static int writes_shard(const zt__part_t *p) { return p->on_device && p->world == 1; }
 
 /* n gradients of the shard from state index s, read at src, written into
- * the shard (writes_shard) with their pieces' sums of squares (norms_at). */
+ * the shard (writes_shard) with their pieces' sums of squares (norms_at),
+ * a segment of the shard at a time. */
 static int write_run(zt__part_t *p, const zt__xfer_t *x, const void *src, size_t s, size_t n) {
   const zt__backend_ops_t *be = p->ctx->be_ops;
-  double *norms = norms_at(p, s, n);
-  if (zt__part_landed(p))
-    return be->land_grads(p->ctx->be, (uint16_t *)zt__part_sums_at(p, s),
-                          (const uint16_t *)src, n, p->sums_dtype, s, norms, ZT_STREAM_D2H);
-  return be->rank_sum(p->ctx->be, (float *)zt__part_sums_at(p, s), src, n, p->reg.grad_dtype,
-                      1, n, x->first, s, norms, ZT_STREAM_D2H);
+  size_t gsz = zt__dtype_size(p->reg.grad_dtype);
+  for (size_t c = s, e; c < s + n; c = e) {
+    e = zt__min_sz(s + n, seg_end(p, c));
+    const char *from = (const char *)src + (c - s) * gsz;
+    double *norms = norms_at(p, c, e - c);
+    if (zt__part_landed(p))
+      ZT_TRY(be->land_grads(p->ctx->be, (uint16_t *)zt__part_sums_at(p, c),
+                            (const uint16_t *)from, e - c, p->sums_dtype, c, norms,
+                            ZT_STREAM_D2H));
+    else
+      ZT_TRY(be->rank_sum(p->ctx->be, (float *)zt__part_sums_at(p, c), from, e - c,
+                          p->reg.grad_dtype, 1, e - c, x->first, c, norms, ZT_STREAM_D2H));
+  }
+  return 0;
 }
 
 /* The state span [a, b) of the loop's registered gradients, written a unit
@@ -181,9 +198,14 @@ static int sum_bucket_on_device(zt__part_t *p, zt__xfer_t *x) {
   for (size_t k = 0; k < x->n_spans && mine && rc == 0; k++) {
     size_t a, b;
     if (!zt__span_clip(x->spans[k].a, x->spans[k].b, p->begin, p->end, &a, &b)) continue;
-    rc = be->rank_sum(p->ctx->be, (float *)zt__part_sums_at(p, a),
-                      (const char *)runs_of(p, x) + i * gsz, mine, p->reg.grad_dtype, p->world,
-                      b - a, x->first, a, norms_at(p, a, b - a), ZT_STREAM_REDUCE);
+    /* A segment of the shard at a time, so that the cuts are its pieces. */
+    for (size_t c = a, e; c < b && rc == 0; c = e) {
+      e = zt__min_sz(b, seg_end(p, c));
+      rc = be->rank_sum(p->ctx->be, (float *)zt__part_sums_at(p, c),
+                        (const char *)runs_of(p, x) + (i + c - a) * gsz, mine,
+                        p->reg.grad_dtype, p->world, e - c, x->first, c,
+                        norms_at(p, c, e - c), ZT_STREAM_REDUCE);
+    }
     i += b - a;
   }
   if (rc == 0) rc = be->event_record(p->ctx->be, x->summed, ZT_STREAM_REDUCE);
@@ -588,22 +610,22 @@ int zt__reduce_drop_buckets(zt__part_t *p) {
   return rc;
 }
 
-/* The pieces' sums of gradients landed in a GPU's memory: those no landing
- * took are taken into their slots on the loop's stream, a run of them at a
- * time, and all come back to the host in one copy and one wait. */
+/* The pieces' sums of a shard in a GPU's memory: those no pass took are
+ * taken in one sumsq_pieces on the loop's stream into norm_dev's second
+ * half, and all come back to the host in one copy and one wait. */
 static int sums_from_device(zt__part_t *p) {
   const zt__backend_ops_t *be = p->ctx->be_ops;
-  for (size_t k = 0, e; k < p->n_norm; k = e) {
-    for (e = k; e < p->n_norm && !p->norm_have[e];) e++;
-    if (e > k)
-      ZT_TRY(be->sumsq_pieces(p->ctx->be, p->grads, p->begin, p->sums_dtype,
-                              &p->norm_pieces[k], e - k, p->norm_dev + k, ZT_STREAM_COMPUTE));
-    else
-      e++;
-  }
-  ZT_TRY(be->copy(p->ctx->be, p->norm_sums, p->norm_dev, p->n_norm * sizeof *p->norm_sums,
+  size_t half = p->norm_dev_bytes / (2 * sizeof(double)), m = 0;
+  for (size_t k = 0; k < p->n_norm; k++)
+    if (!p->norm_have[k]) p->norm_missing[m++] = p->norm_pieces[k];
+  if (m)
+    ZT_TRY(be->sumsq_pieces(p->ctx->be, p->grads, p->begin, p->sums_dtype, p->norm_missing, m,
+                            p->norm_dev + half, ZT_STREAM_COMPUTE));
+  ZT_TRY(be->copy(p->ctx->be, p->norm_sums, p->norm_dev, (half + m) * sizeof *p->norm_sums,
                   ZT_COPY_D2H, ZT_STREAM_COMPUTE));
   ZT_TRY(be->stream_sync(p->ctx->be, ZT_STREAM_COMPUTE));
+  for (size_t k = 0, i = 0; k < p->n_norm; k++)
+    if (!p->norm_have[k]) p->norm_sums[k] = p->norm_sums[half + i++];
   memset(p->norm_have, 1, p->n_norm);
   return 0;
 }
