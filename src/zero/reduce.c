@@ -113,46 +113,41 @@ static void forget_norms(zt__part_t *p, size_t a, size_t b) {
     p->norm_have[k] = 0;
 }
 
-/* One rank whose shard is in a GPU's memory has no bucket to fill: each
- * bucket's gradients go straight from where the loop left them into the
- * shard, where its packing would have copied them, on the D2H stream (so
- * in pack order, and before the handed-over gradients are zeroed there):
- * landed as they are (land_grads), or into the fp32 sums (rank_sum of one
- * rank, written or added as the bucket's first says). Either pass takes
- * its pieces' sums of squares; the reduce stream is left nothing to sum. */
-static int writes_shard(const zt__part_t *p) { return p->on_device && p->world == 1; }
+/* Gradients that land as they are in a GPU's memory go straight from where
+ * the loop left them into the shard, where the bucket's packing would have
+ * copied them, on the D2H stream (so in pack order, and before handed-over
+ * gradients are zeroed there), by land_grads, which takes their pieces'
+ * sums of squares; the reduce stream is left nothing to sum. (One rank's
+ * fp32 sums written the same way by rank_sum were slower on sim: the
+ * zeroing then waits for the sums on one stream, where packing copies
+ * overlap the sums on the reduce stream; docs/bench.md.) */
+static int lands_on_device(const zt__part_t *p) {
+  return p->on_device && zt__part_landed(p);
+}
 
-/* n gradients of the shard from state index s, read at src, written into
- * the shard (writes_shard) with their pieces' sums of squares (norms_at),
- * a segment of the shard at a time. */
-static int write_run(zt__part_t *p, const zt__xfer_t *x, const void *src, size_t s, size_t n) {
+/* Lands n gradients of the shard from state index s, read at src, with
+ * their pieces' sums of squares (norms_at), a segment of the shard at a
+ * time. */
+static int land_run(zt__part_t *p, const void *src, size_t s, size_t n) {
   const zt__backend_ops_t *be = p->ctx->be_ops;
-  size_t gsz = zt__dtype_size(p->reg.grad_dtype);
   for (size_t c = s, e; c < s + n; c = e) {
     e = zt__min_sz(s + n, seg_end(p, c));
-    const char *from = (const char *)src + (c - s) * gsz;
-    double *norms = norms_at(p, c, e - c);
-    if (zt__part_landed(p))
-      ZT_TRY(be->land_grads(p->ctx->be, (uint16_t *)zt__part_sums_at(p, c),
-                            (const uint16_t *)from, e - c, p->sums_dtype, c, norms,
-                            ZT_STREAM_D2H));
-    else
-      ZT_TRY(be->rank_sum(p->ctx->be, (float *)zt__part_sums_at(p, c), from, e - c,
-                          p->reg.grad_dtype, 1, e - c, x->first, c, norms, ZT_STREAM_D2H));
+    ZT_TRY(be->land_grads(p->ctx->be, (uint16_t *)zt__part_sums_at(p, c),
+                          (const uint16_t *)src + (c - s), e - c, p->sums_dtype, c,
+                          norms_at(p, c, e - c), ZT_STREAM_D2H));
   }
   return 0;
 }
 
-/* The state span [a, b) of the loop's registered gradients, written a unit
+/* The state span [a, b) of the loop's registered gradients, landed a unit
  * at a time (zt__part_walk's pieces of the buffer). */
-static int write_registered(zt__part_t *p, const zt__xfer_t *x, size_t a, size_t b) {
+static int land_registered(zt__part_t *p, size_t a, size_t b) {
   const zt__seg_t *segs = p->reg.segs;
   size_t gsz = zt__dtype_size(p->reg.grad_dtype);
   for (size_t j = zt__part_seg_of_state(segs, p->reg.n_segs, a), s = a; s < b; j++) {
     size_t n = zt__min_sz(b, segs[j].state_off + segs[j].n) - s;
-    ZT_TRY(write_run(p, x,
-                     (const char *)p->reg.grads + (segs[j].index + s - segs[j].state_off) * gsz,
-                     s, n));
+    ZT_TRY(land_run(p, (const char *)p->reg.grads + (segs[j].index + s - segs[j].state_off) * gsz,
+                    s, n));
     s += n;
   }
   return 0;
@@ -193,8 +188,8 @@ static int sum_bucket_on_device(zt__part_t *p, zt__xfer_t *x) {
   size_t mine = x->mine, i = 0;
   size_t gsz = zt__dtype_size(p->reg.grad_dtype);
   int rc = 0;
-  /* Gradients written into the shard at packing have no sums left. */
-  if (writes_shard(p)) mine = 0;
+  /* Landed gradients are their own sums: land_grads wrote them. */
+  if (zt__part_landed(p)) mine = 0;
   for (size_t k = 0; k < x->n_spans && mine && rc == 0; k++) {
     size_t a, b;
     if (!zt__span_clip(x->spans[k].a, x->spans[k].b, p->begin, p->end, &a, &b)) continue;
@@ -374,30 +369,26 @@ static int start_bucket(zt__part_t *p, zt__xfer_t *x) {
   size_t gsz = zt__dtype_size(p->reg.grad_dtype);
   zt__copy_kind_t kind = p->on_pinned ? ZT_COPY_D2H : ZT_COPY_D2D;
   /* Gradients that land as they are go to the shard's own (one rank: the
-   * shard is every span), and so does all of one rank's in a GPU's memory
-   * (writes_shard), which leaves the sums nothing to do. */
-  int landed = zt__part_landed(p), direct = writes_shard(p);
+   * shard is every span); in device memory through land_grads, which
+   * leaves their sums nothing to do (lands_on_device). */
+  int landed = zt__part_landed(p), on_device_landed = lands_on_device(p);
   size_t off = 0;
   for (size_t k = 0; k < x->n_spans; k++) {
     const zt__span_t *sp = &x->spans[k];
-    char *dst = landed || direct ? zt__part_sums_at(p, sp->a) : (char *)x->send + off * gsz;
+    char *dst = landed ? zt__part_sums_at(p, sp->a) : (char *)x->send + off * gsz;
     size_t n = sp->b - sp->a;
-    if (sp->at == NULL && direct) {
-      ZT_TRY(write_registered(p, x, sp->a, sp->b));
+    if (sp->at == NULL && on_device_landed) {
+      ZT_TRY(land_registered(p, sp->a, sp->b));
     } else if (sp->at == NULL) {
       ZT_TRY(zt__part_span_op(p, ZT_SPAN_PACK, dst, p->reg.grads, gsz, sp->a, sp->b, kind,
                               ZT_STREAM_D2H));
     } else if (sp->at == ZT_SPAN_ZERO) {
-      /* Zeros: the sums a first hand-over writes (adding them changes
-       * nothing), or the packed gradients. The slot is free (take_slot), so
-       * the CPU may write pinned memory. */
-      size_t esz = direct ? zt__dtype_size(p->sums_dtype) : gsz;
+      /* The slot is free (take_slot), so the CPU may write pinned memory. */
       if (p->on_pinned) memset(dst, 0, n * gsz);
-      else if (!direct || landed || x->first)
-        ZT_TRY(be->memset_zero(p->ctx->be, dst, n * esz, ZT_STREAM_D2H));
-      if (direct && (landed || x->first)) forget_norms(p, sp->a, sp->b);
-    } else if (direct) {
-      ZT_TRY(write_run(p, x, sp->at, sp->a, n));
+      else ZT_TRY(be->memset_zero(p->ctx->be, dst, n * gsz, ZT_STREAM_D2H));
+      if (on_device_landed) forget_norms(p, sp->a, sp->b);
+    } else if (on_device_landed) {
+      ZT_TRY(land_run(p, sp->at, sp->a, n));
     } else {
       ZT_TRY(be->copy(p->ctx->be, dst, sp->at, n * gsz, kind, ZT_STREAM_D2H));
     }
