@@ -453,6 +453,17 @@ HD double sumsq_lane(const void *grads, u64 lo, u64 hi, unsigned lane) {
   return acc;
 }
 
+/* A warp's lane sums folded in the CPU's order: lane j += lane j + w, w =
+ * 16 ... 1 (lane j + w has already been folded at the larger w, as on the
+ * CPU); lane 0 holds the piece's sum. */
+__device__ __forceinline__ double fold_lanes(double acc, unsigned lane) {
+  for (int w = 16; w >= 1; w >>= 1) {
+    const double other = __shfl_down_sync(0xffffffffu, acc, w);
+    if ((int)lane < w) acc += other;
+  }
+  return acc;
+}
+
 template <int GD>
 __global__ void __launch_bounds__(ZT_CUDA_SUMSQ_THREADS)
 sumsq_kernel(const void *__restrict__ grads, u64 grads_first, const zt__cuda_seg_t *segs,
@@ -464,13 +475,8 @@ sumsq_kernel(const void *__restrict__ grads, u64 grads_first, const zt__cuda_seg
   piece_range(segs[find_seg(segs, n_segs, piece)], piece, &lo, &hi);
   /* Pieces follow the global index (as the CPU's blocks do); the lanes
    * count from the piece's start, so the offset changes no sum. */
-  double acc = sumsq_lane<GD>(grads, lo - grads_first, hi - grads_first, lane);
-  /* The CPU's fold: lane j += lane j + w, w = 16 ... 1. Lane j + w has
-   * already been folded at the larger w, as on the CPU. */
-  for (int w = 16; w >= 1; w >>= 1) {
-    const double other = __shfl_down_sync(0xffffffffu, acc, w);
-    if ((int)lane < w) acc += other;
-  }
+  const double acc = fold_lanes(sumsq_lane<GD>(grads, lo - grads_first, hi - grads_first, lane),
+                                lane);
   if (lane == 0) partials[piece] = acc;
 }
 
@@ -621,11 +627,8 @@ rank_sum_sumsq_kernel(float *__restrict__ sums, const void *__restrict__ runs, u
   if (cut >= land_cuts(index, n)) return; /* whole warps leave together */
   u64 lo, hi;
   land_cut(index, n, cut, &lo, &hi);
-  double acc = rank_sum_sumsq_lane<GD>(sums, runs, stride, world, first, lo, hi, lane);
-  for (int w = 16; w >= 1; w >>= 1) {
-    const double other = __shfl_down_sync(0xffffffffu, acc, w);
-    if ((int)lane < w) acc += other;
-  }
+  const double acc =
+      fold_lanes(rank_sum_sumsq_lane<GD>(sums, runs, stride, world, first, lo, hi, lane), lane);
   if (lane == 0) norms[cut] = acc;
 }
 
@@ -729,11 +732,7 @@ land_sumsq_kernel(uint16_t *__restrict__ dst, const uint16_t *__restrict__ src, 
   if (cut >= land_cuts(index, n)) return; /* whole warps leave together */
   u64 lo, hi;
   land_cut(index, n, cut, &lo, &hi);
-  double acc = land_sumsq_lane<GD>(dst, src, lo, hi, lane);
-  for (int w = 16; w >= 1; w >>= 1) {
-    const double other = __shfl_down_sync(0xffffffffu, acc, w);
-    if ((int)lane < w) acc += other;
-  }
+  const double acc = fold_lanes(land_sumsq_lane<GD>(dst, src, lo, hi, lane), lane);
   if (lane == 0) sums[cut] = acc;
 }
 

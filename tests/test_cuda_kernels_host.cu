@@ -773,11 +773,23 @@ static double lane_sum(const void *g, u64 lo, u64 hi, unsigned lane) {
   return kern::sumsq_lane<GD>(g, lo, hi, lane);
 }
 
+/* fold_lanes (kernels.cu) on the host: lane j gets lane j + w's value (its
+ * own when j + w >= 32) and adds it when j < w, all lanes at once, for w =
+ * 16 ... 1, as __shfl_down_sync does; lane 0's sum. */
+static double warp_fold(double acc[32]) {
+  for (int w = 16; w >= 1; w >>= 1) {
+    double other[32];
+    for (int j = 0; j < 32; j++) other[j] = j + w < 32 ? acc[j + w] : acc[j];
+    for (int j = 0; j < 32; j++)
+      if (j < w) acc[j] += other[j];
+  }
+  return acc[0];
+}
+
 /* sumsq_kernel for every warp of sumsq_launch's grid: warp w of block b
  * sums piece b * 8 + w (warps past the last piece leave), its 32 lanes
- * folded as __shfl_down_sync folds them: lane j gets lane j + w's value
- * (its own when j + w >= 32) and adds it when j < w, all lanes at once.
- * Then cuda_sumsq's host part: the piece sums added in piece order. */
+ * folded (warp_fold). Then cuda_sumsq's host part: the piece sums added in
+ * piece order. */
 static double gpu_sumsq(const void *g, zt_dtype_t dt, const zt__cuda_seg_t *plan,
                         size_t n_plan, u64 pieces, double *partials) {
   const u64 per_block = ZT_CUDA_SUMSQ_THREADS / 32;
@@ -793,13 +805,7 @@ static double gpu_sumsq(const void *g, zt_dtype_t dt, const zt__cuda_seg_t *plan
         acc[lane] = dt == ZT_FP32   ? lane_sum<ZT_FP32>(g, lo, hi, lane)
                     : dt == ZT_BF16 ? lane_sum<ZT_BF16>(g, lo, hi, lane)
                                     : lane_sum<ZT_FP16>(g, lo, hi, lane);
-      for (int s = 16; s >= 1; s >>= 1) {
-        double other[32];
-        for (int j = 0; j < 32; j++) other[j] = j + s < 32 ? acc[j + s] : acc[j];
-        for (int j = 0; j < 32; j++)
-          if (j < s) acc[j] += other[j];
-      }
-      partials[piece] = acc[0];
+      partials[piece] = warp_fold(acc);
     }
   double total = 0.0;
   for (u64 i = 0; i < pieces; i++) total += partials[i];
@@ -1042,6 +1048,44 @@ static void test_land_grads_matches_cpu(void **state) {
   printf("# land_grads: %d cases bit-identical to zt__cpu_land_grads\n", cases);
 }
 
+/* A kernel of a warp a cut (land_sumsq_kernel, rank_sum_sumsq_kernel)
+ * over its whole grid: warp w of block b takes cut b * 8 + w of the indices
+ * [index, index + n) at the multiples of ZT_NORM_BLOCK (warps past the
+ * last cut leave), lane_sum(lo, hi, lane) its lanes' sums, folded
+ * (warp_fold) into out[cut]. */
+template <class F>
+static void run_cut_warps(u64 index, u64 n, double *out, F lane_sum) {
+  const u64 cuts = kern::land_cuts(index, n), per_block = ZT_CUDA_SUMSQ_THREADS / 32;
+  for (u64 b = 0; b < (cuts + per_block - 1) / per_block; b++)
+    for (u64 w = 0; w < per_block; w++) {
+      const u64 cut = b * per_block + w;
+      if (cut >= cuts) continue;
+      u64 lo, hi;
+      kern::land_cut(index, n, cut, &lo, &hi);
+      double acc[32];
+      for (unsigned lane = 0; lane < 32; lane++) acc[lane] = lane_sum(lo, hi, lane);
+      out[cut] = warp_fold(acc);
+    }
+}
+
+/* got[c] is zt__sumsq_scalar of cut c of vals (n values of `dt` from index
+ * `index`), bit for bit, for every cut, and got[cuts] kept its -1. */
+static void expect_cut_sums(const char *what, u64 index, u64 n, const void *vals, zt_dtype_t dt,
+                            const double *got) {
+  const u64 B = ZT_NORM_BLOCK;
+  const size_t esz = t_dtype_size(dt);
+  u64 c = 0;
+  for (u64 lo = 0, hi; lo < n; c++, lo = hi) {
+    hi = (index + lo) / B * B + B - index < n ? (index + lo) / B * B + B - index : n;
+    const double expect = zt__sumsq_scalar((const char *)vals + lo * esz, dt, hi - lo);
+    if (memcmp(&got[c], &expect, sizeof expect) != 0)
+      fail_msg("%s: cut %llu [%llu, %llu) sum %.17g, want %.17g", what, c, lo, hi, got[c],
+               expect);
+  }
+  assert_int_equal(c, kern::land_cuts(index, n));
+  assert_true(got[c] == -1.0);
+}
+
 /* land_sumsq_kernel over its whole grid (zt__cuda_land_grads' launch with
  * sums): warp w of block b lands cut b * 8 + w of the indices [index,
  * index + n) at the multiples of ZT_NORM_BLOCK, its lanes folded as
@@ -1068,45 +1112,20 @@ static void test_land_sumsq_matches_cpu(void **state) {
         if (t_rng_next(&r) % 16 == 0) src[i] = 0x8000u;
       t_fill_bits(got, all * 2, &r);
       memcpy(want, got, all * 2);
-      const u64 cuts = kern::land_cuts(index, n), per_block = ZT_CUDA_SUMSQ_THREADS / 32;
+      const u64 cuts = kern::land_cuts(index, n);
       double *sums = (double *)xalloc((cuts + 1) * sizeof(double));
       sums[cuts] = -1.0; /* past the last cut: left alone */
-      for (u64 b = 0; b < (cuts + per_block - 1) / per_block; b++)
-        for (u64 w = 0; w < per_block; w++) {
-          const u64 cut = b * per_block + w;
-          if (cut >= cuts) continue;
-          u64 lo, hi;
-          kern::land_cut(index, n, cut, &lo, &hi);
-          double acc[32];
-          for (unsigned lane = 0; lane < 32; lane++)
-            acc[lane] = dt == ZT_BF16
-                            ? kern::land_sumsq_lane<ZT_BF16>(got + guard, src + guard, lo, hi, lane)
-                            : kern::land_sumsq_lane<ZT_FP16>(got + guard, src + guard, lo, hi, lane);
-          for (int sh = 16; sh >= 1; sh >>= 1) {
-            double other[32];
-            for (int j = 0; j < 32; j++) other[j] = j + sh < 32 ? acc[j + sh] : acc[j];
-            for (int j = 0; j < 32; j++)
-              if (j < sh) acc[j] += other[j];
-          }
-          sums[cut] = acc[0];
-        }
+      run_cut_warps(index, n, sums, [&](u64 lo, u64 hi, unsigned lane) {
+        return dt == ZT_BF16
+                   ? kern::land_sumsq_lane<ZT_BF16>(got + guard, src + guard, lo, hi, lane)
+                   : kern::land_sumsq_lane<ZT_FP16>(got + guard, src + guard, lo, hi, lane);
+      });
       zt__cpu_land_grads(want + guard, src + guard, n);
       char what[96];
       snprintf(what, sizeof what, "land_grads with sums, index %llu n %llu %s", index, n,
                t_dtype_name(dt));
       t_expect_same(what, got, want, 2, all);
-      u64 covered = 0;
-      for (u64 c = 0, lo = 0; lo < n; c++) {
-        const u64 hi = (index + lo) / B * B + B - index < n ? (index + lo) / B * B + B - index : n;
-        const double expect = zt__sumsq_scalar(want + guard + lo, dt, hi - lo);
-        if (memcmp(&sums[c], &expect, sizeof expect) != 0)
-          fail_msg("%s: cut %llu [%llu, %llu) sum %.17g, want %.17g", what, c, lo, hi, sums[c],
-                   expect);
-        covered += hi - lo;
-        lo = hi;
-      }
-      assert_int_equal(covered, n);
-      assert_true(sums[cuts] == -1.0);
+      expect_cut_sums(what, index, n, want + guard, dt, sums);
       free(src), free(got), free(want), free(sums);
       cases++;
     }
@@ -1143,34 +1162,19 @@ static void test_rank_sum_sumsq_matches_cpu(void **state) {
           for (int k = 0; k < world; k++) t_store(runs, dt, (u64)k * stride + n / 2, -0.0);
           t_fill_normal(got, ZT_FP32, all, 1.0, &r);
           memcpy(want, got, all * 4);
-          const u64 cuts = kern::land_cuts(index, n), per_block = ZT_CUDA_SUMSQ_THREADS / 32;
+          const u64 cuts = kern::land_cuts(index, n);
           double *norms = (double *)xalloc((cuts + 1) * sizeof(double));
           norms[cuts] = -1.0;
-          for (u64 b = 0; b < (cuts + per_block - 1) / per_block; b++)
-            for (u64 w = 0; w < per_block; w++) {
-              const u64 cut = b * per_block + w;
-              if (cut >= cuts) continue;
-              u64 lo, hi;
-              kern::land_cut(index, n, cut, &lo, &hi);
-              double acc[32];
-              for (unsigned lane = 0; lane < 32; lane++)
-                acc[lane] =
-                    dt == ZT_FP32
-                        ? kern::rank_sum_sumsq_lane<ZT_FP32>(got + guard, runs, stride, world,
-                                                             first, lo, hi, lane)
-                    : dt == ZT_BF16
-                        ? kern::rank_sum_sumsq_lane<ZT_BF16>(got + guard, runs, stride, world,
-                                                             first, lo, hi, lane)
-                        : kern::rank_sum_sumsq_lane<ZT_FP16>(got + guard, runs, stride, world,
-                                                             first, lo, hi, lane);
-              for (int sh = 16; sh >= 1; sh >>= 1) {
-                double other[32];
-                for (int j = 0; j < 32; j++) other[j] = j + sh < 32 ? acc[j + sh] : acc[j];
-                for (int j = 0; j < 32; j++)
-                  if (j < sh) acc[j] += other[j];
-              }
-              norms[cut] = acc[0];
-            }
+          run_cut_warps(index, n, norms, [&](u64 lo, u64 hi, unsigned lane) {
+            float *sums = got + guard;
+            return dt == ZT_FP32 ? kern::rank_sum_sumsq_lane<ZT_FP32>(sums, runs, stride, world,
+                                                                      first, lo, hi, lane)
+                   : dt == ZT_BF16 ? kern::rank_sum_sumsq_lane<ZT_BF16>(sums, runs, stride,
+                                                                        world, first, lo, hi, lane)
+                                   : kern::rank_sum_sumsq_lane<ZT_FP16>(sums, runs, stride,
+                                                                        world, first, lo, hi,
+                                                                        lane);
+          });
           for (u64 j = 0; j < n; j++) {
             float sum = (float)t_load(runs, dt, j);
             for (int k = 1; k < world; k++) sum = sum + (float)t_load(runs, dt, k * stride + j);
@@ -1180,14 +1184,7 @@ static void test_rank_sum_sumsq_matches_cpu(void **state) {
           snprintf(what, sizeof what, "rank_sum with norms, index %llu n %llu %s world %d%s",
                    index, n, t_dtype_name(dt), world, first ? " first" : "");
           t_expect_same(what, got, want, 4, all);
-          for (u64 c = 0, lo = 0, hi; lo < n; c++, lo = hi) {
-            hi = (index + lo) / B * B + B - index < n ? (index + lo) / B * B + B - index : n;
-            const double expect = zt__sumsq_scalar(want + guard + lo, ZT_FP32, hi - lo);
-            if (memcmp(&norms[c], &expect, sizeof expect) != 0)
-              fail_msg("%s: cut %llu [%llu, %llu) sum %.17g, want %.17g", what, c, lo, hi,
-                       norms[c], expect);
-          }
-          assert_true(norms[cuts] == -1.0);
+          expect_cut_sums(what, index, n, want + guard, ZT_FP32, norms);
           free(runs), free(got), free(want), free(norms);
           cases++;
         }
