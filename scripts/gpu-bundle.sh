@@ -176,14 +176,16 @@ for t in "$obj"/tests/test_*; do
   # bundle does not carry (its shared library alone is 36 MB). The config
   # and checkpoint-format parsers, the struct sizes, the small helpers, the
   # runner's own check, the thread pool, the swap engine, the host
-  # backend's streams, the sim model and the CPU's rank sums take no GPU
-  # backend and run the same everywhere: they stay home (1 to 2 MiB each;
+  # backend's streams, the sim model, the CPU's rank sums and the CUDA
+  # kernels' own code run on the host (test_cuda_kernels_host needs nvcc,
+  # not a GPU) take no GPU backend and run the same everywhere: they stay
+  # home (1 to 2 MiB each;
   # every suite carries its own copy of the library, and the folder and the
   # working tree must fit in 64 MiB together). None of them touches a GPU.
   test_layers | test_install | test_gpt2_grad | test_gpt2_zt | test_gpt2_bpe) continue ;;
   test_config | test_config_deepspeed | test_ckpt_format | test_abi) continue ;;
   test_util | test_spares | test_runner | test_threadpool | test_swap) continue ;;
-  test_host_streams | test_sim | test_rank_sum) continue ;;
+  test_host_streams | test_sim | test_rank_sum | test_cuda_kernels_host) continue ;;
   esac
   cp "$t" "$tmp/tests/"
 done

@@ -153,8 +153,15 @@ static void land_as_stage_2(zt_tier_t tier, int sums_where, zt_dtype_t dt) {
     args.weight_decay = 0.01f;
     args.grad_scale = 0.75f;
     args.clip_grad_norm = t == 2 ? (float)(norm_land / 2) : 0.0f; /* clips at step 2 */
-    T_OK(zt_step(land.eng, &args, NULL), land.eng);
-    T_OK(zt_step(sums.eng, &args, NULL), sums.eng);
+    /* The step's norm is the one zt_grad_norm took, read again. */
+    zt_step_info_t il = ZT_STEP_INFO_INIT, is = ZT_STEP_INFO_INIT;
+    T_OK(zt_step(land.eng, &args, &il), land.eng);
+    T_OK(zt_step(sums.eng, &args, &is), sums.eng);
+    if (fabs(il.grad_norm - 0.75 * norm_land) > 1e-12 * norm_land ||
+        memcmp(&il.grad_norm, &is.grad_norm, sizeof il.grad_norm))
+      fail_msg("step %llu: the step's norm %.17g landed, %.17g from fp32 sums; zt_grad_norm "
+               "took %.17g (times grad_scale 0.75)", (unsigned long long)t, il.grad_norm,
+               is.grad_norm, norm_land);
     t_buf_download(land.eng, got, land.params, bytes);
     t_buf_download(sums.eng, want, sums.params, bytes);
     t_expect_same("parameters, landed against stage 2's sums", got, want, 2, n);

@@ -603,7 +603,9 @@ int zt__reduce_drop_buckets(zt__part_t *p) {
 
 /* The pieces' sums of a shard in a GPU's memory: those no pass took are
  * taken in one sumsq_pieces on the loop's stream into norm_dev's second
- * half, and all come back to the host in one copy and one wait. */
+ * half, and all come back to the host in one copy and one wait. They stay
+ * unmarked: a second call (zt_grad_norm, then zt_step) takes them again,
+ * as their slots hold what the passes left there. */
 static int sums_from_device(zt__part_t *p) {
   const zt__backend_ops_t *be = p->ctx->be_ops;
   size_t half = p->norm_dev_bytes / (2 * sizeof(double)), m = 0;
@@ -617,7 +619,6 @@ static int sums_from_device(zt__part_t *p) {
   ZT_TRY(be->stream_sync(p->ctx->be, ZT_STREAM_COMPUTE));
   for (size_t k = 0, i = 0; k < p->n_norm; k++)
     if (!p->norm_have[k]) p->norm_sums[k] = p->norm_sums[half + i++];
-  memset(p->norm_have, 1, p->n_norm);
   return 0;
 }
 
