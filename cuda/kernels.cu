@@ -426,31 +426,52 @@ HD void piece_range(const zt__cuda_seg_t &seg, u64 piece, u64 *lo, u64 *hi) {
   *hi = (w + 1) * B < seg_end ? (w + 1) * B : seg_end;
 }
 
-/* Lane `lane`'s sum over the piece [lo, hi): elements lo + lane + 32 k in
- * index order. Loads first, adds after: 16 loads in flight per lane, the
- * adds still in index order. */
-template <int GD>
-HD double sumsq_lane(const void *grads, u64 lo, u64 hi, unsigned lane) {
+/* Lane `lane`'s sum of squares over the piece [lo, hi), the CPU's order:
+ * elements lo + lane + 32 k in index order. Loads first, adds after: 16
+ * loads in flight per lane, the adds still in index order. `e` gives each
+ * element (e.get(j), as it is to be written), its value (e.value), and
+ * writes it where the pass writes (e.put); sumsq, land_grads and rank_sum
+ * share the order through it. */
+template <class E>
+HD double lane_squares(const E &e, u64 lo, u64 hi, unsigned lane) {
   const u64 len = hi - lo;
   const u64 cnt = len > lane ? (len - lane + 31) / 32 : 0;
   const u64 at = lo + lane;
   double acc = 0.0;
   u64 k = 0;
   for (; k + 16 <= cnt; k += 16) {
-    float x[16];
+    typename E::raw x[16];
     UNROLL
-    for (int u = 0; u < 16; u++) x[u] = load_elem<GD>(grads, at + (k + u) * 32);
+    for (int u = 0; u < 16; u++) x[u] = e.get(at + (k + u) * 32);
     UNROLL
     for (int u = 0; u < 16; u++) {
-      const double d = (double)x[u];
+      e.put(at + (k + u) * 32, x[u]);
+      const double d = (double)e.value(x[u]);
       acc += d * d;
     }
   }
   for (; k < cnt; k++) {
-    const double d = (double)load_elem<GD>(grads, at + k * 32);
+    const typename E::raw x = e.get(at + k * 32);
+    e.put(at + k * 32, x);
+    const double d = (double)e.value(x);
     acc += d * d;
   }
   return acc;
+}
+
+/* The gradients as they are, read only (sumsq). */
+template <int GD>
+struct read_elems {
+  typedef float raw;
+  const void *grads;
+  HD float get(u64 j) const { return load_elem<GD>(grads, j); }
+  HD float value(float x) const { return x; }
+  HD void put(u64, float) const {}
+};
+
+template <int GD>
+HD double sumsq_lane(const void *grads, u64 lo, u64 hi, unsigned lane) {
+  return lane_squares(read_elems<GD>{grads}, lo, hi, lane);
 }
 
 /* A warp's lane sums folded in the CPU's order: lane j += lane j + w, w =
@@ -579,42 +600,28 @@ HD float ranks_sum(const void *__restrict__ runs, u64 stride, int world, u64 j) 
   return sum;
 }
 
-/* rank_sum_kernel's sums of the cut [lo, hi) at one warp, with their sum of
- * squares: lane `lane` writes sumsq_lane's elements and adds their squares
- * in its order, so the warp's fold gives sumsq_kernel's sum of the sums.
- * As there, 16 elements' loads go first and their adds after, in order. */
+/* rank_sum_kernel's sums, each written as it is squared (rank_sum with
+ * norms). */
 template <int GD>
-HD double rank_sum_sumsq_lane(float *__restrict__ sums, const void *__restrict__ runs,
-                              u64 stride, int world, int first, u64 lo, u64 hi,
-                              unsigned lane) {
-  const u64 len = hi - lo;
-  const u64 cnt = len > lane ? (len - lane + 31) / 32 : 0;
-  const u64 at = lo + lane;
-  double acc = 0.0;
-  u64 k = 0;
-  for (; k + 16 <= cnt; k += 16) {
-    float x[16], base[16];
-    UNROLL
-    for (int u = 0; u < 16; u++) {
-      x[u] = ranks_sum<GD>(runs, stride, world, at + (k + u) * 32);
-      base[u] = first ? 0.0f : sums[at + (k + u) * 32];
-    }
-    UNROLL
-    for (int u = 0; u < 16; u++) {
-      const float sum = add_rn(base[u], x[u]);
-      sums[at + (k + u) * 32] = sum;
-      const double d = (double)sum;
-      acc += d * d;
-    }
+struct sum_elems {
+  typedef float raw;
+  float *sums;
+  const void *runs;
+  u64 stride;
+  int world, first;
+  HD float get(u64 j) const {
+    return add_rn(first ? 0.0f : sums[j], ranks_sum<GD>(runs, stride, world, j));
   }
-  for (; k < cnt; k++) {
-    const u64 j = at + k * 32;
-    const float sum = add_rn(first ? 0.0f : sums[j], ranks_sum<GD>(runs, stride, world, j));
-    sums[j] = sum;
-    const double d = (double)sum;
-    acc += d * d;
-  }
-  return acc;
+  HD float value(float x) const { return x; }
+  HD void put(u64 j, float x) const { sums[j] = x; }
+};
+
+/* rank_sum_kernel's sums of the cut [lo, hi) at one warp, with their sum of
+ * squares in sumsq_kernel's order (lane_squares). */
+template <int GD>
+HD double rank_sum_sumsq_lane(float *sums, const void *runs, u64 stride, int world, int first,
+                              u64 lo, u64 hi, unsigned lane) {
+  return lane_squares(sum_elems<GD>{sums, runs, stride, world, first}, lo, hi, lane);
 }
 
 /* A warp a cut (sumsq_kernel's shape); its lanes folded as there. */
@@ -692,34 +699,23 @@ land_grads_kernel(uint16_t *__restrict__ dst, const uint16_t *__restrict__ src, 
               (u64)gridDim.x * blockDim.x);
 }
 
-/* The cut [lo, hi) of a landing at one warp, with its sum of squares: lane
- * `lane` lands sumsq_lane's elements and adds their squares in its order,
- * so the warp's fold gives sumsq_kernel's sum of the landed gradients. */
+/* Landed gradients, each written as it is squared (land_grads with sums):
+ * the bits land_one gives, copied as they are. */
+template <int GD>
+struct land_elems {
+  typedef uint16_t raw;
+  uint16_t *dst;
+  const uint16_t *src;
+  HD uint16_t get(u64 j) const { return land_one(src[j]); }
+  HD float value(uint16_t x) const { return load_elem<GD>(&x, 0); }
+  HD void put(u64 j, uint16_t x) const { dst[j] = x; }
+};
+
+/* The cut [lo, hi) of a landing at one warp, with its sum of squares in
+ * sumsq_kernel's order (lane_squares). */
 template <int GD>
 HD double land_sumsq_lane(uint16_t *dst, const uint16_t *src, u64 lo, u64 hi, unsigned lane) {
-  const u64 len = hi - lo;
-  const u64 cnt = len > lane ? (len - lane + 31) / 32 : 0;
-  const u64 at = lo + lane;
-  double acc = 0.0;
-  u64 k = 0;
-  for (; k + 16 <= cnt; k += 16) {
-    uint16_t x[16];
-    UNROLL
-    for (int u = 0; u < 16; u++) x[u] = land_one(src[at + (k + u) * 32]);
-    UNROLL
-    for (int u = 0; u < 16; u++) {
-      dst[at + (k + u) * 32] = x[u];
-      const double d = (double)load_elem<GD>(x, u);
-      acc += d * d;
-    }
-  }
-  for (; k < cnt; k++) {
-    const uint16_t x = land_one(src[at + k * 32]);
-    dst[at + k * 32] = x;
-    const double d = (double)load_elem<GD>(&x, 0);
-    acc += d * d;
-  }
-  return acc;
+  return lane_squares(land_elems<GD>{dst, src}, lo, hi, lane);
 }
 
 /* A warp a cut (sumsq_kernel's shape); its lanes folded as there. */

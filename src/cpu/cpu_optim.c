@@ -238,6 +238,12 @@ double zt__cpu_sumsq_piece(const zt__cpu_t *cpu, const void *g, zt_dtype_t dtype
   return zt__sumsq_run(cpu->isa, g, dtype, n);
 }
 
+/* From element i of n whose first has index `index`: the elements up to
+ * the next multiple of CHUNK of the index, at most n - i (a cut). */
+static size_t cut_from(size_t index, size_t i, size_t n) {
+  return zt__min_sz(n - i, CHUNK - (index + i) % CHUNK);
+}
+
 void zt__cpu_sumsq_each(const zt__cpu_t *cpu, const void *grads, size_t grads_first,
                         zt_dtype_t dtype, const zt__seg_t *segs, size_t n_segs, double *sums) {
   cursor_t cur = {segs, n_segs, 0, 0};
@@ -305,7 +311,7 @@ void zt__cpu_rank_sum_sumsq(const zt__cpu_t *cpu, float *sums, const void *runs,
                             size_t index, double *norms) {
   size_t gsz = zt__dtype_size(dtype);
   for (size_t i = 0, m; i < n; i += m) {
-    m = zt__min_sz(n - i, CHUNK - (index + i) % CHUNK);
+    m = cut_from(index, i, n);
     zt__cpu_rank_sum(cpu, sums + i, (const char *)runs + i * gsz, stride, dtype, world, m,
                      first);
     if (norms) *norms++ = zt__sumsq_run(cpu->isa, sums + i, ZT_FP32, m);
@@ -336,7 +342,7 @@ void zt__cpu_land_grads(uint16_t *restrict dst, const uint16_t *restrict src, si
 void zt__cpu_land_sumsq(const zt__cpu_t *cpu, uint16_t *dst, const uint16_t *src, size_t n,
                         zt_dtype_t dtype, size_t index, double *sums) {
   for (size_t i = 0, m; i < n; i += m) {
-    m = zt__min_sz(n - i, CHUNK - (index + i) % CHUNK);
+    m = cut_from(index, i, n);
     zt__cpu_land_grads(dst + i, src + i, m);
     if (sums) *sums++ = zt__sumsq_run(cpu->isa, dst + i, dtype, m);
   }

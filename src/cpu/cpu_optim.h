@@ -116,10 +116,6 @@ ZT_INTERNAL void zt__cpu_positive_zeros(uint16_t *x, size_t n);
  * (the backends' land_grads on the calling thread). */
 ZT_INTERNAL void zt__cpu_land_grads(uint16_t *dst, const uint16_t *src, size_t n);
 
-/* zt__cpu_land_grads, and with `sums` (NULL: none) the sum of squares of
- * each cut of the indices [index, index + n) at the multiples of
- * ZT_NORM_BLOCK, taken on the landed block while it is in cache: the
- * backends' land_grads on the calling thread. */
 /* zt__cpu_rank_sum, and with `norms` (NULL: none) the sum of squares of the
  * sums of each cut of the indices [index, index + n) at the multiples of
  * ZT_NORM_BLOCK, taken on each cut's sums as they are written: the
@@ -127,6 +123,11 @@ ZT_INTERNAL void zt__cpu_land_grads(uint16_t *dst, const uint16_t *src, size_t n
 ZT_INTERNAL void zt__cpu_rank_sum_sumsq(const zt__cpu_t *cpu, float *sums, const void *runs,
                                         size_t stride, zt_dtype_t dtype, int world, size_t n,
                                         int first, size_t index, double *norms);
+
+/* zt__cpu_land_grads, and with `sums` (NULL: none) the sum of squares of
+ * each cut of the indices [index, index + n) at the multiples of
+ * ZT_NORM_BLOCK, taken on the landed block while it is in cache: the
+ * backends' land_grads on the calling thread. */
 ZT_INTERNAL void zt__cpu_land_sumsq(const zt__cpu_t *cpu, uint16_t *dst, const uint16_t *src,
                                     size_t n, zt_dtype_t dtype, size_t index, double *sums);
 

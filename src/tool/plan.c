@@ -180,7 +180,7 @@ int tool_plan_main(int argc, char **argv) {
                       offload_values[opt], offload_values[par], bucket, chunk, pinned,
                       states, grad_sums};
   /* The loop's one flat buffer (no frozen gaps), one segment: each more
-   * (units of other decay flags) adds a norm piece's 8 bytes on a GPU. */
+   * (units of other decay flags) adds a norm piece's 16 bytes on a GPU. */
   const zt__plan_run_t run = {backend_values[backend], comm_values[comm], group, live, 0, 1};
   /* The group the rows count: the whole model unless a smaller one is given. */
   uint64_t group_n = group && group < params ? group : params;

@@ -334,9 +334,9 @@ static int dense(const zt__zero_reg_t *reg) {
   return 1;
 }
 
-/* The norm's pieces (partition.h), and for gradients that land in a GPU's
- * memory the device memory their sums are taken to, of the plan's size
- * (norm_bytes), and a registered host copy the step reads them into. */
+/* The norm's pieces (partition.h), and for a shard in a GPU's memory the
+ * device memory their sums are taken to, of the plan's size (norm_bytes),
+ * and a registered host copy the step reads them all back into. */
 static int norm_pieces_init(zt__part_t *p, size_t dev_bytes) {
   p->n_norm = zt__cpu_sumsq_pieces(p->segs, p->n_segs, NULL);
   /* On the device the host copy takes all of norm_dev back at once. */
