@@ -164,10 +164,13 @@ zt_backend_t t_backend(void) {
 
 zt_tier_t t_opt_tier(zt_tier_t wanted, int stage) {
   /* The rule of engine.c's check_world, kept here in one place: from stage 1
-   * on, a shard in cuda's device memory is moved by comm "nccl" only, and
-   * the suites' comms are "single" and "mpi"; sim's MPI reaches its device
-   * memory. Change both together. */
-  if (wanted == ZT_TIER_DEVICE && stage >= 1 && t_backend() == ZT_BACKEND_CUDA)
+   * on, a shard in cuda's device memory that several ranks share is moved
+   * by comm "nccl" only, and the suites' comms are "single" and "mpi"; sim's
+   * MPI reaches its device memory. One rank's needs no comm. Change both
+   * together. (The world is mpirun's, read as the comm reads it.) */
+  const char *size = getenv("OMPI_COMM_WORLD_SIZE");
+  int world = size != NULL ? atoi(size) : 1;
+  if (wanted == ZT_TIER_DEVICE && stage >= 1 && world > 1 && t_backend() == ZT_BACKEND_CUDA)
     return ZT_TIER_HOST;
   return wanted;
 }

@@ -143,18 +143,19 @@ static int check_world(zt_engine_t *eng) {
                     "ranks are not supported by this version; use stage 1 (the same "
                     "parameters and gradients, 1/%d of the optimizer states)",
                     world, world);
-  /* A shard in device memory is moved by a comm that reaches it: on cuda
-   * only NCCL does (sim's MPI and single comms reach it through the
-   * backend's comm_view; the same rule as zt__part_pinned's for the host
-   * and nvme tiers, zero/partition.h). */
-  if (c->stage >= 1 && c->optimizer_tier == ZT_TIER_DEVICE &&
+  /* A shard in device memory that several ranks share is moved by a comm
+   * that reaches it: on cuda only NCCL does (sim's MPI reaches it through
+   * the backend's comm_view; the same rule as zt__part_pinned's for the
+   * host and nvme tiers, zero/partition.h). One rank hands the comm no
+   * device memory: its gathers are copies (zero/gather.c). */
+  if (world > 1 && c->stage >= 1 && c->optimizer_tier == ZT_TIER_DEVICE &&
       c->backend == ZT_BACKEND_CUDA && c->comm != ZT_COMM_NCCL)
     return zt__errf(&eng->err, ZT_ECONFIG,
-                    "stage %d with optimizer_tier \"device\" on the %s backend needs comm "
-                    "\"nccl\" (comm is \"%s\", which moves host memory only: its shards "
-                    "would be in device memory); set comm \"nccl\", or optimizer_tier "
-                    "\"host\" or \"nvme\"",
-                    c->stage, eng->be_ops->name, eng->comm->be->name);
+                    "stage %d with optimizer_tier \"device\" and %d ranks on the %s backend "
+                    "needs comm \"nccl\" (comm is \"%s\", which moves host memory only: "
+                    "the shards would be in device memory); set comm \"nccl\", or "
+                    "optimizer_tier \"host\" or \"nvme\"",
+                    c->stage, world, eng->be_ops->name, eng->comm->be->name);
   return 0;
 }
 

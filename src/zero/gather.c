@@ -33,15 +33,15 @@ static int gathers_in_place(const zt__part_t *p, const zt__span_t *sp) {
   return sp->at != NULL && sp->at != ZT_SPAN_ZERO && !p->on_pinned;
 }
 
-static int land_copy(zt__part_t *p, zt__xfer_t *x, const void *from);
+static int land_copy(zt__part_t *p, zt__xfer_t *x, const void *from, int from_host);
 
 /* Starts the gather of span sp (at most a bucket) into slot x: each rank
  * contributes the part of it in its shard, from `send`. With `direct` (one
- * rank: the shards' gather, or a fetch from a shard in device memory)
- * there is nothing to gather: the span is copied to where it goes from
- * `send`, the shard itself, at once. */
+ * rank: the shards' gather, or a fetch into device memory) there is
+ * nothing to gather: the span is copied to where it goes from `send` at
+ * once, from host memory when `from_host`. */
 static int start_gather(zt__part_t *p, zt__xfer_t *x, const zt__span_t *sp,
-                        const void *send, int direct) {
+                        const void *send, int direct, int from_host) {
   /* A rank with none of it sends 0 elements, from a buffer of its own (a
    * stage-3 gather slot has no send buffer: its recv bucket, or for a
    * gather into place the place itself, then). */
@@ -57,7 +57,13 @@ static int start_gather(zt__part_t *p, zt__xfer_t *x, const zt__span_t *sp,
   x->spans[0] = *sp;
   x->n_spans = 1;
   x->req = (zt__comm_req_t){0};
-  if (direct) return land_copy(p, x, send);
+  if (direct) return land_copy(p, x, send, from_host);
+  /* One rank's comm ("single") moves host memory only, as every comm but
+   * NCCL does on a GPU (engine.c's check_world): its gathers into device
+   * memory are direct copies. */
+  if (p->world == 1 && p->on_device)
+    return zt__errf(p->ctx->err, -EINVAL, "internal: one rank's gather into device memory "
+                                          "was handed to the comm");
   void *recv = gathers_in_place(p, sp) ? sp->at : x->recv;
   if (recv == x->recv) ZT_TRY(zt__part_recv_free(p, x));
   ZT_TRY(p->ctx->comm->ops->all_gatherv(p->ctx->comm, zt__part_comm_buf(p, send),
@@ -74,19 +80,19 @@ static int land_gather(zt__part_t *p, zt__xfer_t *x) {
   x->busy = 0;
   ZT_TRY(p->ctx->comm->ops->wait(p->ctx->comm, &x->req));
   if (gathers_in_place(p, &x->spans[0])) return 0;
-  return land_copy(p, x, x->recv);
+  return land_copy(p, x, x->recv, p->on_pinned);
 }
 
-/* Slot x's span, from `from` (its recv bucket, or at one rank the shard),
- * to where it goes: the registered parameters, or the packed buffer its
- * `at` points into. The copy is enqueued and recorded; the loop's stream
+/* Slot x's span, from `from` (its recv bucket, or at one rank its source:
+ * host memory when `from_host`), to where it goes: the registered
+ * parameters, or the packed buffer its `at` points into. The copy is enqueued and recorded; the loop's stream
  * waits for it at the end of the gather (walk_end), and the slot's next
  * collective before writing its buffer (zt__part_recv_free): no host sync
  * here. */
-static int land_copy(zt__part_t *p, zt__xfer_t *x, const void *from) {
+static int land_copy(zt__part_t *p, zt__xfer_t *x, const void *from, int from_host) {
   size_t psz = zt__dtype_size(p->reg.param_dtype);
   const zt__span_t *sp = &x->spans[0];
-  zt__copy_kind_t kind = p->on_pinned ? ZT_COPY_H2D : ZT_COPY_D2D;
+  zt__copy_kind_t kind = from_host ? ZT_COPY_H2D : ZT_COPY_D2D;
   size_t n = sp->b - sp->a;
   /* Into the loop's registered parameters: on the H2D stream, behind what
    * the loop has enqueued (it may still read them). Into a group's gathered
@@ -125,7 +131,7 @@ static int walk_begin(zt__part_t *p, zt__gather_walk_t *w, const zt__span_t *spa
   w->src = src;
   w->n = n;
   w->i = 0;
-  w->direct = 0;
+  w->direct = w->from_host = 0;
   w->wait_seconds = 0.0;
   int in_place = 1;
   for (size_t i = 0; i < n; i++) in_place &= gathers_in_place(p, &spans[i]);
@@ -209,7 +215,7 @@ static int walk_upto(zt__gather_walk_t *w, size_t upto, int block) {
       size_t from = zt__max_sz(sp->a, p->begin);
       send = w->src[w->i] ? w->src[w->i] + (mine > from ? mine - from : 0) * psz : NULL;
     }
-    ZT_TRY(start_gather(p, x, &piece, send, w->direct));
+    ZT_TRY(start_gather(p, x, &piece, send, w->direct, w->from_host));
     w->k++;
     w->a = b;
   }
@@ -232,11 +238,17 @@ static int walk_end(zt__gather_walk_t *w) {
 }
 
 static int gather_spans(zt__part_t *p, const zt__span_t *spans, const char *const *src,
-                        size_t n, int direct) {
+                        size_t n, int direct, int from_host, int src_freed) {
   zt__gather_walk_t w;
   ZT_TRY(walk_begin(p, &w, spans, src, n));
   w.direct = direct;
-  return walk_end(&w);
+  w.from_host = from_host;
+  ZT_TRY(walk_end(&w));
+  /* Direct copies may still read their source: one about to be freed is
+   * waited for on the host. */
+  if (direct && src_freed)
+    for (int s = 0; s < ZT_XFER_SLOTS; s++) ZT_TRY(zt__part_recv_free(p, &w.slots[s]));
+  return 0;
 }
 
 int zt__gather_shards_begin(zt__part_t *p, zt__gather_walk_t *w) {
@@ -255,6 +267,7 @@ int zt__gather_shards_begin(zt__part_t *p, zt__gather_walk_t *w) {
    * already, unless there were fewer buckets than slots). */
   for (int s = 0; s < ZT_XFER_SLOTS; s++) ZT_TRY(zt__part_recv_free(p, &w->slots[s]));
   w->direct = p->world == 1;
+  w->from_host = p->params_pinned;
   return 0;
 }
 
@@ -302,13 +315,17 @@ int zt__gather_fetch(zt__zero_t *z, zt__group_t *g) {
     if (pf->tier) ZT_TRY(zt__prefetch_take(pf, g, &r));
   }
   /* Sent from the shard itself: the comm of several ranks reads the updated
-   * shard, so the host waits for an update on the device. One rank's
-   * copies out of a shard in device memory (its parameters too, not pinned
-   * for a parameter tier) go on the prefetch stream, which waits for the
-   * update by event (zt__part_updated): no host wait. (A group staged
-   * ahead, or read from disk, is sent from its own copy.) */
+   * shard, so the host waits for an update on the device. One rank with its
+   * shard on the device gathers nothing, and its comm ("single") moves host
+   * memory only, as every comm but NCCL does on a GPU: each span is copied
+   * into the device buffer from where it is, the shard (its parameters
+   * pinned for a parameter tier) or the group read from that tier. The
+   * copies go on the prefetch stream, which waits for the update by event
+   * (zt__part_updated): no host wait. (A group staged ahead is sent from
+   * its own copy; one rank's are held, not fetched again.) */
   int from_shard = staged == NULL && r == NULL;
-  int direct = from_shard && p->world == 1 && p->on_device && !p->params_pinned;
+  int direct = p->world == 1 && p->on_device && staged == NULL;
+  int from_host = r != NULL || p->params_pinned;
   if (from_shard && !direct) ZT_TRY(zt__part_update_wait(p));
   zt__span_t *dst = malloc(g->n_spans * sizeof *dst);
   const char **src = malloc(g->n_spans * sizeof *src);
@@ -329,7 +346,7 @@ int zt__gather_fetch(zt__zero_t *z, zt__group_t *g) {
                : r      ? (const char *)r->buf + r->at[k]
                         : (const char *)p->params + (a - p->begin) * psz;
     }
-    rc = gather_spans(p, dst, src, g->n_spans, direct);
+    rc = gather_spans(p, dst, src, g->n_spans, direct, from_host, r != NULL);
   }
   free(dst);
   free(src);

@@ -28,8 +28,10 @@ typedef struct zt__gather_walk {
   zt__xfer_t *slots;   /* the gather's slots: p->gx, or the buckets'      */
   int own_slots;
   int direct;          /* one rank (the shards' gather; a stage-3 fetch
-                          from a shard in device memory): each bucket is
-                          copied from the shard itself when it starts     */
+                          into device memory): each bucket is copied from
+                          its source when it starts, with no collective   */
+  int from_host;       /* with direct: the source is host memory (pinned
+                          params, a group read from the parameter tier)   */
   double wait_seconds; /* spent in zt__gather_shards_upto                 */
   zt__span_t all;      /* zt__gather_shards_begin's one span              */
 } zt__gather_walk_t;
