@@ -8,15 +8,17 @@
 #   suites.txt     every test suite on the cuda backend (the copy of tests/run.sh)
 #                  and which cases skipped, and why
 #   sanitizer.txt  compute-sanitizer's memcheck, racecheck and synccheck on test_cuda
+#                  and on test_prefetch (the copy, prefetch and loop streams)
 #   bench.json     every benchmark of `ztier bench --help`, run with --json
 #   logs.tar.gz    every log: one per suite, per sanitizer tool, per benchmark
 # PARTs: env, suites, sanitizer, bench (default: all four, in that order); a
 # run too long for one call can be split into calls of fewer parts.
 #
 # On a machine with a GPU a skipped case is a failure, except one that says
-# "built without MPI" (the bundle has no MPI; the multi-rank suites run on
-# the host backend with MPI, in make test). Without a GPU, skips are reported
-# and not counted.
+# "built without MPI" or "no mpirun" (the bundle has no MPI; the multi-rank
+# suites run on the host backend with MPI, in make test), or "runs
+# elsewhere" (a case of the host pass, or of a machine without a GPU).
+# Without a GPU, skips are reported and not counted.
 #
 # Environment: ZT_NCCL_LIB (the folder of libnccl.so.2, if it is not found),
 # ZT_TEST_TIMEOUT (s per suite, default 300), ZT_SANITIZER_TIMEOUT (s per tool,
@@ -121,22 +123,24 @@ run_env() {
 }
 
 # ---- suites -------------------------------------------------------------------
-# Each skipped case with the last "skipped:" sentence printed before it (a
-# "built without MPI" anywhere in that stretch names the reason).
+# Each skipped case with the last "skipped:" sentence printed before it,
+# and its kind: "mpi" (a "built without MPI" or "no mpirun" anywhere in that
+# stretch), "elsewhere" (T_SKIP_ELSEWHERE's "runs elsewhere") or "other".
 skips_of() {
   awk -v suite="$1" '
-    /^(ok|not ok) [0-9]+/ && !/# SKIP/ { why = ""; mpi = 0; next }
+    /^(ok|not ok) [0-9]+/ && !/# SKIP/ { why = ""; kind = "other"; next }
     /skipped:/ { w = $0; sub(/^.*skipped: */, "", w); why = w }
-    /built without MPI/ { mpi = 1 }
+    /skipped: runs elsewhere/ && kind == "other" { kind = "elsewhere" }
+    /built without MPI|skipped: no mpirun/ { kind = "mpi" }
     /^not ok [0-9]+ .*# SKIP/ || /^not ok [0-9]+ # SKIP/ {
-      printf "%s %s\t%s\t%s\n", suite, $0, (mpi ? "mpi" : "other"),
+      printf "%s %s\t%s\t%s\n", suite, $0, (kind == "" ? "other" : kind),
         (why == "" ? "(no reason printed)" : why)
-      why = ""; mpi = 0
+      why = ""; kind = "other"
     }' "$2"
 }
 
 run_suites() {
-  local f="$out/suites.txt" rc skips other mpi whole
+  local f="$out/suites.txt" rc skips other mpi elsewhere whole
   rm -rf "$here/tests/logs"
   ZT_TEST_BACKEND=cuda ZT_TEST_TIMEOUT=${ZT_TEST_TIMEOUT:-300} \
     bash "$here/run-tests.sh" "$here" >"$f" 2>&1
@@ -150,6 +154,7 @@ run_suites() {
   local total
   total=$(tail -1 "$f")
   mpi=$(printf '%s\n' "$skips" | grep -c $'\tmpi\t')
+  elsewhere=$(printf '%s\n' "$skips" | grep -c $'\telsewhere\t')
   other=$(printf '%s\n' "$skips" | grep -c $'\tother\t')
   # Suites skipped as a whole (exit 77), as the copy of tests/run.sh reports them.
   whole=$(grep -cE '^test_[^ ]*( \[[a-z]+\])? +SKIP ' "$f")
@@ -160,12 +165,13 @@ run_suites() {
   } >>"$f"
   if [ "$gpu" -eq 1 ] && [ $((other + whole)) -gt 0 ]; then
     fail_part suites "suites: $total; FAILED: $other case(s) and $whole suite(s) skipped on a" \
-      "machine with a GPU (suites.txt lists them); $mpi case(s) skipped as built without MPI"
+      "machine with a GPU (suites.txt lists them); $mpi case(s) skipped for MPI, $elsewhere" \
+      "as run elsewhere"
   elif [ "$rc" -ne 0 ]; then
     fail_part suites "suites: $total; FAILED (suites.txt)"
   else
-    note "suites: $total; $mpi case(s) skipped as built without MPI, $other for other" \
-      "reasons, $whole suite(s) as a whole$([ "$gpu" -eq 0 ] && echo " (no GPU here: skips not counted)")"
+    note "suites: $total; $mpi case(s) skipped for MPI, $elsewhere as run elsewhere, $other" \
+      "for other reasons, $whole suite(s) as a whole$([ "$gpu" -eq 0 ] && echo " (no GPU here: skips not counted)")"
   fi
 }
 
@@ -178,8 +184,13 @@ sanitizer_path() {
   [ -n "$p" ] && [ -x "$p" ] && echo "$p"
 }
 
+# test_cuda provokes two CUDA errors on purpose (a cudaMalloc of 4 PiB, a
+# second cudaHostRegister of one range) and checks the ztier errors they
+# become; every other failed CUDA call becomes a ztier error that fails a
+# case. So the tools do not report API errors (--report-api-errors no):
+# they would count those two.
 run_sanitizer() {
-  local f="$out/sanitizer.txt" cs tool rc extra line
+  local f="$out/sanitizer.txt" cs tool rc extra line suite log cases
   : >"$f"
   cs=$(sanitizer_path)
   if [ -z "$cs" ]; then
@@ -188,28 +199,30 @@ run_sanitizer() {
     return
   fi
   local bad=()
-  for tool in memcheck racecheck synccheck; do
-    extra=()
-    [ "$tool" = memcheck ] && extra=(--leak-check full)
-    ZT_TEST_BACKEND=cuda CMOCKA_MESSAGE_OUTPUT=TAP timeout --kill-after=10 \
-      "${ZT_SANITIZER_TIMEOUT:-180}" "$cs" --tool "$tool" "${extra[@]}" --error-exitcode 9 \
-      "$here/tests/test_cuda" >"$logs/sanitizer-$tool.log" 2>&1
-    rc=$?
-    line=$(grep -m1 'ERROR SUMMARY' "$logs/sanitizer-$tool.log" || echo "no ERROR SUMMARY line")
-    local cases
-    cases=$(grep -cE '^ok [0-9]+' "$logs/sanitizer-$tool.log")
-    echo "$tool: exit $rc; $line; test_cuda: $cases case(s) ok" >>"$f"
-    # A run that tested nothing (skipped: no GPU) is not a clean bill.
-    if [ "$rc" -ne 0 ] || { [ "$gpu" -eq 1 ] && [ "$cases" -eq 0 ]; }; then
-      bad+=("$tool")
-      grep -E 'ERROR|Invalid|Race|Barrier|not ok|skipped' "$logs/sanitizer-$tool.log" |
-        head -20 | sed 's/^/    /' >>"$f"
-    fi
+  for suite in test_cuda test_prefetch; do
+    for tool in memcheck racecheck synccheck; do
+      extra=(--report-api-errors no)
+      [ "$tool" = memcheck ] && extra+=(--leak-check full)
+      log="$logs/sanitizer-$tool-$suite.log"
+      ZT_TEST_BACKEND=cuda CMOCKA_MESSAGE_OUTPUT=TAP timeout --kill-after=10 \
+        "${ZT_SANITIZER_TIMEOUT:-180}" "$cs" --tool "$tool" "${extra[@]}" --error-exitcode 9 \
+        "$here/tests/$suite" >"$log" 2>&1
+      rc=$?
+      line=$(grep -m1 'SUMMARY' "$log" || echo "no SUMMARY line")
+      cases=$(grep -cE '^ok [0-9]+' "$log")
+      echo "$tool: exit $rc; $line; $suite: $cases case(s) ok" >>"$f"
+      # A run that tested nothing (skipped: no GPU) is not a clean bill.
+      if [ "$rc" -ne 0 ] || { [ "$gpu" -eq 1 ] && [ "$cases" -eq 0 ]; }; then
+        bad+=("$tool on $suite")
+        grep -E 'ERROR|Invalid|Race|Barrier|not ok|skipped' "$log" |
+          head -20 | sed 's/^/    /' >>"$f"
+      fi
+    done
   done
   if [ ${#bad[@]} -gt 0 ]; then
     fail_part sanitizer "sanitizer: FAILED: ${bad[*]} (sanitizer.txt)"
   else
-    note "sanitizer: memcheck, racecheck and synccheck clean on test_cuda"
+    note "sanitizer: memcheck, racecheck and synccheck clean on test_cuda and test_prefetch"
   fi
 }
 

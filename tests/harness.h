@@ -100,6 +100,16 @@ void t_remove_tree(const char *path);
  * 0 when the field is absent. */
 size_t t_status_bytes(const char *key);
 
+/* Skips a case that checks something another pass checks (the host
+ * backend's RSS, a machine without a GPU), printing "skipped: runs
+ * elsewhere: <why>": on a GPU machine that is no failure (scripts/run-gpu.sh),
+ * where a GPU case's skip is. */
+#define T_SKIP_ELSEWHERE(why)                                                 \
+  do {                                                                        \
+    print_message("# skipped: runs elsewhere: %s\n", (why));                \
+    skip();                                                                   \
+  } while (0)
+
 /* Creates an engine on `cfg`; when the backend is cuda and there is no GPU,
  * prints "skipped: no GPU" and exits 77 (the whole executable is skipped).
  * Other failures fail the test. */

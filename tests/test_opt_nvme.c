@@ -204,7 +204,7 @@ static int reset_peak_rss(void) {
  * threads, malloc's arenas). Were the states held in memory, it would grow
  * by 96 MiB. */
 static void test_rss_within_budget(void **state) {
-  if (t_backend() != ZT_BACKEND_HOST) skip(); /* RSS counts host memory only */
+  if (t_backend() != ZT_BACKEND_HOST) T_SKIP_ELSEWHERE("the host pass (RSS counts host memory only)");
   zt_config_t cfg = nvme_config(ZT_TIER_NVME);
   cfg.chunk_bytes = 4u << 20;
   cfg.pinned_budget_bytes = 4u << 20;
@@ -503,7 +503,7 @@ static void test_grad_sums_refused(void **state) {
  * by any one pass, the sums' pages would add 32 MiB. (That they are a
  * file's at all, test_sums_on_disk holds.) */
 static void test_sums_peak_rss(void **state) {
-  if (t_backend() != ZT_BACKEND_HOST) skip(); /* RSS counts host memory only */
+  if (t_backend() != ZT_BACKEND_HOST) T_SKIP_ELSEWHERE("the host pass (RSS counts host memory only)");
   zt_config_t cfg = stage3_config(ZT_TIER_NVME);
   cfg.chunk_bytes = 1u << 20;
   cfg.max_live_bytes = 1u << 20; /* the one group is not kept past its use */
@@ -533,7 +533,7 @@ static void test_sums_peak_rss(void **state) {
  * buffer the shard would add 32 MiB. The first step then reads back what
  * was written: its parameters equal the host tiers' bit for bit. */
 static void test_stage3_register_peak_rss(void **state) {
-  if (t_backend() != ZT_BACKEND_HOST) skip(); /* RSS counts host memory only */
+  if (t_backend() != ZT_BACKEND_HOST) T_SKIP_ELSEWHERE("the host pass (RSS counts host memory only)");
   enum { GROUPS = 64 };
   size_t numel = 8u << 20;
   float *got[2];

@@ -285,7 +285,8 @@ static void bf16_states_resume(void **state) {
 /* ---- bytes ------------------------------------------------------------------------ */
 
 static void bf16_states_bytes(void **state) {
-  if (t_backend() != ZT_BACKEND_HOST) skip(); /* plan's host rows: the host backend's */
+  if (t_backend() != ZT_BACKEND_HOST)
+    T_SKIP_ELSEWHERE("the host pass (the plan's host rows are the host backend's)");
   uint64_t host[2], nvme[2], moved[2];
   for (int k = 0; k < 2; k++) {
     for (int t = 0; t < 3; t++) {
