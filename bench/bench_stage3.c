@@ -375,7 +375,7 @@ int bench_stage3_main(int argc, char **argv) {
   double layer_copy_ms = 0;
   if (on_device) {
     tool_progress("one layer over the link");
-    layer_copy_ms = 1e3 * bench_dev_copy_seconds(&lp.dev, layer_bytes, prog);
+    layer_copy_ms = 1e3 * bench_dev_copy_seconds(&lp.dev, layer_bytes, ZT_COPY_H2D, prog);
     if (layer_copy_ms < 0) {
       loop_close(&lp);
       return 1;

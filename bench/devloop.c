@@ -146,7 +146,8 @@ int bench_dev_sync(bench_dev_t *d, const char *prog) {
   return 0;
 }
 
-double bench_dev_copy_seconds(bench_dev_t *d, size_t bytes, const char *prog) {
+double bench_dev_copy_seconds(bench_dev_t *d, size_t bytes, zt__copy_kind_t kind,
+                              const char *prog) {
   const zt__backend_ops_t *ops = d->eng->be_ops;
   zt__backend_t *be = d->eng->be;
   void *host = bench_alloc(bytes, 1), *dev = NULL;
@@ -165,8 +166,10 @@ double bench_dev_copy_seconds(bench_dev_t *d, size_t bytes, const char *prog) {
   if (bench_dev_alloc(d, bytes, &dev, prog) == 0) {
     for (int k = 0; rc == 0 && k < 4; k++) {
       double t0 = zt__now();
-      rc = ops->copy(be, dev, host, bytes, ZT_COPY_H2D, ZT_STREAM_H2D);
-      if (rc == 0) rc = ops->stream_sync(be, ZT_STREAM_H2D);
+      zt__stream_t stream = kind == ZT_COPY_D2H ? ZT_STREAM_D2H : ZT_STREAM_H2D;
+      rc = kind == ZT_COPY_D2H ? ops->copy(be, host, dev, bytes, kind, stream)
+                               : ops->copy(be, dev, host, bytes, kind, stream);
+      if (rc == 0) rc = ops->stream_sync(be, stream);
       d->own_syncs++;
       s[k] = zt__now() - t0;
     }

@@ -69,9 +69,12 @@ int bench_dev_launch(bench_kernel_t *k, const char *prog);
 /* The host waits for the loop's stream: one of the loop's own syncs. */
 int bench_dev_sync(bench_dev_t *d, const char *prog);
 
-/* Seconds one H2D copy of `bytes` from pinned host memory takes through the
- * backend, the median of 3 after one untimed; < 0 with a message. */
-double bench_dev_copy_seconds(bench_dev_t *d, size_t bytes, const char *prog);
+/* Seconds one copy of `bytes` between pinned host memory and the device
+ * (kind ZT_COPY_H2D or ZT_COPY_D2H) takes through the backend, on that
+ * direction's stream, the median of 3 after one untimed; < 0 with a
+ * message. */
+double bench_dev_copy_seconds(bench_dev_t *d, size_t bytes, zt__copy_kind_t kind,
+                              const char *prog);
 
 /* The sim backend's modelled link, GB/s a direction (ZT_SIM_LINK_GBPS as
  * the backend reads it, 25 when unset). */
