@@ -21,7 +21,8 @@
 # Without a GPU, skips are reported and not counted.
 #
 # Environment: ZT_NCCL_LIB (the folder of libnccl.so.2, if it is not found),
-# ZT_TEST_TIMEOUT (s per suite, default 300), ZT_SANITIZER_TIMEOUT (s per tool,
+# ZT_GPU_JOBS (groups of suites run at once, default 4; the sanitizer runs
+# beside them), ZT_TEST_TIMEOUT (s per suite, default 300), ZT_SANITIZER_TIMEOUT (s per tool,
 # default 180), ZT_BENCH_TIMEOUT (s per benchmark, default 180), ZT_BENCH_DIR
 # (scratch for the disk benchmarks, default /tmp/ztier-bench),
 # ZT_BENCH_<NAME>_ARGS (a benchmark's flags instead of the defaults below).
@@ -43,10 +44,13 @@ out=$(cd "$out" && pwd)
 logs="$out/logs"
 summary="$out/summary.txt"
 : >"$summary"
-failed_parts=()
+# The parts that failed, one a line (a file: the sanitizer part runs in a
+# subshell beside the suites).
+failed="$out/failed-parts"
+: >"$failed"
 note() { echo "$*" | tee -a "$summary"; }
 fail_part() {
-  failed_parts+=("$1")
+  echo "$1" >>"$failed"
   shift
   note "$*"
 }
@@ -139,12 +143,32 @@ skips_of() {
     }' "$2"
 }
 
+# The suites in ZT_GPU_JOBS groups (default 4), one line each of
+# run-tests.sh filter words (=name), dealt out by name.
+suite_groups() {
+  find "$here/tests" -maxdepth 1 -type f -name 'test_*' -printf '=%f\n' | sort |
+    awk -v jobs="${ZT_GPU_JOBS:-4}" '{ g[(NR - 1) % jobs] = g[(NR - 1) % jobs] " " $0 }
+      END { for (i = 0; i < jobs; i++) if (g[i] != "") print substr(g[i], 2) }'
+}
+
+# The groups at once (the GPU machine's time is short and its CPUs many),
+# then one report: each group's lines, and the sum of their last lines.
 run_suites() {
-  local f="$out/suites.txt" rc skips other mpi elsewhere whole
+  local f="$out/suites.txt" rc=0 skips other mpi elsewhere whole g i=0 pids=()
   rm -rf "$here/tests/logs"
-  ZT_TEST_BACKEND=cuda ZT_TEST_TIMEOUT=${ZT_TEST_TIMEOUT:-300} \
-    bash "$here/run-tests.sh" "$here" >"$f" 2>&1
-  rc=$?
+  while read -r g; do
+    i=$((i + 1))
+    ZT_TEST_FILTER="$g" ZT_TEST_BACKEND=cuda ZT_TEST_TIMEOUT=${ZT_TEST_TIMEOUT:-300} \
+      bash "$here/run-tests.sh" "$here" >"$out/suites-$i.part" 2>&1 &
+    pids+=($!)
+  done < <(suite_groups)
+  for g in "${pids[@]}"; do wait "$g" || rc=1; done
+  {
+    for g in "$out"/suites-*.part; do sed '$d' "$g"; done
+    tail -qn 1 "$out"/suites-*.part | awk '{ p += $1; f += $3; s += $5 }
+      END { printf "%d passed, %d failed, %d skipped\n", p, f, s }'
+  } >"$f"
+  rm -f "$out"/suites-*.part
   mkdir -p "$logs/suites"
   [ -d "$here/tests/logs" ] && mv "$here/tests/logs"/* "$logs/suites/" 2>/dev/null
   rm -rf "$here/tests/logs"
@@ -227,7 +251,8 @@ run_sanitizer() {
 }
 
 # ---- benchmarks ----------------------------------------------------------------
-# Flags for the ones known today, sized for a few minutes in all; a new one
+# Flags for the ones known today, sized for a few minutes in all, one line
+# a run (step runs each tier, and the device tier at every stage); a new one
 # gets --json, --path when it takes one, and --backend cuda when it has it.
 bench_args() {
   local name=$1 help=$2 var args
@@ -239,13 +264,23 @@ bench_args() {
     adam) args="--params 200M --reps 5" ;;
     nvme) args="--size 1GiB" ;;
     offload) args="--params 500M --ram-budget 2Gi --disk-bytes 1Gi --steps 3" ;;
-    stage3) args="" ;;
+    step)
+      args="--steps 7 --optimizer-tier host
+--steps 7 --optimizer-tier device
+--steps 7 --optimizer-tier device --stage 2
+--steps 7 --optimizer-tier device --stage 3
+--steps 7 --stage 3 --param-tier host
+--steps 5 --optimizer-tier host --params 256Mi
+--steps 5 --optimizer-tier device --params 256Mi"
+      ;;
     *) args="" ;;
     esac
   fi
-  grep -q -- '--backend' <<<"$help" && [[ "$args" != *--backend* ]] && args+=" --backend cuda"
-  grep -q -- '--path' <<<"$help" && [[ "$args" != *--path* ]] && args+=" --path $bench_dir/$name"
-  echo "$args --json"
+  while IFS= read -r line; do
+    grep -q -- '--backend' <<<"$help" && [[ "$line" != *--backend* ]] && line+=" --backend cuda"
+    grep -q -- '--path' <<<"$help" && [[ "$line" != *--path* ]] && line+=" --path $bench_dir/$name"
+    echo "$line --json"
+  done <<<"$args"
 }
 
 run_bench() {
@@ -253,19 +288,26 @@ run_bench() {
   bench_dir=${ZT_BENCH_DIR:-/tmp/ztier-bench}
   names=$("$here/ztier" bench --help 2>&1 | awk '/^benchmarks:/ { on = 1; next } on && NF { print $1 }')
   mkdir -p "$logs/bench"
+  local run k
   for name in $names; do
     help=$("$here/ztier" bench "$name" --help 2>&1)
-    args=$(bench_args "$name" "$help")
-    rm -rf "${bench_dir:?}/$name" && mkdir -p "$bench_dir/$name"
-    echo "ztier bench $name $args" >"$logs/bench/$name.args"
-    # shellcheck disable=SC2086
-    timeout --kill-after=10 "${ZT_BENCH_TIMEOUT:-180}" "$here/ztier" bench "$name" $args \
-      >"$logs/bench/$name.json" 2>"$logs/bench/$name.log"
-    rc=$?
-    echo "$rc" >"$logs/bench/$name.rc"
-    rm -rf "${bench_dir:?}/$name"
-    ran+=("$name")
-    [ "$rc" -eq 0 ] || bad+=("$name (exit $rc)")
+    k=0
+    while IFS= read -r args; do
+      # Each run its own name: the benchmark's, then .2, .3, ... for more.
+      k=$((k + 1))
+      run=$name
+      [ "$k" -gt 1 ] && run=$name.$k
+      rm -rf "${bench_dir:?}/$name" && mkdir -p "$bench_dir/$name"
+      echo "ztier bench $name $args" >"$logs/bench/$run.args"
+      # shellcheck disable=SC2086
+      timeout --kill-after=10 "${ZT_BENCH_TIMEOUT:-180}" "$here/ztier" bench "$name" $args \
+        >"$logs/bench/$run.json" 2>"$logs/bench/$run.log" </dev/null
+      rc=$?
+      echo "$rc" >"$logs/bench/$run.rc"
+      rm -rf "${bench_dir:?}/$name"
+      ran+=("$run")
+      [ "$rc" -eq 0 ] || bad+=("$run (exit $rc)")
+    done < <(bench_args "$name" "$help")
   done
   # One JSON object: each benchmark's command, exit status and result (its
   # --json object, or null with the end of its error output).
@@ -293,11 +335,26 @@ EOF
   fi
 }
 
-for p in "${parts[@]}"; do "run_$p"; done
+# The sanitizer runs beside the suites when both are asked for: the GPU
+# machine's time is short, and a GPU takes several processes at once.
+beside=0
+[[ " ${parts[*]} " == *" suites "* && " ${parts[*]} " == *" sanitizer "* ]] && beside=1
+for p in "${parts[@]}"; do
+  if [ "$p" = suites ] && [ "$beside" -eq 1 ]; then
+    run_sanitizer &
+    sanitizer_pid=$!
+    run_suites
+    wait "$sanitizer_pid"
+  elif [ "$p" != sanitizer ] || [ "$beside" -eq 0 ]; then
+    "run_$p"
+  fi
+done
 
 tar -C "$out" -czf "$out/logs.tar.gz" logs && rm -rf "$logs"
-if [ ${#failed_parts[@]} -gt 0 ]; then
-  note "run-gpu.sh: FAILED (${failed_parts[*]}); logs in logs.tar.gz"
+failed_parts=$(tr '\n' ' ' <"$failed" | sed 's/ $//')
+rm -f "$failed"
+if [ -n "$failed_parts" ]; then
+  note "run-gpu.sh: FAILED ($failed_parts); logs in logs.tar.gz"
   exit 1
 fi
 note "run-gpu.sh: ok ($([ "$gpu" -eq 1 ] && echo "on a GPU" || echo "no GPU here"))"

@@ -19,7 +19,7 @@
 #
 # Environment: ZT_TEST_TIMEOUT (seconds per executable, default 900),
 # ZT_TEST_FILTER (substrings of the names to run, space-separated; a test runs
-# when its name contains any of them), ZT_TEST_BACKEND (the backend when none
+# when its name contains any of them, or is one written =name), ZT_TEST_BACKEND (the backend when none
 # is named), ZT_TEST_GPU_PRESENT (1 or 0: whether this machine has a GPU;
 # default: nvidia-smi -L lists one, or /dev/nvidia0 exists).
 set -u
@@ -75,7 +75,12 @@ for backend in "${backends[@]}"; do
     name=$(basename "$t")
     if [ -n "$filter" ]; then
       keep=0
-      for word in $filter; do [[ "$name" == *"$word"* ]] && keep=1; done
+      for word in $filter; do
+        case "$word" in
+        =*) [ "$name" = "${word#=}" ] && keep=1 ;;
+        *) [[ "$name" == *"$word"* ]] && keep=1 ;;
+        esac
+      done
       [ "$keep" -eq 1 ] || continue
     fi
     [ "$pass" -gt 1 ] && ! uses_backend "$name" && continue
