@@ -32,6 +32,7 @@
 /* ---- the benchmarks ------------------------------------------------------- */
 
 int bench_adam_main(int argc, char **argv);
+int bench_device_main(int argc, char **argv);
 int bench_nvme_main(int argc, char **argv);
 int bench_offload_main(int argc, char **argv);
 int bench_stage3_main(int argc, char **argv);

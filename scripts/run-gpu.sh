@@ -262,6 +262,7 @@ bench_args() {
   else
     case "$name" in
     adam) args="--params 200M --reps 5" ;;
+    device) args="--params 256Mi --reps 7" ;;
     nvme) args="--size 1GiB" ;;
     offload) args="--params 500M --ram-budget 2Gi --disk-bytes 1Gi --steps 3" ;;
     step)

@@ -607,6 +607,9 @@ static void test_bad_arguments(void **state) {
       {"bench step --stage 4", "--stage"},
       {"bench step --optimizer-tier disk", "--optimizer-tier"},
       {"bench step --optimizer-tier nvme", "--path"},
+      {"bench device --backend host", "--backend"},
+      {"bench device --segments 1", "--segments"},
+      {"bench device --params 4Ki --segments 5000", "--segments"},
       {"bench nvme --path /tmp --size 1Q", "--size"},
       {"bench nvme --path /tmp --block 3MiB", "--block"},
       {"report --nope", "--nope"},
@@ -979,8 +982,9 @@ static void expect_syncs(const char *what, const cJSON *j) {
  * layer's copy time beside the compute; `bench step` a positive step time,
  * bound and efficiency, on sim and host, for each stage and the nvme tiers,
  * and the device tier's shards at stages 1-3 on sim; a configuration the
- * engine refuses (the device tier's shards on cuda with a host comm, or no
- * GPU at all) exits 1 with the engine's sentence and prints no figures. */
+ * engine refuses (cuda with no GPU it can see: CUDA_VISIBLE_DEVICES=-1 hides
+ * any this machine has) exits 1 with the engine's sentence and prints no
+ * figures. */
 static void test_bench_sim_json(void **state) {
   (void)state;
   need("ztier");
@@ -1037,11 +1041,54 @@ static void test_bench_sim_json(void **state) {
 
   const char *refused = "bench step --backend cuda --stage 1 --optimizer-tier device "
                         "--params 64Ki --steps 1 --json";
-  rc = run_split("", "ztier", refused, out, sizeof out, err, sizeof err);
+  rc = run_split("CUDA_VISIBLE_DEVICES=-1", "ztier", refused, out, sizeof out, err, sizeof err);
   printf("# %s", err);
   if (rc != 1 || out[0] != 0 || !strstr(err, "cuda"))
     fail_msg("ztier %s: exit %d (expected 1, the engine's sentence, no figures):\n%s%s",
              refused, rc, out, err);
+}
+
+/* `bench device` on the modelled GPU: six AdamW rows (fp32, bf16, fp16;
+ * one segment and --segments), the sum of squares and the cast, each with
+ * its copy's time and ratio = copy / kernel, the smallest AdamW ratio, and
+ * the link's three rates and the registration's cost. */
+static void test_bench_device_sim(void **state) {
+  (void)state;
+  need("ztier");
+  static char out[1 << 16], err[1 << 16];
+  const char *args = "bench device --backend sim --params 256Ki --segments 100 --reps 2 "
+                     "--link-bytes 4MiB --json";
+  int rc = run_split("", "ztier", args, out, sizeof out, err, sizeof err);
+  if (rc != 0) fail_msg("ztier %s: exit %d:\n%s%s", args, rc, out, err);
+  cJSON *j = cJSON_Parse(out);
+  if (j == NULL) fail_msg("%s: not JSON:\n%s", args, out);
+  const cJSON *adam = cJSON_GetObjectItemCaseSensitive(j, "adam");
+  assert_int_equal(cJSON_GetArraySize(adam), 6);
+  double least = 0;
+  const char *const dtypes[] = {"fp32", "fp32", "bf16", "bf16", "fp16", "fp16"};
+  for (int i = 0; i < 6; i++) {
+    const cJSON *r = cJSON_GetArrayItem(adam, i);
+    const cJSON *dt = cJSON_GetObjectItemCaseSensitive(r, "dtype");
+    assert_true(cJSON_IsString(dt));
+    assert_string_equal(dt->valuestring, dtypes[i]);
+    assert_true(num_of(args, r, "segments") == (i % 2 ? 100 : 1));
+    double k = num_of(args, r, "kernel_s"), c = num_of(args, r, "copy_s");
+    double ratio = num_of(args, r, "ratio");
+    if (!(k > 0 && c > 0) || fabs(ratio - c / k) > 1e-9 * ratio)
+      fail_msg("%s: adam row %d: kernel %g s, copy %g s, ratio %g", args, i, k, c, ratio);
+    if (least == 0 || ratio < least) least = ratio;
+  }
+  assert_true(num_of(args, j, "adam_ratio_min") == least);
+  for (int i = 0; i < 2; i++) {
+    const cJSON *r = cJSON_GetObjectItemCaseSensitive(j, i ? "cast" : "sumsq");
+    if (!(num_of(args, r, "kernel_s") > 0 && num_of(args, r, "copy_s") > 0))
+      fail_msg("%s: %s has no times", args, i ? "cast" : "sumsq");
+  }
+  const cJSON *link = cJSON_GetObjectItemCaseSensitive(j, "link");
+  if (!(num_of(args, link, "h2d_gbps") > 0 && num_of(args, link, "d2h_gbps") > 0 &&
+        num_of(args, link, "both_gbps") > 0 && num_of(args, link, "register_s_per_gib") >= 0))
+    fail_msg("%s: the link's figures are missing", args);
+  cJSON_Delete(j);
 }
 
 /* On a pipe, a long command prints its state to stderr as whole lines,
@@ -1165,6 +1212,7 @@ int main(void) {
       cmocka_unit_test(test_missing_value),  cmocka_unit_test(test_help),
       cmocka_unit_test(test_json_everywhere), cmocka_unit_test(test_progress_on_pipe),
       cmocka_unit_test(test_bench_sim_json),
+      cmocka_unit_test(test_bench_device_sim),
       cmocka_unit_test(test_ckpt_info_dtypes),
       cmocka_unit_test(test_report),
       cmocka_unit_test(test_config_check),

@@ -47,6 +47,8 @@ static const command_t commands[] = {
 static const command_t benches[] = {
     {"adam", bench_adam_main,
      "the CPU AdamW update against the memory bandwidth of the same access pattern"},
+    {"device", bench_device_main,
+     "the GPU's AdamW, sum of squares and cast kernels against a device copy; the link"},
     {"nvme", bench_nvme_main,
      "the io_uring swap engine against fio on the same disk, and the settings to use"},
     {"offload", bench_offload_main,
