@@ -310,11 +310,16 @@ static void pieces_taken_in_pass(int registered) {
   t_buf_upload(eng, grads, h, n * 2);
   T_OK(zt_grads_ready(eng, 0), eng);
   const zt__part_t *p = &eng->zero.part;
-  size_t taken = 0;
-  for (size_t k = 0; k < p->n_norm; k++) taken += p->norm_have[k];
-  print_message("# %zu of %zu pieces taken by the sums' own pass\n", taken, p->n_norm);
   assert_true(p->n_norm > n / ZT_NORM_BLOCK + 1); /* the bias cuts a piece */
-  if (p->norm_dev) assert_int_equal(taken, p->n_norm);
+  /* In a GPU's memory the pass is enqueued, and the pieces it takes are
+   * marked here; on the host backend the sums thread marks them as it goes
+   * (read here only after zt_grad_norm has waited for it). */
+  if (p->norm_dev) {
+    size_t taken = 0;
+    for (size_t k = 0; k < p->n_norm; k++) taken += p->norm_have[k];
+    print_message("# %zu of %zu pieces taken by the sums' own pass\n", taken, p->n_norm);
+    assert_int_equal(taken, p->n_norm);
+  }
   double norm = 0.0, want = 0.0;
   T_OK(zt_grad_norm(eng, 1.0f, &norm), eng);
   for (size_t i = 0; i < n; i++) want += t_load(h, ZT_BF16, i) * t_load(h, ZT_BF16, i);
