@@ -446,6 +446,16 @@ int zt__part_init(zt__part_t *p, const zt__ctx_t *ctx, const zt__zero_reg_t *reg
   for (size_t g = 0; g < p->n_groups; g++) max_spans += p->groups[g].n_spans;
   ZT_TRY(zt__work_queue_init(&p->sums, p->ctx->err));
   p->sums_ready = 1;
+  /* Sums on the CPU: helpers for the sums thread. Without them (threads
+   * that would not start) it sums alone, as before. */
+  int threads = zt__pool_threads(p->ctx->cpu->pool);
+  if (!p->on_device && threads > 1) {
+    zt__err_t keep = *p->ctx->err;
+    if (zt__pool_create(threads, p->ctx->err, &p->sums_pool) != 0) {
+      *p->ctx->err = keep;
+      p->sums_pool = NULL;
+    }
+  }
   for (int s = 0; s < ZT_XFER_SLOTS; s++) {
     zt__xfer_t *x = &p->gx[s];
     x->cap_spans = 1;
@@ -596,6 +606,8 @@ void zt__part_free(zt__part_t *p) {
   zt__part_reap(p);
   /* The sums read the buckets and write the shard's gradients. */
   if (p->sums_ready) zt__work_queue_destroy(&p->sums);
+  zt__pool_destroy(p->sums_pool);
+  p->sums_pool = NULL;
   size_t mine = p->end - p->begin;
   if (p->sums_file.map)
     zt__file_mem_unmap(&p->sums_file);

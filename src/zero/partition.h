@@ -39,6 +39,7 @@
 #include "base/internal.h"   // defines: ZT_INTERNAL, zt__span_clip
 #include "comm/comm.h"       // defines: zt__comm_req_t, zt__red_dtype_t
 #include "cpu/cpu_optim.h"   // defines: zt__seg_t
+#include "cpu/threadpool.h"  // defines: zt__pool_t
 #include "cpu/work_queue.h"  // defines: zt__work_queue_t
 #include "offload/arena.h"   // defines: zt__arena_t
 #include "offload/context.h" // defines: zt__ctx_t, zt__counters_t
@@ -196,6 +197,12 @@ typedef struct zt__part {
    * them itself before: an element's sum is the same). */
   zt__work_queue_t sums;
   int sums_ready; /* initialised */
+  /* The sums thread's helpers, as many threads in all as the CPU
+   * optimizer's pool (NULL: the sums thread alone): a bucket's pieces are
+   * summed at once while the loop hands gradients over, when the update's
+   * threads are idle. Only the sums thread (or, where it cannot start, the
+   * engine's in its place) runs it. */
+  zt__pool_t *sums_pool;
 
   /* The shard's segments for the kernels: index = the state index (global:
    * stochastic rounding and norm blocks key on it, so they do not depend on

@@ -67,15 +67,30 @@ static size_t norm_piece_at(const zt__part_t *p, size_t at) {
 }
 
 /* The sums [a, b) were just written: the sum of squares of each piece they
- * hold whole, taken while they are in cache; a piece they cut has changed
- * and is left to the step (zt__reduce_sumsq). */
+ * hold whole, taken while they are in cache. (A piece they cut has changed
+ * and is left to the step: drop_cut_norms.) Tasks of one bucket take
+ * disjoint pieces. */
 static void take_norms(zt__part_t *p, size_t a, size_t b) {
   for (size_t k = norm_piece_at(p, a); k < p->n_norm && p->norm_pieces[k].index < b; k++) {
     const zt__seg_t *q = &p->norm_pieces[k];
-    p->norm_have[k] = q->index >= a && q->index + q->n <= b;
-    if (p->norm_have[k])
-      p->norm_sums[k] = zt__cpu_sumsq_piece(p->ctx->cpu, zt__part_sums_at(p, q->index),
-                                            p->sums_dtype, q->n);
+    if (q->index < a || q->index + q->n > b) continue;
+    p->norm_have[k] = 1;
+    p->norm_sums[k] = zt__cpu_sumsq_piece(p->ctx->cpu, zt__part_sums_at(p, q->index),
+                                          p->sums_dtype, q->n);
+  }
+}
+
+/* The sums [a, b) are about to change: a piece they cut (at either end)
+ * is left to the step (zt__reduce_sumsq). Before a bucket's tasks, which
+ * take the pieces the span holds whole. */
+static void drop_cut_norms(zt__part_t *p, size_t a, size_t b) {
+  size_t ends[2] = {a, b - 1};
+  for (int i = 0; i < 2; i++) {
+    size_t k = norm_piece_at(p, ends[i]);
+    if (k == p->n_norm) continue;
+    const zt__seg_t *q = &p->norm_pieces[k];
+    if (q->index < b && q->index + q->n > a && (q->index < a || q->index + q->n > b))
+      p->norm_have[k] = 0;
   }
 }
 
@@ -153,32 +168,69 @@ static int land_registered(zt__part_t *p, size_t a, size_t b) {
   return 0;
 }
 
-/* On the sums thread: the landed bucket's W runs, summed in rank order into
- * the shard's gradients, a piece at a time. Gradients that landed as they
- * are (zt__part_landed) are their own sums: their -0s become the +0s that 0 + g
- * gives, so the update reads what fp32 sums would hold. */
+/* A piece of a bucket's sums: the shard's [c, e), its runs at `runs`. */
+typedef struct sums_piece {
+  size_t c, e;
+  const char *runs;
+} sums_piece_t;
+
+typedef struct sums_job {
+  zt__part_t *p;
+  const zt__xfer_t *x;
+  const sums_piece_t *pieces;
+} sums_job_t;
+
+/* The piece's W runs summed in rank order into the shard's gradients, and
+ * the sums of squares of the norm's pieces it holds. Gradients that landed
+ * as they are (zt__part_landed) are their own sums: their -0s become the
+ * +0s that 0 + g gives, so the update reads what fp32 sums would hold. */
+static void sum_piece(void *ctx, size_t task, int worker) {
+  const sums_job_t *j = ctx;
+  zt__part_t *p = j->p;
+  const sums_piece_t *q = &j->pieces[task];
+  char *sums = zt__part_sums_at(p, q->c);
+  if (zt__part_landed(p))
+    zt__cpu_positive_zeros((uint16_t *)sums, q->e - q->c);
+  else
+    zt__cpu_rank_sum(p->ctx->cpu, (float *)sums, q->runs, j->x->mine, p->reg.grad_dtype,
+                     p->world, q->e - q->c, j->x->first);
+  take_norms(p, q->c, q->e);
+  zt__file_mem_release(&p->sums_file, sums, (q->e - q->c) * zt__dtype_size(p->sums_dtype));
+}
+
+/* The pieces on the sums pool's threads (the sums thread one of them): the
+ * CPU's other threads are idle while the loop hands gradients over. */
+static void sum_pieces(sums_job_t *j, size_t n) {
+  if (n == 0) return;
+  if (j->p->sums_pool) {
+    zt__pool_run(j->p->sums_pool, n, sum_piece, j);
+    return;
+  }
+  for (size_t k = 0; k < n; k++) sum_piece(j, k, 0);
+}
+
+/* On the sums thread: the landed bucket's sums, SUMS_PIECE elements a task,
+ * a batch of tasks at a time. */
 static void sum_bucket(void *arg) {
   zt__xfer_t *x = arg;
   zt__part_t *p = x->part;
-  size_t mine = x->mine, i = 0;
-  size_t gsz = zt__dtype_size(p->reg.grad_dtype), esz = zt__dtype_size(p->sums_dtype);
+  size_t mine = x->mine, i = 0, n = 0;
+  size_t gsz = zt__dtype_size(p->reg.grad_dtype);
   const char *runs = runs_of(p, x);
+  sums_piece_t pieces[64];
+  sums_job_t job = {p, x, pieces};
   for (size_t k = 0; k < x->n_spans && mine; k++) {
     size_t a, b;
     if (!zt__span_clip(x->spans[k].a, x->spans[k].b, p->begin, p->end, &a, &b)) continue;
+    drop_cut_norms(p, a, b);
     for (size_t c = a, e; c < b; c = e) {
       e = zt__min_sz(b, (c / SUMS_PIECE + 1) * SUMS_PIECE);
-      char *sums = zt__part_sums_at(p, c);
-      if (zt__part_landed(p))
-        zt__cpu_positive_zeros((uint16_t *)sums, e - c);
-      else
-        zt__cpu_rank_sum(p->ctx->cpu, (float *)sums, runs + (i + (c - a)) * gsz, mine,
-                         p->reg.grad_dtype, p->world, e - c, x->first);
-      take_norms(p, c, e);
-      zt__file_mem_release(&p->sums_file, sums, (e - c) * esz);
+      pieces[n++] = (sums_piece_t){c, e, runs + (i + (c - a)) * gsz};
+      if (n == sizeof pieces / sizeof pieces[0]) sum_pieces(&job, n), n = 0;
     }
     i += b - a;
   }
+  sum_pieces(&job, n);
 }
 
 /* On the device: the landed bucket's sums, enqueued on the reduce stream
