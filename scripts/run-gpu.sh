@@ -132,12 +132,13 @@ run_env() {
 # stretch), "elsewhere" (T_SKIP_ELSEWHERE's "runs elsewhere") or "other".
 skips_of() {
   awk -v suite="$1" '
+    BEGIN { kind = "other" }
     /^(ok|not ok) [0-9]+/ && !/# SKIP/ { why = ""; kind = "other"; next }
     /skipped:/ { w = $0; sub(/^.*skipped: */, "", w); why = w }
     /skipped: runs elsewhere/ && kind == "other" { kind = "elsewhere" }
     /built without MPI|skipped: no mpirun/ { kind = "mpi" }
     /^not ok [0-9]+ .*# SKIP/ || /^not ok [0-9]+ # SKIP/ {
-      printf "%s %s\t%s\t%s\n", suite, $0, (kind == "" ? "other" : kind),
+      printf "%s %s\t%s\t%s\n", suite, $0, kind,
         (why == "" ? "(no reason printed)" : why)
       why = ""; kind = "other"
     }' "$2"
@@ -155,6 +156,12 @@ suite_groups() {
 # then one report: each group's lines, and the sum of their last lines.
 run_suites() {
   local f="$out/suites.txt" rc=0 skips other mpi elsewhere whole g i=0 pids=()
+  case "${ZT_GPU_JOBS:-4}" in
+  '' | *[!0-9]* | 0)
+    fail_part suites "suites: ZT_GPU_JOBS is \"$ZT_GPU_JOBS\"; expected a number of groups >= 1"
+    return
+    ;;
+  esac
   rm -rf "$here/tests/logs"
   while read -r g; do
     i=$((i + 1))
@@ -163,9 +170,14 @@ run_suites() {
     pids+=($!)
   done < <(suite_groups)
   for g in "${pids[@]}"; do wait "$g" || rc=1; done
+  # A group whose last line is not its tally (it died) fails the part.
+  for g in "$out"/suites-*.part; do
+    tail -n 1 "$g" | grep -qE '^[0-9]+ passed, [0-9]+ failed, [0-9]+ skipped$' || rc=1
+  done
   {
     for g in "$out"/suites-*.part; do sed '$d' "$g"; done
-    tail -qn 1 "$out"/suites-*.part | awk '{ p += $1; f += $3; s += $5 }
+    tail -qn 1 "$out"/suites-*.part | awk '/passed, .* failed, .* skipped$/ {
+        p += $1; f += $3; s += $5 }
       END { printf "%d passed, %d failed, %d skipped\n", p, f, s }'
   } >"$f"
   rm -f "$out"/suites-*.part

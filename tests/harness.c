@@ -167,8 +167,9 @@ zt_tier_t t_opt_tier(zt_tier_t wanted, int stage) {
    * on, a shard in cuda's device memory that several ranks share is moved
    * by comm "nccl" only, and the suites' comms are "single" and "mpi"; sim's
    * MPI reaches its device memory. One rank's needs no comm. Change both
-   * together. (The world is mpirun's, read as the comm reads it.) */
+   * together. (The world is the launcher's: Open MPI's or PMI's size.) */
   const char *size = getenv("OMPI_COMM_WORLD_SIZE");
+  if (size == NULL) size = getenv("PMI_SIZE");
   int world = size != NULL ? atoi(size) : 1;
   if (wanted == ZT_TIER_DEVICE && stage >= 1 && world > 1 && t_backend() == ZT_BACKEND_CUDA)
     return ZT_TIER_HOST;

@@ -312,8 +312,8 @@ static void pieces_taken_in_pass(int registered) {
   const zt__part_t *p = &eng->zero.part;
   assert_true(p->n_norm > n / ZT_NORM_BLOCK + 1); /* the bias cuts a piece */
   /* In a GPU's memory the pass is enqueued, and the pieces it takes are
-   * marked here; on the host backend the sums thread marks them as it goes
-   * (read here only after zt_grad_norm has waited for it). */
+   * marked here; on the host backend the sums thread marks them as it
+   * goes, so they are not read here (zt_grad_norm below waits for it). */
   if (p->norm_dev) {
     size_t taken = 0;
     for (size_t k = 0; k < p->n_norm; k++) taken += p->norm_have[k];

@@ -243,12 +243,18 @@ static int gather_spans(zt__part_t *p, const zt__span_t *spans, const char *cons
   ZT_TRY(walk_begin(p, &w, spans, src, n));
   w.direct = direct;
   w.from_host = from_host;
-  ZT_TRY(walk_end(&w));
+  int rc = walk_end(&w);
   /* Direct copies may still read their source: one about to be freed is
-   * waited for on the host. */
+   * waited for on the host, also after a failure part-way (the first
+   * error is the one kept). */
   if (direct && src_freed)
-    for (int s = 0; s < ZT_XFER_SLOTS; s++) ZT_TRY(zt__part_recv_free(p, &w.slots[s]));
-  return 0;
+    for (int s = 0; s < ZT_XFER_SLOTS; s++) {
+      zt__err_t keep = *p->ctx->err;
+      int wait = zt__part_recv_free(p, &w.slots[s]);
+      if (rc < 0) *p->ctx->err = keep;
+      else rc = wait;
+    }
+  return rc;
 }
 
 int zt__gather_shards_begin(zt__part_t *p, zt__gather_walk_t *w) {
