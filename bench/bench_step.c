@@ -349,6 +349,8 @@ int bench_step_main(int argc, char **argv) {
   rc = ref_open(&ref, &md, (size_t)st0.shard_params);
   double s[MAX_STEPS], k_s[MAX_STEPS], syncs[MAX_STEPS], h2d[MAX_STEPS], d2h[MAX_STEPS],
       rd[MAX_STEPS], wr[MAX_STEPS];
+  /* Where each step's time went, as zt_stats counts it (the parts). */
+  double in_step[MAX_STEPS], in_norm[MAX_STEPS], in_update[MAX_STEPS], in_copy[MAX_STEPS];
   /* One untimed step and kernel, then the timed ones, interleaved. */
   for (int k = 0; rc == 0 && k <= steps; k++) {
     tool_progress("step %d of %d", k + 1, steps + 1);
@@ -372,6 +374,10 @@ int bench_step_main(int argc, char **argv) {
                      st0.param_read_bytes);
     wr[i] = (double)(st1.swap_write_bytes - st0.swap_write_bytes + st1.param_write_bytes -
                      st0.param_write_bytes);
+    in_step[i] = st1.step_seconds - st0.step_seconds;
+    in_norm[i] = st1.norm_seconds - st0.norm_seconds;
+    in_update[i] = st1.optimizer_seconds - st0.optimizer_seconds;
+    in_copy[i] = st1.copy_seconds - st0.copy_seconds;
   }
   ref_close(&ref);
   double h2d_gbps = 0, d2h_gbps = 0;
@@ -467,6 +473,12 @@ int bench_step_main(int argc, char **argv) {
     tool_report_nums(j, "steps_s", s, steps);
     tool_report_nums(j, "kernel_s", k_s, steps);
     tool_report_nums(j, "host_syncs", syncs, steps);
+    /* The parts of the step, zt_stats' seconds (medians): what is not in
+     * zt_step is the hand-over (zt_grads_ready). */
+    tool_report_num(j, "zt_step_s", bench_median(in_step, steps));
+    tool_report_num(j, "zt_step_norm_s", bench_median(in_norm, steps));
+    tool_report_num(j, "zt_step_update_s", bench_median(in_update, steps));
+    tool_report_num(j, "zt_step_copy_s", bench_median(in_copy, steps));
     return tool_report_print(stdout, j, prog) < 0;
   }
   printf("step, %zu bf16 parameters in %d groups, stage %d, backend %s, optimizer tier %s, "
@@ -486,6 +498,9 @@ int bench_step_main(int argc, char **argv) {
   printf("    %-18s %8.4f s  (%llu parameters of the shard, %d threads%s)\n",
          device ? "device kernel" : "CPU AdamW", kernel_s, (unsigned long long)shard,
          isa_threads, ref.norm_first ? ", after the norm's pass" : "");
+  printf("  in zt_step           %8.4f s  (norm %.4f, update %.4f, copies %.4f)\n",
+         bench_median(in_step, steps), bench_median(in_norm, steps),
+         bench_median(in_update, steps), bench_median(in_copy, steps));
   printf("  efficiency           %8.3f\n", efficiency);
   printf("  host syncs per step  %8lld\n", m_syncs);
   return 0;

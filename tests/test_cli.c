@@ -1034,6 +1034,9 @@ static void test_bench_sim_json(void **state) {
                                              s, b, e);
     if (fabs(e - b / s) > 1e-9 * e) fail_msg("%s: efficiency is not bound_s / step_s", args);
     expect_syncs(args, j);
+    double in_step = num_of(args, j, "zt_step_s");
+    if (!(in_step > 0 && in_step <= num_of(args, j, "step_s")))
+      fail_msg("%s: zt_step_s %g is not a part of step_s", args, in_step);
     if (strstr(args, "nvme") && !(num_of(args, j, "disk_s") > 0))
       fail_msg("%s: no disk time in the bound", args);
     cJSON_Delete(j);
