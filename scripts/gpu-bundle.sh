@@ -13,6 +13,7 @@
 #                                     through the binaries' rpath ($ORIGIN)
 #   run-gpu.sh, run-tests.sh          the runner (scripts/run-gpu.sh) and a copy
 #                                     of tests/run.sh
+#   torch-adamw.py                    PyTorch's AdamW, bench device's peer
 #   BUILD-INFO                        what was built, from what, how linked
 # Objects go to BUNDLE-obj/; Debian's sources of cJSON and cmocka are built
 # once under BUNDLE-deps/ (beside it: make reads every *.d under a build
@@ -209,6 +210,7 @@ done
 
 install -m 755 tests/run.sh "$tmp/run-tests.sh"
 install -m 755 scripts/run-gpu.sh "$tmp/run-gpu.sh"
+install -m 755 scripts/torch-adamw.py "$tmp/torch-adamw.py"
 
 version() { dpkg-query -W -f='${Version}' "$1" 2>/dev/null || echo "?"; }
 glibc_needed=$(objdump -T "$tmp/ztier" "$tmp"/tests/* 2>/dev/null | grep -o 'GLIBC_[0-9.]*' |

@@ -25,7 +25,8 @@
 # beside them), ZT_TEST_TIMEOUT (s per suite, default 300), ZT_SANITIZER_TIMEOUT (s per tool,
 # default 180), ZT_BENCH_TIMEOUT (s per benchmark, default 180), ZT_BENCH_DIR
 # (scratch for the disk benchmarks, default /tmp/ztier-bench),
-# ZT_BENCH_<NAME>_ARGS (a benchmark's flags instead of the defaults below).
+# ZT_BENCH_<NAME>_ARGS (a benchmark's flags instead of the defaults below),
+# ZT_DEVICE_PARAMS (bench device's size and its PyTorch peer's, default 256Mi).
 set -u
 here=$(cd "$(dirname "$0")" && pwd)
 out=${1:?usage: run-gpu.sh OUT [env] [suites] [sanitizer] [bench]}
@@ -274,7 +275,7 @@ bench_args() {
   else
     case "$name" in
     adam) args="--params 200M --reps 5" ;;
-    device) args="--params 256Mi --reps 7" ;;
+    device) args="--params $device_params --reps 7" ;;
     nvme) args="--size 1GiB" ;;
     offload) args="--params 500M --ram-budget 2Gi --disk-bytes 1Gi --steps 3" ;;
     step)
@@ -299,6 +300,8 @@ bench_args() {
 run_bench() {
   local names name help args rc bad=() ran=()
   bench_dir=${ZT_BENCH_DIR:-/tmp/ztier-bench}
+  # bench device's size, and its peer's (torch-adamw.py) the same.
+  device_params=${ZT_DEVICE_PARAMS:-268435456}
   names=$("$here/ztier" bench --help 2>&1 | awk '/^benchmarks:/ { on = 1; next } on && NF { print $1 }')
   mkdir -p "$logs/bench"
   local run k
@@ -322,6 +325,18 @@ run_bench() {
       [ "$rc" -eq 0 ] || bad+=("$run (exit $rc)")
     done < <(bench_args "$name" "$help")
   done
+  # The peer of bench device's fp32 AdamW row: PyTorch's fused AdamW on the
+  # same number of parameters, where the machine's python3 has torch.
+  if python3 -c 'import torch' 2>/dev/null; then
+    run=torch_adamw
+    echo "python3 torch-adamw.py $device_params 7" >"$logs/bench/$run.args"
+    timeout --kill-after=10 "${ZT_BENCH_TIMEOUT:-180}" python3 "$here/torch-adamw.py" \
+      "$device_params" 7 >"$logs/bench/$run.json" 2>"$logs/bench/$run.log" </dev/null
+    rc=$?
+    echo "$rc" >"$logs/bench/$run.rc"
+    ran+=("$run")
+    [ "$rc" -eq 0 ] || bad+=("$run (exit $rc)")
+  fi
   # One JSON object: each benchmark's command, exit status and result (its
   # --json object, or null with the end of its error output).
   python3 - "$logs/bench" "${ran[@]}" >"$out/bench.json" <<'EOF'
