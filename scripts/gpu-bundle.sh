@@ -7,7 +7,10 @@
 #                                     liburing, libnuma, hwloc, cJSON and cmocka
 #                                     linked statically, cudart statically,
 #                                     libnccl.so.2 left to the machine
-#   gpu-info                          CUDA runtime, driver and NCCL versions, devices
+#   gpu-info                          CUDA runtime, driver and NCCL versions,
+#                                     devices; with copy-limit, the link as
+#                                     cudaMemcpyAsync from cudaMallocHost
+#                                     memory reaches it
 #   lib/                              the shared objects that travel (libudev,
 #                                     which the static hwloc needs), found
 #                                     through the binaries' rpath ($ORIGIN)
@@ -159,9 +162,9 @@ say "building into $obj (MPI=0, CUDA=1, CUDART=static, GPU_ARCH=$gpu_arch, -O2 -
   CFLAGS="$cflags" \
   LDLIBS_BASE="$ldlibs" CMOCKA_LIBS="$cmocka_link" \
   "$obj/libztier.a" tool tests examples
-"$cc" -O2 -g0 -I"$cuda_home/include" -I"$nccl_home/include" scripts/gpu-info.c \
-  -o "$obj/gpu-info" -L"$cuda_home/lib64" -L"$nccl_home/lib64" -lnccl -lcudart_static \
-  -ldl -lrt -lpthread
+"$cc" -O2 -g0 -Wall -Wextra -I"$cuda_home/include" -I"$nccl_home/include" \
+  scripts/gpu-info.c scripts/gpu-copy-limit.c -o "$obj/gpu-info" -L"$cuda_home/lib64" \
+  -L"$nccl_home/lib64" -lnccl -lcudart_static -ldl -lrt -lpthread
 
 # ---- the folder -----------------------------------------------------------------
 tmp="$bundle.tmp"

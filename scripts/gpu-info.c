@@ -5,15 +5,21 @@
  * and the driver's versions, NCCL's, and each device (name, compute
  * capability, multiprocessors, memory, L2, PCI bus id). Exits 0 when at
  * least one device answered, 1 otherwise (with the CUDA error).
+ * `gpu-info copy-limit BYTES [REPS]` measures the host link instead
+ * (scripts/gpu-copy-limit.c).
  *
  * Built by scripts/gpu-bundle.sh only; it is no part of libztier.
  */
 #include <stdio.h>
+#include <string.h>
 
 #include <cuda_runtime.h>
 #include <nccl.h>
 
-int main(void) {
+int gpu_copy_limit(int argc, char **argv);
+
+int main(int argc, char **argv) {
+  if (argc > 1 && strcmp(argv[1], "copy-limit") == 0) return gpu_copy_limit(argc - 1, argv + 1);
   int rt = 0, drv = 0, nccl = 0, count = 0;
   cudaRuntimeGetVersion(&rt);
   printf("cuda_runtime_version: %d.%d (static, linked into the bundle)\n", rt / 1000,

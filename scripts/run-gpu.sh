@@ -297,6 +297,20 @@ bench_args() {
   done <<<"$args"
 }
 
+# A peer's run beside ztier's, into bench.json as `name`: run_peer NAME
+# COMMAND... (run_bench's ran and bad take it in).
+run_peer() {
+  local run=$1 rc
+  shift
+  echo "${*#"$here/"}" >"$logs/bench/$run.args"
+  timeout --kill-after=10 "${ZT_BENCH_TIMEOUT:-180}" "$@" >"$logs/bench/$run.json" \
+    2>"$logs/bench/$run.log" </dev/null
+  rc=$?
+  echo "$rc" >"$logs/bench/$run.rc"
+  ran+=("$run")
+  [ "$rc" -eq 0 ] || bad+=("$run (exit $rc)")
+}
+
 run_bench() {
   local names name help args rc bad=() ran=()
   bench_dir=${ZT_BENCH_DIR:-/tmp/ztier-bench}
@@ -325,17 +339,13 @@ run_bench() {
       [ "$rc" -eq 0 ] || bad+=("$run (exit $rc)")
     done < <(bench_args "$name" "$help")
   done
+  # The limit of bench device's link rows: the CUDA runtime's copies from
+  # cudaMallocHost memory, as many bytes (bench device's --link-bytes).
+  run_peer cuda_memcpy "$here/gpu-info" copy-limit 268435456 7
   # The peer of bench device's fp32 AdamW row: PyTorch's fused AdamW on the
   # same number of parameters, where the machine's python3 has torch.
   if python3 -c 'import torch' 2>/dev/null; then
-    run=torch_adamw
-    echo "python3 torch-adamw.py $device_params 7" >"$logs/bench/$run.args"
-    timeout --kill-after=10 "${ZT_BENCH_TIMEOUT:-180}" python3 "$here/torch-adamw.py" \
-      "$device_params" 7 >"$logs/bench/$run.json" 2>"$logs/bench/$run.log" </dev/null
-    rc=$?
-    echo "$rc" >"$logs/bench/$run.rc"
-    ran+=("$run")
-    [ "$rc" -eq 0 ] || bad+=("$run (exit $rc)")
+    run_peer torch_adamw python3 "$here/torch-adamw.py" "$device_params" 7
   fi
   # One JSON object: each benchmark's command, exit status and result (its
   # --json object, or null with the end of its error output).
