@@ -3,7 +3,8 @@
  * suites (shell scripts): a suite that skips as a whole on cuda where a GPU
  * is present is a failure, with a loud line, and a skip where there is none;
  * a skip for io_uring or a build without MPI is never a GPU failure; several
- * backends give one tally, with the backend-neutral suites run once.
+ * backends give one tally, with the backend-neutral suites run once; the
+ * filter's words match names by substring, or one name exactly (=name).
  *
  * run.sh is found beside the build (../tests/run.sh of BUILD) or, in the
  * GPU bundle, as its copy run-tests.sh.
@@ -121,10 +122,29 @@ static void test_two_passes(void **state) {
   assert_int_equal(access(path, R_OK), 0);
 }
 
+/* ZT_TEST_FILTER: a word matches every name that contains it, a word
+ * written =name that name alone (run-gpu.sh's parallel groups, which must
+ * not run one suite twice). */
+static void test_filter(void **state) {
+  char out[16384];
+  fake(build, "test_fake", "ok 1 - a", 0);
+  fake(build, "test_fake_more", "ok 1 - a\nok 2 - b", 0);
+  fake(build, "test_other", "ok 1 - a\nok 2 - b\nok 3 - c", 0);
+  assert_int_equal(run(build, "ZT_TEST_FILTER=test_fake", "host", out, sizeof out), 0);
+  assert_string_equal(last_line(out), "3 passed, 0 failed, 0 skipped");
+  assert_int_equal(run(build, "ZT_TEST_FILTER==test_fake", "host", out, sizeof out), 0);
+  assert_null(strstr(out, "test_fake_more"));
+  assert_string_equal(last_line(out), "1 passed, 0 failed, 0 skipped");
+  assert_int_equal(
+      run(build, "ZT_TEST_FILTER='=test_fake_more =test_other'", "host", out, sizeof out), 0);
+  assert_string_equal(last_line(out), "5 passed, 0 failed, 0 skipped");
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup_teardown(test_gpu_skip, setup, teardown),
       cmocka_unit_test_setup_teardown(test_two_passes, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_filter, setup, teardown),
   };
   return T_RUN(tests);
 }
