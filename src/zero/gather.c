@@ -85,10 +85,10 @@ static int land_gather(zt__part_t *p, zt__xfer_t *x) {
 
 /* Slot x's span, from `from` (its recv bucket, or at one rank its source:
  * host memory when `from_host`), to where it goes: the registered
- * parameters, or the packed buffer its `at` points into. The copy is enqueued and recorded; the loop's stream
- * waits for it at the end of the gather (walk_end), and the slot's next
- * collective before writing its buffer (zt__part_recv_free): no host sync
- * here. */
+ * parameters, or the packed buffer its `at` points into. The copy is
+ * enqueued and recorded; the loop's stream waits for it at the end of the
+ * gather (walk_end), and the slot's next collective before writing its
+ * buffer (zt__part_recv_free): no host sync here. */
 static int land_copy(zt__part_t *p, zt__xfer_t *x, const void *from, int from_host) {
   size_t psz = zt__dtype_size(p->reg.param_dtype);
   const zt__span_t *sp = &x->spans[0];
