@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
-# One call: env, the suites on cuda in 4 parallel groups, compute-sanitizer
-# beside them, then the step and stage3 benches; everything into $OUT/all.tar.gz.
+# command.sh OUT: env, the suites on cuda in 4 parallel groups,
+# compute-sanitizer beside them, then the step and stage3 benches;
+# everything into OUT/all.tar.gz. (Run from the GPU bundle's parent folder;
+# scripts/run-gpu.sh now does the same.)
 set -u
 B=$(cd "$(dirname "$0")" && pwd); O=$1; W=$O/w; mkdir -p $W
 d=$(python3 -c 'import nvidia.nccl,os;print(os.path.join(list(nvidia.nccl.__path__)[0],"lib"))' 2>/dev/null)
