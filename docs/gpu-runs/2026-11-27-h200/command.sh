@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # command.sh OUT: env, the suites on cuda in 4 parallel groups,
 # compute-sanitizer beside them, then the step and stage3 benches;
-# everything into OUT/all.tar.gz. (Run from the GPU bundle's parent folder;
+# everything into OUT/all.tar.gz. (It ran from inside the GPU bundle;
 # scripts/run-gpu.sh now does the same.)
 set -u
 B=$(cd "$(dirname "$0")" && pwd); O=$1; W=$O/w; mkdir -p $W
