@@ -45,11 +45,33 @@ OPT ?= -O2
 endif
 
 CC ?= gcc
+# How executables link the library. By default each links the static
+# archive, so that the tests reach internal functions too. LINK=shared-internal
+# (the GPU bundle, whose folder must travel in 64 MiB) builds
+# libztier-internal.so, the library with its internal functions visible
+# (ZT_INTERNAL_VISIBLE), and links the executables to it instead of copying
+# the library into each; test_cuda and test_comm_nccl call the CUDA runtime
+# themselves and keep the archive, so that no process holds two runtimes
+# (a static cudart inside a shared library exports nothing).
+ifeq ($(LINK),shared-internal)
+VISIBILITY := default
+VISIBILITY_FLAGS := -fvisibility=default -DZT_INTERNAL_VISIBLE
+OWN_CUDA_RUNTIME := test_cuda test_comm_nccl
+ZT_LINK_DEP = $(BUILD)/libztier.a $(BUILD)/libztier-internal.so
+ZT_LINK_LIB = $(if $(filter $(OWN_CUDA_RUNTIME),$(notdir $@)),$(BUILD)/libztier.a,\
+                $(BUILD)/libztier-internal.so) $(LDLIBS)
+else
+VISIBILITY := hidden
+VISIBILITY_FLAGS := -fvisibility=hidden
+ZT_LINK_DEP = $(BUILD)/libztier.a
+ZT_LINK_LIB = $(BUILD)/libztier.a $(LDLIBS)
+endif
+
 # -ffp-contract=off: no fused multiply-add the source did not write, so the
 # C kernels compute what optim_math.h says, bit for bit (see that header).
 CFLAGS ?= $(OPT) -g
 ZT_CFLAGS := -std=gnu11 -Wall -Wextra -Wshadow -Wno-unused-parameter \
-             -fPIC -fvisibility=hidden -ffp-contract=off -pthread \
+             -fPIC $(VISIBILITY_FLAGS) -ffp-contract=off -pthread \
              -Iinclude -Isrc -I. -DZT_HAVE_CUDA=$(CUDA) $(SANFLAGS)
 # OpenMPI (Debian's libopenmpi-dev): only src/comm/comm_mpi.c, tests/test_comm.c
 # and src/tool/env_report.c (`ztier report`, when MPI=1) include mpi.h, but
@@ -126,12 +148,14 @@ endif
 EXAMPLES := $(notdir $(patsubst %/,%,$(wildcard examples/*/)))
 EXAMPLE_BIN := $(EXAMPLES:%=$(BUILD)/examples/%)
 
-# A change of CUDA, SAN, GPU_ARCH, MPI or CUDART in the same build folder rebuilds
-# everything: the stamp's content changes, so its date does.
+# A change of CUDA, SAN, GPU_ARCH, MPI, CUDART or LINK in the same build folder
+# rebuilds everything: the stamp's content changes, so its date does.
 STAMP := $(BUILD)/build-settings
-# (MPI=0 and CUDART=static only: the stamps of the default builds stay as they were.)
+# (MPI=0, CUDART=static and LINK=shared-internal only: the stamps of the default
+# builds stay as they were.)
 SETTINGS := CUDA=$(CUDA) SAN=$(SAN) GPU_ARCH=$(GPU_ARCH)$(if $(filter 0,$(MPI)), MPI=0)$(if \
-            $(filter static,$(CUDART)), CUDART=static)
+            $(filter static,$(CUDART)), CUDART=static)$(if \
+            $(filter shared-internal,$(LINK)), LINK=shared-internal)
 $(shell mkdir -p $(BUILD); [ "$$(cat $(STAMP) 2>/dev/null)" = "$(SETTINGS)" ] || \
   echo "$(SETTINGS)" > $(STAMP))
 
@@ -164,7 +188,8 @@ $(BUILD)/tests/test_comm_nccl.o: ZT_CFLAGS += $(if $(filter 1,$(CUDA)),-I$(CUDA_
 $(BUILD)/cuda/%.o: cuda/%.cu $(STAMP)
 	@mkdir -p $(dir $@)
 	$(NVCC) -std=c++17 -O2 --fmad=false $(NVCC_GENCODE) -Iinclude -Isrc -I. \
-	  -I$(NCCL_HOME)/include -Xcompiler -fPIC,-fvisibility=hidden -DZT_HAVE_CUDA=1 \
+	  -I$(NCCL_HOME)/include -Xcompiler -fPIC,-fvisibility=$(VISIBILITY) \
+	  $(filter -D%,$(VISIBILITY_FLAGS)) -DZT_HAVE_CUDA=1 \
 	  -MMD -MP -c $< -o $@
 
 $(BUILD)/libztier.a: $(LIB_OBJ) $(STAMP)
@@ -175,8 +200,11 @@ $(BUILD)/libztier.so: $(LIB_OBJ) src/libztier.map $(STAMP)
 	$(CC) -shared $(SANFLAGS) -Wl,--version-script=src/libztier.map \
 	  -Wl,-soname,libztier.so.0 -o $@ $(LIB_OBJ) $(LDLIBS)
 
-$(BUILD)/ztier: $(TOOL_OBJ) $(BUILD)/libztier.a
-	$(CC) $(SANFLAGS) -pthread -o $@ $(TOOL_OBJ) $(BUILD)/libztier.a $(LDLIBS)
+$(BUILD)/libztier-internal.so: $(LIB_OBJ) $(STAMP)
+	$(CC) -shared $(SANFLAGS) -Wl,-soname,libztier-internal.so -o $@ $(LIB_OBJ) $(LDLIBS)
+
+$(BUILD)/ztier: $(TOOL_OBJ) $(ZT_LINK_DEP)
+	$(CC) $(SANFLAGS) -pthread -o $@ $(TOOL_OBJ) $(ZT_LINK_LIB)
 
 $(BUILD)/tests/test_layers: tests/layers.py
 	@mkdir -p $(dir $@)
@@ -190,9 +218,8 @@ $(BUILD)/tests/test_install: tests/install.sh
 	chmod +x $@
 
 # Tests link the static library so they can reach internal functions too.
-$(BUILD)/tests/test_%: $(BUILD)/tests/test_%.o $(TEST_SUPPORT_OBJ) $(BUILD)/libztier.a
-	$(CC) $(SANFLAGS) -pthread -o $@ $< $(TEST_SUPPORT_OBJ) $(BUILD)/libztier.a \
-	  $(CMOCKA_LIBS) $(LDLIBS)
+$(BUILD)/tests/test_%: $(BUILD)/tests/test_%.o $(TEST_SUPPORT_OBJ) $(ZT_LINK_DEP)
+	$(CC) $(SANFLAGS) -pthread -o $@ $< $(TEST_SUPPORT_OBJ) $(CMOCKA_LIBS) $(ZT_LINK_LIB)
 
 # -Xcompiler splits its argument at commas, so each sanitizer goes alone.
 NVCC_SANFLAGS := $(if $(SAN),$(foreach s,$(subst $(comma), ,$(SAN)),-Xcompiler -fsanitize=$(s)) \
@@ -204,9 +231,11 @@ $(BUILD)/tests/%_host.cu.o: tests/%_host.cu $(STAMP)
 	  -Xcompiler -fPIC,-ffp-contract=off $(NVCC_SANFLAGS) -DZT_HAVE_CUDA=1 -MMD -MP \
 	  -c $< -o $@
 
+# They include the kernels' own code, which declares the library's internal
+# functions hidden: they link the archive whatever LINK says.
 $(BUILD)/tests/%_host: $(BUILD)/tests/%_host.cu.o $(TEST_SUPPORT_OBJ) $(BUILD)/libztier.a
-	$(CC) $(SANFLAGS) -pthread -o $@ $< $(TEST_SUPPORT_OBJ) $(BUILD)/libztier.a \
-	  $(CMOCKA_LIBS) $(LDLIBS) -lstdc++
+	$(CC) $(SANFLAGS) -pthread -o $@ $< $(TEST_SUPPORT_OBJ) $(CMOCKA_LIBS) $(BUILD)/libztier.a \
+	  $(LDLIBS) -lstdc++
 
 $(BUILD)/obj/examples/%.o: examples/%.c $(STAMP)
 	@mkdir -p $(dir $@)
@@ -218,9 +247,9 @@ $(BUILD)/obj/examples/%.o: examples/%.c $(STAMP)
 EXAMPLE_SHARED_OBJ := $(patsubst %.c,$(BUILD)/obj/%.o,$(wildcard examples/*.c))
 define example_rule
 $(BUILD)/examples/$(1): $(patsubst %.c,$(BUILD)/obj/%.o,$(wildcard examples/$(1)/*.c)) \
-                        $(EXAMPLE_SHARED_OBJ) $(BUILD)/src/tool/args.o $(BUILD)/libztier.a
+                        $(EXAMPLE_SHARED_OBJ) $(BUILD)/src/tool/args.o $(ZT_LINK_DEP)
 	@mkdir -p $$(dir $$@)
-	$$(CC) $$(SANFLAGS) -pthread -o $$@ $$(filter %.o,$$^) $(BUILD)/libztier.a $$(LDLIBS)
+	$$(CC) $$(SANFLAGS) -pthread -o $$@ $$(filter %.o,$$^) $$(ZT_LINK_LIB)
 endef
 $(foreach e,$(EXAMPLES),$(eval $(call example_rule,$(e))))
 

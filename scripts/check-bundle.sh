@@ -7,8 +7,9 @@
 #     tracked and untracked-not-ignored files) within the same 64 MiB;
 #   - every ELF file in it is stripped, and loads nothing (ldd, transitively)
 #     but the C and C++ runtimes, libcuda and libnccl (found on the GPU machine
-#     at run time) and the copies in BUNDLE/lib: never libmpi, liburing,
-#     libnuma, libhwloc or any other library of this machine.
+#     at run time) and the copies in BUNDLE/lib (the bundle's library, libnuma,
+#     libhwloc, libudev): never libmpi, nor liburing, libnuma, libhwloc or any
+#     other library from this machine's folders.
 # Exits 0 with one line of figures, or 1 naming every problem.
 set -u
 bundle=${1:?usage: scripts/check-bundle.sh BUNDLE}
@@ -54,7 +55,8 @@ fi
 # Allowed by name anywhere: the C runtime, the C++ runtime, and what the GPU
 # machine supplies (the driver's libcuda, NCCL from its PyTorch install).
 allowed='^(linux-vdso\.so\.1|ld-linux-x86-64\.so\.2|libc\.so\.6|libm\.so\.6|libdl\.so\.2|libpthread\.so\.0|librt\.so\.1|libstdc\+\+\.so\.6|libgcc_s\.so\.1|libnccl\.so\.2|libcuda\.so\.1)$'
-forbidden='^lib(mpi|open-pal|open-rte|pmix|uring|numa|hwloc)[.-]'
+never='^lib(mpi|open-pal|open-rte|pmix)[.-]'
+forbidden='^lib(uring|numa|hwloc)[.-]'
 elves=0
 while IFS= read -r -d '' f; do
   [ "$(head -c 4 "$f" | od -An -c | tr -d ' ')" = '177ELF' ] || continue
@@ -63,18 +65,33 @@ while IFS= read -r -d '' f; do
   if readelf -S "$f" 2>/dev/null | grep -qE '\.(symtab|debug_info)\b'; then
     problem "$rel is not stripped (it has .symtab or .debug_info)"
   fi
-  # Shared objects in lib/ are checked the same way (what they load).
+  # A copy in lib/ is loaded by the executables, whose rpath (DT_RPATH)
+  # finds its own needs in lib/ too: each name it needs must be a runtime
+  # library or another copy there. (ldd of the copy alone would look in
+  # this machine's folders.)
+  if [ "$(dirname "$rel")" = lib ]; then
+    for name in $(readelf -d "$f" 2>/dev/null | sed -n 's/.*(NEEDED).*\[\(.*\)\]/\1/p'); do
+      [[ "$name" =~ $allowed ]] || [ -f "$bundle/lib/$name" ] ||
+        problem "$rel needs $name, which is neither a runtime library nor a copy in lib/"
+    done
+    continue
+  fi
   while read -r name arrow path _; do
     [ -n "$name" ] || continue
     [ "$name" = statically ] || [ "$name $arrow" = "not a" ] && continue
     case "$name" in /*) name=$(basename "$name") ;; esac
-    if [[ "$name" =~ $forbidden ]]; then
+    if [[ "$name" =~ $never ]]; then
       problem "$rel loads $name, which the GPU machine lacks and the bundle must not need"
       continue
     fi
     [[ "$name" =~ $allowed ]] && continue
     if [ "$arrow" = "=>" ] && [ -n "$path" ] && [ "$path" != not ] &&
        [ "$(cd "$(dirname "$path")" 2>/dev/null && pwd -P)" = "$bundle_abs/lib" ]; then
+      continue
+    fi
+    if [[ "$name" =~ $forbidden ]]; then
+      problem "$rel loads $name from $path, not from the copy in lib/: the GPU machine" \
+        "lacks it"
       continue
     fi
     [ "$path" = not ] && path="not found"

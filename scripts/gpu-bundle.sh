@@ -3,17 +3,22 @@
 # folder for a machine that has a GPU, the CUDA driver and PyTorch's NCCL, but
 # none of this machine's libraries and no OpenMPI (docs/gpu.md, "The GPU
 # bundle"). BUNDLE/ holds:
-#   ztier, tests/test_*, examples/*   stripped, built at -O2 -g0 with MPI=0;
-#                                     liburing, libnuma, hwloc, cJSON and cmocka
-#                                     linked statically, cudart statically,
-#                                     libnccl.so.2 left to the machine
+#   ztier, tests/test_*, examples/*   stripped, built at -O2 -g0 with MPI=0,
+#                                     linked to lib/libztier-internal.so (but
+#                                     test_cuda and test_comm_nccl: below);
+#                                     cmocka linked statically, libnccl.so.2
+#                                     left to the machine
 #   gpu-info                          CUDA runtime, driver and NCCL versions,
 #                                     devices; with copy-limit, the link as
 #                                     cudaMemcpyAsync from cudaMallocHost
 #                                     memory reaches it
-#   lib/                              the shared objects that travel (libudev,
-#                                     which the static hwloc needs), found
-#                                     through the binaries' rpath ($ORIGIN)
+#   lib/                              the shared objects that travel, found
+#                                     through the binaries' rpath ($ORIGIN):
+#                                     libztier-internal.so (the library with
+#                                     its internal functions visible, which the
+#                                     tests call; liburing, cJSON and cudart
+#                                     inside it, statically), and this
+#                                     machine's libnuma, libhwloc and libudev
 #   run-gpu.sh, run-tests.sh          the runner (scripts/run-gpu.sh) and a copy
 #                                     of tests/run.sh
 #   torch-adamw.py                    PyTorch's AdamW, bench device's peer
@@ -132,17 +137,25 @@ else
 fi
 
 # ---- the build ------------------------------------------------------------------
-# hwloc's static archive calls libudev, which Debian ships shared only: it is
-# linked shared and travels in lib/. The rpath finds lib/ beside ztier and
-# beside tests/ and examples/. '$$' is make's '$'; the quotes keep it from
-# the shell of make's recipe.
+# Size: the folder and the working tree must travel in 64 MiB together. Each
+# executable once linked its own copy of the library, the kernels and cudart
+# (about 2 MiB each, 60 MiB in all); now they share lib/libztier-internal.so
+# (LINK=shared-internal, Makefile). test_cuda and test_comm_nccl call the CUDA
+# runtime themselves, and a static cudart inside a shared object exports
+# none of it, so they keep their own copy of the library (a process holds
+# one runtime). The kernels' fat binary is compressed (from about 1 MiB to
+# about 120 KiB) and unused sections are dropped at link time.
 #
-# Size: every executable links its own copy of the library, the kernels and
-# cudart, so the kernels' fat binary is compressed (from about 1 MiB to about
-# 120 KiB per executable) and unused sections are dropped at link time; the
-# folder must stay under 64 MiB.
-ldlibs="$cjson_link -l:liburing.a -l:libnuma.a -l:libhwloc.a -ludev -lm -lpthread"
-ldlibs+=" -Wl,--gc-sections '-Wl,-rpath,\$\$ORIGIN/lib:\$\$ORIGIN/../lib'"
+# A shared object takes position-independent code only: Debian's liburing.a
+# is, its libnuma.a and libhwloc.a are not, so those two are linked shared
+# and travel in lib/, with libudev, which hwloc calls and Debian ships shared
+# only. The rpath finds lib/ beside ztier and beside tests/ and examples/.
+# It is an old-style DT_RPATH (--disable-new-dtags), which the loader also
+# searches for the libraries' own needs (libhwloc's libudev), where a RUNPATH
+# would serve the executable's direct needs only. '$$' is make's '$'; the
+# quotes keep it from the shell of make's recipe.
+ldlibs="$cjson_link -l:liburing.a -lnuma -lhwloc -ludev -lm -lpthread"
+ldlibs+=" -Wl,--gc-sections -Wl,--disable-new-dtags '-Wl,-rpath,\$\$ORIGIN/lib:\$\$ORIGIN/../lib'"
 # The GPU machine's cards are sm_90 (H100, H200): machine code for GPU_ARCH
 # only, no PTX for later GPUs (another 4 MiB), unless BUNDLE_PTX=1.
 gencode="-gencode arch=compute_$gpu_arch,code=sm_$gpu_arch -Xfatbin -compress-all"
@@ -150,18 +163,20 @@ gencode="-gencode arch=compute_$gpu_arch,code=sm_$gpu_arch -Xfatbin -compress-al
 cflags="-O2 -g0 -ffunction-sections -fdata-sections"
 # The Makefile's stamp knows CUDA, SAN, GPU_ARCH and MPI, not these flags:
 # objects built with others are removed first.
-flags="$cflags | $gencode | $ldlibs | $cmocka_link"
+flags="$cflags | $gencode | $ldlibs | $cmocka_link | LINK=shared-internal"
 if [ "$(cat "$obj/bundle-flags" 2>/dev/null)" != "$flags" ]; then
   rm -rf "$obj"
   mkdir -p "$obj"
   echo "$flags" >"$obj/bundle-flags"
 fi
-say "building into $obj (MPI=0, CUDA=1, CUDART=static, GPU_ARCH=$gpu_arch, -O2 -g0)"
+say "building into $obj (MPI=0, CUDA=1, CUDART=static, LINK=shared-internal," \
+  "GPU_ARCH=$gpu_arch, -O2 -g0)"
 "$make" --no-print-directory BUILD="$obj" CUDA=1 CUDART=static MPI=0 SAN= GPU_ARCH="$gpu_arch" \
+  LINK=shared-internal \
   CUDA_HOME="$cuda_home" NCCL_HOME="$nccl_home" NVCC_GENCODE="$gencode" \
   CFLAGS="$cflags" \
   LDLIBS_BASE="$ldlibs" CMOCKA_LIBS="$cmocka_link" \
-  "$obj/libztier.a" tool tests examples
+  "$obj/libztier.a" "$obj/libztier-internal.so" tool tests examples
 "$cc" -O2 -g0 -Wall -Wextra -I"$cuda_home/include" -I"$nccl_home/include" \
   scripts/gpu-info.c scripts/gpu-copy-limit.c -o "$obj/gpu-info" -L"$cuda_home/lib64" \
   -L"$nccl_home/lib64" -lnccl -lcudart_static -ldl -lrt -lpthread
@@ -183,9 +198,7 @@ for t in "$obj"/tests/test_*; do
   # backend's streams, the sim model, the CPU's rank sums and the CUDA
   # kernels' own code run on the host (test_cuda_kernels_host needs nvcc,
   # not a GPU) take no GPU backend and run the same everywhere: they stay
-  # home (1 to 2 MiB each;
-  # every suite carries its own copy of the library, and the folder and the
-  # working tree must fit in 64 MiB together). None of them touches a GPU.
+  # home. None of them touches a GPU.
   test_layers | test_install | test_gpt2_grad | test_gpt2_zt | test_gpt2_bpe) continue ;;
   test_config | test_config_deepspeed | test_ckpt_format | test_abi) continue ;;
   test_util | test_spares | test_runner | test_threadpool | test_swap) continue ;;
@@ -199,10 +212,13 @@ for e in "$obj"/examples/*; do
   cp "$e" "$tmp/examples/"
 done
 strip --strip-all "$tmp/ztier" "$tmp/gpu-info" "$tmp"/tests/* "$tmp"/examples/*
+cp "$obj/libztier-internal.so" "$tmp/lib/"
+strip --strip-unneeded "$tmp/lib/libztier-internal.so"
 
-# What travels in lib/: libudev (and cJSON or cmocka where they are shared),
-# this machine's copies, as ztier and the tests resolve them here.
-ship+=(libudev.so.1)
+# What travels in lib/ besides: libnuma, libhwloc and libudev (and cJSON or
+# cmocka where they are shared), this machine's copies, as ztier and the
+# tests resolve them here.
+ship+=(libnuma.so.1 libhwloc.so.15 libudev.so.1)
 for so in "${ship[@]}"; do
   path=$(ldd "$tmp/tests/test_api" "$tmp/ztier" 2>/dev/null |
     awk -v n="$so" '$1 == n && $3 ~ /^\// { print $3; exit }')
@@ -224,7 +240,7 @@ git diff --quiet HEAD 2>/dev/null || commit="$commit plus uncommitted changes"
   echo "ztier GPU bundle (make gpu-bundle; docs/gpu.md, \"The GPU bundle\")"
   echo "built: $(date -u '+%Y-%m-%d %H:%M UTC') on $(. /etc/os-release && echo "$PRETTY_NAME")"
   echo "commit: $commit"
-  echo "ztier: $("$obj/ztier" version)"
+  echo "ztier: $(LD_LIBRARY_PATH="$obj" "$obj/ztier" version)"
   echo "compiler: $("$cc" --version | head -1)"
   echo "nvcc: $("$cuda_home/bin/nvcc" --version | tail -1)"
   echo "cudart: static, CUDART_VERSION $(sed -n 's/^#define CUDART_VERSION *//p' \
@@ -237,9 +253,11 @@ git diff --quiet HEAD 2>/dev/null || commit="$commit plus uncommitted changes"
   echo "MPI: left out (MPI=0): comm \"mpi\" fails with a sentence; the mpirun cases skip"
   echo "cJSON: $cjson_how"
   echo "cmocka: $cmocka_how"
-  echo "liburing, libnuma, hwloc: static (Debian $(version liburing-dev), $(version \
-    libnuma-dev), $(version libhwloc-dev))"
-  echo "libudev: shared, a copy in lib/ (hwloc needs it; Debian $(version libudev1))"
+  echo "library: lib/libztier-internal.so, which every executable links but test_cuda and" \
+    "test_comm_nccl (each its own copy: they call the CUDA runtime themselves)"
+  echo "liburing: static, inside the library (Debian $(version liburing-dev))"
+  echo "libnuma, hwloc, libudev: shared, copies in lib/ (Debian $(version libnuma1)," \
+    "$(version libhwloc15), $(version libudev1))"
   echo "glibc: at least ${glibc_needed#GLIBC_} on the machine that runs it"
 } >"$tmp/BUILD-INFO"
 

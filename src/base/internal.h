@@ -17,8 +17,15 @@
 extern "C" {
 #endif
 
-/* Names of non-static functions shared across files: zt__<module>_<verb>. */
+/* Names of non-static functions shared across files: zt__<module>_<verb>.
+ * Hidden from the library's users; visible only in the GPU bundle's shared
+ * library, which its test suites link instead of each carrying a copy of
+ * the library (Makefile, LINK=shared-internal). */
+#ifdef ZT_INTERNAL_VISIBLE
+#define ZT_INTERNAL __attribute__((visibility("default")))
+#else
 #define ZT_INTERNAL __attribute__((visibility("hidden")))
+#endif
 
 /* ---- the error sentence -------------------------------------------------- */
 
