@@ -23,13 +23,18 @@
  * in MPI_Comm_dup for a rank that never comes (see comm_mpi.c).
  *
  * Streams. Every collective is enqueued on the comm's own non-blocking
- * stream, after an event recorded on the legacy default stream (ztier's
- * compute stream): it sees the loop's work so far, with no host sync, and
- * the loop's later work does not wait for it (a blocking stream would
- * serialise the two and no bucket would overlap the backward). A cudaEvent
- * recorded after the collective is its request: wait() queries it (and
- * NCCL's asynchronous error, so a failed peer is an error, not a hang) until
- * it completes; test() queries it once.
+ * stream, ordered after nothing of the loop's: as with MPI, which has no
+ * streams at all, what a collective reads is ready when it is issued and
+ * what it writes is free (the engine waits for, or orders, the work that
+ * writes or reads them before it hands a buffer over: zero/reduce.c,
+ * gather.c, prefetch.c; the sim backend's suites, whose comm is MPI, go red
+ * without those waits). So no collective waits for the loop's queued
+ * kernels: not a hand-over's vote in the middle of a backward, whose
+ * records are host memory, nor a bucket, nor a blocking stream's work (a
+ * wait on the legacy stream would take in all of it). A cudaEvent recorded
+ * after the collective is its request: wait() queries it (and NCCL's
+ * asynchronous error, so a failed peer is an error, not a hang) until it
+ * completes; test() queries it once.
  *
  * Host buffers. NCCL moves device memory only, and the engine passes host
  * memory for its control traffic (the rank agreement, order records) and for
@@ -95,7 +100,6 @@ typedef struct nccl_comm {
   ncclComm_t comm;
   cudaStream_t stream;
   cudaEvent_t barrier_done; /* the barrier's; also what a pageable copy out waits for */
-  cudaEvent_t compute_mark; /* the compute stream at each collective's issue */
   float *word; /* the barrier's device word */
   char *scratch;      /* the staging of host buffers (see the file comment) */
   size_t scratch_cap; /* its bytes */
@@ -540,8 +544,6 @@ static int nccl_create(const zt_config_t *cfg, zt__err_t *err, zt__comm_t **out)
                cudaSuccess) {
       rc = cuda_fail(err, fn, "cudaStreamCreateWithFlags", crc);
     } else if ((crc = cudaEventCreateWithFlags(&m->barrier_done,
-                                               cudaEventDisableTiming)) != cudaSuccess ||
-               (crc = cudaEventCreateWithFlags(&m->compute_mark,
                                                cudaEventDisableTiming)) != cudaSuccess) {
       rc = cuda_fail(err, fn, "cudaEventCreateWithFlags", crc);
     } else if ((crc = cudaMalloc((void **)&m->word, sizeof(float))) != cudaSuccess) {
@@ -599,7 +601,6 @@ static void nccl_destroy(zt__comm_t *c) {
   while (c->inflight) zt__comm_op_free(c, c->inflight);
   if (m->word) (void)cudaFree(m->word);
   if (m->barrier_done) (void)cudaEventDestroy(m->barrier_done);
-  if (m->compute_mark) (void)cudaEventDestroy(m->compute_mark);
   if (m->stream) (void)cudaStreamDestroy(m->stream);
   (void)cudaGetLastError();
   free(m);
@@ -611,23 +612,13 @@ static int nccl_world(const zt__comm_t *c) { return ((const nccl_comm_t *)c)->wo
 /* ---- collectives ------------------------------------------------------------------- */
 
 /* Each collective: the shared checks, then begin (a record and the staging),
- * the NCCL calls, and post. */
-/* The comm stream waits, on the device, for the compute stream's work so
- * far (the buffers a collective reads were written there). */
-static int after_compute(nccl_comm_t *m, const char *fn) {
-  CU_TRY(m->base.err, fn, cudaEventRecord(m->compute_mark, 0));
-  CU_TRY(m->base.err, fn, cudaStreamWaitEvent(m->stream, m->compute_mark, 0));
-  return 0;
-}
-
-/* A failure here leaves the peers in a collective this rank never issues:
- * the comm fails. */
+ * the NCCL calls, and post. A failure in begin leaves the peers in a
+ * collective this rank never issues: the comm fails. */
 static int begin(nccl_comm_t *m, const char *fn, const void *send, size_t sbytes,
                  void *recv, size_t rbytes, zt__comm_op_t *o, stage_t *s) {
   memset(s, 0, sizeof *s);
   cudaError_t e = cudaEventCreateWithFlags(&S(o)->done, cudaEventDisableTiming);
   int rc = e == cudaSuccess ? 0 : cuda_fail(m->base.err, fn, "cudaEventCreateWithFlags", e);
-  if (rc == 0) rc = after_compute(m, fn);
   if (rc == 0) rc = stage_in(m, fn, send, sbytes, recv, rbytes, s);
   return rc < 0 ? fail_comm(m, rc) : 0;
 }

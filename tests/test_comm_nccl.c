@@ -635,7 +635,59 @@ static void world1_abort(void **state) {
   zt__comm_destroy(nc);
   assert_true(zt__now() - t0 < 10.0);
 }
+
+/* A collective waits for nothing of the loop's: a hand-over's vote comes in
+ * the middle of a backward, and under the legacy stream a wait for it would
+ * take in every kernel queued so far. (What a collective reads and writes
+ * the engine has waited for before it calls: comm_nccl.cu, "Streams".)
+ * The legacy stream is held by a queue of memsets far longer than the
+ * collectives; each collective must be done while that queue is not. */
+static void world1_unordered(void **state) {
+  if (!have_gpu()) {
+    printf("skipped: no GPU (the NCCL comm needs one)\n");
+    skip();
+  }
+  zt_config_t cfg = nccl_config();
+  zt__comm_t *nc = NULL;
+  if (zt__comm_create(&cfg, &err, &nc) != 0) fail_msg("comm nccl: %s", err.msg);
+  float *d = dev_alloc(16 * sizeof *d);
+  static float h[16];
+  long long mine = 42, all = 0;
+  zt__comm_req_t req = {0};
+  /* Once first, so that loading NCCL's kernels is not timed below. */
+  assert_int_equal(nc->ops->all_reduce(nc, d, 16, ZT_RED_F32, ZT_OP_SUM, &req), 0);
+  assert_int_equal(nc->ops->wait(nc, &req), 0);
+  const size_t big_bytes = (size_t)1 << 30;
+  void *big = dev_alloc(big_bytes);
+  cudaEvent_t queued;
+  assert_int_equal(cudaEventCreateWithFlags(&queued, cudaEventDisableTiming), cudaSuccess);
+  for (int i = 0; i < 256; i++) /* about 0.1 s on an H200 */
+    assert_int_equal(cudaMemsetAsync(big, i, big_bytes, 0), cudaSuccess);
+  assert_int_equal(cudaEventRecord(queued, 0), cudaSuccess);
+  /* The vote's path (host records), a device buffer, and host floats. */
+  assert_int_equal(zt__comm_control_all_gather(nc, &mine, &all, sizeof mine), 0);
+  assert_int_equal(all, 42);
+  memset(&req, 0, sizeof req);
+  assert_int_equal(nc->ops->all_reduce(nc, d, 16, ZT_RED_F32, ZT_OP_SUM, &req), 0);
+  assert_int_equal(nc->ops->wait(nc, &req), 0);
+  memset(&req, 0, sizeof req);
+  assert_int_equal(nc->ops->all_reduce(nc, h, 16, ZT_RED_F32, ZT_OP_SUM, &req), 0);
+  assert_int_equal(nc->ops->wait(nc, &req), 0);
+  cudaError_t q = cudaEventQuery(queued);
+  print_message("# after the collectives, the legacy stream's queue: %s\n",
+                cudaGetErrorName(q));
+  assert_int_equal(q, cudaErrorNotReady);
+  assert_int_equal(cudaEventSynchronize(queued), cudaSuccess);
+  (void)cudaEventDestroy(queued);
+  (void)cudaFree(big);
+  (void)cudaFree(d);
+  zt__comm_destroy(nc);
+}
 #else
+static void world1_unordered(void **state) {
+  printf("skipped: built without CUDA (no NCCL comm)\n");
+  skip();
+}
 static void nccl_transport_table(void **state) {
   printf("skipped: built without CUDA (no NCCL comm)\n");
   skip();
@@ -668,6 +720,7 @@ int main(void) {
       cmocka_unit_test(world1_same_refusals),
       cmocka_unit_test(nccl_transport_table),
       cmocka_unit_test(world1_abort),
+      cmocka_unit_test(world1_unordered),
   };
   return T_RUN(tests);
 }
