@@ -4,9 +4,7 @@
  * build, which is its definition element by element; and zt__cpu_rank_sum,
  * the owner's sum of W ranks' runs in rank order, equal bit for bit to that
  * order written out in the test, and to a double-precision reference within
- * the rounding of W fp32 adds, on fresh random data of every gradient dtype;
- * and zt__cpu_positive_zeros, which makes gradients that are their own sums
- * read as 0 + g.
+ * the rounding of W fp32 adds, on fresh random data of every gradient dtype.
  *
  * An ISA this CPU lacks is reported as a cmocka skip, one test per ISA.
  */
@@ -140,36 +138,8 @@ static void test_rank_sum_reference(void **state) {
   zt__cpu_destroy(cpu);
 }
 
-/* zt__cpu_positive_zeros: every -0 (0x8000) becomes +0, at every position
- * of runs of every length around its block of 64, and nothing else moves,
- * in the run or past its end. */
-static void test_positive_zeros(void **state) {
-  t_rng_t r;
-  t_rng_init(&r, t_seed() ^ 0x2e70);
-  enum { MAX = 200 };
-  uint16_t x[MAX + 1], want[MAX + 1];
-  for (size_t n = 1; n <= MAX; n++)
-    for (size_t at = 0; at < n; at++) {
-      t_fill_normal(x, ZT_BF16, MAX + 1, 1.0, &r);
-      for (size_t i = 0; i <= MAX; i++)
-        if (x[i] == 0x8000u) x[i] = 1; /* no -0 but the ones placed */
-      x[at] = 0x8000u;
-      if (at + 64 < n) x[at + 64] = 0x8000u; /* a second block's too */
-      x[n] = 0x8000u;                        /* past the end: stays */
-      memcpy(want, x, sizeof x);
-      for (size_t i = 0; i < n; i++)
-        if (want[i] == 0x8000u) want[i] = 0;
-      zt__cpu_positive_zeros(x, n);
-      for (size_t i = 0; i <= MAX; i++)
-        if (x[i] != want[i])
-          fail_msg("n %zu, -0 at %zu: element %zu is 0x%04x, expected 0x%04x", n, at, i, x[i],
-                   want[i]);
-    }
-}
-
 int main(void) {
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(test_positive_zeros),
       cmocka_unit_test(test_add_scalar),
       cmocka_unit_test(test_add_avx2),
       cmocka_unit_test(test_add_avx512),

@@ -5,8 +5,9 @@
  * memory with an optimizer tier that updates on the CPU (host, nvme), the
  * backend's with the device tier (on sim and cuda through the land_grads
  * kernel, which clears the -0s as it copies). Held here: the
- * landed gradients are the loop's, bit for bit, but for their -0s, which
- * are +0 as 0 + g makes them; the norm and the parameters after each step
+ * landed gradients are the loop's, bit for bit (the land_grads kernel's
+ * -0s as +0: 0 + g; the CPU's as they are, which the update reads as +0);
+ * the norm and the parameters after each step
  * are bit for bit those of stage 2, whose sums are fp32; and the shard's
  * gradient memory is half of stage 2's, with no bucket buffers (one rank
  * receives nothing, and landed gradients are packed nowhere else). Fresh
@@ -137,7 +138,7 @@ static void land_as_stage_2(zt_tier_t tier, int sums_where, zt_dtype_t dt) {
     }
     size_t zeros = 0;
     for (size_t i = 0; i < states; i++) {
-      uint16_t loop = h[element_of(i)], w = loop == 0x8000u ? 0 : loop;
+      uint16_t loop = h[element_of(i)], w = p->on_device && loop == 0x8000u ? 0 : loop;
       uint16_t g = landed[i];
       zeros += loop == 0x8000u;
       if (g != w)

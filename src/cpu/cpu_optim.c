@@ -318,19 +318,6 @@ void zt__cpu_rank_sum_sumsq(const zt__cpu_t *cpu, float *sums, const void *runs,
   }
 }
 
-void zt__cpu_positive_zeros(uint16_t *x, size_t n) {
-  enum { BLOCK = 64 }; /* a fixed trip count, which the compiler vectorizes */
-  size_t i = 0;
-  for (; i + BLOCK <= n; i += BLOCK) {
-    unsigned found = 0;
-    for (int j = 0; j < BLOCK; j++) found |= x[i + j] == 0x8000u;
-    if (found)
-      for (int j = 0; j < BLOCK; j++) x[i + j] = x[i + j] == 0x8000u ? 0 : x[i + j];
-  }
-  for (; i < n; i++)
-    if (x[i] == 0x8000u) x[i] = 0;
-}
-
 void zt__cpu_land_grads(uint16_t *restrict dst, const uint16_t *restrict src, size_t n) {
   enum { BLOCK = 64 };
   size_t i = 0;

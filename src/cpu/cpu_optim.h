@@ -107,11 +107,6 @@ ZT_INTERNAL void zt__cpu_sumsq_fill(zt__cpu_t *cpu, const void *grads, size_t gr
                                     zt_dtype_t dtype, const zt__seg_t *pieces, size_t n,
                                     const unsigned char *have, double *sums);
 
-/* x[i] = +0 where x[i] is -0, for n 16-bit floats (bf16 or fp16: -0 is
- * 0x8000 in both), writing only blocks that hold one: gradients that are
- * their own sums read as 0 + g would give them. */
-ZT_INTERNAL void zt__cpu_positive_zeros(uint16_t *x, size_t n);
-
 /* dst[i] = src[i] with a -0 written as +0, n 16-bit floats, in one pass
  * (the backends' land_grads on the calling thread). */
 ZT_INTERNAL void zt__cpu_land_grads(uint16_t *dst, const uint16_t *src, size_t n);

@@ -213,9 +213,9 @@ typedef struct zt__part {
   /* The shard's gradients as the norm and the update read them, of
    * `sums_dtype`: the reduced sums in fp32; or, where the gradients land
    * (zt__part_lands_grads), this rank's 16-bit gradients as they came from
-   * the device, which are their own sums (one rank: 0 + g), read as the
-   * fp32 sums would give them (reduce.c makes their zeros +0, as 0 + g
-   * does). zt__part_sums_at finds an element; zt__part_landed says which. */
+   * the device, which are their own sums (one rank: 0 + g), -0s and all,
+   * which the update reads as the +0s of 0 + g (optim_math.h).
+   * zt__part_sums_at finds an element; zt__part_landed says which. */
   void *grads;
   zt_dtype_t sums_dtype;
   /* At stage 3 with the optimizer states on NVMe and the sums in host
@@ -398,9 +398,9 @@ ZT_INTERNAL void zt__part_footprint(const zt__part_shape_t *s, zt__part_footprin
  * so its sum is the gradient itself, and with a 16-bit gradient the
  * bucket's copy out of the loop's buffer can write the shard's gradients
  * directly: a copy into memory the CPU reads (pinned, or the host
- * backend's), whose -0s the sums thread then makes +0 as 0 + g does, or in
- * a GPU's memory (on_device) the land_grads kernel, which does both in one
- * pass. No fp32 sums are written (a pass of
+ * backend's), -0s and all (the update reads a -0 gradient as +0,
+ * optim_math.h), or in a GPU's memory (on_device) the land_grads kernel,
+ * which writes them as +0 in the same pass. No fp32 sums are written (a pass of
  * 6 bytes a parameter), the norm and the update read 2 bytes a gradient
  * instead of 4, and the shard's gradients take half the memory. Stages 2
  * and 3 may hand a group over again in a step (accumulation), which needs

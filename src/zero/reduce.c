@@ -182,16 +182,16 @@ typedef struct sums_job {
 
 /* The piece's W runs summed in rank order into the shard's gradients, and
  * the sums of squares of the norm's pieces it holds. Gradients that landed
- * as they are (zt__part_landed) are their own sums: their -0s become the
- * +0s that 0 + g gives, so the update reads what fp32 sums would hold. */
+ * as they are (zt__part_landed) are their own sums, and are left as they
+ * are: a -0 among them is read as the +0 that 0 + g gives by the update
+ * (optim_math.h) and squares to +0 in the norm, so they give what fp32
+ * sums would, and only their pieces' sums of squares are taken. */
 static void sum_piece(void *ctx, size_t task, int worker) {
   const sums_job_t *j = ctx;
   zt__part_t *p = j->p;
   const sums_piece_t *q = &j->pieces[task];
   char *sums = zt__part_sums_at(p, q->c);
-  if (zt__part_landed(p))
-    zt__cpu_positive_zeros((uint16_t *)sums, q->e - q->c);
-  else
+  if (!zt__part_landed(p))
     zt__cpu_rank_sum(p->ctx->cpu, (float *)sums, q->runs, j->x->mine, p->reg.grad_dtype,
                      p->world, q->e - q->c, j->x->first);
   take_norms(p, q->c, q->e);
