@@ -50,16 +50,17 @@ CC ?= gcc
 # (the GPU bundle, whose folder must travel in 64 MiB) builds
 # libztier-internal.so, the library with its internal functions visible
 # (ZT_INTERNAL_VISIBLE), and links the executables to it instead of copying
-# the library into each; test_cuda and test_comm_nccl call the CUDA runtime
-# themselves and keep the archive, so that no process holds two runtimes
-# (a static cudart inside a shared library exports nothing).
+# the library into each. A static cudart inside a shared library exports
+# nothing, so test_comm_nccl, which calls the CUDA runtime itself, keeps the
+# archive, and the others link no runtime of their own: one that called it
+# would fail to link rather than hold a second runtime.
 ifeq ($(LINK),shared-internal)
 VISIBILITY := default
 VISIBILITY_FLAGS := -fvisibility=default -DZT_INTERNAL_VISIBLE
-OWN_CUDA_RUNTIME := test_cuda test_comm_nccl
+OWN_CUDA_RUNTIME := test_comm_nccl
 ZT_LINK_DEP = $(BUILD)/libztier.a $(BUILD)/libztier-internal.so
-ZT_LINK_LIB = $(if $(filter $(OWN_CUDA_RUNTIME),$(notdir $@)),$(BUILD)/libztier.a,\
-                $(BUILD)/libztier-internal.so) $(LDLIBS)
+ZT_LINK_LIB = $(if $(filter $(OWN_CUDA_RUNTIME),$(notdir $@)),$(BUILD)/libztier.a $(LDLIBS),\
+                $(BUILD)/libztier-internal.so $(filter-out -lcudart -lcudart_static,$(LDLIBS)))
 else
 VISIBILITY := hidden
 VISIBILITY_FLAGS := -fvisibility=hidden

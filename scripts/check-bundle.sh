@@ -71,6 +71,10 @@ while IFS= read -r -d '' f; do
   # this machine's folders.)
   if [ "$(dirname "$rel")" = lib ]; then
     for name in $(readelf -d "$f" 2>/dev/null | sed -n 's/.*(NEEDED).*\[\(.*\)\]/\1/p'); do
+      if [[ "$name" =~ $never ]]; then
+        problem "$rel needs $name, which the GPU machine lacks and the bundle must not need"
+        continue
+      fi
       [[ "$name" =~ $allowed ]] || [ -f "$bundle/lib/$name" ] ||
         problem "$rel needs $name, which is neither a runtime library nor a copy in lib/"
     done

@@ -5,7 +5,7 @@
 # bundle"). BUNDLE/ holds:
 #   ztier, tests/test_*, examples/*   stripped, built at -O2 -g0 with MPI=0,
 #                                     linked to lib/libztier-internal.so (but
-#                                     test_cuda and test_comm_nccl: below);
+#                                     test_comm_nccl: below);
 #                                     cmocka linked statically, libnccl.so.2
 #                                     left to the machine
 #   gpu-info                          CUDA runtime, driver and NCCL versions,
@@ -140,11 +140,11 @@ fi
 # Size: the folder and the working tree must travel in 64 MiB together. Each
 # executable once linked its own copy of the library, the kernels and cudart
 # (about 2 MiB each, 60 MiB in all); now they share lib/libztier-internal.so
-# (LINK=shared-internal, Makefile). test_cuda and test_comm_nccl call the CUDA
-# runtime themselves, and a static cudart inside a shared object exports
-# none of it, so they keep their own copy of the library (a process holds
-# one runtime). The kernels' fat binary is compressed (from about 1 MiB to
-# about 120 KiB) and unused sections are dropped at link time.
+# (LINK=shared-internal, Makefile). test_comm_nccl calls the CUDA runtime
+# itself, and a static cudart inside a shared object exports none of it, so
+# it keeps its own copy of the library (a process holds one runtime). The
+# kernels' fat binary is compressed (from about 1 MiB to about 120 KiB) and
+# unused sections are dropped at link time.
 #
 # A shared object takes position-independent code only: Debian's liburing.a
 # is, its libnuma.a and libhwloc.a are not, so those two are linked shared
@@ -232,7 +232,8 @@ install -m 755 scripts/run-gpu.sh "$tmp/run-gpu.sh"
 install -m 755 scripts/torch-adamw.py "$tmp/torch-adamw.py"
 
 version() { dpkg-query -W -f='${Version}' "$1" 2>/dev/null || echo "?"; }
-glibc_needed=$(objdump -T "$tmp/ztier" "$tmp"/tests/* 2>/dev/null | grep -o 'GLIBC_[0-9.]*' |
+glibc_needed=$(objdump -T "$tmp/ztier" "$tmp"/tests/* "$tmp"/lib/* 2>/dev/null |
+  grep -o 'GLIBC_[0-9.]*' |
   sort -uV | tail -1)
 commit=$(git rev-parse --short HEAD 2>/dev/null || echo "?")
 git diff --quiet HEAD 2>/dev/null || commit="$commit plus uncommitted changes"
@@ -253,8 +254,8 @@ git diff --quiet HEAD 2>/dev/null || commit="$commit plus uncommitted changes"
   echo "MPI: left out (MPI=0): comm \"mpi\" fails with a sentence; the mpirun cases skip"
   echo "cJSON: $cjson_how"
   echo "cmocka: $cmocka_how"
-  echo "library: lib/libztier-internal.so, which every executable links but test_cuda and" \
-    "test_comm_nccl (each its own copy: they call the CUDA runtime themselves)"
+  echo "library: lib/libztier-internal.so, which every executable links but test_comm_nccl" \
+    "(its own copy: it calls the CUDA runtime itself)"
   echo "liburing: static, inside the library (Debian $(version liburing-dev))"
   echo "libnuma, hwloc, libudev: shared, copies in lib/ (Debian $(version libnuma1)," \
     "$(version libhwloc15), $(version libudev1))"

@@ -410,8 +410,12 @@ static void *dev_alloc(size_t n) {
   if (cudaMalloc(&p, n ? n : 1) != cudaSuccess) fail_msg("cudaMalloc(%zu)", n);
   return p;
 }
+/* Done on the device before it returns: a copy from pageable memory may
+ * return before its bytes land, and the comm's stream is ordered after
+ * nothing of the legacy stream's (comm_nccl.cu, "Streams"). */
 static void h2d(void *d, const void *h, size_t n) {
-  if (n && cudaMemcpy(d, h, n, cudaMemcpyHostToDevice) != cudaSuccess)
+  if (n && (cudaMemcpy(d, h, n, cudaMemcpyHostToDevice) != cudaSuccess ||
+            cudaDeviceSynchronize() != cudaSuccess))
     fail_msg("cudaMemcpy H2D");
 }
 static void d2h(void *h, const void *d, size_t n) {
