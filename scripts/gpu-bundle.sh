@@ -19,6 +19,11 @@
 #                                     tests call; liburing, cJSON and cudart
 #                                     inside it, statically), and this
 #                                     machine's libnuma, libhwloc and libudev
+#   ztier-base                        the tool as an earlier commit built it
+#                                     (BUNDLE_BASELINE, below), which run-gpu.sh
+#                                     runs beside ztier in `bench step`, for
+#                                     before-and-after figures from one machine
+#                                     in one run
 #   run-gpu.sh, run-tests.sh          the runner (scripts/run-gpu.sh) and a copy
 #                                     of tests/run.sh
 #   torch-adamw.py                    PyTorch's AdamW, bench device's peer
@@ -28,7 +33,9 @@
 # folder). Ends with scripts/check-bundle.sh, whose failure fails the build.
 #
 # Environment: MAKE (the make to call), CUDA_HOME, NCCL_HOME, GPU_ARCH, CC,
-# BUNDLE_PTX (1: PTX beside the machine code).
+# BUNDLE_PTX (1: PTX beside the machine code), BUNDLE_BASELINE (the commit
+# ztier-base is built from; default: the one the newest run in
+# docs/gpu-runs/ was built from, as its env.txt says; "none": no baseline).
 set -euo pipefail
 bundle=${1:?usage: scripts/gpu-bundle.sh BUNDLE}
 bundle=${bundle%/}
@@ -181,11 +188,44 @@ say "building into $obj (MPI=0, CUDA=1, CUDART=static, LINK=shared-internal," \
   scripts/gpu-info.c scripts/gpu-copy-limit.c -o "$obj/gpu-info" -L"$cuda_home/lib64" \
   -L"$nccl_home/lib64" -lnccl -lcudart_static -ldl -lrt -lpthread
 
+# ---- the baseline ---------------------------------------------------------------
+# The tool of an earlier commit, built the same way from that commit's own
+# tree (git archive into BUNDLE-base-src/, objects in BUNDLE-base-obj/, both
+# kept while the commit stays the same): a GPU machine is lent for minutes,
+# so a change's effect there is measured against the baseline in the same
+# run, not against figures from another machine or day.
+base=${BUNDLE_BASELINE:-}
+if [ -z "$base" ]; then
+  last=$(find docs/gpu-runs -mindepth 1 -maxdepth 1 -type d 2>/dev/null | sort | tail -1)
+  for f in "$last/env.txt" "$last/env/env.txt"; do
+    [ -n "$last" ] && [ -f "$f" ] && base=$(awk '/^commit: / { print $2; exit }' "$f") && break
+  done
+fi
+base_rev=
+if [ -n "$base" ] && [ "$base" != none ]; then
+  base_rev=$(git rev-parse --verify -q "$base^{commit}") ||
+    die "BUNDLE_BASELINE: $base is not a commit of this checkout (or \"none\")"
+  base_src=$(pwd -P)/$bundle-base-src
+  base_obj=$(pwd -P)/$bundle-base-obj
+  if [ "$(cat "$base_src.rev" 2>/dev/null)" != "$base_rev $flags" ]; then
+    rm -rf "$base_src" "$base_obj"
+    mkdir -p "$base_src"
+    git archive "$base_rev" | tar -x -C "$base_src"
+    echo "$base_rev $flags" >"$base_src.rev"
+  fi
+  say "baseline: ztier-base from ${base_rev:0:7} (into $bundle-base-obj)"
+  (cd "$base_src" && "$make" --no-print-directory BUILD="$base_obj" CUDA=1 CUDART=static MPI=0 \
+    SAN= GPU_ARCH="$gpu_arch" CUDA_HOME="$cuda_home" NCCL_HOME="$nccl_home" \
+    NVCC_GENCODE="$gencode" CFLAGS="$cflags" LDLIBS_BASE="$ldlibs" \
+    CMOCKA_LIBS="$cmocka_link" tool)
+fi
+
 # ---- the folder -----------------------------------------------------------------
 tmp="$bundle.tmp"
 rm -rf "$tmp"
 mkdir -p "$tmp/tests" "$tmp/examples" "$tmp/lib"
 cp "$obj/ztier" "$obj/gpu-info" "$tmp/"
+[ -n "$base_rev" ] && cp "$base_obj/ztier" "$tmp/ztier-base"
 for t in "$obj"/tests/test_*; do
   [ -f "$t" ] && [ -x "$t" ] || continue
   case "$t" in *.o | *.d) continue ;; esac
@@ -212,6 +252,7 @@ for e in "$obj"/examples/*; do
   cp "$e" "$tmp/examples/"
 done
 strip --strip-all "$tmp/ztier" "$tmp/gpu-info" "$tmp"/tests/* "$tmp"/examples/*
+[ -n "$base_rev" ] && strip --strip-all "$tmp/ztier-base"
 cp "$obj/libztier-internal.so" "$tmp/lib/"
 strip --strip-unneeded "$tmp/lib/libztier-internal.so"
 
@@ -260,6 +301,12 @@ git diff --quiet HEAD 2>/dev/null || commit="$commit plus uncommitted changes"
   echo "libnuma, hwloc, libudev: shared, copies in lib/ (Debian $(version libnuma1)," \
     "$(version libhwloc15), $(version libudev1))"
   echo "glibc: at least ${glibc_needed#GLIBC_} on the machine that runs it"
+  if [ -n "$base_rev" ]; then
+    echo "baseline: ztier-base, built from $(git log -1 --format='%h (%cs)' "$base_rev")" \
+      "the same way (its own copy of the library)"
+  else
+    echo "baseline: none"
+  fi
 } >"$tmp/BUILD-INFO"
 
 rm -rf "$bundle"

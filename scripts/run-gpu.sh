@@ -9,7 +9,9 @@
 #                  and which cases skipped, and why
 #   sanitizer.txt  compute-sanitizer's memcheck, racecheck and synccheck on test_cuda
 #                  and on test_prefetch (the copy, prefetch and loop streams)
-#   bench.json     every benchmark of `ztier bench --help`, run with --json
+#   bench.json     every benchmark of `ztier bench --help`, run with --json; each
+#                  `bench step` beside the baseline's (ztier-base, where the bundle
+#                  has one: "step.base", "step.2.base", ...), in turns
 #   logs.tar.gz    every log: one per suite, per sanitizer tool, per benchmark
 # PARTs: env, suites, sanitizer, bench (default: all four, in that order); a
 # run too long for one call can be split into calls of fewer parts.
@@ -311,8 +313,30 @@ run_peer() {
   [ "$rc" -eq 0 ] || bad+=("$run (exit $rc)")
 }
 
+# One run of a benchmark: run_one RUN BINARY NAME ARGS (the binary is
+# ztier or ztier-base; run_bench's ran and bad take it in, a baseline's
+# failure only as a note: an older tool may lack a flag).
+run_one() {
+  local run=$1 bin=$2 name=$3 args=$4 rc
+  rm -rf "${bench_dir:?}/$name" && mkdir -p "$bench_dir/$name"
+  echo "$(basename "$bin") bench $name $args" >"$logs/bench/$run.args"
+  # shellcheck disable=SC2086
+  timeout --kill-after=10 "${ZT_BENCH_TIMEOUT:-180}" "$bin" bench "$name" $args \
+    >"$logs/bench/$run.json" 2>"$logs/bench/$run.log" </dev/null
+  rc=$?
+  echo "$rc" >"$logs/bench/$run.rc"
+  rm -rf "${bench_dir:?}/$name"
+  ran+=("$run")
+  if [ "$rc" -ne 0 ]; then
+    case "$run" in
+    *.base) base_bad+=("$run (exit $rc)") ;;
+    *) bad+=("$run (exit $rc)") ;;
+    esac
+  fi
+}
+
 run_bench() {
-  local names name help args rc bad=() ran=()
+  local names name help args rc bad=() ran=() base_bad=()
   bench_dir=${ZT_BENCH_DIR:-/tmp/ztier-bench}
   # bench device's size, and its peer's (torch-adamw.py) the same.
   device_params=${ZT_DEVICE_PARAMS:-268435456}
@@ -327,16 +351,19 @@ run_bench() {
       k=$((k + 1))
       run=$name
       [ "$k" -gt 1 ] && run=$name.$k
-      rm -rf "${bench_dir:?}/$name" && mkdir -p "$bench_dir/$name"
-      echo "ztier bench $name $args" >"$logs/bench/$run.args"
-      # shellcheck disable=SC2086
-      timeout --kill-after=10 "${ZT_BENCH_TIMEOUT:-180}" "$here/ztier" bench "$name" $args \
-        >"$logs/bench/$run.json" 2>"$logs/bench/$run.log" </dev/null
-      rc=$?
-      echo "$rc" >"$logs/bench/$run.rc"
-      rm -rf "${bench_dir:?}/$name"
-      ran+=("$run")
-      [ "$rc" -eq 0 ] || bad+=("$run (exit $rc)")
+      # `bench step` beside the baseline's (ztier-base, when the bundle has
+      # one: <run>.base), the two in turns, which goes first alternating.
+      if [ "$name" = step ] && [ -x "$here/ztier-base" ]; then
+        if [ $((k % 2)) -eq 1 ]; then
+          run_one "$run.base" "$here/ztier-base" "$name" "$args"
+          run_one "$run" "$here/ztier" "$name" "$args"
+        else
+          run_one "$run" "$here/ztier" "$name" "$args"
+          run_one "$run.base" "$here/ztier-base" "$name" "$args"
+        fi
+      else
+        run_one "$run" "$here/ztier" "$name" "$args"
+      fi
     done < <(bench_args "$name" "$help")
   done
   # The limit of bench device's link rows: the CUDA runtime's copies from
@@ -366,6 +393,7 @@ for n in names:
 json.dump(res, sys.stdout, indent=1)
 print()
 EOF
+  [ ${#base_bad[@]} -gt 0 ] && note "bench: the baseline (ztier-base) failed: ${base_bad[*]}"
   if [ ${#bad[@]} -gt 0 ]; then
     fail_part bench "bench: ran ${ran[*]:-none}; FAILED: ${bad[*]} (bench.json)"
   else
