@@ -614,16 +614,24 @@ static void nccl_transport_table(void **state) {
   assert_non_null(be->failed);
 }
 
-/* An aborted comm: every later call is refused at once with the abort's code
- * and sentence, and destroying it does not wait. */
-static void world1_abort(void **state) {
+/* A world-size-1 NCCL comm; the case skips where there is no GPU. (Its
+ * config outlives it: a comm keeps a pointer to its config.) */
+static zt__comm_t *comm_on_gpu(void) {
   if (!have_gpu()) {
     printf("skipped: no GPU (the NCCL comm needs one)\n");
     skip();
   }
-  zt_config_t cfg = nccl_config();
+  static zt_config_t cfg;
+  cfg = nccl_config();
   zt__comm_t *nc = NULL;
   if (zt__comm_create(&cfg, &err, &nc) != 0) fail_msg("comm nccl: %s", err.msg);
+  return nc;
+}
+
+/* An aborted comm: every later call is refused at once with the abort's code
+ * and sentence, and destroying it does not wait. */
+static void world1_abort(void **state) {
+  zt__comm_t *nc = comm_on_gpu();
   assert_int_equal(zt__comm_failed(nc), 0);
   static float h[16];
   zt__comm_req_t req = {0};
@@ -647,13 +655,7 @@ static void world1_abort(void **state) {
  * The legacy stream is held by a queue of memsets far longer than the
  * collectives; each collective must be done while that queue is not. */
 static void world1_unordered(void **state) {
-  if (!have_gpu()) {
-    printf("skipped: no GPU (the NCCL comm needs one)\n");
-    skip();
-  }
-  zt_config_t cfg = nccl_config();
-  zt__comm_t *nc = NULL;
-  if (zt__comm_create(&cfg, &err, &nc) != 0) fail_msg("comm nccl: %s", err.msg);
+  zt__comm_t *nc = comm_on_gpu();
   float *d = dev_alloc(16 * sizeof *d);
   static float h[16];
   long long mine = 42, all = 0;
