@@ -218,7 +218,8 @@ $(BUILD)/tests/test_install: tests/install.sh
 	  "$(abspath $(BUILD))" > $@
 	chmod +x $@
 
-# Tests link the static library so they can reach internal functions too.
+# Tests link the library as LINK says (by default the static archive), so
+# that they reach its internal functions too.
 $(BUILD)/tests/test_%: $(BUILD)/tests/test_%.o $(TEST_SUPPORT_OBJ) $(ZT_LINK_DEP)
 	$(CC) $(SANFLAGS) -pthread -o $@ $< $(TEST_SUPPORT_OBJ) $(CMOCKA_LIBS) $(ZT_LINK_LIB)
 
