@@ -207,11 +207,11 @@ if [ -n "$base" ] && [ "$base" != none ]; then
     die "BUNDLE_BASELINE: $base is not a commit of this checkout (or \"none\")"
   base_src=$(pwd -P)/$bundle-base-src
   base_obj=$(pwd -P)/$bundle-base-obj
-  if [ "$(cat "$base_src.rev" 2>/dev/null)" != "$base_rev $flags" ]; then
+  if [ "$(cat "$base_src/.base-rev" 2>/dev/null)" != "$base_rev $flags" ]; then
     rm -rf "$base_src" "$base_obj"
     mkdir -p "$base_src"
     git archive "$base_rev" | tar -x -C "$base_src"
-    echo "$base_rev $flags" >"$base_src.rev"
+    echo "$base_rev $flags" >"$base_src/.base-rev"
   fi
   say "baseline: ztier-base from ${base_rev:0:7} (into $bundle-base-obj)"
   (cd "$base_src" && "$make" --no-print-directory BUILD="$base_obj" CUDA=1 CUDART=static MPI=0 \
