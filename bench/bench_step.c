@@ -276,7 +276,7 @@ int bench_step_main(int argc, char **argv) {
   zt_config_t cfg = ZT_CONFIG_INIT;
   size_t n = (size_t)16 << 20;
   int backend_i = 1, stage_i = 1, opt_i = 1, param_i = 0, steps = 5, groups = 8, json = 0;
-  int threads = 0, grad_sums_i = ZT_GRAD_SUMS_AUTO;
+  int threads = 0, grad_sums_i = ZT_GRAD_SUMS_AUTO, grads_once = 0;
   const tool_flag_t flags[] = {
       {"backend", TOOL_FLAG_CHOICE, &backend_i, "host|sim|cuda",
        "the device: host memory, the modelled GPU, or a GPU (default sim)", 0, 0,
@@ -290,6 +290,9 @@ int bench_step_main(int argc, char **argv) {
       {"grad-sums", TOOL_FLAG_CHOICE, &grad_sums_i, "auto|memory|disk",
        "config grad_sums: where the shard's gradient sums live (default auto)", 0, 0,
        grad_sums_names},
+      {"grads-once", TOOL_FLAG_INT, &grads_once, "0|1",
+       "config grads_once (default 0; the bench hands each group over once a step)", 0, 1,
+       NULL},
       {"params", TOOL_FLAG_COUNT, &n, "N", "parameters, bf16 (default 16Mi)", 1024, 1e11,
        NULL},
       {"groups", TOOL_FLAG_INT, &groups, "G", "groups (layers), one unit each (default 8)",
@@ -322,6 +325,7 @@ int bench_step_main(int argc, char **argv) {
   cfg.param_tier = (zt_tier_t)param_i;
   cfg.threads = threads;
   cfg.grad_sums = (zt_grad_sums_t)grad_sums_i;
+  cfg.grads_once = grads_once;
   if ((path && zt_config_set(&cfg, "swap_path", path) < 0) || zt_config_validate(&cfg) < 0) {
     fprintf(stderr, "%s: %s\n", prog, zt_last_error(NULL));
     return 2;
@@ -466,6 +470,7 @@ int bench_step_main(int argc, char **argv) {
     tool_report_str(j, "optimizer_tier", tier_names[opt_i]);
     tool_report_str(j, "param_tier", tier_names[param_i]);
     tool_report_str(j, "grad_sums", grad_sums_names[grad_sums_i]);
+    tool_report_int(j, "grads_once", grads_once);
     tool_report_int(j, "params", (long long)n);
     tool_report_int(j, "shard_params", (long long)shard);
     tool_report_int(j, "groups", groups);

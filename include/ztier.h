@@ -279,6 +279,14 @@ typedef struct zt_config {
   zt_states_t optimizer_states; /* "fp32" | "bf16": how m and v are stored */
 
   zt_grad_sums_t grad_sums; /* "auto" | "memory" | "disk": the shard's sums */
+
+  /* 1: the loop hands each group's gradients over at most once between two
+   * steps (no accumulation over micro-steps), and a second zt_grads_ready()
+   * of a group before the step is refused; one rank with 16-bit gradients
+   * then keeps them in its shard as they are at stages 2 and 3 too, as at
+   * stage 1, with no fp32 sums (docs/design.md). 0 (the default): any
+   * number of hand-overs, summed in fp32. */
+  int grads_once;
 } zt_config_t;
 
 /* The defaults. Every engine field has a working default. The macro puts
@@ -293,7 +301,7 @@ typedef struct zt_config {
         0.5, 2000, 1.0, (size_t)16 << 20, 0, 0, ZT_LOG_WARN, NULL, NULL,     \
         (size_t)16 << 20, "", (size_t)8 << 20, 32, 2, 0, -1, "", -1, 0,      \
         300.0, (size_t)64 << 20, (size_t)1 << 30, (size_t)1 << 20, 300.0,    \
-        ZT_NONFINITE_SKIP, 0, ZT_STATES_FP32, ZT_GRAD_SUMS_AUTO              \
+        ZT_NONFINITE_SKIP, 0, ZT_STATES_FP32, ZT_GRAD_SUMS_AUTO, 0           \
   }
 
 /*
@@ -565,7 +573,10 @@ ZT_API int zt_grad_norm(zt_engine_t *eng, float grad_scale, double *norm);
  * per group, ..., and zt_step() at the boundary. At stages 0 and 1 it only
  * checks `group` (stage 1 reduces at the step, from the caller's buffer,
  * which it leaves as it is). Asynchronous: returns once the gradients are
- * copied out of the caller's buffer. -EINVAL for a group no unit has.
+ * copied out of the caller's buffer. -EINVAL for a group no unit has, and
+ * under config grads_once for a group handed over already since the last
+ * zt_step() (refused alike on every rank, nothing moved; the engine goes
+ * on).
  */
 ZT_API int zt_grads_ready(zt_engine_t *eng, int group);
 

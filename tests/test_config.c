@@ -103,6 +103,7 @@ static const tkey_t tkeys[] = {
     /* "int8" is not wired into the tiers yet: refused. */
     {AT(optimizer_states), K_ENUM, {"fp32", "bf16", NULL}, 3},
     {AT(grad_sums), K_ENUM, {"auto", "memory", "disk"}, 3},
+    {AT(grads_once), K_INT, {0}, 0},
 };
 #define N_TKEYS (sizeof tkeys / sizeof tkeys[0])
 
@@ -210,6 +211,7 @@ static tval_t random_value(const tkey_t *k, t_rng_t *r) {
           : !strcmp(n, "numa_node")        ? (int)rnd(r, 1025) - 1
           : !strcmp(n, "rank")             ? -1
           : !strcmp(n, "world_size")       ? 0
+          : !strcmp(n, "grads_once")       ? (int)rnd(r, 2)
                                            : 1 + (int)rnd(r, 1000000000); /* window */
     break;
   case K_PATHS:
@@ -298,7 +300,8 @@ static void value_text(const tkey_t *k, tval_t v, int json, t_rng_t *r, char *b,
     break;
   case K_INT:
     /* The boolean keys also take false / true, in JSON and as text. */
-    if ((!strcmp(k->name, "swap_sqpoll") || !strcmp(k->name, "params_in_place")) &&
+    if ((!strcmp(k->name, "swap_sqpoll") || !strcmp(k->name, "params_in_place") ||
+         !strcmp(k->name, "grads_once")) &&
         rnd(r, 2))
       snprintf(b, n, "%s", v.i ? "true" : "false");
     else
@@ -385,6 +388,7 @@ static zt_config_t random_config(t_rng_t *r) {
   c.params_in_place = c.backend == ZT_BACKEND_HOST ? (int)rnd(r, 2) : 0;
   c.optimizer_states = c.optimizer_tier == ZT_TIER_HOST ? (zt_states_t)rnd(r, 2) : ZT_STATES_FP32;
   c.grad_sums = (zt_grad_sums_t)rnd(r, c.optimizer_tier == ZT_TIER_NVME && c.stage ? 3 : 2);
+  c.grads_once = (int)rnd(r, 2);
   return c;
 }
 

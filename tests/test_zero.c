@@ -167,12 +167,16 @@ static void api_micro_step(zt_engine_t *eng, const run_t *rc, const float *g) {
 }
 
 static uint64_t last_step_sent; /* comm bytes sent by the last step of a run */
+/* Config grads_once of run_partitioned's engines: 0 (any number of
+ * hand-overs), but 1 in w_once. */
+static int grads_once;
 
 static zt_engine_t *run_partitioned(const run_t *rc, void *params_out, int *world_out) {
   zt_config_t cfg = t_config();
   cfg.stage = rc->stage;
   cfg.optimizer_tier = t_opt_tier(rc->tier, rc->stage);
   cfg.param_tier = rc->ptier;
+  cfg.grads_once = grads_once;
   cfg.bucket_bytes = 4096;
   if (rc->tier == ZT_TIER_NVME || rc->ptier == ZT_TIER_NVME) {
     /* Windows (and parameter pages) of 1024 elements: several per shard,
@@ -628,6 +632,8 @@ static void w_norm_from_the_sums(void **state) {
   }
 }
 
+static void check_stats(const run_t *rc);
+
 /* Bytes per tier equal `ztier plan`'s; bytes on the wire per step equal
  * ZeRO's volume: a reduce-scatter of the gradients plus an all-gather of
  * the parameters, (W-1)/W of the model each. */
@@ -643,116 +649,141 @@ static void w_stats(void **state) {
       {3, ZT_TIER_HOST, ZT_FP32, ZT_FP32, 1, 0, 1, ZT_TIER_NVME},
       {3, ZT_TIER_NVME, ZT_BF16, ZT_BF16, 1, 0, 1, ZT_TIER_NVME},
   };
-  for (size_t k = 0; k < sizeof runs / sizeof runs[0]; k++) {
-    const run_t *rc = &runs[k];
-    void *params = malloc(NUMEL * 4);
-    int world;
-    zt_engine_t *eng = run_partitioned(rc, params, &world);
-    zt_stats_t st = ZT_STATS_INIT;
-    T_OK(zt_stats(eng, &st), eng);
-    /* threads 0: the ranks (all on this node, free to run on every CPU:
-     * mpirun --bind-to none) share its CPUs. */
-    long online = sysconf(_SC_NPROCESSORS_ONLN);
-    assert_int_equal(st.threads, zt__threads_for_rank(zt__cpu_count(), (int)online, world));
-    if (world > 1 && online > 1 && zt__cpu_count() == online) assert_true(st.threads < online);
-    size_t states = 0;
-    for (size_t u = 0; u < N_UNITS; u++) states += model_units[u].numel;
-    /* run_partitioned's chunk_bytes: 4096 on the nvme tier. */
-    size_t chunk = rc->tier == ZT_TIER_NVME ? 4096 : (size_t)16 << 20;
-    if (rc->ptier == ZT_TIER_NVME) chunk = 4096;
-    zt__plan_in_t in = {states, world, st.rank, rc->stage, rc->pdt, rc->gdt,
-                        t_opt_tier(rc->tier, rc->stage), rc->ptier, 4096, chunk, 0, ZT_STATES_FP32,
-                        ZT_GRAD_SUMS_AUTO};
-    /* On the run's backend: on sim a tier that updates on the CPU takes the
-     * shard reduced on the device (zt__part_pinned). */
-    zt__plan_t p;
-    /* model_units has frozen gaps: one rank keeps a shard copy of its
-     * parameters (zt__part_params_in_place). */
-    assert_int_equal(
-        zt__plan_with(&in, &(zt__plan_run_t){t_backend(), ZT_COMM_AUTO, 0, 0, 1, eng->n_segs}, &p),
-        0);
-    printf("# rank %d/%d stage %d: device %llu (plan %llu), host %llu (plan %llu), "
-           "shard %llu (plan %llu), sent %llu, received %llu\n",
-           st.rank, world, rc->stage, (unsigned long long)st.device_bytes,
-           (unsigned long long)p.ztier_device, (unsigned long long)st.host_bytes,
-           (unsigned long long)p.ztier_host, (unsigned long long)st.shard_params,
-           (unsigned long long)p.shard_params, (unsigned long long)st.comm_bytes_sent,
-           (unsigned long long)st.comm_bytes_received);
-    /* Beyond the plan's fixed rows: the device pools, which hold the
-     * groups kept gathered and the engine-owned gradients, reserved at
-     * registration, and nothing allocated outside them. */
-    assert_true(st.live_bytes <= st.peak_live_bytes);
-    assert_int_equal(st.pool_misses, 0);
-    assert_int_equal(st.device_bytes - st.pool_bytes, p.ztier_device);
-    /* The gradients' pool is the plan's row for groups of the largest
-     * (wte and lnf, group 0): two slots of its gradients. The gathered
-     * groups' (partition.h, zt__part_pools): group 0 (4310 elements) and
-     * groups 1 and 2 (3098 each) are within a factor of two, one class of
-     * slots of the largest, as many as max_live_bytes holds of the
-     * largest (the classes' one budget), at least one, at most three, in
-     * whole 256-byte grains. */
-    zt__plan_t pg;
-    uint64_t largest = model_units[0].numel + model_units[5].numel;
-    zt_config_t cfg = t_config();
-    assert_int_equal(zt__plan_with(&in,
-                                   &(zt__plan_run_t){t_backend(), ZT_COMM_AUTO, largest,
-                                                     cfg.max_live_bytes, 1, eng->n_segs},
-                                   &pg),
-                     0);
-    uint64_t gathered = 0;
-    if (rc->stage == 3) {
-      uint64_t psz = t_dtype_size(rc->pdt);
-      uint64_t n = cfg.max_live_bytes / (largest * psz);
-      n = n < 1 ? 1 : n > 3 ? 3 : n;
-      gathered = n * ((largest * psz + 255) / 256 * 256);
-    }
-    assert_int_equal(st.pool_bytes, gathered + (rc->api ? pg.dev.group_grads : 0));
-    assert_true(st.live_bytes <= gathered);
-    assert_true(st.grad_buffer_bytes <= pg.dev.group_grads);
-    if (rc->api && rc->stage >= 2) assert_true(st.grad_buffer_bytes > 0);
-    assert_int_equal(st.host_bytes - st.read_ahead_bytes, p.ztier_host);
-    assert_int_equal(st.nvme_bytes, p.ztier_nvme);
-    assert_int_equal(st.shard_params, p.shard_params);
-    /* Per step: this rank sends the gradients others own, (states - mine)
-     * of them, and its shard of parameters to W-1 ranks, once after the
-     * step (stages 1, 2) or once per group fetched (stage 3: from the
-     * second step on, the trace says the backward uses each group again
-     * soon, and max_live_bytes holds them all, so each is kept from its
-     * forward to its backward); the norm adds one double per other rank. */
-    uint64_t mine = p.shard_params, gsz = t_dtype_size(rc->gdt), psz = t_dtype_size(rc->pdt);
-    uint64_t gathers = 1;
-    if (rc->stage >= 3) {
-      /* Forward and backward of each step, then the read-back's fetches
-       * (kept to the end: the trace uses them again). */
-      assert_int_equal(st.fetches, (uint64_t)(2 * STEPS + 1) * N_GROUPS);
-      assert_int_equal(st.fetch_gathers, (uint64_t)(STEPS + 2) * N_GROUPS);
-      assert_int_equal(st.fetch_kept, (uint64_t)(STEPS - 1) * N_GROUPS);
-      assert_int_equal(st.trace_changes, 0);
-    }
-    uint64_t want = (states - mine) * gsz + gathers * (uint64_t)(world - 1) * mine * psz +
-                    (uint64_t)(world - 1) * 8;
-    assert_int_equal(last_step_sent, want);
-    /* The host tier on a GPU backend with more than one rank: reduced on
-     * the device, only the shard's fp32 sums cross the link each step (and
-     * the shard's parameters once, for the master), not every gradient. */
-    if (t_backend() != ZT_BACKEND_HOST && world > 1 && rc->tier == ZT_TIER_HOST &&
-        rc->ptier == ZT_TIER_DEVICE) {
-      printf("# rank %d stage %d host tier: %llu bytes device to host (%llu a step)\n",
-             st.rank, rc->stage, (unsigned long long)st.d2h_bytes,
-             (unsigned long long)(mine * 4));
-      assert_int_equal(st.d2h_bytes, mine * psz + (uint64_t)STEPS * mine * 4);
-    }
-    if (world > 1) {
-      /* Against data parallelism's all-reduce, 2 (W-1)/W of the model per
-       * rank: about 1 at every stage (1.5 at stage 3 when groups cannot be
-       * kept from forward to backward). */
-      double dp = 2.0 * (world - 1) / world * (double)states * (double)psz;
-      printf("# rank %d stage %d: %llu bytes sent per step = %.3f x data parallelism's\n",
-             st.rank, rc->stage, (unsigned long long)want, (double)want / dp);
-    }
-    zt_engine_destroy(eng);
-    free(params);
+  for (size_t k = 0; k < sizeof runs / sizeof runs[0]; k++) check_stats(&runs[k]);
+}
+
+/* One run's bytes in each tier against `ztier plan`'s, and on the wire
+ * against ZeRO's volume (w_stats). */
+static void check_stats(const run_t *rc) {
+  void *params = malloc(NUMEL * 4);
+  int world;
+  zt_engine_t *eng = run_partitioned(rc, params, &world);
+  zt_stats_t st = ZT_STATS_INIT;
+  T_OK(zt_stats(eng, &st), eng);
+  /* threads 0: the ranks (all on this node, free to run on every CPU:
+   * mpirun --bind-to none) share its CPUs. */
+  long online = sysconf(_SC_NPROCESSORS_ONLN);
+  assert_int_equal(st.threads, zt__threads_for_rank(zt__cpu_count(), (int)online, world));
+  if (world > 1 && online > 1 && zt__cpu_count() == online) assert_true(st.threads < online);
+  size_t states = 0;
+  for (size_t u = 0; u < N_UNITS; u++) states += model_units[u].numel;
+  /* run_partitioned's chunk_bytes: 4096 on the nvme tier. */
+  size_t chunk = rc->tier == ZT_TIER_NVME ? 4096 : (size_t)16 << 20;
+  if (rc->ptier == ZT_TIER_NVME) chunk = 4096;
+  zt__plan_in_t in = {states, world, st.rank, rc->stage, rc->pdt, rc->gdt,
+                      t_opt_tier(rc->tier, rc->stage), rc->ptier, 4096, chunk, 0, ZT_STATES_FP32,
+                      ZT_GRAD_SUMS_AUTO, grads_once};
+  /* On the run's backend: on sim a tier that updates on the CPU takes the
+   * shard reduced on the device (zt__part_pinned). */
+  zt__plan_t p;
+  /* model_units has frozen gaps: one rank keeps a shard copy of its
+   * parameters (zt__part_params_in_place). */
+  assert_int_equal(
+      zt__plan_with(&in, &(zt__plan_run_t){t_backend(), ZT_COMM_AUTO, 0, 0, 1, eng->n_segs}, &p),
+      0);
+  printf("# rank %d/%d stage %d: device %llu (plan %llu), host %llu (plan %llu), "
+         "shard %llu (plan %llu), sent %llu, received %llu\n",
+         st.rank, world, rc->stage, (unsigned long long)st.device_bytes,
+         (unsigned long long)p.ztier_device, (unsigned long long)st.host_bytes,
+         (unsigned long long)p.ztier_host, (unsigned long long)st.shard_params,
+         (unsigned long long)p.shard_params, (unsigned long long)st.comm_bytes_sent,
+         (unsigned long long)st.comm_bytes_received);
+  /* Beyond the plan's fixed rows: the device pools, which hold the
+   * groups kept gathered and the engine-owned gradients, reserved at
+   * registration, and nothing allocated outside them. */
+  assert_true(st.live_bytes <= st.peak_live_bytes);
+  assert_int_equal(st.pool_misses, 0);
+  assert_int_equal(st.device_bytes - st.pool_bytes, p.ztier_device);
+  /* The gradients' pool is the plan's row for groups of the largest
+   * (wte and lnf, group 0): two slots of its gradients. The gathered
+   * groups' (partition.h, zt__part_pools): group 0 (4310 elements) and
+   * groups 1 and 2 (3098 each) are within a factor of two, one class of
+   * slots of the largest, as many as max_live_bytes holds of the
+   * largest (the classes' one budget), at least one, at most three, in
+   * whole 256-byte grains. */
+  zt__plan_t pg;
+  uint64_t largest = model_units[0].numel + model_units[5].numel;
+  zt_config_t cfg = t_config();
+  assert_int_equal(zt__plan_with(&in,
+                                 &(zt__plan_run_t){t_backend(), ZT_COMM_AUTO, largest,
+                                                   cfg.max_live_bytes, 1, eng->n_segs},
+                                 &pg),
+                   0);
+  uint64_t gathered = 0;
+  if (rc->stage == 3) {
+    uint64_t psz = t_dtype_size(rc->pdt);
+    uint64_t n = cfg.max_live_bytes / (largest * psz);
+    n = n < 1 ? 1 : n > 3 ? 3 : n;
+    gathered = n * ((largest * psz + 255) / 256 * 256);
   }
+  assert_int_equal(st.pool_bytes, gathered + (rc->api ? pg.dev.group_grads : 0));
+  assert_true(st.live_bytes <= gathered);
+  assert_true(st.grad_buffer_bytes <= pg.dev.group_grads);
+  if (rc->api && rc->stage >= 2) assert_true(st.grad_buffer_bytes > 0);
+  assert_int_equal(st.host_bytes - st.read_ahead_bytes, p.ztier_host);
+  assert_int_equal(st.nvme_bytes, p.ztier_nvme);
+  assert_int_equal(st.shard_params, p.shard_params);
+  /* Per step: this rank sends the gradients others own, (states - mine)
+   * of them, and its shard of parameters to W-1 ranks, once after the
+   * step (stages 1, 2) or once per group fetched (stage 3: from the
+   * second step on, the trace says the backward uses each group again
+   * soon, and max_live_bytes holds them all, so each is kept from its
+   * forward to its backward); the norm adds one double per other rank. */
+  uint64_t mine = p.shard_params, gsz = t_dtype_size(rc->gdt), psz = t_dtype_size(rc->pdt);
+  uint64_t gathers = 1;
+  if (rc->stage >= 3) {
+    /* Forward and backward of each step, then the read-back's fetches
+     * (kept to the end: the trace uses them again). */
+    assert_int_equal(st.fetches, (uint64_t)(2 * STEPS + 1) * N_GROUPS);
+    assert_int_equal(st.fetch_gathers, (uint64_t)(STEPS + 2) * N_GROUPS);
+    assert_int_equal(st.fetch_kept, (uint64_t)(STEPS - 1) * N_GROUPS);
+    assert_int_equal(st.trace_changes, 0);
+  }
+  uint64_t want = (states - mine) * gsz + gathers * (uint64_t)(world - 1) * mine * psz +
+                  (uint64_t)(world - 1) * 8;
+  assert_int_equal(last_step_sent, want);
+  /* The host tier on a GPU backend with more than one rank: reduced on
+   * the device, only the shard's fp32 sums cross the link each step (and
+   * the shard's parameters once, for the master), not every gradient. */
+  if (t_backend() != ZT_BACKEND_HOST && world > 1 && rc->tier == ZT_TIER_HOST &&
+      rc->ptier == ZT_TIER_DEVICE) {
+    printf("# rank %d stage %d host tier: %llu bytes device to host (%llu a step)\n",
+           st.rank, rc->stage, (unsigned long long)st.d2h_bytes,
+           (unsigned long long)(mine * 4));
+    assert_int_equal(st.d2h_bytes, mine * psz + (uint64_t)STEPS * mine * 4);
+  }
+  if (world > 1) {
+    /* Against data parallelism's all-reduce, 2 (W-1)/W of the model per
+     * rank: about 1 at every stage (1.5 at stage 3 when groups cannot be
+     * kept from forward to backward). */
+    double dp = 2.0 * (world - 1) / world * (double)states * (double)psz;
+    printf("# rank %d stage %d: %llu bytes sent per step = %.3f x data parallelism's\n",
+           st.rank, rc->stage, (unsigned long long)want, (double)want / dp);
+  }
+  zt_engine_destroy(eng);
+  free(params);
+}
+
+/* Each group handed over once a step (config grads_once): one rank with
+ * 16-bit gradients lands them in its shard as they are at
+ * stages 2 and 3 too (zt__part_lands_grads), several ranks sum them as
+ * before; either way bit for bit the reference, with every tier's bytes
+ * `ztier plan`'s. */
+static void w_once(void **state) {
+  const run_t runs[] = {
+      {2, ZT_TIER_DEVICE, ZT_BF16, ZT_BF16, 1, 0, 0, 0},
+      {2, ZT_TIER_HOST, ZT_BF16, ZT_BF16, 1, 0, 0, 0},
+      {2, ZT_TIER_NVME, ZT_FP16, ZT_FP16, 1, 0, 0, 0},
+      {3, ZT_TIER_DEVICE, ZT_BF16, ZT_BF16, 1, 0, 1, 0},
+      {3, ZT_TIER_HOST, ZT_FP16, ZT_FP16, 1, 0, 1, ZT_TIER_HOST},
+      {3, ZT_TIER_NVME, ZT_BF16, ZT_BF16, 1, 0, 1, ZT_TIER_NVME},
+  };
+  grads_once = 1;
+  for (size_t k = 0; k < sizeof runs / sizeof runs[0]; k++) {
+    check_run(&runs[k]);
+    check_stats(&runs[k]);
+  }
+  grads_once = 0;
 }
 
 /* A config or model that differs between ranks is an error on every rank. */
@@ -847,7 +878,7 @@ static const struct CMUnitTest scenarios[] = {
     cmocka_unit_test(w_stages_agree),
     cmocka_unit_test(w_accumulate), cmocka_unit_test(w_stats),
     cmocka_unit_test(w_mismatch), cmocka_unit_test(w_sums_in_pack_order),
-    cmocka_unit_test(w_norm_from_the_sums),
+    cmocka_unit_test(w_norm_from_the_sums), cmocka_unit_test(w_once),
 };
 
 /* World size 1 runs in this process (comm "auto" is single here). */

@@ -36,12 +36,14 @@ typedef struct side {
   void *params, *grads; /* backend memory */
 } side_t;
 
-static void side_open(side_t *s, int stage, zt_tier_t tier, int sums, zt_dtype_t dt, size_t n,
-                      const void *init) {
+/* `once`: config grads_once (each group handed over at most once a step). */
+static void side_open(side_t *s, int stage, zt_tier_t tier, int sums, int once, zt_dtype_t dt,
+                      size_t n, const void *init) {
   zt_config_t cfg = t_config();
   cfg.stage = stage;
   cfg.optimizer_tier = tier;
   cfg.grad_sums = sums;
+  cfg.grads_once = once;
   snprintf(cfg.swap_path, sizeof cfg.swap_path, "%s", t_swap_dir());
   cfg.bucket_bytes = 37 * 4096; /* buckets of 37888 elements cut the norm's pieces */
   s->eng = t_engine(&cfg);
@@ -72,16 +74,21 @@ static void fill_grads(uint16_t *g, zt_dtype_t dt, size_t n, t_rng_t *r) {
     if (t_rng_next(r) % 50 == 0) g[i] = t_rng_next(r) & 1 ? 0x8000u : 0;
 }
 
-static void land_as_stage_2(zt_tier_t tier, int sums_where, zt_dtype_t dt) {
+/* One rank lands its gradients at `stage`: 1, or 2 with each group handed
+ * over once a step (config grads_once), where a second
+ * hand-over of a group is then refused, with nothing moved; against stage
+ * 2 summing them in fp32. */
+static void land_as_summed(int stage, zt_tier_t tier, int sums_where, zt_dtype_t dt) {
   const size_t n = UNIT_A + GAP + 40001, states = n - GAP, bytes = n * 2;
   uint16_t *h = malloc(bytes), *got = malloc(bytes), *want = malloc(bytes);
   assert_true(h && got && want);
   t_rng_t rng;
-  t_rng_init(&rng, t_seed() ^ (0x1a4dull + (uint64_t)tier * 7 + (uint64_t)dt));
+  t_rng_init(&rng, t_seed() ^ (0x1a4dull + (uint64_t)tier * 7 + (uint64_t)dt +
+                              (uint64_t)stage * 131));
   t_fill_normal(h, dt, n, 0.5, &rng);
   side_t land, sums;
-  side_open(&land, 1, tier, sums_where, dt, n, h);
-  side_open(&sums, 2, tier, sums_where, dt, n, h);
+  side_open(&land, stage, tier, sums_where, stage >= 2, dt, n, h);
+  side_open(&sums, 2, tier, sums_where, 0, dt, n, h);
   zt__part_t *p = &land.eng->zero.part;
   assert_int_equal(zt__part_landed(p), 1);
   assert_int_equal(p->sums_dtype, dt);
@@ -167,33 +174,57 @@ static void land_as_stage_2(zt_tier_t tier, int sums_where, zt_dtype_t dt) {
     t_buf_download(sums.eng, want, sums.params, bytes);
     t_expect_same("parameters, landed against stage 2's sums", got, want, 2, n);
   }
+  if (stage >= 2) {
+    /* A group handed over twice before the step: refused after the ranks'
+     * vote, its gradients left where they were, and the step goes on. */
+    fill_grads(h, dt, n, &rng);
+    t_buf_upload(land.eng, land.grads, h, bytes);
+    T_OK(zt_grads_ready(land.eng, 1), land.eng);
+    t_buf_upload(land.eng, land.grads, h, bytes);
+    T_EXPECT_ERR(zt_grads_ready(land.eng, 1), land.eng, -EINVAL, "grads_once is 1");
+    t_buf_download(land.eng, got, land.grads, bytes);
+    t_expect_same("gradients after a refused hand-over", got, h, 2, n);
+    zt_step_args_t args = ZT_STEP_ARGS_INIT;
+    args.t = STEPS + 1;
+    T_OK(zt_step(land.eng, &args, NULL), land.eng);
+  }
   side_close(&land, bytes);
   side_close(&sums, bytes);
   free(h), free(got), free(want);
 }
 
 static void test_host_bf16(void **state) {
-  land_as_stage_2(ZT_TIER_HOST, ZT_GRAD_SUMS_AUTO, ZT_BF16);
+  land_as_summed(1, ZT_TIER_HOST, ZT_GRAD_SUMS_AUTO, ZT_BF16);
 }
 static void test_host_fp16(void **state) {
-  land_as_stage_2(ZT_TIER_HOST, ZT_GRAD_SUMS_AUTO, ZT_FP16);
+  land_as_summed(1, ZT_TIER_HOST, ZT_GRAD_SUMS_AUTO, ZT_FP16);
 }
 static void test_nvme_bf16(void **state) {
-  land_as_stage_2(ZT_TIER_NVME, ZT_GRAD_SUMS_AUTO, ZT_BF16);
+  land_as_summed(1, ZT_TIER_NVME, ZT_GRAD_SUMS_AUTO, ZT_BF16);
 }
 static void test_nvme_fp16(void **state) {
-  land_as_stage_2(ZT_TIER_NVME, ZT_GRAD_SUMS_AUTO, ZT_FP16);
+  land_as_summed(1, ZT_TIER_NVME, ZT_GRAD_SUMS_AUTO, ZT_FP16);
 }
 /* The device tier: the backend's memory, and on a GPU backend its kernel. */
 static void test_device_bf16(void **state) {
-  land_as_stage_2(ZT_TIER_DEVICE, ZT_GRAD_SUMS_AUTO, ZT_BF16);
+  land_as_summed(1, ZT_TIER_DEVICE, ZT_GRAD_SUMS_AUTO, ZT_BF16);
 }
 static void test_device_fp16(void **state) {
-  land_as_stage_2(ZT_TIER_DEVICE, ZT_GRAD_SUMS_AUTO, ZT_FP16);
+  land_as_summed(1, ZT_TIER_DEVICE, ZT_GRAD_SUMS_AUTO, ZT_FP16);
 }
 /* grad_sums "disk": the gradients land in a file's pages. */
 static void test_nvme_bf16_file(void **state) {
-  land_as_stage_2(ZT_TIER_NVME, ZT_GRAD_SUMS_DISK, ZT_BF16);
+  land_as_summed(1, ZT_TIER_NVME, ZT_GRAD_SUMS_DISK, ZT_BF16);
+}
+/* Stage 2, each group handed over once a step: landed as at stage 1. */
+static void test_once_host_bf16(void **state) {
+  land_as_summed(2, ZT_TIER_HOST, ZT_GRAD_SUMS_AUTO, ZT_BF16);
+}
+static void test_once_nvme_fp16_file(void **state) {
+  land_as_summed(2, ZT_TIER_NVME, ZT_GRAD_SUMS_DISK, ZT_FP16);
+}
+static void test_once_device_bf16(void **state) {
+  land_as_summed(2, ZT_TIER_DEVICE, ZT_GRAD_SUMS_AUTO, ZT_BF16);
 }
 
 /* ---- one rank's parameters in place ------------------------------------------ */
@@ -248,7 +279,7 @@ static void in_place_as_stage_0(int stage) {
   assert_int_equal(p->grads_in_place, stage == 1);
   if (stage == 1) assert_ptr_equal(p->grads, s[0].grads);
   side_t gap;
-  side_open(&gap, stage, ZT_TIER_DEVICE, ZT_GRAD_SUMS_AUTO, ZT_BF16, n, h);
+  side_open(&gap, stage, ZT_TIER_DEVICE, ZT_GRAD_SUMS_AUTO, 0, ZT_BF16, n, h);
   assert_int_equal(gap.eng->zero.part.params_in_place, 0);
   side_close(&gap, bytes);
   char dir[512];
@@ -345,6 +376,9 @@ int main(void) {
       cmocka_unit_test(test_nvme_bf16),
       cmocka_unit_test(test_nvme_fp16),
       cmocka_unit_test(test_nvme_bf16_file),
+      cmocka_unit_test(test_once_host_bf16),
+      cmocka_unit_test(test_once_nvme_fp16_file),
+      cmocka_unit_test(test_once_device_bf16),
       cmocka_unit_test(test_device_bf16),
       cmocka_unit_test(test_device_fp16),
       cmocka_unit_test(test_pieces_taken_registered),

@@ -155,7 +155,13 @@ int zt_grads_ready(zt_engine_t *eng, int group) {
   zt__group_t *g;
   ZT_TRY(lookup(eng, "zt_grads_ready", group, &g));
   if (g == NULL) return 0;
-  int rc = zt__reduce_group(&eng->zero.part, g);
+  zt__part_t *p = &eng->zero.part;
+  int rc = zt__reduce_group(p, g);
+  /* Refused alike on every rank, nothing moved: the engine goes on. */
+  if (rc < 0 && p->disagreed == ZT_REFUSED_ALIKE) {
+    p->disagreed = 0;
+    return rc;
+  }
   /* On failure, broken: buckets may be half handed over. */
   if (rc < 0) return zt__engine_fail(eng, rc);
   /* Packed and cleared (the host backend's copies are done when enqueued):

@@ -29,6 +29,8 @@ typedef struct zt__plan_in {
   size_t pinned_budget_bytes; /* config pinned_budget_bytes (nvme tier)  */
   int optimizer_states;       /* config optimizer_states                  */
   int grad_sums;              /* config grad_sums (0: auto)               */
+  int grads_once;             /* config grads_once (1: one rank at stages 2
+                                 and 3 lands 16-bit gradients, as at stage 1) */
 } zt__plan_in_t;
 
 /* What the device rows also depend on: the backend and comm of the run,

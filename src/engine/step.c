@@ -87,7 +87,7 @@ static int grad_sumsq(zt_engine_t *eng, const char *fn, int local, const zt_step
   if (eng->partitioned) {
     zt__part_t *p = &eng->zero.part;
     int rc = zt__reduce_all(p, local ? NULL : args);
-    if (rc < 0 && p->disagreed == ZT_DISAGREED_ARGS) {
+    if (rc < 0 && p->disagreed == ZT_REFUSED_ALIKE) {
       p->disagreed = 0;
       *refused = rc; /* every rank's, and nothing moved */
       return 0;

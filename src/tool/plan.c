@@ -63,7 +63,7 @@ int tool_plan_main(int argc, char **argv) {
          group = 0, live = UNSET_SIZE;
   int ranks = 1, stage = UNSET_INT, dtype = 1, opt = UNSET_INT, par = UNSET_INT, rank = 0,
       json = 0, backend = UNSET_INT, comm = UNSET_INT, states = UNSET_INT,
-      grad_sums = UNSET_INT;
+      grad_sums = UNSET_INT, grads_once = UNSET_INT;
   const char *config = NULL;
   const tool_flag_t flags[] = {
       {"params", TOOL_FLAG_COUNT, &params, "N",
@@ -94,6 +94,10 @@ int tool_plan_main(int argc, char **argv) {
        "config grad_sums: where the shard's gradient sums live (default auto: disk at "
        "stage 3 with --offload-optimizer nvme; disk needs --offload-optimizer nvme)",
        0, 0, grad_sums_names},
+      {"grads-once", TOOL_FLAG_INT, &grads_once, "0|1",
+       "config grads_once (default 0; 1: each group handed over once a step, and one rank "
+       "at stages 2 and 3 keeps 16-bit gradients as they are, as at stage 1)",
+       0, 1, NULL},
       {"offload-params", TOOL_FLAG_CHOICE, &par, "none|host|nvme",
        "where the parameter shards live at stage 3 (default none)", 0, 0, offload_names},
       {"bucket", TOOL_FLAG_BYTES, &bucket, "BYTES",
@@ -122,6 +126,7 @@ int tool_plan_main(int argc, char **argv) {
       "ztier plan --params N [--ranks R] [--stage S] [--dtype fp32|bf16|fp16]\n"
       "                  [--offload-optimizer none|host|nvme] [--offload-params none|host|nvme]\n"
       "                  [--optimizer-states fp32|bf16] [--grad-sums auto|memory|disk]\n"
+      "                  [--grads-once 0|1]\n"
       "                  [--backend host|cuda|sim] [--comm auto|single|mpi|nccl]\n"
       "                  [--group-params N] [--max-live BYTES] [--pinned-budget BYTES]\n"
       "                  [--config PATH] [--json]",
@@ -162,6 +167,7 @@ int tool_plan_main(int argc, char **argv) {
     return tool_args_fail(&cmd, "--optimizer-states is %s; compressed states need "
                           "--offload-optimizer host or nvme", states_names[states]);
   if (grad_sums == UNSET_INT) grad_sums = cfg.grad_sums;
+  if (grads_once == UNSET_INT) grads_once = cfg.grads_once;
   if (grad_sums == ZT_GRAD_SUMS_DISK && (stage == 0 || offload_values[opt] != ZT_TIER_NVME))
     return tool_args_fail(&cmd, "--grad-sums (or the config's grad_sums) is disk; the sums' "
                           "file needs --stage 1, 2 or 3 and --offload-optimizer nvme");
@@ -178,7 +184,7 @@ int tool_plan_main(int argc, char **argv) {
   }
   zt__plan_in_t in = {params, ranks, rank, stage, dtype_values[dtype], dtype_values[dtype],
                       offload_values[opt], offload_values[par], bucket, chunk, pinned,
-                      states, grad_sums};
+                      states, grad_sums, grads_once};
   /* The loop's one flat buffer (no frozen gaps), one segment: each more
    * (units of other decay flags) adds a norm piece's 16 bytes on a GPU. */
   const zt__plan_run_t run = {backend_values[backend], comm_values[comm], group, live, 0, 1};

@@ -108,7 +108,7 @@ static int compare_args(zt__part_t *p, const char *fn, const long long *all, int
                                 : 0;
       if (k > 0) len += (size_t)k;
     }
-    p->disagreed = ZT_DISAGREED_ARGS;
+    p->disagreed = ZT_REFUSED_ALIKE;
     return zt__errf(p->ctx->err, -EINVAL,
                     "%s: the step arguments differ between rank 0 and rank %d (%s); every "
                     "rank must step with the same arguments, or each would update its "

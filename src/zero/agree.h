@@ -21,7 +21,7 @@ enum { ZT_AGREE_FETCH = 1, ZT_AGREE_READY = 2, ZT_AGREE_STEP = 3 };
  * gathers, `numel` elements, and for the step its arguments; NULL for
  * zt_grad_norm or a step this rank refuses itself): a difference is -EINVAL
  * on every rank with a sentence starting with `fn` that names the two ranks
- * and what each does, and p->disagreed set (ZT_DISAGREED_ARGS when only the
+ * and what each does, and p->disagreed set (ZT_REFUSED_ALIKE when only the
  * step's arguments differ). A failure of the comm is its code and sentence,
  * after `fn`. */
 ZT_INTERNAL int zt__agree(zt__part_t *p, const char *fn, int kind, int group, int gathers,

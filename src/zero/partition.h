@@ -283,14 +283,14 @@ typedef struct zt__part {
   uint64_t agree_seq;
   /* The last agreement found the ranks disagreeing: every rank returns that
    * error together, so none is left waiting (zt__agree_fail).
-   * ZT_DISAGREED_ARGS: only the step's arguments differed, and nothing
-   * moved. */
+   * ZT_REFUSED_ALIKE: every rank refused the call alike and nothing moved. */
   int disagreed;
 } zt__part_t;
 
-/* zt__part_t.disagreed: the ranks are in the same call with different
- * arguments (the step's), which leaves the engine as it was. */
-#define ZT_DISAGREED_ARGS 2
+/* zt__part_t.disagreed: the ranks are in the same call and refuse it alike
+ * (the step's arguments differ between them, or a group is handed over a
+ * second time under config grads_once), which leaves the engine as it was. */
+#define ZT_REFUSED_ALIKE 2
 
 /* The host waits for `ev` when it has not completed yet (event_done first,
  * so a done event costs no sync): 0 or a negative code. */
@@ -372,6 +372,8 @@ typedef struct zt__part_shape {
                 gap); `ztier plan` assumes so                        */
   size_t segs; /* the registration's segments (its units, sorted, adjacent
                   ones of one decay flag merged; `ztier plan`: 1)     */
+  int once;    /* each group's gradients are handed over at most once a
+                  step (config grads_once)                             */
 } zt__part_shape_t;
 
 /* The sizes zt__part_init allocates, computed without allocating (plan.c
@@ -395,6 +397,8 @@ ZT_INTERNAL void zt__part_footprint(const zt__part_shape_t *s, zt__part_footprin
 
 /* Whether the gradients land as they are instead of being summed: one rank
  * at stage 1 hands each gradient over once a step, in the step (reduce.c),
+ * and so does one at stages 2 and 3 whose loop says it hands each group
+ * over at most once a step (`once`: reduce.c refuses a second hand-over),
  * so its sum is the gradient itself, and with a 16-bit gradient the
  * bucket's copy out of the loop's buffer can write the shard's gradients
  * directly: a copy into memory the CPU reads (pinned, or the host
@@ -402,11 +406,12 @@ ZT_INTERNAL void zt__part_footprint(const zt__part_shape_t *s, zt__part_footprin
  * optim_math.h), or in a GPU's memory (on_device) the land_grads kernel,
  * which writes them as +0 in the same pass. No fp32 sums are written (a pass of
  * 6 bytes a parameter), the norm and the update read 2 bytes a gradient
- * instead of 4, and the shard's gradients take half the memory. Stages 2
- * and 3 may hand a group over again in a step (accumulation), which needs
- * fp32 sums. */
+ * instead of 4, and the shard's gradients take half the memory. Otherwise
+ * stages 2 and 3 may hand a group over again in a step (accumulation),
+ * which needs fp32 sums. */
 static inline int zt__part_lands_grads(const zt__part_shape_t *s) {
-  return s->world == 1 && s->stage == 1 && s->grad_dtype != ZT_FP32;
+  return s->world == 1 && (s->stage == 1 || (s->stage >= 2 && s->once)) &&
+         s->grad_dtype != ZT_FP32;
 }
 
 /* Whether the shard's parameters are the loop's registered buffer itself:
@@ -421,14 +426,15 @@ static inline int zt__part_params_in_place(const zt__part_shape_t *s) {
 }
 
 /* Whether the shard's gradients are the loop's registered buffer itself:
- * gradients that would land as they are (zt__part_lands_grads) where the
+ * gradients that would land as they are (zt__part_lands_grads) at stage 1
+ * (stage 2 zeroes what it hands over, so its gradients must land) where the
  * parameters are the loop's own too (zt__part_params_in_place: one rank,
  * the backend's memory, a flat registration). The norm and the update read
  * them where the loop wrote them, -0s and all (the update reads a -0
  * gradient as +0, optim_math.h): no landing pass, no shard memory, nothing
  * before the norm but the loop's own backward. */
 static inline int zt__part_grads_in_place(const zt__part_shape_t *s) {
-  return zt__part_lands_grads(s) && zt__part_params_in_place(s);
+  return s->stage == 1 && zt__part_lands_grads(s) && zt__part_params_in_place(s);
 }
 
 /* The shard's gradients are the landed ones (zt__part_lands_grads), not

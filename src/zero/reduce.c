@@ -568,6 +568,19 @@ int zt__reduce_group(zt__part_t *p, zt__group_t *g) {
   if (p->ctx->cfg->stage < 2) return 0; /* stage 1 reduces at the step */
   ZT_TRY(zt__reduce_flush(p));
   ZT_TRY(zt__agree(p, "zt_grads_ready", ZT_AGREE_READY, g->id, 0, g->numel, NULL));
+  /* Once a step (config grads_once): one rank's gradients land as they
+   * are (zt__part_lands_grads), which a second hand-over would overwrite,
+   * not add to. After the vote, so that every rank (the same hand-overs
+   * agreed so far) refuses it alike, before anything moves. */
+  if (p->ctx->cfg->grads_once && g->reduced) {
+    p->disagreed = ZT_REFUSED_ALIKE;
+    return zt__errf(p->ctx->err, -EINVAL,
+                    "zt_grads_ready: group %d was handed over already since the last step, "
+                    "and config grads_once is 1 (each group once a step); set it to 0 "
+                    "to sum a group's gradients over several hand-overs. "
+                    "Nothing was changed",
+                    g->id);
+  }
   ZT_TRY(zt__reduce_progress(p));
   zt__span_t *src = malloc(g->n_spans * sizeof *src);
   if (src == NULL) return zt__errf(p->ctx->err, -ENOMEM, "out of memory");

@@ -23,7 +23,9 @@
  * stage 1: no-op). Asynchronous, and no host sync of its own: their copies
  * out of the user's buffer (or the group's engine-owned one, which is then
  * dropped) are enqueued behind the loop's work, and their collective starts
- * when the copies are done, at a later call. */
+ * when the copies are done, at a later call. A group handed over already
+ * since the last step, under config grads_once, is -EINVAL on every rank
+ * with p->disagreed = ZT_REFUSED_ALIKE, and nothing moved. */
 ZT_INTERNAL int zt__reduce_group(zt__part_t *p, zt__group_t *g);
 
 /* The step's reduction: every group not handed over yet, then waits for
@@ -32,7 +34,7 @@ ZT_INTERNAL int zt__reduce_group(zt__part_t *p, zt__group_t *g);
  * which waits for the last sums there, not the host).
  * `args`: zt_step's arguments, which the ranks compare before anything
  * moves (a difference is -EINVAL on every rank naming them, with
- * p->disagreed = ZT_DISAGREED_ARGS); NULL for zt_grad_norm or a step this
+ * p->disagreed = ZT_REFUSED_ALIKE); NULL for zt_grad_norm or a step this
  * rank refuses itself (nothing to compare). */
 ZT_INTERNAL int zt__reduce_all(zt__part_t *p, const zt_step_args_t *args);
 
