@@ -281,8 +281,9 @@ typedef struct zt_config {
   zt_grad_sums_t grad_sums; /* "auto" | "memory" | "disk": the shard's sums */
 
   /* 1: the loop hands each group's gradients over at most once between two
-   * steps (no accumulation over micro-steps), and a second zt_grads_ready()
-   * of a group before the step is refused; one rank with 16-bit gradients
+   * steps (no accumulation over micro-steps), and at stages 2 and 3 a second
+   * zt_grads_ready() of a group before the step (or after zt_grad_norm(),
+   * which hands every group over) is refused; one rank with 16-bit gradients
    * then keeps them in its shard as they are at stages 2 and 3 too, as at
    * stage 1, with no fp32 sums (docs/design.md). 0 (the default): any
    * number of hand-overs, summed in fp32. */
@@ -574,9 +575,11 @@ ZT_API int zt_grad_norm(zt_engine_t *eng, float grad_scale, double *norm);
  * checks `group` (stage 1 reduces at the step, from the caller's buffer,
  * which it leaves as it is). Asynchronous: returns once the gradients are
  * copied out of the caller's buffer. -EINVAL for a group no unit has, and
- * under config grads_once for a group handed over already since the last
- * zt_step() (refused alike on every rank, nothing moved; the engine goes
- * on).
+ * at stages 2 and 3 under config grads_once for a group handed over already
+ * since the last zt_step(), zt_grad_norm() included, which hands every
+ * group over (refused alike on every rank, nothing moved; the engine goes
+ * on; gradients of the group's own buffer from zt_grads() are dropped at
+ * the step).
  */
 ZT_API int zt_grads_ready(zt_engine_t *eng, int group);
 

@@ -803,6 +803,16 @@ static void w_mismatch(void **state) {
   assert_int_equal(rc, ZT_ECONFIG);
   assert_null(eng);
   assert_non_null(strstr(zt_last_error(NULL), "'stage'"));
+  /* Whether a second hand-over is refused decides whether a rank joins a
+   * collective. */
+  cfg.stage = 2;
+  cfg.grads_once = st.rank == 1;
+  rc = zt_engine_create(&cfg, &eng);
+  printf("# rank %d: %s\n", st.rank, zt_last_error(NULL));
+  assert_int_equal(rc, ZT_ECONFIG);
+  assert_null(eng);
+  assert_non_null(strstr(zt_last_error(NULL), "'grads_once'"));
+  cfg.grads_once = 0;
 
   cfg.stage = 2;
   eng = t_engine(&cfg);

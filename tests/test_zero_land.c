@@ -227,6 +227,52 @@ static void test_once_device_bf16(void **state) {
   land_as_summed(2, ZT_TIER_DEVICE, ZT_GRAD_SUMS_AUTO, ZT_BF16);
 }
 
+/* A refused second hand-over of a group's own buffer (zt_grads(), no
+ * gradient buffer registered): its gradients reach no step, and the next
+ * step's zt_grads() gives a zeroed buffer again, also where every group
+ * was handed over before the step. */
+static void test_once_refused_own_buffer(void **state) {
+  const size_t n = UNIT_A + GAP + 40001, nb = n - UNIT_A - GAP, bytes = n * 2;
+  uint16_t *h = malloc(bytes), *got = malloc(bytes);
+  assert_true(h && got);
+  t_rng_t rng;
+  t_rng_init(&rng, t_seed() ^ 0x0cedull);
+  t_fill_normal(h, ZT_BF16, n, 0.5, &rng);
+  zt_config_t cfg = t_config();
+  cfg.stage = 2;
+  cfg.optimizer_tier = ZT_TIER_DEVICE;
+  cfg.grads_once = 1;
+  zt_engine_t *eng = t_engine(&cfg);
+  void *params = t_buf_alloc(eng, bytes);
+  t_buf_upload(eng, params, h, bytes);
+  zt_unit_t units[2] = {{"w", 0, UNIT_A, 0, 1, ZT_BF16},
+                        {"b", UNIT_A + GAP, nb, 1, 0, ZT_BF16}};
+  T_OK(zt_register_units(eng, params, NULL, n, ZT_BF16, ZT_BF16, units, 2), eng);
+  for (uint64_t t = 1; t <= 2; t++) {
+    void *ptr[1];
+    assert_int_equal(zt_grads(eng, 1, ptr, 1), 1);
+    t_buf_download(eng, got, ptr[0], nb * 2);
+    for (size_t i = 0; i < nb; i++)
+      if (got[i] != 0)
+        fail_msg("step %llu: zt_grads() gave group 1 a buffer holding 0x%04x at %zu; "
+                 "expected zeros", (unsigned long long)t, got[i], i);
+    fill_grads(h, ZT_BF16, nb, &rng);
+    t_buf_upload(eng, ptr[0], h, nb * 2);
+    T_OK(zt_grads_ready(eng, 1), eng);
+    assert_int_equal(zt_grads(eng, 1, ptr, 1), 1);
+    t_buf_upload(eng, ptr[0], h, nb * 2);
+    T_EXPECT_ERR(zt_grads_ready(eng, 1), eng, -EINVAL, "grads_once is 1");
+    assert_int_equal(zt_grads(eng, 0, ptr, 1), 1);
+    T_OK(zt_grads_ready(eng, 0), eng);
+    zt_step_args_t args = ZT_STEP_ARGS_INIT;
+    args.t = t;
+    T_OK(zt_step(eng, &args, NULL), eng);
+  }
+  t_buf_free(eng, params, bytes);
+  zt_engine_destroy(eng);
+  free(h), free(got);
+}
+
 /* ---- one rank's parameters in place ------------------------------------------ */
 
 /* One dense unit (the state index is the buffer index) of bf16, the device
@@ -379,6 +425,7 @@ int main(void) {
       cmocka_unit_test(test_once_host_bf16),
       cmocka_unit_test(test_once_nvme_fp16_file),
       cmocka_unit_test(test_once_device_bf16),
+      cmocka_unit_test(test_once_refused_own_buffer),
       cmocka_unit_test(test_device_bf16),
       cmocka_unit_test(test_device_fp16),
       cmocka_unit_test(test_pieces_taken_registered),

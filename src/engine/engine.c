@@ -39,7 +39,7 @@ const char *zt_last_error(const zt_engine_t *eng) {
  * bit. The vote that carries them carries each rank's status beside
  * them: whether its own config, CPU optimizer and backend came up (see
  * zt_engine_create). */
-#define N_SHARED 19
+#define N_SHARED 20
 typedef struct shared_cfg {
   double v[N_SHARED];
 } shared_cfg_t;
@@ -48,7 +48,7 @@ static const char *const shared_names[N_SHARED] = {
     "param_tier",     "rounding",           "seed",              "loss_scaling",
     "clip_grad_norm", "initial_loss_scale", "bucket_bytes",      "loss_scale_window",
     "loss_scale_growth", "loss_scale_backoff", "min_loss_scale", "comm",
-    "prefetch_bytes", "max_live_bytes", "nonfinite"};
+    "prefetch_bytes", "max_live_bytes", "nonfinite",    "grads_once"};
 #define SEED_SLOT 6
 #define BUCKET_SLOT 10
 /* Whether a stage-3 fetch gathers depends on these two (prefetch.h). */
@@ -62,7 +62,7 @@ static shared_cfg_t shared_of(const zt_config_t *c) {
                      c->rounding, 0.0, c->loss_scaling, c->clip_grad_norm,
                      c->initial_loss_scale, 0.0, c->loss_scale_window, c->loss_scale_growth,
                      c->loss_scale_backoff, c->min_loss_scale, c->comm, 0.0, 0.0,
-                     c->nonfinite}};
+                     c->nonfinite, c->grads_once}};
   /* 64-bit integers would lose bits above 2^53 as doubles: their own bits
    * fill the slot (the comparison is bitwise; the sentence prints them). */
   uint64_t seed = c->seed, bucket = c->bucket_bytes, ahead = c->prefetch_bytes,

@@ -629,8 +629,11 @@ int zt__reduce_all(zt__part_t *p, const zt_step_args_t *args) {
     int rc = reduce_spans(p, all, n, 1); /* none of them handed over yet */
     free(all);
     ZT_TRY(rc);
-    for (size_t g = 0; g < p->n_groups; g++) zt__part_drop_grads(p, &p->groups[g]);
   }
+  /* Every engine-owned buffer goes now: those just packed, and one whose
+   * second hand-over was refused (config grads_once), whose gradients no
+   * step takes and no later zt_grads() may find again. */
+  for (size_t g = 0; g < p->n_groups; g++) zt__part_drop_grads(p, &p->groups[g]);
   /* The last buckets land; the norm and the update read their sums on the
    * loop's stream. */
   ZT_TRY(zt__reduce_flush(p));
