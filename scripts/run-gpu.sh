@@ -284,6 +284,7 @@ bench_args() {
       args="--steps 7 --optimizer-tier host
 --steps 7 --optimizer-tier device
 --steps 7 --optimizer-tier device --stage 2
+--steps 7 --optimizer-tier device --stage 2 --grads-once 1
 --steps 7 --optimizer-tier device --stage 3
 --steps 7 --stage 3 --param-tier host
 --steps 5 --optimizer-tier host --params 256Mi
