@@ -118,7 +118,7 @@ const keydef_t zt__config_keys[] = {
             "(no accumulation over micro-steps; a second zt_grads_ready() of a group "
             "before the step is refused, nothing moved), and one rank with bf16 or fp16 "
             "gradients keeps them as they are at stages 2 and 3, as at stage 1: no fp32 "
-            "sums (docs/design.md). 0: any number of hand-overs, summed in fp32"}, 
+            "sums (docs/design.md). 0: any number of hand-overs, summed in fp32"},
     {FIELD(grad_sums), .type = T_ENUM, NAMES(grad_sums_names), .supported = 0x7,
      .also = "\"disk\" needs stage 1-3 and optimizer_tier \"nvme\"",
      .doc = "stages 1-3: where the shard's fp32 gradient sums (4 bytes a parameter; "

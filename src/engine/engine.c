@@ -48,7 +48,7 @@ static const char *const shared_names[N_SHARED] = {
     "param_tier",     "rounding",           "seed",              "loss_scaling",
     "clip_grad_norm", "initial_loss_scale", "bucket_bytes",      "loss_scale_window",
     "loss_scale_growth", "loss_scale_backoff", "min_loss_scale", "comm",
-    "prefetch_bytes", "max_live_bytes", "nonfinite",    "grads_once"};
+    "prefetch_bytes", "max_live_bytes", "nonfinite",      "grads_once"};
 #define SEED_SLOT 6
 #define BUCKET_SLOT 10
 /* Whether a stage-3 fetch gathers depends on these two (prefetch.h). */
