@@ -220,7 +220,7 @@ static int ref_open(ref_t *r, model_t *md, size_t shard) {
   }
   /* Values, not zeros: untouched zero pages would flatter the kernel. */
   bench_fill_values(r->buf[1], ZT_FP32, r->n, 0.01, 11);
-  bench_fill_values(r->buf[2], ZT_FP32, r->n, 1e-4, 12);
+  bench_fill_squares(r->buf[2], r->n, 1e-4, 12);
   bench_fill_values(r->buf[3], r->gdt, r->n, 0.02, 13);
   bench_fill_values(r->buf[4], r->pdt, r->n, 2.0, 14);
   if (r->master) bench_fill_values(r->buf[0], ZT_FP32, r->n, 2.0, 15);

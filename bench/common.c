@@ -87,6 +87,11 @@ void bench_fill_values(void *buf, zt_dtype_t dt, size_t n, double scale, uint64_
   }
 }
 
+void bench_fill_squares(float *buf, size_t n, double scale, uint64_t seed) {
+  bench_fill_values(buf, ZT_FP32, n, scale, seed);
+  for (size_t i = 0; i < n; i++) buf[i] = fabsf(buf[i]);
+}
+
 void bench_fill_bytes(void *buf, size_t bytes, uint64_t seed) {
   uint64_t *q = buf, x = seed | 1;
   for (size_t i = 0; i < bytes / 8; i++) q[i] = x = xorshift(x);

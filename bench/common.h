@@ -48,6 +48,12 @@ double bench_median(const double *x, int n);
 /* n values of dt, uniform in [-scale/2, scale/2), deterministic from seed
  * (xorshift; never all zeros), converted as the library converts. */
 void bench_fill_values(void *buf, zt_dtype_t dt, size_t n, double scale, uint64_t seed);
+
+/* n fp32 second moments, uniform in [0, scale/2), deterministic from seed.
+ * Adam's v is a running mean of squares and never negative: a negative one
+ * makes the update's sqrt NaN, which no step meets and whose bits the CPU
+ * and a GPU write differently. */
+void bench_fill_squares(float *buf, size_t n, double scale, uint64_t seed);
 /* The first bytes / 8 words of buf, deterministic from seed and never zero:
  * a disk or file system that elides zero pages would flatter the figures. */
 void bench_fill_bytes(void *buf, size_t bytes, uint64_t seed);

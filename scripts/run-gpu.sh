@@ -28,7 +28,9 @@
 # default 180), ZT_BENCH_TIMEOUT (s per benchmark, default 180), ZT_BENCH_DIR
 # (scratch for the disk benchmarks, default /tmp/ztier-bench),
 # ZT_BENCH_<NAME>_ARGS (a benchmark's flags instead of the defaults below),
-# ZT_DEVICE_PARAMS (bench device's size and its PyTorch peer's, default 256Mi).
+# ZT_DEVICE_PARAMS (bench device's size and its PyTorch peer's, default 256Mi),
+# ZT_BENCH_DEADLINE (s since the start after which no further benchmark
+# starts; each one left out is named in summary.txt; default none).
 set -u
 here=$(cd "$(dirname "$0")" && pwd)
 out=${1:?usage: run-gpu.sh OUT [env] [suites] [sanitizer] [bench]}
@@ -300,11 +302,20 @@ bench_args() {
   done <<<"$args"
 }
 
+# True, and the run named among those left out, once ZT_BENCH_DEADLINE
+# seconds have passed since run-gpu.sh started: a call's time on the GPU
+# machine is bounded, and what ran must still reach bench.json.
+past_deadline() {
+  [ -n "${ZT_BENCH_DEADLINE:-}" ] && [ "$SECONDS" -ge "$ZT_BENCH_DEADLINE" ] || return 1
+  late+=("$1")
+}
+
 # A peer's run beside ztier's, into bench.json as `name`: run_peer NAME
 # COMMAND... (run_bench's ran and bad take it in).
 run_peer() {
   local run=$1 rc
   shift
+  past_deadline "$run" && return
   echo "${*#"$here/"}" >"$logs/bench/$run.args"
   timeout --kill-after=10 "${ZT_BENCH_TIMEOUT:-180}" "$@" >"$logs/bench/$run.json" \
     2>"$logs/bench/$run.log" </dev/null
@@ -319,6 +330,7 @@ run_peer() {
 # failure only as a note: an older tool may lack a flag).
 run_one() {
   local run=$1 bin=$2 name=$3 args=$4 rc
+  past_deadline "$run" && return
   rm -rf "${bench_dir:?}/$name" && mkdir -p "$bench_dir/$name"
   echo "$(basename "$bin") bench $name $args" >"$logs/bench/$run.args"
   # shellcheck disable=SC2086
@@ -337,7 +349,12 @@ run_one() {
 }
 
 run_bench() {
-  local names name help args rc bad=() ran=() base_bad=()
+  local names name help args rc bad=() ran=() base_bad=() late=()
+  case "${ZT_BENCH_DEADLINE:-0}" in *[!0-9]*)
+    fail_part bench "bench: ZT_BENCH_DEADLINE is \"$ZT_BENCH_DEADLINE\"; expected seconds"
+    return
+    ;;
+  esac
   bench_dir=${ZT_BENCH_DIR:-/tmp/ztier-bench}
   # bench device's size, and its peer's (torch-adamw.py) the same.
   device_params=${ZT_DEVICE_PARAMS:-268435456}
@@ -394,6 +411,7 @@ for n in names:
 json.dump(res, sys.stdout, indent=1)
 print()
 EOF
+  [ ${#late[@]} -gt 0 ] && note "bench: left out at ZT_BENCH_DEADLINE=${ZT_BENCH_DEADLINE}s: ${late[*]}"
   [ ${#base_bad[@]} -gt 0 ] && note "bench: the baseline (ztier-base) failed: ${base_bad[*]}"
   if [ ${#bad[@]} -gt 0 ]; then
     fail_part bench "bench: ran ${ran[*]:-none}; FAILED: ${bad[*]} (bench.json)"
