@@ -426,25 +426,33 @@ HD void piece_range(const zt__cuda_seg_t &seg, u64 piece, u64 *lo, u64 *hi) {
   *hi = (w + 1) * B < seg_end ? (w + 1) * B : seg_end;
 }
 
+/* Loads in flight per lane in lane_squares. A lane's adds are one chain in
+ * index order, so a piece of ZT_NORM_BLOCK elements costs one memory round
+ * trip per ZT_CUDA_SQUARES_AHEAD of its 2048 elements a lane, whatever the
+ * launch's size: at 16, on the H200, a launch took about 0.1 ms, and stage
+ * 2's one-rank norm (a launch per bucket) 0.76 ms for 16Mi gradients. */
+#define ZT_CUDA_SQUARES_AHEAD 64
+
 /* Lane `lane`'s sum of squares over the piece [lo, hi), the CPU's order:
- * elements lo + lane + 32 k in index order. Loads first, adds after: 16
- * loads in flight per lane, the adds still in index order. `e` gives each
- * element (e.get(j), as it is to be written), its value (e.value), and
- * writes it where the pass writes (e.put); sumsq, land_grads and rank_sum
- * share the order through it. */
+ * elements lo + lane + 32 k in index order. Loads first, adds after:
+ * ZT_CUDA_SQUARES_AHEAD loads in flight per lane, the adds still in index
+ * order. `e` gives each element (e.get(j), as it is to be written), its
+ * value (e.value), and writes it where the pass writes (e.put); sumsq,
+ * land_grads and rank_sum share the order through it. */
 template <class E>
 HD double lane_squares(const E &e, u64 lo, u64 hi, unsigned lane) {
+  const int ahead = ZT_CUDA_SQUARES_AHEAD;
   const u64 len = hi - lo;
   const u64 cnt = len > lane ? (len - lane + 31) / 32 : 0;
   const u64 at = lo + lane;
   double acc = 0.0;
   u64 k = 0;
-  for (; k + 16 <= cnt; k += 16) {
-    typename E::raw x[16];
+  for (; k + ahead <= cnt; k += ahead) {
+    typename E::raw x[ZT_CUDA_SQUARES_AHEAD];
     UNROLL
-    for (int u = 0; u < 16; u++) x[u] = e.get(at + (k + u) * 32);
+    for (int u = 0; u < ahead; u++) x[u] = e.get(at + (k + u) * 32);
     UNROLL
-    for (int u = 0; u < 16; u++) {
+    for (int u = 0; u < ahead; u++) {
       e.put(at + (k + u) * 32, x[u]);
       const double d = (double)e.value(x[u]);
       acc += d * d;
