@@ -264,6 +264,26 @@ static void test_plan_units(void **state) {
     assert_int_equal(host[0] - host[1], per << 22);
     assert_int_equal(nvme[1] - nvme[0], per << 22);
   }
+  /* --grads-once 1 lets one rank at stage 2 land its bf16 gradients as they
+   * are: 2 bytes a parameter of sums instead of 4, and no buckets. With two
+   * ranks the sums are fp32 whatever it says. */
+  for (int ranks = 1; ranks <= 2; ranks++) {
+    long long host[2];
+    for (int once = 0; once <= 1; once++) {
+      snprintf(args, sizeof args,
+               "plan --params 4Mi --stage 2 --ranks %d --offload-optimizer host "
+               "--grads-once %d --json",
+               ranks, once);
+      assert_int_equal(tool(args, out, sizeof out), 0);
+      const char *h = strstr(out, "\"host_bytes\": ");
+      assert_non_null(h);
+      host[once] = atoll(h + strlen("\"host_bytes\": "));
+    }
+    if (ranks == 1 && host[0] - host[1] < 2LL << 22)
+      fail_msg("plan: --grads-once 1 at one rank saves %lld bytes; expected at least the "
+               "sums' 2 a parameter (%lld)", host[0] - host[1], 2LL << 22);
+    if (ranks == 2) assert_int_equal(host[0], host[1]);
+  }
 }
 
 /* charlm's --pinned-budget is the config's pinned_budget_bytes: 16Mi runs. */
@@ -578,6 +598,8 @@ static void test_bad_arguments(void **state) {
       {"plan --params 7B --nope", "--nope"},
       {"plan --params 7B --stage 9", "--stage"},
       {"plan --params 7B --grad-sums ram", "--grad-sums"},
+      {"plan --params 7B --grads-once 2", "--grads-once"},
+      {"plan --params 7B --grads-once yes", "--grads-once"},
       {"plan --params 7B --stage 0 --offload-optimizer nvme --grad-sums disk", "--grad-sums"},
       {"plan --params 7B --stage 1 --offload-optimizer host --grad-sums disk", "--grad-sums"},
       {"bench step --grad-sums ram", "--grad-sums"},
