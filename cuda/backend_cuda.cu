@@ -848,4 +848,8 @@ extern "C" const zt__backend_ops_t zt__backend_cuda_ops = {
     cuda_cast,
     cuda_host_syncs,
     cuda_set_stream,
+    0, /* adam_sumsq */
+    /* squares_in_pass_min: 1024 pieces move 64Mi elements, about 0.15 ms of
+     * an H200's memory time against a chain of about 0.04 ms. */
+    1024,
 };

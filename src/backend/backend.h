@@ -169,6 +169,16 @@ typedef struct zt__backend_ops {
   /* 1: adam is the CPU executor's pass, synchronous, and takes l->sumsq
    * (the host backend). */
   int adam_sumsq;
+  /* The fewest pieces of the norm (ZT_NORM_BLOCK windows) a rank_sum or
+   * land_grads on a shard in device memory must cut for the engine to have
+   * it take their sums of squares in its own pass; a smaller one leaves
+   * them to one sumsq_pieces before the update. 0: never. Such a pass
+   * keeps the CPU's order, a warp a piece and a chain of 2048 adds a lane,
+   * so it costs the chain's length whatever its size: on an H200 a
+   * stage-2 step's norm took 0.36 ms in bucket-sized passes of 64 pieces,
+   * and one pass over all at the end 0.11 ms (docs/gpu.md). It pays where
+   * a pass moves more bytes than the chain takes. */
+  size_t squares_in_pass_min;
 } zt__backend_ops_t;
 
 ZT_INTERNAL extern const zt__backend_ops_t zt__backend_host_ops;

@@ -94,6 +94,12 @@ static void drop_cut_norms(zt__part_t *p, size_t a, size_t b) {
   }
 }
 
+/* The pieces [a, b) touches, changed without their sums. */
+static void forget_norms(zt__part_t *p, size_t a, size_t b) {
+  for (size_t k = norm_piece_at(p, a); k < p->n_norm && p->norm_pieces[k].index < b; k++)
+    p->norm_have[k] = 0;
+}
+
 /* The shard's gradients [s, s + n), about to be written in a GPU's memory
  * (norm_dev) by a pass that takes the sums of squares of its cuts of them
  * (land_grads, rank_sum): where that pass is to write them, and which
@@ -103,10 +109,16 @@ static void drop_cut_norms(zt__part_t *p, size_t a, size_t b) {
  * segment of the shard (seg_end) the cuts are its pieces; a piece whose
  * slot got a cut that is not the whole piece, or that the pass only
  * touches, is left to the step (zt__reduce_sumsq), as take_norms leaves
- * it. */
+ * it. A write that cuts fewer pieces than the backend's
+ * squares_in_pass_min is left to the step whole (NULL). */
 static double *norms_at(zt__part_t *p, size_t s, size_t n) {
   if (p->norm_dev == NULL) return NULL;
   const size_t B = ZT_NORM_BLOCK, e = s + n, k0 = norm_piece_at(p, s);
+  size_t least = p->ctx->be_ops->squares_in_pass_min;
+  if (least == 0 || (e - 1) / B - s / B + 1 < least) {
+    forget_norms(p, s, e); /* taken apart, in the step */
+    return NULL;
+  }
   for (size_t k = k0; k < p->n_norm && p->norm_pieces[k].index < e; k++) {
     size_t j = k - k0, lo = j ? (s / B + j) * B : s, hi = zt__min_sz(e, (s / B + j + 1) * B);
     const zt__seg_t *q = &p->norm_pieces[k];
@@ -120,12 +132,6 @@ static double *norms_at(zt__part_t *p, size_t s, size_t n) {
 static size_t seg_end(const zt__part_t *p, size_t s) {
   const zt__seg_t *g = &p->segs[zt__part_seg_of_state(p->segs, p->n_segs, s - p->begin)];
   return g->index + g->n;
-}
-
-/* The pieces [a, b) touches, changed without their sums. */
-static void forget_norms(zt__part_t *p, size_t a, size_t b) {
-  for (size_t k = norm_piece_at(p, a); k < p->n_norm && p->norm_pieces[k].index < b; k++)
-    p->norm_have[k] = 0;
 }
 
 /* Gradients that land as they are in a GPU's memory go straight from where
