@@ -369,6 +369,8 @@ static void pieces_taken_in_pass(int registered) {
   zt_config_t cfg = t_config();
   cfg.stage = 2;
   cfg.optimizer_tier = ZT_TIER_DEVICE;
+  /* One bucket: each unit one pass, whose cuts are its pieces. */
+  cfg.bucket_bytes = (n * 4 + 4095) / 4096 * 4096;
   zt_engine_t *eng = t_engine(&cfg);
   uint16_t *h = malloc(n * 2);
   assert_non_null(h);
@@ -416,6 +418,56 @@ static void pieces_taken_in_pass(int registered) {
   free(h);
 }
 
+/* A piece whose sum of squares a pass took, then summed into again by a
+ * pass too small to take it (below squares_in_pass_min): the norm must
+ * take it again. Stage 2, device tier, sim (squares_in_pass_min 2): units
+ * q = [0, 1024) and x = [1024, 3B) in groups 0 and 1, buckets of 2B - 1024
+ * elements. zt_grad_norm hands both over: its second bucket takes x's
+ * piece [2B, 3B) whole in a pass of two cuts. x is handed over again: its
+ * second bucket is [2B, 3B) alone, one cut, whose sums change with no sum
+ * of squares taken. The norm is that of q and of x's two hand-overs added
+ * in fp32, on every backend (the host backend's sums thread and cuda's
+ * threshold take other ways to it). */
+static void test_piece_taken_then_changed(void **state) {
+  (void)state;
+  const size_t B = ZT_NORM_BLOCK, q = 1024, n = 3 * B;
+  zt_config_t cfg = t_config();
+  cfg.stage = 2;
+  cfg.optimizer_tier = ZT_TIER_DEVICE;
+  cfg.bucket_bytes = (2 * B - q) * 4;
+  zt_engine_t *eng = t_engine(&cfg);
+  uint16_t *g1 = malloc(n * 2), *g2 = malloc(n * 2);
+  assert_true(g1 && g2);
+  t_rng_t rng;
+  t_rng_init(&rng, t_seed() ^ 0x7a4e3ull);
+  fill_grads(g1, ZT_BF16, n, &rng);
+  fill_grads(g2, ZT_BF16, n, &rng);
+  void *params = t_buf_alloc(eng, n * 2), *grads = t_buf_alloc(eng, n * 2);
+  t_buf_upload(eng, params, g1, n * 2);
+  zt_unit_t u[2] = {{"q", 0, q, 0, 1, ZT_BF16}, {"x", q, n - q, 1, 1, ZT_BF16}};
+  T_OK(zt_register_units(eng, params, grads, n, ZT_BF16, ZT_BF16, u, 2), eng);
+  t_buf_upload(eng, grads, g1, n * 2);
+  double norm = 0.0;
+  T_OK(zt_grad_norm(eng, 1.0f, &norm), eng);
+  t_buf_upload(eng, (char *)grads + q * 2, g2 + q, (n - q) * 2);
+  T_OK(zt_grads_ready(eng, 1), eng);
+  T_OK(zt_grad_norm(eng, 1.0f, &norm), eng);
+  double want = 0.0;
+  for (size_t i = 0; i < n; i++) {
+    float v = i < q ? (float)t_load(g1, ZT_BF16, i)
+                    : (float)t_load(g1, ZT_BF16, i) + (float)t_load(g2, ZT_BF16, i);
+    want += (double)v * v;
+  }
+  want = sqrt(want);
+  if (fabs(norm - want) > 1e-12 * want)
+    fail_msg("norm %.17g after a piece's sums changed in a one-cut pass; want %.17g", norm,
+             want);
+  t_buf_free(eng, params, n * 2);
+  t_buf_free(eng, grads, n * 2);
+  zt_engine_destroy(eng);
+  free(g1), free(g2);
+}
+
 static void test_pieces_taken_registered(void **state) { pieces_taken_in_pass(1); }
 static void test_pieces_taken_group_buffer(void **state) { pieces_taken_in_pass(0); }
 
@@ -437,6 +489,7 @@ int main(void) {
       cmocka_unit_test(test_device_fp16),
       cmocka_unit_test(test_pieces_taken_registered),
       cmocka_unit_test(test_pieces_taken_group_buffer),
+      cmocka_unit_test(test_piece_taken_then_changed),
       cmocka_unit_test(test_in_place_stage_1),
       cmocka_unit_test(test_in_place_stage_2),
   };
