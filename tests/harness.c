@@ -105,6 +105,16 @@ void t_fill_normal(void *buf, zt_dtype_t dt, size_t n, double scale, t_rng_t *r)
   for (size_t i = 0; i < n; i++) t_store(buf, dt, i, scale * t_rng_normal(r));
 }
 
+void t_fill_spread(void *buf, zt_dtype_t dt, size_t n, t_rng_t *r) {
+  int lo = dt == ZT_FP16 ? -12 : -24, span = dt == ZT_FP16 ? 20 : 48;
+  for (size_t i = 0; i < n; i++) {
+    uint64_t x = t_rng_next(r);
+    double v = x % 61 == 0 ? ((x >> 8) & 1 ? -0.0 : 0.0)
+                           : t_rng_normal(r) * ldexp(1.0, lo + (int)((x >> 8) % (span + 1)));
+    t_store(buf, dt, i, v);
+  }
+}
+
 void t_fill_uniform(void *buf, zt_dtype_t dt, size_t n, double lo, double hi,
                     t_rng_t *r) {
   for (size_t i = 0; i < n; i++) t_store(buf, dt, i, lo + (hi - lo) * t_rng_uniform(r));

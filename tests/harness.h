@@ -42,6 +42,11 @@ double t_rng_normal(t_rng_t *r);  /* N(0, 1) */
 
 /* n values ~ N(0, scale^2), stored as `dt` (rounded to nearest even). */
 void t_fill_normal(void *buf, zt_dtype_t dt, size_t n, double scale, t_rng_t *r);
+/* Normal values scaled by powers of two, so that their squares span 2^-48
+ * to 2^48 (fp16: 2^-24 to 2^16, inside its range): a double sum of them
+ * rounds, and a change in the order of its adds shows in the bits. About
+ * one in 61 is an exact zero, of either sign. */
+void t_fill_spread(void *buf, zt_dtype_t dt, size_t n, t_rng_t *r);
 /* n values ~ U[lo, hi), as `dt`. */
 void t_fill_uniform(void *buf, zt_dtype_t dt, size_t n, double lo, double hi,
                     t_rng_t *r);

@@ -32,6 +32,7 @@
 #include "harness.h"     // defines: cmocka, t_rng_*, t_fill_*, T_RUN
 #include "backend/backend.h"     // defines: zt__backend_cuda_ops
 #include "cpu/cpu_kernels.h" // defines: zt__adam_span_scalar, zt__sumsq_scalar, zt__cast_scalar
+#include "cpu/cpu_optim.h"  // defines: zt__cpu_create, zt__cpu_sumsq_piece, zt__cpu_land_grads
 #include "cpu/optim_math.h"  // defines: zt__adam_hp_t, zt_sr_key, ZT_NORM_BLOCK
 
 /* The cuda backend's table; the sim backend's with ZT_TEST_BACKEND=sim. */
@@ -547,6 +548,78 @@ static void test_rank_sum_matches_cpu(void **state) {
       }
 }
 
+/* ---- sums of squares taken in a pass --------------------------------------- */
+
+/* The cuts of [index, index + n) at the multiples of ZT_NORM_BLOCK, each
+ * cut's zt__cpu_sumsq_piece of `vals` (dtype dt, from index). */
+static size_t cut_sums(const zt__cpu_t *cpu, const void *vals, zt_dtype_t dt, size_t index,
+                       size_t n, double *out) {
+  const size_t B = ZT_NORM_BLOCK, esz = t_dtype_size(dt);
+  size_t c = 0;
+  for (size_t lo = 0, hi; lo < n; c++, lo = hi) {
+    hi = (index + lo) / B * B + B - index;
+    if (hi > n) hi = n;
+    out[c] = zt__cpu_sumsq_piece(cpu, (const char *)vals + lo * esz, dt, hi - lo);
+  }
+  return c;
+}
+
+/* land_grads with sums and rank_sum with norms, the passes that take their
+ * cuts' sums of squares as they write (the engine asks for that where a
+ * pass cuts at least squares_in_pass_min pieces): what they write and each
+ * cut's sum, whole cuts and partial ones at both ends, the CPU's bits. */
+static void test_squares_in_pass(void **state) {
+  ctx_t *c = *state;
+  const size_t B = ZT_NORM_BLOCK, n = 3 * B + 1234, index = 2 * B - 1000;
+  const size_t cuts = (index + n - 1) / B - index / B + 1;
+  zt__err_t err = {0};
+  zt__cpu_t *cpu = NULL;
+  assert_int_equal(zt__cpu_create(1, &err, &cpu), 0);
+  uint16_t *g = host_alloc(n * 2), *landed = host_alloc(n * 2), *want = host_alloc(n * 2);
+  float *sums = host_alloc(n * 4), *fwant = host_alloc(n * 4);
+  double *got = host_alloc(cuts * 8), *want_sq = host_alloc(cuts * 8);
+  void *dg = dev_alloc(c, n * 2), *dl = dev_alloc(c, n * 2), *dsq = dev_alloc(c, cuts * 8);
+  void *druns = dev_alloc(c, n * 4), *dsums = dev_alloc(c, n * 4);
+  for (int di = 1; di < 3; di++) {
+    zt_dtype_t dt = dtypes[di];
+    t_fill_spread(g, dt, n, &c->rng);
+    upload(c, dg, g, n * 2);
+    BE_OK(c, ops->land_grads(c->be, dl, dg, n, dt, index, dsq, ZT_STREAM_D2H));
+    BE_OK(c, ops->stream_sync(c->be, ZT_STREAM_D2H));
+    download(c, landed, dl, n * 2);
+    download(c, got, dsq, cuts * 8);
+    zt__cpu_land_grads(want, g, n);
+    assert_int_equal(cut_sums(cpu, want, dt, index, n, want_sq), cuts);
+    t_expect_same("land_grads: the landed gradients", landed, want, 2, n);
+    t_expect_same("land_grads: the cuts' sums of squares", got, want_sq, 8, cuts);
+    /* Two ranks' runs (the landed gradients, then the originals), onto
+     * zeroed sums (first) and onto those sums again. */
+    upload(c, druns, want, n * 2);
+    upload(c, (char *)druns + n * 2, g, n * 2);
+    for (int first = 1; first >= 0; first--) {
+      BE_OK(c, ops->rank_sum(c->be, dsums, druns, n, dt, 2, n, first, index, dsq,
+                             ZT_STREAM_REDUCE));
+      BE_OK(c, ops->stream_sync(c->be, ZT_STREAM_REDUCE));
+      download(c, sums, dsums, n * 4);
+      download(c, got, dsq, cuts * 8);
+      for (size_t i = 0; i < n; i++) {
+        float run = (float)t_load(want, dt, i) + (float)t_load(g, dt, i);
+        fwant[i] = (first ? 0.0f : fwant[i]) + run;
+      }
+      assert_int_equal(cut_sums(cpu, fwant, ZT_FP32, index, n, want_sq), cuts);
+      t_expect_same("rank_sum: the sums", sums, fwant, 4, n);
+      t_expect_same("rank_sum: the cuts' sums of squares", got, want_sq, 8, cuts);
+    }
+  }
+  ops->free(c->be, dg, n * 2);
+  ops->free(c->be, dl, n * 2);
+  ops->free(c->be, dsq, cuts * 8);
+  ops->free(c->be, druns, n * 4);
+  ops->free(c->be, dsums, n * 4);
+  zt__cpu_destroy(cpu);
+  free(g), free(landed), free(want), free(sums), free(fwant), free(got), free(want_sq);
+}
+
 /* ---- cast ----------------------------------------------------------------------- */
 
 
@@ -834,6 +907,7 @@ int main(void) {
         T(test_memset_zero),
         T(test_stream_ordering),
         T(test_rank_sum_matches_cpu),
+        T(test_squares_in_pass),
     };
     return T_RUN(on_sim);
   }
@@ -864,6 +938,7 @@ int main(void) {
       T(test_adam_bad_input),
       T(test_sumsq_matches_cpu),
       T(test_rank_sum_matches_cpu),
+      T(test_squares_in_pass),
       T(test_cast_matches_cpu),
       cmocka_unit_test(test_budget),
       cmocka_unit_test(test_bad_device),
