@@ -49,7 +49,7 @@ double bench_median(const double *x, int n);
  * (xorshift; never all zeros), converted as the library converts. */
 void bench_fill_values(void *buf, zt_dtype_t dt, size_t n, double scale, uint64_t seed);
 
-/* n fp32 second moments, uniform in [0, scale/2), deterministic from seed.
+/* n fp32 second moments, uniform in [0, scale/2], deterministic from seed.
  * Adam's v is a running mean of squares and never negative: a negative one
  * makes the update's sqrt NaN, which no step meets and whose bits the CPU
  * and a GPU write differently. */

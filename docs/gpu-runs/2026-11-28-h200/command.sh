@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
-# The two calls of this run, from the repository root, with the GPU bundle
-# of a1333c9 (`make gpu-bundle`; ztier-base built from 7e35a5b) carried.
+# The first two calls of this run, from the repository root, with the GPU
+# bundle of a1333c9 (`make gpu-bundle`; ztier-base built from 7e35a5b)
+# carried; its run-gpu.sh was the working tree's, with ZT_BENCH_DEADLINE
+# (382738a). The third call is third-call/ab.sh.
 # Files at the top of this folder: the first call; second-call/: the second,
 # after bench device's data was mended (its second moments were negative).
 
