@@ -56,6 +56,7 @@
 #include "devloop.h"        // defines: bench_dev_t, bench_kernel_t
 #include "disk.h"           // defines: bench_disk_rates
 #include "engine/engine.h"  // defines: struct zt_engine (its CPU optimizer, tiers)
+#include "engine/plan.h"    // defines: zt__plan_with
 #include "ztier.h"
 
 static const char *prog = "ztier bench step";
@@ -74,6 +75,10 @@ typedef struct model {
   size_t n;
   void *params, *grads, *bank; /* device memory: the loop's buffers, gradient values */
   bench_kernel_t kernel;
+  /* The device memory the loop's buffers and the registration took, as the
+   * driver counts it (-1: no driver to ask: host, sim); the bench's own
+   * bank of gradient values is not counted. */
+  long long driver_bytes;
 } model_t;
 
 static int fail(model_t *md, const char *what) {
@@ -104,6 +109,10 @@ static int model_open(model_t *md, const zt_config_t *cfg, size_t n, int groups)
     return 1;
   }
   if (bench_dev_open(&md->dev, md->eng, prog)) return 1;
+  const zt__backend_ops_t *ops = md->eng->be_ops;
+  size_t free0 = 0, free1 = 0, total = 0;
+  md->driver_bytes = -1;
+  if (ops->mem_info && ops->mem_info(md->eng->be, &free0, &total) < 0) return fail(md, "mem_info");
   uint16_t *host = malloc(n * 2);
   zt_unit_t *units = calloc((size_t)groups, sizeof *units);
   int rc = host && units ? 0 : 1;
@@ -129,6 +138,11 @@ static int model_open(model_t *md, const zt_config_t *cfg, size_t n, int groups)
     if (zt_register_units(md->eng, md->params, md->grads, n, ZT_BF16, ZT_BF16, units,
                           (size_t)groups) < 0)
       rc = fail(md, "zt_register_units");
+  }
+  /* Registration reserves the step's pools too: this is the peak. */
+  if (rc == 0 && ops->mem_info) {
+    if (ops->mem_info(md->eng->be, &free1, &total) < 0) rc = fail(md, "mem_info");
+    else md->driver_bytes = (long long)free0 - (long long)free1 - (long long)(n * 2);
   }
   free(host);
   free(units);
@@ -349,6 +363,23 @@ int bench_step_main(int argc, char **argv) {
   }
   zt_stats_t st0 = ZT_STATS_INIT, st1 = ZT_STATS_INIT;
   zt_stats(md.eng, &st0);
+  /* The device memory the plan gives this run, against what the backend
+   * holds for the loop and the engine (its allocations less this bench's
+   * own) and what the driver saw go (cuda). */
+  size_t per = n / (size_t)groups;
+  const zt__plan_in_t plan_in = {n, 1, 0, stage_i, ZT_BF16, ZT_BF16, (zt_tier_t)opt_i,
+                                 (zt_tier_t)param_i, cfg.bucket_bytes, cfg.chunk_bytes,
+                                 cfg.pinned_budget_bytes, cfg.optimizer_states, cfg.grad_sums,
+                                 cfg.grads_once};
+  const zt__plan_run_t plan_run = {cfg.backend, cfg.comm, n - per * (size_t)(groups - 1),
+                                   cfg.max_live_bytes, 0, 1};
+  zt__plan_t plan;
+  if (zt__plan_with(&plan_in, &plan_run, &plan) < 0) plan.dev.total = 0;
+  /* At stage 3 the engine owns the parameters: the loop's buffer, which
+   * this bench keeps, is not the plan's either. */
+  long long mine = (long long)(n * 2) * (stage_i == 3 ? 2 : 1);
+  long long held_bytes = (long long)st0.device_bytes - mine,
+            driver_bytes = md.driver_bytes < 0 ? -1 : md.driver_bytes + (long long)(n * 2) - mine;
   ref_t ref;
   rc = ref_open(&ref, &md, (size_t)st0.shard_params);
   double s[MAX_STEPS], k_s[MAX_STEPS], syncs[MAX_STEPS], h2d[MAX_STEPS], d2h[MAX_STEPS],
@@ -473,6 +504,10 @@ int bench_step_main(int argc, char **argv) {
     tool_report_int(j, "grads_once", grads_once);
     tool_report_int(j, "params", (long long)n);
     tool_report_int(j, "shard_params", (long long)shard);
+    tool_report_int(j, "device_plan_bytes", (long long)plan.dev.total);
+    tool_report_int(j, "device_held_bytes", held_bytes);
+    if (driver_bytes >= 0) tool_report_int(j, "device_driver_bytes", driver_bytes);
+    else tool_report_null(j, "device_driver_bytes");
     tool_report_int(j, "groups", groups);
     tool_report_int(j, "threads", isa_threads);
     tool_report_nums(j, "steps_s", s, steps);

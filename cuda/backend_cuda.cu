@@ -477,6 +477,12 @@ static void cuda_free(zt__backend_t *be, void *p, size_t bytes) {
 
 static size_t cuda_device_bytes(const zt__backend_t *be) { return be->held; }
 
+static int cuda_mem_info(zt__backend_t *be, size_t *free_bytes, size_t *total_bytes) {
+  device_scope scope(be->device);
+  CU_TRY(be, cudaMemGetInfo(free_bytes, total_bytes));
+  return 0;
+}
+
 static int cuda_host_register(zt__backend_t *be, void *p, size_t bytes) {
   if (p == NULL || bytes == 0)
     return zt__errf(be->err, -EINVAL, "host_register: p is %p and bytes is %zu; expected "
@@ -826,6 +832,7 @@ extern "C" const zt__backend_ops_t zt__backend_cuda_ops = {
     cuda_alloc,
     cuda_free,
     cuda_device_bytes,
+    cuda_mem_info,
     cuda_host_register,
     cuda_host_unregister,
     cuda_pci_bus_id,

@@ -1018,7 +1018,8 @@ static void test_bench_sim_json(void **state) {
                                          "fetch_host_fraction", "backend", NULL};
   static const char *const k_step[] = {"step_s", "step_s_min", "step_s_max", "bound_s",
                                        "efficiency", "bound", "host_syncs_per_step",
-                                       "steps_s", NULL};
+                                       "steps_s", "device_plan_bytes", "device_held_bytes",
+                                       "device_driver_bytes", NULL};
   const char *a3 = "bench stage3 --backend sim --param-tier host --layers 2 "
                    "--layer-params 64Ki --compute-ms 2 --iters 2 --json";
   int rc = run_split("", "ztier", a3, out, sizeof out, err, sizeof err);
@@ -1061,6 +1062,12 @@ static void test_bench_sim_json(void **state) {
       fail_msg("%s: zt_step_s %g is not a part of step_s", args, in_step);
     if (strstr(args, "nvme") && !(num_of(args, j, "disk_s") > 0))
       fail_msg("%s: no disk time in the bound", args);
+    /* The device memory the backend holds for the loop and the engine is
+     * what `ztier plan` gives for the run; no driver to ask off a GPU. */
+    double plan = num_of(args, j, "device_plan_bytes"), held = num_of(args, j, "device_held_bytes");
+    if (!(plan > 0) || plan != held)
+      fail_msg("%s: device_held_bytes %.0f, device_plan_bytes %.0f", args, held, plan);
+    assert_true(cJSON_IsNull(cJSON_GetObjectItemCaseSensitive(j, "device_driver_bytes")));
     cJSON_Delete(j);
   }
 

@@ -70,6 +70,11 @@ typedef struct zt__backend_ops {
   int (*alloc)(zt__backend_t *be, size_t bytes, void **out);
   void (*free)(zt__backend_t *be, void *p, size_t bytes);
   size_t (*device_bytes)(const zt__backend_t *be);
+  /* The device's free and total bytes as its driver counts them: every
+   * allocation on it, the runtime's own and other processes' too
+   * (cudaMemGetInfo), where device_bytes counts this backend's. NULL where
+   * there is no driver to ask (host, sim). */
+  int (*mem_info)(zt__backend_t *be, size_t *free_bytes, size_t *total_bytes);
 
   /* Makes host memory usable for async copies (cudaHostRegister; a no-op on
    * the host backend). Pairs with host_unregister. */
