@@ -75,9 +75,11 @@ typedef struct model {
   size_t n;
   void *params, *grads, *bank; /* device memory: the loop's buffers, gradient values */
   bench_kernel_t kernel;
+  size_t largest; /* the largest group's parameters (the last group's) */
   /* The device memory the loop's buffers and the registration took, as the
-   * driver counts it (-1: no driver to ask: host, sim); the bench's own
-   * bank of gradient values is not counted. */
+   * driver counts it (has_driver 0: no driver to ask: host, sim); the
+   * bench's own bank of gradient values is not counted. */
+  int has_driver;
   long long driver_bytes;
 } model_t;
 
@@ -111,7 +113,6 @@ static int model_open(model_t *md, const zt_config_t *cfg, size_t n, int groups)
   if (bench_dev_open(&md->dev, md->eng, prog)) return 1;
   const zt__backend_ops_t *ops = md->eng->be_ops;
   size_t free0 = 0, free1 = 0, total = 0;
-  md->driver_bytes = -1;
   if (ops->mem_info && ops->mem_info(md->eng->be, &free0, &total) < 0) return fail(md, "mem_info");
   uint16_t *host = malloc(n * 2);
   zt_unit_t *units = calloc((size_t)groups, sizeof *units);
@@ -135,14 +136,19 @@ static int model_open(model_t *md, const zt_config_t *cfg, size_t n, int groups)
       size_t first = (size_t)g * per;
       units[g] = (zt_unit_t){NULL, first, g == groups - 1 ? n - first : per, g, 1, ZT_BF16};
     }
+    md->largest = n - per * (size_t)(groups - 1);
     if (zt_register_units(md->eng, md->params, md->grads, n, ZT_BF16, ZT_BF16, units,
                           (size_t)groups) < 0)
       rc = fail(md, "zt_register_units");
   }
   /* Registration reserves the step's pools too: this is the peak. */
   if (rc == 0 && ops->mem_info) {
-    if (ops->mem_info(md->eng->be, &free1, &total) < 0) rc = fail(md, "mem_info");
-    else md->driver_bytes = (long long)free0 - (long long)free1 - (long long)(n * 2);
+    if (ops->mem_info(md->eng->be, &free1, &total) < 0) {
+      rc = fail(md, "mem_info");
+    } else {
+      md->has_driver = 1;
+      md->driver_bytes = (long long)free0 - (long long)free1 - (long long)(n * 2);
+    }
   }
   free(host);
   free(units);
@@ -366,20 +372,22 @@ int bench_step_main(int argc, char **argv) {
   /* The device memory the plan gives this run, against what the backend
    * holds for the loop and the engine (its allocations less this bench's
    * own) and what the driver saw go (cuda). */
-  size_t per = n / (size_t)groups;
   const zt__plan_in_t plan_in = {n, 1, 0, stage_i, ZT_BF16, ZT_BF16, (zt_tier_t)opt_i,
                                  (zt_tier_t)param_i, cfg.bucket_bytes, cfg.chunk_bytes,
                                  cfg.pinned_budget_bytes, cfg.optimizer_states, cfg.grad_sums,
                                  cfg.grads_once};
-  const zt__plan_run_t plan_run = {cfg.backend, cfg.comm, n - per * (size_t)(groups - 1),
-                                   cfg.max_live_bytes, 0, 1};
+  /* Units end to end from 0, one decay flag (one segment), and the loop's
+   * own gradient buffer registered. */
+  const zt__plan_run_t plan_run = {cfg.backend, cfg.comm, md.largest, cfg.max_live_bytes,
+                                   0, 1, 1};
   zt__plan_t plan;
-  if (zt__plan_with(&plan_in, &plan_run, &plan) < 0) plan.dev.total = 0;
+  int planned = zt__plan_with(&plan_in, &plan_run, &plan) == 0;
   /* At stage 3 the engine owns the parameters: the loop's buffer, which
    * this bench keeps, is not the plan's either. */
   long long mine = (long long)(n * 2) * (stage_i == 3 ? 2 : 1);
   long long held_bytes = (long long)st0.device_bytes - mine,
-            driver_bytes = md.driver_bytes < 0 ? -1 : md.driver_bytes + (long long)(n * 2) - mine;
+            driver_bytes = md.driver_bytes + (long long)(n * 2) - mine;
+  int has_driver = md.has_driver;
   ref_t ref;
   rc = ref_open(&ref, &md, (size_t)st0.shard_params);
   double s[MAX_STEPS], k_s[MAX_STEPS], syncs[MAX_STEPS], h2d[MAX_STEPS], d2h[MAX_STEPS],
@@ -504,9 +512,10 @@ int bench_step_main(int argc, char **argv) {
     tool_report_int(j, "grads_once", grads_once);
     tool_report_int(j, "params", (long long)n);
     tool_report_int(j, "shard_params", (long long)shard);
-    tool_report_int(j, "device_plan_bytes", (long long)plan.dev.total);
+    if (planned) tool_report_int(j, "device_plan_bytes", (long long)plan.dev.total);
+    else tool_report_null(j, "device_plan_bytes");
     tool_report_int(j, "device_held_bytes", held_bytes);
-    if (driver_bytes >= 0) tool_report_int(j, "device_driver_bytes", driver_bytes);
+    if (has_driver) tool_report_int(j, "device_driver_bytes", driver_bytes);
     else tool_report_null(j, "device_driver_bytes");
     tool_report_int(j, "groups", groups);
     tool_report_int(j, "threads", isa_threads);

@@ -1044,7 +1044,7 @@ static void test_bench_sim_json(void **state) {
       "--backend sim --stage 3 --optimizer-tier nvme --param-tier nvme --path",
   };
   for (size_t i = 0; i < sizeof steps / sizeof steps[0]; i++) {
-    snprintf(args, sizeof args, "bench step %s%s%s --params 256Ki --groups 2 --steps 2 --json",
+    snprintf(args, sizeof args, "bench step %s%s%s --params 256Ki --groups 4 --steps 2 --json",
              steps[i], strstr(steps[i], "--path") ? " " : "",
              strstr(steps[i], "--path") ? dir : "");
     rc = run_split("", "ztier", args, out, sizeof out, err, sizeof err);

@@ -114,7 +114,7 @@ static void test_device_rows(void **state) {
                                 host ? ZT_TIER_HOST : ZT_TIER_DEVICE, ZT_TIER_DEVICE, bucket,
                                 (size_t)16 << 20, 0, ZT_STATES_FP32, ZT_GRAD_SUMS_AUTO, 0};
             zt__plan_run_t run = {ZT_BACKEND_CUDA, nccl ? ZT_COMM_NCCL : ZT_COMM_MPI,
-                                  gi == 0 ? 0 : group, live, 0, 1};
+                                  gi == 0 ? 0 : group, live, 0, 1, 0};
             zt__plan_t pl;
             assert_int_equal(zt__plan_with(&in, &run, &pl), 0);
             assert_true(pl.supported);
@@ -132,7 +132,7 @@ static void test_device_rows(void **state) {
   const uint64_t bucket = (uint64_t)16 << 20;
   zt__plan_in_t in = {n, 8, 0, 3, ZT_BF16, ZT_BF16, ZT_TIER_DEVICE, ZT_TIER_DEVICE, bucket,
                       (size_t)16 << 20, 0, ZT_STATES_FP32, ZT_GRAD_SUMS_AUTO, 0};
-  zt__plan_run_t run = {ZT_BACKEND_CUDA, ZT_COMM_AUTO, 1000000, 5 * 2000000 + 1, 0, 1};
+  zt__plan_run_t run = {ZT_BACKEND_CUDA, ZT_COMM_AUTO, 1000000, 5 * 2000000 + 1, 0, 1, 0};
   zt__plan_t pl;
   assert_int_equal(zt__plan_with(&in, &run, &pl), 0);
   assert_int_equal(pl.dev.live_groups, 5);
@@ -142,10 +142,24 @@ static void test_device_rows(void **state) {
   /* Stage 0 on one rank: the loop's buffers and the states, nothing else. */
   zt__plan_in_t s0 = {n, 1, 0, 0, ZT_BF16, ZT_BF16, ZT_TIER_DEVICE, ZT_TIER_DEVICE, bucket,
                       (size_t)16 << 20, 0, ZT_STATES_FP32, ZT_GRAD_SUMS_AUTO, 0};
-  run = (zt__plan_run_t){ZT_BACKEND_SIM, ZT_COMM_AUTO, 0, 0, 0, 1};
+  run = (zt__plan_run_t){ZT_BACKEND_SIM, ZT_COMM_AUTO, 0, 0, 0, 1, 0};
   assert_int_equal(zt__plan_with(&s0, &run, &pl), 0);
   expect_t e = expect_rows(n, 1, 0, 2, 2, 0, bucket, n, 0, 0);
   expect_same("bf16 stage 0, one rank", &pl.dev, &e);
+  /* Stages 2 and 3 with the loop's own gradient buffer registered: no
+   * group gradients, the buffer's bytes in the loop's row instead. */
+  for (int stage = 2; stage <= 3; stage++) {
+    in.stage = stage;
+    run = (zt__plan_run_t){ZT_BACKEND_SIM, ZT_COMM_AUTO, 1000000, 0, 0, 1, 0};
+    zt__plan_t taken, own;
+    assert_int_equal(zt__plan_with(&in, &run, &taken), 0);
+    run.loop_grads = 1;
+    assert_int_equal(zt__plan_with(&in, &run, &own), 0);
+    assert_true(taken.dev.group_grads > 0);
+    assert_int_equal(own.dev.group_grads, 0);
+    assert_int_equal(own.dev.loop, taken.dev.loop + n * 2);
+    assert_int_equal(own.dev.total, taken.dev.total - taken.dev.group_grads + n * 2);
+  }
   printf("# %d configurations' device rows as computed here\n", cases + 1);
 }
 
@@ -169,7 +183,7 @@ static void test_rows_add_up(void **state) {
                                   0};
               zt__plan_run_t run = {(zt_backend_t)be,
                                     be == ZT_BACKEND_CUDA ? ZT_COMM_NCCL : ZT_COMM_AUTO, 4099,
-                                    1 << 16, 0, 1};
+                                    1 << 16, 0, 1, 0};
               zt__plan_t p;
               assert_int_equal(zt__plan_with(&in, &run, &p), 0);
               /* The rows the engine keeps are the same without the run (as
@@ -214,7 +228,7 @@ static void test_rows_add_up(void **state) {
   /* Out of range: a backend or comm the enums do not have. */
   zt__plan_in_t in = {1000, 1, 0, 1, ZT_BF16, ZT_BF16, ZT_TIER_DEVICE, ZT_TIER_DEVICE, 4096,
                       4096, 0, ZT_STATES_FP32, ZT_GRAD_SUMS_AUTO, 0};
-  zt__plan_run_t bad = {(zt_backend_t)7, ZT_COMM_AUTO, 0, 0, 0, 1};
+  zt__plan_run_t bad = {(zt_backend_t)7, ZT_COMM_AUTO, 0, 0, 0, 1, 0};
   zt__plan_t p;
   assert_int_equal(zt__plan_with(&in, &bad, &p), -EINVAL);
   bad.backend = ZT_BACKEND_CUDA;

@@ -679,7 +679,8 @@ static void check_stats(const run_t *rc) {
   /* model_units has frozen gaps: one rank keeps a shard copy of its
    * parameters (zt__part_params_in_place). */
   assert_int_equal(
-      zt__plan_with(&in, &(zt__plan_run_t){t_backend(), ZT_COMM_AUTO, 0, 0, 1, eng->n_segs}, &p),
+      zt__plan_with(&in, &(zt__plan_run_t){t_backend(), ZT_COMM_AUTO, 0, 0, 1, eng->n_segs, 0},
+                    &p),
       0);
   printf("# rank %d/%d stage %d: device %llu (plan %llu), host %llu (plan %llu), "
          "shard %llu (plan %llu), sent %llu, received %llu\n",
@@ -706,7 +707,7 @@ static void check_stats(const run_t *rc) {
   zt_config_t cfg = t_config();
   assert_int_equal(zt__plan_with(&in,
                                  &(zt__plan_run_t){t_backend(), ZT_COMM_AUTO, largest,
-                                                   cfg.max_live_bytes, 1, eng->n_segs},
+                                                   cfg.max_live_bytes, 1, eng->n_segs, 0},
                                  &pg),
                    0);
   uint64_t gathered = 0;

@@ -82,6 +82,12 @@ static void device_rows(const zt__plan_in_t *in, const zt__plan_run_t *run, zt__
   d->live_groups = pools.gathered_slots;
   d->gathered = pools.gathered_bytes;
   d->group_grads = pools.grads_slots * pools.grads_slot_bytes;
+  /* A registered gradient buffer leaves the engine none of its own to
+   * reserve (partition.c's pools): the bytes are the loop's. */
+  if (run->loop_grads && in->stage >= 2) {
+    d->group_grads = 0;
+    d->loop += n * gsz;
+  }
   if (run->comm == ZT_COMM_NCCL) {
     const uint64_t MiB = (uint64_t)1 << 20;
     uint64_t need = 1; /* the control records: a few bytes */

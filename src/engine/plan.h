@@ -48,6 +48,10 @@ typedef struct zt__plan_run {
                             (zt__part_params_in_place); 0: none         */
   size_t segs;           /* the registration's segments (units merged
                             where adjacent with one decay flag); 0: one */
+  int loop_grads;        /* stages 2, 3: the loop registers a gradient
+                            buffer of its own, so the engine holds no
+                            group gradients (zt_grads); 0: it takes them
+                            from zt_grads() */
 } zt__plan_run_t;
 
 /* The device memory of a rank at its peak, row by row (plan.c says what

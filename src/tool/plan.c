@@ -187,7 +187,7 @@ int tool_plan_main(int argc, char **argv) {
                       states, grad_sums, grads_once};
   /* The loop's one flat buffer (no frozen gaps), one segment: each more
    * (units of other decay flags) adds a norm piece's 16 bytes on a GPU. */
-  const zt__plan_run_t run = {backend_values[backend], comm_values[comm], group, live, 0, 1};
+  const zt__plan_run_t run = {backend_values[backend], comm_values[comm], group, live, 0, 1, 0};
   /* The group the rows count: the whole model unless a smaller one is given. */
   uint64_t group_n = group && group < params ? group : params;
   zt__plan_t p;
