@@ -54,6 +54,9 @@ summary="$out/summary.txt"
 failed="$out/failed-parts"
 : >"$failed"
 note() { echo "$*" | tee -a "$summary"; }
+# The benchmark runs ZT_BENCH_DEADLINE left out (past_deadline), for the
+# verdict too.
+late=()
 fail_part() {
   echo "$1" >>"$failed"
   shift
@@ -349,7 +352,7 @@ run_one() {
 }
 
 run_bench() {
-  local names name help args rc bad=() ran=() base_bad=() late=()
+  local names name help args rc bad=() ran=() base_bad=()
   case "${ZT_BENCH_DEADLINE:-0}" in *[!0-9]* | ??????????*)
     fail_part bench "bench: ZT_BENCH_DEADLINE is \"$ZT_BENCH_DEADLINE\"; expected seconds" \
       "(a whole number below 10^9)"
@@ -416,7 +419,6 @@ json.dump(res, sys.stdout, indent=1)
 print()
 EOF
   [ ${#late[@]} -gt 0 ] && note "bench: left out at ZT_BENCH_DEADLINE=${ZT_BENCH_DEADLINE}s: ${late[*]}"
-  echo "${#late[@]}" >"$out/late-count"
   [ ${#base_bad[@]} -gt 0 ] && note "bench: the baseline (ztier-base) failed: ${base_bad[*]}"
   if [ ${#bad[@]} -gt 0 ]; then
     fail_part bench "bench: ran ${ran[*]:-none}; FAILED: ${bad[*]} (bench.json)"
@@ -443,11 +445,9 @@ done
 tar -C "$out" -czf "$out/logs.tar.gz" logs && rm -rf "$logs"
 failed_parts=$(tr '\n' ' ' <"$failed" | sed 's/ $//')
 rm -f "$failed"
-late_count=$(cat "$out/late-count" 2>/dev/null || echo 0)
-rm -f "$out/late-count"
 if [ -n "$failed_parts" ]; then
   note "run-gpu.sh: FAILED ($failed_parts); logs in logs.tar.gz"
   exit 1
 fi
 note "run-gpu.sh: ok ($([ "$gpu" -eq 1 ] && echo "on a GPU" || echo "no GPU here")$(
-  [ "$late_count" -gt 0 ] && echo "; $late_count benchmark run(s) left out at the deadline"))"
+  [ ${#late[@]} -gt 0 ] && echo "; ${#late[@]} benchmark run(s) left out at the deadline"))"

@@ -363,7 +363,8 @@ static void in_place_as_stage_0(int stage) {
  * one span over all three units). The sums' own pass, one a unit, takes
  * the sums of squares of the pieces of each unit that cuts at least the
  * backend's squares_in_pass_min (sim: 2, so the bias's one piece is left
- * to the step; cuda: 1024, so all are), and the norm is the gradients'. */
+ * to the step; cuda: 1024, so every piece is), and the norm is the
+ * gradients'. */
 static void pieces_taken_in_pass(int registered) {
   const size_t n = 501000, w0 = 100000, b0 = 1000;
   zt_config_t cfg = t_config();
