@@ -202,7 +202,7 @@ static void test_rows_add_up(void **state) {
                  * backend's shard, read by the CPU, does not. */
                 zt__part_footprint_t f;
                 zt__part_footprint(&(zt__part_shape_t){1000003, ranks, rank, stage, 4096,
-                                                        ZT_BF16, ZT_FP32, 0, 1, 1, 0},
+                                                        ZT_BF16, ZT_FP32, 0, 1, 1, 0, 0},
                                    &f);
                 uint64_t norm = be != ZT_BACKEND_HOST && p.dev.shard > 0 && f.norm_bytes
                                     ? zt__tier_mem_bytes(f.norm_bytes)

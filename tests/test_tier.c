@@ -238,7 +238,7 @@ static void test_flags_and_part_footprint(void **state) {
       assert_ptr_equal(eng->zero.prefetch.tier, pt->read ? &eng->ptier : NULL);
       zt__part_footprint_t f;
       zt__part_footprint(&(zt__part_shape_t){numel, 1, 0, 3, cfg.bucket_bytes, ZT_BF16,
-                                              ZT_FP32, on_pinned, 1, 1, 0},
+                                              ZT_FP32, on_pinned, 1, 1, 0, 0},
                          &f);
       assert_int_equal(f.shard, p->shard);
       assert_int_equal(f.begin, p->begin);

@@ -356,6 +356,98 @@ static void in_place_as_stage_0(int stage) {
   free(h), free(got), free(want);
 }
 
+/* Every element of the loop's gradient buffer [a, b) is zero, or, with
+ * `want`, equal to it. */
+static void expect_grads(side_t *s, const char *when, const uint16_t *want, size_t a, size_t b,
+                         uint16_t *got) {
+  t_buf_download(s->eng, got, s->grads, b * 2);
+  for (size_t i = a; i < b; i++)
+    if (got[i] != (want ? want[i] : 0))
+      fail_msg("%s: the loop's gradient %zu is 0x%04x; expected 0x%04x", when, i, got[i],
+               want ? want[i] : 0);
+}
+
+/* One rank at stage 2 handing each group over once a step (grads_once),
+ * the device tier, a dense registration of two groups and the loop's own
+ * gradient buffer: the gradients are read where the loop wrote them too
+ * (zt__part_grads_in_place), no shard memory for them, bit for bit stage
+ * 0's parameters after each step. Stage 2 still zeroes what it hands
+ * over: every gradient once a step has read them, a skipped step's too,
+ * and after a load those of the groups handed over before it, the others
+ * left as the loop wrote them. A second hand-over is refused with nothing
+ * moved, as with landed gradients. */
+static void test_in_place_once_stage_2(void **state) {
+  (void)state;
+  const size_t n = 3 * ZT_NORM_BLOCK + 4321, n0 = ZT_NORM_BLOCK + 77, bytes = n * 2;
+  uint16_t *h = malloc(bytes), *got = malloc(bytes), *want = malloc(bytes);
+  assert_true(h && got && want);
+  t_rng_t rng;
+  t_rng_init(&rng, t_seed() ^ 0x1e5a2ull);
+  t_fill_normal(h, ZT_BF16, n, 0.5, &rng);
+  side_t s[2]; /* [0] stage 2 in place, [1] stage 0 */
+  for (int k = 0; k < 2; k++) {
+    zt_config_t cfg = t_config();
+    cfg.stage = k ? 0 : 2;
+    cfg.grads_once = 1;
+    cfg.optimizer_tier = ZT_TIER_DEVICE;
+    cfg.bucket_bytes = 37 * 4096;
+    s[k].eng = t_engine(&cfg);
+    s[k].params = t_buf_alloc(s[k].eng, bytes);
+    s[k].grads = t_buf_alloc(s[k].eng, bytes);
+    t_buf_upload(s[k].eng, s[k].params, h, bytes);
+    zt_unit_t u[2] = {{"w", 0, n0, 0, 1, ZT_BF16}, {"b", n0, n - n0, 1, 0, ZT_BF16}};
+    T_OK(zt_register_units(s[k].eng, s[k].params, s[k].grads, n, ZT_BF16, ZT_BF16, u, 2),
+         s[k].eng);
+  }
+  const zt__part_t *p = &s[0].eng->zero.part;
+  assert_int_equal(p->grads_in_place, 1);
+  assert_ptr_equal(p->grads, s[0].grads);
+  char dir[512];
+  snprintf(dir, sizeof dir, "%s/in-place-once", t_swap_dir());
+  t_remove_tree(dir);
+  zt_step_args_t args = ZT_STEP_ARGS_INIT;
+  args.weight_decay = 0.01f;
+  for (uint64_t t = 1; t <= STEPS; t++) {
+    fill_grads(h, ZT_BF16, n, &rng);
+    args.t = t;
+    args.clip_grad_norm = t == 2 ? 1.0f : 0.0f; /* clips at step 2 */
+    for (int k = 0; k < 2; k++) {
+      t_buf_upload(s[k].eng, s[k].grads, h, bytes);
+      if (k == 0) {
+        T_OK(zt_grads_ready(s[0].eng, 1), s[0].eng);
+        T_OK(zt_grads_ready(s[0].eng, 0), s[0].eng);
+      }
+      T_OK(zt_step(s[k].eng, &args, NULL), s[k].eng);
+    }
+    t_buf_download(s[0].eng, got, s[0].params, bytes);
+    t_buf_download(s[1].eng, want, s[1].params, bytes);
+    t_expect_same("parameters, stage 2 in place, against stage 0's", got, want, 2, n);
+    expect_grads(&s[0], "after the step", NULL, 0, n, got);
+  }
+  T_OK(zt_save(s[0].eng, dir), s[0].eng);
+  /* Refused with nothing moved: the gradients stay the loop's. */
+  fill_grads(h, ZT_BF16, n, &rng);
+  t_buf_upload(s[0].eng, s[0].grads, h, bytes);
+  T_OK(zt_grads_ready(s[0].eng, 1), s[0].eng);
+  T_EXPECT_ERR(zt_grads_ready(s[0].eng, 1), s[0].eng, -EINVAL, "grads_once is 1");
+  expect_grads(&s[0], "after a refused hand-over", h, 0, n, got);
+  /* A load drops what was handed over before it: group 1's, not group 0's. */
+  T_OK(zt_load(s[0].eng, dir), s[0].eng);
+  expect_grads(&s[0], "after a load, group 0", h, 0, n0, got);
+  expect_grads(&s[0], "after a load, group 1 (handed over)", NULL, n0, n, got);
+  /* A skipped step (an inf gradient) reads them too. */
+  t_store(h, ZT_BF16, n0 + 5, INFINITY);
+  t_buf_upload(s[0].eng, s[0].grads, h, bytes);
+  zt_step_info_t info = ZT_STEP_INFO_INIT;
+  args.t = STEPS + 1;
+  T_OK(zt_step(s[0].eng, &args, &info), s[0].eng);
+  assert_int_equal(info.skipped, 1);
+  expect_grads(&s[0], "after a skipped step", NULL, 0, n, got);
+  t_remove_tree(dir);
+  for (int k = 0; k < 2; k++) side_close(&s[k], bytes);
+  free(h), free(got), free(want);
+}
+
 /* One rank at stage 2 with the device tier on a GPU backend: one group of
  * a weight, a bias and a weight (a change of decay flag inside a block of
  * ZT_NORM_BLOCK, which cuts a piece of the norm there), handed over in one
@@ -493,6 +585,7 @@ int main(void) {
       cmocka_unit_test(test_piece_taken_then_changed),
       cmocka_unit_test(test_in_place_stage_1),
       cmocka_unit_test(test_in_place_stage_2),
+      cmocka_unit_test(test_in_place_once_stage_2),
   };
   return T_RUN(tests);
 }

@@ -240,7 +240,10 @@ static void applied_nonfinite(zt_engine_t *eng, const zt_step_args_t *args) {
  * iteration's bookkeeping, and the caller's info. */
 static int finish_step(zt_engine_t *eng, zt_step_info_t *info, zt_step_info_t *user_info,
                        size_t info_have, double t0) {
-  if (eng->partitioned) zt__reduce_reset(&eng->zero.part);
+  if (eng->partitioned) {
+    int rc = zt__reduce_reset(&eng->zero.part);
+    if (rc < 0) return zt__engine_fail(eng, rc); /* the update is in; the next sums are not ready */
+  }
   eng->fetches_since_step = 0;
   /* The iteration ends here, skipped or not: the next one is read ahead. */
   if (eng->partitioned && eng->cfg.stage >= 3) {

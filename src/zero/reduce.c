@@ -587,6 +587,12 @@ int zt__reduce_group(zt__part_t *p, zt__group_t *g) {
                     "Nothing was changed",
                     g->id);
   }
+  /* In place (zt__part_grads_in_place): the step reads them where they
+   * are, and zeroes them once it has (zt__reduce_reset). */
+  if (p->grads_in_place) {
+    g->reduced = 1;
+    return 0;
+  }
   ZT_TRY(zt__reduce_progress(p));
   zt__span_t *src = malloc(g->n_spans * sizeof *src);
   if (src == NULL) return zt__errf(p->ctx->err, -ENOMEM, "out of memory");
@@ -712,8 +718,28 @@ int zt__reduce_sumsq(zt__part_t *p, double *out) {
   return 0;
 }
 
+/* Stage 2 zeroes what it hands over; gradients in place are zeroed here,
+ * on the loop's stream after the step (or the load) that read them: every
+ * group after a step (one pass over the buffer), the handed-over ones
+ * after a load. */
+static int clear_in_place(zt__part_t *p) {
+  const zt__backend_ops_t *be = p->ctx->be_ops;
+  size_t gsz = zt__dtype_size(p->reg.grad_dtype), handed = 0;
+  for (size_t g = 0; g < p->n_groups; g++) handed += p->groups[g].reduced;
+  if (handed == p->n_groups) /* dense: the buffer is the state space */
+    return be->memset_zero(p->ctx->be, p->reg.grads, p->total * gsz, ZT_STREAM_COMPUTE);
+  for (size_t g = 0; g < p->n_groups; g++) {
+    const zt__group_t *grp = &p->groups[g];
+    for (size_t k = 0; grp->reduced && k < grp->n_spans; k++)
+      ZT_TRY(zt__part_span_op(p, ZT_SPAN_CLEAR, NULL, p->reg.grads, gsz, grp->spans[k].a,
+                              grp->spans[k].b, ZT_COPY_D2D, ZT_STREAM_COMPUTE));
+  }
+  return 0;
+}
+
 int zt__reduce_reset(zt__part_t *p) {
   zt__part_trim_grad_spares(p, ZT_GROUP_GRAD_BUFS);
+  if (p->grads_in_place && p->ctx->cfg->stage >= 2) ZT_TRY(clear_in_place(p));
   for (size_t g = 0; g < p->n_groups; g++) p->groups[g].reduced = 0;
   for (int s = 0; s < ZT_XFER_SLOTS; s++) ZT_TRY(wait_sums(p, &p->xfer[s]));
   /* The next step's sums are new: none of their pieces' sums of squares
