@@ -296,7 +296,7 @@ int bench_step_main(int argc, char **argv) {
   zt_config_t cfg = ZT_CONFIG_INIT;
   size_t n = (size_t)16 << 20;
   int backend_i = 1, stage_i = 1, opt_i = 1, param_i = 0, steps = 5, groups = 8, json = 0;
-  int threads = 0, grad_sums_i = ZT_GRAD_SUMS_AUTO, grads_once = 0;
+  int threads = 0, grad_sums_i = ZT_GRAD_SUMS_AUTO, grads_once = 0, grads_in_place = 0;
   const tool_flag_t flags[] = {
       {"backend", TOOL_FLAG_CHOICE, &backend_i, "host|sim|cuda",
        "the device: host memory, the modelled GPU, or a GPU (default sim)", 0, 0,
@@ -313,6 +313,10 @@ int bench_step_main(int argc, char **argv) {
       {"grads-once", TOOL_FLAG_INT, &grads_once, "0|1",
        "config grads_once (default 0; the bench hands each group over once a step)", 0, 1,
        NULL},
+      {"grads-in-place", TOOL_FLAG_INT, &grads_in_place, "0|1",
+       "config grads_in_place (default 0; needs --grads-once 1; the bench leaves what it "
+       "hands over until the step)",
+       0, 1, NULL},
       {"params", TOOL_FLAG_COUNT, &n, "N", "parameters, bf16 (default 16Mi)", 1024, 1e11,
        NULL},
       {"groups", TOOL_FLAG_INT, &groups, "G", "groups (layers), one unit each (default 8)",
@@ -346,6 +350,7 @@ int bench_step_main(int argc, char **argv) {
   cfg.threads = threads;
   cfg.grad_sums = (zt_grad_sums_t)grad_sums_i;
   cfg.grads_once = grads_once;
+  cfg.grads_in_place = grads_in_place;
   if ((path && zt_config_set(&cfg, "swap_path", path) < 0) || zt_config_validate(&cfg) < 0) {
     fprintf(stderr, "%s: %s\n", prog, zt_last_error(NULL));
     return 2;
@@ -375,7 +380,7 @@ int bench_step_main(int argc, char **argv) {
   const zt__plan_in_t plan_in = {n, 1, 0, stage_i, ZT_BF16, ZT_BF16, (zt_tier_t)opt_i,
                                  (zt_tier_t)param_i, cfg.bucket_bytes, cfg.chunk_bytes,
                                  cfg.pinned_budget_bytes, cfg.optimizer_states, cfg.grad_sums,
-                                 cfg.grads_once};
+                                 cfg.grads_once, cfg.grads_in_place};
   /* Units end to end from 0, one decay flag (one segment), and the loop's
    * own gradient buffer registered. */
   const zt__plan_run_t plan_run = {cfg.backend, cfg.comm, md.largest, cfg.max_live_bytes,
@@ -510,6 +515,7 @@ int bench_step_main(int argc, char **argv) {
     tool_report_str(j, "param_tier", tier_names[param_i]);
     tool_report_str(j, "grad_sums", grad_sums_names[grad_sums_i]);
     tool_report_int(j, "grads_once", grads_once);
+    tool_report_int(j, "grads_in_place", grads_in_place);
     tool_report_int(j, "params", (long long)n);
     tool_report_int(j, "shard_params", (long long)shard);
     if (planned) tool_report_int(j, "device_plan_bytes", (long long)plan.dev.total);

@@ -288,6 +288,16 @@ typedef struct zt_config {
    * stage 1, with no fp32 sums (docs/design.md). 0 (the default): any
    * number of hand-overs, summed in fp32. */
   int grads_once;
+
+  /* 1 (with grads_once 1): the loop leaves each handed-over group's
+   * gradients in its registered buffer, untouched, until zt_step() returns,
+   * and writes them next on the stream it gave zt_set_stream(). One rank at
+   * stage 2 with 16-bit gradients, the device tier and a buffer of units
+   * end to end then reads them there at the step, as stage 1 does, instead
+   * of copying them out at the hand-over, and zeroes them after the step on
+   * that stream (docs/design.md). No effect otherwise. 0 (the default): a
+   * hand-over at stage 2 copies them out and zeroes them. */
+  int grads_in_place;
 } zt_config_t;
 
 /* The defaults. Every engine field has a working default. The macro puts
@@ -302,7 +312,7 @@ typedef struct zt_config {
         0.5, 2000, 1.0, (size_t)16 << 20, 0, 0, ZT_LOG_WARN, NULL, NULL,     \
         (size_t)16 << 20, "", (size_t)8 << 20, 32, 2, 0, -1, "", -1, 0,      \
         300.0, (size_t)64 << 20, (size_t)1 << 30, (size_t)1 << 20, 300.0,    \
-        ZT_NONFINITE_SKIP, 0, ZT_STATES_FP32, ZT_GRAD_SUMS_AUTO, 0           \
+        ZT_NONFINITE_SKIP, 0, ZT_STATES_FP32, ZT_GRAD_SUMS_AUTO, 0, 0        \
   }
 
 /*
@@ -574,7 +584,9 @@ ZT_API int zt_grad_norm(zt_engine_t *eng, float grad_scale, double *norm);
  * per group, ..., and zt_step() at the boundary. At stages 0 and 1 it only
  * checks `group` (stage 1 reduces at the step, from the caller's buffer,
  * which it leaves as it is). Asynchronous: returns once the gradients are
- * copied out of the caller's buffer. -EINVAL for a group no unit has, and
+ * copied out of the caller's buffer (with config grads_in_place the loop
+ * leaves them there until zt_step() instead, which may read them there and
+ * zero them after). -EINVAL for a group no unit has, and
  * at stages 2 and 3 under config grads_once for a group handed over already
  * since the last zt_step(), zt_grad_norm() included, which hands every
  * group over (refused alike on every rank, nothing moved; the engine goes

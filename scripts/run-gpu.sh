@@ -290,6 +290,7 @@ bench_args() {
 --steps 7 --optimizer-tier device
 --steps 7 --optimizer-tier device --stage 2
 --steps 7 --optimizer-tier device --stage 2 --grads-once 1
+--steps 7 --optimizer-tier device --stage 2 --grads-once 1 --grads-in-place 1
 --steps 7 --optimizer-tier device --stage 3
 --steps 7 --stage 3 --param-tier host
 --steps 5 --optimizer-tier host --params 256Mi

@@ -284,6 +284,28 @@ static void test_plan_units(void **state) {
                "sums' 2 a parameter (%lld)", host[0] - host[1], 2LL << 22);
     if (ranks == 2) assert_int_equal(host[0], host[1]);
   }
+  /* --grads-in-place 1, with the loop's own gradient buffer, lets one rank
+   * at stage 2 on a GPU read them where the loop wrote them: the landed
+   * gradients' 2 bytes a parameter of device memory go, and their norm
+   * pieces' sums. Without --loop-grads 1 the engine has no buffer to read
+   * them from, and nothing changes. */
+  long long dev[2][2];
+  for (int loop = 0; loop <= 1; loop++)
+    for (int in_place = 0; in_place <= 1; in_place++) {
+      snprintf(args, sizeof args,
+               "plan --params 4Mi --stage 2 --dtype bf16 --backend sim --grads-once 1 "
+               "--loop-grads %d --grads-in-place %d --json",
+               loop, in_place);
+      assert_int_equal(tool(args, out, sizeof out), 0);
+      const char *d = strstr(out, "\"device_bytes\": ");
+      assert_non_null(d);
+      dev[loop][in_place] = atoll(d + strlen("\"device_bytes\": "));
+    }
+  assert_int_equal(dev[0][0], dev[0][1]);
+  if (dev[1][0] - dev[1][1] < 2LL << 22)
+    fail_msg("plan: --grads-in-place 1 with --loop-grads 1 saves %lld device bytes; expected "
+             "at least the landed gradients' 2 a parameter (%lld)",
+             dev[1][0] - dev[1][1], 2LL << 22);
 }
 
 /* charlm's --pinned-budget is the config's pinned_budget_bytes: 16Mi runs. */
@@ -600,6 +622,9 @@ static void test_bad_arguments(void **state) {
       {"plan --params 7B --grad-sums ram", "--grad-sums"},
       {"plan --params 7B --grads-once 2", "--grads-once"},
       {"plan --params 7B --grads-once yes", "--grads-once"},
+      {"plan --params 7B --grads-in-place 1", "--grads-in-place"},
+      {"plan --params 7B --loop-grads 2", "--loop-grads"},
+      {"bench step --grads-in-place 1", "grads_in_place"},
       {"plan --params 7B --stage 0 --offload-optimizer nvme --grad-sums disk", "--grad-sums"},
       {"plan --params 7B --stage 1 --offload-optimizer host --grad-sums disk", "--grad-sums"},
       {"bench step --grad-sums ram", "--grad-sums"},
@@ -1039,6 +1064,7 @@ static void test_bench_sim_json(void **state) {
       "--backend sim --stage 3 --optimizer-tier host",
       "--backend sim --stage 1 --optimizer-tier device",
       "--backend sim --stage 2 --optimizer-tier device",
+      "--backend sim --stage 2 --optimizer-tier device --grads-once 1 --grads-in-place 1",
       "--backend sim --stage 3 --optimizer-tier device",
       "--backend host --stage 1 --optimizer-tier device",
       "--backend sim --stage 3 --optimizer-tier nvme --param-tier nvme --path",

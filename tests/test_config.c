@@ -104,6 +104,7 @@ static const tkey_t tkeys[] = {
     {AT(optimizer_states), K_ENUM, {"fp32", "bf16", NULL}, 3},
     {AT(grad_sums), K_ENUM, {"auto", "memory", "disk"}, 3},
     {AT(grads_once), K_INT, {0}, 0},
+    {AT(grads_in_place), K_INT, {0}, 0},
 };
 #define N_TKEYS (sizeof tkeys / sizeof tkeys[0])
 
@@ -212,6 +213,7 @@ static tval_t random_value(const tkey_t *k, t_rng_t *r) {
           : !strcmp(n, "rank")             ? -1
           : !strcmp(n, "world_size")       ? 0
           : !strcmp(n, "grads_once")       ? (int)rnd(r, 2)
+          : !strcmp(n, "grads_in_place")   ? 0 /* 1 needs grads_once 1 */
                                            : 1 + (int)rnd(r, 1000000000); /* window */
     break;
   case K_PATHS:
@@ -301,7 +303,7 @@ static void value_text(const tkey_t *k, tval_t v, int json, t_rng_t *r, char *b,
   case K_INT:
     /* The boolean keys also take false / true, in JSON and as text. */
     if ((!strcmp(k->name, "swap_sqpoll") || !strcmp(k->name, "params_in_place") ||
-         !strcmp(k->name, "grads_once")) &&
+         !strcmp(k->name, "grads_once") || !strcmp(k->name, "grads_in_place")) &&
         rnd(r, 2))
       snprintf(b, n, "%s", v.i ? "true" : "false");
     else
@@ -389,6 +391,7 @@ static zt_config_t random_config(t_rng_t *r) {
   c.optimizer_states = c.optimizer_tier == ZT_TIER_HOST ? (zt_states_t)rnd(r, 2) : ZT_STATES_FP32;
   c.grad_sums = (zt_grad_sums_t)rnd(r, c.optimizer_tier == ZT_TIER_NVME && c.stage ? 3 : 2);
   c.grads_once = (int)rnd(r, 2);
+  c.grads_in_place = c.grads_once ? (int)rnd(r, 2) : 0;
   return c;
 }
 
@@ -1148,6 +1151,7 @@ static const struct {
     {{{"pinned_budget_bytes", "6MiB"}, {"optimizer_tier", "host"},
       {"chunk_bytes", "1MiB"}}},
     {{{"device_budget_bytes", "1MiB"}, {"chunk_bytes", "1MiB"}}},
+    {{{"grads_in_place", "1"}, {"grads_once", "1"}}},
 };
 
 static size_t group_len(size_t g) {
@@ -1214,6 +1218,7 @@ static void test_invalid_final(void **state) {
        "{\"pinned_budget_bytes\": \"32MiB\", \"optimizer_tier\": \"host\"}"},
       {{{"initial_loss_scale", "2"}, {"min_loss_scale", "4"}},
        "{\"min_loss_scale\": 4, \"initial_loss_scale\": 2}"},
+      {{{"grads_once", "0"}, {"grads_in_place", "1"}}, "{\"grads_in_place\": 1}"},
   };
   make_tmpdir();
   char path[128];

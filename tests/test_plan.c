@@ -112,7 +112,7 @@ static void test_device_rows(void **state) {
             const uint64_t live = gi == 1 ? 0 : gi == 2 ? 5 * group * p + 1 : 2 * n * p;
             zt__plan_in_t in = {n, 8, 0, stage, dts[di], dts[di],
                                 host ? ZT_TIER_HOST : ZT_TIER_DEVICE, ZT_TIER_DEVICE, bucket,
-                                (size_t)16 << 20, 0, ZT_STATES_FP32, ZT_GRAD_SUMS_AUTO, 0};
+                                (size_t)16 << 20, 0, ZT_STATES_FP32, ZT_GRAD_SUMS_AUTO, 0, 0};
             zt__plan_run_t run = {ZT_BACKEND_CUDA, nccl ? ZT_COMM_NCCL : ZT_COMM_MPI,
                                   gi == 0 ? 0 : group, live, 0, 1, 0};
             zt__plan_t pl;
@@ -131,7 +131,7 @@ static void test_device_rows(void **state) {
   /* The live groups at the three max_live_bytes: 1, 5 and all 168. */
   const uint64_t bucket = (uint64_t)16 << 20;
   zt__plan_in_t in = {n, 8, 0, 3, ZT_BF16, ZT_BF16, ZT_TIER_DEVICE, ZT_TIER_DEVICE, bucket,
-                      (size_t)16 << 20, 0, ZT_STATES_FP32, ZT_GRAD_SUMS_AUTO, 0};
+                      (size_t)16 << 20, 0, ZT_STATES_FP32, ZT_GRAD_SUMS_AUTO, 0, 0};
   zt__plan_run_t run = {ZT_BACKEND_CUDA, ZT_COMM_AUTO, 1000000, 5 * 2000000 + 1, 0, 1, 0};
   zt__plan_t pl;
   assert_int_equal(zt__plan_with(&in, &run, &pl), 0);
@@ -141,7 +141,7 @@ static void test_device_rows(void **state) {
   assert_int_equal(pl.dev.live_groups, (n + 999999) / 1000000);
   /* Stage 0 on one rank: the loop's buffers and the states, nothing else. */
   zt__plan_in_t s0 = {n, 1, 0, 0, ZT_BF16, ZT_BF16, ZT_TIER_DEVICE, ZT_TIER_DEVICE, bucket,
-                      (size_t)16 << 20, 0, ZT_STATES_FP32, ZT_GRAD_SUMS_AUTO, 0};
+                      (size_t)16 << 20, 0, ZT_STATES_FP32, ZT_GRAD_SUMS_AUTO, 0, 0};
   run = (zt__plan_run_t){ZT_BACKEND_SIM, ZT_COMM_AUTO, 0, 0, 0, 1, 0};
   assert_int_equal(zt__plan_with(&s0, &run, &pl), 0);
   expect_t e = expect_rows(n, 1, 0, 2, 2, 0, bucket, n, 0, 0);
@@ -180,7 +180,7 @@ static void test_rows_add_up(void **state) {
               if (pt && stage != 3) continue;
               zt__plan_in_t in = {1000003, ranks, rank, stage, ZT_BF16, ZT_FP32, tiers[ot],
                                   tiers[pt], 4096, 1 << 20, 0, ZT_STATES_FP32, ZT_GRAD_SUMS_AUTO,
-                                  0};
+                                  0, 0};
               zt__plan_run_t run = {(zt_backend_t)be,
                                     be == ZT_BACKEND_CUDA ? ZT_COMM_NCCL : ZT_COMM_AUTO, 4099,
                                     1 << 16, 0, 1, 0};
@@ -227,7 +227,7 @@ static void test_rows_add_up(void **state) {
   printf("# %d plans: rows add up\n", checked);
   /* Out of range: a backend or comm the enums do not have. */
   zt__plan_in_t in = {1000, 1, 0, 1, ZT_BF16, ZT_BF16, ZT_TIER_DEVICE, ZT_TIER_DEVICE, 4096,
-                      4096, 0, ZT_STATES_FP32, ZT_GRAD_SUMS_AUTO, 0};
+                      4096, 0, ZT_STATES_FP32, ZT_GRAD_SUMS_AUTO, 0, 0};
   zt__plan_run_t bad = {(zt_backend_t)7, ZT_COMM_AUTO, 0, 0, 0, 1, 0};
   zt__plan_t p;
   assert_int_equal(zt__plan_with(&in, &bad, &p), -EINVAL);

@@ -369,13 +369,16 @@ static void expect_grads(side_t *s, const char *when, const uint16_t *want, size
 
 /* One rank at stage 2 handing each group over once a step (grads_once),
  * the device tier, a dense registration of two groups and the loop's own
- * gradient buffer: the gradients are read where the loop wrote them too
- * (zt__part_grads_in_place), no shard memory for them, bit for bit stage
- * 0's parameters after each step. Stage 2 still zeroes what it hands
- * over: every gradient once a step has read them, a skipped step's too,
- * and after a load those of the groups handed over before it, the others
- * left as the loop wrote them. A second hand-over is refused with nothing
- * moved, as with landed gradients. */
+ * gradient buffer, which it leaves as it is from a hand-over to the step
+ * (config grads_in_place): the gradients are read where the loop wrote
+ * them too (zt__part_grads_in_place), no shard memory for them, bit for
+ * bit stage 0's parameters after each step. Stage 2 still zeroes what it
+ * hands over: every gradient once a step has read them, a skipped step's
+ * too, and after a load those of the groups handed over before it, the
+ * others left as the loop wrote them. A second hand-over is refused. And
+ * without grads_in_place a hand-over still copies them out: the loop may
+ * write its buffer before the step, which then reads what was handed
+ * over. */
 static void test_in_place_once_stage_2(void **state) {
   (void)state;
   const size_t n = 3 * ZT_NORM_BLOCK + 4321, n0 = ZT_NORM_BLOCK + 77, bytes = n * 2;
@@ -384,11 +387,12 @@ static void test_in_place_once_stage_2(void **state) {
   t_rng_t rng;
   t_rng_init(&rng, t_seed() ^ 0x1e5a2ull);
   t_fill_normal(h, ZT_BF16, n, 0.5, &rng);
-  side_t s[2]; /* [0] stage 2 in place, [1] stage 0 */
-  for (int k = 0; k < 2; k++) {
+  side_t s[3]; /* [0] stage 2 in place, [1] stage 0, [2] stage 2 copying out */
+  for (int k = 0; k < 3; k++) {
     zt_config_t cfg = t_config();
-    cfg.stage = k ? 0 : 2;
+    cfg.stage = k == 1 ? 0 : 2;
     cfg.grads_once = 1;
+    cfg.grads_in_place = k == 0;
     cfg.optimizer_tier = ZT_TIER_DEVICE;
     cfg.bucket_bytes = 37 * 4096;
     s[k].eng = t_engine(&cfg);
@@ -402,26 +406,38 @@ static void test_in_place_once_stage_2(void **state) {
   const zt__part_t *p = &s[0].eng->zero.part;
   assert_int_equal(p->grads_in_place, 1);
   assert_ptr_equal(p->grads, s[0].grads);
+  assert_int_equal(s[2].eng->zero.part.grads_in_place, 0);
   char dir[512];
   snprintf(dir, sizeof dir, "%s/in-place-once", t_swap_dir());
   t_remove_tree(dir);
   zt_step_args_t args = ZT_STEP_ARGS_INIT;
   args.weight_decay = 0.01f;
+  memset(want, 0x3c, bytes); /* gradients of 0.0115 until it holds parameters */
   for (uint64_t t = 1; t <= STEPS; t++) {
     fill_grads(h, ZT_BF16, n, &rng);
     args.t = t;
     args.clip_grad_norm = t == 2 ? 1.0f : 0.0f; /* clips at step 2 */
-    for (int k = 0; k < 2; k++) {
+    double norm[2] = {0.0, 0.0};
+    for (int k = 0; k < 3; k++) {
       t_buf_upload(s[k].eng, s[k].grads, h, bytes);
-      if (k == 0) {
-        T_OK(zt_grads_ready(s[0].eng, 1), s[0].eng);
-        T_OK(zt_grads_ready(s[0].eng, 0), s[0].eng);
-      }
+      /* In place, step 2 leaves group 0 to the step, and step 3 takes the
+       * norm before it, as stage 0 does. */
+      if (k != 1) T_OK(zt_grads_ready(s[k].eng, 1), s[k].eng);
+      if (k == 2 || (k == 0 && t != 2)) T_OK(zt_grads_ready(s[k].eng, 0), s[k].eng);
+      /* Copied out: the loop's buffer is its own again. */
+      if (k == 2) t_buf_upload(s[2].eng, s[2].grads, want, bytes);
+      if (k < 2 && t == 3) T_OK(zt_grad_norm(s[k].eng, 1.0f, &norm[k]), s[k].eng);
       T_OK(zt_step(s[k].eng, &args, NULL), s[k].eng);
     }
-    t_buf_download(s[0].eng, got, s[0].params, bytes);
+    if (memcmp(&norm[0], &norm[1], sizeof norm[0]))
+      fail_msg("step %llu: norm %.17g in place, %.17g at stage 0", (unsigned long long)t,
+               norm[0], norm[1]);
     t_buf_download(s[1].eng, want, s[1].params, bytes);
+    t_buf_download(s[0].eng, got, s[0].params, bytes);
     t_expect_same("parameters, stage 2 in place, against stage 0's", got, want, 2, n);
+    t_buf_download(s[2].eng, got, s[2].params, bytes);
+    t_expect_same("parameters, stage 2 written over after the hand-over, against stage 0's",
+                  got, want, 2, n);
     expect_grads(&s[0], "after the step", NULL, 0, n, got);
   }
   T_OK(zt_save(s[0].eng, dir), s[0].eng);
@@ -444,7 +460,7 @@ static void test_in_place_once_stage_2(void **state) {
   assert_int_equal(info.skipped, 1);
   expect_grads(&s[0], "after a skipped step", NULL, 0, n, got);
   t_remove_tree(dir);
-  for (int k = 0; k < 2; k++) side_close(&s[k], bytes);
+  for (int k = 0; k < 3; k++) side_close(&s[k], bytes);
   free(h), free(got), free(want);
 }
 

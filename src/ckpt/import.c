@@ -314,7 +314,8 @@ int zt_import_safetensors(zt_engine_t *eng, const char *path) {
       memcpy(u->shape, t->shape, (size_t)t->ndim * sizeof *t->shape);
     }
     /* Gradients handed over before the import belong to the old weights. */
-    if (eng->partitioned) zt__reduce_reset(&eng->zero.part);
+    if (eng->partitioned) rc = zt__reduce_reset(&eng->zero.part);
+    if (rc < 0) rc = zt__engine_fail(eng, rc); /* the device failed: the peers are told */
   } else {
     eng->broken = rc;
   }

@@ -187,10 +187,11 @@ int zt_load(zt_engine_t *eng, const char *dir) {
   if (rc == 0) {
     restore_scalars(eng, &m);
     adopt_shapes(eng, &m);
-    /* Gradients handed over before the load belong to the old run. */
-    if (eng->partitioned) zt__reduce_reset(&eng->zero.part);
     eng->broken = 0;
-    if (eng->cfg.stage >= 3) zt__prefetch_resume(&eng->zero.prefetch);
+    /* Gradients handed over before the load belong to the old run. */
+    if (eng->partitioned) rc = zt__reduce_reset(&eng->zero.part);
+    if (rc < 0) rc = zt__engine_fail(eng, rc); /* the device failed: the peers are told */
+    else if (eng->cfg.stage >= 3) zt__prefetch_resume(&eng->zero.prefetch);
   } else {
     eng->broken = rc;
     if (local == 0 && bad >= 0)

@@ -119,6 +119,14 @@ const keydef_t zt__config_keys[] = {
             "before the step is refused, nothing moved), and one rank with bf16 or fp16 "
             "gradients keeps them as they are at stages 2 and 3, as at stage 1: no fp32 "
             "sums (docs/design.md). 0: any number of hand-overs, summed in fp32"},
+    {FIELD(grads_in_place), .type = T_INT, .lo = 0, .hi = 1, .sup = 1, .boolean = 1,
+     .doc = "1 (with grads_once 1): the loop leaves each handed-over group's gradients "
+            "in its registered buffer, untouched, until zt_step() returns, and writes "
+            "them next on the stream given to zt_set_stream(); one rank at stage 2 with "
+            "bf16 or fp16 gradients, optimizer_tier \"device\" and units end to end then "
+            "reads them there at the step, as stage 1 does, with no copy at the "
+            "hand-over, and zeroes them after the step (docs/design.md); no effect "
+            "otherwise. 0: a hand-over at stage 2 copies them out and zeroes them"},
     {FIELD(grad_sums), .type = T_ENUM, NAMES(grad_sums_names), .supported = 0x7,
      .also = "\"disk\" needs stage 1-3 and optimizer_tier \"nvme\"",
      .doc = "stages 1-3: where the shard's fp32 gradient sums (4 bytes a parameter; "
@@ -587,6 +595,16 @@ static int check_combos(const ctx_t *c, const zt_config_t *cfg) {
         cfg->stage == 0 ? "stage is 0 (no shard, no sums)"
                         : (cfg->optimizer_tier == ZT_TIER_HOST ? "optimizer_tier is \"host\""
                                                                : "optimizer_tier is \"device\""));
+
+  /* Gradients read at the step are each group's one hand-over: a second
+   * would have to be summed, and could only be added where they are. */
+  if (cfg->grads_in_place && !cfg->grads_once)
+    return zt__config_kfail(
+        c, zt__config_find_key("grads_in_place"), zt__config_find_key("grads_once"),
+        ZT_ECONFIG,
+        "key 'grads_in_place' is 1 but grads_once is 0; expected grads_once 1 (the "
+        "gradients read where the loop wrote them are each group's one hand-over a "
+        "step) or grads_in_place 0");
 
   /* On a GPU the registered buffers are device memory, which would need
    * virtual memory management to be backed a group at a time. */

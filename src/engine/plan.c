@@ -99,7 +99,8 @@ static void device_rows(const zt__plan_in_t *in, const zt__plan_run_t *run, zt__
       zt__part_footprint(&(zt__part_shape_t){n, in->ranks, in->rank, in->stage,
                                               in->bucket_bytes, in->param_dtype,
                                               in->grad_dtype, 1, !run->gaps, run->segs,
-                                              in->grads_once, run->loop_grads},
+                                              in->grads_once,
+                                              run->loop_grads && in->grads_in_place},
                          &f);
       uint64_t recv = f.recv_bytes > f.gx_recv_bytes ? f.recv_bytes : f.gx_recv_bytes;
       uint64_t buckets = ((recv + 255) & ~(uint64_t)255) + f.send_bytes;
@@ -154,7 +155,7 @@ int zt__plan_with(const zt__plan_in_t *in, const zt__plan_run_t *run, zt__plan_t
     zt__part_footprint_t f;
     zt__part_shape_t ps = {n, in->ranks, in->rank, in->stage, in->bucket_bytes,
                            in->param_dtype, in->grad_dtype, on_pinned, !run->gaps,
-                           run->segs, in->grads_once, run->loop_grads};
+                           run->segs, in->grads_once, run->loop_grads && in->grads_in_place};
     zt__part_footprint(&ps, &f);
     uint64_t mine = f.end - f.begin;
     out->shard_params = mine;

@@ -63,7 +63,8 @@ int tool_plan_main(int argc, char **argv) {
          group = 0, live = UNSET_SIZE;
   int ranks = 1, stage = UNSET_INT, dtype = 1, opt = UNSET_INT, par = UNSET_INT, rank = 0,
       json = 0, backend = UNSET_INT, comm = UNSET_INT, states = UNSET_INT,
-      grad_sums = UNSET_INT, grads_once = UNSET_INT;
+      grad_sums = UNSET_INT, grads_once = UNSET_INT,
+      grads_in_place = UNSET_INT, loop_grads = 0;
   const char *config = NULL;
   const tool_flag_t flags[] = {
       {"params", TOOL_FLAG_COUNT, &params, "N",
@@ -98,6 +99,14 @@ int tool_plan_main(int argc, char **argv) {
        "config grads_once (default 0; 1: each group handed over once a step, and one rank "
        "at stages 2 and 3 keeps 16-bit gradients as they are, as at stage 1)",
        0, 1, NULL},
+      {"grads-in-place", TOOL_FLAG_INT, &grads_in_place, "0|1",
+       "config grads_in_place (default 0; 1, with --grads-once 1 and --loop-grads 1: one "
+       "rank at stage 2 reads 16-bit gradients where the loop wrote them, as at stage 1)",
+       0, 1, NULL},
+      {"loop-grads", TOOL_FLAG_INT, &loop_grads, "0|1",
+       "stages 2, 3: 1 if the loop registers a gradient buffer of its own (default 0: it "
+       "takes each group's from zt_grads(), which ztier holds)",
+       0, 1, NULL},
       {"offload-params", TOOL_FLAG_CHOICE, &par, "none|host|nvme",
        "where the parameter shards live at stage 3 (default none)", 0, 0, offload_names},
       {"bucket", TOOL_FLAG_BYTES, &bucket, "BYTES",
@@ -126,7 +135,7 @@ int tool_plan_main(int argc, char **argv) {
       "ztier plan --params N [--ranks R] [--stage S] [--dtype fp32|bf16|fp16]\n"
       "                  [--offload-optimizer none|host|nvme] [--offload-params none|host|nvme]\n"
       "                  [--optimizer-states fp32|bf16] [--grad-sums auto|memory|disk]\n"
-      "                  [--grads-once 0|1]\n"
+      "                  [--grads-once 0|1] [--grads-in-place 0|1] [--loop-grads 0|1]\n"
       "                  [--backend host|cuda|sim] [--comm auto|single|mpi|nccl]\n"
       "                  [--group-params N] [--max-live BYTES] [--pinned-budget BYTES]\n"
       "                  [--config PATH] [--json]",
@@ -168,6 +177,11 @@ int tool_plan_main(int argc, char **argv) {
                           "--offload-optimizer host or nvme", states_names[states]);
   if (grad_sums == UNSET_INT) grad_sums = cfg.grad_sums;
   if (grads_once == UNSET_INT) grads_once = cfg.grads_once;
+  if (grads_in_place == UNSET_INT) grads_in_place = cfg.grads_in_place;
+  if (grads_in_place && !grads_once)
+    return tool_args_fail(&cmd, "--grads-in-place (or the config's grads_in_place) is 1 and "
+                          "--grads-once is 0; expected --grads-once 1 (the gradients read "
+                          "where the loop wrote them are each group's one hand-over)");
   if (grad_sums == ZT_GRAD_SUMS_DISK && (stage == 0 || offload_values[opt] != ZT_TIER_NVME))
     return tool_args_fail(&cmd, "--grad-sums (or the config's grad_sums) is disk; the sums' "
                           "file needs --stage 1, 2 or 3 and --offload-optimizer nvme");
@@ -184,10 +198,11 @@ int tool_plan_main(int argc, char **argv) {
   }
   zt__plan_in_t in = {params, ranks, rank, stage, dtype_values[dtype], dtype_values[dtype],
                       offload_values[opt], offload_values[par], bucket, chunk, pinned,
-                      states, grad_sums, grads_once};
+                      states, grad_sums, grads_once, grads_in_place};
   /* The loop's one flat buffer (no frozen gaps), one segment: each more
    * (units of other decay flags) adds a norm piece's 16 bytes on a GPU. */
-  const zt__plan_run_t run = {backend_values[backend], comm_values[comm], group, live, 0, 1, 0};
+  const zt__plan_run_t run = {backend_values[backend], comm_values[comm], group, live, 0, 1,
+                              loop_grads};
   /* The group the rows count: the whole model unless a smaller one is given. */
   uint64_t group_n = group && group < params ? group : params;
   zt__plan_t p;

@@ -394,7 +394,8 @@ int zt__part_init(zt__part_t *p, const zt__ctx_t *ctx, const zt__zero_reg_t *reg
                             p->ctx->cfg->stage, p->ctx->cfg->bucket_bytes,
                             p->reg.param_dtype, p->reg.grad_dtype, p->on_pinned,
                             dense(&p->reg),     p->reg.n_segs,
-                            p->ctx->cfg->grads_once, p->reg.grads != NULL};
+                            p->ctx->cfg->grads_once,
+                            p->reg.grads != NULL && p->ctx->cfg->grads_in_place};
   zt__part_footprint(&shape, &f);
   p->params_in_place = zt__part_params_in_place(&shape) && !p->params_pinned;
   /* As the footprint decides it (stages 1 and 2 pin no parameters). */

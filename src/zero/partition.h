@@ -374,8 +374,9 @@ typedef struct zt__part_shape {
                   ones of one decay flag merged; `ztier plan`: 1)     */
   int once;    /* each group's gradients are handed over at most once a
                   step (config grads_once)                             */
-  int loop_grads; /* stages 2, 3: the loop registered a gradient buffer
-                     (stage 1 always reads the loop's)                 */
+  int grads_kept; /* stage 2: the loop registered a gradient buffer and
+                     leaves what it hands over there until the step
+                     (config grads_in_place)                          */
 } zt__part_shape_t;
 
 /* The sizes zt__part_init allocates, computed without allocating (plan.c
@@ -431,16 +432,17 @@ static inline int zt__part_params_in_place(const zt__part_shape_t *s) {
  * gradients that would land as they are (zt__part_lands_grads: stage 1, or
  * stage 2 handing each group over once a step) where the parameters are
  * the loop's own too (zt__part_params_in_place: one rank, the backend's
- * memory, a flat registration) and, at stage 2, the loop registered the
- * gradient buffer. The norm and the update read them where the loop wrote
- * them, -0s and all (the update reads a -0 gradient as +0, optim_math.h):
- * no landing pass, no shard memory, nothing before the norm but the loop's
- * own backward. Stage 2 zeroes what it hands over: in place, after the
- * step has read it, on the loop's stream (reduce.c, zt__reduce_reset),
- * rather than at the hand-over. */
+ * memory, a flat registration) and, at stage 2, the loop leaves them in
+ * its registered buffer until the step (grads_kept). The norm and the
+ * update read them where the loop wrote them, -0s and all (the update
+ * reads a -0 gradient as +0, optim_math.h): no landing pass, no shard
+ * memory, nothing before the norm but the loop's own backward. Stage 2
+ * zeroes what it hands over: in place, after the step has read it, on the
+ * loop's stream (reduce.c, zt__reduce_reset), rather than at the
+ * hand-over. */
 static inline int zt__part_grads_in_place(const zt__part_shape_t *s) {
   return zt__part_lands_grads(s) && zt__part_params_in_place(s) &&
-         (s->stage == 1 || s->loop_grads);
+         (s->stage == 1 || s->grads_kept);
 }
 
 /* The shard's gradients are the landed ones (zt__part_lands_grads), not

@@ -739,7 +739,9 @@ static int clear_in_place(zt__part_t *p) {
 
 int zt__reduce_reset(zt__part_t *p) {
   zt__part_trim_grad_spares(p, ZT_GROUP_GRAD_BUFS);
-  if (p->grads_in_place && p->ctx->cfg->stage >= 2) ZT_TRY(clear_in_place(p));
+  /* A zeroing that fails is returned once the groups are reset all the
+   * same: the caller fails the engine. */
+  int cleared = p->grads_in_place && p->ctx->cfg->stage >= 2 ? clear_in_place(p) : 0;
   for (size_t g = 0; g < p->n_groups; g++) p->groups[g].reduced = 0;
   for (int s = 0; s < ZT_XFER_SLOTS; s++) ZT_TRY(wait_sums(p, &p->xfer[s]));
   /* The next step's sums are new: none of their pieces' sums of squares
@@ -755,10 +757,11 @@ int zt__reduce_reset(zt__part_t *p) {
   if (p->on_device) {
     const zt__backend_ops_t *be = p->ctx->be_ops;
     ZT_TRY(be->event_record(p->ctx->be, p->sums_read, ZT_STREAM_COMPUTE));
-    return be->stream_wait(p->ctx->be, ZT_STREAM_REDUCE, p->sums_read);
+    ZT_TRY(be->stream_wait(p->ctx->be, ZT_STREAM_REDUCE, p->sums_read));
+    return cleared;
   }
   /* A file's pages are dropped all the same: zeroed, the kernel need not
    * write them back, nor read them in again for the next writes. */
   if (p->sums_file.map) zt__file_mem_zero(&p->sums_file);
-  return 0;
+  return cleared;
 }
