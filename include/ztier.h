@@ -290,13 +290,16 @@ typedef struct zt_config {
   int grads_once;
 
   /* 1 (with grads_once 1): the loop leaves each handed-over group's
-   * gradients in its registered buffer, untouched, until zt_step() returns,
-   * and writes them next on the stream it gave zt_set_stream(). One rank at
-   * stage 2 with 16-bit gradients, the device tier and a buffer of units
-   * end to end then reads them there at the step, as stage 1 does, instead
-   * of copying them out at the hand-over, and zeroes them after the step on
-   * that stream (docs/design.md). No effect otherwise. 0 (the default): a
-   * hand-over at stage 2 copies them out and zeroes them. */
+   * gradients in its registered buffer, untouched, until a zt_step() that
+   * takes the step (applied or skipped; not one refused) or a zt_load()
+   * returns, and writes them next on the stream it gave zt_set_stream().
+   * One rank at stage 2 or 3 with 16-bit gradients, the device tier and a
+   * buffer of units end to end then reads them there at the step, as stage
+   * 1 does, instead of copying them out at the hand-over, and zeroes them
+   * after the step on that stream (docs/design.md). No effect otherwise
+   * (nor with params_in_place, which gives their pages back at the
+   * hand-over). 0 (the default): a hand-over at stages 2 and 3 copies them
+   * out and zeroes them. */
   int grads_in_place;
 } zt_config_t;
 
@@ -585,7 +588,7 @@ ZT_API int zt_grad_norm(zt_engine_t *eng, float grad_scale, double *norm);
  * checks `group` (stage 1 reduces at the step, from the caller's buffer,
  * which it leaves as it is). Asynchronous: returns once the gradients are
  * copied out of the caller's buffer (with config grads_in_place the loop
- * leaves them there until zt_step() instead, which may read them there and
+ * leaves them there until the step instead, which may read them there and
  * zero them after). -EINVAL for a group no unit has, and
  * at stages 2 and 3 under config grads_once for a group handed over already
  * since the last zt_step(), zt_grad_norm() included, which hands every

@@ -1066,6 +1066,7 @@ static void test_bench_sim_json(void **state) {
       "--backend sim --stage 2 --optimizer-tier device",
       "--backend sim --stage 2 --optimizer-tier device --grads-once 1 --grads-in-place 1",
       "--backend sim --stage 3 --optimizer-tier device",
+      "--backend sim --stage 3 --optimizer-tier device --grads-once 1 --grads-in-place 1",
       "--backend host --stage 1 --optimizer-tier device",
       "--backend sim --stage 3 --optimizer-tier nvme --param-tier nvme --path",
   };

@@ -22,6 +22,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 
 #include "harness.h"
 #include "engine/engine.h" // defines: struct zt_engine (its ZeRO room)
@@ -367,30 +368,56 @@ static void expect_grads(side_t *s, const char *when, const uint16_t *want, size
                want ? want[i] : 0);
 }
 
-/* One rank at stage 2 handing each group over once a step (grads_once),
- * the device tier, a dense registration of two groups and the loop's own
- * gradient buffer, which it leaves as it is from a hand-over to the step
- * (config grads_in_place): the gradients are read where the loop wrote
- * them too (zt__part_grads_in_place), no shard memory for them, bit for
- * bit stage 0's parameters after each step. Stage 2 still zeroes what it
- * hands over: every gradient once a step has read them, a skipped step's
- * too, and after a load those of the groups handed over before it, the
- * others left as the loop wrote them. A second hand-over is refused. And
- * without grads_in_place a hand-over still copies them out: the loop may
- * write its buffer before the step, which then reads what was handed
- * over. */
-static void test_in_place_once_stage_2(void **state) {
-  (void)state;
+/* A stage-3 loop's forward: each group fetched and released, which the
+ * step requires since the last one. Below stage 3, nothing. */
+static void forward(side_t *s) {
+  if (s->eng->cfg.stage < 3) return;
+  void *ptr[1];
+  for (int g = 0; g < 2; g++) {
+    assert_int_equal(zt_fetch(s->eng, g, ptr, 1), 1);
+    T_OK(zt_release(s->eng, g), s->eng);
+  }
+}
+
+/* The parameters as the loop reads them: its buffer below stage 3, each
+ * group's gathered copy at stage 3 (two groups of a unit each, n0 and the
+ * rest). */
+static void params_of(side_t *s, uint16_t *out, size_t n0, size_t n) {
+  if (s->eng->cfg.stage < 3) {
+    t_buf_download(s->eng, out, s->params, n * 2);
+    return;
+  }
+  void *ptr[1];
+  for (int g = 0; g < 2; g++) {
+    assert_int_equal(zt_fetch(s->eng, g, ptr, 1), 1);
+    t_buf_download(s->eng, out + (g ? n0 : 0), ptr[0], (g ? n - n0 : n0) * 2);
+    T_OK(zt_release(s->eng, g), s->eng);
+  }
+}
+
+/* One rank at stage 2 or 3 handing each group over once a step
+ * (grads_once), the device tier, a dense registration of two groups and
+ * the loop's own gradient buffer, which it leaves as it is from a
+ * hand-over to the step (config grads_in_place): the gradients are read
+ * where the loop wrote them too (zt__part_grads_in_place), no shard memory
+ * for them, bit for bit stage 0's parameters after each step. Stages 2 and
+ * 3 still zero what they hand over: every gradient once a step has read
+ * them, a skipped step's too, and after a load those of the groups handed
+ * over before it, the others left as the loop wrote them. A second
+ * hand-over is refused. And without grads_in_place a hand-over still
+ * copies them out: the loop may write its buffer before the step, which
+ * then reads what was handed over. */
+static void in_place_once(int stage) {
   const size_t n = 3 * ZT_NORM_BLOCK + 4321, n0 = ZT_NORM_BLOCK + 77, bytes = n * 2;
   uint16_t *h = malloc(bytes), *got = malloc(bytes), *want = malloc(bytes);
   assert_true(h && got && want);
   t_rng_t rng;
-  t_rng_init(&rng, t_seed() ^ 0x1e5a2ull);
+  t_rng_init(&rng, t_seed() ^ (0x1e5a2ull + (uint64_t)stage));
   t_fill_normal(h, ZT_BF16, n, 0.5, &rng);
-  side_t s[3]; /* [0] stage 2 in place, [1] stage 0, [2] stage 2 copying out */
+  side_t s[3]; /* [0] in place, [1] stage 0, [2] copying out */
   for (int k = 0; k < 3; k++) {
     zt_config_t cfg = t_config();
-    cfg.stage = k == 1 ? 0 : 2;
+    cfg.stage = k == 1 ? 0 : stage;
     cfg.grads_once = 1;
     cfg.grads_in_place = k == 0;
     cfg.optimizer_tier = ZT_TIER_DEVICE;
@@ -408,7 +435,7 @@ static void test_in_place_once_stage_2(void **state) {
   assert_ptr_equal(p->grads, s[0].grads);
   assert_int_equal(s[2].eng->zero.part.grads_in_place, 0);
   char dir[512];
-  snprintf(dir, sizeof dir, "%s/in-place-once", t_swap_dir());
+  snprintf(dir, sizeof dir, "%s/in-place-once-%d", t_swap_dir(), stage);
   t_remove_tree(dir);
   zt_step_args_t args = ZT_STEP_ARGS_INIT;
   args.weight_decay = 0.01f;
@@ -419,6 +446,7 @@ static void test_in_place_once_stage_2(void **state) {
     args.clip_grad_norm = t == 2 ? 1.0f : 0.0f; /* clips at step 2 */
     double norm[2] = {0.0, 0.0};
     for (int k = 0; k < 3; k++) {
+      forward(&s[k]);
       t_buf_upload(s[k].eng, s[k].grads, h, bytes);
       /* In place, step 2 leaves group 0 to the step, and step 3 takes the
        * norm before it, as stage 0 does. */
@@ -432,12 +460,12 @@ static void test_in_place_once_stage_2(void **state) {
     if (memcmp(&norm[0], &norm[1], sizeof norm[0]))
       fail_msg("step %llu: norm %.17g in place, %.17g at stage 0", (unsigned long long)t,
                norm[0], norm[1]);
-    t_buf_download(s[1].eng, want, s[1].params, bytes);
-    t_buf_download(s[0].eng, got, s[0].params, bytes);
-    t_expect_same("parameters, stage 2 in place, against stage 0's", got, want, 2, n);
-    t_buf_download(s[2].eng, got, s[2].params, bytes);
-    t_expect_same("parameters, stage 2 written over after the hand-over, against stage 0's",
-                  got, want, 2, n);
+    params_of(&s[1], want, n0, n);
+    params_of(&s[0], got, n0, n);
+    t_expect_same("parameters, in place, against stage 0's", got, want, 2, n);
+    params_of(&s[2], got, n0, n);
+    t_expect_same("parameters, written over after the hand-over, against stage 0's", got,
+                  want, 2, n);
     expect_grads(&s[0], "after the step", NULL, 0, n, got);
   }
   T_OK(zt_save(s[0].eng, dir), s[0].eng);
@@ -452,6 +480,7 @@ static void test_in_place_once_stage_2(void **state) {
   expect_grads(&s[0], "after a load, group 0", h, 0, n0, got);
   expect_grads(&s[0], "after a load, group 1 (handed over)", NULL, n0, n, got);
   /* A skipped step (an inf gradient) reads them too. */
+  forward(&s[0]);
   t_store(h, ZT_BF16, n0 + 5, INFINITY);
   t_buf_upload(s[0].eng, s[0].grads, h, bytes);
   zt_step_info_t info = ZT_STEP_INFO_INIT;
@@ -461,6 +490,65 @@ static void test_in_place_once_stage_2(void **state) {
   expect_grads(&s[0], "after a skipped step", NULL, 0, n, got);
   t_remove_tree(dir);
   for (int k = 0; k < 3; k++) side_close(&s[k], bytes);
+  free(h), free(got), free(want);
+}
+
+/* Stage 3 in place on the host (config params_in_place) gives the loop's
+ * gradient pages back as each group is handed over (in_place.h): nothing
+ * is left there for grads_in_place to read, so the key has no effect, and
+ * the parameters are stage 0's. Host backend only (params_in_place needs
+ * it). */
+static void test_in_place_once_with_params_in_place(void **state) {
+  (void)state;
+  if (t_backend() != ZT_BACKEND_HOST) skip();
+  const size_t n = 3 * ZT_NORM_BLOCK + 4321, n0 = ZT_NORM_BLOCK + 77, bytes = n * 2;
+  uint16_t *h = malloc(bytes), *got = malloc(bytes), *want = malloc(bytes);
+  assert_true(h && got && want);
+  t_rng_t rng;
+  t_rng_init(&rng, t_seed() ^ 0x91ace3ull);
+  t_fill_normal(h, ZT_BF16, n, 0.5, &rng);
+  side_t s[2]; /* [0] stage 3 with params_in_place, [1] stage 0 */
+  for (int k = 0; k < 2; k++) {
+    zt_config_t cfg = t_config();
+    cfg.stage = k ? 0 : 3;
+    cfg.params_in_place = !k;
+    cfg.grads_once = 1;
+    cfg.grads_in_place = 1;
+    cfg.optimizer_tier = ZT_TIER_DEVICE;
+    s[k].eng = t_engine(&cfg);
+    /* Private anonymous memory, which params_in_place gives back a page at
+     * a time. */
+    s[k].params = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    s[k].grads = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    assert_true(s[k].params != MAP_FAILED && s[k].grads != MAP_FAILED);
+    memcpy(s[k].params, h, bytes);
+    zt_unit_t u[2] = {{"w", 0, n0, 0, 1, ZT_BF16}, {"b", n0, n - n0, 1, 0, ZT_BF16}};
+    T_OK(zt_register_units(s[k].eng, s[k].params, s[k].grads, n, ZT_BF16, ZT_BF16, u, 2),
+         s[k].eng);
+  }
+  assert_int_equal(s[0].eng->zero.part.grads_in_place, 0);
+  zt_step_args_t args = ZT_STEP_ARGS_INIT;
+  args.weight_decay = 0.01f;
+  for (uint64_t t = 1; t <= 2; t++) {
+    fill_grads(h, ZT_BF16, n, &rng);
+    args.t = t;
+    for (int k = 0; k < 2; k++) {
+      forward(&s[k]);
+      memcpy(s[k].grads, h, bytes);
+      if (k == 0)
+        for (int g = 1; g >= 0; g--) T_OK(zt_grads_ready(s[0].eng, g), s[0].eng);
+      T_OK(zt_step(s[k].eng, &args, NULL), s[k].eng);
+    }
+    params_of(&s[0], got, n0, n);
+    params_of(&s[1], want, n0, n);
+    t_expect_same("parameters, stage 3 in place on the host, against stage 0's", got, want, 2,
+                  n);
+  }
+  for (int k = 0; k < 2; k++) {
+    zt_engine_destroy(s[k].eng);
+    munmap(s[k].params, bytes);
+    munmap(s[k].grads, bytes);
+  }
   free(h), free(got), free(want);
 }
 
@@ -582,6 +670,8 @@ static void test_pieces_taken_group_buffer(void **state) { pieces_taken_in_pass(
 
 static void test_in_place_stage_1(void **state) { in_place_as_stage_0(1); }
 static void test_in_place_stage_2(void **state) { in_place_as_stage_0(2); }
+static void test_in_place_once_stage_2(void **state) { in_place_once(2); }
+static void test_in_place_once_stage_3(void **state) { in_place_once(3); }
 
 int main(void) {
   const struct CMUnitTest tests[] = {
@@ -602,6 +692,8 @@ int main(void) {
       cmocka_unit_test(test_in_place_stage_1),
       cmocka_unit_test(test_in_place_stage_2),
       cmocka_unit_test(test_in_place_once_stage_2),
+      cmocka_unit_test(test_in_place_once_stage_3),
+      cmocka_unit_test(test_in_place_once_with_params_in_place),
   };
   return T_RUN(tests);
 }

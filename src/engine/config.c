@@ -121,12 +121,14 @@ const keydef_t zt__config_keys[] = {
             "sums (docs/design.md). 0: any number of hand-overs, summed in fp32"},
     {FIELD(grads_in_place), .type = T_INT, .lo = 0, .hi = 1, .sup = 1, .boolean = 1,
      .doc = "1 (with grads_once 1): the loop leaves each handed-over group's gradients "
-            "in its registered buffer, untouched, until zt_step() returns, and writes "
-            "them next on the stream given to zt_set_stream(); one rank at stage 2 with "
-            "bf16 or fp16 gradients, optimizer_tier \"device\" and units end to end then "
-            "reads them there at the step, as stage 1 does, with no copy at the "
+            "in its registered buffer, untouched, until a zt_step() that takes the step "
+            "(applied or skipped; not one refused) or a zt_load() returns, and writes "
+            "them next on the stream given to zt_set_stream(); one rank at stage 2 or 3 "
+            "with bf16 or fp16 gradients, optimizer_tier \"device\" and units end to end "
+            "then reads them there at the step, as stage 1 does, with no copy at the "
             "hand-over, and zeroes them after the step (docs/design.md); no effect "
-            "otherwise. 0: a hand-over at stage 2 copies them out and zeroes them"},
+            "otherwise, nor with params_in_place. 0: a hand-over at stages 2 and 3 "
+            "copies them out and zeroes them"},
     {FIELD(grad_sums), .type = T_ENUM, NAMES(grad_sums_names), .supported = 0x7,
      .also = "\"disk\" needs stage 1-3 and optimizer_tier \"nvme\"",
      .doc = "stages 1-3: where the shard's fp32 gradient sums (4 bytes a parameter; "

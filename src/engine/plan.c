@@ -83,11 +83,8 @@ static void device_rows(const zt__plan_in_t *in, const zt__plan_run_t *run, zt__
   d->gathered = pools.gathered_bytes;
   d->group_grads = pools.grads_slots * pools.grads_slot_bytes;
   /* A registered gradient buffer leaves the engine none of its own to
-   * reserve (partition.c's pools): the bytes are the loop's. */
-  if (run->loop_grads && in->stage >= 2) {
-    d->group_grads = 0;
-    d->loop += n * gsz;
-  }
+   * reserve (partition.c's pools): the bytes are the loop's (loop_device). */
+  if (run->loop_grads && in->stage >= 2) d->group_grads = 0;
   if (run->comm == ZT_COMM_NCCL) {
     const uint64_t MiB = (uint64_t)1 << 20;
     uint64_t need = 1; /* the control records: a few bytes */
@@ -242,13 +239,16 @@ int zt__plan_with(const zt__plan_in_t *in, const zt__plan_run_t *run, zt__plan_t
       if (params_on_disk && !on_pinned && !params_pinned) out->dev.shard -= params;
     } else {
       /* Stage 2 counts the loop without a gradient buffer of its own (it
-       * takes each group's from zt_grads()); registering one adds n * gsz. */
+       * takes each group's from zt_grads()) unless it registers one (below). */
       out->loop_device = n * psz + (in->stage == 1 ? n * gsz : 0);
       if (in->param_tier != ZT_TIER_DEVICE) {
         out->supported = 0;
         out->note = "parameter offload needs stage 3";
       }
     }
+    /* A loop that registers a gradient buffer of its own at stages 2 and 3
+     * holds it (run->loop_grads). */
+    if (run->loop_grads && in->stage >= 2) out->loop_device += n * gsz;
   }
   /* The engine refuses an allocation that would take the pinned pages past
    * the budget (pinned.c), so a budget below the peak cannot run. */

@@ -32,8 +32,9 @@ typedef struct zt__plan_in {
   int grads_once;             /* config grads_once (1: one rank at stages 2
                                  and 3 lands 16-bit gradients, as at stage 1) */
   int grads_in_place;         /* config grads_in_place (1: with the loop's
-                                 own gradient buffer, one rank at stage 2
-                                 reads them there: zt__part_grads_in_place) */
+                                 own gradient buffer, one rank at stages 2
+                                 and 3 reads them there:
+                                 zt__part_grads_in_place)                  */
 } zt__plan_in_t;
 
 /* What the device rows also depend on: the backend and comm of the run,

@@ -242,7 +242,9 @@ static int finish_step(zt_engine_t *eng, zt_step_info_t *info, zt_step_info_t *u
                        size_t info_have, double t0) {
   if (eng->partitioned) {
     int rc = zt__reduce_reset(&eng->zero.part);
-    if (rc < 0) return zt__engine_fail(eng, rc); /* the update is in; the next sums are not ready */
+    /* The update is in, but the gradients it read are not zeroed, nor the
+     * next sums ordered after it. */
+    if (rc < 0) return zt__engine_fail(eng, rc);
   }
   eng->fetches_since_step = 0;
   /* The iteration ends here, skipped or not: the next one is read ahead. */

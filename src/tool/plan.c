@@ -101,7 +101,8 @@ int tool_plan_main(int argc, char **argv) {
        0, 1, NULL},
       {"grads-in-place", TOOL_FLAG_INT, &grads_in_place, "0|1",
        "config grads_in_place (default 0; 1, with --grads-once 1 and --loop-grads 1: one "
-       "rank at stage 2 reads 16-bit gradients where the loop wrote them, as at stage 1)",
+       "rank at stages 2 and 3 reads 16-bit gradients where the loop wrote them, as at "
+       "stage 1)",
        0, 1, NULL},
       {"loop-grads", TOOL_FLAG_INT, &loop_grads, "0|1",
        "stages 2, 3: 1 if the loop registers a gradient buffer of its own (default 0: it "

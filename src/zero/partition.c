@@ -334,6 +334,16 @@ static int dense(const zt__zero_reg_t *reg) {
   return 1;
 }
 
+/* Whether the loop leaves what it hands over in its registered gradient
+ * buffer until the step (config grads_in_place). Stage 3 in place on the
+ * host (config params_in_place) gives the buffer's pages back at the
+ * hand-over instead (in_place.h): nothing is left there to read. */
+static int kept_grads(const zt__part_t *p) {
+  const zt_config_t *cfg = p->ctx->cfg;
+  return p->reg.grads != NULL && cfg->grads_in_place &&
+         !(cfg->stage >= 3 && cfg->params_in_place);
+}
+
 /* The norm's pieces (partition.h), and for a shard in a GPU's memory the
  * device memory their sums are taken to, of the plan's size (norm_bytes),
  * and a registered host copy the step reads them all back into. */
@@ -394,13 +404,11 @@ int zt__part_init(zt__part_t *p, const zt__ctx_t *ctx, const zt__zero_reg_t *reg
                             p->ctx->cfg->stage, p->ctx->cfg->bucket_bytes,
                             p->reg.param_dtype, p->reg.grad_dtype, p->on_pinned,
                             dense(&p->reg),     p->reg.n_segs,
-                            p->ctx->cfg->grads_once,
-                            p->reg.grads != NULL && p->ctx->cfg->grads_in_place};
+                            p->ctx->cfg->grads_once, kept_grads(p)};
   zt__part_footprint(&shape, &f);
   p->params_in_place = zt__part_params_in_place(&shape) && !p->params_pinned;
   /* As the footprint decides it (stages 1 and 2 pin no parameters). */
   p->grads_in_place = zt__part_grads_in_place(&shape);
-  ZT_ASSERT(!p->grads_in_place || p->params_in_place);
   p->shard = f.shard;
   p->begin = f.begin;
   p->end = f.end;

@@ -374,8 +374,8 @@ typedef struct zt__part_shape {
                   ones of one decay flag merged; `ztier plan`: 1)     */
   int once;    /* each group's gradients are handed over at most once a
                   step (config grads_once)                             */
-  int grads_kept; /* stage 2: the loop registered a gradient buffer and
-                     leaves what it hands over there until the step
+  int grads_kept; /* stages 2, 3: the loop registered a gradient buffer
+                     and leaves what it hands over there until the step
                      (config grads_in_place)                          */
 } zt__part_shape_t;
 
@@ -429,19 +429,20 @@ static inline int zt__part_params_in_place(const zt__part_shape_t *s) {
 }
 
 /* Whether the shard's gradients are the loop's registered buffer itself:
- * gradients that would land as they are (zt__part_lands_grads: stage 1, or
- * stage 2 handing each group over once a step) where the parameters are
- * the loop's own too (zt__part_params_in_place: one rank, the backend's
- * memory, a flat registration) and, at stage 2, the loop leaves them in
- * its registered buffer until the step (grads_kept). The norm and the
- * update read them where the loop wrote them, -0s and all (the update
+ * gradients that would land as they are (zt__part_lands_grads: one rank at
+ * stage 1, or at stages 2 and 3 handing each group over once a step) in
+ * the backend's memory (not on_pinned: the device tier) where the state
+ * index is the buffer index (dense), and at stages 2 and 3 the loop leaves
+ * them in its registered buffer until the step (grads_kept). The norm and
+ * the update read them where the loop wrote them, -0s and all (the update
  * reads a -0 gradient as +0, optim_math.h): no landing pass, no shard
- * memory, nothing before the norm but the loop's own backward. Stage 2
- * zeroes what it hands over: in place, after the step has read it, on the
- * loop's stream (reduce.c, zt__reduce_reset), rather than at the
- * hand-over. */
+ * memory, nothing before the norm but the loop's own backward. Stages 2
+ * and 3 zero what they hand over: in place, after the step has read it, on
+ * the loop's stream (reduce.c, zt__reduce_reset), rather than at the
+ * hand-over. At stages 1 and 2 the parameters are then the loop's too
+ * (zt__part_params_in_place); at stage 3 they are gathered as ever. */
 static inline int zt__part_grads_in_place(const zt__part_shape_t *s) {
-  return zt__part_lands_grads(s) && zt__part_params_in_place(s) &&
+  return zt__part_lands_grads(s) && !s->on_pinned && s->dense &&
          (s->stage == 1 || s->grads_kept);
 }
 

@@ -718,7 +718,7 @@ int zt__reduce_sumsq(zt__part_t *p, double *out) {
   return 0;
 }
 
-/* Stage 2 zeroes what it hands over; gradients in place are zeroed here,
+/* Stages 2 and 3 zero what they hand over; gradients in place are zeroed here,
  * on the loop's stream after the step (or the load) that read them: every
  * group after a step (one pass over the buffer), the handed-over ones
  * after a load. */

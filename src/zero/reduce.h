@@ -63,7 +63,7 @@ ZT_INTERNAL int zt__reduce_sumsq(zt__part_t *p, double *out);
 
 /* Between steps: groups not handed over, so that each one's next hand-over
  * writes its sums afresh (p->grads is not cleared; a file's pages are
- * dropped). At stage 2 gradients in place (zt__part_grads_in_place) that
+ * dropped). At stages 2 and 3 gradients in place (zt__part_grads_in_place) that
  * were handed over are zeroed, on the loop's stream. */
 ZT_INTERNAL int zt__reduce_reset(zt__part_t *p);
 
