@@ -216,6 +216,15 @@ static void test_config_sizes(void **state) {
 
 /* ---- the tool and the example --------------------------------------------------- */
 
+/* The integer that follows "key": in `ztier plan --json`'s output. */
+static long long plan_int(const char *out, const char *key) {
+  char at[64];
+  snprintf(at, sizeof at, "\"%s\": ", key);
+  const char *p = strstr(out, at);
+  if (p == NULL) fail_msg("no %s in:\n%s", key, out);
+  return atoll(p + strlen(at));
+}
+
 /* `ztier plan --pinned-budget` takes 16MiB, 16Mi, 16M and 16777216 alike,
  * and --params 7B is 7G. */
 static void test_plan_units(void **state) {
@@ -254,11 +263,8 @@ static void test_plan_units(void **state) {
     long long host[2], nvme[2];
     const char *outs[2] = {out, disk};
     for (int k = 0; k < 2; k++) {
-      const char *h = strstr(outs[k], "\"host_bytes\": "), *n = strstr(outs[k], "\"nvme_bytes\": ");
-      assert_non_null(h);
-      assert_non_null(n);
-      host[k] = atoll(h + strlen("\"host_bytes\": "));
-      nvme[k] = atoll(n + strlen("\"nvme_bytes\": "));
+      host[k] = plan_int(outs[k], "host_bytes");
+      nvme[k] = plan_int(outs[k], "nvme_bytes");
     }
     long long per = stage == 1 ? 2 : 4;
     assert_int_equal(host[0] - host[1], per << 22);
@@ -275,9 +281,7 @@ static void test_plan_units(void **state) {
                "--grads-once %d --json",
                ranks, once);
       assert_int_equal(tool(args, out, sizeof out), 0);
-      const char *h = strstr(out, "\"host_bytes\": ");
-      assert_non_null(h);
-      host[once] = atoll(h + strlen("\"host_bytes\": "));
+      host[once] = plan_int(out, "host_bytes");
     }
     if (ranks == 1 && host[0] - host[1] < 2LL << 22)
       fail_msg("plan: --grads-once 1 at one rank saves %lld bytes; expected at least the "
@@ -297,9 +301,7 @@ static void test_plan_units(void **state) {
                "--loop-grads %d --grads-in-place %d --json",
                loop, in_place);
       assert_int_equal(tool(args, out, sizeof out), 0);
-      const char *d = strstr(out, "\"device_bytes\": ");
-      assert_non_null(d);
-      dev[loop][in_place] = atoll(d + strlen("\"device_bytes\": "));
+      dev[loop][in_place] = plan_int(out, "device_bytes");
     }
   assert_int_equal(dev[0][0], dev[0][1]);
   if (dev[1][0] - dev[1][1] < 2LL << 22)
