@@ -291,8 +291,8 @@ typedef struct zt_config {
 
   /* 1 (with grads_once 1): the loop leaves each handed-over group's
    * gradients in its registered buffer, untouched, until a zt_step() that
-   * takes the step (applied or skipped; not one refused) or a zt_load()
-   * returns, and writes them next on the stream it gave zt_set_stream().
+   * takes the step (applied or skipped; not one refused), a zt_load() or a
+   * zt_import_safetensors() returns, and writes them next on the stream it gave zt_set_stream().
    * One rank at stage 2 or 3 with 16-bit gradients, the device tier and a
    * buffer of units end to end then reads them there at the step, as stage
    * 1 does, instead of copying them out at the hand-over, and zeroes them

@@ -289,25 +289,27 @@ static void test_plan_units(void **state) {
     if (ranks == 2) assert_int_equal(host[0], host[1]);
   }
   /* --grads-in-place 1, with the loop's own gradient buffer, lets one rank
-   * at stage 2 on a GPU read them where the loop wrote them: the landed
-   * gradients' 2 bytes a parameter of device memory go, and their norm
-   * pieces' sums. Without --loop-grads 1 the engine has no buffer to read
-   * them from, and nothing changes. */
-  long long dev[2][2];
-  for (int loop = 0; loop <= 1; loop++)
-    for (int in_place = 0; in_place <= 1; in_place++) {
-      snprintf(args, sizeof args,
-               "plan --params 4Mi --stage 2 --dtype bf16 --backend sim --grads-once 1 "
-               "--loop-grads %d --grads-in-place %d --json",
-               loop, in_place);
-      assert_int_equal(tool(args, out, sizeof out), 0);
-      dev[loop][in_place] = plan_int(out, "device_bytes");
-    }
-  assert_int_equal(dev[0][0], dev[0][1]);
-  if (dev[1][0] - dev[1][1] < 2LL << 22)
-    fail_msg("plan: --grads-in-place 1 with --loop-grads 1 saves %lld device bytes; expected "
-             "at least the landed gradients' 2 a parameter (%lld)",
-             dev[1][0] - dev[1][1], 2LL << 22);
+   * at stages 2 and 3 on a GPU read them where the loop wrote them: the
+   * landed gradients' 2 bytes a parameter of device memory go, and their
+   * norm pieces' sums. Without --loop-grads 1 the engine has no buffer to
+   * read them from, and nothing changes. */
+  for (int stage = 2; stage <= 3; stage++) {
+    long long dev[2][2];
+    for (int loop = 0; loop <= 1; loop++)
+      for (int in_place = 0; in_place <= 1; in_place++) {
+        snprintf(args, sizeof args,
+                 "plan --params 4Mi --stage %d --dtype bf16 --backend sim --grads-once 1 "
+                 "--loop-grads %d --grads-in-place %d --json",
+                 stage, loop, in_place);
+        assert_int_equal(tool(args, out, sizeof out), 0);
+        dev[loop][in_place] = plan_int(out, "device_bytes");
+      }
+    assert_int_equal(dev[0][0], dev[0][1]);
+    if (dev[1][0] - dev[1][1] < 2LL << 22)
+      fail_msg("plan: stage %d, --grads-in-place 1 with --loop-grads 1 saves %lld device "
+               "bytes; expected at least the landed gradients' 2 a parameter (%lld)",
+               stage, dev[1][0] - dev[1][1], 2LL << 22);
+  }
 }
 
 /* charlm's --pinned-budget is the config's pinned_budget_bytes: 16Mi runs. */

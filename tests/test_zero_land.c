@@ -407,7 +407,7 @@ static void params_of(side_t *s, uint16_t *out, size_t n0, size_t n) {
  * hand-over is refused. And without grads_in_place a hand-over still
  * copies them out: the loop may write its buffer before the step, which
  * then reads what was handed over. */
-static void in_place_once(int stage) {
+static void in_place_once(int stage, zt_tier_t param_tier) {
   const size_t n = 3 * ZT_NORM_BLOCK + 4321, n0 = ZT_NORM_BLOCK + 77, bytes = n * 2;
   uint16_t *h = malloc(bytes), *got = malloc(bytes), *want = malloc(bytes);
   assert_true(h && got && want);
@@ -421,6 +421,8 @@ static void in_place_once(int stage) {
     cfg.grads_once = 1;
     cfg.grads_in_place = k == 0;
     cfg.optimizer_tier = ZT_TIER_DEVICE;
+    cfg.param_tier = k == 1 ? ZT_TIER_DEVICE : param_tier;
+    snprintf(cfg.swap_path, sizeof cfg.swap_path, "%s", t_swap_dir());
     cfg.bucket_bytes = 37 * 4096;
     s[k].eng = t_engine(&cfg);
     s[k].params = t_buf_alloc(s[k].eng, bytes);
@@ -435,7 +437,7 @@ static void in_place_once(int stage) {
   assert_ptr_equal(p->grads, s[0].grads);
   assert_int_equal(s[2].eng->zero.part.grads_in_place, 0);
   char dir[512];
-  snprintf(dir, sizeof dir, "%s/in-place-once-%d", t_swap_dir(), stage);
+  snprintf(dir, sizeof dir, "%s/in-place-once-%d-%d", t_swap_dir(), stage, (int)param_tier);
   t_remove_tree(dir);
   zt_step_args_t args = ZT_STEP_ARGS_INIT;
   args.weight_decay = 0.01f;
@@ -670,8 +672,17 @@ static void test_pieces_taken_group_buffer(void **state) { pieces_taken_in_pass(
 
 static void test_in_place_stage_1(void **state) { in_place_as_stage_0(1); }
 static void test_in_place_stage_2(void **state) { in_place_as_stage_0(2); }
-static void test_in_place_once_stage_2(void **state) { in_place_once(2); }
-static void test_in_place_once_stage_3(void **state) { in_place_once(3); }
+static void test_in_place_once_stage_2(void **state) { in_place_once(2, ZT_TIER_DEVICE); }
+static void test_in_place_once_stage_3(void **state) { in_place_once(3, ZT_TIER_DEVICE); }
+/* The parameters' shard pinned in host memory (or on disk through it),
+ * the optimizer's still in the backend's: the gradients are read in place
+ * all the same. */
+static void test_in_place_once_stage_3_param_host(void **state) {
+  in_place_once(3, ZT_TIER_HOST);
+}
+static void test_in_place_once_stage_3_param_nvme(void **state) {
+  in_place_once(3, ZT_TIER_NVME);
+}
 
 int main(void) {
   const struct CMUnitTest tests[] = {
@@ -693,6 +704,8 @@ int main(void) {
       cmocka_unit_test(test_in_place_stage_2),
       cmocka_unit_test(test_in_place_once_stage_2),
       cmocka_unit_test(test_in_place_once_stage_3),
+      cmocka_unit_test(test_in_place_once_stage_3_param_host),
+      cmocka_unit_test(test_in_place_once_stage_3_param_nvme),
       cmocka_unit_test(test_in_place_once_with_params_in_place),
   };
   return T_RUN(tests);

@@ -122,7 +122,8 @@ const keydef_t zt__config_keys[] = {
     {FIELD(grads_in_place), .type = T_INT, .lo = 0, .hi = 1, .sup = 1, .boolean = 1,
      .doc = "1 (with grads_once 1): the loop leaves each handed-over group's gradients "
             "in its registered buffer, untouched, until a zt_step() that takes the step "
-            "(applied or skipped; not one refused) or a zt_load() returns, and writes "
+            "(applied or skipped; not one refused), a zt_load() or a zt_import_safetensors() "
+            "returns, and writes "
             "them next on the stream given to zt_set_stream(); one rank at stage 2 or 3 "
             "with bf16 or fp16 gradients, optimizer_tier \"device\" and units end to end "
             "then reads them there at the step, as stage 1 does, with no copy at the "

@@ -11,8 +11,9 @@
  *   stage 3         fetch gathers the group from every rank's shard into a
  *                   buffer of its own, held until the last release (or
  *                   kept longer by the prefetch scheduler); grads
- *                   gives engine-owned buffers, handed to their owners and
- *                   freed by zt_grads_ready().
+ *                   gives pointers into the registered gradients, or
+ *                   without them engine-owned buffers, handed to their
+ *                   owners and freed by zt_grads_ready().
  *   stage 3 in      fetch also copies the group into its places in the
  *   place           registered parameters and returns pointers there;
  *                   the last release, and zt_grads_ready() for the

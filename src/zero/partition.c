@@ -335,13 +335,11 @@ static int dense(const zt__zero_reg_t *reg) {
 }
 
 /* Whether the loop leaves what it hands over in its registered gradient
- * buffer until the step (config grads_in_place). Stage 3 in place on the
- * host (config params_in_place) gives the buffer's pages back at the
- * hand-over instead (in_place.h): nothing is left there to read. */
+ * buffer until the step (config grads_in_place, where it can take effect). */
 static int kept_grads(const zt__part_t *p) {
   const zt_config_t *cfg = p->ctx->cfg;
-  return p->reg.grads != NULL && cfg->grads_in_place &&
-         !(cfg->stage >= 3 && cfg->params_in_place);
+  return p->reg.grads != NULL &&
+         zt__part_grads_kept(cfg->stage, cfg->grads_in_place, cfg->params_in_place);
 }
 
 /* The norm's pieces (partition.h), and for a shard in a GPU's memory the

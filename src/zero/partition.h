@@ -428,6 +428,14 @@ static inline int zt__part_params_in_place(const zt__part_shape_t *s) {
   return s->world == 1 && s->stage < 3 && !s->on_pinned && s->dense;
 }
 
+/* Whether config grads_in_place can take effect: not at stage 3 in place
+ * on the host (config params_in_place), which gives the loop's gradient
+ * pages back at the hand-over (in_place.h), so nothing is left there for
+ * the step to read. */
+static inline int zt__part_grads_kept(int stage, int grads_in_place, int params_in_place) {
+  return grads_in_place && !(stage >= 3 && params_in_place);
+}
+
 /* Whether the shard's gradients are the loop's registered buffer itself:
  * gradients that would land as they are (zt__part_lands_grads: one rank at
  * stage 1, or at stages 2 and 3 handing each group over once a step) in
