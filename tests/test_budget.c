@@ -178,7 +178,7 @@ static void test_plan_agrees_with_engine(void **state) {
   const size_t n = 100003;
   for (int stage = 0; stage <= 1; stage++) {
     zt__plan_in_t in = {n, 1, 0, stage, ZT_FP32, ZT_FP32, ZT_TIER_HOST, ZT_TIER_DEVICE,
-                        4096, 65536, 0, ZT_STATES_FP32, ZT_GRAD_SUMS_AUTO, 0, 0};
+                        4096, 65536, 0, ZT_STATES_FP32, ZT_GRAD_SUMS_AUTO, 0, 0, 0};
     uint64_t least;
     assert_int_equal(zt__plan_least_budget(&in, &least), 0);
     /* 6 chunks: the least the config takes for the host tier's ring. */

@@ -286,7 +286,7 @@ static void test_stage1_shard_in_place(void **state) {
   assert_int_equal(stage1_run(ZT_TIER_HOST, 0, want, &host), 0);
 
   zt__plan_in_t in = {numel, 1, 0, 1, ZT_FP32, ZT_FP32, ZT_TIER_NVME, ZT_TIER_DEVICE,
-                      4096, 64u << 10, 0, ZT_STATES_FP32, ZT_GRAD_SUMS_AUTO, 0, 0};
+                      4096, 64u << 10, 0, ZT_STATES_FP32, ZT_GRAD_SUMS_AUTO, 0, 0, 0};
   zt__plan_t unbounded;
   assert_int_equal(zt__plan(&in, &unbounded), 0);
   /* The least: the shard's sums and parameters (160000 bytes each) and two
@@ -453,7 +453,7 @@ static void test_sums_on_disk_by_config(void **state) {
       T_OK(zt_stats(f.eng, &st), f.eng);
       zt__plan_in_t in = {numel, 1, 0, stage, ZT_FP32, ZT_FP32, ZT_TIER_NVME, ZT_TIER_DEVICE,
                           cfg.bucket_bytes, cfg.chunk_bytes, 0, ZT_STATES_FP32, cfg.grad_sums,
-                          0, 0};
+                          0, 0, 0};
       zt__plan_t pl;
       assert_int_equal(zt__plan(&in, &pl), 0);
       assert_int_equal(st.host_bytes, pl.ztier_host);

@@ -112,7 +112,7 @@ static void test_device_rows(void **state) {
             const uint64_t live = gi == 1 ? 0 : gi == 2 ? 5 * group * p + 1 : 2 * n * p;
             zt__plan_in_t in = {n, 8, 0, stage, dts[di], dts[di],
                                 host ? ZT_TIER_HOST : ZT_TIER_DEVICE, ZT_TIER_DEVICE, bucket,
-                                (size_t)16 << 20, 0, ZT_STATES_FP32, ZT_GRAD_SUMS_AUTO, 0, 0};
+                                (size_t)16 << 20, 0, ZT_STATES_FP32, ZT_GRAD_SUMS_AUTO, 0, 0, 0};
             zt__plan_run_t run = {ZT_BACKEND_CUDA, nccl ? ZT_COMM_NCCL : ZT_COMM_MPI,
                                   gi == 0 ? 0 : group, live, 0, 1, 0};
             zt__plan_t pl;
@@ -131,7 +131,7 @@ static void test_device_rows(void **state) {
   /* The live groups at the three max_live_bytes: 1, 5 and all 168. */
   const uint64_t bucket = (uint64_t)16 << 20;
   zt__plan_in_t in = {n, 8, 0, 3, ZT_BF16, ZT_BF16, ZT_TIER_DEVICE, ZT_TIER_DEVICE, bucket,
-                      (size_t)16 << 20, 0, ZT_STATES_FP32, ZT_GRAD_SUMS_AUTO, 0, 0};
+                      (size_t)16 << 20, 0, ZT_STATES_FP32, ZT_GRAD_SUMS_AUTO, 0, 0, 0};
   zt__plan_run_t run = {ZT_BACKEND_CUDA, ZT_COMM_AUTO, 1000000, 5 * 2000000 + 1, 0, 1, 0};
   zt__plan_t pl;
   assert_int_equal(zt__plan_with(&in, &run, &pl), 0);
@@ -141,7 +141,7 @@ static void test_device_rows(void **state) {
   assert_int_equal(pl.dev.live_groups, (n + 999999) / 1000000);
   /* Stage 0 on one rank: the loop's buffers and the states, nothing else. */
   zt__plan_in_t s0 = {n, 1, 0, 0, ZT_BF16, ZT_BF16, ZT_TIER_DEVICE, ZT_TIER_DEVICE, bucket,
-                      (size_t)16 << 20, 0, ZT_STATES_FP32, ZT_GRAD_SUMS_AUTO, 0, 0};
+                      (size_t)16 << 20, 0, ZT_STATES_FP32, ZT_GRAD_SUMS_AUTO, 0, 0, 0};
   run = (zt__plan_run_t){ZT_BACKEND_SIM, ZT_COMM_AUTO, 0, 0, 0, 1, 0};
   assert_int_equal(zt__plan_with(&s0, &run, &pl), 0);
   expect_t e = expect_rows(n, 1, 0, 2, 2, 0, bucket, n, 0, 0);
@@ -181,7 +181,7 @@ static void test_rows_add_up(void **state) {
               if (pt && stage != 3) continue;
               zt__plan_in_t in = {1000003, ranks, rank, stage, ZT_BF16, ZT_FP32, tiers[ot],
                                   tiers[pt], 4096, 1 << 20, 0, ZT_STATES_FP32, ZT_GRAD_SUMS_AUTO,
-                                  0, 0};
+                                  0, 0, 0};
               zt__plan_run_t run = {(zt_backend_t)be,
                                     be == ZT_BACKEND_CUDA ? ZT_COMM_NCCL : ZT_COMM_AUTO, 4099,
                                     1 << 16, 0, 1, 0};
@@ -228,7 +228,7 @@ static void test_rows_add_up(void **state) {
   printf("# %d plans: rows add up\n", checked);
   /* Out of range: a backend or comm the enums do not have. */
   zt__plan_in_t in = {1000, 1, 0, 1, ZT_BF16, ZT_BF16, ZT_TIER_DEVICE, ZT_TIER_DEVICE, 4096,
-                      4096, 0, ZT_STATES_FP32, ZT_GRAD_SUMS_AUTO, 0, 0};
+                      4096, 0, ZT_STATES_FP32, ZT_GRAD_SUMS_AUTO, 0, 0, 0};
   zt__plan_run_t bad = {(zt_backend_t)7, ZT_COMM_AUTO, 0, 0, 0, 1, 0};
   zt__plan_t p;
   assert_int_equal(zt__plan_with(&in, &bad, &p), -EINVAL);
@@ -241,6 +241,36 @@ static void test_rows_add_up(void **state) {
   assert_int_equal(zt__plan_with(&in, &bad, &p), 0);
   assert_false(p.supported);
   assert_non_null(strstr(p.note, "nccl"));
+}
+
+/* grads_in_place, with the loop's gradient buffer and grads_once, drops
+ * the shard's landed gradients from the device at stages 2 and 3 (one rank,
+ * the device tier); at stage 3 with params_in_place it takes no effect
+ * (zt__part_grads_kept), and at stage 2 params_in_place changes nothing. */
+static void test_grads_in_place_rule(void **state) {
+  (void)state;
+  const uint64_t n = 1000000;
+  const zt__plan_run_t run = {ZT_BACKEND_SIM, ZT_COMM_SINGLE, 0, 0, 0, 1, 1};
+  for (int stage = 2; stage <= 3; stage++) {
+    uint64_t dev[2][2]; /* [grads_in_place][params_in_place] */
+    for (int gip = 0; gip < 2; gip++)
+      for (int pip = 0; pip < 2; pip++) {
+        zt__plan_in_t in = {n, 1, 0, stage, ZT_BF16, ZT_BF16, ZT_TIER_DEVICE, ZT_TIER_DEVICE,
+                            (size_t)4 << 20, (size_t)16 << 20, 0, ZT_STATES_FP32,
+                            ZT_GRAD_SUMS_AUTO, 1, gip, pip};
+        zt__plan_t p;
+        assert_int_equal(zt__plan_with(&in, &run, &p), 0);
+        dev[gip][pip] = p.dev.total;
+      }
+    printf("# stage %d: device bytes %llu, in place %llu; with params_in_place %llu, %llu\n",
+           stage, (unsigned long long)dev[0][0], (unsigned long long)dev[1][0],
+           (unsigned long long)dev[0][1], (unsigned long long)dev[1][1]);
+    /* The landed bf16 gradients are 2 bytes a parameter. */
+    assert_true(dev[0][0] >= dev[1][0] + 2 * n);
+    assert_int_equal(dev[0][1], dev[0][0]);
+    if (stage == 3) assert_int_equal(dev[1][1], dev[0][1]);
+    else assert_int_equal(dev[1][1], dev[1][0]);
+  }
 }
 
 /* ---- the tool ------------------------------------------------------------------ */
@@ -404,6 +434,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_device_rows),
       cmocka_unit_test(test_rows_add_up),
+      cmocka_unit_test(test_grads_in_place_rule),
       cmocka_unit_test(test_tool_rows),
       cmocka_unit_test(test_tool_config),
   };

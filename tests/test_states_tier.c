@@ -301,7 +301,7 @@ static void bf16_states_bytes(void **state) {
       zt_config_t cfg = t_config();
       zt__plan_in_t in = {NUMEL, 1, 0, stage, ZT_BF16, ZT_BF16, tier, ZT_TIER_DEVICE,
                           cfg.bucket_bytes, tier == ZT_TIER_NVME ? NVME_CHUNK : cfg.chunk_bytes,
-                          0, rc.states, ZT_GRAD_SUMS_AUTO, 0, 0};
+                          0, rc.states, ZT_GRAD_SUMS_AUTO, 0, 0, 0};
       zt__plan_t p;
       assert_int_equal(zt__plan(&in, &p), 0);
       printf("# stage %d, %s tier, %s states: host bytes %llu (plan %llu), nvme %llu (plan "

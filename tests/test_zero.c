@@ -672,7 +672,7 @@ static void check_stats(const run_t *rc) {
   if (rc->ptier == ZT_TIER_NVME) chunk = 4096;
   zt__plan_in_t in = {states, world, st.rank, rc->stage, rc->pdt, rc->gdt,
                       t_opt_tier(rc->tier, rc->stage), rc->ptier, 4096, chunk, 0, ZT_STATES_FP32,
-                      ZT_GRAD_SUMS_AUTO, grads_once, 0};
+                      ZT_GRAD_SUMS_AUTO, grads_once, 0, 0};
   /* On the run's backend: on sim a tier that updates on the CPU takes the
    * shard reduced on the device (zt__part_pinned). */
   zt__plan_t p;

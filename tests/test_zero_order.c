@@ -416,7 +416,7 @@ static void plan_bucket_cap(void **state) {
   for (int ranks = 1; ranks <= 4; ranks++) {
     zt__plan_in_t in = {n, ranks, 0, 2, ZT_FP32, ZT_FP32, ZT_TIER_DEVICE, ZT_TIER_DEVICE,
                         (size_t)4 << 30, (size_t)16 << 20, 0, ZT_STATES_FP32, ZT_GRAD_SUMS_AUTO,
-                        0, 0};
+                        0, 0, 0};
     zt__plan_t p;
     assert_int_equal(zt__plan(&in, &p), 0);
     uint64_t shard = (n + ranks - 1) / ranks;

@@ -68,6 +68,14 @@ static void opt_tier(const zt__plan_in_t *in, const zt__tier_shape_t *s, uint64_
  *     the parameters offloaded at stage 3, with the host or nvme tier)
  *     make it a bucket collective's staging.
  */
+/* The loop leaves what it hands over in its own gradient buffer until the
+ * step (zt__part_shape_t .grads_kept): it registered one, and config
+ * grads_in_place takes effect, as zt__part_init decides. */
+static int grads_kept(const zt__plan_in_t *in, const zt__plan_run_t *run) {
+  return run->loop_grads &&
+         zt__part_grads_kept(in->stage, in->grads_in_place, in->params_in_place);
+}
+
 static void device_rows(const zt__plan_in_t *in, const zt__plan_run_t *run, zt__plan_t *out) {
   zt__plan_device_t *d = &out->dev;
   const uint64_t n = in->params, psz = zt__dtype_size(in->param_dtype),
@@ -97,7 +105,7 @@ static void device_rows(const zt__plan_in_t *in, const zt__plan_run_t *run, zt__
                                               in->bucket_bytes, in->param_dtype,
                                               in->grad_dtype, 1, !run->gaps, run->segs,
                                               in->grads_once,
-                                              run->loop_grads && in->grads_in_place},
+                                              grads_kept(in, run)},
                          &f);
       uint64_t recv = f.recv_bytes > f.gx_recv_bytes ? f.recv_bytes : f.gx_recv_bytes;
       uint64_t buckets = ((recv + 255) & ~(uint64_t)255) + f.send_bytes;
@@ -152,7 +160,7 @@ int zt__plan_with(const zt__plan_in_t *in, const zt__plan_run_t *run, zt__plan_t
     zt__part_footprint_t f;
     zt__part_shape_t ps = {n, in->ranks, in->rank, in->stage, in->bucket_bytes,
                            in->param_dtype, in->grad_dtype, on_pinned, !run->gaps,
-                           run->segs, in->grads_once, run->loop_grads && in->grads_in_place};
+                           run->segs, in->grads_once, grads_kept(in, run)};
     zt__part_footprint(&ps, &f);
     uint64_t mine = f.end - f.begin;
     out->shard_params = mine;

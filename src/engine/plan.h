@@ -35,6 +35,10 @@ typedef struct zt__plan_in {
                                  own gradient buffer, one rank at stages 2
                                  and 3 reads them there:
                                  zt__part_grads_in_place)                  */
+  int params_in_place;        /* config params_in_place (1: at stage 3 the
+                                 loop's gradient pages are given back at the
+                                 hand-over, so grads_in_place has no effect:
+                                 zt__part_grads_kept)                      */
 } zt__plan_in_t;
 
 /* What the device rows also depend on: the backend and comm of the run,

@@ -11,7 +11,6 @@
 #include <string.h>
 
 #include "engine/plan.h"  // defines: zt__plan
-#include "zero/partition.h" // defines: zt__part_grads_kept
 #include "tool/args.h"    // defines: tool_args_parse
 #include "tool/report.h"  // defines: tool_report_*, tool_table_*
 #include "ztier.h"
@@ -200,8 +199,7 @@ int tool_plan_main(int argc, char **argv) {
   }
   zt__plan_in_t in = {params, ranks, rank, stage, dtype_values[dtype], dtype_values[dtype],
                       offload_values[opt], offload_values[par], bucket, chunk, pinned,
-                      states, grad_sums, grads_once,
-                      zt__part_grads_kept(stage, grads_in_place, cfg.params_in_place)};
+                      states, grad_sums, grads_once, grads_in_place, cfg.params_in_place};
   /* The loop's one flat buffer (no frozen gaps), one segment: each more
    * (units of other decay flags) adds a norm piece's 16 bytes on a GPU. */
   const zt__plan_run_t run = {backend_values[backend], comm_values[comm], group, live, 0, 1,
