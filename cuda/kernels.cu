@@ -588,12 +588,9 @@ HD float add_rn(float a, float b) {
 #endif
 }
 
-/* The cuts of the state indices [index, index + n) at the multiples of
- * ZT_NORM_BLOCK (a landing's or a rank sum's, with their sums of squares),
- * and cut `cut`'s elements [*lo, *hi) of them. */
-HD u64 land_cuts(u64 index, u64 n) {
-  return (index + n - 1) / ZT_NORM_BLOCK - index / ZT_NORM_BLOCK + 1;
-}
+/* Of the cuts of the state indices [index, index + n) at the multiples of
+ * ZT_NORM_BLOCK (a landing's or a rank sum's, with their sums of squares:
+ * zt_norm_blocks of them), cut `cut`'s elements [*lo, *hi). */
 HD void land_cut(u64 index, u64 n, u64 cut, u64 *lo, u64 *hi) {
   const u64 B = ZT_NORM_BLOCK, end = (index / B + cut + 1) * B - index;
   *lo = cut == 0 ? 0 : (index / B + cut) * B - index;
@@ -639,7 +636,7 @@ rank_sum_sumsq_kernel(float *__restrict__ sums, const void *__restrict__ runs, u
                       int world, u64 n, int first, u64 index, double *__restrict__ norms) {
   const unsigned lane = threadIdx.x & 31u;
   const u64 cut = (u64)blockIdx.x * (ZT_CUDA_SUMSQ_THREADS / 32) + (threadIdx.x >> 5);
-  if (cut >= land_cuts(index, n)) return; /* whole warps leave together */
+  if (cut >= zt_norm_blocks(index, n)) return; /* whole warps leave together */
   u64 lo, hi;
   land_cut(index, n, cut, &lo, &hi);
   const double acc =
@@ -653,7 +650,7 @@ static cudaError_t rank_sum_launch(float *sums, const void *runs, u64 stride, in
                                    cudaStream_t stream) {
   if (norms) {
     const u64 per_block = ZT_CUDA_SUMSQ_THREADS / 32;
-    const unsigned grid = (unsigned)((land_cuts(index, n) + per_block - 1) / per_block);
+    const unsigned grid = (unsigned)((zt_norm_blocks(index, n) + per_block - 1) / per_block);
     rank_sum_sumsq_kernel<GD><<<grid, ZT_CUDA_SUMSQ_THREADS, 0, stream>>>(
         sums, runs, stride, world, n, first, index, norms);
     return cudaGetLastError();
@@ -733,7 +730,7 @@ land_sumsq_kernel(uint16_t *__restrict__ dst, const uint16_t *__restrict__ src, 
                   u64 index, double *__restrict__ sums) {
   const unsigned lane = threadIdx.x & 31u;
   const u64 cut = (u64)blockIdx.x * (ZT_CUDA_SUMSQ_THREADS / 32) + (threadIdx.x >> 5);
-  if (cut >= land_cuts(index, n)) return; /* whole warps leave together */
+  if (cut >= zt_norm_blocks(index, n)) return; /* whole warps leave together */
   u64 lo, hi;
   land_cut(index, n, cut, &lo, &hi);
   const double acc = fold_lanes(land_sumsq_lane<GD>(dst, src, lo, hi, lane), lane);
@@ -754,7 +751,7 @@ cudaError_t zt__cuda_land_grads(uint16_t *dst, const uint16_t *src, size_t n,
     return cudaGetLastError();
   }
   const u64 per_block = ZT_CUDA_SUMSQ_THREADS / 32;
-  const unsigned grid = (unsigned)((land_cuts(index, n) + per_block - 1) / per_block);
+  const unsigned grid = (unsigned)((zt_norm_blocks(index, n) + per_block - 1) / per_block);
   if (dtype == ZT_BF16)
     land_sumsq_kernel<ZT_BF16><<<grid, ZT_CUDA_SUMSQ_THREADS, 0, stream>>>(dst, src, n, index,
                                                                            sums);

@@ -1055,7 +1055,7 @@ static void test_land_grads_matches_cpu(void **state) {
  * (warp_fold) into out[cut]. */
 template <class F>
 static void run_cut_warps(u64 index, u64 n, double *out, F lane_sum) {
-  const u64 cuts = kern::land_cuts(index, n), per_block = ZT_CUDA_SUMSQ_THREADS / 32;
+  const u64 cuts = zt_norm_blocks(index, n), per_block = ZT_CUDA_SUMSQ_THREADS / 32;
   for (u64 b = 0; b < (cuts + per_block - 1) / per_block; b++)
     for (u64 w = 0; w < per_block; w++) {
       const u64 cut = b * per_block + w;
@@ -1082,7 +1082,7 @@ static void expect_cut_sums(const char *what, u64 index, u64 n, const void *vals
       fail_msg("%s: cut %llu [%llu, %llu) sum %.17g, want %.17g", what, c, lo, hi, got[c],
                expect);
   }
-  assert_int_equal(c, kern::land_cuts(index, n));
+  assert_int_equal(c, zt_norm_blocks(index, n));
   assert_true(got[c] == -1.0);
 }
 
@@ -1112,7 +1112,7 @@ static void test_land_sumsq_matches_cpu(void **state) {
         if (t_rng_next(&r) % 16 == 0) src[i] = 0x8000u;
       t_fill_bits(got, all * 2, &r);
       memcpy(want, got, all * 2);
-      const u64 cuts = kern::land_cuts(index, n);
+      const u64 cuts = zt_norm_blocks(index, n);
       double *sums = (double *)xalloc((cuts + 1) * sizeof(double));
       sums[cuts] = -1.0; /* past the last cut: left alone */
       run_cut_warps(index, n, sums, [&](u64 lo, u64 hi, unsigned lane) {
@@ -1162,7 +1162,7 @@ static void test_rank_sum_sumsq_matches_cpu(void **state) {
           for (int k = 0; k < world; k++) t_store(runs, dt, (u64)k * stride + n / 2, -0.0);
           t_fill_normal(got, ZT_FP32, all, 1.0, &r);
           memcpy(want, got, all * 4);
-          const u64 cuts = kern::land_cuts(index, n);
+          const u64 cuts = zt_norm_blocks(index, n);
           double *norms = (double *)xalloc((cuts + 1) * sizeof(double));
           norms[cuts] = -1.0;
           run_cut_warps(index, n, norms, [&](u64 lo, u64 hi, unsigned lane) {

@@ -222,6 +222,12 @@ ZT_HD void zt_adam_update(const zt__adam_hp_t *hp, int decay, float g_raw,
  * The result is then independent of the thread count and of chunking. */
 #define ZT_NORM_BLOCK ((size_t)1 << 16)
 
+/* The blocks of ZT_NORM_BLOCK that n >= 1 elements from global index
+ * `index` touch: the pieces of the norm a pass over them cuts. */
+ZT_HD uint64_t zt_norm_blocks(uint64_t index, uint64_t n) {
+  return (index + n - 1) / ZT_NORM_BLOCK - index / ZT_NORM_BLOCK + 1;
+}
+
 /* ---- compressed optimizer states (docs/states.md) ------------------------ */
 
 /*

@@ -115,7 +115,7 @@ static double *norms_at(zt__part_t *p, size_t s, size_t n) {
   if (p->norm_dev == NULL) return NULL;
   const size_t B = ZT_NORM_BLOCK, e = s + n, k0 = norm_piece_at(p, s);
   size_t least = p->ctx->be_ops->squares_in_pass_min;
-  if (least == 0 || (e - 1) / B - s / B + 1 < least) {
+  if (least == 0 || zt_norm_blocks(s, n) < least) {
     forget_norms(p, s, e); /* taken apart, in the step */
     return NULL;
   }
