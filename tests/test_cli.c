@@ -1028,6 +1028,34 @@ static void expect_syncs(const char *what, const cJSON *j) {
   if (s < 0 || s != (double)(long long)s) fail_msg("%s: host_syncs_per_step %g", what, s);
 }
 
+/* bench step's bound is the largest of its parts, and names it. On a
+ * backend with a link, the update's pass with the step's copies beside it
+ * (shared_s) waits for the copies, so it takes at least the link's time. */
+static void expect_bound_parts(const char *what, const cJSON *j) {
+  static const char *const parts[] = {"link_s", "disk_s", "cpu_adam_s", "device_kernel_s",
+                                      "shared_s"};
+  static const char *const names[] = {"link", "disk", "cpu_adam", "device_kernel", "shared"};
+  double bound = num_of(what, j, "bound_s"), largest = 0;
+  const char *named = NULL;
+  for (size_t i = 0; i < sizeof parts / sizeof parts[0]; i++) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(j, parts[i]);
+    if (!cJSON_IsNumber(v)) continue;
+    if (v->valuedouble > largest) largest = v->valuedouble, named = names[i];
+  }
+  const cJSON *b = cJSON_GetObjectItemCaseSensitive(j, "bound");
+  if (bound != largest || named == NULL || !cJSON_IsString(b) || strcmp(b->valuestring, named))
+    fail_msg("%s: bound_s %g (%s) is not its largest part, %g (%s)", what, bound,
+             cJSON_IsString(b) ? b->valuestring : "?", largest, named ? named : "none");
+  const cJSON *shared = cJSON_GetObjectItemCaseSensitive(j, "shared_s");
+  int linked = cJSON_IsNumber(cJSON_GetObjectItemCaseSensitive(j, "link_s"));
+  if (linked != cJSON_IsNumber(shared))
+    fail_msg("%s: shared_s is %s where link_s is %s", what, linked ? "missing" : "given",
+             linked ? "given" : "null");
+  if (linked && !(shared->valuedouble >= num_of(what, j, "link_s")))
+    fail_msg("%s: shared_s %g is less than the link's %g: the copies were not waited for",
+             what, shared->valuedouble, num_of(what, j, "link_s"));
+}
+
 /* The benchmarks of a loop on the modelled GPU, small and fast, in --json:
  * `bench stage3 --backend sim` gives a stall fraction in [0, 1] and the
  * layer's copy time beside the compute; `bench step` a positive step time,
@@ -1093,6 +1121,7 @@ static void test_bench_sim_json(void **state) {
       fail_msg("%s: zt_step_s %g is not a part of step_s", args, in_step);
     if (strstr(args, "nvme") && !(num_of(args, j, "disk_s") > 0))
       fail_msg("%s: no disk time in the bound", args);
+    expect_bound_parts(args, j);
     /* The device memory the backend holds for the loop and the engine is
      * what `ztier plan` gives for the run; no driver to ask off a GPU. */
     double plan = num_of(args, j, "device_plan_bytes"), held = num_of(args, j, "device_held_bytes");
@@ -1101,6 +1130,18 @@ static void test_bench_sim_json(void **state) {
     assert_true(cJSON_IsNull(cJSON_GetObjectItemCaseSensitive(j, "device_driver_bytes")));
     cJSON_Delete(j);
   }
+
+  /* A slow link (2 ms each way) against an update of a fraction of that:
+   * shared_s must hold the copies' time, and the link bounds the step. */
+  const char *slow = "bench step --backend sim --stage 1 --optimizer-tier host --params 256Ki "
+                     "--groups 4 --steps 2 --json";
+  rc = run_split("ZT_SIM_LINK_GBPS=0.25", "ztier", slow, out, sizeof out, err, sizeof err);
+  if (rc != 0) fail_msg("ztier %s: exit %d:\n%s%s", slow, rc, out, err);
+  j = cJSON_Parse(out);
+  expect_bound_parts(slow, j);
+  if (!(num_of(slow, j, "link_s") > 2 * num_of(slow, j, "cpu_adam_s")))
+    fail_msg("%s: the link's %g s is not the larger part", slow, num_of(slow, j, "link_s"));
+  cJSON_Delete(j);
 
   const char *refused = "bench step --backend cuda --stage 1 --optimizer-tier device "
                         "--params 64Ki --steps 1 --json";
