@@ -4,7 +4,7 @@
  * and parameter tier, against the bound that configuration sets, measured
  * or modelled in the same run:
  *
- *   bound_s = max(link_s, disk_s, cpu_adam_s, device_kernel_s, shared_s)
+ *   bound_s = max(link_s, disk_s, cpu_adam_s, device_kernel_s, cpu_work_s)
  *
  *   link_s          the bytes the step moved over the host link each way
  *                   (zt_stats h2d_bytes, d2h_bytes) / that direction's rate,
@@ -23,17 +23,15 @@
  *                   tier's dtypes, interleaved with the steps
  *   device_kernel_s device optimizer tier: the backend's AdamW kernel over
  *                   the shard in device memory, interleaved with the steps
- *
- *   shared_s        sim and cuda: that update again with the step's copies
+ *   cpu_work_s      sim: the CPU time of that update (the process's, while
+ *                   it runs alone) plus the CPU time of the step's copies
  *                   (its bytes each way, one copy a direction between pinned
- *                   memory and the device) running beside it on their
- *                   streams, nothing ordered between them, until all are
- *                   done. Where the copies and the update share a resource,
- *                   this is the least the pair takes: on sim the model's
- *                   copies are the CPU's memcpy, on the CPUs the update runs
- *                   on; on cuda the DMA reads and writes the host memory the
- *                   CPU update streams through. Where they share none it is
- *                   about the larger of link_s and the kernel's time.
+ *                   memory and the device, alone), over the CPUs the process
+ *                   may run on. The model's copies and kernels are the CPU's
+ *                   work, on the CPUs the CPU update runs on; running at once
+ *                   never makes either cheaper, so no schedule of the step
+ *                   does that work in less wall time. On cuda the copies are
+ *                   the DMA engine's, and the part is not counted.
  *
  * Both kernels' times include a pass that takes the sum of squares of the
  * loop's 16-bit gradients first (zt__cpu_sumsq, or the backend's sumsq:
@@ -43,9 +41,9 @@
  * clipped. The update cannot start before that pass has read the last
  * gradient, and both run on the same CPU or device memory.
  *
- * Each is work the step cannot avoid, on a resource it cannot share with
- * the others' parts of itself, so no schedule of the step beats the
- * largest. step_s is the median of --steps steps after a warm-up one, with
+ * Each of the first four is work the step cannot avoid, on a resource it
+ * cannot share with its other parts, and cpu_work_s is CPU work it cannot
+ * avoid on the CPUs it has: no schedule of the step beats the largest. step_s is the median of --steps steps after a warm-up one, with
  * their range; efficiency = bound_s / step_s. host_syncs_per_step is what
  * zt_stats counts in a step (ztier's calls that blocked the host).
  *
@@ -57,9 +55,11 @@
  * group before (its forward, not timed).
  */
 #define _GNU_SOURCE
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "base/internal.h"  // defines: zt__now, zt__dtype_size
 #include "common.h"
@@ -273,9 +273,17 @@ static int ref_open(ref_t *r, model_t *md, size_t shard) {
   return 0;
 }
 
+/* The CPU seconds this process has used, all its threads. */
+static double cpu_now(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
 /* One update of the shard, after the norm's pass where the step takes one
- * first (norm_first); its seconds, or < 0. */
-static double ref_run(ref_t *r, uint64_t t) {
+ * first (norm_first); its seconds, or < 0, and in *cpu_s the CPU seconds
+ * the process used meanwhile. */
+static double ref_run(ref_t *r, uint64_t t, double *cpu_s) {
   zt_engine_t *e = r->md->eng;
   zt_step_args_t a = ZT_STEP_ARGS_INIT;
   a.lr = 1e-4f;
@@ -286,10 +294,11 @@ static double ref_run(ref_t *r, uint64_t t) {
   zt__seg_t seg = {0, 0, r->n, 1};
   zt__adam_launch_t l = {&hp,       r->buf[0], r->buf[1], r->buf[2], r->buf[3], 0,
                          r->gdt,    r->buf[4], 0,         r->pdt,    &seg,      1, NULL};
-  double sumsq = 0.0, t0 = zt__now();
+  double sumsq = 0.0, c0 = cpu_now(), t0 = zt__now();
   if (!r->device) {
     if (r->norm_first) sumsq = zt__cpu_sumsq(e->cpu, r->buf[5], 0, ZT_BF16, &seg, 1);
     zt__cpu_adam(e->cpu, &l);
+    *cpu_s = cpu_now() - c0;
     return zt__now() - t0;
   }
   if (r->norm_first && e->be_ops->sumsq(e->be, r->buf[5], 0, ZT_BF16, &seg, 1,
@@ -297,12 +306,13 @@ static double ref_run(ref_t *r, uint64_t t) {
     return fail(r->md, "sumsq"), -1;
   if (e->be_ops->adam(e->be, &l, ZT_STREAM_COMPUTE) != 0) return fail(r->md, "adam"), -1;
   if (bench_dev_sync(&r->md->dev, prog)) return -1;
+  *cpu_s = cpu_now() - c0;
   return zt__now() - t0;
 }
 
 static double max_d(double a, double b) { return a > b ? a : b; }
 
-/* ---- the update and the link at once ---------------------------------------------- */
+/* ---- the model's copies, as CPU work (sim) ------------------------------------------ */
 
 /* The step's copies over the host link, each direction's bytes in one copy
  * between pinned host memory and the device, on that direction's stream. */
@@ -347,24 +357,29 @@ static int link_open(link_load_t *k, model_t *md, size_t h2d, size_t d2h) {
   return 0;
 }
 
-/* The update of ref_run with the step's copies running beside it, nothing
- * ordered between them: what the step's resources give when no part of it
- * waits for another. Its seconds, or < 0. */
-static double shared_run(link_load_t *k, ref_t *r, uint64_t t) {
+/* The step's copies alone, both directions at once, waited for: the CPU
+ * seconds the process used, or < 0. */
+static double copies_cpu(link_load_t *k) {
   const zt__backend_ops_t *ops = k->md->eng->be_ops;
   zt__backend_t *be = k->md->eng->be;
-  double t0 = zt__now();
+  double c0 = cpu_now();
   if (k->bytes[0] && ops->copy(be, k->dev[0], k->host[0], k->bytes[0], ZT_COPY_H2D,
                                ZT_STREAM_H2D) != 0)
     return fail(k->md, "copy"), -1;
   if (k->bytes[1] && ops->copy(be, k->host[1], k->dev[1], k->bytes[1], ZT_COPY_D2H,
                                ZT_STREAM_D2H) != 0)
     return fail(k->md, "copy"), -1;
-  if (ref_run(r, t) < 0) return -1;
   if (ops->stream_sync(be, ZT_STREAM_H2D) != 0 || ops->stream_sync(be, ZT_STREAM_D2H) != 0)
     return fail(k->md, "stream_sync"), -1;
-  k->md->dev.own_syncs += 2;
-  return zt__now() - t0;
+  return cpu_now() - c0;
+}
+
+/* The CPUs this process may run on. */
+static int usable_cpus(void) {
+  cpu_set_t set;
+  if (sched_getaffinity(0, sizeof set, &set) != 0) return 1;
+  int n = CPU_COUNT(&set);
+  return n > 0 ? n : 1;
 }
 
 int bench_step_main(int argc, char **argv) {
@@ -408,8 +423,8 @@ int bench_step_main(int argc, char **argv) {
   };
   const tool_cmd_t cmd = {prog, NULL,
                           "One step's work in ztier (the gradients' hand-over and zt_step) "
-                          "against the bound\nof the link, the disk and the update's kernel, "
-                          "measured or modelled in the same\nrun. See docs/bench.md.",
+                          "against the bound\nof the link, the disk, the update's kernel and (sim) the CPU "
+                          "work, measured or\nmodelled in the same run. See docs/bench.md.",
                           flags, sizeof flags / sizeof flags[0], 0, 0};
   int rc = tool_args_parse(&cmd, argc, argv, NULL, NULL);
   if (rc) return rc < 0 ? 0 : rc;
@@ -471,10 +486,10 @@ int bench_step_main(int argc, char **argv) {
   int has_driver = md.has_driver;
   ref_t ref;
   rc = ref_open(&ref, &md, (size_t)st0.shard_params);
-  /* sim and cuda: the update with the step's copies beside it */
-  int has_link = cfg.backend != ZT_BACKEND_HOST;
+  /* sim: the update's CPU seconds, and the step's copies' */
+  int sim = cfg.backend == ZT_BACKEND_SIM;
   link_load_t load = {0};
-  double sh_s[MAX_STEPS] = {0};
+  double update_cpu[MAX_STEPS] = {0}, copy_cpu[MAX_STEPS] = {0};
   double s[MAX_STEPS], k_s[MAX_STEPS], syncs[MAX_STEPS], h2d[MAX_STEPS], d2h[MAX_STEPS],
       rd[MAX_STEPS], wr[MAX_STEPS];
   /* Where each step's time went, as zt_stats counts it (the parts). */
@@ -489,18 +504,25 @@ int bench_step_main(int argc, char **argv) {
     if (rc == 0) rc = step(&md, (uint64_t)k + 1, &sec);
     if (rc == 0) rc = zt_stats(md.eng, &st1) < 0;
     uint64_t own = md.dev.own_syncs - own0; /* the step's own sync (ref_run syncs too) */
-    double ks = rc == 0 ? ref_run(&ref, (uint64_t)k + 1) : -1;
+    double ks_cpu = 0, ks = rc == 0 ? ref_run(&ref, (uint64_t)k + 1, &ks_cpu) : -1;
     if (ks < 0) rc = 1;
-    /* The link's load is the untimed step's bytes (every step moves the same). */
-    if (rc == 0 && k == 0 && has_link)
-      rc = link_open(&load, &md, st1.h2d_bytes - st0.h2d_bytes, st1.d2h_bytes - st0.d2h_bytes);
-    double sh = rc == 0 && has_link ? shared_run(&load, &ref, (uint64_t)k + 1) : 0;
-    if (sh < 0) rc = 1;
+    /* The copies are the untimed step's bytes; every step moves the same. */
+    uint64_t up = st1.h2d_bytes - st0.h2d_bytes, down = st1.d2h_bytes - st0.d2h_bytes;
+    if (rc == 0 && k == 0 && sim) rc = link_open(&load, &md, up, down);
+    if (rc == 0 && sim && (up != load.bytes[0] || down != load.bytes[1])) {
+      fprintf(stderr, "%s: step %d moved %llu bytes H2D and %llu D2H, the first %zu and %zu\n",
+              prog, k + 1, (unsigned long long)up, (unsigned long long)down, load.bytes[0],
+              load.bytes[1]);
+      rc = 1;
+    }
+    double cc = rc == 0 && sim ? copies_cpu(&load) : 0;
+    if (cc < 0) rc = 1;
     if (rc || k == 0) continue;
     int i = k - 1;
     s[i] = sec;
     k_s[i] = ks;
-    sh_s[i] = sh;
+    update_cpu[i] = ks_cpu;
+    copy_cpu[i] = cc;
     syncs[i] = (double)(st1.host_syncs - st0.host_syncs - own);
     h2d[i] = (double)(st1.h2d_bytes - st0.h2d_bytes);
     d2h[i] = (double)(st1.d2h_bytes - st0.d2h_bytes);
@@ -548,16 +570,17 @@ int bench_step_main(int argc, char **argv) {
   double m_h2d = bench_median(h2d, steps), m_d2h = bench_median(d2h, steps);
   double m_rd = bench_median(rd, steps), m_wr = bench_median(wr, steps);
   double kernel_s = bench_median(k_s, steps);
-  int sim = cfg.backend == ZT_BACKEND_SIM;
   if (sim) h2d_gbps = d2h_gbps = bench_sim_link_gbps();
   int link = h2d_gbps > 0; /* a link to count: sim's, or cuda's measured */
   double link_s = link ? max_d(m_h2d / (h2d_gbps * 1e9), m_d2h / (d2h_gbps * 1e9)) : 0;
   double disk_rs = nvme ? m_rd / (disk_r * 1e9) : 0, disk_ws = nvme ? m_wr / (disk_w * 1e9) : 0;
   double disk_s = disk_rs + disk_ws;
   int device = opt_i == ZT_TIER_DEVICE;
-  double shared_s = bench_median(sh_s, steps);
-  double bound_s = max_d(max_d(max_d(link_s, disk_s), kernel_s), shared_s);
-  const char *bound = shared_s >= max_d(max_d(link_s, disk_s), kernel_s) ? "shared"
+  int cpus = usable_cpus();
+  double cpu_work_s =
+      sim ? (bench_median(update_cpu, steps) + bench_median(copy_cpu, steps)) / cpus : 0;
+  double bound_s = max_d(max_d(max_d(link_s, disk_s), kernel_s), cpu_work_s);
+  const char *bound = cpu_work_s >= max_d(max_d(link_s, disk_s), kernel_s) ? "cpu_work"
                       : kernel_s >= max_d(link_s, disk_s) ? (device ? "device_kernel" : "cpu_adam")
                       : link_s >= disk_s                  ? "link"
                                                           : "disk";
@@ -584,8 +607,14 @@ int bench_step_main(int argc, char **argv) {
     }
     tool_report_num(j, device ? "device_kernel_s" : "cpu_adam_s", kernel_s);
     tool_report_bool(j, "kernel_s_includes_norm", ref.norm_first);
-    if (has_link) tool_report_num(j, "shared_s", shared_s);
-    else tool_report_null(j, "shared_s");
+    if (sim) {
+      tool_report_num(j, "cpu_work_s", cpu_work_s);
+      tool_report_num(j, "update_cpu_s", bench_median(update_cpu, steps));
+      tool_report_num(j, "copies_cpu_s", bench_median(copy_cpu, steps));
+      tool_report_int(j, "cpus", cpus);
+    } else {
+      tool_report_null(j, "cpu_work_s");
+    }
     tool_report_null(j, device ? "cpu_adam_s" : "device_kernel_s");
     tool_report_num(j, "h2d_bytes_per_step", m_h2d);
     tool_report_num(j, "d2h_bytes_per_step", m_d2h);
@@ -644,9 +673,10 @@ int bench_step_main(int argc, char **argv) {
   printf("    %-18s %8.4f s  (%llu parameters of the shard, %d threads%s)\n",
          device ? "device kernel" : "CPU AdamW", kernel_s, (unsigned long long)shard,
          isa_threads, ref.norm_first ? ", after the norm's pass" : "");
-  if (has_link)
-    printf("    shared             %8.4f s  (that update with the step's copies beside it)\n",
-           shared_s);
+  if (sim)
+    printf("    CPU work           %8.4f s  (the update's %.4f CPU s and the copies' %.4f, on "
+           "%d CPUs)\n",
+           cpu_work_s, bench_median(update_cpu, steps), bench_median(copy_cpu, steps), cpus);
   printf("  in zt_step           %8.4f s  (norm %.4f, update %.4f, copies %.4f)\n",
          bench_median(in_step, steps), bench_median(in_norm, steps),
          bench_median(in_update, steps), bench_median(in_copy, steps));

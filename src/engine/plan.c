@@ -10,7 +10,7 @@
 #include <errno.h>
 
 #include "offload/tier.h"   // defines: zt__opt_tier_ops, zt__param_tier_ops, ZT_STAGING_SLOTS
-#include "zero/partition.h" // defines: zt__part_footprint, ZT_XFER_SLOTS
+#include "zero/partition.h" // defines: zt__part_footprint, zt__part_grads_kept, ZT_XFER_SLOTS
 #include "engine/plan.h"
 
 /* zt__part_alloc gives an empty buffer 64 bytes (offload/tier_mem.c). */
@@ -45,6 +45,14 @@ static void opt_tier(const zt__plan_in_t *in, const zt__tier_shape_t *s, uint64_
   out->pinned_bytes += f.pinned_pages;
 }
 
+/* The loop leaves what it hands over in its own gradient buffer until the
+ * step (zt__part_shape_t .grads_kept): it registered one, and config
+ * grads_in_place takes effect, as zt__part_init decides. */
+static int grads_kept(const zt__plan_in_t *in, const zt__plan_run_t *run) {
+  return run->loop_grads &&
+         zt__part_grads_kept(in->stage, in->grads_in_place, in->params_in_place);
+}
+
 /*
  * The device rows that come and go with the loop, and the total. The
  * others (loop, optimizer, shard, buckets) are filled as the totals are
@@ -68,14 +76,6 @@ static void opt_tier(const zt__plan_in_t *in, const zt__tier_shape_t *s, uint64_
  *     the parameters offloaded at stage 3, with the host or nvme tier)
  *     make it a bucket collective's staging.
  */
-/* The loop leaves what it hands over in its own gradient buffer until the
- * step (zt__part_shape_t .grads_kept): it registered one, and config
- * grads_in_place takes effect, as zt__part_init decides. */
-static int grads_kept(const zt__plan_in_t *in, const zt__plan_run_t *run) {
-  return run->loop_grads &&
-         zt__part_grads_kept(in->stage, in->grads_in_place, in->params_in_place);
-}
-
 static void device_rows(const zt__plan_in_t *in, const zt__plan_run_t *run, zt__plan_t *out) {
   zt__plan_device_t *d = &out->dev;
   const uint64_t n = in->params, psz = zt__dtype_size(in->param_dtype),
