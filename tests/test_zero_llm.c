@@ -88,6 +88,7 @@
 #define BATCH 4 /* sequences per rank per step */
 #define NPOS (BATCH * SEQ)
 #define STEPS 50
+#define CONVERGE_STEPS 300 /* the state formats' runs (states_converge) */
 #define W_MAX 4
 
 enum { WTE, W1, B1, W2, B2, BF, N_TENSORS };
@@ -252,6 +253,10 @@ static void embed_bwd(const acts_t *a, float *dwte) {
 
 /* ---- data and initial values, from the run's seed ------------------------------ */
 
+/* XORed into the seed of the initial parameters and of every batch: a
+ * run of states_converge per value. 0 in the bit-identity runs. */
+static uint64_t seed_bump;
+
 /* A Markov chain over the vocabulary: from each token, three likely
  * successors (0.6, 0.25, 0.1) and 5% of the time any token, so there is
  * something to learn and the loss has room to fall. */
@@ -266,7 +271,7 @@ static void make_batch(int rank, int t, acts_t *a) {
   }
   for (int b = 0; b < BATCH; b++) {
     t_rng_t r;
-    t_rng_init(&r, t_seed() ^ (0x9e3779b97f4a7c15ull * (uint64_t)(rank + 1)) ^
+    t_rng_init(&r, t_seed() ^ seed_bump ^ (0x9e3779b97f4a7c15ull * (uint64_t)(rank + 1)) ^
                        ((uint64_t)t << 24) ^ ((uint64_t)b << 48));
     int tok = (int)(t_rng_next(&r) % VOCAB);
     for (int s = 0; s < SEQ; s++) {
@@ -284,7 +289,7 @@ static void make_batch(int rank, int t, acts_t *a) {
 
 static void init_params(float *mem) {
   t_rng_t r;
-  t_rng_init(&r, t_seed() ^ 0x1a1aull);
+  t_rng_init(&r, t_seed() ^ seed_bump ^ 0x1a1aull);
   const double scale[N_TENSORS] = {0.3, 1.0 / sqrt(CH), 0.1, 0.2 / sqrt(HID), 0.05, 0.1};
   for (int k = 0; k < N_TENSORS; k++) {
     t_fill_normal(mem, ZT_FP32, tensor_numel[k], scale[k], &r);
@@ -303,7 +308,7 @@ static zt_step_args_t step_args(int t) {
 /* What a run records: each rank's loss and the global one per step, and
  * the final parameters. */
 typedef struct trace {
-  float loss[STEPS][W_MAX + 1]; /* [t][r] for r < W; [t][W] the mean */
+  float loss[CONVERGE_STEPS][W_MAX + 1]; /* [t][r] for r < W; [t][W] the mean */
   float params[NUMEL];
 } trace_t;
 
@@ -320,6 +325,8 @@ typedef struct run {
   int stage;
   zt_tier_t tier;
   int own_grads; /* 1: a flat gradient buffer is registered (llm.c's grads_memory) */
+  zt_states_t states; /* config optimizer_states */
+  int steps;          /* 0: STEPS */
 } run_t;
 
 typedef struct loop {
@@ -433,6 +440,7 @@ static void run_ztier(const run_t *rc, trace_t *out, int *world_out) {
   cfg.stage = rc->stage;
   cfg.optimizer_tier = t_opt_tier(rc->tier, rc->stage);
   cfg.bucket_bytes = 4096; /* the smallest: 1024 elements, less than a layer */
+  cfg.optimizer_states = rc->states;
   loop_t lp = {t_engine(&cfg), 1, 0, malloc(NUMEL * sizeof(float)),
                malloc(NUMEL * sizeof(float)), {NULL}};
   assert_non_null(lp.work);
@@ -463,7 +471,8 @@ static void run_ztier(const run_t *rc, trace_t *out, int *world_out) {
 
   acts_t *acts = malloc((size_t)lp.world * sizeof *acts);
   assert_non_null(acts);
-  for (int t = 1; t <= STEPS; t++) train_step(&lp, t, acts, out->loss[t - 1], grads);
+  int steps = rc->steps ? rc->steps : STEPS;
+  for (int t = 1; t <= steps; t++) train_step(&lp, t, acts, out->loss[t - 1], grads);
 
   /* The final parameters, as the loop sees them: fetched group by group. */
   for (int grp = 0; grp < N_GROUPS; grp++) {
@@ -615,28 +624,89 @@ static void check_run(const run_t *rc) {
   free(got);
 }
 
+/* ---- the state formats' convergence ------------------------------------------------- */
+
+#define CONVERGE_SEEDS 3
+#define CONVERGE_WINDOW 50 /* steps per mean of the global loss */
+
+/* The means of the global loss over each CONVERGE_WINDOW steps of a
+ * CONVERGE_STEPS run at one rank, stage 1, host tier, m and v in
+ * `states`, for seed k. */
+static void converge_run(zt_states_t states, int k, double *means) {
+  trace_t *got = malloc(sizeof *got);
+  assert_non_null(got);
+  const run_t rc = {1, ZT_TIER_HOST, 1, states, CONVERGE_STEPS};
+  int world;
+  seed_bump = 0x5eed000000000000ull * (uint64_t)(k + 1);
+  run_ztier(&rc, got, &world);
+  seed_bump = 0;
+  assert_int_equal(world, 1);
+  for (int w = 0; w < CONVERGE_STEPS / CONVERGE_WINDOW; w++) {
+    double sum = 0;
+    for (int t = w * CONVERGE_WINDOW; t < (w + 1) * CONVERGE_WINDOW; t++) sum += got->loss[t][1];
+    means[w] = sum / CONVERGE_WINDOW;
+  }
+  free(got);
+}
+
+/* bf16 states train the loop as fp32 states do: over 3 seeds and 300
+ * steps, the mean global loss of the last 50 steps is within
+ * BF16_LOSS_TOL of fp32's (relative), each run learns (its last window
+ * below 0.8 of its first), and the formats differ (not the same run
+ * twice). docs/states.md has the table this prints. */
+#define BF16_LOSS_TOL 0.002
+static void states_converge(void **state) {
+  (void)state;
+  enum { WINDOWS = CONVERGE_STEPS / CONVERGE_WINDOW };
+  static const char *const names[] = {"fp32", "bf16"};
+  static const zt_states_t formats[] = {ZT_STATES_FP32, ZT_STATES_BF16};
+  double worst = 0;
+  int differ = 0;
+  for (int k = 0; k < CONVERGE_SEEDS; k++) {
+    double means[2][WINDOWS];
+    for (int f = 0; f < 2; f++) {
+      converge_run(formats[f], k, means[f]);
+      printf("# seed %d, %s states: mean global loss per %d steps:", k, names[f],
+             CONVERGE_WINDOW);
+      for (int w = 0; w < WINDOWS; w++) printf(" %.4f", means[f][w]);
+      printf("\n");
+      assert_true(isfinite(means[f][WINDOWS - 1]));
+      assert_true(means[f][WINDOWS - 1] < 0.8 * means[f][0]);
+    }
+    double rel = (means[1][WINDOWS - 1] - means[0][WINDOWS - 1]) / means[0][WINDOWS - 1];
+    differ |= means[1][WINDOWS - 1] != means[0][WINDOWS - 1];
+    if (fabs(rel) > fabs(worst)) worst = rel;
+    if (!(fabs(rel) <= BF16_LOSS_TOL))
+      fail_msg("seed %d: bf16 states end at %.5f, fp32 at %.5f: %+.2f%%, beyond %.1f%%", k,
+               means[1][WINDOWS - 1], means[0][WINDOWS - 1], 100 * rel, 100 * BF16_LOSS_TOL);
+  }
+  printf("# bf16 against fp32, last %d steps: at most %+.3f%% over %d seeds\n",
+         CONVERGE_WINDOW, 100 * worst, CONVERGE_SEEDS);
+  assert_true(differ);
+}
+
 /* ---- worker scenarios (one process per rank) ---------------------------------------- */
 
 static void llm_stage2(void **state) {
   const run_t runs[] = {
-      {2, ZT_TIER_DEVICE, 0},
-      {2, ZT_TIER_HOST, 1},
+      {2, ZT_TIER_DEVICE, 0, ZT_STATES_FP32, 0},
+      {2, ZT_TIER_HOST, 1, ZT_STATES_FP32, 0},
   };
   for (size_t k = 0; k < sizeof runs / sizeof runs[0]; k++) check_run(&runs[k]);
 }
 
 static void llm_stage3(void **state) {
   const run_t runs[] = {
-      {3, ZT_TIER_DEVICE, 0},
-      {3, ZT_TIER_HOST, 0},
-      {3, ZT_TIER_DEVICE, 1},
+      {3, ZT_TIER_DEVICE, 0, ZT_STATES_FP32, 0},
+      {3, ZT_TIER_HOST, 0, ZT_STATES_FP32, 0},
+      {3, ZT_TIER_DEVICE, 1, ZT_STATES_FP32, 0},
   };
   for (size_t k = 0; k < sizeof runs / sizeof runs[0]; k++) check_run(&runs[k]);
 }
 
 /* The same loop, unchanged, at stage 1 (a gradient buffer is needed). */
 static void llm_stage1(void **state) {
-  const run_t run = {1, ZT_TIER_HOST, 1};
+  const run_t run = {1, ZT_TIER_HOST, 1, ZT_STATES_FP32, 0};
   check_run(&run);
 }
 
@@ -723,6 +793,7 @@ int main(int argc, char **argv) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(world_1),
       cmocka_unit_test(world_2),
+      cmocka_unit_test(states_converge),
   };
   return T_RUN(tests);
 }
