@@ -10,8 +10,9 @@
  * the next; fio's file beside it is made once the same way. Each cell (block
  * size x queue depth x threads) times a whole-space write, a whole-space read
  * into a large buffer region (a different region per request) and a
- * whole-space read into a small ring of T x qd buffers, with T x qd requests
- * in flight (qd per ring, as fio's iodepth is per job); fio's write and read
+ * whole-space read into a small ring of 2 x T x qd buffers, with T x qd I/Os
+ * in flight (qd per ring, as fio's iodepth is per job) and as many requests
+ * again waiting in the engine (bench_swap_pass); fio's write and read
  * of the same cell, with T jobs each on its own T-th of the file, run
  * interleaved with ours (ours, fio, ours, fio, ...) because the disk is
  * shared and drifts; medians over --reps are reported.
@@ -233,7 +234,7 @@ typedef struct space {
  * nothing left on disk). */
 static int space_open(space_t *sp, const char *prog, const zt__swap_config_t *cfg,
                       zt__err_t *err, char *region, size_t region_bytes, char *ring,
-                      size_t ring_bytes, size_t space, size_t block, unsigned inflight) {
+                      size_t ring_bytes, size_t space, size_t block, unsigned qd) {
   memset(sp, 0, sizeof *sp);
   if (zt__swap_create(cfg, err, &sp->sw) < 0) {
     fprintf(stderr, "%s: cannot create a swap space of %u ring%s in %s: %s\n", prog,
@@ -249,15 +250,15 @@ static int space_open(space_t *sp, const char *prog, const zt__swap_config_t *cf
   tool_progress("%u ring%s: writing and checking %.2f GB in %s", cfg->rings,
            cfg->rings > 1 ? "s" : "", (double)space / 1e9, cfg->paths[0]);
   bench_fill_bytes(region, region_bytes, 0x5eed);
-  if (bench_swap_pass(sp->sw, 1, space, block, inflight, region, region_bytes) < 0) {
+  if (bench_swap_pass(sp->sw, 1, space, block, qd, cfg->rings, region, region_bytes) < 0) {
     tool_progress_end();
     fprintf(stderr, "%s: the check write failed: %s\n", prog, err->msg);
     return 1;
   }
   memcpy(ring, region, block); /* request 0's bytes: it took the first slot */
   memset(region, 0xa5, region_bytes);
-  if (bench_swap_pass(sp->sw, 0, space, block, inflight, region, region_bytes) < 0 ||
-      bench_swap_pass(sp->sw, 0, block, block, 1, region, block) < 0) {
+  if (bench_swap_pass(sp->sw, 0, space, block, qd, cfg->rings, region, region_bytes) < 0 ||
+      bench_swap_pass(sp->sw, 0, block, block, 1, cfg->rings, region, block) < 0) {
     tool_progress_end();
     fprintf(stderr, "%s: the check read failed: %s\n", prog, err->msg);
     return 1;
@@ -388,10 +389,11 @@ int bench_nvme_main(int argc, char **argv) {
   }
 
   /* The buffers, shared by the swap spaces: a large region (1 GiB, or at
-   * least what the deepest cell has in flight, so that every request in
-   * flight has a slot of its own) and a ring of T x qd request buffers for
-   * the deepest cell. */
-  size_t most = max_block * max_qd * max_t;
+   * least what the deepest cell hands over, so that every request handed
+   * over has a slot of its own) and a ring of 2 x T x qd request buffers
+   * for the deepest cell (bench_swap_pass keeps T x qd I/Os in flight and
+   * as many requests again waiting). */
+  size_t most = 2 * max_block * max_qd * max_t;
   size_t region_bytes = most > MAX_REGION ? most : MAX_REGION;
   if (region_bytes > space) region_bytes = space;
   size_t ring_bytes = most < space ? most : space; /* more would never be in flight */
@@ -438,7 +440,7 @@ int bench_nvme_main(int argc, char **argv) {
   for (int t = 0; t < nt; t++) {
     cfg.rings = (unsigned)ths[t];
     if (space_open(&sp, prog, &cfg, &err, region, region_bytes, ring, ring_bytes, space,
-                   max_block, (unsigned)(max_qd * ths[t])) != 0)
+                   max_block, (unsigned)max_qd) != 0)
       goto out;
     o_direct &= sp.info.n_direct == 1;
     fixed &= sp.fixed;
@@ -474,7 +476,8 @@ int bench_nvme_main(int argc, char **argv) {
           /* The writes before this one (the check's, the last cell's) are
            * written back first, as the reads below wait for this one's. */
           if (settle) sleep((unsigned)settle);
-          s = bench_swap_pass(sp.sw, 1, space, c->block, inflight, region, region_bytes);
+          s = bench_swap_pass(sp.sw, 1, space, c->block, c->qd, c->threads, region,
+                              region_bytes);
           if (s < 0) goto fail;
           o[0] = (double)space / s / 1e9;
           o[3] = fio ? fio_pass(fio_file, 1, space, c->block, c->qd, c->threads) : -1;
@@ -483,12 +486,13 @@ int bench_nvme_main(int argc, char **argv) {
            * disk with that (on a virtual disk, a read right after a 4 GiB
            * write ran at half the speed of one 5 s later). */
           if (settle) sleep((unsigned)settle);
-          s = bench_swap_pass(sp.sw, 0, space, c->block, inflight, region, region_bytes);
+          s = bench_swap_pass(sp.sw, 0, space, c->block, c->qd, c->threads, region,
+                              region_bytes);
           if (s < 0) goto fail;
           o[1] = (double)space / s / 1e9;
           o[4] = fio ? fio_pass(fio_file, 0, space, c->block, c->qd, c->threads) : -1;
-          size_t rb = c->block * inflight < ring_bytes ? c->block * inflight : ring_bytes;
-          s = bench_swap_pass(sp.sw, 0, space, c->block, inflight, ring, rb);
+          size_t rb = c->block * 2 * inflight < ring_bytes ? c->block * 2 * inflight : ring_bytes;
+          s = bench_swap_pass(sp.sw, 0, space, c->block, c->qd, c->threads, ring, rb);
           if (s < 0) goto fail;
           o[2] = (double)space / s / 1e9;
         }
@@ -587,9 +591,9 @@ int bench_nvme_main(int argc, char **argv) {
            cells[bw].block >> 10, cells[bw].qd, cells[bw].threads,
            cells[bw].threads > 1 ? "s" : "");
     if (wr >= 0) printf(", fio's best %.2f GB/s: ratio %.2f", best_fw, wr);
-    printf("\n(qd is per thread: T threads keep T x qd requests in flight, fio T jobs of "
-           "qd;\n read(ring): reads into a ring of T x qd buffers, reused; read: a "
-           "different region per request)\n");
+    printf("\n(qd is per thread: T threads keep T x qd I/Os in flight and as many requests "
+           "waiting,\n fio T jobs of qd; read(ring): reads into a ring of 2 x T x qd buffers, "
+           "reused;\n read: a different region per request)\n");
     if ((rr >= 0 && rr < 0.95) || (wr >= 0 && wr < 0.95))
       printf("note: below 0.95 of fio on this disk\n");
     printf("\nsettings to use (reads' best cell):\n"

@@ -11,18 +11,28 @@
 #include "disk.h"
 #include "base/internal.h" // defines: zt__now
 
-/* One whole-space pass with `qd` requests of `block` bytes in flight, each
- * in its own slot of `block` bytes of the region: slots are taken in order
- * and given back as their requests complete, so a request goes to a
- * different place than the last ones (the whole region is walked through)
- * and no two requests in flight ever share memory, in whatever order they
- * complete (with several rings they complete out of order). The slot rides
- * in the tag's high half. Returns the seconds, or -1 with a message. */
+/* One whole-space pass with `qd` I/Os of `block` bytes in flight on each of
+ * `rings` rings (zt__swap_set_inflight), and as many requests again handed
+ * over beyond those, waiting in the engine: when an I/O completes its ring
+ * takes the next request at once, while the completed one is checked (its
+ * blocks hashed) before it is returned, as a tier's window of many
+ * requests keeps the rings full. Each request has its own slot of `block`
+ * bytes of the region: slots are taken in order and given back as their
+ * requests complete, so a request goes to a different place than the last
+ * ones (the whole region is walked through) and no two requests handed over
+ * ever share memory, in whatever order they complete (with several rings
+ * they complete out of order). The slot rides in the tag's high half.
+ * Returns the seconds, or -1 with a message. */
 double bench_swap_pass(zt__swap_t *sw, int write, size_t space, size_t block, unsigned qd,
-                   char *region, size_t region_bytes) {
+                       unsigned rings, char *region, size_t region_bytes) {
   size_t n_req = space / block, next = 0, done = 0;
   size_t n_slots = region_bytes / block, head = 0, n_free = n_slots;
-  if (n_slots < qd) qd = (unsigned)n_slots;
+  size_t ahead = 2 * (size_t)qd * rings; /* requests handed over at a time */
+  if (n_slots < ahead) ahead = n_slots;
+  if (zt__swap_set_inflight(sw, qd) < 0) {
+    fprintf(stderr, "swap pass: %u I/Os in flight a ring refused\n", qd);
+    return -1;
+  }
   uint32_t *fifo = malloc(n_slots * sizeof *fifo);
   if (fifo == NULL) {
     fprintf(stderr, "swap pass: out of memory\n");
@@ -32,7 +42,7 @@ double bench_swap_pass(zt__swap_t *sw, int write, size_t space, size_t block, un
   zt__swap_cqe_t cqe[64];
   double t0 = zt__now(), t = -1;
   while (done < n_req) {
-    while (next < n_req && next - done < qd) {
+    while (next < n_req && next - done < ahead) {
       uint64_t slot = fifo[head];
       head = (head + 1) % n_slots;
       n_free--;
@@ -60,6 +70,7 @@ double bench_swap_pass(zt__swap_t *sw, int write, size_t space, size_t block, un
   t = zt__now() - t0;
 out:
   free(fifo);
+  if (zt__swap_outstanding(sw) == 0) zt__swap_set_inflight(sw, 0);
   return t;
 }
 
@@ -80,7 +91,7 @@ int bench_disk_rates(const char *prog, const zt_config_t *cfg, const char *path,
   sc.block_size = 1u << 20;
   sc.stripe_bytes = block;
   sc.queue_depth = (unsigned)cfg->swap_queue_depth;
-  size_t region_bytes = block * (size_t)cfg->swap_queue_depth;
+  size_t region_bytes = 2 * block * (size_t)cfg->swap_queue_depth; /* bench_swap_pass */
   if (region_bytes > ((size_t)1 << 30)) region_bytes = (size_t)1 << 30;
   /* No more requests than space / block are ever in flight: a larger
    * region would only cost its filling. */
@@ -99,8 +110,8 @@ int bench_disk_rates(const char *prog, const zt_config_t *cfg, const char *path,
   }
   bench_fill_bytes(region, region_bytes, 0x9e3779b97f4a7c15ull);
   unsigned qd = (unsigned)cfg->swap_queue_depth;
-  double tw = bench_swap_pass(sw, 1, space, block, qd, region, region_bytes);
-  double tr = tw < 0 ? -1 : bench_swap_pass(sw, 0, space, block, qd, region, region_bytes);
+  double tw = bench_swap_pass(sw, 1, space, block, qd, 1, region, region_bytes);
+  double tr = tw < 0 ? -1 : bench_swap_pass(sw, 0, space, block, qd, 1, region, region_bytes);
   zt__swap_buf_free(region);
   zt__swap_destroy(sw);
   if (tw <= 0 || tr <= 0) return 1;

@@ -197,6 +197,7 @@ int zt__swap_create(const zt__swap_config_t *cfg, zt__err_t *err, zt__swap_t **o
   sw->bs = cfg->block_size;
   sw->stripe = cfg->stripe_bytes;
   sw->depth = cfg->queue_depth;
+  sw->inflight_cap = cfg->queue_depth;
   sw->page = (size_t)sysconf(_SC_PAGESIZE);
   sw->capacity = capacity;
   sw->n_blocks = sw->capacity / sw->bs;
@@ -325,6 +326,17 @@ void zt__swap_info(const zt__swap_t *sw, zt__swap_info_t *info) {
 
 const char *zt__swap_path(const zt__swap_t *sw, unsigned i) {
   return sw && i < sw->n_files ? sw->files[i].path : NULL;
+}
+
+int zt__swap_set_inflight(zt__swap_t *sw, unsigned n) {
+  if (n > sw->depth)
+    return zt__errf(sw->err, -EINVAL, "swap: %u I/Os in flight asked; expected 0 .. %u "
+                    "(queue_depth)", n, sw->depth);
+  if (sw->live)
+    return zt__errf(sw->err, -EBUSY, "swap: %zu requests outstanding; the I/Os in flight "
+                    "change only while none is", sw->live);
+  sw->inflight_cap = n ? n : sw->depth;
+  return 0;
 }
 
 void zt__swap_set_hook(zt__swap_t *sw, zt__swap_hook_fn fn, void *arg) {

@@ -246,6 +246,15 @@ ZT_INTERNAL uint64_t zt__swap_hash(const void *p, size_t n, uint64_t seed);
  * faster; create picks it when there is one. */
 ZT_INTERNAL zt__swap_hash_fn zt__swap_hash_avx2(void);
 
+/* Caps the I/Os each ring keeps in flight at n (1 .. queue_depth; 0: back
+ * to queue_depth), as a smaller queue_depth would, with the same rings: a
+ * benchmark measures several depths over one swap space, with requests
+ * handed over beyond the cap waiting in the engine as they would beyond
+ * queue_depth. Only while nothing is outstanding (the ring threads read it
+ * when requests are handed over): -EBUSY otherwise, -EINVAL for n above
+ * queue_depth, each with a sentence. */
+ZT_INTERNAL int zt__swap_set_inflight(zt__swap_t *sw, unsigned n);
+
 /* For tests: installs (or with NULL removes) the completion hook. Only while
  * nothing is outstanding: the ring threads read it without a lock. */
 ZT_INTERNAL void zt__swap_set_hook(zt__swap_t *sw, zt__swap_hook_fn fn, void *arg);

@@ -144,6 +144,8 @@ struct zt__swap {
   uint64_t stripe;
   uint32_t bs;
   unsigned depth;
+  unsigned inflight_cap;        /* I/Os a ring keeps in flight: depth, or less
+                                   (zt__swap_set_inflight) */
   size_t page;
   unsigned n_files;
   sfile_t *files;

@@ -47,7 +47,7 @@ static int next_piece(lane_t *ln) {
   zt__swap_t *sw = ln->sw;
   if (ln->q_head >= 0) return q_pop(ln);
   req_t *r = ln->act.head;
-  if (!r || ln->live == sw->depth) return -1;
+  if (!r || ln->live >= sw->inflight_cap) return -1;
   unsigned f;
   uint64_t fo, chunk;
   map_off(sw, r->off + r->issued, r->rlen - r->issued, &f, &fo, &chunk);
@@ -105,7 +105,7 @@ int zt__lane_push(lane_t *ln) {
     io_uring_sqe_set_data64(sqe, KICK_DATA);
     ln->kick_armed = 1;
   }
-  while (ln->inflight < sw->depth && io_uring_sq_space_left(&ln->ring)) {
+  while (ln->inflight < sw->inflight_cap && io_uring_sq_space_left(&ln->ring)) {
     int pi = next_piece(ln);
     if (pi < 0) break;
     sqe_fill(ln, io_uring_get_sqe(&ln->ring), pi);

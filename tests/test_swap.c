@@ -326,6 +326,48 @@ static void test_many_in_flight(void **state) {
   fx_close(&f);
 }
 
+/* zt__swap_set_inflight: with 200 requests handed over and queue_depth 16,
+ * a cap of 5 puts 5 I/Os in the kernel at the submit (inline; with ring
+ * threads every request is handed over), and every request completes with
+ * its bytes; it is refused while requests are outstanding and above
+ * queue_depth, and 0 gives queue_depth back. */
+static void test_inflight_cap(void **state) {
+  fx_t f;
+  fx_open(&f, 2, state);
+  const size_t nreq = 200;
+  zt__swap_config_t c = fx_config(&f, nreq * BS, 8 * BS, 16);
+  zt__swap_t *sw = fx_swap(&f, &c);
+  uint8_t *w = buf_rand(sw, nreq * BS, &f.rng), *r = buf_rand(sw, nreq * BS, &f.rng);
+  assert_int_equal(zt__swap_set_inflight(sw, 17), -EINVAL);
+  expect_msg(&f.err, "expected 0 .. 16");
+  zt__swap_cqe_t cq[64];
+  for (int pass = 0; pass < 3; pass++) {
+    unsigned cap = pass == 2 ? 0 : 5;
+    assert_int_equal(zt__swap_set_inflight(sw, cap), 0);
+    uint8_t *b = pass == 1 ? r : w;
+    for (size_t k = 0; k < nreq; k++) {
+      int rc = pass == 1 ? zt__swap_prep_read(sw, b + k * BS, BS, k * BS, k)
+                         : zt__swap_prep_write(sw, b + k * BS, BS, k * BS, k);
+      assert_int_equal(rc, 0);
+    }
+    assert_int_equal(zt__swap_set_inflight(sw, 2), -EBUSY);
+    expect_msg(&f.err, "outstanding");
+    int sub = zt__swap_submit(sw);
+    assert_int_equal(sub, f.mode.rings == 1 ? (cap ? 5 : 16) : (int)nreq);
+    for (size_t got = 0; got < nreq;) {
+      int n = zt__swap_wait(sw, cq, 64, 1);
+      assert_true(n > 0);
+      for (int i = 0; i < n; i++) assert_int_equal(cq[i].res, BS);
+      got += (size_t)n;
+    }
+  }
+  t_expect_same("200 blocks through 5 in flight", r, w, 1, nreq * BS);
+  zt__swap_buf_free(w);
+  zt__swap_buf_free(r);
+  assert_int_equal(zt__swap_destroy(sw), 0);
+  fx_close(&f);
+}
+
 /* ---- striping ------------------------------------------------------------------- */
 
 static void test_striping(void **state) {
@@ -1302,6 +1344,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       MODES(test_round_trip),
       MODES(test_many_in_flight),
+      MODES(test_inflight_cap),
       MODES(test_striping),
       MODES(test_hook_eio),
       MODES(test_hook_short),
