@@ -250,15 +250,15 @@ static int space_open(space_t *sp, const char *prog, const zt__swap_config_t *cf
   tool_progress("%u ring%s: writing and checking %.2f GB in %s", cfg->rings,
            cfg->rings > 1 ? "s" : "", (double)space / 1e9, cfg->paths[0]);
   bench_fill_bytes(region, region_bytes, 0x5eed);
-  if (bench_swap_pass(sp->sw, 1, space, block, qd, cfg->rings, region, region_bytes) < 0) {
+  if (bench_swap_pass(sp->sw, 1, space, block, qd, region, region_bytes) < 0) {
     tool_progress_end();
     fprintf(stderr, "%s: the check write failed: %s\n", prog, err->msg);
     return 1;
   }
   memcpy(ring, region, block); /* request 0's bytes: it took the first slot */
   memset(region, 0xa5, region_bytes);
-  if (bench_swap_pass(sp->sw, 0, space, block, qd, cfg->rings, region, region_bytes) < 0 ||
-      bench_swap_pass(sp->sw, 0, block, block, 1, cfg->rings, region, block) < 0) {
+  if (bench_swap_pass(sp->sw, 0, space, block, qd, region, region_bytes) < 0 ||
+      bench_swap_pass(sp->sw, 0, block, block, 1, region, block) < 0) {
     tool_progress_end();
     fprintf(stderr, "%s: the check read failed: %s\n", prog, err->msg);
     return 1;
@@ -396,7 +396,7 @@ int bench_nvme_main(int argc, char **argv) {
   size_t most = 2 * max_block * max_qd * max_t;
   size_t region_bytes = most > MAX_REGION ? most : MAX_REGION;
   if (region_bytes > space) region_bytes = space;
-  size_t ring_bytes = most < space ? most : space; /* more would never be in flight */
+  size_t ring_bytes = most < space ? most : space; /* more would never be handed over */
   int status = 1;
   char fio_file[4096] = "";
   char *region = NULL, *ring = NULL;
@@ -476,8 +476,7 @@ int bench_nvme_main(int argc, char **argv) {
           /* The writes before this one (the check's, the last cell's) are
            * written back first, as the reads below wait for this one's. */
           if (settle) sleep((unsigned)settle);
-          s = bench_swap_pass(sp.sw, 1, space, c->block, c->qd, c->threads, region,
-                              region_bytes);
+          s = bench_swap_pass(sp.sw, 1, space, c->block, c->qd, region, region_bytes);
           if (s < 0) goto fail;
           o[0] = (double)space / s / 1e9;
           o[3] = fio ? fio_pass(fio_file, 1, space, c->block, c->qd, c->threads) : -1;
@@ -486,13 +485,12 @@ int bench_nvme_main(int argc, char **argv) {
            * disk with that (on a virtual disk, a read right after a 4 GiB
            * write ran at half the speed of one 5 s later). */
           if (settle) sleep((unsigned)settle);
-          s = bench_swap_pass(sp.sw, 0, space, c->block, c->qd, c->threads, region,
-                              region_bytes);
+          s = bench_swap_pass(sp.sw, 0, space, c->block, c->qd, region, region_bytes);
           if (s < 0) goto fail;
           o[1] = (double)space / s / 1e9;
           o[4] = fio ? fio_pass(fio_file, 0, space, c->block, c->qd, c->threads) : -1;
           size_t rb = c->block * 2 * inflight < ring_bytes ? c->block * 2 * inflight : ring_bytes;
-          s = bench_swap_pass(sp.sw, 0, space, c->block, c->qd, c->threads, ring, rb);
+          s = bench_swap_pass(sp.sw, 0, space, c->block, c->qd, ring, rb);
           if (s < 0) goto fail;
           o[2] = (double)space / s / 1e9;
         }

@@ -12,7 +12,7 @@
 #include "base/internal.h" // defines: zt__now
 
 /* One whole-space pass with `qd` I/Os of `block` bytes in flight on each of
- * `rings` rings (zt__swap_set_inflight), and as many requests again handed
+ * the space's rings (zt__swap_set_inflight), and as many requests again handed
  * over beyond those, waiting in the engine: when an I/O completes its ring
  * takes the next request at once, while the completed one is checked (its
  * blocks hashed) before it is returned, as a tier's window of many
@@ -24,18 +24,21 @@
  * they complete out of order). The slot rides in the tag's high half.
  * Returns the seconds, or -1 with a message. */
 double bench_swap_pass(zt__swap_t *sw, int write, size_t space, size_t block, unsigned qd,
-                       unsigned rings, char *region, size_t region_bytes) {
+                       char *region, size_t region_bytes) {
+  zt__swap_info_t info;
+  zt__swap_info(sw, &info);
   size_t n_req = space / block, next = 0, done = 0;
   size_t n_slots = region_bytes / block, head = 0, n_free = n_slots;
-  size_t ahead = 2 * (size_t)qd * rings; /* requests handed over at a time */
+  size_t ahead = 2 * (size_t)qd * info.rings; /* requests handed over at a time */
   if (n_slots < ahead) ahead = n_slots;
-  if (zt__swap_set_inflight(sw, qd) < 0) {
-    fprintf(stderr, "swap pass: %u I/Os in flight a ring refused\n", qd);
-    return -1;
-  }
   uint32_t *fifo = malloc(n_slots * sizeof *fifo);
   if (fifo == NULL) {
     fprintf(stderr, "swap pass: out of memory\n");
+    return -1;
+  }
+  if (zt__swap_set_inflight(sw, qd) < 0) {
+    fprintf(stderr, "swap pass: %u I/Os in flight a ring refused\n", qd);
+    free(fifo);
     return -1;
   }
   for (size_t i = 0; i < n_slots; i++) fifo[i] = (uint32_t)i;
@@ -60,7 +63,6 @@ double bench_swap_pass(zt__swap_t *sw, int write, size_t space, size_t block, un
         fprintf(stderr, "swap pass: request %llu completed with %lld, expected %zu\n",
                 (unsigned long long)(cqe[i].tag & 0xffffffffu), (long long)cqe[i].res,
                 block);
-        zt__swap_drain(sw);
         goto out;
       }
       fifo[(head + n_free++) % n_slots] = (uint32_t)(cqe[i].tag >> 32);
@@ -69,8 +71,11 @@ double bench_swap_pass(zt__swap_t *sw, int write, size_t space, size_t block, un
   }
   t = zt__now() - t0;
 out:
-  free(fifo);
+  /* A failed pass leaves nothing outstanding: the region is the caller's
+   * again, and the cap goes back to queue_depth. */
+  if (t < 0) zt__swap_drain(sw);
   if (zt__swap_outstanding(sw) == 0) zt__swap_set_inflight(sw, 0);
+  free(fifo);
   return t;
 }
 
@@ -110,8 +115,8 @@ int bench_disk_rates(const char *prog, const zt_config_t *cfg, const char *path,
   }
   bench_fill_bytes(region, region_bytes, 0x9e3779b97f4a7c15ull);
   unsigned qd = (unsigned)cfg->swap_queue_depth;
-  double tw = bench_swap_pass(sw, 1, space, block, qd, 1, region, region_bytes);
-  double tr = tw < 0 ? -1 : bench_swap_pass(sw, 0, space, block, qd, 1, region, region_bytes);
+  double tw = bench_swap_pass(sw, 1, space, block, qd, region, region_bytes);
+  double tr = tw < 0 ? -1 : bench_swap_pass(sw, 0, space, block, qd, region, region_bytes);
   zt__swap_buf_free(region);
   zt__swap_destroy(sw);
   if (tw <= 0 || tr <= 0) return 1;

@@ -318,6 +318,8 @@ void zt__swap_info(const zt__swap_t *sw, zt__swap_info_t *info) {
   for (unsigned i = 0; i < sw->n_lanes; i++) {
     info->fixed_files &= sw->lanes[i].fixed_files;
     info->sqpoll &= sw->lanes[i].sqpoll;
+    unsigned peak = __atomic_load_n(&sw->lanes[i].peak, __ATOMIC_RELAXED);
+    if (peak > info->peak_inflight) info->peak_inflight = peak;
   }
   info->fixed_bufs = sw->fixed_bufs;
   info->rings = sw->n_lanes;
@@ -335,7 +337,9 @@ int zt__swap_set_inflight(zt__swap_t *sw, unsigned n) {
   if (sw->live)
     return zt__errf(sw->err, -EBUSY, "swap: %zu requests outstanding; the I/Os in flight "
                     "change only while none is", sw->live);
-  sw->inflight_cap = n ? n : sw->depth;
+  __atomic_store_n(&sw->inflight_cap, n ? n : sw->depth, __ATOMIC_RELAXED);
+  for (unsigned i = 0; i < sw->n_lanes; i++)
+    __atomic_store_n(&sw->lanes[i].peak, 0, __ATOMIC_RELAXED);
   return 0;
 }
 

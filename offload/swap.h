@@ -101,6 +101,9 @@ typedef struct zt__swap_info {
   int fixed_bufs;        /* buffer slots registered with every ring */
   unsigned rings;        /* rings (and, when > 1, threads) */
   int sqpoll;            /* 1: every ring has SQPOLL (asked and granted) */
+  unsigned peak_inflight; /* the most I/Os a ring has had in flight at once
+                             since the handle was made or its cap last
+                             changed (zt__swap_set_inflight) */
   char note[256];        /* what was asked and downgraded, as a sentence
                             ("" when nothing was), e.g. "SQPOLL refused
                             (EPERM): plain submission" */
@@ -250,9 +253,9 @@ ZT_INTERNAL zt__swap_hash_fn zt__swap_hash_avx2(void);
  * to queue_depth), as a smaller queue_depth would, with the same rings: a
  * benchmark measures several depths over one swap space, with requests
  * handed over beyond the cap waiting in the engine as they would beyond
- * queue_depth. Only while nothing is outstanding (the ring threads read it
- * when requests are handed over): -EBUSY otherwise, -EINVAL for n above
- * queue_depth, each with a sentence. */
+ * queue_depth. Only while nothing is outstanding, so that no ring has I/O in
+ * flight when it changes (the ring threads read it atomically): -EBUSY
+ * otherwise, -EINVAL for n above queue_depth, each with a sentence. */
 ZT_INTERNAL int zt__swap_set_inflight(zt__swap_t *sw, unsigned n);
 
 /* For tests: installs (or with NULL removes) the completion hook. Only while

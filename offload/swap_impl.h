@@ -113,6 +113,8 @@ typedef struct lane {
   int piece_free;
   unsigned live;          /* pieces in the kernel or waiting for a retry */
   unsigned inflight;      /* pieces in the ring */
+  unsigned peak;          /* the most that were, since the cap last changed
+                             (zt__swap_info); relaxed atomics */
   int q_head, q_tail;     /* pieces waiting for a retry */
   rlist_t act;            /* requests with bytes not yet issued */
   rlist_t hashq;          /* all pieces done, blocks not yet hashed */
@@ -145,7 +147,7 @@ struct zt__swap {
   uint32_t bs;
   unsigned depth;
   unsigned inflight_cap;        /* I/Os a ring keeps in flight: depth, or less
-                                   (zt__swap_set_inflight) */
+                                   (zt__swap_set_inflight); atomic reads */
   size_t page;
   unsigned n_files;
   sfile_t *files;

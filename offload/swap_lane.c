@@ -42,12 +42,13 @@ static void piece_put(lane_t *ln, int i) {
 /* The next I/O to issue: a retry first (it is older), else the next piece of
  * the oldest request with bytes not yet issued, cut at the stripe boundary.
  * Pieces are made only as the ring has room, so a request of any size costs
- * queue_depth pieces at most. -1: nothing to issue. */
+ * at most the ring's in-flight cap of pieces (queue_depth, or less:
+ * zt__swap_set_inflight). -1: nothing to issue. */
 static int next_piece(lane_t *ln) {
   zt__swap_t *sw = ln->sw;
   if (ln->q_head >= 0) return q_pop(ln);
   req_t *r = ln->act.head;
-  if (!r || ln->live >= sw->inflight_cap) return -1;
+  if (!r || ln->live >= __atomic_load_n(&sw->inflight_cap, __ATOMIC_RELAXED)) return -1;
   unsigned f;
   uint64_t fo, chunk;
   map_off(sw, r->off + r->issued, r->rlen - r->issued, &f, &fo, &chunk);
@@ -105,11 +106,16 @@ int zt__lane_push(lane_t *ln) {
     io_uring_sqe_set_data64(sqe, KICK_DATA);
     ln->kick_armed = 1;
   }
-  while (ln->inflight < sw->inflight_cap && io_uring_sq_space_left(&ln->ring)) {
+  // An idle ring thread still pushes (its wake-up poll), so the cap, which
+  // the caller may change while nothing is outstanding, is read atomically.
+  unsigned cap = __atomic_load_n(&sw->inflight_cap, __ATOMIC_RELAXED);
+  while (ln->inflight < cap && io_uring_sq_space_left(&ln->ring)) {
     int pi = next_piece(ln);
     if (pi < 0) break;
     sqe_fill(ln, io_uring_get_sqe(&ln->ring), pi);
     ln->inflight++;
+    if (ln->inflight > __atomic_load_n(&ln->peak, __ATOMIC_RELAXED))
+      __atomic_store_n(&ln->peak, ln->inflight, __ATOMIC_RELAXED);
     n++;
   }
   if (io_uring_sq_ready(&ln->ring) == 0) return n;

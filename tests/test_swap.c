@@ -328,8 +328,9 @@ static void test_many_in_flight(void **state) {
 
 /* zt__swap_set_inflight: with 200 requests handed over and queue_depth 16,
  * a cap of 5 puts 5 I/Os in the kernel at the submit (inline; with ring
- * threads every request is handed over), and every request completes with
- * its bytes; it is refused while requests are outstanding and above
+ * threads every request is handed over), no ring has more than 5 in flight
+ * (zt__swap_info's peak_inflight), and every request completes with its
+ * bytes; it is refused while requests are outstanding and above
  * queue_depth, and 0 gives queue_depth back. */
 static void test_inflight_cap(void **state) {
   fx_t f;
@@ -360,6 +361,10 @@ static void test_inflight_cap(void **state) {
       for (int i = 0; i < n; i++) assert_int_equal(cq[i].res, BS);
       got += (size_t)n;
     }
+    /* Every ring filled up to the cap and no further. */
+    zt__swap_info_t info;
+    zt__swap_info(sw, &info);
+    assert_int_equal(info.peak_inflight, cap ? 5 : 16);
   }
   t_expect_same("200 blocks through 5 in flight", r, w, 1, nreq * BS);
   zt__swap_buf_free(w);
