@@ -43,8 +43,9 @@
  *
  * Each of the first four is work the step cannot avoid, on a resource it
  * cannot share with its other parts, and cpu_work_s is CPU work it cannot
- * avoid on the CPUs it has: no schedule of the step beats the largest. step_s is the median of --steps steps after a warm-up one, with
- * their range; efficiency = bound_s / step_s. host_syncs_per_step is what
+ * avoid on the CPUs it has: no schedule of the step beats the largest.
+ * step_s is the median of --steps steps after a warm-up one, with their
+ * range; efficiency = bound_s / step_s. host_syncs_per_step is what
  * zt_stats counts in a step (ztier's calls that blocked the host).
  *
  * A step: the loop's "backward" writes the gradients on its stream (not
@@ -423,8 +424,9 @@ int bench_step_main(int argc, char **argv) {
   };
   const tool_cmd_t cmd = {prog, NULL,
                           "One step's work in ztier (the gradients' hand-over and zt_step) "
-                          "against the bound\nof the link, the disk, the update's kernel and (sim) the CPU "
-                          "work, measured or\nmodelled in the same run. See docs/bench.md.",
+                          "against the bound\nof the link, the disk, the update's kernel "
+                          "and (sim) the CPU work, measured or\nmodelled in the same run. "
+                          "See docs/bench.md.",
                           flags, sizeof flags / sizeof flags[0], 0, 0};
   int rc = tool_args_parse(&cmd, argc, argv, NULL, NULL);
   if (rc) return rc < 0 ? 0 : rc;
